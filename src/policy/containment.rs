@@ -1,0 +1,241 @@
+//! `file` URI normalization and path-segment containment.
+//!
+//! Rules (MISSION §3, layer 2): only the `file` scheme; the host must match (`localhost` is the empty host);
+//! query and fragment are refused; the path is percent-decoded *before* dot segments are removed, so
+//! `%2e%2e` is a traversal and is resolved like `..`; a residue that still looks percent-encoded after one
+//! decode (double encoding) is refused rather than guessed at; climbing above the root is refused.
+//! Containment compares whole segments: `/work/notes-evil` is not inside `/work/notes`.
+
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+
+/// Longest URI we will look at; longer input is refused, not truncated.
+pub const URI_CHARS_MAX: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UriError {
+    #[error("the URI is empty or too long")]
+    Length,
+    #[error("only file:// URIs are accepted")]
+    NotFile,
+    #[error("query strings are not accepted in a file URI")]
+    Query,
+    #[error("fragments are not accepted in a file URI")]
+    Fragment,
+    #[error("the host is not a valid host name")]
+    Host,
+    #[error("the path is not absolute")]
+    Relative,
+    #[error("the path's percent-encoding is invalid or not UTF-8")]
+    Encoding,
+    #[error("the path is percent-encoded twice")]
+    DoubleEncoded,
+    #[error("the path contains a backslash, NUL or control character")]
+    ForbiddenCharacter,
+    #[error("the path climbs above the root")]
+    Escapes,
+}
+
+/// A normalized `file` URI: a host (empty for local) and decoded path segments without dot segments.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileUri {
+    host: String,
+    segments: Vec<String>,
+}
+
+/// Characters re-encoded when a segment is printed, so printing then parsing is the identity.
+const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'/').add(b'<').add(b'>').add(b'?').add(b'\\').add(b'`').add(b'{').add(b'}');
+
+impl FileUri {
+    pub fn parse(input: &str) -> Result<FileUri, UriError> {
+        if input.is_empty() || input.len() > URI_CHARS_MAX {
+            return Err(UriError::Length);
+        }
+        let rest = match input.get(..7) {
+            Some(scheme) if scheme.eq_ignore_ascii_case("file://") => &input[7..],
+            _ => return Err(UriError::NotFile),
+        };
+        if rest.contains('#') {
+            return Err(UriError::Fragment);
+        }
+        if rest.contains('?') {
+            return Err(UriError::Query);
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(slash) => (&rest[..slash], &rest[slash..]),
+            None => return Err(UriError::Relative),
+        };
+        let host = normalize_host(authority)?;
+        let decoded = percent_decode_str(path).decode_utf8().map_err(|_| UriError::Encoding)?;
+        if decoded.chars().any(|c| c == '\\' || c.is_control()) {
+            return Err(UriError::ForbiddenCharacter);
+        }
+        if looks_percent_encoded(&decoded) {
+            return Err(UriError::DoubleEncoded);
+        }
+        let mut segments: Vec<String> = Vec::new();
+        for segment in decoded.split('/') {
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    if segments.pop().is_none() {
+                        return Err(UriError::Escapes);
+                    }
+                }
+                other => segments.push(other.to_string()),
+            }
+        }
+        Ok(FileUri { host, segments })
+    }
+
+    /// True when `other` is this URI or lies below it, comparing whole path segments on the same host.
+    pub fn contains(&self, other: &FileUri) -> bool {
+        self.host == other.host && other.segments.len() >= self.segments.len() && self.segments.iter().zip(&other.segments).all(|(a, b)| a == b)
+    }
+
+    pub fn segments(&self) -> &[String] {
+        &self.segments
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+}
+
+impl std::fmt::Display for FileUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "file://{}", self.host)?;
+        if self.segments.is_empty() {
+            return f.write_str("/");
+        }
+        for segment in &self.segments {
+            write!(f, "/{}", utf8_percent_encode(segment, SEGMENT))?;
+        }
+        Ok(())
+    }
+}
+
+fn normalize_host(authority: &str) -> Result<String, UriError> {
+    if authority.eq_ignore_ascii_case("localhost") || authority.is_empty() {
+        return Ok(String::new());
+    }
+    let valid = authority.len() <= 253 && authority.split('.').all(|label| !label.is_empty() && label.len() <= 63 && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+    if valid {
+        Ok(authority.to_ascii_lowercase())
+    } else {
+        Err(UriError::Host)
+    }
+}
+
+fn looks_percent_encoded(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.windows(3).any(|w| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit())
+}
+
+/// Normalizes both and answers whether `target` lies inside `root`.
+pub fn is_inside(root: &str, target: &str) -> Result<bool, UriError> {
+    Ok(FileUri::parse(root)?.contains(&FileUri::parse(target)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const ROOT: &str = "file:///Users/alice/Documents/Notes";
+
+    fn inside(target: &str) -> Result<bool, UriError> {
+        is_inside(ROOT, target)
+    }
+
+    #[test]
+    fn ordinary_children_are_inside() {
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/tps-2023.md"), Ok(true));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes"), Ok(true));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/"), Ok(true));
+        assert_eq!(inside("file://localhost/Users/alice/Documents/Notes/a.md"), Ok(true));
+        assert_eq!(inside("FILE:///Users/alice/Documents/Notes/a.md"), Ok(true));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/sub/./x/../a.md"), Ok(true));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes//a.md"), Ok(true));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/my%20note.md"), Ok(true));
+    }
+
+    #[test]
+    fn prefix_confusion_is_outside() {
+        assert_eq!(inside("file:///Users/alice/Documents/Notes-evil/tps.md"), Ok(false));
+        assert_eq!(inside("file:///Users/alice/Documents/NotesX"), Ok(false));
+        assert_eq!(inside("file:///Users/alice/Documents/notes/a.md"), Ok(false), "segments are case-sensitive");
+        assert_eq!(inside("file:///Users/alice/Documents"), Ok(false));
+    }
+
+    #[test]
+    fn traversal_plain_and_encoded_escapes() {
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/../private.md"), Ok(false));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/%2e%2e/private.md"), Ok(false));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/%2E%2E/private.md"), Ok(false));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/.%2e/private.md"), Ok(false));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/..%2fprivate.md"), Ok(false));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/%2e%2e%2f%2e%2e%2fbob"), Ok(false));
+        assert_eq!(FileUri::parse("file:///Users/alice/Documents/Notes/%2e%2e/private.md").unwrap().to_string(), "file:///Users/alice/Documents/private.md");
+    }
+
+    #[test]
+    fn double_encoding_and_forbidden_characters_are_refused() {
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/%252e%252e/private.md"), Err(UriError::DoubleEncoded));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/..%5cprivate.md"), Err(UriError::ForbiddenCharacter));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/a%00.md"), Err(UriError::ForbiddenCharacter));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/%ff.md"), Err(UriError::Encoding));
+    }
+
+    #[test]
+    fn other_schemes_hosts_queries_and_fragments_are_refused() {
+        assert_eq!(inside("http://example.com/Users/alice/Documents/Notes/a.md"), Err(UriError::NotFile));
+        assert_eq!(inside("/Users/alice/Documents/Notes/a.md"), Err(UriError::NotFile));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/a.md?x=1"), Err(UriError::Query));
+        assert_eq!(inside("file:///Users/alice/Documents/Notes/a.md#top"), Err(UriError::Fragment));
+        assert_eq!(inside("file://evil.example/Users/alice/Documents/Notes/a.md"), Ok(false));
+        assert_eq!(inside("file://ev il/x"), Err(UriError::Host));
+        assert_eq!(inside("file://"), Err(UriError::Relative));
+        assert_eq!(inside("file:///../etc/passwd"), Err(UriError::Escapes));
+        assert_eq!(inside(""), Err(UriError::Length));
+        assert_eq!(inside(&format!("file:///{}", "a".repeat(URI_CHARS_MAX))), Err(UriError::Length));
+        assert_eq!(inside("fi"), Err(UriError::NotFile));
+        assert_eq!(inside("filé://x"), Err(UriError::NotFile));
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(input in ".{0,200}") {
+            let _ = FileUri::parse(&input);
+            let _ = FileUri::parse(&format!("file:///{input}"));
+        }
+
+        #[test]
+        fn printing_then_parsing_is_the_identity(segments in proptest::collection::vec("[^/]{1,12}", 0..6)) {
+            let raw = format!("file:///{}", segments.iter().map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect::<Vec<_>>().join("/"));
+            if let Ok(uri) = FileUri::parse(&raw) {
+                prop_assert_eq!(FileUri::parse(&uri.to_string()), Ok(uri));
+            }
+        }
+
+        #[test]
+        fn containment_agrees_with_segment_prefix(
+            root in proptest::collection::vec("[a-c]{1,2}", 0..4),
+            tail in proptest::collection::vec("[a-c.%2e]{1,4}", 0..5),
+        ) {
+            let root_uri = FileUri::parse(&format!("file:///{}", root.join("/"))).unwrap();
+            if let Ok(target) = FileUri::parse(&format!("file:///{}/{}", root.join("/"), tail.join("/"))) {
+                // Independent model: a target is inside iff its normalized segments start with the root's.
+                let model = target.segments().starts_with(root_uri.segments());
+                prop_assert_eq!(root_uri.contains(&target), model);
+                // And nothing whose normalized form has no dot-dot can be inside unless it was built under the root.
+                prop_assert!(target.segments().iter().all(|s| s != ".." && s != "."));
+            }
+        }
+
+        #[test]
+        fn sibling_with_shared_prefix_is_never_inside(suffix in "[a-z-]{1,8}") {
+            let sibling = format!("file:///Users/alice/Documents/Notes{suffix}/x.md");
+            prop_assert_eq!(inside(&sibling), Ok(false));
+        }
+    }
+}

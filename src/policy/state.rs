@@ -1,0 +1,291 @@
+//! `requestState` sealing and opening: HMAC-SHA256 over a base64url JSON payload, with a key id.
+//!
+//! Token form: `s1.<key id>.<payload, base64url>.<tag, base64url>`, tag = HMAC-SHA256(key, "s1.<key id>.<payload>").
+//! The tag is checked (in constant time, by `hmac`'s `verify_slice`) before the payload is even decoded,
+//! so a forged payload is never parsed. Keys rotate: the ring signs with one key and verifies with every key
+//! it still holds; retiring a key makes the states it signed fail closed.
+//!
+//! The payload binds the state to the authenticated principal, the method, the tool, a digest of the
+//! canonical arguments, the candidate ids shown to the user and the phase; it expires (`expiresAt <= now` is
+//! expired) and carries a one-time nonce that the shared replay store consumes.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::collections::BTreeMap;
+
+type HmacSha256 = Hmac<Sha256>;
+
+const FORMAT: &str = "s1";
+/// Longest `requestState` we will look at.
+pub const STATE_CHARS_MAX: usize = 8192;
+pub const KEY_ID_CHARS_MAX: usize = 32;
+pub const KEY_BYTES_MIN: usize = 32;
+
+/// What a sealed state asserts. Field names are the JSON payload's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateClaims {
+    pub principal: String,
+    pub method: String,
+    pub tool: String,
+    /// Lower-case hex SHA-256 of the canonical `arguments` object.
+    pub arguments_digest: String,
+    /// Ids offered to the user in the form; a choice outside this set is refused.
+    pub candidates: Vec<String>,
+    /// Which question this state continues (e.g. `delete_choice`).
+    pub phase: String,
+    pub issued_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// One-time nonce, base64url; consumed in the shared replay store.
+    pub nonce: String,
+}
+
+impl StateClaims {
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms <= now_ms
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    #[error("the state is not a well-formed sealed state")]
+    Malformed,
+    #[error("the state's signature does not verify, or its key is not held by this instance")]
+    Signature,
+    #[error("the state has expired")]
+    Expired,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("a key id is 1 to 32 characters of A-Z a-z 0-9 _ -")]
+    Id,
+    #[error("a key must be at least 32 bytes")]
+    TooShort,
+    #[error("the signing key cannot be retired; rotate first")]
+    RetiringSigningKey,
+    #[error("no key with that id is held")]
+    Unknown,
+}
+
+/// Signing key plus verify-only keys, by id. `Debug` never prints key bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyRing {
+    signing_key_id: String,
+    keys: BTreeMap<String, Vec<u8>>,
+}
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyRing").field("signing_key_id", &self.signing_key_id).field("key_ids", &self.keys.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+fn check_key(id: &str, key: &[u8]) -> Result<(), KeyError> {
+    if id.is_empty() || id.len() > KEY_ID_CHARS_MAX || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(KeyError::Id);
+    }
+    if key.len() < KEY_BYTES_MIN {
+        return Err(KeyError::TooShort);
+    }
+    Ok(())
+}
+
+impl KeyRing {
+    pub fn new(signing_key_id: &str, key: Vec<u8>) -> Result<KeyRing, KeyError> {
+        check_key(signing_key_id, &key)?;
+        Ok(KeyRing { signing_key_id: signing_key_id.to_string(), keys: BTreeMap::from([(signing_key_id.to_string(), key)]) })
+    }
+
+    /// Adds a key that verifies but does not sign.
+    pub fn add_verify_only(&mut self, id: &str, key: Vec<u8>) -> Result<(), KeyError> {
+        check_key(id, &key)?;
+        self.keys.insert(id.to_string(), key);
+        Ok(())
+    }
+
+    /// Makes `id` the signing key; the previous signing key stays as verify-only until retired.
+    pub fn rotate(&mut self, id: &str, key: Vec<u8>) -> Result<(), KeyError> {
+        check_key(id, &key)?;
+        self.keys.insert(id.to_string(), key);
+        self.signing_key_id = id.to_string();
+        Ok(())
+    }
+
+    /// Forgets a verify-only key: states it signed no longer open anywhere this ring is used.
+    pub fn retire(&mut self, id: &str) -> Result<(), KeyError> {
+        if id == self.signing_key_id {
+            return Err(KeyError::RetiringSigningKey);
+        }
+        self.keys.remove(id).map(|_| ()).ok_or(KeyError::Unknown)
+    }
+
+    pub fn signing_key_id(&self) -> &str {
+        &self.signing_key_id
+    }
+
+    pub fn key_ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.keys().map(String::as_str)
+    }
+
+    fn mac(key: &[u8], signed_part: &str) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
+        mac.update(signed_part.as_bytes());
+        mac
+    }
+
+    pub fn seal(&self, claims: &StateClaims) -> String {
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).expect("claims serialize"));
+        let signed_part = format!("{FORMAT}.{}.{payload}", self.signing_key_id);
+        let tag = Self::mac(&self.keys[&self.signing_key_id], &signed_part).finalize().into_bytes();
+        format!("{signed_part}.{}", URL_SAFE_NO_PAD.encode(tag))
+    }
+
+    /// Verifies the tag, then decodes, then checks expiry. Binding checks are the caller's (see [`StateClaims`]).
+    pub fn open(&self, token: &str, now_ms: u64) -> Result<StateClaims, OpenError> {
+        let claims = self.verify(token)?;
+        if claims.is_expired(now_ms) {
+            return Err(OpenError::Expired);
+        }
+        Ok(claims)
+    }
+
+    /// Verifies the tag and decodes, without looking at the clock.
+    pub fn verify(&self, token: &str) -> Result<StateClaims, OpenError> {
+        if token.len() > STATE_CHARS_MAX {
+            return Err(OpenError::Malformed);
+        }
+        let mut parts = token.split('.');
+        let (Some(format), Some(key_id), Some(payload), Some(tag), None) = (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) else {
+            return Err(OpenError::Malformed);
+        };
+        if format != FORMAT || key_id.is_empty() || payload.is_empty() {
+            return Err(OpenError::Malformed);
+        }
+        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| OpenError::Malformed)?;
+        let key = self.keys.get(key_id).ok_or(OpenError::Signature)?;
+        let signed_part = &token[..token.len() - tag_len(token)];
+        Self::mac(key, signed_part).verify_slice(&tag).map_err(|_| OpenError::Signature)?;
+        let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|_| OpenError::Malformed)?;
+        serde_json::from_slice(&bytes).map_err(|_| OpenError::Malformed)
+    }
+}
+
+/// Length of `.<tag>` at the end of the token.
+fn tag_len(token: &str) -> usize {
+    token.len() - token.rfind('.').expect("checked: four parts")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ring() -> KeyRing {
+        KeyRing::new("k1", vec![7u8; 32]).unwrap()
+    }
+
+    fn claims() -> StateClaims {
+        StateClaims {
+            principal: "alice".into(),
+            method: "tools/call".into(),
+            tool: "notes_delete".into(),
+            arguments_digest: "ab".repeat(32),
+            candidates: vec!["note-3".into(), "note-7".into()],
+            phase: "delete_choice".into(),
+            issued_at_ms: 1_000,
+            expires_at_ms: 301_000,
+            nonce: "bm9uY2Vub25jZW5vbmNl".into(),
+        }
+    }
+
+    #[test]
+    fn seal_then_open_round_trips_until_expiry() {
+        let token = ring().seal(&claims());
+        assert!(token.starts_with("s1.k1."));
+        assert_eq!(ring().open(&token, 300_999), Ok(claims()));
+        assert_eq!(ring().open(&token, 301_000), Err(OpenError::Expired), "expiresAt <= now is expired");
+    }
+
+    #[test]
+    fn foreign_or_retired_keys_fail_closed() {
+        let token = ring().seal(&claims());
+        let other = KeyRing::new("k1", vec![8u8; 32]).unwrap();
+        assert_eq!(other.open(&token, 0), Err(OpenError::Signature));
+        let unknown_id = KeyRing::new("k9", vec![7u8; 32]).unwrap();
+        assert_eq!(unknown_id.open(&token, 0), Err(OpenError::Signature));
+    }
+
+    #[test]
+    fn rotation_keeps_old_states_verifiable_until_retired() {
+        let mut r = ring();
+        let old = r.seal(&claims());
+        r.rotate("k2", vec![9u8; 32]).unwrap();
+        let new = r.seal(&claims());
+        assert!(new.starts_with("s1.k2."));
+        assert!(r.open(&old, 0).is_ok());
+        assert_eq!(r.retire("k2"), Err(KeyError::RetiringSigningKey));
+        r.retire("k1").unwrap();
+        assert_eq!(r.open(&old, 0), Err(OpenError::Signature));
+        assert!(r.open(&new, 0).is_ok());
+    }
+
+    #[test]
+    fn weak_keys_and_bad_ids_are_refused() {
+        assert_eq!(KeyRing::new("k1", vec![1; 31]).unwrap_err(), KeyError::TooShort);
+        assert_eq!(KeyRing::new("k.1", vec![1; 32]).unwrap_err(), KeyError::Id);
+        assert_eq!(KeyRing::new("", vec![1; 32]).unwrap_err(), KeyError::Id);
+        assert!(!format!("{:?}", ring()).contains('7'), "Debug must not print key bytes");
+    }
+
+    #[test]
+    fn unsigned_base64_state_is_refused() {
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims()).unwrap());
+        assert_eq!(ring().open(&payload, 0), Err(OpenError::Malformed));
+        assert_eq!(ring().open(&format!("s1.k1.{payload}.AAAA"), 0), Err(OpenError::Signature));
+        assert_eq!(ring().open(&format!("s1.k1.{payload}."), 0), Err(OpenError::Signature));
+        assert_eq!(ring().open("", 0), Err(OpenError::Malformed));
+        assert_eq!(ring().open(&"a".repeat(STATE_CHARS_MAX + 1), 0), Err(OpenError::Malformed));
+    }
+
+    proptest! {
+        #[test]
+        fn any_single_character_change_is_rejected(position in 0usize..400, replacement in proptest::char::range('!', '~')) {
+            let token = ring().seal(&claims());
+            let position = position % token.len();
+            let mut bytes: Vec<char> = token.chars().collect();
+            prop_assume!(bytes[position] != replacement);
+            bytes[position] = replacement;
+            let mutated: String = bytes.into_iter().collect();
+            prop_assert!(ring().open(&mutated, 0).is_err());
+        }
+
+        #[test]
+        fn any_truncation_or_extension_is_rejected(cut in 0usize..400, extra in "[A-Za-z0-9_.-]{1,4}") {
+            let token = ring().seal(&claims());
+            let cut = cut % token.len();
+            prop_assert!(ring().open(&token[..cut], 0).is_err());
+            let extended = format!("{token}{extra}");
+            prop_assert!(ring().open(&extended, 0).is_err());
+        }
+
+        #[test]
+        fn open_never_panics(input in ".{0,300}") {
+            let _ = ring().open(&input, 0);
+        }
+
+        #[test]
+        fn changed_claims_under_the_same_tag_are_rejected(principal in "[a-z]{1,8}") {
+            prop_assume!(principal != "alice");
+            let token = ring().seal(&claims());
+            let tag = token.rsplit('.').next().unwrap();
+            let mut forged = claims();
+            forged.principal = principal;
+            let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged).unwrap());
+            prop_assert_eq!(ring().open(&format!("s1.k1.{payload}.{tag}"), 0), Err(OpenError::Signature));
+        }
+    }
+}

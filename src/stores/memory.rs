@@ -1,0 +1,335 @@
+//! In-memory note store and replay store.
+//!
+//! The replay store is bounded and pruned by TTL but never evicts an unexpired nonce: when full of live
+//! entries it refuses new claims (fail closed). `claim_and_delete` marks the nonce *pending* (so a concurrent
+//! claim of the same nonce is refused), runs the note store's compare-and-delete, then either commits the
+//! claim (deleted) or releases it (note gone or moved: nothing consumed). No lock is held across the await.
+
+use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::policy::containment::FileUri;
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Notes in listing order.
+#[derive(Debug, Default)]
+pub struct MemoryNoteStore {
+    notes: Mutex<Vec<Note>>,
+}
+
+impl MemoryNoteStore {
+    pub fn new(notes: Vec<Note>) -> Self {
+        MemoryNoteStore { notes: Mutex::new(notes) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Note>> {
+        // A poisoned lock only means another thread panicked mid-read; the Vec is still consistent.
+        self.notes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn snapshot(&self) -> Vec<Note> {
+        self.lock().clone()
+    }
+
+    /// Admin: adds or replaces a note.
+    pub fn upsert(&self, note: Note) {
+        let mut notes = self.lock();
+        match notes.iter_mut().find(|n| n.id == note.id) {
+            Some(existing) => *existing = note,
+            None => notes.push(note),
+        }
+    }
+
+    /// Admin: deletes behind everyone's back. Returns whether it existed.
+    pub fn remove(&self, id: &str) -> bool {
+        let mut notes = self.lock();
+        let before = notes.len();
+        notes.retain(|n| n.id != id);
+        notes.len() != before
+    }
+
+    /// Admin: moves a note to another URI. Returns whether it existed.
+    pub fn move_to(&self, id: &str, uri: &str) -> bool {
+        self.lock().iter_mut().find(|n| n.id == id).map(|n| n.uri = uri.to_string()).is_some()
+    }
+
+    /// Admin: renames a note. Returns whether it existed.
+    pub fn rename(&self, id: &str, title: &str) -> bool {
+        self.lock().iter_mut().find(|n| n.id == id).map(|n| n.title = title.to_string()).is_some()
+    }
+}
+
+#[async_trait]
+impl NoteStore for MemoryNoteStore {
+    async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
+        Ok(self.snapshot())
+    }
+
+    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+        let mut notes = self.lock();
+        let Some(index) = notes.iter().position(|n| n.id == id) else {
+            return Ok(GuardedDelete::Gone);
+        };
+        let inside = FileUri::parse(&notes[index].uri).is_ok_and(|uri| workspace.contains(&uri));
+        if !inside {
+            return Ok(GuardedDelete::OutsideWorkspace);
+        }
+        Ok(GuardedDelete::Deleted(notes.remove(index)))
+    }
+}
+
+/// Bounds of the replay store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayLimits {
+    /// Most nonces held at once (pending and consumed).
+    pub capacity: usize,
+    /// Kept past a state's expiry before pruning, to cover clock skew between instances and the store.
+    pub retention_grace_ms: u64,
+}
+
+impl Default for ReplayLimits {
+    fn default() -> Self {
+        ReplayLimits { capacity: 100_000, retention_grace_ms: 60_000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Entry {
+    /// A claim-and-delete is in flight for this nonce.
+    Pending,
+    Consumed(Value),
+}
+
+#[derive(Debug, Default)]
+struct Ledger {
+    entries: BTreeMap<String, (u64, Entry)>,
+    by_expiry: BTreeSet<(u64, String)>,
+}
+
+impl Ledger {
+    /// Drops consumed entries whose retention ended; never pending ones, never unexpired ones.
+    fn prune(&mut self, now_ms: u64, grace_ms: u64) {
+        while let Some((expires_at_ms, nonce)) = self.by_expiry.first().cloned() {
+            if expires_at_ms.saturating_add(grace_ms) > now_ms {
+                break;
+            }
+            self.by_expiry.pop_first();
+            if matches!(self.entries.get(&nonce), Some((_, Entry::Consumed(_)))) {
+                self.entries.remove(&nonce);
+            } else if let Some((expiry, Entry::Pending)) = self.entries.get(&nonce) {
+                // Still in flight: keep it and look again later.
+                let expiry = *expiry;
+                self.by_expiry.insert((expiry.saturating_add(grace_ms).max(now_ms), nonce));
+                break;
+            }
+        }
+    }
+
+    fn reserve(&mut self, claim: &NonceClaim, entry: Entry, now_ms: u64, limits: ReplayLimits) -> Result<(), ClaimOutcome> {
+        if let Some((_, existing)) = self.entries.get(&claim.nonce) {
+            let record = match existing {
+                Entry::Pending => json!({ "outcome": "in_progress" }),
+                Entry::Consumed(record) => record.clone(),
+            };
+            return Err(ClaimOutcome::AlreadyClaimed { record });
+        }
+        if self.entries.len() >= limits.capacity {
+            self.prune(now_ms, limits.retention_grace_ms);
+            if self.entries.len() >= limits.capacity {
+                return Err(ClaimOutcome::Full);
+            }
+        }
+        self.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, entry));
+        self.by_expiry.insert((claim.expires_at_ms, claim.nonce.clone()));
+        Ok(())
+    }
+}
+
+/// The shared replay store. `notes` is the note store that `claim_and_delete` deletes from.
+pub struct MemoryReplayStore {
+    ledger: Mutex<Ledger>,
+    notes: Arc<dyn NoteStore>,
+    clock: Arc<dyn Clock>,
+    limits: ReplayLimits,
+}
+
+impl MemoryReplayStore {
+    pub fn new(notes: Arc<dyn NoteStore>, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Self {
+        MemoryReplayStore { ledger: Mutex::new(Ledger::default()), notes, clock, limits }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Nonces currently held (pending or consumed).
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The record of a consumed nonce, if held.
+    pub fn record(&self, nonce: &str) -> Option<Value> {
+        match self.lock().entries.get(nonce) {
+            Some((_, Entry::Consumed(record))) => Some(record.clone()),
+            _ => None,
+        }
+    }
+
+    /// Consumed nonces and their records, in nonce order (for inspection and transcripts).
+    pub fn consumed(&self) -> Vec<(String, Value)> {
+        self.lock().entries.iter().filter_map(|(nonce, (_, entry))| match entry {
+            Entry::Consumed(record) => Some((nonce.clone(), record.clone())),
+            Entry::Pending => None,
+        }).collect()
+    }
+
+    pub fn limits(&self) -> ReplayLimits {
+        self.limits
+    }
+}
+
+#[async_trait]
+impl ReplayStore for MemoryReplayStore {
+    async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
+        let now_ms = self.clock.now_ms();
+        let mut ledger = self.lock();
+        match ledger.reserve(&claim, Entry::Consumed(claim.record.clone()), now_ms, self.limits) {
+            Ok(()) => Ok(ClaimOutcome::Claimed),
+            Err(refused) => Ok(refused),
+        }
+    }
+
+    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+        let now_ms = self.clock.now_ms();
+        if let Err(refused) = self.lock().reserve(&claim, Entry::Pending, now_ms, self.limits) {
+            return Ok(match refused {
+                ClaimOutcome::AlreadyClaimed { record } => ClaimAndDelete::AlreadyClaimed { record },
+                ClaimOutcome::Full => ClaimAndDelete::Full,
+                ClaimOutcome::Claimed => unreachable!("reserve refuses only with AlreadyClaimed or Full"),
+            });
+        }
+        let deleted = self.notes.delete_if_inside(note_id, workspace).await;
+        let mut ledger = self.lock();
+        match deleted {
+            Ok(GuardedDelete::Deleted(note)) => {
+                ledger.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, Entry::Consumed(claim.record)));
+                Ok(ClaimAndDelete::Deleted(note))
+            }
+            other => {
+                // Release: nothing was deleted, so nothing is consumed.
+                ledger.entries.remove(&claim.nonce);
+                ledger.by_expiry.remove(&(claim.expires_at_ms, claim.nonce.clone()));
+                match other {
+                    Ok(GuardedDelete::Gone) => Ok(ClaimAndDelete::NoteGone),
+                    Ok(GuardedDelete::OutsideWorkspace) => Ok(ClaimAndDelete::NoteOutsideWorkspace),
+                    Err(error) => Err(error),
+                    Ok(GuardedDelete::Deleted(_)) => unreachable!("handled above"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    struct TestClock(AtomicU64);
+    impl Clock for TestClock {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    fn note(id: &str, uri: &str) -> Note {
+        Note { id: id.into(), title: format!("title {id}"), uri: uri.into(), body: String::new() }
+    }
+
+    fn fixture(capacity: usize) -> (Arc<MemoryNoteStore>, Arc<TestClock>, MemoryReplayStore) {
+        let notes = Arc::new(MemoryNoteStore::new(vec![note("n1", "file:///w/a.md"), note("n2", "file:///w/b.md")]));
+        let clock = Arc::new(TestClock(AtomicU64::new(1_000)));
+        let replay = MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits { capacity, retention_grace_ms: 100 });
+        (notes, clock, replay)
+    }
+
+    fn claim(nonce: &str, expires_at_ms: u64) -> NonceClaim {
+        NonceClaim { nonce: nonce.into(), expires_at_ms, record: json!({"outcome": "declined"}) }
+    }
+
+    fn workspace() -> FileUri {
+        FileUri::parse("file:///w").unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_nonce_is_claimed_once() {
+        let (_, _, replay) = fixture(10);
+        assert_eq!(replay.claim(claim("x", 2_000)).await, Ok(ClaimOutcome::Claimed));
+        assert_eq!(replay.claim(claim("x", 2_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }));
+    }
+
+    #[tokio::test]
+    async fn full_store_fails_closed_until_entries_expire() {
+        let (_, clock, replay) = fixture(2);
+        replay.claim(claim("a", 2_000)).await.unwrap();
+        replay.claim(claim("b", 5_000)).await.unwrap();
+        assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Full));
+        // "a" expired at 2000 but is kept for the grace period (100 ms): still full at 2099.
+        clock.0.store(2_099, Ordering::SeqCst);
+        assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Full));
+        assert_eq!(replay.claim(claim("a", 2_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }), "an unexpired-plus-grace nonce is never evicted");
+        clock.0.store(2_100, Ordering::SeqCst);
+        assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Claimed));
+        assert_eq!(replay.claim(claim("b", 5_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }));
+        assert_eq!(replay.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn claim_and_delete_consumes_only_when_it_deletes() {
+        let (notes, _, replay) = fixture(10);
+        let deleted = replay.claim_and_delete(claim("x", 2_000), "n1", &workspace()).await.unwrap();
+        assert!(matches!(deleted, ClaimAndDelete::Deleted(ref n) if n.id == "n1"));
+        assert!(matches!(replay.claim_and_delete(claim("x", 2_000), "n2", &workspace()).await.unwrap(), ClaimAndDelete::AlreadyClaimed { .. }));
+        assert_eq!(notes.snapshot().len(), 1, "the second accept of one nonce deletes nothing");
+
+        assert_eq!(replay.claim_and_delete(claim("y", 2_000), "n1", &workspace()).await.unwrap(), ClaimAndDelete::NoteGone);
+        assert!(replay.record("y").is_none(), "a refused delete consumes nothing");
+        notes.move_to("n2", "file:///elsewhere/b.md");
+        assert_eq!(replay.claim_and_delete(claim("y", 2_000), "n2", &workspace()).await.unwrap(), ClaimAndDelete::NoteOutsideWorkspace);
+        assert!(replay.record("y").is_none());
+        notes.move_to("n2", "file:///w/sub/b.md");
+        assert!(matches!(replay.claim_and_delete(claim("y", 2_000), "n2", &workspace()).await.unwrap(), ClaimAndDelete::Deleted(_)));
+    }
+
+    #[tokio::test]
+    async fn prefix_sibling_is_outside_at_delete_time() {
+        let (notes, _, replay) = fixture(10);
+        notes.move_to("n1", "file:///w-evil/a.md");
+        assert_eq!(replay.claim_and_delete(claim("x", 2_000), "n1", &workspace()).await.unwrap(), ClaimAndDelete::NoteOutsideWorkspace);
+    }
+
+    #[tokio::test]
+    async fn racing_claims_from_many_threads_delete_once() {
+        let (notes, _, replay) = fixture(10_000);
+        let replay = Arc::new(replay);
+        let mut tasks = Vec::new();
+        for i in 0..32 {
+            let replay = replay.clone();
+            let id = if i % 2 == 0 { "n1" } else { "n2" };
+            tasks.push(tokio::spawn(async move { replay.claim_and_delete(claim("same", 2_000), id, &workspace()).await.unwrap() }));
+        }
+        let mut deleted = 0;
+        for task in tasks {
+            if matches!(task.await.unwrap(), ClaimAndDelete::Deleted(_)) {
+                deleted += 1;
+            }
+        }
+        assert_eq!(deleted, 1);
+        assert_eq!(notes.snapshot().len(), 1);
+    }
+}

@@ -1,0 +1,50 @@
+//! Canonical JSON (sorted keys, compact separators) and SHA-256 digests over it.
+//!
+//! `serde_json::Value` objects are `BTreeMap`s in this crate (the `preserve_order` feature is off), so plain
+//! compact serialization already sorts keys at every depth: two values that differ only in key order have
+//! identical canonical bytes.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub fn canonical_bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("serializing a serde_json::Value cannot fail")
+}
+
+pub fn canonical_string(value: &Value) -> String {
+    String::from_utf8(canonical_bytes(value)).expect("serde_json emits UTF-8")
+}
+
+/// Lower-case hex SHA-256 of the canonical bytes.
+pub fn digest_hex(value: &Value) -> String {
+    hex(&Sha256::digest(canonical_bytes(value)))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[(byte >> 4) as usize] as char);
+        out.push(DIGITS[(byte & 0xf) as usize] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_order_does_not_change_the_digest() {
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,2],"x":"s"}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[1,2]},"b":1}"#).unwrap();
+        assert_eq!(canonical_string(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
+        assert_eq!(digest_hex(&a), digest_hex(&b));
+    }
+
+    #[test]
+    fn digest_is_pinned() {
+        // Golden value: a change here silently invalidates every pin and every sealed state.
+        assert_eq!(digest_hex(&serde_json::json!({})), "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+    }
+}

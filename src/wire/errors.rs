@@ -1,0 +1,279 @@
+//! JSON-RPC error codes and the closed set of machine-readable failure reasons.
+//!
+//! Codes are only those the spec defines; nothing is invented inside the reserved -32020..-32099 range.
+//! MRTR, state and policy failures all use `-32602` (Invalid params) and say *why* in `error.data.reason`,
+//! a value from [`Reason`], so clients and the simulator's checker can branch on it without parsing prose.
+
+use serde_json::{json, Map, Value};
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+pub const HEADER_MISMATCH: i64 = -32020;
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// Why a request was refused. Serialized in snake_case into `error.data.reason`.
+///
+/// The set is closed and documented in README ("Failure reasons"); adding a variant is a wire change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// `params._meta` or one of its required fields is absent or of the wrong type.
+    MetaInvalid,
+    /// The message exceeded the configured size limit.
+    PayloadTooLarge,
+    /// Tool arguments do not match the tool's closed input schema.
+    ArgumentsInvalid,
+    /// `tools/call` named a tool this server does not have.
+    UnknownTool,
+    /// A URI argument is not a well-formed `file` URI we accept (scheme, query, fragment, encoding, escape).
+    UriInvalid,
+    /// The workspace is not one of the authenticated principal's authorized workspaces (or inside one).
+    WorkspaceUnauthorized,
+    /// A resource does not exist or is not visible to this principal (the two are indistinguishable on purpose).
+    ResourceNotFound,
+    /// `requestState` could not be decoded at all.
+    StateMalformed,
+    /// `requestState` failed HMAC verification, or names a key this instance does not hold.
+    StateSignature,
+    /// `requestState` expired (`expiresAt <= now`).
+    StateExpired,
+    /// `requestState` is genuine but its one-time nonce was already used.
+    StateConsumed,
+    /// `requestState` is genuine but bound to another principal, method, tool, arguments or phase.
+    StateMismatch,
+    /// `requestState` without `inputResponses`, or `inputResponses` without `requestState`.
+    ContinuationUnpaired,
+    /// The elicitation answer does not match the schema that was asked, or its action is unknown.
+    ResponseInvalid,
+    /// The form was accepted with `confirm: false`: not consent, nothing consumed.
+    NotConfirmed,
+    /// The chosen note id is not among the candidates signed into the state.
+    NotACandidate,
+    /// The chosen note no longer exists (deleted after the form was shown). Nothing consumed.
+    NoteGone,
+    /// The chosen note now lies outside the workspace (moved after the form was shown). Nothing consumed.
+    NoteOutsideWorkspace,
+    /// The shared replay store is full of unexpired nonces and refuses new claims (fail closed).
+    ReplayStoreFull,
+    /// A store could not be reached or failed; nothing was changed.
+    StoreUnavailable,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 20] = [
+        Reason::MetaInvalid,
+        Reason::PayloadTooLarge,
+        Reason::ArgumentsInvalid,
+        Reason::UnknownTool,
+        Reason::UriInvalid,
+        Reason::WorkspaceUnauthorized,
+        Reason::ResourceNotFound,
+        Reason::StateMalformed,
+        Reason::StateSignature,
+        Reason::StateExpired,
+        Reason::StateConsumed,
+        Reason::StateMismatch,
+        Reason::ContinuationUnpaired,
+        Reason::ResponseInvalid,
+        Reason::NotConfirmed,
+        Reason::NotACandidate,
+        Reason::NoteGone,
+        Reason::NoteOutsideWorkspace,
+        Reason::ReplayStoreFull,
+        Reason::StoreUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::MetaInvalid => "meta_invalid",
+            Reason::PayloadTooLarge => "payload_too_large",
+            Reason::ArgumentsInvalid => "arguments_invalid",
+            Reason::UnknownTool => "unknown_tool",
+            Reason::UriInvalid => "uri_invalid",
+            Reason::WorkspaceUnauthorized => "workspace_unauthorized",
+            Reason::ResourceNotFound => "resource_not_found",
+            Reason::StateMalformed => "state_malformed",
+            Reason::StateSignature => "state_signature",
+            Reason::StateExpired => "state_expired",
+            Reason::StateConsumed => "state_consumed",
+            Reason::StateMismatch => "state_mismatch",
+            Reason::ContinuationUnpaired => "continuation_unpaired",
+            Reason::ResponseInvalid => "response_invalid",
+            Reason::NotConfirmed => "not_confirmed",
+            Reason::NotACandidate => "not_a_candidate",
+            Reason::NoteGone => "note_gone",
+            Reason::NoteOutsideWorkspace => "note_outside_workspace",
+            Reason::ReplayStoreFull => "replay_store_full",
+            Reason::StoreUnavailable => "store_unavailable",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|reason| reason.as_str() == text)
+    }
+
+    /// Whether the state involved may still be retried after this failure (nothing was consumed).
+    pub fn consumes_nothing(self) -> bool {
+        !matches!(self, Reason::StateConsumed)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A JSON-RPC error object plus the HTTP status the streamable HTTP transport must use for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+    /// Only the HTTP transport reads this; stdio and the simulator ignore it.
+    pub http_status: u16,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        let http_status = match code {
+            PARSE_ERROR | INVALID_REQUEST => 400,
+            METHOD_NOT_FOUND => 404,
+            HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION => 400,
+            _ => 200,
+        };
+        RpcError { code, message: message.into(), data: None, http_status }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub fn with_status(mut self, http_status: u16) -> Self {
+        self.http_status = http_status;
+        self
+    }
+
+    pub fn parse_error(detail: impl std::fmt::Display) -> Self {
+        RpcError::new(PARSE_ERROR, format!("Parse error: {detail}"))
+    }
+
+    pub fn invalid_request(detail: impl Into<String>) -> Self {
+        RpcError::new(INVALID_REQUEST, format!("Invalid request: {}", detail.into()))
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+    }
+
+    /// `-32602` with `data.reason` and optional extra fields merged into `data`.
+    pub fn invalid_params(reason: Reason, message: impl Into<String>) -> Self {
+        RpcError::new(INVALID_PARAMS, message).with_data(json!({ "reason": reason.as_str() }))
+    }
+
+    /// Malformed `_meta`: `-32602` and, per the spec, HTTP 400.
+    pub fn meta_invalid(message: impl Into<String>) -> Self {
+        RpcError::invalid_params(Reason::MetaInvalid, message).with_status(400)
+    }
+
+    pub fn internal(reason: Reason, message: impl Into<String>) -> Self {
+        RpcError::new(INTERNAL_ERROR, message).with_data(json!({ "reason": reason.as_str() }))
+    }
+
+    pub fn header_mismatch(message: impl Into<String>) -> Self {
+        RpcError::new(HEADER_MISMATCH, message)
+    }
+
+    /// `-32022`; `data` is exactly `{"supported":[...],"requested":"..."}`.
+    pub fn unsupported_version(requested: &str) -> Self {
+        RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+            .with_data(json!({ "supported": [super::PROTOCOL_VERSION], "requested": requested }))
+    }
+
+    /// `-32021`; `data.requiredCapabilities` is a `ClientCapabilities` object.
+    pub fn missing_capability(required: Value, message: impl Into<String>) -> Self {
+        RpcError::new(MISSING_REQUIRED_CLIENT_CAPABILITY, message)
+            .with_data(json!({ "requiredCapabilities": required }))
+    }
+
+    /// Adds a field to `data` (which must already be an object, as every reason-carrying error is).
+    pub fn with_detail(mut self, key: &str, value: Value) -> Self {
+        match &mut self.data {
+            Some(Value::Object(map)) => {
+                map.insert(key.to_string(), value);
+            }
+            _ => {
+                let mut map = Map::new();
+                map.insert(key.to_string(), value);
+                self.data = Some(Value::Object(map));
+            }
+        }
+        self
+    }
+
+    /// The reason in `data.reason`, if any.
+    pub fn reason(&self) -> Option<Reason> {
+        self.data.as_ref()?.get("reason")?.as_str().and_then(Reason::parse)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut error = Map::new();
+        error.insert("code".into(), json!(self.code));
+        error.insert("message".into(), json!(self.message));
+        if let Some(data) = &self.data {
+            error.insert("data".into(), data.clone());
+        }
+        Value::Object(error)
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_round_trip_and_are_unique() {
+        let mut names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(reason));
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Reason::ALL.len());
+        assert_eq!(Reason::parse("made_up"), None);
+    }
+
+    #[test]
+    fn spec_codes_carry_spec_http_statuses() {
+        assert_eq!(RpcError::unsupported_version("x").http_status, 400);
+        assert_eq!(RpcError::header_mismatch("x").http_status, 400);
+        assert_eq!(RpcError::method_not_found("x").http_status, 404);
+        assert_eq!(RpcError::meta_invalid("x").http_status, 400);
+        assert_eq!(RpcError::invalid_params(Reason::StateExpired, "x").http_status, 200);
+    }
+
+    #[test]
+    fn no_code_is_invented_in_the_reserved_range() {
+        for code in [HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION] {
+            assert!((-32022..=-32020).contains(&code));
+        }
+    }
+
+    #[test]
+    fn unsupported_version_data_is_exact() {
+        let error = RpcError::unsupported_version("1900-01-01");
+        assert_eq!(error.data, Some(json!({"supported":["2026-07-28"],"requested":"1900-01-01"})));
+    }
+}

@@ -1,0 +1,111 @@
+//! HTTP routing headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) checked against the body.
+//!
+//! The transport only copies header values out of the request; the comparison lives here so the gateway,
+//! the notes server and the simulator all apply the same rule in the same order.
+
+use super::errors::RpcError;
+use base64::Engine;
+use serde_json::Value;
+
+/// Header values as received (already trimmed of surrounding whitespace by the transport, or not present).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoutingHeaders {
+    pub protocol_version: Option<String>,
+    pub method: Option<String>,
+    pub name: Option<String>,
+}
+
+/// Methods whose target travels in `Mcp-Name`, and the params field it mirrors.
+pub fn named_target_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
+
+/// `-32020` (HTTP 400) if a required header is missing, malformed, or disagrees with the body.
+pub fn check_routing_headers(headers: &RoutingHeaders, body_version: &str, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
+    let version = require(&headers.protocol_version, "MCP-Protocol-Version")?;
+    if version != body_version {
+        return Err(mismatch("MCP-Protocol-Version", &version, body_version));
+    }
+    let header_method = require(&headers.method, "Mcp-Method")?;
+    if header_method != method {
+        return Err(mismatch("Mcp-Method", &header_method, method));
+    }
+    if let Some(field) = named_target_field(method) {
+        let name = require(&headers.name, "Mcp-Name")?;
+        let body_value = params.and_then(|p| p.get(field)).and_then(Value::as_str).unwrap_or("");
+        if name != body_value {
+            return Err(mismatch("Mcp-Name", &name, body_value));
+        }
+    }
+    Ok(())
+}
+
+fn require(value: &Option<String>, header: &str) -> Result<String, RpcError> {
+    let raw = value.as_deref().ok_or_else(|| RpcError::header_mismatch(format!("Header mismatch: required header {header} is missing")))?;
+    decode_header_value(raw).ok_or_else(|| RpcError::header_mismatch(format!("Header mismatch: {header} header value is not valid")))
+}
+
+/// Decodes the `=?base64?…?=` sentinel; refuses control characters and invalid base64.
+pub fn decode_header_value(raw: &str) -> Option<String> {
+    if raw.chars().any(|c| c.is_control()) {
+        return None;
+    }
+    match raw.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(raw.to_string()),
+    }
+}
+
+fn mismatch(header: &str, header_value: &str, body_value: &str) -> RpcError {
+    RpcError::header_mismatch(format!("Header mismatch: {header} header value {header_value:?} does not match body value {body_value:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn headers(version: &str, method: &str, name: Option<&str>) -> RoutingHeaders {
+        RoutingHeaders { protocol_version: Some(version.into()), method: Some(method.into()), name: name.map(Into::into) }
+    }
+
+    #[test]
+    fn agreeing_headers_pass() {
+        let params = json!({"name": "notes_delete"});
+        assert!(check_routing_headers(&headers("2026-07-28", "tools/call", Some("notes_delete")), "2026-07-28", "tools/call", Some(&params)).is_ok());
+        assert!(check_routing_headers(&headers("2026-07-28", "tools/list", None), "2026-07-28", "tools/list", None).is_ok());
+    }
+
+    #[test]
+    fn every_disagreement_is_32020() {
+        let params = json!({"name": "notes_delete", "uri": "file:///a"});
+        let cases = [
+            (RoutingHeaders::default(), "tools/call"),
+            (headers("2026-07-28", "tools/list", Some("notes_delete")), "tools/call"),
+            (headers("2025-11-25", "tools/call", Some("notes_delete")), "tools/call"),
+            (headers("2026-07-28", "tools/call", Some("other")), "tools/call"),
+            (headers("2026-07-28", "tools/call", None), "tools/call"),
+            (headers("2026-07-28", "resources/read", Some("file:///b")), "resources/read"),
+            (headers("2026-07-28", "tools/call", Some("=?base64?!!!?=")), "tools/call"),
+            (headers("2026-07-28", "tools/call", Some("notes\u{7}delete")), "tools/call"),
+        ];
+        for (h, method) in cases {
+            let error = check_routing_headers(&h, "2026-07-28", method, Some(&params)).unwrap_err();
+            assert_eq!((error.code, error.http_status), (-32020, 400), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn base64_sentinel_is_decoded_before_comparing() {
+        let params = json!({"name": "notes_delete"});
+        let encoded = format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode("notes_delete"));
+        assert!(check_routing_headers(&headers("2026-07-28", "tools/call", Some(&encoded)), "2026-07-28", "tools/call", Some(&params)).is_ok());
+    }
+}

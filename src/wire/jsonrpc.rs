@@ -1,0 +1,214 @@
+//! The JSON-RPC 2.0 envelope, strictly: one object per message, `id` a string or an integer, no batches.
+
+use super::errors::{Reason, RpcError};
+use serde_json::{json, Map, Value};
+
+/// The largest message any transport hands to a handler. Bigger bodies are refused before parsing.
+pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
+
+/// A request id as JSON-RPC allows it here: an integer or a string (never null, never fractional).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RequestId {
+    Number(i64),
+    String(String),
+}
+
+impl RequestId {
+    pub fn to_json(&self) -> Value {
+        match self {
+            RequestId::Number(n) => json!(n),
+            RequestId::String(s) => json!(s),
+        }
+    }
+
+    /// Reads an id; anything but an integer (fitting i64) or a string is `None`.
+    pub fn from_json(value: &Value) -> Option<RequestId> {
+        match value {
+            Value::String(s) => Some(RequestId::String(s.clone())),
+            Value::Number(n) => n.as_i64().map(RequestId::Number),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestId::Number(n) => write!(f, "{n}"),
+            RequestId::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// One parsed incoming message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    Request { id: RequestId, method: String, params: Option<Value> },
+    /// No `id`: never answered, and (for request methods) never executed.
+    Notification { method: String, params: Option<Value> },
+}
+
+impl Incoming {
+    pub fn method(&self) -> &str {
+        match self {
+            Incoming::Request { method, .. } | Incoming::Notification { method, .. } => method,
+        }
+    }
+}
+
+/// A refusal to parse: the error and the id to answer with (`None` serializes as `null`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    pub id: Option<RequestId>,
+    pub error: RpcError,
+}
+
+/// Parses exactly one JSON-RPC request or notification.
+pub fn parse_message(bytes: &[u8]) -> Result<Incoming, Rejected> {
+    let reject = |id: Option<RequestId>, error: RpcError| Rejected { id, error };
+    if bytes.len() > MESSAGE_BYTES_MAX {
+        let error = RpcError::invalid_request(format!("message of {} bytes exceeds the {MESSAGE_BYTES_MAX}-byte limit", bytes.len()))
+            .with_data(json!({ "reason": Reason::PayloadTooLarge.as_str() }))
+            .with_status(413);
+        return Err(reject(None, error));
+    }
+    // serde_json refuses nesting deeper than 128 levels, so hostile depth is a parse error, not a stack overflow.
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| reject(None, RpcError::parse_error(e)))?;
+    let object = match value {
+        Value::Object(object) => object,
+        Value::Array(_) => return Err(reject(None, RpcError::invalid_request("batches are not supported; send one message per request"))),
+        _ => return Err(reject(None, RpcError::invalid_request("a message must be a JSON object"))),
+    };
+    parse_object(object)
+}
+
+fn parse_object(mut object: Map<String, Value>) -> Result<Incoming, Rejected> {
+    let id = match object.remove("id") {
+        None => None,
+        Some(raw) => match RequestId::from_json(&raw) {
+            Some(id) => Some(id),
+            None => {
+                return Err(Rejected { id: None, error: RpcError::invalid_request("id must be a string or an integer") });
+            }
+        },
+    };
+    let reject = |message: &str| Rejected { id: id.clone(), error: RpcError::invalid_request(message.to_string()) };
+    match object.get("jsonrpc") {
+        Some(Value::String(version)) if version == "2.0" => {}
+        _ => return Err(reject("jsonrpc must be \"2.0\"")),
+    }
+    if object.contains_key("result") || object.contains_key("error") {
+        return Err(reject("clients never send responses to a server"));
+    }
+    let method = match object.remove("method") {
+        Some(Value::String(method)) if !method.is_empty() => method,
+        _ => return Err(reject("method must be a non-empty string")),
+    };
+    let params = object.remove("params");
+    if let Some(params) = &params {
+        if !params.is_object() {
+            // MCP params are always objects; arrays (JSON-RPC positional params) are not a form MCP uses.
+            let error = RpcError::meta_invalid("params must be an object carrying _meta");
+            return Err(Rejected { id, error });
+        }
+    }
+    Ok(match id {
+        Some(id) => Incoming::Request { id, method, params },
+        None => Incoming::Notification { method, params },
+    })
+}
+
+/// `{"jsonrpc":"2.0","id":…,"result":…}`.
+pub fn result_response(id: &RequestId, result: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id.to_json(), "result": result })
+}
+
+/// `{"jsonrpc":"2.0","id":…|null,"error":{…}}`.
+pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
+    let id = id.map(RequestId::to_json).unwrap_or(Value::Null);
+    json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::errors::*;
+
+    fn code_of(bytes: &[u8]) -> (Option<RequestId>, i64) {
+        let rejected = parse_message(bytes).unwrap_err();
+        (rejected.id, rejected.error.code)
+    }
+
+    #[test]
+    fn accepts_integer_and_string_ids() {
+        let m = parse_message(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}"#).unwrap();
+        assert!(matches!(m, Incoming::Request { id: RequestId::Number(7), .. }));
+        let m = parse_message(br#"{"jsonrpc":"2.0","id":"a","method":"x"}"#).unwrap();
+        assert!(matches!(m, Incoming::Request { id: RequestId::String(ref s), .. } if s == "a"));
+    }
+
+    #[test]
+    fn bad_ids_are_invalid_requests_answered_with_null_id() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"x"}"#,
+        ] {
+            assert_eq!(code_of(body.as_bytes()), (None, INVALID_REQUEST), "{body}");
+        }
+    }
+
+    #[test]
+    fn batches_and_non_objects_are_invalid_requests() {
+        assert_eq!(code_of(br#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#), (None, INVALID_REQUEST));
+        assert_eq!(code_of(b"[]"), (None, INVALID_REQUEST));
+        assert_eq!(code_of(b"42"), (None, INVALID_REQUEST));
+        assert_eq!(code_of(b"\"hi\""), (None, INVALID_REQUEST));
+    }
+
+    #[test]
+    fn unparseable_is_parse_error() {
+        assert_eq!(code_of(b"{"), (None, PARSE_ERROR));
+        assert_eq!(code_of(b""), (None, PARSE_ERROR));
+        assert_eq!(code_of(&[0xff, 0xfe]), (None, PARSE_ERROR));
+    }
+
+    #[test]
+    fn deep_nesting_is_a_parse_error_not_a_crash() {
+        let body = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(code_of(body.as_bytes()).1, PARSE_ERROR);
+    }
+
+    #[test]
+    fn oversized_messages_are_refused_before_parsing() {
+        let body = vec![b' '; MESSAGE_BYTES_MAX + 1];
+        let rejected = parse_message(&body).unwrap_err();
+        assert_eq!(rejected.error.reason(), Some(Reason::PayloadTooLarge));
+        assert_eq!(rejected.error.http_status, 413);
+    }
+
+    #[test]
+    fn envelope_rules_keep_the_id_when_readable() {
+        assert_eq!(code_of(br#"{"jsonrpc":"1.0","id":3,"method":"x"}"#), (Some(RequestId::Number(3)), INVALID_REQUEST));
+        assert_eq!(code_of(br#"{"id":3,"method":"x"}"#), (Some(RequestId::Number(3)), INVALID_REQUEST));
+        assert_eq!(code_of(br#"{"jsonrpc":"2.0","id":3,"method":7}"#), (Some(RequestId::Number(3)), INVALID_REQUEST));
+        assert_eq!(code_of(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#), (Some(RequestId::Number(3)), INVALID_REQUEST));
+        assert_eq!(code_of(br#"{"jsonrpc":"2.0","id":3,"method":"x","params":[1]}"#), (Some(RequestId::Number(3)), INVALID_PARAMS));
+    }
+
+    #[test]
+    fn notifications_have_no_id() {
+        let m = parse_message(br#"{"jsonrpc":"2.0","method":"tools/call","params":{}}"#).unwrap();
+        assert!(matches!(m, Incoming::Notification { .. }));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = parse_message(&bytes);
+        }
+    }
+}
