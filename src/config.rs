@@ -84,7 +84,8 @@ impl Deployment {
     }
 
     pub fn from_toml(text: &str, origin: &str) -> Result<Deployment, ConfigError> {
-        let deployment: Deployment = toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        let deployment: Deployment =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
         deployment.authorizations()?;
         deployment.configured_key_ring()?;
         let mut ids: Vec<&str> = deployment.notes.iter().map(|n| n.id.as_str()).collect();
@@ -104,7 +105,9 @@ impl Deployment {
         let mut authorizations = Authorizations::new();
         for (principal, config) in &self.principals {
             for workspace in &config.workspaces {
-                authorizations.grant(principal, workspace).map_err(|e| ConfigError::Invalid(format!("principal {principal}: workspace {workspace:?}: {e}")))?;
+                authorizations
+                    .grant(principal, workspace)
+                    .map_err(|e| ConfigError::Invalid(format!("principal {principal}: workspace {workspace:?}: {e}")))?;
             }
         }
         Ok(authorizations)
@@ -114,7 +117,11 @@ impl Deployment {
     pub fn configured_key_ring(&self) -> Result<Option<KeyRing>, ConfigError> {
         let mut keys = self.keys.iter();
         let Some(first) = keys.next() else { return Ok(None) };
-        let decode = |k: &KeyConfig| base64::engine::general_purpose::STANDARD.decode(&k.secret_base64).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", k.id)));
+        let decode = |k: &KeyConfig| {
+            base64::engine::general_purpose::STANDARD
+                .decode(&k.secret_base64)
+                .map_err(|e| ConfigError::Invalid(format!("key {}: {e}", k.id)))
+        };
         let mut ring = KeyRing::new(&first.id, decode(first)?).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", first.id)))?;
         for key in keys {
             ring.add_verify_only(&key.id, decode(key)?).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", key.id)))?;

@@ -13,10 +13,10 @@
 //! 6. [`transport`]: stdio and streamable HTTP adapters around the handlers.
 //! 7. [`cli`]: the `mcpsim` command line.
 
-pub mod wire;
-pub mod policy;
-pub mod handlers;
-pub mod stores;
-pub mod config;
-pub mod transport;
 pub mod cli;
+pub mod config;
+pub mod handlers;
+pub mod policy;
+pub mod stores;
+pub mod transport;
+pub mod wire;

@@ -123,15 +123,24 @@ impl NotesServer {
         match (request_state, input_responses) {
             (None, None) => self.delete_round_one(context, &arguments).await,
             (Some(state), Some(responses)) => self.delete_round_two(context, &arguments, state, responses).await,
-            (Some(_), None) => Err(RpcError::invalid_params(Reason::ContinuationUnpaired, "requestState was sent without inputResponses; answer the form, or start over without requestState")),
-            (None, Some(_)) => Err(RpcError::invalid_params(Reason::ContinuationUnpaired, "inputResponses were sent without the requestState they answer")),
+            (Some(_), None) => Err(RpcError::invalid_params(
+                Reason::ContinuationUnpaired,
+                "requestState was sent without inputResponses; answer the form, or start over without requestState",
+            )),
+            (None, Some(_)) => {
+                Err(RpcError::invalid_params(Reason::ContinuationUnpaired, "inputResponses were sent without the requestState they answer"))
+            }
         }
     }
 
     fn authorize(&self, principal: &str, workspace_uri: &str) -> Result<FileUri, RpcError> {
         self.config.authorizations.authorize_workspace(principal, workspace_uri).map_err(|error| match error {
-            AuthorizationError::Uri(uri_error) => RpcError::invalid_params(Reason::UriInvalid, format!("workspaceUri is not acceptable: {uri_error}")),
-            AuthorizationError::Unauthorized => RpcError::invalid_params(Reason::WorkspaceUnauthorized, "workspaceUri is not a workspace you are authorized for"),
+            AuthorizationError::Uri(uri_error) => {
+                RpcError::invalid_params(Reason::UriInvalid, format!("workspaceUri is not acceptable: {uri_error}"))
+            }
+            AuthorizationError::Unauthorized => {
+                RpcError::invalid_params(Reason::WorkspaceUnauthorized, "workspaceUri is not a workspace you are authorized for")
+            }
         })
     }
 
@@ -141,7 +150,8 @@ impl NotesServer {
         require_form_elicitation(context.meta)?;
         let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
         let notes = self.notes.list_notes().await.map_err(store_failed)?;
-        let candidates: Vec<Note> = notes.into_iter().filter(|note| is_inside(&workspace, note) && title_matches(&note.title, &arguments.title)).collect();
+        let candidates: Vec<Note> =
+            notes.into_iter().filter(|note| is_inside(&workspace, note) && title_matches(&note.title, &arguments.title)).collect();
         if candidates.is_empty() {
             // Never says whether matching notes exist elsewhere.
             return Ok(complete(
@@ -165,11 +175,21 @@ impl NotesServer {
             nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.nonces.nonce()),
         };
         let state = self.config.key_ring.seal(&claims);
-        Ok(input_required(json!({ INPUT_DELETE_CHOICE: delete_choice_form(&workspace, &arguments.title, &candidates) }), &state, self.info()))
+        Ok(input_required(
+            json!({ INPUT_DELETE_CHOICE: delete_choice_form(&workspace, &arguments.title, &candidates) }),
+            &state,
+            self.info(),
+        ))
     }
 
     /// Round 2: verify the state, validate the answer, re-authorize, then claim-and-delete atomically.
-    async fn delete_round_two(&self, context: RequestContext<'_>, arguments: &DeleteArguments, state: &str, responses: &Map<String, Value>) -> Result<Value, RpcError> {
+    async fn delete_round_two(
+        &self,
+        context: RequestContext<'_>,
+        arguments: &DeleteArguments,
+        state: &str,
+        responses: &Map<String, Value>,
+    ) -> Result<Value, RpcError> {
         let claims = self.open_state(context, arguments, state)?;
         let Some(answer) = responses.get(INPUT_DELETE_CHOICE) else {
             // The needed answer is missing: ask again with the same state (SPEC-MRTR-17); nothing consumed.
@@ -180,7 +200,10 @@ impl NotesServer {
             _ => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses.delete_choice must be an object")),
         };
         match answer.get("action").and_then(Value::as_str) {
-            Some("cancel") => Ok(self.outcome(json!({ "deleted": false, "outcome": "cancelled" }), "Nothing was deleted: the form was dismissed. The same confirmation can be answered until it expires.")),
+            Some("cancel") => Ok(self.outcome(
+                json!({ "deleted": false, "outcome": "cancelled" }),
+                "Nothing was deleted: the form was dismissed. The same confirmation can be answered until it expires.",
+            )),
             Some("decline") => self.decline(&claims).await,
             Some("accept") => {
                 let note_id = validate_accept(answer.get("content"), &claims.candidates)?;
@@ -188,15 +211,24 @@ impl NotesServer {
                 let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
                 self.confirmed_delete(&claims, &note_id, &workspace).await
             }
-            _ => Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses.delete_choice.action must be accept, decline or cancel")),
+            _ => Err(RpcError::invalid_params(
+                Reason::ResponseInvalid,
+                "inputResponses.delete_choice.action must be accept, decline or cancel",
+            )),
         }
     }
 
     fn open_state(&self, context: RequestContext<'_>, arguments: &DeleteArguments, state: &str) -> Result<StateClaims, RpcError> {
         let claims = self.config.key_ring.open(state, self.clock.now_ms()).map_err(|error| match error {
             OpenError::Malformed => RpcError::invalid_params(Reason::StateMalformed, "requestState is not a state this server issued"),
-            OpenError::Signature => RpcError::invalid_params(Reason::StateSignature, "requestState failed verification (altered, or signed with a key this server does not hold)"),
-            OpenError::Expired => RpcError::invalid_params(Reason::StateExpired, "requestState has expired; call notes_delete again without it to get a new form"),
+            OpenError::Signature => RpcError::invalid_params(
+                Reason::StateSignature,
+                "requestState failed verification (altered, or signed with a key this server does not hold)",
+            ),
+            OpenError::Expired => RpcError::invalid_params(
+                Reason::StateExpired,
+                "requestState has expired; call notes_delete again without it to get a new form",
+            ),
         })?;
         let bound = claims.principal == context.principal
             && claims.method == "tools/call"
@@ -204,37 +236,67 @@ impl NotesServer {
             && claims.phase == INPUT_DELETE_CHOICE
             && claims.arguments_digest == arguments.digest;
         if !bound {
-            return Err(RpcError::invalid_params(Reason::StateMismatch, "requestState belongs to another principal, tool or set of arguments"));
+            return Err(RpcError::invalid_params(
+                Reason::StateMismatch,
+                "requestState belongs to another principal, tool or set of arguments",
+            ));
         }
         Ok(claims)
     }
 
-    async fn ask_again(&self, principal: &str, meta: &RequestMeta, arguments: &DeleteArguments, claims: &StateClaims, state: &str) -> Result<Value, RpcError> {
+    async fn ask_again(
+        &self,
+        principal: &str,
+        meta: &RequestMeta,
+        arguments: &DeleteArguments,
+        claims: &StateClaims,
+        state: &str,
+    ) -> Result<Value, RpcError> {
         require_form_elicitation(meta)?;
         let workspace = self.authorize(principal, &arguments.workspace_uri)?;
         let notes = self.notes.list_notes().await.map_err(store_failed)?;
         let shown: Vec<Note> = claims.candidates.iter().filter_map(|id| notes.iter().find(|n| &n.id == id).cloned()).collect();
-        Ok(input_required(json!({ INPUT_DELETE_CHOICE: delete_choice_form_for_ids(&workspace, &arguments.title, &claims.candidates, &shown) }), state, self.info()))
+        Ok(input_required(
+            json!({ INPUT_DELETE_CHOICE: delete_choice_form_for_ids(&workspace, &arguments.title, &claims.candidates, &shown) }),
+            state,
+            self.info(),
+        ))
     }
 
     async fn decline(&self, claims: &StateClaims) -> Result<Value, RpcError> {
-        let claim = NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: json!({ "outcome": "declined" }) };
+        let claim =
+            NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: json!({ "outcome": "declined" }) };
         match self.replay.claim(claim).await.map_err(store_failed)? {
-            ClaimOutcome::Claimed => Ok(self.outcome(json!({ "deleted": false, "outcome": "declined" }), "Nothing was deleted: the user declined. This confirmation is now used up.")),
+            ClaimOutcome::Claimed => Ok(self.outcome(
+                json!({ "deleted": false, "outcome": "declined" }),
+                "Nothing was deleted: the user declined. This confirmation is now used up.",
+            )),
             ClaimOutcome::AlreadyClaimed { record } => Err(consumed(record)),
             ClaimOutcome::Full => Err(replay_full()),
         }
     }
 
     async fn confirmed_delete(&self, claims: &StateClaims, note_id: &str, workspace: &FileUri) -> Result<Value, RpcError> {
-        let claim = NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: json!({ "outcome": "deleted", "noteId": note_id }) };
+        let claim = NonceClaim {
+            nonce: claims.nonce.clone(),
+            expires_at_ms: claims.expires_at_ms,
+            record: json!({ "outcome": "deleted", "noteId": note_id }),
+        };
         match self.replay.claim_and_delete(claim, note_id, workspace).await.map_err(store_failed)? {
             ClaimAndDelete::Deleted(note) => Ok(self.outcome(
                 json!({ "deleted": true, "noteId": note.id, "outcome": "deleted" }),
                 &format!("Deleted {} {:?} ({}).", note.id, note.title, note.uri),
             )),
-            ClaimAndDelete::NoteGone => Err(RpcError::invalid_params(Reason::NoteGone, format!("{note_id} no longer exists; nothing was deleted and the confirmation was not used")).with_detail("noteId", json!(note_id))),
-            ClaimAndDelete::NoteOutsideWorkspace => Err(RpcError::invalid_params(Reason::NoteOutsideWorkspace, format!("{note_id} is no longer inside {workspace}; nothing was deleted and the confirmation was not used")).with_detail("noteId", json!(note_id))),
+            ClaimAndDelete::NoteGone => Err(RpcError::invalid_params(
+                Reason::NoteGone,
+                format!("{note_id} no longer exists; nothing was deleted and the confirmation was not used"),
+            )
+            .with_detail("noteId", json!(note_id))),
+            ClaimAndDelete::NoteOutsideWorkspace => Err(RpcError::invalid_params(
+                Reason::NoteOutsideWorkspace,
+                format!("{note_id} is no longer inside {workspace}; nothing was deleted and the confirmation was not used"),
+            )
+            .with_detail("noteId", json!(note_id))),
             ClaimAndDelete::AlreadyClaimed { record } => Err(consumed(record)),
             ClaimAndDelete::Full => Err(replay_full()),
         }
@@ -250,7 +312,10 @@ impl NotesServer {
             .iter()
             .filter_map(|note| {
                 let uri = FileUri::parse(&note.uri).ok()?;
-                self.config.authorizations.may_access(principal, &uri).then(|| json!({ "uri": uri.to_string(), "name": note.id, "title": note.title, "mimeType": "text/markdown" }))
+                self.config
+                    .authorizations
+                    .may_access(principal, &uri)
+                    .then(|| json!({ "uri": uri.to_string(), "name": note.id, "title": note.title, "mimeType": "text/markdown" }))
             })
             .collect();
         Ok(complete_cacheable(json!({ "resources": resources }), RESOURCES_TTL_MS, CacheScope::Private, self.info()))
@@ -260,7 +325,8 @@ impl NotesServer {
         let Some(requested) = params.get("uri").and_then(Value::as_str) else {
             return Err(RpcError::invalid_params(Reason::ArgumentsInvalid, "resources/read needs params.uri, a string"));
         };
-        let uri = FileUri::parse(requested).map_err(|e| RpcError::invalid_params(Reason::UriInvalid, format!("uri is not acceptable: {e}")))?;
+        let uri =
+            FileUri::parse(requested).map_err(|e| RpcError::invalid_params(Reason::UriInvalid, format!("uri is not acceptable: {e}")))?;
         let not_found = || RpcError::invalid_params(Reason::ResourceNotFound, "Resource not found").with_detail("uri", json!(requested));
         if !self.config.authorizations.may_access(principal, &uri) {
             return Err(not_found());
@@ -381,20 +447,31 @@ fn validate_accept(content: Option<&Value>, candidates: &[String]) -> Result<Str
         _ => return Err(invalid("content.confirm is required and must be a boolean")),
     };
     if !candidates.contains(&note_id) {
-        return Err(RpcError::invalid_params(Reason::NotACandidate, format!("{note_id:?} was not one of the notes offered")).with_detail("noteId", json!(note_id)));
+        return Err(RpcError::invalid_params(Reason::NotACandidate, format!("{note_id:?} was not one of the notes offered"))
+            .with_detail("noteId", json!(note_id)));
     }
     if !confirm {
-        return Err(RpcError::invalid_params(Reason::NotConfirmed, "confirm was false: nothing deleted and nothing consumed; answer decline to refuse"));
+        return Err(RpcError::invalid_params(
+            Reason::NotConfirmed,
+            "confirm was false: nothing deleted and nothing consumed; answer decline to refuse",
+        ));
     }
     Ok(note_id)
 }
 
 fn consumed(record: Value) -> RpcError {
-    RpcError::invalid_params(Reason::StateConsumed, "this confirmation was already used; call notes_delete again without requestState to start over").with_detail("previousOutcome", record)
+    RpcError::invalid_params(
+        Reason::StateConsumed,
+        "this confirmation was already used; call notes_delete again without requestState to start over",
+    )
+    .with_detail("previousOutcome", record)
 }
 
 fn replay_full() -> RpcError {
-    RpcError::internal(Reason::ReplayStoreFull, "the replay store is full of unexpired confirmations and refuses new ones; retry after some expire")
+    RpcError::internal(
+        Reason::ReplayStoreFull,
+        "the replay store is full of unexpired confirmations and refuses new ones; retry after some expire",
+    )
 }
 
 fn store_failed(error: StoreError) -> RpcError {

@@ -55,7 +55,9 @@ pub struct NonceClaim {
 pub enum ClaimOutcome {
     Claimed,
     /// Already consumed (or being consumed right now); `record` says by what.
-    AlreadyClaimed { record: Value },
+    AlreadyClaimed {
+        record: Value,
+    },
     /// Full of unexpired nonces: refused, never evicting (fail closed).
     Full,
 }

@@ -78,7 +78,10 @@ mod tests {
     #[test]
     fn own_workspace_and_subfolders_are_authorized() {
         let a = demo();
-        assert_eq!(a.authorize_workspace("alice", "file:///Users/alice/Documents/Notes").unwrap().to_string(), "file:///Users/alice/Documents/Notes");
+        assert_eq!(
+            a.authorize_workspace("alice", "file:///Users/alice/Documents/Notes").unwrap().to_string(),
+            "file:///Users/alice/Documents/Notes"
+        );
         assert!(a.authorize_workspace("alice", "file:///Users/alice/Documents/Notes/2024").is_ok());
         assert!(a.authorize_workspace("alice", "file://localhost/Users/alice/Documents/Notes/").is_ok());
     }
@@ -89,7 +92,10 @@ mod tests {
         assert_eq!(a.authorize_workspace("alice", "file:///Users/bob/Notes"), Err(AuthorizationError::Unauthorized));
         assert_eq!(a.authorize_workspace("alice", "file:///Users/alice/Documents/Notes-evil"), Err(AuthorizationError::Unauthorized));
         assert_eq!(a.authorize_workspace("alice", "file:///Users/alice/Documents/Notes/%2e%2e"), Err(AuthorizationError::Unauthorized));
-        assert_eq!(a.authorize_workspace("alice", "file:///Users/alice/Documents/Notes/../../../bob/Notes"), Err(AuthorizationError::Unauthorized));
+        assert_eq!(
+            a.authorize_workspace("alice", "file:///Users/alice/Documents/Notes/../../../bob/Notes"),
+            Err(AuthorizationError::Unauthorized)
+        );
         assert_eq!(a.authorize_workspace("alice", "file:///Users/alice/Documents"), Err(AuthorizationError::Unauthorized));
         assert_eq!(a.authorize_workspace("mallory", "file:///Users/alice/Documents/Notes"), Err(AuthorizationError::Unauthorized));
         assert_eq!(a.authorize_workspace("alice", "https://x/y"), Err(AuthorizationError::Uri(UriError::NotFile)));

@@ -43,7 +43,8 @@ pub struct FileUri {
 }
 
 /// Characters re-encoded when a segment is printed, so printing then parsing is the identity.
-const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'/').add(b'<').add(b'>').add(b'?').add(b'\\').add(b'`').add(b'{').add(b'}');
+const SEGMENT: &AsciiSet =
+    &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'/').add(b'<').add(b'>').add(b'?').add(b'\\').add(b'`').add(b'{').add(b'}');
 
 impl FileUri {
     pub fn parse(input: &str) -> Result<FileUri, UriError> {
@@ -89,7 +90,9 @@ impl FileUri {
 
     /// True when `other` is this URI or lies below it, comparing whole path segments on the same host.
     pub fn contains(&self, other: &FileUri) -> bool {
-        self.host == other.host && other.segments.len() >= self.segments.len() && self.segments.iter().zip(&other.segments).all(|(a, b)| a == b)
+        self.host == other.host
+            && other.segments.len() >= self.segments.len()
+            && self.segments.iter().zip(&other.segments).all(|(a, b)| a == b)
     }
 
     pub fn segments(&self) -> &[String] {
@@ -118,7 +121,10 @@ fn normalize_host(authority: &str) -> Result<String, UriError> {
     if authority.eq_ignore_ascii_case("localhost") || authority.is_empty() {
         return Ok(String::new());
     }
-    let valid = authority.len() <= 253 && authority.split('.').all(|label| !label.is_empty() && label.len() <= 63 && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+    let valid = authority.len() <= 253
+        && authority
+            .split('.')
+            .all(|label| !label.is_empty() && label.len() <= 63 && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
     if valid {
         Ok(authority.to_ascii_lowercase())
     } else {
@@ -175,7 +181,10 @@ mod tests {
         assert_eq!(inside("file:///Users/alice/Documents/Notes/.%2e/private.md"), Ok(false));
         assert_eq!(inside("file:///Users/alice/Documents/Notes/..%2fprivate.md"), Ok(false));
         assert_eq!(inside("file:///Users/alice/Documents/Notes/%2e%2e%2f%2e%2e%2fbob"), Ok(false));
-        assert_eq!(FileUri::parse("file:///Users/alice/Documents/Notes/%2e%2e/private.md").unwrap().to_string(), "file:///Users/alice/Documents/private.md");
+        assert_eq!(
+            FileUri::parse("file:///Users/alice/Documents/Notes/%2e%2e/private.md").unwrap().to_string(),
+            "file:///Users/alice/Documents/private.md"
+        );
     }
 
     #[test]

@@ -80,7 +80,10 @@ pub struct KeyRing {
 
 impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyRing").field("signing_key_id", &self.signing_key_id).field("key_ids", &self.keys.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("KeyRing")
+            .field("signing_key_id", &self.signing_key_id)
+            .field("key_ids", &self.keys.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -159,7 +162,9 @@ impl KeyRing {
             return Err(OpenError::Malformed);
         }
         let mut parts = token.split('.');
-        let (Some(format), Some(key_id), Some(payload), Some(tag), None) = (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) else {
+        let (Some(format), Some(key_id), Some(payload), Some(tag), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return Err(OpenError::Malformed);
         };
         if format != FORMAT || key_id.is_empty() || payload.is_empty() {

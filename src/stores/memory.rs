@@ -182,10 +182,14 @@ impl MemoryReplayStore {
 
     /// Consumed nonces and their records, in nonce order (for inspection and transcripts).
     pub fn consumed(&self) -> Vec<(String, Value)> {
-        self.lock().entries.iter().filter_map(|(nonce, (_, entry))| match entry {
-            Entry::Consumed(record) => Some((nonce.clone(), record.clone())),
-            Entry::Pending => None,
-        }).collect()
+        self.lock()
+            .entries
+            .iter()
+            .filter_map(|(nonce, (_, entry))| match entry {
+                Entry::Consumed(record) => Some((nonce.clone(), record.clone())),
+                Entry::Pending => None,
+            })
+            .collect()
     }
 
     pub fn limits(&self) -> ReplayLimits {
@@ -282,7 +286,11 @@ mod tests {
         // "a" expired at 2000 but is kept for the grace period (100 ms): still full at 2099.
         clock.0.store(2_099, Ordering::SeqCst);
         assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Full));
-        assert_eq!(replay.claim(claim("a", 2_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }), "an unexpired-plus-grace nonce is never evicted");
+        assert_eq!(
+            replay.claim(claim("a", 2_000)).await,
+            Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }),
+            "an unexpired-plus-grace nonce is never evicted"
+        );
         clock.0.store(2_100, Ordering::SeqCst);
         assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Claimed));
         assert_eq!(replay.claim(claim("b", 5_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }));
@@ -294,7 +302,10 @@ mod tests {
         let (notes, _, replay) = fixture(10);
         let deleted = replay.claim_and_delete(claim("x", 2_000), "n1", &workspace()).await.unwrap();
         assert!(matches!(deleted, ClaimAndDelete::Deleted(ref n) if n.id == "n1"));
-        assert!(matches!(replay.claim_and_delete(claim("x", 2_000), "n2", &workspace()).await.unwrap(), ClaimAndDelete::AlreadyClaimed { .. }));
+        assert!(matches!(
+            replay.claim_and_delete(claim("x", 2_000), "n2", &workspace()).await.unwrap(),
+            ClaimAndDelete::AlreadyClaimed { .. }
+        ));
         assert_eq!(notes.snapshot().len(), 1, "the second accept of one nonce deletes nothing");
 
         assert_eq!(replay.claim_and_delete(claim("y", 2_000), "n1", &workspace()).await.unwrap(), ClaimAndDelete::NoteGone);

@@ -196,8 +196,7 @@ impl RpcError {
 
     /// `-32021`; `data.requiredCapabilities` is a `ClientCapabilities` object.
     pub fn missing_capability(required: Value, message: impl Into<String>) -> Self {
-        RpcError::new(MISSING_REQUIRED_CLIENT_CAPABILITY, message)
-            .with_data(json!({ "requiredCapabilities": required }))
+        RpcError::new(MISSING_REQUIRED_CLIENT_CAPABILITY, message).with_data(json!({ "requiredCapabilities": required }))
     }
 
     /// Adds a field to `data` (which must already be an object, as every reason-carrying error is).

@@ -79,7 +79,13 @@ mod tests {
     #[test]
     fn agreeing_headers_pass() {
         let params = json!({"name": "notes_delete"});
-        assert!(check_routing_headers(&headers("2026-07-28", "tools/call", Some("notes_delete")), "2026-07-28", "tools/call", Some(&params)).is_ok());
+        assert!(check_routing_headers(
+            &headers("2026-07-28", "tools/call", Some("notes_delete")),
+            "2026-07-28",
+            "tools/call",
+            Some(&params)
+        )
+        .is_ok());
         assert!(check_routing_headers(&headers("2026-07-28", "tools/list", None), "2026-07-28", "tools/list", None).is_ok());
     }
 
@@ -106,6 +112,8 @@ mod tests {
     fn base64_sentinel_is_decoded_before_comparing() {
         let params = json!({"name": "notes_delete"});
         let encoded = format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode("notes_delete"));
-        assert!(check_routing_headers(&headers("2026-07-28", "tools/call", Some(&encoded)), "2026-07-28", "tools/call", Some(&params)).is_ok());
+        assert!(
+            check_routing_headers(&headers("2026-07-28", "tools/call", Some(&encoded)), "2026-07-28", "tools/call", Some(&params)).is_ok()
+        );
     }
 }

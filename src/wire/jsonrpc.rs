@@ -43,9 +43,16 @@ impl std::fmt::Display for RequestId {
 /// One parsed incoming message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Incoming {
-    Request { id: RequestId, method: String, params: Option<Value> },
+    Request {
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+    },
     /// No `id`: never answered, and (for request methods) never executed.
-    Notification { method: String, params: Option<Value> },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
 }
 
 impl Incoming {
