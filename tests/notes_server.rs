@@ -713,6 +713,23 @@ mod continuation {
         h.answer("bob", &lesson_arguments(), &state, json!({})).await.invalid("state_mismatch");
         h.assert_untouched();
     }
+
+    #[tokio::test]
+    async fn asking_again_never_shows_where_a_candidate_moved_outside_the_workspace() {
+        let h = Harness::new();
+        let state = h.lesson_state().await;
+        assert!(h.notes.move_to("note-7", "file:///Users/bob/Notes/stolen-2024.md"));
+        assert!(h.notes.rename("note-7", "Bob's secret plans"));
+        assert!(h.notes.remove("note-14"));
+        let again = h.answer("alice", &lesson_arguments(), &state, json!({})).await.result();
+        let message = again["inputRequests"]["delete_choice"]["params"]["message"].as_str().unwrap();
+        for leaked in ["/bob/", "stolen", "secret"] {
+            assert!(!message.contains(leaked), "the re-asked form must not reveal {leaked:?}: {message}");
+        }
+        assert!(message.lines().any(|l| l == "note-3: TPS report 2023 (file:///Users/alice/Documents/Notes/tps-2023.md)"), "{message}");
+        assert!(message.lines().any(|l| l == "note-7: (no longer in this workspace)"), "{message}");
+        assert!(message.lines().any(|l| l == "note-14: (no longer in this workspace)"), "{message}");
+    }
 }
 
 mod capabilities {

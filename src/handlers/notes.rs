@@ -255,7 +255,10 @@ impl NotesServer {
         require_form_elicitation(meta)?;
         let workspace = self.authorize(principal, &arguments.workspace_uri)?;
         let notes = self.notes.list_notes().await.map_err(store_failed)?;
-        let shown: Vec<Note> = claims.candidates.iter().filter_map(|id| notes.iter().find(|n| &n.id == id).cloned()).collect();
+        // Only candidates still inside the workspace are described: a note moved elsewhere since round 1 (say,
+        // into another principal's workspace) must not have its new location or title shown to this caller.
+        let shown: Vec<Note> =
+            claims.candidates.iter().filter_map(|id| notes.iter().find(|n| &n.id == id && is_inside(&workspace, n)).cloned()).collect();
         Ok(input_required(
             json!({ INPUT_DELETE_CHOICE: delete_choice_form_for_ids(&workspace, &arguments.title, &claims.candidates, &shown) }),
             state,
@@ -409,7 +412,8 @@ fn delete_choice_form_for_ids(workspace: &FileUri, title: &str, ids: &[String], 
         .iter()
         .map(|id| match shown.iter().find(|note| &note.id == id) {
             Some(note) => format!("{id}: {} ({})", note.title, note.uri),
-            None => format!("{id}: (no longer present)"),
+            // Gone or moved out: the same words, so the form says nothing about where a note went.
+            None => format!("{id}: (no longer in this workspace)"),
         })
         .collect();
     json!({
