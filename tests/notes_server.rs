@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use mcpsim::handlers::notes::CANDIDATES_MAX;
 use mcpsim::handlers::ports::Note;
 use mcpsim::handlers::Reply;
 use mcpsim::policy::containment::FileUri;
@@ -1025,6 +1026,65 @@ mod replay_store_bounds {
             assert_eq!(data["previousOutcome"], json!({ "outcome": "in_progress" }));
         }
         assert_eq!(h.note_ids(), DEMO_NOTE_IDS, "at most once: the retry may not delete a second note");
+    }
+}
+
+mod many_matches {
+    use super::*;
+
+    fn add_matching_notes(h: &Harness, count: usize) {
+        for n in 0..count {
+            h.notes.upsert(Note {
+                id: format!("bulk-{n}"),
+                title: format!("Bulk memo {n}"),
+                uri: format!("{ALICE_WORKSPACE}/bulk/{n}.md"),
+                body: String::new(),
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn as_many_matches_as_one_form_may_offer_are_offered_and_the_state_still_opens() {
+        let h = Harness::new();
+        add_matching_notes(&h, CANDIDATES_MAX);
+        let arguments = delete_arguments(ALICE_WORKSPACE, "bulk memo");
+        let state = h.round_one("alice", &arguments).await;
+        assert_eq!(claims_of(&state).candidates.len(), CANDIDATES_MAX);
+        let last = format!("bulk-{}", CANDIDATES_MAX - 1);
+        let outcome = h.answer("alice", &arguments, &state, accept(&last)).await.outcome();
+        assert_eq!(outcome["noteId"], last.as_str());
+    }
+
+    #[tokio::test]
+    async fn a_title_matching_more_notes_than_one_form_may_offer_asks_for_a_narrower_title() {
+        let h = Harness::new();
+        for count in [CANDIDATES_MAX + 1, 600] {
+            add_matching_notes(&h, count);
+            let arguments = delete_arguments(ALICE_WORKSPACE, "bulk memo");
+            let result = h.delete_call(&h.server, "alice", &arguments, json!({}), form_capabilities()).await.result();
+            assert_eq!(result["resultType"], "complete", "never a form the server could not accept back: {result}");
+            assert_eq!(result["isError"], true);
+            assert!(result.get("requestState").is_none());
+            assert!(text_of(&result).contains("more specific title"), "{result}");
+        }
+        assert_eq!(h.nonces.issued(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_match_too_long_to_seal_is_refused_instead_of_minting_a_state_that_cannot_open() {
+        let h = Harness::new();
+        h.notes.upsert(Note {
+            id: format!("long-{}", "x".repeat(STATE_CHARS_MAX)),
+            title: "Long id memo".into(),
+            uri: format!("{ALICE_WORKSPACE}/long.md"),
+            body: String::new(),
+        });
+        let result = h
+            .delete_call(&h.server, "alice", &delete_arguments(ALICE_WORKSPACE, "long id memo"), json!({}), form_capabilities())
+            .await
+            .result();
+        assert_eq!(result["resultType"], "complete", "{result}");
+        assert_eq!(result["isError"], true);
     }
 }
 

@@ -10,7 +10,7 @@ use super::pipeline::{RequestContext, Service};
 use super::ports::{ClaimAndDelete, ClaimOutcome, Clock, NonceClaim, NonceSource, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
-use crate::policy::state::{KeyRing, OpenError, StateClaims};
+use crate::policy::state::{KeyRing, OpenError, StateClaims, STATE_CHARS_MAX};
 use crate::wire::canonical::digest_hex;
 use crate::wire::errors::{Reason, RpcError};
 use crate::wire::meta::{require_form_elicitation, RequestMeta};
@@ -25,6 +25,9 @@ pub const TOOL_NOTES_DELETE: &str = "notes_delete";
 /// The `inputRequests` key of the delete confirmation form, and the phase sealed into its state.
 pub const INPUT_DELETE_CHOICE: &str = "delete_choice";
 pub const TITLE_CHARS_MAX: usize = 200;
+/// Most notes one confirmation form offers. More matches get a request for a narrower title: a longer list is
+/// no real choice for a user, and every candidate id travels in the sealed state, which is itself bounded.
+pub const CANDIDATES_MAX: usize = 20;
 pub const DISCOVER_TTL_MS: u64 = 3_600_000;
 pub const TOOLS_TTL_MS: u64 = 300_000;
 /// Notes change underneath clients (deletes, moves), so resource results are fresh for a short time only.
@@ -162,6 +165,13 @@ impl NotesServer {
                 self.info(),
             ));
         }
+        if candidates.len() > CANDIDATES_MAX {
+            return Ok(self.unconfirmable(format!(
+                "{} notes in {workspace} match {:?}; one confirmation form offers at most {CANDIDATES_MAX}.",
+                candidates.len(),
+                arguments.title
+            )));
+        }
         let now_ms = self.clock.now_ms();
         let claims = StateClaims {
             principal: context.principal.to_string(),
@@ -175,11 +185,25 @@ impl NotesServer {
             nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.nonces.nonce()),
         };
         let state = self.config.key_ring.seal(&claims);
+        if state.len() > STATE_CHARS_MAX {
+            // Never hand out a state that `open` would refuse as malformed (e.g. very long note ids).
+            return Ok(self.unconfirmable(format!(
+                "The notes in {workspace} matching {:?} cannot be offered in one confirmation form: their ids are too long.",
+                arguments.title
+            )));
+        }
         Ok(input_required(
             json!({ INPUT_DELETE_CHOICE: delete_choice_form(&workspace, &arguments.title, &candidates) }),
             &state,
             self.info(),
         ))
+    }
+
+    /// A complete error result for matches that cannot be offered in one form. It speaks only of notes inside
+    /// the authorized workspace, so it reveals nothing the caller could not list anyway.
+    fn unconfirmable(&self, why: String) -> Value {
+        let text = format!("{why} Use a more specific title. Nothing was deleted.");
+        complete(json!({ "content": [{ "type": "text", "text": text }], "isError": true }), self.info())
     }
 
     /// Round 2: verify the state, validate the answer, re-authorize, then claim-and-delete atomically.
