@@ -1027,6 +1027,25 @@ mod replay_store_bounds {
         }
         assert_eq!(h.note_ids(), DEMO_NOTE_IDS, "at most once: the retry may not delete a second note");
     }
+
+    #[tokio::test]
+    async fn a_claim_stranded_by_a_crash_does_not_keep_the_replay_store_full_forever() {
+        let h = Harness::with_limits(ReplayLimits { capacity: 2, retention_grace_ms: GRACE_MS });
+        let stranded = h.lesson_state().await;
+        crash_between_claim_and_delete(&h, &stranded, "note-7").await;
+        h.clock.set(START_MS + 1_000);
+        let declined = h.lesson_state().await;
+        h.answer("alice", &lesson_arguments(), &declined, decline()).await.outcome();
+        assert_eq!(h.replay.len(), 2);
+
+        // Both confirmations have expired (and their grace passed): neither can be presented again anywhere,
+        // so the store must make room instead of failing closed forever.
+        h.clock.set(START_MS + 1_000 + STATE_TTL_MS + GRACE_MS);
+        let fresh = h.lesson_state().await;
+        h.accept_succeeds(&fresh, "note-14").await;
+        assert_eq!(h.replay.len(), 1, "the stranded and the declined nonce were both pruned");
+        h.answer("alice", &lesson_arguments(), &stranded, accept("note-7")).await.invalid("state_expired");
+    }
 }
 
 mod many_matches {

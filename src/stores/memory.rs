@@ -4,6 +4,8 @@
 //! entries it refuses new claims (fail closed). `claim_and_delete` marks the nonce *pending* (so a concurrent
 //! claim of the same nonce is refused), runs the note store's compare-and-delete, then either commits the
 //! claim (deleted) or releases it (note gone or moved: nothing consumed). No lock is held across the await.
+//! A claim stranded mid-delete (a crash) stays pending, refusing every retry, until its state's retention
+//! ends; then it is pruned like a consumed entry.
 
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
@@ -108,21 +110,20 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Drops consumed entries whose retention ended; never pending ones, never unexpired ones.
+    /// Drops every entry whose retention (its state's expiry plus the grace period) has ended, consumed and
+    /// pending alike; never an unexpired one.
+    ///
+    /// A pending entry that old was stranded: its instance crashed between claim and delete, or its store call
+    /// never returned. The state carrying its nonce has expired on every instance, so nothing can present that
+    /// nonce again and dropping it allows no replay. Keeping it would let every crash shrink the store for good
+    /// and, at the head of the expiry order, stop everything behind it from ever being pruned.
     fn prune(&mut self, now_ms: u64, grace_ms: u64) {
         while let Some((expires_at_ms, nonce)) = self.by_expiry.first().cloned() {
             if expires_at_ms.saturating_add(grace_ms) > now_ms {
                 break;
             }
             self.by_expiry.pop_first();
-            if matches!(self.entries.get(&nonce), Some((_, Entry::Consumed(_)))) {
-                self.entries.remove(&nonce);
-            } else if let Some((expiry, Entry::Pending)) = self.entries.get(&nonce) {
-                // Still in flight: keep it and look again later.
-                let expiry = *expiry;
-                self.by_expiry.insert((expiry.saturating_add(grace_ms).max(now_ms), nonce));
-                break;
-            }
+            self.entries.remove(&nonce);
         }
     }
 
@@ -221,6 +222,9 @@ impl ReplayStore for MemoryReplayStore {
         let mut ledger = self.lock();
         match deleted {
             Ok(GuardedDelete::Deleted(note)) => {
+                // Re-index too: a delete slow enough to outlive its state's retention was pruned meanwhile,
+                // and its record must still expire like any other.
+                ledger.by_expiry.insert((claim.expires_at_ms, claim.nonce.clone()));
                 ledger.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, Entry::Consumed(claim.record)));
                 Ok(ClaimAndDelete::Deleted(note))
             }
@@ -295,6 +299,22 @@ mod tests {
         assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Claimed));
         assert_eq!(replay.claim(claim("b", 5_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }));
         assert_eq!(replay.len(), 2);
+    }
+
+    #[test]
+    fn a_stranded_pending_claim_neither_blocks_pruning_nor_outlives_its_retention() {
+        let limits = ReplayLimits { capacity: 2, retention_grace_ms: 100 };
+        let mut ledger = Ledger::default();
+        ledger.reserve(&claim("stranded", 2_000), Entry::Pending, 1_000, limits).unwrap();
+        ledger.reserve(&claim("declined", 3_000), Entry::Consumed(json!({})), 1_000, limits).unwrap();
+        assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 2_099, limits), Err(ClaimOutcome::Full));
+        assert_eq!(
+            ledger.reserve(&claim("stranded", 2_000), Entry::Pending, 2_099, limits),
+            Err(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "in_progress"}) }),
+            "within its retention a stranded claim refuses every retry"
+        );
+        assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 3_100, limits), Ok(()));
+        assert_eq!(ledger.entries.keys().collect::<Vec<_>>(), ["new"], "both expired entries were pruned");
     }
 
     #[tokio::test]
