@@ -137,6 +137,21 @@ mod lesson_flow {
     }
 
     #[tokio::test]
+    async fn the_server_does_not_correlate_request_ids_between_rounds() {
+        // Reusing round 1's id is a client bug (SPEC-MRTR-13), but everything round 2 needs is in the state.
+        let h = Harness::new();
+        let round_one = h.request("tools/call", json!({ "name": "notes_delete", "arguments": lesson_arguments() }), form_capabilities());
+        let state = h.send("alice", &round_one).await.result()["requestState"].as_str().unwrap().to_string();
+        let mut retry = h.request(
+            "tools/call",
+            json!({ "name": "notes_delete", "arguments": lesson_arguments(), "requestState": state, "inputResponses": accept("note-3") }),
+            json!({}),
+        );
+        retry["id"] = round_one["id"].clone();
+        assert_eq!(h.send("alice", &retry).await.outcome()["noteId"], "note-3");
+    }
+
+    #[tokio::test]
     async fn bob_is_offered_only_his_own_tps_report() {
         let h = Harness::new();
         let result = h.round_one_result("bob", &delete_arguments(BOB_WORKSPACE, "tps REPORT")).await;
