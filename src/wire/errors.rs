@@ -28,6 +28,8 @@ pub enum Reason {
     ArgumentsInvalid,
     /// `tools/call` named a tool this server does not have.
     UnknownTool,
+    /// `prompts/get` or `completion/complete` named a prompt this server does not have.
+    UnknownPrompt,
     /// A URI argument is not a well-formed `file` URI we accept (scheme, query, fragment, encoding, escape).
     UriInvalid,
     /// The workspace is not one of the authenticated principal's authorized workspaces (or inside one).
@@ -63,11 +65,12 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 21] = [
         Reason::MetaInvalid,
         Reason::PayloadTooLarge,
         Reason::ArgumentsInvalid,
         Reason::UnknownTool,
+        Reason::UnknownPrompt,
         Reason::UriInvalid,
         Reason::WorkspaceUnauthorized,
         Reason::ResourceNotFound,
@@ -92,6 +95,7 @@ impl Reason {
             Reason::PayloadTooLarge => "payload_too_large",
             Reason::ArgumentsInvalid => "arguments_invalid",
             Reason::UnknownTool => "unknown_tool",
+            Reason::UnknownPrompt => "unknown_prompt",
             Reason::UriInvalid => "uri_invalid",
             Reason::WorkspaceUnauthorized => "workspace_unauthorized",
             Reason::ResourceNotFound => "resource_not_found",

@@ -130,6 +130,11 @@ pub fn result_response(id: &RequestId, result: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id.to_json(), "result": result })
 }
 
+/// `{"jsonrpc":"2.0","method":…,"params":…}`: a notification (no `id`, never answered).
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+}
+
 /// `{"jsonrpc":"2.0","id":…|null,"error":{…}}`.
 pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
     let id = id.map(RequestId::to_json).unwrap_or(Value::Null);

@@ -10,6 +10,66 @@ pub const KEY_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion"
 pub const KEY_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub const KEY_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const KEY_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub const KEY_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub const KEY_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The syslog severities of `notifications/message`, least severe first (the derived order is severity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    pub const ALL: [LogLevel; 8] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+        LogLevel::Alert,
+        LogLevel::Emergency,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<LogLevel> {
+        LogLevel::ALL.into_iter().find(|level| level.as_str() == text)
+    }
+}
+
+/// The request's opt-in to log messages (`_meta["io.modelcontextprotocol/logLevel"]`, deprecated logging).
+/// Absent: the server must send no `notifications/message` for this request. Unknown: `-32602` (SPEC-META-11).
+pub fn read_log_level(params: &Value) -> Result<Option<LogLevel>, RpcError> {
+    match params.get("_meta").and_then(|meta| meta.get(KEY_LOG_LEVEL)) {
+        None => Ok(None),
+        Some(Value::String(level)) => match LogLevel::parse(level) {
+            Some(level) => Ok(Some(level)),
+            None => {
+                Err(invalid_field(KEY_LOG_LEVEL, "is not a log level (debug, info, notice, warning, error, critical, alert, emergency)"))
+            }
+        },
+        Some(_) => Err(invalid_field(KEY_LOG_LEVEL, "must be a string")),
+    }
+}
 
 /// The validated `_meta` of one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,6 +205,17 @@ mod tests {
         assert!(!supports_form_elicitation(&caps(json!({}))));
         assert!(!supports_form_elicitation(&caps(json!({"elicitation": true}))));
         assert!(!supports_form_elicitation(&caps(json!({"elicitation": {"form": true}}))));
+    }
+
+    #[test]
+    fn log_level_is_optional_ordered_and_validated() {
+        assert_eq!(read_log_level(&json!({"_meta": {}})).unwrap(), None);
+        assert_eq!(read_log_level(&json!({"_meta": {KEY_LOG_LEVEL: "warning"}})).unwrap(), Some(LogLevel::Warning));
+        assert!(LogLevel::Debug < LogLevel::Info && LogLevel::Alert < LogLevel::Emergency);
+        for bad in [json!("verbose"), json!(3)] {
+            let error = read_log_level(&json!({"_meta": {KEY_LOG_LEVEL: bad}})).unwrap_err();
+            assert_eq!(error.code, INVALID_PARAMS);
+        }
     }
 
     #[test]
