@@ -4,4 +4,5 @@
 
 pub mod authorization;
 pub mod containment;
+pub mod origin;
 pub mod state;
