@@ -8,4 +8,4 @@ pub mod notes;
 pub mod pipeline;
 pub mod ports;
 
-pub use pipeline::{handle_message, Reply, RequestContext, Service};
+pub use pipeline::{handle_exchange, handle_message, Exchange, NotificationFeed, Reply, RequestContext, Service, ServiceResponse};

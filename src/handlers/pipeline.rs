@@ -2,6 +2,11 @@
 //! envelope (-32700/-32600) → notification (no answer) → `_meta` (-32602, 400) → routing headers when the
 //! transport has them (-32020, 400) → version (-32022, 400) → method (-32601, 404) → the service.
 //! A request failing an early stage spends nothing of a later one.
+//!
+//! Most requests produce one response ([`Reply`]). Some produce more, which only a streaming transport can
+//! deliver (an [`Exchange`]): request-scoped notifications (progress, log messages) that go out before the
+//! response on the request's own SSE stream, and, for `subscriptions/listen`, an open [`NotificationFeed`]
+//! whose notifications follow until the client goes away. [`handle_message`] keeps the one-response view.
 
 use crate::wire::errors::RpcError;
 use crate::wire::headers::{check_routing_headers, RoutingHeaders};
@@ -38,38 +43,122 @@ pub trait Service: Send + Sync {
 
     /// Runs one validated request. `params` is an object (validated `_meta` included).
     async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError>;
+
+    /// Like [`Service::call`], for services that also emit notifications or hold a stream open.
+    /// The default sends nothing but the result.
+    async fn respond(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<ServiceResponse, RpcError> {
+        self.call(context, method, params).await.map(ServiceResponse::result)
+    }
 }
 
-/// Handles one raw message for an authenticated `principal`.
+/// The upper bound on request-scoped notifications one request may emit before its response.
+pub const NOTIFICATIONS_PER_REQUEST_MAX: usize = 64;
+
+/// What a service answers a request with, when it has more to say than the result.
+pub struct ServiceResponse {
+    /// Complete JSON-RPC notifications, sent in order before the result (at most
+    /// [`NOTIFICATIONS_PER_REQUEST_MAX`]; the pipeline drops any beyond that).
+    pub notifications: Vec<Value>,
+    /// The result. With a `feed`, it is the result that ends the stream once the feed ends.
+    pub result: Value,
+    /// For `subscriptions/listen`: notifications that follow `notifications` for as long as the client listens.
+    pub feed: Option<Box<dyn NotificationFeed>>,
+}
+
+impl ServiceResponse {
+    pub fn result(result: Value) -> ServiceResponse {
+        ServiceResponse { notifications: Vec::new(), result, feed: None }
+    }
+
+    pub fn with_notifications(notifications: Vec<Value>, result: Value) -> ServiceResponse {
+        ServiceResponse { notifications, result, feed: None }
+    }
+}
+
+/// Notifications of an open subscription, produced one at a time.
+#[async_trait]
+pub trait NotificationFeed: Send {
+    /// Waits for the next notification to send. `None` means the server ended the subscription: the
+    /// transport then sends the exchange's response and closes the stream.
+    async fn next_notification(&mut self) -> Option<Value>;
+}
+
+/// Everything one incoming message produced, for transports that can stream (HTTP SSE, stdio lines).
+///
+/// Delivery rules (HTTP): with no `notifications` and no `feed`, send `reply` as today (JSON body, or
+/// `202` with an empty body when `reply.response` is `None`). Otherwise answer `200` with
+/// `Content-Type: text/event-stream`, write each notification as one SSE event (`data: <json>`), then, if
+/// there is a `feed`, every notification it yields until it returns `None` or the client disconnects
+/// (then drop the feed: that is the unsubscribe), and finally `reply.response` as the last event unless
+/// the client is gone.
+pub struct Exchange {
+    pub notifications: Vec<Value>,
+    pub reply: Reply,
+    pub feed: Option<Box<dyn NotificationFeed>>,
+}
+
+impl Exchange {
+    fn reply(reply: Reply) -> Exchange {
+        Exchange { notifications: Vec::new(), reply, feed: None }
+    }
+
+    /// Whether this exchange needs a stream (SSE) rather than a single JSON body.
+    pub fn is_streamed(&self) -> bool {
+        !self.notifications.is_empty() || self.feed.is_some()
+    }
+}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("notifications", &self.notifications)
+            .field("reply", &self.reply)
+            .field("feed", &self.feed.as_ref().map(|_| "open"))
+            .finish()
+    }
+}
+
+/// Handles one raw message for an authenticated `principal`: the response only.
+///
+/// Notifications an exchange would stream are dropped; an open subscription is ended at once, so the
+/// caller gets the subscription's closing result (a graceful end, as the spec describes).
 pub async fn handle_message<S: Service + ?Sized>(service: &S, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> Reply {
+    handle_exchange(service, principal, raw, headers).await.reply
+}
+
+/// Handles one raw message for an authenticated `principal`, keeping everything a stream can carry.
+pub async fn handle_exchange<S: Service + ?Sized>(service: &S, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> Exchange {
     let incoming = match parse_message(raw) {
         Ok(incoming) => incoming,
-        Err(rejected) => return Reply::error(rejected.id.as_ref(), &rejected.error),
+        Err(rejected) => return Exchange::reply(Reply::error(rejected.id.as_ref(), &rejected.error)),
     };
     let (id, method, params) = match incoming {
         // Never executed, never answered: a request method sent as a notification has no caller to tell.
-        Incoming::Notification { .. } => return Reply { response: None, http_status: 202 },
+        Incoming::Notification { .. } => return Exchange::reply(Reply { response: None, http_status: 202 }),
         Incoming::Request { id, method, params } => (id, method, params),
     };
     let meta = match read_meta(params.as_ref()) {
         Ok(meta) => meta,
-        Err(error) => return Reply::error(Some(&id), &error),
+        Err(error) => return Exchange::reply(Reply::error(Some(&id), &error)),
     };
     if let Some(headers) = headers {
         if let Err(error) = check_routing_headers(headers, &meta.protocol_version, &method, params.as_ref()) {
-            return Reply::error(Some(&id), &error);
+            return Exchange::reply(Reply::error(Some(&id), &error));
         }
     }
     if let Err(error) = check_version(&meta) {
-        return Reply::error(Some(&id), &error);
+        return Exchange::reply(Reply::error(Some(&id), &error));
     }
     if !service.has_method(&method) {
-        return Reply::error(Some(&id), &RpcError::method_not_found(&method));
+        return Exchange::reply(Reply::error(Some(&id), &RpcError::method_not_found(&method)));
     }
     let params = params.unwrap_or_else(|| Value::Object(Default::default()));
     let context = RequestContext { principal, id: &id, meta: &meta };
-    match service.call(context, &method, &params).await {
-        Ok(result) => Reply { response: Some(result_response(&id, result)), http_status: 200 },
-        Err(error) => Reply::error(Some(&id), &error),
+    match service.respond(context, &method, &params).await {
+        Ok(ServiceResponse { mut notifications, result, feed }) => {
+            notifications.truncate(NOTIFICATIONS_PER_REQUEST_MAX);
+            Exchange { notifications, reply: Reply { response: Some(result_response(&id, result)), http_status: 200 }, feed }
+        }
+        Err(error) => Exchange::reply(Reply::error(Some(&id), &error)),
     }
 }

@@ -91,3 +91,31 @@ pub trait Clock: Send + Sync {
 pub trait NonceSource: Send + Sync {
     fn nonce(&self) -> [u8; 16];
 }
+
+/// A list a server announces as changed to open `subscriptions/listen` streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ListChanged {
+    Tools,
+    Prompts,
+    Resources,
+}
+
+impl ListChanged {
+    pub const ALL: [ListChanged; 3] = [ListChanged::Tools, ListChanged::Prompts, ListChanged::Resources];
+}
+
+/// Fan-out of list changes to every open subscription: a broadcast channel in one process, a shared bus in
+/// a fleet, a scheduled actor in the simulator.
+pub trait ChangeFeed: Send + Sync {
+    fn publish(&self, change: ListChanged);
+
+    /// Starts receiving. Only changes published after this call are seen, so a subscriber registers
+    /// before it acknowledges.
+    fn subscribe(&self) -> Box<dyn ChangeSubscription>;
+}
+
+#[async_trait]
+pub trait ChangeSubscription: Send {
+    /// Waits for the next change. `None` when the feed has shut down.
+    async fn next_change(&mut self) -> Option<ListChanged>;
+}

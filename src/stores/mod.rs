@@ -2,5 +2,6 @@
 //!
 //! The simulator wraps these same in-memory stores inside its store actors.
 
+pub mod feed;
 pub mod memory;
 pub mod system;
