@@ -4,6 +4,7 @@
 //! socket, a channel, a thread or the wall clock, and they keep no per-client state between requests: the same
 //! code runs inside the simulator's instance actors and behind the real stdio and HTTP transports.
 
+pub mod fixture;
 pub mod notes;
 pub mod pipeline;
 pub mod ports;
