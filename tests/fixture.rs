@@ -701,3 +701,22 @@ async fn completion_filters_by_prefix() {
         .await;
     assert_eq!((code, data["reason"].as_str()), (-32602, Some("unknown_prompt")));
 }
+
+#[tokio::test]
+async fn answers_too_long_to_carry_are_refused_not_sealed_unopenable() {
+    let h = Harness::new();
+    let name = "test_input_required_result_multiple_inputs";
+    let first = h.result("tools/call", call(name, json!({}))).await;
+    // 500 control characters serialize as 3000 bytes; with the other carried answers the state would not open.
+    let long = "\u{1}".repeat(500);
+    let answer = json!({ "user_name": accept(json!({ "name": long })), "greeting": sampled(&"\u{2}".repeat(200)) });
+    let partial = json!({ "inputResponses": answer, "requestState": first["requestState"] });
+    match h.exchange("tools/call", call(name, partial)).await.reply.response.unwrap() {
+        response if response.get("error").is_some() => assert_eq!(response["error"]["data"]["reason"], "response_invalid"),
+        response => {
+            let state = response["result"]["requestState"].as_str().unwrap().to_string();
+            let rest = json!({ "inputResponses": { "client_roots": roots() }, "requestState": state });
+            assert_eq!(h.result("tools/call", call(name, rest)).await["resultType"], "complete", "a minted state must open");
+        }
+    }
+}

@@ -12,7 +12,7 @@
 
 use super::pipeline::{NotificationFeed, RequestContext, Service, ServiceResponse};
 use super::ports::{ChangeFeed, ChangeSubscription, Clock, ListChanged, NonceSource};
-use crate::policy::state::{KeyRing, OpenError};
+use crate::policy::state::{KeyRing, OpenError, STATE_CHARS_MAX};
 use crate::wire::canonical::digest_hex;
 use crate::wire::errors::{Reason, RpcError};
 use crate::wire::jsonrpc::notification;
@@ -34,7 +34,9 @@ pub const DEFAULT_STATE_TTL_MS: u64 = 300_000;
 /// Longest string a form answer may carry (the forms say so in `maxLength`).
 pub const ANSWER_CHARS_MAX: usize = 500;
 /// Longest sampled text kept in a state; longer model output is cut (it is shown, never trusted).
-pub const SAMPLED_TEXT_CHARS_MAX: usize = 500;
+pub const SAMPLED_TEXT_CHARS_MAX: usize = 200;
+/// Longest model name kept.
+pub const MODEL_CHARS_MAX: usize = 100;
 /// Most roots a `roots/list` answer may report.
 pub const ROOTS_MAX: usize = 64;
 /// Roots kept in a state or shown in a result; the count is always exact.
@@ -384,7 +386,7 @@ impl Ask {
                         .ok_or_else(|| invalid("content blocks must each have a type".into()))?,
                     _ => return Err(invalid("needs content".into())),
                 };
-                Ok(json!({ "text": truncate(&text, SAMPLED_TEXT_CHARS_MAX), "model": truncate(model, ANSWER_CHARS_MAX) }))
+                Ok(json!({ "text": truncate(&text, SAMPLED_TEXT_CHARS_MAX), "model": truncate(model, MODEL_CHARS_MAX) }))
             }
             Ask::Roots { .. } => {
                 let Some(Value::Array(roots)) = answer.get("roots") else {
@@ -922,7 +924,7 @@ impl ConformanceFixture {
             ));
         }
         let requests: Map<String, Value> = to_ask.iter().map(|ask| (ask.key().to_string(), ask.request())).collect();
-        let state = if call.kind.is_sealed() { self.seal_state(context, call, &to_ask, answers) } else { String::new() };
+        let state = if call.kind.is_sealed() { self.seal_state(context, call, &to_ask, answers)? } else { String::new() };
         let mut result = input_required(Value::Object(requests), &state, self.info());
         if state.is_empty() {
             if let Value::Object(map) = &mut result {
@@ -932,7 +934,15 @@ impl ConformanceFixture {
         Ok(result)
     }
 
-    fn seal_state(&self, context: RequestContext<'_>, call: &FlowCall<'_>, asked: &[Ask], answers: BTreeMap<String, Value>) -> String {
+    /// Seals the next round's state. Answers are bounded, but their sum could still exceed what
+    /// [`KeyRing::verify_claims`] accepts; such a state is refused here rather than minted unopenable.
+    fn seal_state(
+        &self,
+        context: RequestContext<'_>,
+        call: &FlowCall<'_>,
+        asked: &[Ask],
+        answers: BTreeMap<String, Value>,
+    ) -> Result<String, RpcError> {
         let now_ms = self.clock.now_ms();
         let state = FlowState {
             fixture: FIXTURE_SERVER_NAME.into(),
@@ -946,7 +956,14 @@ impl ConformanceFixture {
             expires_at_ms: now_ms.saturating_add(self.config.state_ttl_ms),
             nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.nonces.nonce()),
         };
-        self.config.key_ring.seal_claims(&state)
+        let token = self.config.key_ring.seal_claims(&state);
+        if token.len() > STATE_CHARS_MAX {
+            return Err(RpcError::invalid_params(
+                Reason::ResponseInvalid,
+                format!("the answers so far are too long to carry in a requestState of at most {STATE_CHARS_MAX} characters; answer more briefly"),
+            ));
+        }
+        Ok(token)
     }
 
     fn open_state(&self, context: RequestContext<'_>, call: &FlowCall<'_>, token: &str) -> Result<FlowState, RpcError> {
