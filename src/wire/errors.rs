@@ -171,6 +171,17 @@ impl RpcError {
     }
 
     pub fn method_not_found(method: &str) -> Self {
+        if method == "initialize" {
+            // A legacy client has no fall-forward: this error is all it can show its user, so name what we speak.
+            return RpcError::new(
+                METHOD_NOT_FOUND,
+                format!(
+                    "Method not found: initialize. This server speaks only MCP {} (no handshake: send server/discover)",
+                    super::PROTOCOL_VERSION
+                ),
+            )
+            .with_data(json!({ "supported": [super::PROTOCOL_VERSION] }));
+        }
         RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
     }
 
@@ -263,6 +274,9 @@ mod tests {
         assert_eq!(RpcError::unsupported_version("x").http_status, 400);
         assert_eq!(RpcError::header_mismatch("x").http_status, 400);
         assert_eq!(RpcError::method_not_found("x").http_status, 404);
+        let initialize = RpcError::method_not_found("initialize");
+        assert_eq!((initialize.code, initialize.http_status), (METHOD_NOT_FOUND, 404));
+        assert_eq!(initialize.data, Some(json!({ "supported": ["2026-07-28"] })), "VERS-008: name the supported versions");
         assert_eq!(RpcError::meta_invalid("x").http_status, 400);
         assert_eq!(RpcError::invalid_params(Reason::StateExpired, "x").http_status, 200);
     }
