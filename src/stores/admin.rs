@@ -1,0 +1,190 @@
+//! The operator's side of a store: seeding, inspecting and changing notes behind the servers' backs, and
+//! counting nonces. Scenario admin steps, `mcpsim seed` and the store tests use it; handlers never do.
+//!
+//! Every store kind implements it with the same meaning, so a test written against [`StoreAdmin`] holds for
+//! memory, SQLite and PostgreSQL alike.
+
+use crate::handlers::ports::{Note, StoreError};
+use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// What a seed changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    /// Notes that did not exist and were added.
+    pub inserted: usize,
+    /// Notes that existed with another title, URI or body, and were restored.
+    pub updated: usize,
+    /// Notes that were already exactly as seeded.
+    pub unchanged: usize,
+    /// Notes in the store that the seed does not mention; they are kept, listed after the seeded ones.
+    pub others_kept: usize,
+    /// Whether the listing order had to be restored.
+    pub reordered: bool,
+}
+
+impl std::fmt::Display for SeedReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} inserted, {} restored, {} already as seeded, {} other notes kept{}",
+            self.inserted,
+            self.updated,
+            self.unchanged,
+            self.others_kept,
+            if self.reordered { ", listing order restored" } else { "" }
+        )
+    }
+}
+
+#[async_trait]
+pub trait StoreAdmin: Send + Sync {
+    /// Loads `notes` idempotently: each is inserted or restored to exactly the given title, URI and body, and
+    /// afterwards they list first, in the given order, followed by any other notes in their previous order.
+    /// A repeated id is applied like a second upsert (its content wins, its first position stays).
+    async fn seed(&self, notes: &[Note]) -> Result<SeedReport, StoreError>;
+    /// Every note, in listing order.
+    async fn list(&self) -> Result<Vec<Note>, StoreError>;
+    /// Adds a note at the end of the listing, or replaces an existing one in place.
+    async fn upsert(&self, note: Note) -> Result<(), StoreError>;
+    /// Deletes a note. Returns whether it existed.
+    async fn remove(&self, id: &str) -> Result<bool, StoreError>;
+    /// Moves a note to another URI. Returns whether it existed.
+    async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError>;
+    /// Renames a note. Returns whether it existed.
+    async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError>;
+    /// Nonces currently held (consumed, plus in-flight ones in memory).
+    async fn nonce_count(&self) -> Result<u64, StoreError>;
+    /// The record of a consumed nonce, if held.
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError>;
+    /// What this store is, for logs and reports; never contains a password.
+    fn describe(&self) -> String;
+}
+
+/// The listing a seed must produce: the seeded notes in order (later duplicates replacing content), then
+/// every other current note in its current order.
+pub(crate) fn seeded_listing(current: &[Note], seed: &[Note]) -> Vec<Note> {
+    let mut seeded: Vec<Note> = Vec::with_capacity(seed.len());
+    for note in seed {
+        match seeded.iter_mut().find(|existing| existing.id == note.id) {
+            Some(existing) => *existing = note.clone(),
+            None => seeded.push(note.clone()),
+        }
+    }
+    let seeded_ids: BTreeSet<&str> = seeded.iter().map(|note| note.id.as_str()).collect();
+    let others: Vec<Note> = current.iter().filter(|note| !seeded_ids.contains(note.id.as_str())).cloned().collect();
+    seeded.into_iter().chain(others).collect()
+}
+
+/// Counts what a seed changes, comparing the listing before and after.
+pub(crate) fn seed_report(current: &[Note], target: &[Note], seed: &[Note]) -> SeedReport {
+    let seeded_ids: BTreeSet<&str> = seed.iter().map(|note| note.id.as_str()).collect();
+    let mut report = SeedReport { reordered: !same_order(current, target), ..SeedReport::default() };
+    for note in target {
+        if !seeded_ids.contains(note.id.as_str()) {
+            report.others_kept += 1;
+            continue;
+        }
+        match current.iter().find(|existing| existing.id == note.id) {
+            None => report.inserted += 1,
+            Some(existing) if existing == note => report.unchanged += 1,
+            Some(_) => report.updated += 1,
+        }
+    }
+    report
+}
+
+fn same_order(current: &[Note], target: &[Note]) -> bool {
+    current.len() == target.len() && current.iter().zip(target).all(|(a, b)| a.id == b.id)
+}
+
+/// The admin handle of the in-memory stores.
+pub struct MemoryAdmin {
+    pub notes: Arc<MemoryNoteStore>,
+    pub replay: Arc<MemoryReplayStore>,
+}
+
+#[async_trait]
+impl StoreAdmin for MemoryAdmin {
+    async fn seed(&self, notes: &[Note]) -> Result<SeedReport, StoreError> {
+        let current = self.notes.snapshot();
+        let target = seeded_listing(&current, notes);
+        let report = seed_report(&current, &target, notes);
+        if current != target {
+            // Rebuild in the target order; a memory store is seeded before it serves, so nobody sees the gap.
+            for note in &current {
+                self.notes.remove(&note.id);
+            }
+            for note in target {
+                self.notes.upsert(note);
+            }
+        }
+        Ok(report)
+    }
+
+    async fn list(&self) -> Result<Vec<Note>, StoreError> {
+        Ok(self.notes.snapshot())
+    }
+
+    async fn upsert(&self, note: Note) -> Result<(), StoreError> {
+        self.notes.upsert(note);
+        Ok(())
+    }
+
+    async fn remove(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.notes.remove(id))
+    }
+
+    async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError> {
+        Ok(self.notes.move_to(id, uri))
+    }
+
+    async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError> {
+        Ok(self.notes.rename(id, title))
+    }
+
+    async fn nonce_count(&self) -> Result<u64, StoreError> {
+        Ok(self.replay.len() as u64)
+    }
+
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError> {
+        Ok(self.replay.record(nonce))
+    }
+
+    fn describe(&self) -> String {
+        "memory (this process only)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(id: &str, title: &str) -> Note {
+        Note { id: id.into(), title: title.into(), uri: format!("file:///w/{id}.md"), body: String::new() }
+    }
+
+    #[test]
+    fn seeded_notes_come_first_in_seed_order_and_others_keep_theirs() {
+        let current = vec![note("x", "x"), note("b", "old b"), note("y", "y")];
+        let seed = vec![note("a", "a"), note("b", "b")];
+        let target = seeded_listing(&current, &seed);
+        let ids: Vec<&str> = target.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "x", "y"]);
+        assert_eq!(target[1].title, "b");
+        let report = seed_report(&current, &target, &seed);
+        assert_eq!(report, SeedReport { inserted: 1, updated: 1, unchanged: 0, others_kept: 2, reordered: true });
+        let again = seed_report(&target, &seeded_listing(&target, &seed), &seed);
+        assert_eq!(again, SeedReport { inserted: 0, updated: 0, unchanged: 2, others_kept: 2, reordered: false });
+    }
+
+    #[test]
+    fn a_repeated_id_keeps_its_first_place_and_last_content() {
+        let seed = vec![note("a", "first"), note("b", "b"), note("a", "second")];
+        let target = seeded_listing(&[], &seed);
+        assert_eq!(target.iter().map(|n| (n.id.as_str(), n.title.as_str())).collect::<Vec<_>>(), [("a", "second"), ("b", "b")]);
+    }
+}

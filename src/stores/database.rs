@@ -1,0 +1,88 @@
+//! What the SQLite and PostgreSQL stores share: the migration list shape, value conversions, and the
+//! delete-time containment decision (the same one the memory store makes).
+
+use crate::handlers::ports::StoreError;
+use crate::policy::containment::FileUri;
+use serde_json::Value;
+
+/// One step of a store's schema. Versions start at 1 and increase by one; a step is applied at most once,
+/// in the same transaction that records it in `schema_version`.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: i64,
+    pub description: &'static str,
+    pub sql: &'static str,
+}
+
+/// What opening a database did to its schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    pub version_before: i64,
+    pub version_after: i64,
+}
+
+/// The refusal to touch a database written by a newer mcpsim.
+pub(crate) fn newer_schema(found: i64, known: i64) -> StoreError {
+    StoreError::Unavailable(format!(
+        "the database schema is at version {found}, newer than the {known} this mcpsim knows; upgrade mcpsim rather than point an old one at it"
+    ))
+}
+
+/// The latest version of a migration list (0 for none), checking that versions run 1, 2, 3…
+pub(crate) fn latest_version(migrations: &[Migration]) -> i64 {
+    for (index, migration) in migrations.iter().enumerate() {
+        debug_assert_eq!(migration.version, index as i64 + 1, "migration versions must run 1, 2, 3…");
+    }
+    migrations.last().map_or(0, |migration| migration.version)
+}
+
+/// Milliseconds as a database integer. Values past `i64::MAX` (hundreds of millions of years) saturate.
+pub(crate) fn sql_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// The latest `expires_at_ms` that may be pruned at `now_ms`: entries are kept until expiry plus grace.
+/// `None` while nothing can have outlived its grace yet.
+pub(crate) fn prune_horizon_ms(now_ms: u64, grace_ms: u64) -> Option<i64> {
+    now_ms.checked_sub(grace_ms).map(sql_ms)
+}
+
+pub(crate) fn encode_record(record: &Value) -> String {
+    record.to_string()
+}
+
+pub(crate) fn decode_record(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Unavailable(format!("a stored nonce record is not JSON ({e}): {text:?}")))
+}
+
+/// Whether the live note at `uri` may be deleted under `workspace`: an unparsable URI is outside.
+pub(crate) fn still_inside(workspace: &FileUri, uri: &str) -> bool {
+    FileUri::parse(uri).is_ok_and(|uri| workspace.contains(&uri))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_horizon_keeps_the_grace() {
+        assert_eq!(prune_horizon_ms(2_100, 100), Some(2_000));
+        assert_eq!(prune_horizon_ms(99, 100), None);
+        assert_eq!(sql_ms(u64::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn records_round_trip_and_corruption_is_reported() {
+        let record = serde_json::json!({"outcome": "deleted", "noteId": "n1"});
+        assert_eq!(decode_record(&encode_record(&record)), Ok(record));
+        assert!(decode_record("{not json").is_err());
+    }
+
+    #[test]
+    fn containment_at_delete_time_is_segment_based() {
+        let workspace = FileUri::parse("file:///w").unwrap();
+        assert!(still_inside(&workspace, "file:///w/a.md"));
+        assert!(!still_inside(&workspace, "file:///w-evil/a.md"));
+        assert!(!still_inside(&workspace, "not a uri"));
+    }
+}

@@ -1,0 +1,434 @@
+//! The note store and replay store in one SQLite file, shared safely by every process on one machine.
+//!
+//! WAL journal (readers never block the writer), a busy timeout (writers queue instead of failing), and
+//! `BEGIN IMMEDIATE` for every read-modify-write, so the write lock is taken before anything is read: two
+//! processes cannot both see "nonce unclaimed" and both commit. `claim_and_delete` is one transaction:
+//! insert the nonce (a conflict means already claimed), count it against the capacity, re-read the live note,
+//! re-check its containment, delete it, commit; any refusal rolls the whole transaction back, so a refused
+//! delete consumes nothing.
+//!
+//! rusqlite blocks, so every operation runs on tokio's blocking pool with a connection from a small idle pool.
+//! This store serves the real fleet only; the simulator keeps its in-memory stores.
+
+use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::policy::containment::FileUri;
+use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
+use crate::stores::database::{
+    decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Migration, MigrationReport,
+};
+use crate::stores::memory::ReplayLimits;
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a writer waits for another process's transaction before reporting the store unavailable.
+pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
+/// Idle connections kept for reuse; more may be open at once while requests are in flight.
+pub const SQLITE_IDLE_CONNECTIONS_MAX: usize = 8;
+
+/// The schema, oldest first. Never edit a released step: add a new one.
+pub const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "notes in listing order, consumed nonces, and the nonce count the capacity bound reads",
+    sql: "
+        CREATE TABLE notes (
+            id TEXT PRIMARY KEY NOT NULL,
+            position INTEGER NOT NULL UNIQUE,
+            title TEXT NOT NULL,
+            uri TEXT NOT NULL,
+            body TEXT NOT NULL
+        ) STRICT;
+        CREATE TABLE nonces (
+            nonce TEXT PRIMARY KEY NOT NULL,
+            expires_at_ms INTEGER NOT NULL,
+            record TEXT NOT NULL
+        ) STRICT, WITHOUT ROWID;
+        CREATE INDEX nonces_by_expiry ON nonces (expires_at_ms);
+        -- COUNT(*) would scan the table on every claim; this row is kept equal to it in the same transactions.
+        CREATE TABLE replay_counter (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            nonce_count INTEGER NOT NULL CHECK (nonce_count >= 0)
+        ) STRICT;
+        INSERT INTO replay_counter (id, nonce_count) VALUES (1, 0);
+    ",
+}];
+
+/// Both ports and the admin handle over one SQLite file. Cheap to clone; clones share the connection pool.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    clock: Arc<dyn Clock>,
+    limits: ReplayLimits,
+}
+
+/// An operation's failure: SQLite's own, or ours (a corrupt record, a newer schema).
+enum Failure {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(error: rusqlite::Error) -> Self {
+        Failure::Sql(error)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        Failure::Store(error)
+    }
+}
+
+type Outcome<T> = Result<T, Failure>;
+
+/// What the replay reservation inside a transaction found.
+enum Reservation {
+    Inserted,
+    AlreadyClaimed(Value),
+    Full,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates its schema. Several processes may open
+    /// the same file at once; migration is serialized by the write lock.
+    pub async fn open(path: &Path, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<SqliteStore, StoreError> {
+        Self::open_with_migrations(path, clock, limits, SQLITE_MIGRATIONS).await.map(|(store, _)| store)
+    }
+
+    /// [`SqliteStore::open`] with an explicit migration list, reporting what it applied (for tests of the
+    /// migration machinery).
+    pub async fn open_with_migrations(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        limits: ReplayLimits,
+        migrations: &'static [Migration],
+    ) -> Result<(SqliteStore, MigrationReport), StoreError> {
+        let inner = Arc::new(Inner { path: path.to_path_buf(), idle: Mutex::new(Vec::new()), clock, limits });
+        let store = SqliteStore { inner };
+        let report = store.run(move |connection, inner| migrate(connection, migrations, inner.clock.now_ms())).await?;
+        Ok((store, report))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `operation` on the blocking pool with a pooled connection.
+    async fn run<T, F>(&self, operation: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Inner) -> Outcome<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let path = inner.path.display().to_string();
+        let joined = tokio::task::spawn_blocking(move || {
+            let mut connection = inner.take_connection()?;
+            let result = operation(&mut connection, &inner);
+            // A connection whose operation failed may hold an aborted transaction: do not reuse it.
+            if result.is_ok() && connection.is_autocommit() {
+                inner.give_back(connection);
+            }
+            result
+        })
+        .await;
+        match joined {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Failure::Store(error))) => Err(error),
+            Ok(Err(Failure::Sql(error))) => Err(describe_sql_error(&path, &error)),
+            Err(join_error) => Err(StoreError::Unavailable(format!("sqlite {path}: the store worker failed: {join_error}"))),
+        }
+    }
+}
+
+impl Inner {
+    fn take_connection(&self) -> Outcome<Connection> {
+        let reused = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
+        match reused {
+            Some(connection) => Ok(connection),
+            None => open_connection(&self.path),
+        }
+    }
+
+    fn give_back(&self, connection: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if idle.len() < SQLITE_IDLE_CONNECTIONS_MAX {
+            idle.push(connection);
+        }
+    }
+}
+
+fn open_connection(path: &Path) -> Outcome<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.busy_timeout(Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))?;
+    // WAL is a property of the file (set once, kept); readers then never block the single writer.
+    let mode: String = connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        let reason = format!("sqlite {}: could not switch to WAL journaling (got {mode}); is it on a network file system?", path.display());
+        return Err(StoreError::Unavailable(reason).into());
+    }
+    // FULL: a commit the client was told about survives power loss, so a deleted note stays deleted
+    // and its nonce stays consumed.
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    Ok(connection)
+}
+
+fn describe_sql_error(path: &str, error: &rusqlite::Error) -> StoreError {
+    let hint = match error.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            format!(" (another process held the write lock for more than {SQLITE_BUSY_TIMEOUT_MS} ms)")
+        }
+        Some(rusqlite::ErrorCode::CannotOpen) => " (does the directory exist, and may this user write there?)".to_string(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied) => {
+            " (the file or its directory is not writable by this user)".to_string()
+        }
+        _ => String::new(),
+    };
+    StoreError::Unavailable(format!("sqlite {path}: {error}{hint}"))
+}
+
+/// Applies the steps of `migrations` newer than the database's version, in one write transaction.
+fn migrate(connection: &mut Connection, migrations: &[Migration], now_ms: u64) -> Outcome<MigrationReport> {
+    let known = latest_version(migrations);
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    transaction.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+            version INTEGER PRIMARY KEY NOT NULL,
+            description TEXT NOT NULL,
+            applied_at_ms INTEGER NOT NULL
+        ) STRICT;",
+    )?;
+    let found: i64 = transaction.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_version", [], |row| row.get(0))?;
+    if found > known {
+        return Err(newer_schema(found, known).into());
+    }
+    for migration in migrations.iter().filter(|migration| migration.version > found) {
+        transaction.execute_batch(migration.sql)?;
+        transaction.execute(
+            "INSERT INTO schema_version (version, description, applied_at_ms) VALUES (?1, ?2, ?3)",
+            params![migration.version, migration.description, sql_ms(now_ms)],
+        )?;
+    }
+    transaction.commit()?;
+    Ok(MigrationReport { version_before: found, version_after: found.max(known) })
+}
+
+/// Inside a write transaction: records the nonce unless it is already held, and enforces the capacity the
+/// way the memory store does (prune only when full, never an unexpired-plus-grace entry, never evict).
+fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limits: ReplayLimits) -> Outcome<Reservation> {
+    let inserted = transaction.execute(
+        "INSERT INTO nonces (nonce, expires_at_ms, record) VALUES (?1, ?2, ?3) ON CONFLICT (nonce) DO NOTHING",
+        params![claim.nonce, sql_ms(claim.expires_at_ms), encode_record(&claim.record)],
+    )?;
+    if inserted == 0 {
+        let record: String = transaction.query_row("SELECT record FROM nonces WHERE nonce = ?1", [&claim.nonce], |row| row.get(0))?;
+        return Ok(Reservation::AlreadyClaimed(decode_record(&record)?));
+    }
+    let mut count: i64 =
+        transaction.query_row("UPDATE replay_counter SET nonce_count = nonce_count + 1 WHERE id = 1 RETURNING nonce_count", [], |row| {
+            row.get(0)
+        })?;
+    let capacity = i64::try_from(limits.capacity).unwrap_or(i64::MAX);
+    if count > capacity {
+        if let Some(horizon) = prune_horizon_ms(now_ms, limits.retention_grace_ms) {
+            let pruned =
+                transaction.execute("DELETE FROM nonces WHERE expires_at_ms <= ?1 AND nonce <> ?2", params![horizon, claim.nonce])?;
+            let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
+            transaction.execute("UPDATE replay_counter SET nonce_count = nonce_count - ?1 WHERE id = 1", [pruned])?;
+            count -= pruned;
+        }
+        if count > capacity {
+            return Ok(Reservation::Full);
+        }
+    }
+    Ok(Reservation::Inserted)
+}
+
+fn read_note(transaction: &Transaction<'_>, id: &str) -> rusqlite::Result<Option<Note>> {
+    transaction
+        .query_row("SELECT id, title, uri, body FROM notes WHERE id = ?1", [id], |row| {
+            Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: row.get(3)? })
+        })
+        .optional()
+}
+
+fn list_notes(connection: &Connection) -> rusqlite::Result<Vec<Note>> {
+    let mut statement = connection.prepare_cached("SELECT id, title, uri, body FROM notes ORDER BY position")?;
+    let rows = statement.query_map([], |row| Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: row.get(3)? }))?;
+    rows.collect()
+}
+
+fn upsert_note(transaction: &Transaction<'_>, note: &Note) -> rusqlite::Result<()> {
+    // A new note goes to the end of the listing; an existing one keeps its place (as in memory).
+    transaction.execute(
+        "INSERT INTO notes (id, position, title, uri, body)
+         VALUES (?1, (SELECT COALESCE(MAX(position), 0) + 1 FROM notes), ?2, ?3, ?4)
+         ON CONFLICT (id) DO UPDATE SET title = excluded.title, uri = excluded.uri, body = excluded.body",
+        params![note.id, note.title, note.uri, note.body],
+    )?;
+    Ok(())
+}
+
+#[async_trait]
+impl NoteStore for SqliteStore {
+    async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
+        self.run(|connection, _| Ok(list_notes(connection)?)).await
+    }
+
+    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+        let id = id.to_string();
+        let workspace = workspace.clone();
+        self.run(move |connection, _| {
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(note) = read_note(&transaction, &id)? else {
+                return Ok(GuardedDelete::Gone);
+            };
+            if !still_inside(&workspace, &note.uri) {
+                return Ok(GuardedDelete::OutsideWorkspace);
+            }
+            transaction.execute("DELETE FROM notes WHERE id = ?1", [&id])?;
+            transaction.commit()?;
+            Ok(GuardedDelete::Deleted(note))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ReplayStore for SqliteStore {
+    async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
+        self.run(move |connection, inner| {
+            let now_ms = inner.clock.now_ms();
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            match reserve(&transaction, &claim, now_ms, inner.limits)? {
+                Reservation::Inserted => {
+                    transaction.commit()?;
+                    Ok(ClaimOutcome::Claimed)
+                }
+                // Dropping the transaction rolls it back: a refused claim leaves no trace.
+                Reservation::AlreadyClaimed(record) => Ok(ClaimOutcome::AlreadyClaimed { record }),
+                Reservation::Full => Ok(ClaimOutcome::Full),
+            }
+        })
+        .await
+    }
+
+    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+        let note_id = note_id.to_string();
+        let workspace = workspace.clone();
+        self.run(move |connection, inner| {
+            let now_ms = inner.clock.now_ms();
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            match reserve(&transaction, &claim, now_ms, inner.limits)? {
+                Reservation::Inserted => {}
+                Reservation::AlreadyClaimed(record) => return Ok(ClaimAndDelete::AlreadyClaimed { record }),
+                Reservation::Full => return Ok(ClaimAndDelete::Full),
+            }
+            // Each refusal below returns before commit: the transaction rolls back and the nonce is released.
+            let Some(note) = read_note(&transaction, &note_id)? else {
+                return Ok(ClaimAndDelete::NoteGone);
+            };
+            if !still_inside(&workspace, &note.uri) {
+                return Ok(ClaimAndDelete::NoteOutsideWorkspace);
+            }
+            transaction.execute("DELETE FROM notes WHERE id = ?1", [&note_id])?;
+            transaction.commit()?;
+            Ok(ClaimAndDelete::Deleted(note))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl StoreAdmin for SqliteStore {
+    async fn seed(&self, notes: &[Note]) -> Result<SeedReport, StoreError> {
+        let seed = notes.to_vec();
+        self.run(move |connection, _| {
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let current = list_notes(&transaction)?;
+            let target = seeded_listing(&current, &seed);
+            let report = seed_report(&current, &target, &seed);
+            for note in &seed {
+                upsert_note(&transaction, note)?;
+            }
+            if report.reordered {
+                // Fresh positions above every current one, in target order: no UNIQUE collision on the way.
+                let top: i64 = transaction.query_row("SELECT COALESCE(MAX(position), 0) FROM notes", [], |row| row.get(0))?;
+                for (offset, note) in target.iter().enumerate() {
+                    let position = top + 1 + i64::try_from(offset).unwrap_or(i64::MAX - top - 1);
+                    transaction.execute("UPDATE notes SET position = ?1 WHERE id = ?2", params![position, note.id])?;
+                }
+            }
+            transaction.commit()?;
+            Ok(report)
+        })
+        .await
+    }
+
+    async fn list(&self) -> Result<Vec<Note>, StoreError> {
+        self.list_notes().await
+    }
+
+    async fn upsert(&self, note: Note) -> Result<(), StoreError> {
+        self.run(move |connection, _| {
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            upsert_note(&transaction, &note)?;
+            transaction.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.run(move |connection, _| Ok(connection.execute("DELETE FROM notes WHERE id = ?1", [&id])? == 1)).await
+    }
+
+    async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError> {
+        let (id, uri) = (id.to_string(), uri.to_string());
+        self.run(move |connection, _| Ok(connection.execute("UPDATE notes SET uri = ?1 WHERE id = ?2", [&uri, &id])? == 1)).await
+    }
+
+    async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError> {
+        let (id, title) = (id.to_string(), title.to_string());
+        self.run(move |connection, _| Ok(connection.execute("UPDATE notes SET title = ?1 WHERE id = ?2", [&title, &id])? == 1)).await
+    }
+
+    async fn nonce_count(&self) -> Result<u64, StoreError> {
+        self.run(|connection, _| {
+            let transaction = connection.transaction()?;
+            let counted: i64 = transaction.query_row("SELECT COUNT(*) FROM nonces", [], |row| row.get(0))?;
+            let recorded: i64 = transaction.query_row("SELECT nonce_count FROM replay_counter WHERE id = 1", [], |row| row.get(0))?;
+            if counted != recorded {
+                return Err(StoreError::Unavailable(format!(
+                    "the nonce counter says {recorded} but the table holds {counted}: the database was changed outside mcpsim"
+                ))
+                .into());
+            }
+            Ok(u64::try_from(counted).unwrap_or(0))
+        })
+        .await
+    }
+
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError> {
+        let nonce = nonce.to_string();
+        self.run(move |connection, _| {
+            let record: Option<String> =
+                connection.query_row("SELECT record FROM nonces WHERE nonce = ?1", [&nonce], |row| row.get(0)).optional()?;
+            Ok(record.map(|text| decode_record(&text)).transpose()?)
+        })
+        .await
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite {}", self.inner.path.display())
+    }
+}
