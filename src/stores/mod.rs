@@ -1,11 +1,16 @@
-//! Stores: implementations of the handler ports. In memory (also inside the simulator's store actors) and in one
-//! SQLite file (a fleet on one machine).
+//! Stores: implementations of the handler ports. In memory (also inside the simulator's store actors), in one
+//! SQLite file (a fleet on one machine) and in PostgreSQL (a fleet across machines), chosen by a [`StoreSpec`].
+//!
+//! The database stores match the memory store's semantics exactly; `tests/stores` runs one contract against all three.
 
 pub mod admin;
 pub mod database;
 pub mod feed;
 pub mod memory;
+pub mod postgres;
+pub mod spec;
 pub mod sqlite;
 pub mod system;
 
 pub use admin::{SeedReport, StoreAdmin};
+pub use spec::{open, seed, StoreSpec, Stores};

@@ -1,0 +1,469 @@
+//! The note store and replay store in PostgreSQL, for a fleet that spans machines.
+//!
+//! `claim_and_delete` is one READ COMMITTED transaction:
+//! 1. `INSERT … ON CONFLICT (nonce) DO NOTHING`, checked for exactly one row. A concurrent inserter of the same
+//!    nonce waits on ours and then sees the conflict, so two transactions can never both claim it; a conflict
+//!    reads the stored record (AlreadyClaimed).
+//! 2. The nonce counter row is incremented (it serializes claims, which is what makes the capacity bound
+//!    exact); over capacity, entries past expiry plus grace are pruned, and if none can go the claim is
+//!    refused (Full, fail closed, nothing evicted).
+//! 3. The live note is re-read `FOR UPDATE` (a concurrent move or delete waits or is waited on), its
+//!    containment re-checked, and it is deleted with a conditional `DELETE … WHERE id = $1 AND uri = $2`
+//!    that must hit exactly one row.
+//! 4. Commit. Every refusal (gone, outside, full, conflict) rolls back instead, so nothing is consumed.
+
+use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::policy::containment::FileUri;
+use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
+use crate::stores::database::{
+    decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Migration, MigrationReport,
+};
+use crate::stores::memory::ReplayLimits;
+use async_trait::async_trait;
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::NoTls;
+
+/// Connections one process keeps to the database at most.
+pub const POSTGRES_CONNECTIONS_MAX: usize = 16;
+/// How long an operation waits for a free connection, or for a new one to be established.
+pub const POSTGRES_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// How often a claim retries when the conflicting nonce vanished between its insert and its read (pruned
+/// by another instance with a faster clock). Bounded: after that the store reports itself unavailable.
+pub const POSTGRES_RESERVE_ATTEMPTS_MAX: usize = 3;
+/// Serializes schema migration across processes starting at once (an arbitrary constant: "mcpsim" + 1).
+const MIGRATION_LOCK_KEY: i64 = 0x6d63_7073_696d_0001;
+
+/// The schema, oldest first. Never edit a released step: add a new one.
+pub const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "notes in listing order, consumed nonces, and the nonce count the capacity bound reads",
+    sql: "
+        CREATE TABLE notes (
+            id TEXT PRIMARY KEY,
+            position BIGINT NOT NULL UNIQUE,
+            title TEXT NOT NULL,
+            uri TEXT NOT NULL,
+            body TEXT NOT NULL
+        );
+        CREATE SEQUENCE note_positions AS BIGINT OWNED BY notes.position;
+        CREATE TABLE nonces (
+            nonce TEXT PRIMARY KEY,
+            expires_at_ms BIGINT NOT NULL,
+            record TEXT NOT NULL
+        );
+        CREATE INDEX nonces_by_expiry ON nonces (expires_at_ms);
+        -- COUNT(*) would scan the table on every claim; this row is kept equal to it in the same transactions.
+        CREATE TABLE replay_counter (
+            id SMALLINT PRIMARY KEY CHECK (id = 1),
+            nonce_count BIGINT NOT NULL CHECK (nonce_count >= 0)
+        );
+        INSERT INTO replay_counter (id, nonce_count) VALUES (1, 0);
+    ",
+}];
+
+/// Parses a connection URL or `key=value` string, refusing what this build cannot honour.
+pub fn parse_config(text: &str) -> Result<tokio_postgres::Config, String> {
+    let config: tokio_postgres::Config = text.parse().map_err(|e| format!("not a PostgreSQL connection string: {e}"))?;
+    if config.get_ssl_mode() == SslMode::Require {
+        return Err("sslmode=require needs TLS, which this build of mcpsim does not include; connect over a trusted network or a tunnel (sslmode=disable or prefer)".into());
+    }
+    if config.get_hosts().is_empty() {
+        return Err("the connection string names no host (e.g. postgres://mcpsim@127.0.0.1:5432/mcpsim)".into());
+    }
+    Ok(config)
+}
+
+/// `user@host:port/db`, for logs; never the password.
+pub fn describe_config(config: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(index, host)| {
+            let name = match host {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            };
+            let port = config.get_ports().get(index).or(config.get_ports().first()).copied().unwrap_or(5432);
+            format!("{name}:{port}")
+        })
+        .collect();
+    let user = config.get_user().map(|user| format!("{user}@")).unwrap_or_default();
+    let database = config.get_dbname().or(config.get_user()).unwrap_or("postgres");
+    format!("{user}{}/{database}", hosts.join(","))
+}
+
+/// Both ports and the admin handle over one PostgreSQL database. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    clock: Arc<dyn Clock>,
+    limits: ReplayLimits,
+    description: String,
+}
+
+enum Reservation {
+    Inserted,
+    AlreadyClaimed(Value),
+    Full,
+}
+
+impl PostgresStore {
+    /// Connects and migrates the schema. Several processes may open the same database at once; migration is
+    /// serialized by an advisory lock.
+    pub async fn open(config: tokio_postgres::Config, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<PostgresStore, StoreError> {
+        Self::open_with_migrations(config, clock, limits, POSTGRES_MIGRATIONS).await.map(|(store, _)| store)
+    }
+
+    /// [`PostgresStore::open`] with an explicit migration list, reporting what it applied.
+    pub async fn open_with_migrations(
+        mut config: tokio_postgres::Config,
+        clock: Arc<dyn Clock>,
+        limits: ReplayLimits,
+        migrations: &[Migration],
+    ) -> Result<(PostgresStore, MigrationReport), StoreError> {
+        let description = format!("postgres {}", describe_config(&config));
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_millis(POSTGRES_CONNECT_TIMEOUT_MS));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("mcpsim");
+        }
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let timeout = Some(Duration::from_millis(POSTGRES_CONNECT_TIMEOUT_MS));
+        let pool = Pool::builder(manager)
+            .max_size(POSTGRES_CONNECTIONS_MAX)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(timeout)
+            .create_timeout(timeout)
+            .recycle_timeout(timeout)
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("{description}: cannot build the connection pool: {e}")))?;
+        let store = PostgresStore { pool, clock, limits, description };
+        let report = store.migrate(migrations).await?;
+        Ok((store, report))
+    }
+
+    fn error(&self, error: &tokio_postgres::Error) -> StoreError {
+        StoreError::Unavailable(format!("{}: {}", self.description, explain(error)))
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool.get().await.map_err(|error| {
+            let reason = match &error {
+                PoolError::Backend(error) => explain(error),
+                PoolError::Timeout(_) => format!("no connection within {POSTGRES_CONNECT_TIMEOUT_MS} ms"),
+                other => other.to_string(),
+            };
+            StoreError::Unavailable(format!("{}: {reason}; is PostgreSQL running and reachable?", self.description))
+        })
+    }
+
+    async fn migrate(&self, migrations: &[Migration]) -> Result<MigrationReport, StoreError> {
+        let known = latest_version(migrations);
+        let now_ms = sql_ms(self.clock.now_ms());
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let result: Result<MigrationReport, StoreError> = async {
+            let step = |e: tokio_postgres::Error| self.error(&e);
+            transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).await.map_err(step)?;
+            transaction
+                .batch_execute(
+                    "CREATE TABLE IF NOT EXISTS schema_version (
+                        version BIGINT PRIMARY KEY,
+                        description TEXT NOT NULL,
+                        applied_at_ms BIGINT NOT NULL
+                    )",
+                )
+                .await
+                .map_err(step)?;
+            let found: i64 = transaction.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[]).await.map_err(step)?.get(0);
+            if found > known {
+                return Err(newer_schema(found, known));
+            }
+            for migration in migrations.iter().filter(|migration| migration.version > found) {
+                transaction.batch_execute(migration.sql).await.map_err(step)?;
+                transaction
+                    .execute(
+                        "INSERT INTO schema_version (version, description, applied_at_ms) VALUES ($1, $2, $3)",
+                        &[&migration.version, &migration.description, &now_ms],
+                    )
+                    .await
+                    .map_err(step)?;
+            }
+            Ok(MigrationReport { version_before: found, version_after: found.max(known) })
+        }
+        .await;
+        self.finish(transaction, result.is_ok()).await?;
+        result
+    }
+
+    /// Commits or rolls back. A failed rollback is reported too: the pool then discards the connection.
+    async fn finish(&self, transaction: Transaction<'_>, commit: bool) -> Result<(), StoreError> {
+        let ended = if commit { transaction.commit().await } else { transaction.rollback().await };
+        ended.map_err(|e| self.error(&e))
+    }
+
+    /// Inside a transaction: records the nonce unless it is already held, and enforces the capacity the way the
+    /// memory store does (prune only when full, never an unexpired-plus-grace entry, never evict).
+    async fn reserve(&self, transaction: &Transaction<'_>, claim: &NonceClaim) -> Result<Reservation, StoreError> {
+        let step = |e: tokio_postgres::Error| self.error(&e);
+        let insert = transaction
+            .prepare_cached("INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3) ON CONFLICT (nonce) DO NOTHING")
+            .await
+            .map_err(step)?;
+        let select = transaction.prepare_cached("SELECT record FROM nonces WHERE nonce = $1").await.map_err(step)?;
+        let expires_at_ms = sql_ms(claim.expires_at_ms);
+        let record = encode_record(&claim.record);
+        let mut inserted = false;
+        for _ in 0..POSTGRES_RESERVE_ATTEMPTS_MAX {
+            if transaction.execute(&insert, &[&claim.nonce, &expires_at_ms, &record]).await.map_err(step)? == 1 {
+                inserted = true;
+                break;
+            }
+            if let Some(row) = transaction.query_opt(&select, &[&claim.nonce]).await.map_err(step)? {
+                return Ok(Reservation::AlreadyClaimed(decode_record(row.get(0))?));
+            }
+        }
+        if !inserted {
+            return Err(StoreError::Unavailable(format!(
+                "{}: nonce {} kept conflicting and vanishing ({POSTGRES_RESERVE_ATTEMPTS_MAX} attempts); are the instances' clocks far apart?",
+                self.description, claim.nonce
+            )));
+        }
+        let count_up = transaction
+            .prepare_cached("UPDATE replay_counter SET nonce_count = nonce_count + 1 WHERE id = 1 RETURNING nonce_count")
+            .await
+            .map_err(step)?;
+        let mut count: i64 = transaction.query_one(&count_up, &[]).await.map_err(step)?.get(0);
+        let capacity = i64::try_from(self.limits.capacity).unwrap_or(i64::MAX);
+        if count > capacity {
+            if let Some(horizon) = prune_horizon_ms(self.clock.now_ms(), self.limits.retention_grace_ms) {
+                let pruned = transaction
+                    .execute("DELETE FROM nonces WHERE expires_at_ms <= $1 AND nonce <> $2", &[&horizon, &claim.nonce])
+                    .await
+                    .map_err(step)?;
+                let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
+                transaction
+                    .execute("UPDATE replay_counter SET nonce_count = nonce_count - $1 WHERE id = 1", &[&pruned])
+                    .await
+                    .map_err(step)?;
+                count -= pruned;
+            }
+            if count > capacity {
+                return Ok(Reservation::Full);
+            }
+        }
+        Ok(Reservation::Inserted)
+    }
+
+    /// The body of `claim_and_delete`; returns the outcome and whether to commit.
+    async fn claim_and_delete_in(
+        &self,
+        transaction: &Transaction<'_>,
+        claim: &NonceClaim,
+        note_id: &str,
+        workspace: &FileUri,
+    ) -> Result<(ClaimAndDelete, bool), StoreError> {
+        match self.reserve(transaction, claim).await? {
+            Reservation::Inserted => {}
+            Reservation::AlreadyClaimed(record) => return Ok((ClaimAndDelete::AlreadyClaimed { record }, false)),
+            Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
+        }
+        let step = |e: tokio_postgres::Error| self.error(&e);
+        let read = transaction.prepare_cached("SELECT id, title, uri, body FROM notes WHERE id = $1 FOR UPDATE").await.map_err(step)?;
+        let Some(row) = transaction.query_opt(&read, &[&note_id]).await.map_err(step)? else {
+            return Ok((ClaimAndDelete::NoteGone, false));
+        };
+        let note = Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) };
+        if !still_inside(workspace, &note.uri) {
+            return Ok((ClaimAndDelete::NoteOutsideWorkspace, false));
+        }
+        let delete = transaction.prepare_cached("DELETE FROM notes WHERE id = $1 AND uri = $2").await.map_err(step)?;
+        if transaction.execute(&delete, &[&note.id, &note.uri]).await.map_err(step)? != 1 {
+            // Unreachable while the row lock holds; if it ever happens, refuse rather than consume.
+            return Ok((ClaimAndDelete::NoteGone, false));
+        }
+        Ok((ClaimAndDelete::Deleted(note), true))
+    }
+
+    async fn list_in(&self, client: &impl GenericClient) -> Result<Vec<Note>, StoreError> {
+        let rows = client.query("SELECT id, title, uri, body FROM notes ORDER BY position", &[]).await.map_err(|e| self.error(&e))?;
+        Ok(rows.iter().map(|row| Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) }).collect())
+    }
+
+    async fn upsert_in(&self, client: &impl GenericClient, note: &Note) -> Result<(), StoreError> {
+        // A new note goes to the end of the listing; an existing one keeps its place (as in memory).
+        client
+            .execute(
+                "INSERT INTO notes (id, position, title, uri, body) VALUES ($1, nextval('note_positions'), $2, $3, $4)
+                 ON CONFLICT (id) DO UPDATE SET title = EXCLUDED.title, uri = EXCLUDED.uri, body = EXCLUDED.body",
+                &[&note.id, &note.title, &note.uri, &note.body],
+            )
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok(())
+    }
+
+    async fn update_one(&self, sql: &str, first: &str, second: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        Ok(client.execute(sql, &[&first, &second]).await.map_err(|e| self.error(&e))? == 1)
+    }
+}
+
+/// The server's own message and SQLSTATE when there is one; the driver's otherwise.
+fn explain(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => {
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                text.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            text
+        }
+    }
+}
+
+#[async_trait]
+impl NoteStore for PostgresStore {
+    async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
+        let client = self.client().await?;
+        self.list_in(&client).await
+    }
+
+    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let decided: Result<(GuardedDelete, bool), StoreError> = async {
+            let step = |e: tokio_postgres::Error| self.error(&e);
+            let Some(row) =
+                transaction.query_opt("SELECT id, title, uri, body FROM notes WHERE id = $1 FOR UPDATE", &[&id]).await.map_err(step)?
+            else {
+                return Ok((GuardedDelete::Gone, false));
+            };
+            let note = Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) };
+            if !still_inside(workspace, &note.uri) {
+                return Ok((GuardedDelete::OutsideWorkspace, false));
+            }
+            transaction.execute("DELETE FROM notes WHERE id = $1", &[&id]).await.map_err(step)?;
+            Ok((GuardedDelete::Deleted(note), true))
+        }
+        .await;
+        let commit = matches!(decided, Ok((_, true)));
+        self.finish(transaction, commit).await?;
+        decided.map(|(outcome, _)| outcome)
+    }
+}
+
+#[async_trait]
+impl ReplayStore for PostgresStore {
+    async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let decided = match self.reserve(&transaction, &claim).await {
+            Ok(Reservation::Inserted) => Ok((ClaimOutcome::Claimed, true)),
+            Ok(Reservation::AlreadyClaimed(record)) => Ok((ClaimOutcome::AlreadyClaimed { record }, false)),
+            Ok(Reservation::Full) => Ok((ClaimOutcome::Full, false)),
+            Err(error) => Err(error),
+        };
+        let commit = matches!(decided, Ok((_, true)));
+        self.finish(transaction, commit).await?;
+        decided.map(|(outcome, _)| outcome)
+    }
+
+    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let decided = self.claim_and_delete_in(&transaction, &claim, note_id, workspace).await;
+        let commit = matches!(decided, Ok((_, true)));
+        self.finish(transaction, commit).await?;
+        decided.map(|(outcome, _)| outcome)
+    }
+}
+
+#[async_trait]
+impl StoreAdmin for PostgresStore {
+    async fn seed(&self, notes: &[Note]) -> Result<SeedReport, StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let decided: Result<SeedReport, StoreError> = async {
+            // Writers wait while the seed runs; readers do not.
+            transaction.batch_execute("LOCK TABLE notes IN EXCLUSIVE MODE").await.map_err(|e| self.error(&e))?;
+            let current = self.list_in(&transaction).await?;
+            let target = seeded_listing(&current, notes);
+            let report = seed_report(&current, &target, notes);
+            for note in notes {
+                self.upsert_in(&transaction, note).await?;
+            }
+            if report.reordered {
+                // Fresh sequence values in target order are above every current position: no UNIQUE collision.
+                for note in &target {
+                    transaction
+                        .execute("UPDATE notes SET position = nextval('note_positions') WHERE id = $1", &[&note.id])
+                        .await
+                        .map_err(|e| self.error(&e))?;
+                }
+            }
+            Ok(report)
+        }
+        .await;
+        self.finish(transaction, decided.is_ok()).await?;
+        decided
+    }
+
+    async fn list(&self) -> Result<Vec<Note>, StoreError> {
+        self.list_notes().await
+    }
+
+    async fn upsert(&self, note: Note) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        self.upsert_in(&client, &note).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        Ok(client.execute("DELETE FROM notes WHERE id = $1", &[&id]).await.map_err(|e| self.error(&e))? == 1)
+    }
+
+    async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError> {
+        self.update_one("UPDATE notes SET uri = $2 WHERE id = $1", id, uri).await
+    }
+
+    async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError> {
+        self.update_one("UPDATE notes SET title = $2 WHERE id = $1", id, title).await
+    }
+
+    async fn nonce_count(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        // One statement, one snapshot: the table and the counter are compared as of the same moment.
+        let row = client
+            .query_one("SELECT (SELECT COUNT(*) FROM nonces), (SELECT nonce_count FROM replay_counter WHERE id = 1)", &[])
+            .await
+            .map_err(|e| self.error(&e))?;
+        let (counted, recorded): (i64, i64) = (row.get(0), row.get(1));
+        if counted != recorded {
+            return Err(StoreError::Unavailable(format!(
+                "{}: the nonce counter says {recorded} but the table holds {counted}: the database was changed outside mcpsim",
+                self.description
+            )));
+        }
+        Ok(u64::try_from(counted).unwrap_or(0))
+    }
+
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_opt("SELECT record FROM nonces WHERE nonce = $1", &[&nonce]).await.map_err(|e| self.error(&e))?;
+        row.map(|row| decode_record(row.get(0))).transpose()
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}

@@ -1,0 +1,199 @@
+//! Choosing a store: `memory`, `sqlite:PATH` or `postgres:URL`, parsed with errors that say what to write,
+//! and opened as the two handler ports plus the operator's admin handle.
+
+use crate::handlers::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
+use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
+use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
+use crate::stores::sqlite::SqliteStore;
+use crate::stores::system::SystemClock;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Where the notes and the replay store live.
+#[derive(Clone)]
+pub enum StoreSpec {
+    /// Inside this process: every instance of one `mcpsim serve` shares it, other processes cannot.
+    Memory,
+    /// One SQLite file, shared by every process on this machine.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, shared by processes on any machine that reaches it.
+    Postgres(PostgresTarget),
+}
+
+/// A parsed PostgreSQL connection string. Its `Debug` and `Display` never show the password.
+#[derive(Clone)]
+pub struct PostgresTarget {
+    // Boxed: a connection config is large and a spec is passed around by value.
+    config: Box<tokio_postgres::Config>,
+}
+
+impl PostgresTarget {
+    pub fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    /// The same server and credentials, another database (e.g. one per test run or per experiment).
+    pub fn with_database(&self, database: &str) -> PostgresTarget {
+        let mut config = self.config.clone();
+        config.dbname(database);
+        PostgresTarget { config }
+    }
+}
+
+impl std::fmt::Display for PostgresTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&describe_config(&self.config))
+    }
+}
+
+impl std::fmt::Debug for PostgresTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PostgresTarget({self})")
+    }
+}
+
+pub const STORE_SPEC_HELP: &str =
+    "memory | sqlite:PATH | postgres:URL (e.g. sqlite:/var/lib/mcpsim/fleet.db, postgres://mcpsim:secret@db.internal:5432/mcpsim)";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreSpecError(String);
+
+impl FromStr for StoreSpec {
+    type Err = StoreSpecError;
+
+    fn from_str(text: &str) -> Result<StoreSpec, StoreSpecError> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("memory") {
+            return Ok(StoreSpec::Memory);
+        }
+        if let Some(path) = text.strip_prefix("sqlite:") {
+            if path.is_empty() {
+                return Err(StoreSpecError("sqlite: needs a file path, e.g. sqlite:./fleet.db".into()));
+            }
+            if path == ":memory:" {
+                return Err(StoreSpecError(
+                    "sqlite::memory: would give every connection its own empty database; use `memory` for an in-process store".into(),
+                ));
+            }
+            return Ok(StoreSpec::Sqlite(PathBuf::from(path)));
+        }
+        for scheme in ["postgres:", "postgresql:"] {
+            if let Some(rest) = text.strip_prefix(scheme) {
+                // `postgres://…` is itself the URL; `postgres:URL` and `postgres:key=value …` wrap one.
+                let connection = if rest.starts_with("//") { text } else { rest };
+                if connection.is_empty() {
+                    return Err(StoreSpecError("postgres: needs a connection URL, e.g. postgres://mcpsim@127.0.0.1:5432/mcpsim".into()));
+                }
+                let config = parse_config(connection).map_err(|reason| StoreSpecError(format!("postgres store: {reason}")))?;
+                return Ok(StoreSpec::Postgres(PostgresTarget { config: Box::new(config) }));
+            }
+        }
+        Err(StoreSpecError(format!("unknown store {text:?}: write {STORE_SPEC_HELP}")))
+    }
+}
+
+impl std::fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSpec::Memory => f.write_str("memory"),
+            StoreSpec::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            StoreSpec::Postgres(target) => write!(f, "postgres:{target}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreSpec({self})")
+    }
+}
+
+/// The opened store: what handlers use, and what operators and tests use.
+#[derive(Clone)]
+pub struct Stores {
+    pub notes: Arc<dyn NoteStore>,
+    pub replay: Arc<dyn ReplayStore>,
+    pub admin: Arc<dyn StoreAdmin>,
+}
+
+/// Opens (creating and migrating as needed) the store named by `spec`. A memory store starts empty: seed it
+/// through `admin`.
+pub async fn open(spec: &StoreSpec, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<Stores, StoreError> {
+    match spec {
+        StoreSpec::Memory => {
+            let notes = Arc::new(MemoryNoteStore::new(Vec::new()));
+            let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock, limits));
+            let admin = Arc::new(MemoryAdmin { notes: notes.clone(), replay: replay.clone() });
+            Ok(Stores { notes, replay, admin })
+        }
+        StoreSpec::Sqlite(path) => {
+            let store = Arc::new(SqliteStore::open(path, clock, limits).await?);
+            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
+        }
+        StoreSpec::Postgres(target) => {
+            let store = Arc::new(PostgresStore::open((*target.config).clone(), clock, limits).await?);
+            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SeedError {
+    #[error(
+        "a memory store lives inside one `mcpsim serve` process and is loaded from its --config at start; seed a sqlite: or postgres: store instead"
+    )]
+    MemoryIsPerProcess,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Loads `notes` (a deployment's notes) into a shared store, creating its schema if needed. Idempotent:
+/// running it again restores the notes exactly (content and listing order), keeping any other notes after them.
+pub async fn seed(spec: &StoreSpec, notes: &[Note]) -> Result<SeedReport, SeedError> {
+    if matches!(spec, StoreSpec::Memory) {
+        return Err(SeedError::MemoryIsPerProcess);
+    }
+    let stores = open(spec, Arc::new(SystemClock), ReplayLimits::default()).await?;
+    Ok(stores.admin.seed(notes).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<StoreSpec, String> {
+        text.parse::<StoreSpec>().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_three_kinds_parse() {
+        assert!(matches!(parse("memory"), Ok(StoreSpec::Memory)));
+        assert!(matches!(parse("sqlite:./fleet.db"), Ok(StoreSpec::Sqlite(path)) if path.as_path() == std::path::Path::new("./fleet.db")));
+        let spec = parse("postgres://mcpsim:hunter2@127.0.0.1:5433/fleet").unwrap();
+        assert_eq!(spec.to_string(), "postgres:mcpsim@127.0.0.1:5433/fleet");
+        assert!(!format!("{spec:?}").contains("hunter2"), "the password never reaches logs");
+        let wrapped = parse("postgres:postgresql://mcpsim@db.internal/fleet").unwrap();
+        assert_eq!(wrapped.to_string(), "postgres:mcpsim@db.internal:5432/fleet");
+        let key_value = parse("postgres:host=127.0.0.1 port=5434 user=u dbname=d password=secret").unwrap();
+        assert_eq!(key_value.to_string(), "postgres:u@127.0.0.1:5434/d");
+    }
+
+    #[test]
+    fn mistakes_say_what_to_write() {
+        let unknown = parse("mysql://x").unwrap_err();
+        assert!(unknown.contains("sqlite:PATH") && unknown.contains("postgres:URL"), "{unknown}");
+        assert!(parse("sqlite:").unwrap_err().contains("file path"));
+        assert!(parse("sqlite::memory:").unwrap_err().contains("use `memory`"));
+        assert!(parse("postgres:").unwrap_err().contains("connection URL"));
+        assert!(parse("postgres://u@h/d?sslmode=require").unwrap_err().contains("TLS"));
+        assert!(parse("postgres://u@h/d?bogus=1").unwrap_err().contains("not a PostgreSQL connection string"));
+    }
+
+    #[tokio::test]
+    async fn seeding_memory_is_refused_with_a_reason() {
+        assert_eq!(seed(&StoreSpec::Memory, &[]).await, Err(SeedError::MemoryIsPerProcess));
+    }
+}
