@@ -1,0 +1,348 @@
+//! The contract every store kind must meet, written once against `stores::open` and the port traits. Each
+//! kind's module instantiates it with `contract_tests!` (and `persistent_contract_tests!` for databases).
+//! The expectations are the memory store's behaviour, which the simulator and handlers were built on.
+
+use crate::support::TestClock;
+use async_trait::async_trait;
+use mcpsim::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note};
+use mcpsim::policy::containment::FileUri;
+use mcpsim::stores::memory::ReplayLimits;
+use mcpsim::stores::{open, SeedReport, StoreSpec, Stores};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// A kind of store, able to provide fresh empty locations.
+#[async_trait]
+pub trait StoreKind: Send + Sync {
+    async fn fresh(&self) -> StoreSpec;
+}
+
+pub const START_MS: u64 = 1_000;
+pub const GRACE_MS: u64 = 100;
+/// Far beyond any test clock: these entries never become prunable.
+pub const FAR_FUTURE_MS: u64 = 1 << 50;
+
+pub fn note(id: &str, uri: &str) -> Note {
+    Note { id: id.into(), title: format!("title {id}"), uri: uri.into(), body: format!("body of {id}\n") }
+}
+
+pub fn fixture_notes() -> Vec<Note> {
+    vec![note("n1", "file:///w/a.md"), note("n2", "file:///w/b.md"), note("n3", "file:///w/sub/c.md")]
+}
+
+pub fn workspace() -> FileUri {
+    FileUri::parse("file:///w").unwrap()
+}
+
+pub fn declined() -> Value {
+    json!({"outcome": "declined"})
+}
+
+pub fn deleted_record(note_id: &str) -> Value {
+    json!({"outcome": "deleted", "noteId": note_id})
+}
+
+pub fn claim(nonce: &str, expires_at_ms: u64, record: Value) -> NonceClaim {
+    NonceClaim { nonce: nonce.into(), expires_at_ms, record }
+}
+
+pub struct Opened {
+    pub spec: StoreSpec,
+    pub stores: Stores,
+    pub clock: Arc<TestClock>,
+    pub limits: ReplayLimits,
+}
+
+impl Opened {
+    /// Another handle on the same store: for databases a separate open (own connections), for memory the same one.
+    pub async fn another_handle(&self) -> Stores {
+        match self.spec {
+            StoreSpec::Memory => self.stores.clone(),
+            _ => open(&self.spec, self.clock.clone(), self.limits).await.expect("reopen the store"),
+        }
+    }
+
+    pub async fn ids(&self) -> Vec<String> {
+        self.stores.admin.list().await.unwrap().into_iter().map(|n| n.id).collect()
+    }
+
+    pub async fn nonce_count(&self) -> u64 {
+        self.stores.admin.nonce_count().await.unwrap()
+    }
+}
+
+/// A fresh store of `kind` with the fixture notes, a clock at `START_MS`, and the given capacity.
+pub async fn open_fresh(kind: &dyn StoreKind, capacity: usize) -> Opened {
+    let spec = kind.fresh().await;
+    let clock = Arc::new(TestClock::at(START_MS));
+    let limits = ReplayLimits { capacity, retention_grace_ms: GRACE_MS };
+    let stores = open(&spec, clock.clone(), limits).await.unwrap_or_else(|e| panic!("open {spec}: {e}"));
+    stores.admin.seed(&fixture_notes()).await.expect("seed the fixture");
+    Opened { spec, stores, clock, limits }
+}
+
+pub async fn claims_once_and_returns_the_record(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let replay = &store.stores.replay;
+    assert_eq!(replay.claim(claim("x", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(replay.claim(claim("x", 2_000, declined())).await, Ok(ClaimOutcome::AlreadyClaimed { record: declined() }));
+    assert_eq!(
+        replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await,
+        Ok(ClaimAndDelete::AlreadyClaimed { record: declined() }),
+        "a declined confirmation cannot be turned into a delete"
+    );
+    assert_eq!(store.ids().await, ["n1", "n2", "n3"]);
+    assert_eq!(store.nonce_count().await, 1);
+    assert_eq!(store.stores.admin.nonce_record("x").await, Ok(Some(declined())));
+    assert_eq!(store.stores.admin.nonce_record("never").await, Ok(None));
+}
+
+pub async fn claim_and_delete_consumes_only_when_it_deletes(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let (replay, admin) = (&store.stores.replay, &store.stores.admin);
+    let deleted = replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await.unwrap();
+    assert_eq!(deleted, ClaimAndDelete::Deleted(fixture_notes()[0].clone()), "the deleted note is returned whole");
+    assert_eq!(
+        replay.claim_and_delete(claim("x", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        Ok(ClaimAndDelete::AlreadyClaimed { record: deleted_record("n1") })
+    );
+    assert_eq!(store.ids().await, ["n2", "n3"], "the second accept of one nonce deletes nothing");
+
+    assert_eq!(replay.claim_and_delete(claim("y", 2_000, deleted_record("n1")), "n1", &workspace()).await, Ok(ClaimAndDelete::NoteGone));
+    assert_eq!(admin.nonce_record("y").await, Ok(None), "a refused delete consumes nothing");
+    assert!(admin.move_to("n2", "file:///elsewhere/b.md").await.unwrap());
+    assert_eq!(
+        replay.claim_and_delete(claim("y", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        Ok(ClaimAndDelete::NoteOutsideWorkspace)
+    );
+    assert_eq!(admin.nonce_record("y").await, Ok(None));
+    assert_eq!(store.nonce_count().await, 1);
+    assert!(admin.move_to("n2", "file:///w/sub/b.md").await.unwrap());
+    assert!(matches!(
+        replay.claim_and_delete(claim("y", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        Ok(ClaimAndDelete::Deleted(ref note)) if note.uri == "file:///w/sub/b.md"
+    ));
+    assert_eq!(admin.nonce_record("y").await, Ok(Some(deleted_record("n2"))));
+    assert_eq!(store.nonce_count().await, 2);
+    assert_eq!(store.ids().await, ["n3"]);
+}
+
+pub async fn moved_and_prefix_sibling_notes_are_outside(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let (replay, admin) = (&store.stores.replay, &store.stores.admin);
+    for outside in ["file:///w-evil/a.md", "file:///wx", "file:///w/../etc/a.md", "file://otherhost/w/a.md", "http://w/a.md", "garbage"] {
+        assert!(admin.move_to("n1", outside).await.unwrap());
+        assert_eq!(
+            replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await,
+            Ok(ClaimAndDelete::NoteOutsideWorkspace),
+            "{outside} must count as outside file:///w"
+        );
+    }
+    assert_eq!(store.nonce_count().await, 0, "no refusal consumed the nonce");
+    assert_eq!(store.ids().await, ["n1", "n2", "n3"], "nothing was deleted");
+    assert!(admin.move_to("n1", "file://localhost/w/%61.md").await.unwrap());
+    assert!(matches!(
+        replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await,
+        Ok(ClaimAndDelete::Deleted(_))
+    ));
+}
+
+pub async fn full_store_fails_closed_until_entries_expire(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 2).await;
+    let replay = &store.stores.replay;
+    assert_eq!(replay.claim(claim("a", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(replay.claim(claim("b", 5_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(replay.claim(claim("c", 9_000, declined())).await, Ok(ClaimOutcome::Full));
+    assert_eq!(replay.claim_and_delete(claim("c", 9_000, deleted_record("n1")), "n1", &workspace()).await, Ok(ClaimAndDelete::Full));
+    assert_eq!(store.ids().await, ["n1", "n2", "n3"], "a full store deletes nothing");
+    // "a" expired at 2000 but is kept for the grace period (100 ms): still full at 2099.
+    store.clock.set(2_099);
+    assert_eq!(replay.claim(claim("c", 9_000, declined())).await, Ok(ClaimOutcome::Full));
+    assert_eq!(
+        replay.claim(claim("a", 2_000, declined())).await,
+        Ok(ClaimOutcome::AlreadyClaimed { record: declined() }),
+        "an unexpired-plus-grace nonce is never evicted"
+    );
+    assert_eq!(store.nonce_count().await, 2);
+    store.clock.set(2_100);
+    assert_eq!(
+        replay.claim_and_delete(claim("c", 9_000, deleted_record("n1")), "n1", &workspace()).await,
+        Ok(ClaimAndDelete::Deleted(fixture_notes()[0].clone()))
+    );
+    assert_eq!(replay.claim(claim("b", 5_000, declined())).await, Ok(ClaimOutcome::AlreadyClaimed { record: declined() }));
+    assert_eq!(replay.claim(claim("d", 9_000, declined())).await, Ok(ClaimOutcome::Full), "b and c are live: full again");
+    assert_eq!(store.nonce_count().await, 2);
+    assert_eq!(store.stores.admin.nonce_record("a").await, Ok(None), "a was pruned");
+}
+
+pub async fn delete_if_inside_rechecks_the_live_note(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let notes = &store.stores.notes;
+    assert_eq!(notes.delete_if_inside("missing", &workspace()).await, Ok(GuardedDelete::Gone));
+    store.stores.admin.move_to("n1", "file:///w-evil/a.md").await.unwrap();
+    assert_eq!(notes.delete_if_inside("n1", &workspace()).await, Ok(GuardedDelete::OutsideWorkspace));
+    assert_eq!(notes.delete_if_inside("n2", &workspace()).await, Ok(GuardedDelete::Deleted(fixture_notes()[1].clone())));
+    assert_eq!(notes.delete_if_inside("n2", &workspace()).await, Ok(GuardedDelete::Gone));
+    assert_eq!(store.ids().await, ["n1", "n3"]);
+    assert_eq!(store.nonce_count().await, 0, "the note store alone consumes no nonce");
+}
+
+pub async fn listing_order_is_stable(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let admin = &store.stores.admin;
+    assert_eq!(store.stores.notes.list_notes().await.unwrap(), fixture_notes());
+    admin.upsert(Note { title: "renamed".into(), ..note("n2", "file:///w/b2.md") }).await.unwrap();
+    assert_eq!(store.ids().await, ["n1", "n2", "n3"], "replacing a note keeps its place");
+    admin.upsert(note("n0", "file:///w/0.md")).await.unwrap();
+    assert_eq!(store.ids().await, ["n1", "n2", "n3", "n0"], "a new note goes last");
+    assert!(admin.remove("n1").await.unwrap());
+    assert!(!admin.remove("n1").await.unwrap());
+    admin.upsert(note("n1", "file:///w/a.md")).await.unwrap();
+    assert_eq!(store.ids().await, ["n2", "n3", "n0", "n1"], "a re-added note goes last");
+    assert!(admin.rename("n3", "new title").await.unwrap());
+    assert!(!admin.rename("missing", "x").await.unwrap());
+    assert!(!admin.move_to("missing", "file:///w/x.md").await.unwrap());
+    let listed = store.stores.notes.list_notes().await.unwrap();
+    assert_eq!(listed[0].title, "renamed");
+    assert_eq!(listed[0].uri, "file:///w/b2.md");
+    assert_eq!(listed[1].title, "new title");
+}
+
+pub async fn seed_is_idempotent_and_restores(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let admin = &store.stores.admin;
+    admin.remove("n2").await.unwrap();
+    admin.rename("n1", "changed").await.unwrap();
+    admin.upsert(note("extra", "file:///w/extra.md")).await.unwrap();
+    let report = admin.seed(&fixture_notes()).await.unwrap();
+    assert_eq!(report, SeedReport { inserted: 1, updated: 1, unchanged: 1, others_kept: 1, reordered: true });
+    let mut expected = fixture_notes();
+    expected.push(note("extra", "file:///w/extra.md"));
+    assert_eq!(admin.list().await.unwrap(), expected, "seeded notes first, in order, then the others");
+    let again = admin.seed(&fixture_notes()).await.unwrap();
+    assert_eq!(again, SeedReport { inserted: 0, updated: 0, unchanged: 3, others_kept: 1, reordered: false });
+    assert_eq!(admin.list().await.unwrap(), expected);
+}
+
+/// Many tasks, over several handles (separate connection pools for databases), accept one confirmation at once.
+pub async fn racing_tasks_on_one_nonce_delete_once(kind: &dyn StoreKind) {
+    const HANDLES: usize = 4;
+    const TASKS: usize = 32;
+    let store = open_fresh(kind, 10_000).await;
+    let mut handles = Vec::new();
+    for _ in 0..HANDLES {
+        handles.push(store.another_handle().await);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let replay = handles[task % HANDLES].replay.clone();
+        let barrier = barrier.clone();
+        let id = ["n1", "n2", "n3"][task % 3];
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            replay.claim_and_delete(claim("same", FAR_FUTURE_MS, deleted_record(id)), id, &workspace()).await
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            ClaimAndDelete::Deleted(note) => winners.push(note.id),
+            ClaimAndDelete::AlreadyClaimed { record } => assert_eq!(record["outcome"], "deleted"),
+            other => panic!("a racer got {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one racer deletes");
+    assert_eq!(store.nonce_count().await, 1);
+    assert_eq!(store.stores.admin.nonce_record("same").await.unwrap(), Some(deleted_record(&winners[0])));
+    assert_eq!(store.ids().await.len(), 2);
+    assert!(!store.ids().await.contains(&winners[0]));
+}
+
+/// Many tasks with different nonces race to delete one note: one deletes, the rest find it gone and consume nothing.
+pub async fn racing_nonces_on_one_note_delete_once(kind: &dyn StoreKind) {
+    const HANDLES: usize = 4;
+    const TASKS: usize = 16;
+    let store = open_fresh(kind, 10_000).await;
+    let mut handles = Vec::new();
+    for _ in 0..HANDLES {
+        handles.push(store.another_handle().await);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let replay = handles[task % HANDLES].replay.clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let nonce = format!("nonce-{task}");
+            (nonce.clone(), replay.claim_and_delete(claim(&nonce, FAR_FUTURE_MS, deleted_record("n1")), "n1", &workspace()).await)
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        let (nonce, outcome) = task.await.unwrap();
+        match outcome.unwrap() {
+            ClaimAndDelete::Deleted(_) => winners.push(nonce),
+            ClaimAndDelete::NoteGone => assert_eq!(store.stores.admin.nonce_record(&nonce).await, Ok(None)),
+            other => panic!("a racer got {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one racer deletes");
+    assert_eq!(store.nonce_count().await, 1, "only the winner's nonce is consumed");
+    assert_eq!(store.ids().await, ["n2", "n3"]);
+}
+
+/// Reopening a database (a restart) keeps notes, consumed nonces and the schema; migration runs once.
+pub async fn restart_keeps_everything(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    store.stores.replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await.unwrap();
+    store.stores.replay.claim(claim("y", 2_000, declined())).await.unwrap();
+    let Opened { spec, stores, clock, limits } = store;
+    drop(stores);
+    let reopened = open(&spec, clock.clone(), limits).await.expect("reopen after restart");
+    assert_eq!(reopened.admin.list().await.unwrap(), fixture_notes()[1..]);
+    assert_eq!(reopened.admin.nonce_count().await, Ok(2));
+    assert_eq!(
+        reopened.replay.claim_and_delete(claim("x", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        Ok(ClaimAndDelete::AlreadyClaimed { record: deleted_record("n1") })
+    );
+    assert_eq!(reopened.admin.seed(&fixture_notes()).await.unwrap().inserted, 1);
+}
+
+/// The checks every store kind runs.
+macro_rules! contract_tests {
+    ($kind:expr) => {
+        $crate::contract::contract_tests!(@each $kind;
+            claims_once_and_returns_the_record,
+            claim_and_delete_consumes_only_when_it_deletes,
+            moved_and_prefix_sibling_notes_are_outside,
+            full_store_fails_closed_until_entries_expire,
+            delete_if_inside_rechecks_the_live_note,
+            listing_order_is_stable,
+            seed_is_idempotent_and_restores,
+            racing_tasks_on_one_nonce_delete_once,
+            racing_nonces_on_one_note_delete_once,
+        );
+    };
+    (@each $kind:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                if let Some(kind) = $kind {
+                    $crate::contract::$check(&kind).await;
+                }
+            }
+        )*
+    };
+}
+
+/// The checks only a store that outlives its process can run.
+macro_rules! persistent_contract_tests {
+    ($kind:expr) => {
+        $crate::contract::contract_tests!(@each $kind; restart_keeps_everything);
+    };
+}
+
+pub(crate) use contract_tests;
+pub(crate) use persistent_contract_tests;

@@ -1,0 +1,16 @@
+//! The contract against the in-memory stores (the reference the databases must match).
+
+use crate::contract::{contract_tests, StoreKind};
+use async_trait::async_trait;
+use mcpsim::stores::StoreSpec;
+
+struct MemoryKind;
+
+#[async_trait]
+impl StoreKind for MemoryKind {
+    async fn fresh(&self) -> StoreSpec {
+        StoreSpec::Memory
+    }
+}
+
+contract_tests!(Some(MemoryKind));

@@ -1,0 +1,138 @@
+//! The contract against PostgreSQL, plus what is PostgreSQL's own: migrations under concurrent start-up and
+//! separate processes racing on one database. Each test gets its own database on the server named by
+//! `MCPSIM_TEST_POSTGRES_URL`, dropped afterwards.
+
+use crate::contract::{self, contract_tests, persistent_contract_tests, StoreKind};
+use crate::race::{processes_race, DATABASE_VARIABLE, SPEC_VARIABLE};
+use crate::support::{create_database, drop_database, postgres_server, TestClock};
+use async_trait::async_trait;
+use mcpsim::handlers::ports::{ClaimOutcome, StoreError};
+use mcpsim::stores::database::{Migration, MigrationReport};
+use mcpsim::stores::memory::ReplayLimits;
+use mcpsim::stores::postgres::{PostgresStore, POSTGRES_MIGRATIONS};
+use mcpsim::stores::spec::PostgresTarget;
+use mcpsim::stores::{open, StoreAdmin, StoreSpec};
+use std::sync::{Arc, Mutex};
+
+/// Fresh databases on the test server; they are dropped when the kind is.
+struct PostgresKind {
+    url: String,
+    server: PostgresTarget,
+    created: Mutex<Vec<String>>,
+}
+
+impl PostgresKind {
+    fn from_environment() -> Option<PostgresKind> {
+        let (url, server) = postgres_server()?;
+        Some(PostgresKind { url, server, created: Mutex::new(Vec::new()) })
+    }
+
+    async fn fresh_database(&self) -> (String, PostgresTarget) {
+        let (name, target) = create_database(&self.server).await;
+        self.created.lock().unwrap().push(name.clone());
+        (name, target)
+    }
+}
+
+#[async_trait]
+impl StoreKind for PostgresKind {
+    async fn fresh(&self) -> StoreSpec {
+        StoreSpec::Postgres(self.fresh_database().await.1)
+    }
+}
+
+impl Drop for PostgresKind {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut *self.created.lock().unwrap_or_else(|p| p.into_inner()));
+        if names.is_empty() {
+            return;
+        }
+        // Drop runs inside the test's runtime (or while unwinding); use a runtime of our own on another thread.
+        let server = self.server.clone();
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                for name in names {
+                    drop_database(&server, &name).await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+contract_tests!(PostgresKind::from_environment());
+persistent_contract_tests!(PostgresKind::from_environment());
+
+fn clock() -> Arc<TestClock> {
+    Arc::new(TestClock::at(contract::START_MS))
+}
+
+const SECOND_STEP: Migration = Migration { version: 2, description: "a later step", sql: "CREATE TABLE later_step (x BIGINT);" };
+
+#[tokio::test]
+async fn migrations_run_once_and_newer_schemas_are_refused() {
+    let Some(kind) = PostgresKind::from_environment() else { return };
+    let (_, target) = kind.fresh_database().await;
+    let config = target.config().clone();
+    let limits = ReplayLimits::default();
+    let (_, first) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, POSTGRES_MIGRATIONS).await.unwrap();
+    assert_eq!(first, MigrationReport { version_before: 0, version_after: 1 });
+    let (_, again) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, POSTGRES_MIGRATIONS).await.unwrap();
+    assert_eq!(again, MigrationReport { version_before: 1, version_after: 1 }, "a restart applies nothing");
+    let with_second = [POSTGRES_MIGRATIONS[0], SECOND_STEP];
+    let (upgraded, later) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, &with_second).await.unwrap();
+    assert_eq!(later, MigrationReport { version_before: 1, version_after: 2 }, "only the new step runs");
+    assert_eq!(upgraded.nonce_count().await, Ok(0), "the data of step 1 is untouched");
+    let Err(StoreError::Unavailable(refusal)) = PostgresStore::open(config, clock(), limits).await else {
+        panic!("an older mcpsim must refuse a newer schema");
+    };
+    assert!(refusal.contains("version 2") && refusal.contains("upgrade mcpsim"), "{refusal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_starting_together_migrate_once() {
+    let Some(kind) = PostgresKind::from_environment() else { return };
+    let spec = kind.fresh().await;
+    let mut opening = Vec::new();
+    for _ in 0..8 {
+        let spec = spec.clone();
+        opening.push(tokio::spawn(async move { open(&spec, clock(), ReplayLimits::default()).await.map(|_| ()) }));
+    }
+    for task in opening {
+        task.await.unwrap().expect("every concurrent open succeeds");
+    }
+    let stores = open(&spec, clock(), ReplayLimits::default()).await.unwrap();
+    assert_eq!(stores.replay.claim(contract::claim("x", 2_000, contract::declined())).await, Ok(ClaimOutcome::Claimed));
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_reported_with_a_hint_and_no_password() {
+    let spec: StoreSpec = "postgres://mcpsim:hunter2@127.0.0.1:1/nowhere?connect_timeout=2".parse().unwrap();
+    let Err(StoreError::Unavailable(message)) = open(&spec, clock(), ReplayLimits::default()).await else {
+        panic!("nothing listens on port 1");
+    };
+    assert!(message.contains("127.0.0.1:1/nowhere") && message.contains("is PostgreSQL running"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_processes_racing_on_one_database_delete_once() {
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 200;
+    let Some(kind) = PostgresKind::from_environment() else { return };
+    let (name, target) = kind.fresh_database().await;
+    let parent = contract::open_fresh(&OneDatabase(target), 10_000).await;
+    let environment = [(SPEC_VARIABLE, format!("postgres:{}", kind.url)), (DATABASE_VARIABLE, name)];
+    processes_race(&parent, &environment, PROCESSES, ROUNDS).await;
+}
+
+/// A kind whose only "fresh" location is one database created beforehand.
+struct OneDatabase(PostgresTarget);
+
+#[async_trait]
+impl StoreKind for OneDatabase {
+    async fn fresh(&self) -> StoreSpec {
+        StoreSpec::Postgres(self.0.clone())
+    }
+}

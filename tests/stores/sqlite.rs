@@ -1,0 +1,117 @@
+//! The contract against SQLite, plus what is SQLite's own: WAL, migrations, concurrent opens, and separate
+//! processes racing on one file.
+
+use crate::contract::{self, contract_tests, persistent_contract_tests, StoreKind};
+use crate::race::{processes_race, SPEC_VARIABLE};
+use crate::support::{unique_name, TempDir, TestClock};
+use async_trait::async_trait;
+use mcpsim::handlers::ports::{ClaimOutcome, ReplayStore, StoreError};
+use mcpsim::stores::database::{Migration, MigrationReport};
+use mcpsim::stores::memory::ReplayLimits;
+use mcpsim::stores::sqlite::{SqliteStore, SQLITE_MIGRATIONS};
+use mcpsim::stores::{open, StoreAdmin, StoreSpec};
+use std::sync::Arc;
+
+struct SqliteKind {
+    directory: TempDir,
+}
+
+impl SqliteKind {
+    fn new() -> SqliteKind {
+        SqliteKind { directory: TempDir::new() }
+    }
+}
+
+#[async_trait]
+impl StoreKind for SqliteKind {
+    async fn fresh(&self) -> StoreSpec {
+        StoreSpec::Sqlite(self.directory.path().join(format!("{}.db", unique_name("store"))))
+    }
+}
+
+contract_tests!(Some(SqliteKind::new()));
+persistent_contract_tests!(Some(SqliteKind::new()));
+
+fn clock() -> Arc<TestClock> {
+    Arc::new(TestClock::at(contract::START_MS))
+}
+
+const SECOND_STEP: Migration = Migration { version: 2, description: "a later step", sql: "CREATE TABLE later_step (x INTEGER) STRICT;" };
+static WITH_SECOND_STEP: [Migration; 2] = [SQLITE_MIGRATIONS[0], SECOND_STEP];
+
+#[tokio::test]
+async fn migrations_run_once_and_newer_schemas_are_refused() {
+    let directory = TempDir::new();
+    let path = directory.path().join("fleet.db");
+    let limits = ReplayLimits::default();
+    let (_, first) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
+    assert_eq!(first, MigrationReport { version_before: 0, version_after: 1 });
+    let (_, again) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
+    assert_eq!(again, MigrationReport { version_before: 1, version_after: 1 }, "a restart applies nothing");
+    let (upgraded, later) = SqliteStore::open_with_migrations(&path, clock(), limits, &WITH_SECOND_STEP).await.unwrap();
+    assert_eq!(later, MigrationReport { version_before: 1, version_after: 2 }, "only the new step runs");
+    assert_eq!(upgraded.nonce_count().await, Ok(0), "the data of step 1 is untouched");
+    let versions: Vec<(i64, String)> = {
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        let mut statement = connection.prepare("SELECT version, description FROM schema_version ORDER BY version").unwrap();
+        statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2]);
+    let Err(StoreError::Unavailable(refusal)) = SqliteStore::open(&path, clock(), limits).await else {
+        panic!("an older mcpsim must refuse a newer schema");
+    };
+    assert!(refusal.contains("version 2") && refusal.contains("upgrade mcpsim"), "{refusal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_starting_together_migrate_once() {
+    let directory = TempDir::new();
+    let spec = StoreSpec::Sqlite(directory.path().join("fleet.db"));
+    let mut opening = Vec::new();
+    for _ in 0..8 {
+        let spec = spec.clone();
+        opening.push(tokio::spawn(async move { open(&spec, clock(), ReplayLimits::default()).await.map(|_| ()) }));
+    }
+    for task in opening {
+        task.await.unwrap().expect("every concurrent open succeeds");
+    }
+    let stores = open(&spec, clock(), ReplayLimits::default()).await.unwrap();
+    assert_eq!(stores.replay.claim(contract::claim("x", 2_000, contract::declined())).await, Ok(ClaimOutcome::Claimed));
+}
+
+#[tokio::test]
+async fn the_file_is_in_wal_mode_and_errors_name_the_file() {
+    let directory = TempDir::new();
+    let path = directory.path().join("fleet.db");
+    SqliteStore::open(&path, clock(), ReplayLimits::default()).await.unwrap();
+    let mode: String = rusqlite::Connection::open(&path).unwrap().query_row("PRAGMA journal_mode", [], |row| row.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+    let missing = directory.path().join("no-such-directory").join("fleet.db");
+    let Err(StoreError::Unavailable(message)) = SqliteStore::open(&missing, clock(), ReplayLimits::default()).await else {
+        panic!("a file in a missing directory cannot be opened");
+    };
+    assert!(message.contains("no-such-directory") && message.contains("does the directory exist"), "{message}");
+}
+
+#[tokio::test]
+async fn a_corrupted_record_is_reported_not_guessed() {
+    let directory = TempDir::new();
+    let path = directory.path().join("fleet.db");
+    let store = SqliteStore::open(&path, clock(), ReplayLimits::default()).await.unwrap();
+    store.claim(contract::claim("x", 2_000, contract::declined())).await.unwrap();
+    rusqlite::Connection::open(&path).unwrap().execute("UPDATE nonces SET record = 'not json' WHERE nonce = 'x'", []).unwrap();
+    let Err(StoreError::Unavailable(message)) = store.claim(contract::claim("x", 2_000, contract::declined())).await else {
+        panic!("a corrupt record must not read as a fresh claim");
+    };
+    assert!(message.contains("not JSON"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_processes_racing_on_one_file_delete_once() {
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 200;
+    let kind = SqliteKind::new();
+    let parent = contract::open_fresh(&kind, 10_000).await;
+    let spec_text = parent.spec.to_string();
+    processes_race(&parent, &[(SPEC_VARIABLE, spec_text)], PROCESSES, ROUNDS).await;
+}

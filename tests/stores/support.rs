@@ -1,0 +1,102 @@
+//! Test plumbing: a settable clock, temporary directories, and throwaway PostgreSQL databases.
+
+use mcpsim::handlers::ports::Clock;
+use mcpsim::stores::spec::{PostgresTarget, StoreSpec};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// A clock the test sets.
+#[derive(Debug)]
+pub struct TestClock(AtomicU64);
+
+impl TestClock {
+    pub fn at(now_ms: u64) -> TestClock {
+        TestClock(AtomicU64::new(now_ms))
+    }
+
+    pub fn set(&self, now_ms: u64) {
+        self.0.store(now_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+static UNIQUE: AtomicUsize = AtomicUsize::new(0);
+
+/// A name no other test of this run (or of a concurrent run) uses.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}_{}_{}", std::process::id(), UNIQUE.fetch_add(1, Ordering::SeqCst))
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let path = std::env::temp_dir().join(unique_name("mcpsim-stores"));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub const POSTGRES_URL_VARIABLE: &str = "MCPSIM_TEST_POSTGRES_URL";
+
+/// The test server, or `None` (with a loud message) when none is configured outside CI. Under CI a missing
+/// server is a failure: these tests must run there.
+pub fn postgres_server() -> Option<(String, PostgresTarget)> {
+    let Ok(url) = std::env::var(POSTGRES_URL_VARIABLE) else {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "{POSTGRES_URL_VARIABLE} is not set under CI: .ci/run must start PostgreSQL with `eval \"$(bash .ci/postgres.sh start)\"`"
+            );
+        }
+        // Written to the stderr stream itself: the harness captures eprintln! of passing tests, and this must be seen.
+        static SAY_ONCE: std::sync::Once = std::sync::Once::new();
+        SAY_ONCE.call_once(|| {
+            let message = format!(
+                "\n!!! SKIPPED: the PostgreSQL store tests did not run: {POSTGRES_URL_VARIABLE} is not set.\n!!! Run `eval \"$(bash .ci/postgres.sh start)\"` and re-run them.\n\n"
+            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), message.as_bytes());
+        });
+        return None;
+    };
+    match format!("postgres:{url}").parse::<StoreSpec>() {
+        Ok(StoreSpec::Postgres(target)) => Some((url, target)),
+        Ok(other) => panic!("{POSTGRES_URL_VARIABLE} must be a PostgreSQL URL, got {other}"),
+        Err(error) => panic!("{POSTGRES_URL_VARIABLE} is not usable: {error}"),
+    }
+}
+
+/// Runs one statement on the server's own database (CREATE/DROP DATABASE cannot run inside a store).
+pub async fn postgres_execute(target: &PostgresTarget, sql: &str) {
+    let (client, connection) = target.config().connect(tokio_postgres::NoTls).await.unwrap_or_else(|e| panic!("connect to {target}: {e}"));
+    let driver = tokio::spawn(connection);
+    client.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    drop(client);
+    let _ = driver.await;
+}
+
+/// A fresh, empty database on the test server, named uniquely; [`drop_database`] removes it.
+pub async fn create_database(server: &PostgresTarget) -> (String, PostgresTarget) {
+    let name = unique_name("mcpsim_test");
+    postgres_execute(server, &format!("CREATE DATABASE {name}")).await;
+    (name.clone(), server.with_database(&name))
+}
+
+pub async fn drop_database(server: &PostgresTarget, name: &str) {
+    postgres_execute(server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+}
