@@ -7,7 +7,8 @@
 //! re-check its containment, delete it, commit; any refusal rolls the whole transaction back, so a refused
 //! delete consumes nothing.
 //!
-//! rusqlite blocks, so every operation runs on tokio's blocking pool with a connection from a small idle pool.
+//! rusqlite blocks, so every operation runs on tokio's blocking pool with a pooled connection; at most
+//! [`SQLITE_CONNECTIONS_MAX`] operations of one process run at once, the rest wait their turn.
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
@@ -23,11 +24,13 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// How long a writer waits for another process's transaction before reporting the store unavailable.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
-/// Idle connections kept for reuse; more may be open at once while requests are in flight.
-pub const SQLITE_IDLE_CONNECTIONS_MAX: usize = 8;
+/// Connections (and blocking threads) one process uses at most. Writers serialize on the file's lock anyway;
+/// this bounds readers and the blocking pool under load.
+pub const SQLITE_CONNECTIONS_MAX: usize = 8;
 
 /// The schema, oldest first. Never edit a released step: add a new one.
 pub const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
@@ -65,6 +68,8 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    /// One permit per connection in use.
+    permits: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
     limits: ReplayLimits,
 }
@@ -111,7 +116,13 @@ impl SqliteStore {
         limits: ReplayLimits,
         migrations: &'static [Migration],
     ) -> Result<(SqliteStore, MigrationReport), StoreError> {
-        let inner = Arc::new(Inner { path: path.to_path_buf(), idle: Mutex::new(Vec::new()), clock, limits });
+        let inner = Arc::new(Inner {
+            path: path.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(SQLITE_CONNECTIONS_MAX)),
+            clock,
+            limits,
+        });
         let store = SqliteStore { inner };
         let report = store.run(move |connection, inner| migrate(connection, migrations, inner.clock.now_ms())).await?;
         Ok((store, report))
@@ -129,7 +140,9 @@ impl SqliteStore {
     {
         let inner = self.inner.clone();
         let path = inner.path.display().to_string();
+        let permit = inner.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let joined = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let mut connection = inner.take_connection()?;
             let result = operation(&mut connection, &inner);
             // A connection whose operation failed may hold an aborted transaction: do not reuse it.
@@ -159,7 +172,7 @@ impl Inner {
 
     fn give_back(&self, connection: Connection) {
         let mut idle = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if idle.len() < SQLITE_IDLE_CONNECTIONS_MAX {
+        if idle.len() < SQLITE_CONNECTIONS_MAX {
             idle.push(connection);
         }
     }
