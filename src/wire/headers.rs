@@ -49,9 +49,10 @@ fn require(value: &Option<String>, header: &str) -> Result<String, RpcError> {
     decode_header_value(raw).ok_or_else(|| RpcError::header_mismatch(format!("Header mismatch: {header} header value is not valid")))
 }
 
-/// Decodes the `=?base64?…?=` sentinel; refuses control characters and invalid base64.
+/// Decodes the `=?base64?…?=` sentinel; refuses control characters, raw non-ASCII (which clients must send
+/// base64-wrapped, SPEC-HTTP-13) and invalid base64.
 pub fn decode_header_value(raw: &str) -> Option<String> {
-    if raw.chars().any(|c| c.is_control()) {
+    if raw.chars().any(|c| c.is_control() || !c.is_ascii()) {
         return None;
     }
     match raw.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
@@ -105,6 +106,20 @@ mod tests {
         for (h, method) in cases {
             let error = check_routing_headers(&h, "2026-07-28", method, Some(&params)).unwrap_err();
             assert_eq!((error.code, error.http_status), (-32020, 400), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn raw_non_ascii_is_refused_even_when_it_equals_the_body() {
+        // Non-ASCII must travel base64-wrapped; a transport turns undecodable bytes into U+FFFD, refused here too.
+        for name in ["caf\u{e9}", "\u{fffd}"] {
+            let params = json!({ "name": name });
+            let error = check_routing_headers(&headers("2026-07-28", "tools/call", Some(name)), "2026-07-28", "tools/call", Some(&params))
+                .unwrap_err();
+            assert_eq!(error.code, -32020, "{name:?}");
+            let encoded = format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(name));
+            assert!(check_routing_headers(&headers("2026-07-28", "tools/call", Some(&encoded)), "2026-07-28", "tools/call", Some(&params))
+                .is_ok());
         }
     }
 

@@ -70,14 +70,23 @@ pub struct Rejected {
     pub error: RpcError,
 }
 
+/// `-32600` with reason `payload_too_large` and HTTP 413: the message exceeds [`MESSAGE_BYTES_MAX`].
+///
+/// Transports that stop reading at the limit (stdio's bounded line reader, HTTP's body limit) do not know the
+/// full size, so `bytes_received` is optional.
+pub fn payload_too_large(bytes_received: Option<usize>) -> RpcError {
+    let detail = match bytes_received {
+        Some(bytes) => format!("message of {bytes} bytes exceeds the {MESSAGE_BYTES_MAX}-byte limit"),
+        None => format!("message exceeds the {MESSAGE_BYTES_MAX}-byte limit"),
+    };
+    RpcError::invalid_request(detail).with_data(json!({ "reason": Reason::PayloadTooLarge.as_str() })).with_status(413)
+}
+
 /// Parses exactly one JSON-RPC request or notification.
 pub fn parse_message(bytes: &[u8]) -> Result<Incoming, Rejected> {
     let reject = |id: Option<RequestId>, error: RpcError| Rejected { id, error };
     if bytes.len() > MESSAGE_BYTES_MAX {
-        let error = RpcError::invalid_request(format!("message of {} bytes exceeds the {MESSAGE_BYTES_MAX}-byte limit", bytes.len()))
-            .with_data(json!({ "reason": Reason::PayloadTooLarge.as_str() }))
-            .with_status(413);
-        return Err(reject(None, error));
+        return Err(reject(None, payload_too_large(Some(bytes.len()))));
     }
     // serde_json refuses nesting deeper than 128 levels, so hostile depth is a parse error, not a stack overflow.
     let value: Value = serde_json::from_slice(bytes).map_err(|e| reject(None, RpcError::parse_error(e)))?;
