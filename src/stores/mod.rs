@@ -1,10 +1,13 @@
 //! Stores: implementations of the handler ports. In memory (also inside the simulator's store actors), in one
 //! SQLite file (a fleet on one machine) and in PostgreSQL (a fleet across machines), chosen by a [`StoreSpec`].
+//! `system` holds the real clock and nonce source, `deterministic` a hand-set clock and seeded nonces for
+//! byte-stable output.
 //!
 //! The database stores match the memory store's semantics exactly; `tests/stores` runs one contract against all three.
 
 pub mod admin;
 pub mod database;
+pub mod deterministic;
 pub mod feed;
 pub mod memory;
 pub mod postgres;
