@@ -7,6 +7,7 @@
 //!
 //! [`handle_message`]: crate::handlers::handle_message
 
+pub mod http;
 pub mod stdio;
 
 use crate::config::{ConfigError, Deployment};
