@@ -16,7 +16,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Walk the lesson exchange (discover, tools/list, round 1, accept) against the embedded demo and print every message.
+    /// Walk the MCP lesson exchange against the embedded demo, printing every message.
+    ///
+    /// server/discover → tools/list → notes_delete round 1 (a form and a signed requestState) → the user
+    /// picks note-7 → round 2 on a fresh id deletes it → resources/list without note-7 → round 2 replayed
+    /// (state_consumed). Runs in-process with a fixed key, clock and nonces, so the output is the same on
+    /// every run. Exits 0 only if every step got the expected outcome.
     Demo(demo::DemoArgs),
     /// Run the notes server for real, over stdio or streamable HTTP.
     Serve(serve::ServeArgs),
