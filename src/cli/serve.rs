@@ -201,11 +201,13 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
                 }
                 let principals: Vec<&str> = tokens.values().map(String::as_str).collect();
                 tracing::info!("principals with tokens: {}; {keys}; requestState lives {state_ttl_secs} s", principals.join(", "));
+                let shutdown = http::shutdown_signal()
+                    .map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
                 let router =
                     http::router(Arc::new(server), Tokens::new(tokens.clone()), HttpOptions { origins, ..HttpOptions::default() }, local);
                 // Printed once, exactly so: tests and scripts read the address from it.
                 eprintln!("listening on http://{local}{MCP_PATH}");
-                http::serve_http(listener, router, http::shutdown_signal())
+                http::serve_http(listener, router, shutdown)
                     .await
                     .map_err(|error| Failure::failed(format!("the HTTP server failed: {error}")))?;
                 tracing::info!("stopped");

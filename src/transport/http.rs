@@ -226,29 +226,31 @@ pub async fn serve_http(listener: TcpListener, router: Router, shutdown: impl Fu
     }
 }
 
-/// Resolves on ctrl-c, or on SIGTERM where there is one.
-pub async fn shutdown_signal() {
-    let interrupt = async {
+/// A future resolving on SIGTERM or SIGINT (ctrl-c). The handlers are installed by this call, not on first
+/// poll, so a signal arriving right after startup is never lost to the default action (immediate exit).
+/// Must be called inside a tokio runtime.
+#[cfg(unix)]
+pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            biased;
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
+}
+
+/// A future resolving on ctrl-c. Must be called inside a tokio runtime.
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    Ok(async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        biased;
-        _ = interrupt => {}
-        _ = terminate => {}
-    }
+    })
 }
 
 /// What the request log needs from one exchange.
@@ -373,10 +375,11 @@ impl Endpoint {
             });
         };
         let text = value.to_str().unwrap_or("");
-        let token = match text.trim().split_once(' ') {
-            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
-            _ => return Err(unauthorized(false, "Only bearer tokens are accepted: send Authorization: Bearer TOKEN.")),
-        };
+        let (scheme, token) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(unauthorized(false, "Only bearer tokens are accepted: send Authorization: Bearer TOKEN."));
+        }
+        let token = token.trim();
         self.tokens.principal(token).ok_or_else(|| {
             unauthorized(true, "The bearer token is not recognized: use the token of a principal in the server's configuration.")
         })
