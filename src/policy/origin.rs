@@ -5,8 +5,12 @@
 //! server therefore accepts a request only when its `Host` names a loopback host and its `Origin`, when
 //! present, is an http(s) origin on a loopback host; anything else is refused with HTTP 403 before the body
 //! is read (SPEC-SEC-10).
+//!
+//! Servers that authenticate every caller may allow other browser origins explicitly ([`OriginPolicy`]); the
+//! `Host` rule for loopback binds stays.
 
 use crate::wire::errors::RpcError;
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
 /// Longest Host or Origin value looked at.
@@ -28,16 +32,102 @@ pub fn check_local_request(host: Option<&str>, origin: Option<&str>) -> Result<(
         return Err(forbidden(format!("Host {:?} is not a loopback host", truncate(host))));
     }
     if let Some(origin) = origin {
-        let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
-        if !authority.is_some_and(is_loopback_authority) {
+        if !is_loopback_origin(origin) {
             return Err(forbidden(format!("Origin {:?} is not a loopback origin", truncate(origin))));
         }
     }
     Ok(())
 }
 
+/// `http://` or `https://` followed by a loopback authority (and nothing else).
+pub fn is_loopback_origin(origin: &str) -> bool {
+    let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+    authority.is_some_and(is_loopback_authority)
+}
+
+/// Which browser origins may call a server. Requests without an `Origin` header (non-browser clients) are not
+/// judged by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginPolicy {
+    /// The default: pages served from this machine ([`is_loopback_origin`]: localhost, 127.0.0.0/8, `[::1]`,
+    /// any port, http or https).
+    Loopback,
+    /// Exactly these origins (as [`normalize_origin`] writes them), nothing else — not even loopback.
+    Only(BTreeSet<String>),
+}
+
+impl OriginPolicy {
+    /// The policy for a list of configured origins (e.g. `--allow-origin` values): empty means
+    /// [`OriginPolicy::Loopback`]. A trailing `/` is forgiven; anything else that is not an origin is refused.
+    pub fn from_allowed(origins: &[String]) -> Result<OriginPolicy, String> {
+        if origins.is_empty() {
+            return Ok(OriginPolicy::Loopback);
+        }
+        let mut allowed = BTreeSet::new();
+        for origin in origins {
+            let normalized = normalize_origin(origin.strip_suffix('/').unwrap_or(origin)).ok_or_else(|| {
+                format!(
+                    "{origin:?} is not an origin: expected scheme://host[:port] with scheme http or https, e.g. https://app.example.com"
+                )
+            })?;
+            allowed.insert(normalized);
+        }
+        Ok(OriginPolicy::Only(allowed))
+    }
+
+    pub fn allows(&self, origin: &str) -> bool {
+        match self {
+            OriginPolicy::Loopback => is_loopback_origin(origin),
+            OriginPolicy::Only(allowed) => normalize_origin(origin).is_some_and(|origin| allowed.contains(&origin)),
+        }
+    }
+}
+
+/// `scheme://host[:port]` with scheme `http` or `https`, lower-cased, the default port dropped; `None` for
+/// anything else (a path, credentials, `null`, another scheme, a bad port).
+pub fn normalize_origin(text: &str) -> Option<String> {
+    if text.len() > HOST_CHARS_MAX + "https://".len() {
+        return None;
+    }
+    let text = text.trim().to_ascii_lowercase();
+    let (scheme, authority) = text.split_once("://")?;
+    let default_port = match scheme {
+        "http" => "80",
+        "https" => "443",
+        _ => return None,
+    };
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ', '\\']) {
+        return None;
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let (inside, after) = rest.split_once(']')?;
+            let port = match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':')?),
+            };
+            (format!("[{inside}]"), port)
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host.to_string(), Some(port)),
+            None => (authority.to_string(), None),
+        },
+    };
+    if host.is_empty() || host == "[]" || (host.contains([':', '[', ']']) && !host.starts_with('[')) {
+        return None;
+    }
+    match port {
+        Some(port) if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) || port.parse::<u16>().is_err() => {
+            None
+        }
+        Some(port) if port == default_port => Some(format!("{scheme}://{host}")),
+        Some(port) => Some(format!("{scheme}://{host}:{port}")),
+        None => Some(format!("{scheme}://{host}")),
+    }
+}
+
 /// `host[:port]` where host is `localhost`, an IPv4 loopback address or `[::1]`, and port is 1 to 5 digits.
-fn is_loopback_authority(authority: &str) -> bool {
+pub fn is_loopback_authority(authority: &str) -> bool {
     if authority.is_empty() || authority.len() > HOST_CHARS_MAX {
         return false;
     }
@@ -123,6 +213,66 @@ mod tests {
         assert!(is_loopback_bind(&"[::1]:0".parse().unwrap()));
         assert!(!is_loopback_bind(&"0.0.0.0:0".parse().unwrap()));
         assert!(!is_loopback_bind(&"192.168.1.2:80".parse().unwrap()));
+    }
+
+    #[test]
+    fn origins_normalize_to_scheme_host_port() {
+        assert_eq!(normalize_origin("HTTPS://App.Example.com:443").as_deref(), Some("https://app.example.com"));
+        assert_eq!(normalize_origin("http://localhost:6274").as_deref(), Some("http://localhost:6274"));
+        assert_eq!(normalize_origin("http://[::1]:80").as_deref(), Some("http://[::1]"));
+        for bad in [
+            "null",
+            "",
+            "file://",
+            "ftp://x",
+            "http://",
+            "http://a/b",
+            "http://a:99999",
+            "http://a:",
+            "http://u@a",
+            "http://[::1",
+            "http://a:b:c",
+        ] {
+            assert_eq!(normalize_origin(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_loopback_policy_allows_only_this_machine() {
+        let policy = OriginPolicy::Loopback;
+        for allowed in ["http://localhost:6274", "http://127.0.0.1", "https://[::1]:8443", "http://LOCALHOST", "http://127.0.0.2:1"] {
+            assert!(policy.allows(allowed), "{allowed}");
+        }
+        for refused in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.nip.io",
+            "null",
+            "http://[::2]",
+            "http://localhost/x",
+        ] {
+            assert!(!policy.allows(refused), "{refused}");
+        }
+    }
+
+    #[test]
+    fn an_allowlist_replaces_the_loopback_default() {
+        let policy = OriginPolicy::from_allowed(&["https://app.example.com/".into()]).unwrap();
+        assert!(policy.allows("https://app.example.com"));
+        assert!(policy.allows("https://APP.example.com:443"));
+        assert!(!policy.allows("http://app.example.com"));
+        assert!(!policy.allows("http://localhost"));
+        let error = OriginPolicy::from_allowed(&["app.example.com".into()]).unwrap_err();
+        assert!(error.contains("scheme://host"), "{error}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn origin_policies_never_panic(origin in ".{0,60}") {
+            let _ = normalize_origin(&origin);
+            let _ = OriginPolicy::Loopback.allows(&origin);
+            let _ = OriginPolicy::from_allowed(std::slice::from_ref(&origin));
+        }
     }
 
     proptest::proptest! {
