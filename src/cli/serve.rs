@@ -1,11 +1,15 @@
 //! `mcpsim serve`: the notes server for real, over stdio or streamable HTTP.
 //!
-//! Wiring only: load the deployment, build the server with [`build_notes_server`], start one transport.
+//! Wiring only: load the deployment, build the server with [`build_notes_server`] (or the conformance fixture
+//! with [`build_conformance_fixture`]), start one transport.
 
 use crate::config::{ConfigError, Deployment, DEFAULT_PRINCIPAL};
-use crate::transport::build_notes_server;
-use crate::transport::http::{self, HttpOptions, OriginPolicy, Tokens, MCP_PATH};
+use crate::handlers::fixture::DEFAULT_STATE_TTL_MS;
+use crate::handlers::Service;
+use crate::policy::origin::OriginPolicy;
+use crate::transport::http::{self, Authentication, HttpOptions, Tokens, MCP_PATH};
 use crate::transport::stdio::serve_stdio;
+use crate::transport::{build_conformance_fixture, build_notes_server};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +17,9 @@ use std::sync::Arc;
 
 /// Longest `requestState` lifetime `--state-ttl` accepts: a confirmation is meant to be answered soon.
 pub const STATE_TTL_SECS_MAX: u64 = 86_400;
+
+/// The principal every request acts for when a fixture is served (fixtures have no authentication).
+pub const FIXTURE_PRINCIPAL: &str = "anonymous";
 
 /// Exit status for invalid arguments or configuration (as clap uses for usage errors).
 const EXIT_USAGE: u8 = 2;
@@ -111,6 +118,21 @@ pub struct ServeArgs {
     /// (non-browser clients) are not affected.
     #[arg(long = "allow-origin", value_name = "ORIGIN", conflicts_with = "stdio")]
     pub allow_origins: Vec<String>,
+
+    /// Serve a test fixture instead of the notes server.
+    ///
+    /// conformance: the "everything server" the official MCP conformance suite expects (tools, prompts,
+    /// resources, MRTR flows, progress and list-changed streams; see docs/conformance.md). It has no
+    /// authentication, so over HTTP it only listens on loopback and answers only loopback Host/Origin values.
+    #[arg(long, value_enum, value_name = "NAME", conflicts_with_all = ["config", "principal"])]
+    pub fixture: Option<Fixture>,
+}
+
+/// The fixtures `--fixture` can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fixture {
+    /// The official conformance suite's "everything server".
+    Conformance,
 }
 
 fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
@@ -150,37 +172,55 @@ impl Failure {
     }
 }
 
+/// What one `mcpsim serve` process serves, and for whom.
+struct Served {
+    service: Arc<dyn Service>,
+    /// How callers are told apart over HTTP.
+    authentication: Authentication,
+    /// The principal a stdio process acts for.
+    stdio_principal: String,
+    /// One line for the startup log: keys, principals, state lifetime.
+    summary: String,
+}
+
 fn serve(args: ServeArgs) -> Result<(), Failure> {
-    let deployment = load_deployment(args.config.as_ref())?;
-    let (server, _notes) = build_notes_server(&deployment, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
-    let keys = match deployment.keys.first() {
-        Some(key) => format!("configured key {:?} signs", key.id),
-        None => "a random key of this process signs (states from it fail on other processes)".to_string(),
-    };
-    let state_ttl_secs = args.state_ttl.unwrap_or(deployment.state_ttl_secs);
-    match args.http {
-        None => {
-            let principal = args.principal.unwrap_or_else(|| DEFAULT_PRINCIPAL.to_string());
-            if !deployment.principals.contains_key(&principal) {
-                let known: Vec<&str> = deployment.principals.keys().map(String::as_str).collect();
+    let served = match args.fixture {
+        Some(Fixture::Conformance) => {
+            if let Some(address) = args.http.filter(|address| !address.ip().is_loopback()) {
                 return Err(Failure::usage(format!(
-                    "unknown principal {principal:?}: the configuration defines {}. Pass one of them with --principal.",
-                    if known.is_empty() { "no principals".to_string() } else { known.join(", ") }
+                    "--fixture runs without authentication, so it only listens on loopback, not {address}: use --http 127.0.0.1:PORT"
                 )));
             }
+            let fixture = build_conformance_fixture(args.state_ttl);
+            Served {
+                service: Arc::new(fixture),
+                authentication: Authentication::Anonymous { principal: FIXTURE_PRINCIPAL.to_string() },
+                stdio_principal: FIXTURE_PRINCIPAL.to_string(),
+                summary: format!(
+                    "conformance fixture, no authentication (principal {FIXTURE_PRINCIPAL:?}), a random key of this process signs; requestState lives {} s",
+                    args.state_ttl.unwrap_or(DEFAULT_STATE_TTL_MS / 1000)
+                ),
+            }
+        }
+        None => notes_server(&args)?,
+    };
+    match args.http {
+        None => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|error| Failure::failed(format!("cannot start the async runtime: {error}")))?;
-            tracing::info!("serving stdio for principal {principal}; {keys}; requestState lives {state_ttl_secs} s");
-            runtime.block_on(serve_stdio(&server, &principal)).map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
+            tracing::info!("serving stdio for principal {}; {}", served.stdio_principal, served.summary);
+            runtime
+                .block_on(serve_stdio(&*served.service, &served.stdio_principal))
+                .map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
             tracing::info!("end of input; stopped");
             Ok(())
         }
         Some(address) => {
-            let origins = OriginPolicy::from_allowed(&args.allow_origins).map_err(Failure::usage)?;
-            let tokens = deployment.tokens();
-            if tokens.is_empty() {
+            let origins =
+                OriginPolicy::from_allowed(&args.allow_origins).map_err(|error| Failure::usage(format!("--allow-origin {error}")))?;
+            if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
                 tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
             }
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -199,12 +239,11 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
                         "listening on a non-loopback address: bearer tokens travel in clear text; put TLS and network policy in front"
                     );
                 }
-                let principals: Vec<&str> = tokens.values().map(String::as_str).collect();
-                tracing::info!("principals with tokens: {}; {keys}; requestState lives {state_ttl_secs} s", principals.join(", "));
+                tracing::info!("{}", served.summary);
                 let shutdown = http::shutdown_signal()
                     .map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
-                let router =
-                    http::router(Arc::new(server), Tokens::new(tokens.clone()), HttpOptions { origins, ..HttpOptions::default() }, local);
+                let options = HttpOptions { origins, ..HttpOptions::default() };
+                let router = http::router(served.service, served.authentication, options, local).map_err(Failure::usage)?;
                 // Printed once, exactly so: tests and scripts read the address from it.
                 eprintln!("listening on http://{local}{MCP_PATH}");
                 http::serve_http(listener, router, shutdown)
@@ -215,6 +254,32 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
             })
         }
     }
+}
+
+/// The notes server of the configured (or embedded demo) deployment.
+fn notes_server(args: &ServeArgs) -> Result<Served, Failure> {
+    let deployment = load_deployment(args.config.as_ref())?;
+    let (server, _notes) = build_notes_server(&deployment, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
+    let stdio_principal = args.principal.clone().unwrap_or_else(|| DEFAULT_PRINCIPAL.to_string());
+    if args.http.is_none() && !deployment.principals.contains_key(&stdio_principal) {
+        let known: Vec<&str> = deployment.principals.keys().map(String::as_str).collect();
+        return Err(Failure::usage(format!(
+            "unknown principal {stdio_principal:?}: the configuration defines {}. Pass one of them with --principal.",
+            if known.is_empty() { "no principals".to_string() } else { known.join(", ") }
+        )));
+    }
+    let keys = match deployment.keys.first() {
+        Some(key) => format!("configured key {:?} signs", key.id),
+        None => "a random key of this process signs (states from it fail on other processes)".to_string(),
+    };
+    let tokens = deployment.tokens();
+    let principals: Vec<&str> = tokens.values().map(String::as_str).collect();
+    let summary = format!(
+        "notes server; principals with tokens: {}; {keys}; requestState lives {} s",
+        if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
+        args.state_ttl.unwrap_or(deployment.state_ttl_secs)
+    );
+    Ok(Served { service: Arc::new(server), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary })
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {

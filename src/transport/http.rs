@@ -1,4 +1,4 @@
-//! Streamable HTTP, stateless: one endpoint, `POST /mcp`, one JSON-RPC message per request, one JSON answer.
+//! Streamable HTTP, stateless: one endpoint, `POST /mcp`, one JSON-RPC message per request.
 //!
 //! # The order of the HTTP-level checks
 //!
@@ -6,29 +6,42 @@
 //! lookup for a GET, no body read for an unauthenticated caller):
 //!
 //! 1. **Method**: anything but POST → `405` with `Allow: POST` (there is no GET stream and no session to DELETE).
-//! 2. **Origin** (DNS-rebinding defence, SPEC-HTTP-2): an `Origin` header that is present and not allowed → `403`.
-//!    When the server listens on a loopback address, a `Host` naming anything but a loopback host is also `403`:
-//!    a rebound DNS name reaching a local server is exactly the attack.
+//! 2. **Host and Origin** (DNS-rebinding defence, SPEC-HTTP-2): when the server listens on a loopback address,
+//!    `Host` must name a loopback host ([`check_local_request`]); an `Origin` header, when present, must be
+//!    allowed by the [`OriginPolicy`] (loopback origins by default). Otherwise `403`.
 //! 3. **Authentication**: `Authorization: Bearer TOKEN`, mapped to a principal by the deployment's tokens.
-//!    Missing → `401` with `WWW-Authenticate: Bearer realm="mcpsim"`; unknown → `401` adding `error="invalid_token"`.
+//!    Missing → `401` with `WWW-Authenticate: Bearer realm="mcpsim"`; unknown → `401` adding
+//!    `error="invalid_token"`. ([`Authentication::Anonymous`] skips this step; it exists only on loopback.)
 //! 4. **Content negotiation**: `Content-Type` must be `application/json` (a UTF-8 charset parameter is fine)
 //!    → else `415`; `Accept` must admit both `application/json` and `text/event-stream` (wildcards count, `q=0`
 //!    refuses) → else `406`.
 //! 5. **Size**: a declared `Content-Length` over [`MESSAGE_BYTES_MAX`] → `413` before reading; a body that grows
-//!    past it while being read (chunked) → `413` too. Both carry a JSON-RPC error (`payload_too_large`, id null).
-//! 6. **Capacity**: at most [`REQUESTS_IN_FLIGHT_MAX`] bodies are read and handled at once; beyond that → `503`
-//!    with `Retry-After` (a bound, not a queue).
+//!    past it while being read (chunked) → `413` too, with reason `payload_too_large`.
+//! 6. **Capacity**: at most [`REQUESTS_IN_FLIGHT_MAX`] requests are read, handled or streamed at once; beyond
+//!    that → `503` with `Retry-After` (a bound, not a queue).
 //! 7. **Body**: the routing headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`; names case-insensitive,
-//!    values trimmed) and the body go to [`handle_message`], which applies the protocol's own order
-//!    (-32700/-32600 → notification → `_meta` → -32020 → -32022 → -32601). A notification is answered `202` with an
-//!    empty body; anything else with the reply's status and `Content-Type: application/json`.
+//!    values trimmed) and the body go to [`handle_exchange`], which applies the protocol's own order
+//!    (-32700/-32600 → notification → `_meta` → -32020 → -32022 → -32601).
+//!
+//! Every refusal carries a JSON-RPC error body (id `null`, `-32600`, a message saying what to do next), so a
+//! client always has one shape to read.
+//!
+//! # Delivery
+//!
+//! A notification is answered `202` with an empty body. A reply alone is one `application/json` body with the
+//! reply's status. An exchange with request-scoped notifications or an open subscription feed is an SSE stream
+//! (`text/event-stream`): each notification as one `data:` event, then the feed's notifications for as long as
+//! it runs and the client stays (a `:` keep-alive comment every [`STREAM_KEEPALIVE_MS`] lets a vanished client
+//! be noticed), then the response as the last event. A client that goes away ends the feed (that is the
+//! unsubscribe).
 //!
 //! `Mcp-Session-Id` is never minted, echoed or read: nothing here depends on which connection or session a
-//! request came from. Refusals in steps 1–4 and 6 have a one-line `text/plain` body saying what to do next.
-//! Every request, refused or not, gets one log line (see [`super::log_request`]).
+//! request came from. Every request, refused or not, gets one log line (see [`super::log_request`]).
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
-use crate::handlers::{handle_message, Service};
+use crate::handlers::{handle_exchange, Exchange, Service};
+use crate::policy::origin::{check_local_request, OriginPolicy};
+use crate::wire::errors::RpcError;
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
 use axum::body::{Body, Bytes};
@@ -37,106 +50,33 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode}
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// The one MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
 /// The realm named in `WWW-Authenticate` challenges.
 pub const AUTH_REALM: &str = "mcpsim";
-/// Requests whose bodies are read and handled at once; more are refused with 503 rather than queued.
+/// Requests read, handled or streamed at once; more are refused with 503 rather than queued.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 64;
+/// Events buffered between a stream's producer and the socket; a slow reader holds the producer back.
+pub const STREAM_EVENTS_BUFFERED_MAX: usize = 16;
+/// How often an open subscription stream sends a `:` comment, so a client that vanished is noticed.
+pub const STREAM_KEEPALIVE_MS: u64 = 15_000;
 /// After a shutdown signal, how long in-flight requests may still run before the process stops anyway.
 pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
-/// Longest `Origin` or `Host` value repeated back in a refusal.
+/// Longest `Origin` value repeated back in a refusal.
 const ECHO_CHARS_MAX: usize = 100;
-
-/// Which browser origins may call the server. Requests without an `Origin` header (non-browser clients) are
-/// never refused by this check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OriginPolicy {
-    /// The default: pages served from this machine (`localhost`, `127.0.0.1`, `[::1]`, any port and scheme).
-    Loopback,
-    /// Exactly these origins (normalized `scheme://host[:port]`), nothing else — not even loopback.
-    Only(BTreeSet<String>),
-}
-
-impl OriginPolicy {
-    /// The policy for a list of `--allow-origin` values: empty means [`OriginPolicy::Loopback`].
-    pub fn from_allowed(origins: &[String]) -> Result<OriginPolicy, String> {
-        if origins.is_empty() {
-            return Ok(OriginPolicy::Loopback);
-        }
-        let mut allowed = BTreeSet::new();
-        for origin in origins {
-            let normalized = normalize_origin(origin.strip_suffix('/').unwrap_or(origin)).ok_or_else(|| {
-                format!("--allow-origin {origin:?} is not an origin: expected scheme://host[:port] with scheme http or https, e.g. https://app.example.com")
-            })?;
-            allowed.insert(normalized);
-        }
-        Ok(OriginPolicy::Only(allowed))
-    }
-
-    pub fn allows(&self, origin: &str) -> bool {
-        let Some(origin) = normalize_origin(origin) else { return false };
-        match self {
-            OriginPolicy::Loopback => origin.split_once("://").is_some_and(|(_, authority)| is_loopback_authority(authority)),
-            OriginPolicy::Only(allowed) => allowed.contains(&origin),
-        }
-    }
-}
-
-/// `scheme://host[:port]`, lower-cased, default port dropped; `None` for anything else (including `null`).
-pub fn normalize_origin(text: &str) -> Option<String> {
-    let text = text.trim().to_ascii_lowercase();
-    let (scheme, authority) = text.split_once("://")?;
-    let default_port = match scheme {
-        "http" => "80",
-        "https" => "443",
-        _ => return None,
-    };
-    if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
-        return None;
-    }
-    let (host, port) = split_authority(authority)?;
-    if host.is_empty() {
-        return None;
-    }
-    match port {
-        Some(port) if port.is_empty() || port.parse::<u16>().is_err() => None,
-        Some(port) if port == default_port => Some(format!("{scheme}://{host}")),
-        Some(port) => Some(format!("{scheme}://{host}:{port}")),
-        None => Some(format!("{scheme}://{host}")),
-    }
-}
-
-/// Splits `host[:port]` (IPv6 hosts bracketed) into host and optional port.
-fn split_authority(authority: &str) -> Option<(&str, Option<&str>)> {
-    if authority.starts_with('[') {
-        let end = authority.find(']')?;
-        let (host, rest) = authority.split_at(end + 1);
-        return match rest {
-            "" => Some((host, None)),
-            _ => rest.strip_prefix(':').map(|port| (host, Some(port))),
-        };
-    }
-    Some(match authority.rsplit_once(':') {
-        Some((host, port)) => (host, Some(port)),
-        None => (authority, None),
-    })
-}
-
-fn is_loopback_authority(authority: &str) -> bool {
-    let Some((host, _)) = split_authority(authority) else { return false };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
 
 /// Bearer tokens, held as SHA-256 digests: a lookup's timing depends on the digest, which says nothing useful
 /// about any real token's bytes.
@@ -160,9 +100,23 @@ impl Tokens {
     pub fn principal(&self, token: &str) -> Option<&str> {
         self.principals.get(&<[u8; 32]>::from(Sha256::digest(token))).map(String::as_str)
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.principals.is_empty()
+    }
 }
 
-/// Settings of the HTTP endpoint beyond the service and its tokens.
+/// Who a request acts for.
+#[derive(Debug, Clone)]
+pub enum Authentication {
+    /// `Authorization: Bearer TOKEN`, mapped to a principal.
+    Bearer(Tokens),
+    /// No credentials: every request acts for `principal`. Only for servers that hold nothing worth
+    /// protecting (the conformance fixture), and only on a loopback address: [`router`] refuses it elsewhere.
+    Anonymous { principal: String },
+}
+
+/// Settings of the HTTP endpoint beyond the service and its authentication.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     pub origins: OriginPolicy,
@@ -177,27 +131,39 @@ impl Default for HttpOptions {
 
 struct Endpoint {
     service: Arc<dyn Service>,
-    tokens: Tokens,
+    authentication: Authentication,
     origins: OriginPolicy,
     /// Listening on loopback: `Host` must name a loopback host too.
-    loopback_hosts_only: bool,
-    in_flight: Semaphore,
+    loopback_bind: bool,
+    in_flight: Arc<Semaphore>,
 }
 
-/// The router serving [`MCP_PATH`] for a server listening on `local_address`.
-pub fn router(service: Arc<dyn Service>, tokens: Tokens, options: HttpOptions, local_address: SocketAddr) -> Router {
+/// The router serving [`MCP_PATH`] for a server listening on `local_address`. Refuses
+/// [`Authentication::Anonymous`] unless `local_address` is a loopback address.
+pub fn router(
+    service: Arc<dyn Service>,
+    authentication: Authentication,
+    options: HttpOptions,
+    local_address: SocketAddr,
+) -> Result<Router, String> {
+    let loopback_bind = local_address.ip().is_loopback();
+    if matches!(authentication, Authentication::Anonymous { .. }) && !loopback_bind {
+        return Err(format!(
+            "a server without authentication only listens on a loopback address (127.0.0.1 or [::1]), not {local_address}"
+        ));
+    }
     let endpoint = Arc::new(Endpoint {
         service,
-        tokens,
+        authentication,
         origins: options.origins,
-        loopback_hosts_only: local_address.ip().is_loopback(),
-        in_flight: Semaphore::new(options.requests_in_flight_max),
+        loopback_bind,
+        in_flight: Arc::new(Semaphore::new(options.requests_in_flight_max)),
     });
-    Router::new()
+    Ok(Router::new()
         .route(MCP_PATH, any(mcp_endpoint))
-        .fallback(|| async { (StatusCode::NOT_FOUND, plain(format!("Not found. The MCP endpoint is POST {MCP_PATH}."))) })
+        .fallback(|| async { refusal(StatusCode::NOT_FOUND, format!("nothing here; the MCP endpoint is POST {MCP_PATH}")) })
         .layer(DefaultBodyLimit::max(MESSAGE_BYTES_MAX))
-        .with_state(endpoint)
+        .with_state(endpoint))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish (for at most
@@ -278,18 +244,15 @@ async fn mcp_endpoint(State(endpoint): State<Arc<Endpoint>>, request: Request) -
 impl Endpoint {
     async fn handle(&self, request: Request) -> Handled {
         if request.method() != Method::POST {
-            let response = refusal(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{} is not supported. Send each JSON-RPC message as its own POST to {MCP_PATH}: this stateless server has no GET stream and no session to DELETE.", request.method()),
+            let message = format!(
+                "{} is not supported: send each JSON-RPC message as its own POST to {MCP_PATH} (this stateless server has no GET stream and no session to DELETE)",
+                request.method()
             );
-            return Handled::refused(
-                with_header(response, header::ALLOW, HeaderValue::from_static("POST")),
-                None,
-                "http_method_not_allowed",
-            );
+            let response = with_header(refusal(StatusCode::METHOD_NOT_ALLOWED, message), header::ALLOW, HeaderValue::from_static("POST"));
+            return Handled::refused(response, None, "http_method_not_allowed");
         }
         let headers = request.headers();
-        if let Some(refused) = self.check_origin(headers) {
+        if let Some(refused) = self.check_host_and_origin(headers) {
             return refused;
         }
         let principal = match self.authenticate(headers) {
@@ -303,9 +266,9 @@ impl Endpoint {
         if declared_length.is_some_and(|length| length > MESSAGE_BYTES_MAX as u64) {
             return too_large(&principal, declared_length.and_then(|length| usize::try_from(length).ok()));
         }
-        let Ok(_permit) = self.in_flight.try_acquire() else {
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             let response =
-                refusal(StatusCode::SERVICE_UNAVAILABLE, "The server is handling as many requests as it allows at once. Retry shortly.");
+                refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
             return Handled::refused(
                 with_header(response, header::RETRY_AFTER, HeaderValue::from_static("1")),
                 Some(&principal),
@@ -317,72 +280,151 @@ impl Endpoint {
             Ok(body) => body,
             Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(&principal, None),
             Err(_) => {
-                let response = refusal(StatusCode::BAD_REQUEST, "The request body could not be read completely. Send it again.");
+                let response = refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again");
                 return Handled::refused(response, Some(&principal), "http_body_unreadable");
             }
         };
         let summary = MessageSummary::of(&body);
-        let reply = handle_message(&*self.service, &principal, &body, Some(&routing)).await;
-        let outcome = outcome_of(&reply);
-        let response = match &reply.response {
-            None => StatusCode::ACCEPTED.into_response(),
-            Some(message) => {
-                let status = StatusCode::from_u16(reply.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                json_response(status, message)
+        let exchange = handle_exchange(&*self.service, &principal, &body, Some(&routing)).await;
+        let mut outcome = outcome_of(&exchange.reply);
+        let response = if exchange.is_streamed() {
+            outcome = format!(
+                "{outcome} (sse: {} notifications{})",
+                exchange.notifications.len(),
+                if exchange.feed.is_some() { ", feed" } else { "" }
+            );
+            stream_exchange(exchange, permit)
+        } else {
+            match &exchange.reply.response {
+                None => StatusCode::ACCEPTED.into_response(),
+                Some(message) => {
+                    json_response(StatusCode::from_u16(exchange.reply.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), message)
+                }
             }
         };
         Handled { response, principal: Some(principal), summary, outcome }
     }
 
-    fn check_origin(&self, headers: &HeaderMap) -> Option<Handled> {
-        if self.loopback_hosts_only {
-            if let Some(host) = headers.get(header::HOST) {
-                let host = String::from_utf8_lossy(host.as_bytes());
-                if !is_loopback_authority(host.trim()) {
-                    let message = format!(
-                        "Host {:?} is not this server: it listens on a loopback address and answers only to localhost, 127.0.0.1 or [::1] (a DNS-rebinding defence).",
-                        echo(&host)
-                    );
-                    return Some(Handled::refused(refusal(StatusCode::FORBIDDEN, message), None, "http_host_forbidden"));
-                }
+    fn check_host_and_origin(&self, headers: &HeaderMap) -> Option<Handled> {
+        if self.loopback_bind {
+            let host = headers.get(header::HOST).map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string());
+            if let Err(error) = check_local_request(host.as_deref(), None) {
+                let status = StatusCode::from_u16(error.http_status).unwrap_or(StatusCode::FORBIDDEN);
+                return Some(Handled::refused(json_response(status, &error_response(None, &error)), None, "http_host_forbidden"));
             }
         }
-        let mut origins = headers.get_all(header::ORIGIN).iter().peekable();
-        origins.peek()?;
-        let origins: Vec<String> = origins.map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned()).collect();
+        let origins: Vec<String> =
+            headers.get_all(header::ORIGIN).iter().map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned()).collect();
         // Two Origin headers are not something a browser sends; refuse rather than pick one.
-        if origins.len() == 1 && self.origins.allows(&origins[0]) {
-            return None;
+        match origins.as_slice() {
+            [] => None,
+            [origin] if self.origins.allows(origin.trim()) => None,
+            _ => {
+                let shown: String = origins.join(", ").chars().take(ECHO_CHARS_MAX).collect();
+                let message = match &self.origins {
+                    OriginPolicy::Loopback => format!(
+                        "Origin {shown:?} may not call this server: only pages served from this machine may (a DNS-rebinding defence); allow another origin explicitly (mcpsim serve --allow-origin ORIGIN)"
+                    ),
+                    OriginPolicy::Only(_) => format!("Origin {shown:?} is not among the origins this server allows"),
+                };
+                Some(Handled::refused(refusal(StatusCode::FORBIDDEN, message), None, "http_origin_forbidden"))
+            }
         }
-        let shown = echo(&origins.join(", "));
-        let message = match &self.origins {
-            OriginPolicy::Loopback => format!(
-                "Origin {shown:?} is not allowed: by default only pages served from this machine may call this server. Start it with --allow-origin ORIGIN to allow another origin."
-            ),
-            OriginPolicy::Only(_) => format!("Origin {shown:?} is not in this server's --allow-origin list."),
-        };
-        Some(Handled::refused(refusal(StatusCode::FORBIDDEN, message), None, "http_origin_forbidden"))
     }
 
     fn authenticate(&self, headers: &HeaderMap) -> Result<&str, Box<Handled>> {
+        let tokens = match &self.authentication {
+            Authentication::Anonymous { principal } => return Ok(principal),
+            Authentication::Bearer(tokens) => tokens,
+        };
         let mut values = headers.get_all(header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
-            let present = headers.contains_key(header::AUTHORIZATION);
-            return Err(if present {
-                unauthorized(true, "Send exactly one Authorization header.")
+            return Err(if headers.contains_key(header::AUTHORIZATION) {
+                unauthorized(true, "send exactly one Authorization header")
             } else {
-                unauthorized(false, "Authentication required: send Authorization: Bearer TOKEN, with the token of a principal in the server's configuration.")
+                unauthorized(false, "authentication required: send Authorization: Bearer TOKEN, with the token of a principal in the server's configuration")
             });
         };
         let text = value.to_str().unwrap_or("");
         let (scheme, token) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
         if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(unauthorized(false, "Only bearer tokens are accepted: send Authorization: Bearer TOKEN."));
+            return Err(unauthorized(false, "only bearer tokens are accepted: send Authorization: Bearer TOKEN"));
         }
-        let token = token.trim();
-        self.tokens.principal(token).ok_or_else(|| {
-            unauthorized(true, "The bearer token is not recognized: use the token of a principal in the server's configuration.")
+        tokens.principal(token.trim()).ok_or_else(|| {
+            unauthorized(true, "the bearer token is not recognized: use the token of a principal in the server's configuration")
         })
+    }
+}
+
+/// Writes an exchange as an SSE stream from a task of its own, which holds `permit` until the stream ends.
+fn stream_exchange(exchange: Exchange, permit: OwnedSemaphorePermit) -> Response {
+    let (sender, receiver) = mpsc::channel::<Bytes>(STREAM_EVENTS_BUFFERED_MAX);
+    tokio::spawn(async move {
+        let _permit = permit;
+        let Exchange { notifications, reply, feed } = exchange;
+        for notification in &notifications {
+            if sender.send(sse_event(notification)).await.is_err() {
+                return;
+            }
+        }
+        if let Some(mut feed) = feed {
+            let mut keepalive = tokio::time::interval(Duration::from_millis(STREAM_KEEPALIVE_MS));
+            keepalive.tick().await;
+            loop {
+                tokio::select! {
+                    biased;
+                    // The client went away: returning drops the feed, which ends the subscription.
+                    _ = sender.closed() => {
+                        tracing::debug!(target: "mcpsim::request", "stream closed by the client; subscription ended");
+                        return;
+                    }
+                    next = feed.next_notification() => match next {
+                        Some(notification) => {
+                            if sender.send(sse_event(&notification)).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => break,
+                    },
+                    _ = keepalive.tick() => {
+                        if sender.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(response) = &reply.response {
+            let _ = sender.send(sse_event(response)).await;
+        }
+    });
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
+        ],
+        Body::from_stream(EventStream { receiver }),
+    )
+        .into_response()
+}
+
+/// One SSE event carrying one JSON-RPC message (compact JSON never contains a newline).
+fn sse_event(message: &Value) -> Bytes {
+    Bytes::from(format!("data: {message}\n\n"))
+}
+
+/// The receiving end of a stream's events, as the `Stream` axum writes out.
+struct EventStream {
+    receiver: mpsc::Receiver<Bytes>,
+}
+
+impl futures_core::Stream for EventStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.receiver.poll_recv(context).map(|event| event.map(Ok))
     }
 }
 
@@ -393,7 +435,7 @@ fn unauthorized(token_given: bool, message: &str) -> Box<Handled> {
         format!("Bearer realm=\"{AUTH_REALM}\"")
     };
     let response = with_header(
-        refusal(StatusCode::UNAUTHORIZED, message.to_string()),
+        refusal(StatusCode::UNAUTHORIZED, message),
         header::WWW_AUTHENTICATE,
         HeaderValue::from_str(&challenge).expect("the challenge is plain ASCII"),
     );
@@ -408,7 +450,7 @@ fn check_content_negotiation(headers: &HeaderMap, principal: &str) -> Option<Han
     let content_types: Vec<&HeaderValue> = headers.get_all(header::CONTENT_TYPE).iter().collect();
     let json_body = matches!(content_types.as_slice(), [value] if value.to_str().is_ok_and(is_json_content_type));
     if !json_body {
-        let message = "Content-Type must be application/json (UTF-8): the body is one JSON-RPC message.";
+        let message = "Content-Type must be application/json (UTF-8): the body is one JSON-RPC message";
         return Some(Handled::refused(
             refusal(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
             Some(principal),
@@ -417,7 +459,7 @@ fn check_content_negotiation(headers: &HeaderMap, principal: &str) -> Option<Han
     }
     let accept: Vec<&str> = headers.get_all(header::ACCEPT).iter().filter_map(|value| value.to_str().ok()).collect();
     if !accepts(&accept, "application", "json") || !accepts(&accept, "text", "event-stream") {
-        let message = "Accept must list both application/json and text/event-stream: the server may answer with either.";
+        let message = "Accept must list both application/json and text/event-stream: the server answers with either";
         return Some(Handled::refused(refusal(StatusCode::NOT_ACCEPTABLE, message), Some(principal), "http_not_acceptable"));
     }
     None
@@ -480,17 +522,15 @@ fn too_large(principal: &str, bytes: Option<usize>) -> Handled {
     Handled::refused(response, Some(principal), "http_payload_too_large")
 }
 
-fn json_response(status: StatusCode, message: &serde_json::Value) -> Response {
+fn json_response(status: StatusCode, message: &Value) -> Response {
     let body = serde_json::to_vec(message).expect("serializing a serde_json::Value cannot fail");
     (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Body::from(body)).into_response()
 }
 
+/// An HTTP-level refusal: `status` with a JSON-RPC error body (id null, `-32600`) saying what to do next.
 fn refusal(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, plain(message.into())).into_response()
-}
-
-fn plain(message: String) -> ([(HeaderName, HeaderValue); 1], String) {
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"))], format!("{message}\n"))
+    let error = RpcError::invalid_request(message.into()).with_status(status.as_u16());
+    json_response(status, &error_response(None, &error))
 }
 
 fn with_header(mut response: Response, name: HeaderName, value: HeaderValue) -> Response {
@@ -498,45 +538,9 @@ fn with_header(mut response: Response, name: HeaderName, value: HeaderValue) -> 
     response
 }
 
-fn echo(text: &str) -> String {
-    text.chars().take(ECHO_CHARS_MAX).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn origins_normalize_to_scheme_host_port() {
-        assert_eq!(normalize_origin("HTTPS://App.Example.com:443").as_deref(), Some("https://app.example.com"));
-        assert_eq!(normalize_origin("http://localhost:6274").as_deref(), Some("http://localhost:6274"));
-        assert_eq!(normalize_origin("http://[::1]:80").as_deref(), Some("http://[::1]"));
-        for bad in ["null", "", "file://", "ftp://x", "http://", "http://a/b", "http://a:99999", "http://a:", "http://u@a", "http://[::1"] {
-            assert_eq!(normalize_origin(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn loopback_policy_allows_only_this_machine() {
-        let policy = OriginPolicy::Loopback;
-        for allowed in ["http://localhost:6274", "http://127.0.0.1", "https://[::1]:8443", "http://LOCALHOST", "http://127.0.0.2:1"] {
-            assert!(policy.allows(allowed), "{allowed}");
-        }
-        for refused in ["http://evil.example", "http://localhost.evil.example", "http://127.0.0.1.nip.io", "null", "http://[::2]"] {
-            assert!(!policy.allows(refused), "{refused}");
-        }
-    }
-
-    #[test]
-    fn an_allowlist_replaces_the_loopback_default() {
-        let policy = OriginPolicy::from_allowed(&["https://app.example.com/".into()]).unwrap();
-        assert!(policy.allows("https://app.example.com"));
-        assert!(policy.allows("https://APP.example.com:443"));
-        assert!(!policy.allows("http://app.example.com"));
-        assert!(!policy.allows("http://localhost"));
-        let error = OriginPolicy::from_allowed(&["app.example.com".into()]).unwrap_err();
-        assert!(error.contains("scheme://host"), "{error}");
-    }
 
     #[test]
     fn tokens_map_to_principals() {
@@ -580,7 +584,8 @@ mod tests {
         let tokens = Tokens::new(crate::config::Deployment::demo().tokens());
         let options = HttpOptions { requests_in_flight_max: 0, ..HttpOptions::default() };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(serve_http(listener, router(Arc::new(server), tokens, options, address), async move {
+        let router = router(Arc::new(server), Authentication::Bearer(tokens), options, address).unwrap();
+        let serving = tokio::spawn(serve_http(listener, router, async move {
             let _ = stopped.await;
         }));
         let response = reqwest::Client::new()
@@ -596,6 +601,19 @@ mod tests {
         assert_eq!(response.headers()["retry-after"], "1");
         stop.send(()).unwrap();
         serving.await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn anonymous_servers_listen_only_on_loopback() {
+        let (server, _) = crate::transport::build_notes_server(&crate::config::Deployment::demo(), None).unwrap();
+        let server: Arc<dyn Service> = Arc::new(server);
+        let anonymous = || Authentication::Anonymous { principal: "anyone".into() };
+        for address in ["0.0.0.0:80", "192.168.1.2:80", "[::]:80"] {
+            let error = router(server.clone(), anonymous(), HttpOptions::default(), address.parse().unwrap()).unwrap_err();
+            assert!(error.contains("loopback"), "{error}");
+        }
+        assert!(router(server.clone(), anonymous(), HttpOptions::default(), "127.0.0.1:80".parse().unwrap()).is_ok());
+        assert!(router(server, Authentication::Bearer(Tokens::default()), HttpOptions::default(), "0.0.0.0:80".parse().unwrap()).is_ok());
     }
 
     #[test]

@@ -11,12 +11,14 @@ pub mod http;
 pub mod stdio;
 
 use crate::config::{ConfigError, Deployment};
+use crate::handlers::fixture::{ConformanceFixture, FixtureConfig};
 use crate::handlers::notes::NotesServer;
 use crate::handlers::ports::{Clock, NonceSource};
 use crate::handlers::Reply;
 use crate::policy::state::KeyRing;
+use crate::stores::feed::MemoryChangeFeed;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
-use crate::stores::system::{OsNonces, SystemClock};
+use crate::stores::system::{random_key, OsNonces, SystemClock};
 use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -46,6 +48,21 @@ pub fn in_memory_notes_server(
     let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
     let server = NotesServer { config: Arc::new(config), notes: notes.clone(), replay, clock, nonces };
     Ok((server, notes))
+}
+
+/// Builds the conformance fixture a real process runs: a random key of this process, the wall clock, OS
+/// nonces and an in-process change feed (list-changed announcements reach this process's subscribers only).
+pub fn build_conformance_fixture(state_ttl_secs: Option<u64>) -> ConformanceFixture {
+    let mut config = FixtureConfig::new(KeyRing::new("local", random_key()).expect("a random 32-byte key is valid"));
+    if let Some(secs) = state_ttl_secs {
+        config.state_ttl_ms = secs.saturating_mul(1000);
+    }
+    ConformanceFixture {
+        config: Arc::new(config),
+        clock: Arc::new(SystemClock),
+        nonces: Arc::new(OsNonces),
+        changes: Arc::new(MemoryChangeFeed::new()),
+    }
 }
 
 /// Longest method or tool name a log line repeats; longer ones are cut (they come from the client).

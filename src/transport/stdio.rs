@@ -5,9 +5,13 @@
 //! with a bounded reader: a line longer than [`MESSAGE_BYTES_MAX`] is answered with `payload_too_large` as soon
 //! as the limit is crossed and the rest of it is skipped without being buffered. Messages are handled one at a
 //! time, in order. End of input ends the server cleanly. Only JSON-RPC goes to stdout; logs go to stderr.
+//!
+//! Request-scoped notifications (progress, log messages) are written as lines before their response. A
+//! subscription (`subscriptions/listen`) is not held open: messages are handled one at a time, so the
+//! acknowledgement is written and the subscription ends at once with its closing result.
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
-use crate::handlers::{handle_message, Reply, Service};
+use crate::handlers::{handle_exchange, Reply, Service};
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
@@ -29,18 +33,26 @@ where
     let mut lines = BoundedLines::new(input, MESSAGE_BYTES_MAX);
     loop {
         let stopwatch = Stopwatch::start();
-        let (summary, reply) = match lines.next_line().await? {
+        let (summary, notifications, reply) = match lines.next_line().await? {
             Line::End => return Ok(()),
             Line::TooLong => {
                 let error = payload_too_large(None);
-                (MessageSummary::default(), Reply { response: Some(error_response(None, &error)), http_status: error.http_status })
+                (
+                    MessageSummary::default(),
+                    Vec::new(),
+                    Reply { response: Some(error_response(None, &error)), http_status: error.http_status },
+                )
             }
             Line::Message(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
-            Line::Message(bytes) => (MessageSummary::of(&bytes), handle_message(service, principal, &bytes, None).await),
+            Line::Message(bytes) => {
+                // An open feed is dropped here, unread: that ends the subscription (see the module doc).
+                let exchange = handle_exchange(service, principal, &bytes, None).await;
+                (MessageSummary::of(&bytes), exchange.notifications, exchange.reply)
+            }
         };
         log_request("stdio", principal, &summary, reply.http_status, &outcome_of(&reply), &stopwatch);
-        if let Some(response) = &reply.response {
-            match write_line(&mut output, response).await {
+        for message in notifications.iter().chain(&reply.response) {
+            match write_line(&mut output, message).await {
                 Ok(()) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
                     tracing::info!("stdout closed by the client; stopping");
