@@ -403,6 +403,129 @@ async fn processes_sharing_a_configured_key_finish_each_others_retries() {
     assert_eq!(resource_names(&response), ["note-3", "note-7", "note-14", "note-99"]);
 }
 
+/// Reads SSE events (`data:` payloads as JSON) from `response` until `done` says enough, within [`WAIT`].
+async fn read_events(response: &mut reqwest::Response, pending: &mut String, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut events = Vec::new();
+    let deadline = tokio::time::sleep(WAIT);
+    tokio::pin!(deadline);
+    while !done(&events) {
+        while let Some(end) = pending.find("\n\n") {
+            let event: String = pending.drain(..end + 2).collect();
+            for line in event.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    events.push(serde_json::from_str(data).unwrap_or_else(|e| panic!("event is not JSON ({e}): {data}")));
+                }
+            }
+        }
+        if done(&events) {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = &mut deadline => panic!("stream events so far: {events:?}"),
+            chunk = response.chunk() => match chunk.expect("the stream stays readable") {
+                Some(bytes) => pending.push_str(std::str::from_utf8(&bytes).unwrap()),
+                None => break,
+            },
+        }
+    }
+    events
+}
+
+fn fixture_request(id: i64, method: &str, params: Value) -> Value {
+    let mut message = request(id, method, params.clone());
+    if let Some(extra) = params.get("_meta").and_then(Value::as_object) {
+        for (key, value) in extra {
+            message["params"]["_meta"][key] = value.clone();
+        }
+    }
+    message
+}
+
+#[tokio::test]
+async fn request_scoped_notifications_stream_as_sse_before_the_response() {
+    let server = HttpServer::start(&["--fixture", "conformance"]);
+    let message = fixture_request(
+        1,
+        "tools/call",
+        json!({ "name": "test_tool_with_progress", "arguments": {}, "_meta": { "progressToken": "p-1" } }),
+    );
+    // The fixture needs no token: any Authorization header is simply not looked at.
+    let headers = without(&conforming_headers(&message, "unused"), "Authorization");
+    let mut response = reqwest::Client::new().post(&server.url).body(message.to_string());
+    for (name, value) in &headers {
+        response = response.header(name, value);
+    }
+    let mut response = response.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
+    let events = read_events(&mut response, &mut String::new(), |events| events.iter().any(|e| e.get("id").is_some())).await;
+    let progress: Vec<i64> = events
+        .iter()
+        .filter(|e| e["method"] == "notifications/progress")
+        .map(|e| {
+            assert_eq!(e["params"]["progressToken"], "p-1");
+            e["params"]["progress"].as_i64().unwrap()
+        })
+        .collect();
+    assert_eq!(progress, [0, 50, 100]);
+    let last = events.last().unwrap();
+    assert_eq!((last["id"].clone(), last["result"]["resultType"].clone()), (json!(1), json!("complete")), "the response is the last event");
+}
+
+#[tokio::test]
+async fn a_subscription_streams_changes_until_the_client_leaves() {
+    let server = HttpServer::start(&["--fixture", "conformance"]);
+    let listen = fixture_request(1, "subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
+    let headers = without(&conforming_headers(&listen, "unused"), "Authorization");
+    let mut builder = reqwest::Client::new().post(&server.url).body(listen.to_string());
+    for (name, value) in &headers {
+        builder = builder.header(name, value);
+    }
+    let mut stream = builder.send().await.unwrap();
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let mut pending = String::new();
+    let events = read_events(&mut stream, &mut pending, |events| !events.is_empty()).await;
+    assert_eq!(events[0]["method"], "notifications/subscriptions/acknowledged");
+
+    // Another request, on another connection, changes the tool list while the stream stays open.
+    let trigger = fixture_request(2, "tools/call", json!({ "name": "test_trigger_tool_change", "arguments": {} }));
+    let answer = post(&server, &without(&conforming_headers(&trigger, "unused"), "Authorization"), &trigger).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let events = read_events(&mut stream, &mut pending, |events| !events.is_empty()).await;
+    assert_eq!(events[0]["method"], "notifications/tools/list_changed");
+    assert!(events[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].is_number(), "{}", events[0]);
+
+    // Leaving ends the subscription on the server.
+    drop(stream);
+    let noticed = async {
+        while !server.stderr().iter().any(|line| line.contains("stream closed by the client")) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, noticed).await.unwrap_or_else(|_| panic!("the server never noticed the client left: {:?}", server.stderr()));
+}
+
+#[tokio::test]
+async fn the_fixture_has_no_authentication_so_it_stays_on_loopback() {
+    let server = HttpServer::start(&["--fixture", "conformance"]);
+    let message = fixture_request(1, "tools/list", json!({}));
+    let answer = post(&server, &without(&conforming_headers(&message, "unused"), "Authorization"), &message).await;
+    assert_eq!(answer.status, 200);
+    let answer = post(&server, &with(&conforming_headers(&message, "unused"), "Origin", "http://evil.example"), &message).await;
+    assert_eq!(answer.status, 403);
+    let answer =
+        raw_exchange(&server.address, b"POST /mcp HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+
+    let (code, stderr) = run_to_exit(&["serve", "--http", "0.0.0.0:0", "--fixture", "conformance"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("loopback"), "{stderr}");
+    let (code, stderr) = run_to_exit(&["serve", "--stdio", "--fixture", "conformance", "--config", "x.toml"]);
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
 #[test]
 fn sigterm_stops_the_server_cleanly() {
     let server = HttpServer::start(&[]);

@@ -91,6 +91,29 @@ fn the_state_ttl_flag_bounds_how_long_a_confirmation_lives() {
 }
 
 #[test]
+fn request_scoped_notifications_come_as_lines_before_the_response() {
+    let mut server = StdioServer::start(&["--fixture", "conformance"]);
+    let mut message = request(1, "tools/call", json!({ "name": "test_tool_with_progress", "arguments": {} }));
+    message["params"]["_meta"]["progressToken"] = json!("p-1");
+    server.send(&message);
+    let progress: Vec<Value> = (0..3).map(|_| server.receive()).collect();
+    for (event, expected) in progress.iter().zip([0, 50, 100]) {
+        assert_eq!(
+            (event["method"].as_str(), event["params"]["progress"].as_i64()),
+            (Some("notifications/progress"), Some(expected)),
+            "{event}"
+        );
+    }
+    assert_eq!(server.receive()["id"], 1, "the response follows its notifications");
+
+    // A subscription is not held open on stdio: acknowledged, then closed at once with its result.
+    server.send(&request(2, "subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } })));
+    assert_eq!(server.receive()["method"], "notifications/subscriptions/acknowledged");
+    let closing = server.receive();
+    assert_eq!((closing["id"].clone(), closing["result"]["resultType"].clone()), (json!(2), json!("complete")), "{closing}");
+}
+
+#[test]
 fn cli_errors_say_what_to_do_next() {
     let (code, stderr) = run_to_exit(&["serve", "--stdio", "--principal", "carol"]);
     assert_eq!(code, Some(2));

@@ -154,6 +154,8 @@ impl HttpServer {
         let mut child = Command::new(BIN)
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra_args)
+            // Debug lines of our own request log only (e.g. a subscription stream ending).
+            .env("MCPSIM_LOG", "info,mcpsim::request=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
