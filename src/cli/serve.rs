@@ -268,6 +268,13 @@ fn notes_server(args: &ServeArgs) -> Result<Served, Failure> {
             if known.is_empty() { "no principals".to_string() } else { known.join(", ") }
         )));
     }
+    if !deployment.keys.is_empty() {
+        // Shared keys make states portable, but this process's replay store is its own (memory): until the
+        // processes share a store, one confirmation could be used once on each of them.
+        tracing::warn!(
+            "configured [[keys]] let other processes accept this process's confirmations, but each process keeps its own replay store and notes in memory"
+        );
+    }
     let keys = match deployment.keys.first() {
         Some(key) => format!("configured key {:?} signs", key.id),
         None => "a random key of this process signs (states from it fail on other processes)".to_string(),
