@@ -1,8 +1,11 @@
-//! Policy layer: pure decisions with no I/O — containment, authorization, state sealing.
+//! Policy layer: pure decisions with no I/O — containment, authorization, state sealing, descriptor pins and
+//! the descriptor scanner.
 //!
 //! Knows the wire types; knows nothing of stores, handlers, transports or the simulator.
 
 pub mod authorization;
 pub mod containment;
 pub mod origin;
+pub mod pinning;
+pub mod scanner;
 pub mod state;

@@ -62,10 +62,24 @@ pub enum Reason {
     ReplayStoreFull,
     /// A store could not be reached or failed; nothing was changed.
     StoreUnavailable,
+    /// Gateway: the tool's descriptor is unreviewed, changed since approval (rug pull), or from a changed publisher.
+    ToolQuarantined,
+    /// Gateway: the descriptor tripped the metadata scanner, or is malformed or ambiguous.
+    ToolBlocked,
+    /// Gateway: the authenticated principal is not granted this (qualified) tool.
+    ToolUnauthorized,
+    /// Gateway: the principal is not granted the destination (resource) named in the arguments.
+    DestinationUnauthorized,
+    /// Gateway: the principal's quota for this tool in the current window is spent (HTTP 429). No side effect.
+    RateLimited,
+    /// Gateway: a backend could not be reached or answered out of contract; see `data` for whether anything ran.
+    BackendUnavailable,
+    /// Backend: an idempotency key was presented again with a different request.
+    IdempotencyConflict,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 21] = [
+    pub const ALL: [Reason; 28] = [
         Reason::MetaInvalid,
         Reason::PayloadTooLarge,
         Reason::ArgumentsInvalid,
@@ -87,6 +101,13 @@ impl Reason {
         Reason::NoteOutsideWorkspace,
         Reason::ReplayStoreFull,
         Reason::StoreUnavailable,
+        Reason::ToolQuarantined,
+        Reason::ToolBlocked,
+        Reason::ToolUnauthorized,
+        Reason::DestinationUnauthorized,
+        Reason::RateLimited,
+        Reason::BackendUnavailable,
+        Reason::IdempotencyConflict,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -112,6 +133,13 @@ impl Reason {
             Reason::NoteOutsideWorkspace => "note_outside_workspace",
             Reason::ReplayStoreFull => "replay_store_full",
             Reason::StoreUnavailable => "store_unavailable",
+            Reason::ToolQuarantined => "tool_quarantined",
+            Reason::ToolBlocked => "tool_blocked",
+            Reason::ToolUnauthorized => "tool_unauthorized",
+            Reason::DestinationUnauthorized => "destination_unauthorized",
+            Reason::RateLimited => "rate_limited",
+            Reason::BackendUnavailable => "backend_unavailable",
+            Reason::IdempotencyConflict => "idempotency_conflict",
         }
     }
 
