@@ -9,12 +9,14 @@
 //! 2. [`policy`]: pure decisions: path-segment containment, principal → workspaces, `requestState` sealing.
 //! 3. [`handlers`]: the stateless servers, written once against the store/clock ports in [`handlers::ports`].
 //! 4. [`stores`]: implementations of those ports (in memory; real clock and nonces).
-//! 5. [`config`]: deployments (principals, tokens, workspaces, notes, keys) and the embedded demo.
+//! 5. [`config`]: deployments (principals, tokens, workspaces, notes, keys) and the embedded demo;
+//!    [`gateway_config`]: gateway deployments (backends, access policy, pins) and the embedded gateway demo.
 //! 6. [`transport`]: stdio and streamable HTTP adapters around the handlers.
 //! 7. [`cli`]: the `mcpsim` command line.
 
 pub mod cli;
 pub mod config;
+pub mod gateway_config;
 pub mod handlers;
 pub mod policy;
 pub mod stores;

@@ -5,6 +5,8 @@
 //! code runs inside the simulator's instance actors and behind the real stdio and HTTP transports.
 
 pub mod fixture;
+pub mod backends;
+pub mod gateway;
 pub mod notes;
 pub mod pipeline;
 pub mod ports;

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod database;
 pub mod deterministic;
 pub mod feed;
+pub mod gateway;
 pub mod memory;
 pub mod postgres;
 pub mod spec;
