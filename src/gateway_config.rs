@@ -5,7 +5,9 @@
 //! and the tests use it; the simulator wires the same handlers to its own channel-backed ports.
 
 use crate::config::{ConfigError, Deployment};
-use crate::handlers::backends::{issues_descriptors, notes_descriptors, Issue, IssuesBackend, NotesBackend, NotesBackendConfig};
+use crate::handlers::backends::{
+    issues_descriptors, notes_descriptors, Issue, IssuesBackend, LiveDescriptors, NotesBackend, NotesBackendConfig, DESCRIPTORS_MAX,
+};
 use crate::handlers::gateway::policy::AccessPolicy;
 use crate::handlers::gateway::ports::{AuditSink, LocalBackend, ToolListing};
 use crate::handlers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts, DEFAULT_STATE_TTL_MS};
@@ -59,6 +61,10 @@ pub struct BackendConfig {
     /// Export destinations (notes backends only).
     #[serde(default)]
     pub destinations: BTreeSet<String>,
+    /// Descriptors to publish instead of the standard ones — to rehearse a review of a poisoned or changed
+    /// backend. Only what the backend *says* changes; its tools behave as always.
+    #[serde(default)]
+    pub descriptors: Option<Vec<serde_json::Value>>,
 }
 
 impl BackendConfig {
@@ -72,6 +78,9 @@ impl BackendConfig {
 
     /// The descriptors this backend publishes when it starts.
     pub fn descriptors(&self) -> Vec<serde_json::Value> {
+        if let Some(descriptors) = &self.descriptors {
+            return descriptors.clone();
+        }
         match self.kind {
             BackendKind::Notes => notes_descriptors(&self.destinations),
             BackendKind::Issues => issues_descriptors(),
@@ -144,6 +153,9 @@ impl GatewayFile {
                     "{origin}: backend id {id:?} must be 1 to 32 characters of a-z 0-9 _ - (no dot)"
                 )));
             }
+            if backend.descriptors.as_ref().is_some_and(|d| d.len() > DESCRIPTORS_MAX) {
+                return Err(ConfigError::Invalid(format!("{origin}: backend {id}: at most {DESCRIPTORS_MAX} descriptors")));
+            }
             if backend.kind == BackendKind::Issues && !backend.destinations.is_empty() {
                 return Err(ConfigError::Invalid(format!("{origin}: backend {id}: only notes backends have destinations")));
             }
@@ -163,7 +175,9 @@ impl GatewayFile {
                     server_name: info.name.clone(),
                     server_version: info.version.clone(),
                 };
-                let listing = ToolListing { server_name: info.name, server_version: info.version, tools: backend.descriptors() };
+                // Sorted and bounded exactly as the running backend would publish them.
+                let tools = LiveDescriptors::new(backend.descriptors()).current().as_ref().clone();
+                let listing = ToolListing { server_name: info.name, server_version: info.version, tools };
                 (id.clone(), (publisher, listing))
             })
             .collect()
@@ -189,11 +203,13 @@ impl GatewayFile {
                         destinations: backend.destinations.clone(),
                     };
                     let server = Arc::new(NotesBackend::new(config, notes.clone(), ledger.clone()));
+                    server.descriptors.replace_all(backend.descriptors());
                     notes_backends.insert(id.clone(), (server.clone(), ledger));
                     server
                 }
                 BackendKind::Issues => {
                     let server = Arc::new(IssuesBackend::new(backend.server_info(), self.issues.clone()));
+                    server.descriptors.replace_all(backend.descriptors());
                     issues_backends.insert(id.clone(), server.clone());
                     server
                 }

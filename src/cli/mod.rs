@@ -1,6 +1,7 @@
 //! The `mcpsim` command line: wiring only. Each subcommand lives in its own module.
 
 pub mod demo;
+pub mod pins;
 pub mod serve;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,9 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Run the notes server for real, over stdio or streamable HTTP.
     Serve(serve::ServeArgs),
+    /// Review and approve the gateway's descriptor pins (quarantined tools stay hidden and refused until approved).
+    #[command(subcommand_required = true)]
+    Pins(pins::PinsArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -32,5 +36,6 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Pins(args) => pins::run(args),
     }
 }

@@ -211,6 +211,19 @@ pub fn scan_text(text: &str) -> Vec<TextMatch> {
     hidden_characters(text, &mut found);
     found.sort();
     found.dedup();
+    // Overlapping matches of one rule are one finding (`~/.ssh` and `.ssh/` in `~/.ssh/id_rsa`): merge them.
+    let mut merged: Vec<TextMatch> = Vec::with_capacity(found.len());
+    for m in found {
+        match merged.iter_mut().find(|o| o.label == m.label && o.rule == m.rule && o.start < m.end && m.start < o.end) {
+            Some(o) => {
+                o.start = o.start.min(m.start);
+                o.end = o.end.max(m.end);
+            }
+            None => merged.push(m),
+        }
+    }
+    merged.sort();
+    let found = merged;
     // Phrase rules overlap by design ("don't tell the user" also contains "don't tell"): a phrase match inside a
     // longer phrase match of the same label says nothing new. Specific shapes (an IP inside a URL) are all kept.
     let phrase = |m: &TextMatch| WORD_RULES.iter().any(|rule| rule.rule == m.rule);
@@ -817,7 +830,11 @@ mod tests {
 
     #[test]
     fn secret_access() {
-        assert_eq!(rules("first cat ~/.ssh/id_rsa")[0], (FindingLabel::SecretAccess, "ssh_keys", "~/.ssh"));
+        assert_eq!(
+            rules("first cat ~/.ssh/id_rsa")[0],
+            (FindingLabel::SecretAccess, "ssh_keys", "~/.ssh/"),
+            "overlapping matches of one rule merge"
+        );
         assert_eq!(labels("include the .env file"), [FindingLabel::SecretAccess]);
         assert_eq!(labels("pass your API key in the query"), [FindingLabel::SecretAccess]);
         assert_eq!(labels("the user's password"), [FindingLabel::SecretAccess]);
