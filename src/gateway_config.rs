@@ -9,7 +9,7 @@ use crate::handlers::backends::{
     issues_descriptors, notes_descriptors, Issue, IssuesBackend, LiveDescriptors, NotesBackend, NotesBackendConfig, DESCRIPTORS_MAX,
 };
 use crate::handlers::gateway::policy::AccessPolicy;
-use crate::handlers::gateway::ports::{AuditSink, LocalBackend, ToolListing};
+use crate::handlers::gateway::ports::{AuditSink, LiveListing, LocalBackend, ToolListing};
 use crate::handlers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts, DEFAULT_STATE_TTL_MS};
 use crate::handlers::ports::{Clock, NonceSource};
 use crate::policy::pinning::{qualify, Approval, PinFile, PublisherEvidence};
@@ -176,7 +176,7 @@ impl GatewayFile {
                     server_version: info.version.clone(),
                 };
                 // Sorted and bounded exactly as the running backend would publish them.
-                let tools = LiveDescriptors::new(backend.descriptors()).current().as_ref().clone();
+                let tools = LiveDescriptors::new(backend.descriptors()).current();
                 let listing = ToolListing { server_name: info.name, server_version: info.version, tools };
                 (id.clone(), (publisher, listing))
             })
@@ -194,7 +194,7 @@ impl GatewayFile {
         let mut notes_backends = BTreeMap::new();
         let mut issues_backends = BTreeMap::new();
         for (id, backend) in &self.backends {
-            let service: Arc<dyn crate::handlers::pipeline::Service> = match backend.kind {
+            let (service, live): (Arc<dyn crate::handlers::pipeline::Service>, Arc<dyn LiveListing>) = match backend.kind {
                 BackendKind::Notes => {
                     let ledger = Arc::new(MemoryExportLedger::default());
                     let config = NotesBackendConfig {
@@ -205,16 +205,17 @@ impl GatewayFile {
                     let server = Arc::new(NotesBackend::new(config, notes.clone(), ledger.clone()));
                     server.descriptors.replace_all(backend.descriptors());
                     notes_backends.insert(id.clone(), (server.clone(), ledger));
-                    server
+                    (server.clone(), server)
                 }
                 BackendKind::Issues => {
                     let server = Arc::new(IssuesBackend::new(backend.server_info(), self.issues.clone()));
                     server.descriptors.replace_all(backend.descriptors());
                     issues_backends.insert(id.clone(), server.clone());
-                    server
+                    (server.clone(), server)
                 }
             };
-            handles.push(BackendHandle { id: id.clone(), endpoint: in_process_endpoint(id), port: Arc::new(LocalBackend::new(service)) });
+            let port = Arc::new(LocalBackend::with_live_listing(service, live));
+            handles.push(BackendHandle { id: id.clone(), endpoint: in_process_endpoint(id), port });
         }
         let config = GatewayConfig {
             server_info: gateway_server_info(),
@@ -244,7 +245,7 @@ pub fn pins_for_backends(file: &GatewayFile, backends: &[&str], approved_at_ms: 
         if !backends.contains(&id.as_str()) {
             continue;
         }
-        for descriptor in &listing.tools {
+        for descriptor in listing.tools.iter() {
             let name = qualify(&id, descriptor["name"].as_str().unwrap_or_default());
             let approval = Approval {
                 publisher: publisher.clone(),

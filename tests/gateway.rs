@@ -349,7 +349,7 @@ struct Verbatim(String);
 impl Backend for Verbatim {
     async fn list_tools(&self) -> Result<ToolListing, BackendError> {
         let result: Value = serde_json::from_str(&self.0).unwrap();
-        mcpsim::handlers::gateway::ports::listing_from_result(&result)
+        mcpsim::handlers::gateway::ports::listing_from_result(result)
     }
 
     async fn call_tool(&self, _call: BackendCall<'_>) -> Result<Value, BackendError> {

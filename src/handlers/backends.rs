@@ -10,7 +10,7 @@
 //! without exporting again. The gateway passes a confirmation's nonce as that key; this is what makes its
 //! crash-recovery rule ("re-drive a claimed confirmation") export exactly once.
 
-use super::gateway::ports::IDEMPOTENCY_KEY_META;
+use super::gateway::ports::{LiveListing, ToolListing, IDEMPOTENCY_KEY_META};
 use super::pipeline::{RequestContext, Service};
 use super::ports::{NoteStore, StoreError};
 use crate::policy::authorization::Authorizations;
@@ -224,6 +224,12 @@ impl NotesBackend {
     }
 }
 
+impl LiveListing for NotesBackend {
+    fn live_listing(&self) -> ToolListing {
+        listing(&self.descriptors, &self.config.server_info)
+    }
+}
+
 #[async_trait]
 impl Service for NotesBackend {
     fn has_method(&self, method: &str) -> bool {
@@ -327,6 +333,12 @@ impl IssuesBackend {
     }
 }
 
+impl LiveListing for IssuesBackend {
+    fn live_listing(&self) -> ToolListing {
+        listing(&self.descriptors, &self.server_info)
+    }
+}
+
 #[async_trait]
 impl Service for IssuesBackend {
     fn has_method(&self, method: &str) -> bool {
@@ -379,8 +391,14 @@ fn discover(server_info: &ServerInfo, instructions: &str) -> Value {
 }
 
 fn tools_list(descriptors: &LiveDescriptors, server_info: &ServerInfo) -> Value {
-    let tools = descriptors.current();
-    complete_cacheable(json!({ "tools": tools.as_ref() }), BACKEND_TOOLS_TTL_MS, CacheScope::Public, server_info)
+    // A plain clone: `json!` would copy the descriptors through the serializer, which costs several times more.
+    let mut fields = Map::new();
+    fields.insert("tools".into(), Value::Array(descriptors.current().as_ref().clone()));
+    complete_cacheable(Value::Object(fields), BACKEND_TOOLS_TTL_MS, CacheScope::Public, server_info)
+}
+
+fn listing(descriptors: &LiveDescriptors, server_info: &ServerInfo) -> ToolListing {
+    ToolListing { server_name: server_info.name.clone(), server_version: server_info.version.clone(), tools: descriptors.current() }
 }
 
 fn call_target(params: &Value) -> Result<(&str, &Map<String, Value>), RpcError> {
@@ -435,6 +453,17 @@ mod tests {
             let report = scan_descriptor(descriptor);
             assert!(report.is_clean(), "{:?}", report.findings);
         }
+    }
+
+    #[tokio::test]
+    async fn the_live_listing_is_exactly_what_tools_list_serves() {
+        use crate::handlers::gateway::ports::{Backend, LocalBackend};
+        let issues = Arc::new(IssuesBackend::new(ServerInfo { name: "i".into(), version: "1".into() }, vec![]));
+        issues.descriptors.update(TOOL_SEARCH, |d| d["description"] = json!("changed at run time"));
+        let through_service = LocalBackend::new(issues.clone()).list_tools().await.unwrap();
+        let live = LocalBackend::with_live_listing(issues.clone(), issues).list_tools().await.unwrap();
+        assert_eq!(through_service, live);
+        assert_eq!(live.tools[0]["description"], "changed at run time");
     }
 
     #[test]

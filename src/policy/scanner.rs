@@ -289,6 +289,9 @@ fn role_tags(lower: &str, found: &mut Vec<TextMatch>) {
         found.push(TextMatch { start, end, label: FindingLabel::RoleTag, rule: "chat_tag" });
     }
     for needle in ["[inst]", "[/inst]", "[system]", "[/system]"] {
+        if !may_contain(lower, needle) {
+            continue;
+        }
         for (start, matched) in lower.match_indices(needle) {
             found.push(TextMatch { start, end: start + matched.len(), label: FindingLabel::RoleTag, rule: "chat_tag" });
         }
@@ -399,8 +402,17 @@ fn whole_word_at(lower: &str, start: usize, end: usize) -> bool {
     !before.is_some_and(is_word_byte) && !after.is_some_and(is_word_byte)
 }
 
+/// Whether `needle` could occur at all: long enough, and its first byte present. Most keys and short values
+/// are ruled out here without building a substring searcher.
+fn may_contain(lower: &str, needle: &str) -> bool {
+    lower.len() >= needle.len() && lower.as_bytes().contains(&needle.as_bytes()[0])
+}
+
 fn literal_rules(lower: &str, found: &mut Vec<TextMatch>) {
     for rule in LITERALS {
+        if !may_contain(lower, rule.needle) {
+            continue;
+        }
         for (start, matched) in lower.match_indices(rule.needle) {
             let end = start + matched.len();
             if rule.whole_word && !whole_word_at(lower, start, end) {
@@ -411,6 +423,9 @@ fn literal_rules(lower: &str, found: &mut Vec<TextMatch>) {
     }
     let bytes = lower.as_bytes();
     for host in SHORTENERS {
+        if !may_contain(lower, host) {
+            continue;
+        }
         for (start, matched) in lower.match_indices(host) {
             let end = start + matched.len();
             let host_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'.';
@@ -676,6 +691,9 @@ const URL_SCHEMES: [&str; 6] = ["http://", "https://", "ftp://", "ws://", "wss:/
 /// URLs whose authority carries credentials, or whose scheme sends data in the clear.
 fn urls(lower: &str, found: &mut Vec<TextMatch>) {
     for scheme in URL_SCHEMES {
+        if !may_contain(lower, scheme) {
+            continue;
+        }
         for (start, _) in lower.match_indices(scheme) {
             if scheme == "https://" && start > 0 && lower.as_bytes()[start - 1].is_ascii_alphanumeric() {
                 continue;

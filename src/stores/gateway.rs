@@ -4,6 +4,7 @@
 //! Every one is bounded; a full store refuses (fails closed) rather than forgetting something that still matters.
 
 use crate::handlers::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
+use crate::handlers::gateway::audit::AuditRecord;
 use crate::handlers::gateway::ports::{rate_window, AuditSink, PinSource, RateDecision, RateLimit, RateLimiter};
 use crate::handlers::ports::StoreError;
 use crate::policy::pinning::PinFile;
@@ -22,7 +23,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Audit records in memory, in append order (for tests and the simulator's transcript).
 #[derive(Debug)]
 pub struct MemoryAuditSink {
-    records: Mutex<Vec<Value>>,
+    records: Mutex<Vec<AuditRecord>>,
     capacity: usize,
 }
 
@@ -39,8 +40,9 @@ impl MemoryAuditSink {
         MemoryAuditSink { records: Mutex::new(Vec::new()), capacity }
     }
 
+    /// The records as JSON objects, in append order.
     pub fn records(&self) -> Vec<Value> {
-        lock(&self.records).clone()
+        lock(&self.records).iter().map(AuditRecord::to_json).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -54,7 +56,7 @@ impl MemoryAuditSink {
 
 #[async_trait]
 impl AuditSink for MemoryAuditSink {
-    async fn append(&self, record: &Value) -> Result<(), StoreError> {
+    async fn append(&self, record: &AuditRecord) -> Result<(), StoreError> {
         let mut records = lock(&self.records);
         if records.len() >= self.capacity {
             return Err(StoreError::Unavailable(format!("the in-memory audit log holds its maximum of {} records", self.capacity)));
@@ -87,8 +89,8 @@ impl JsonLinesAuditSink {
 
 #[async_trait]
 impl AuditSink for JsonLinesAuditSink {
-    async fn append(&self, record: &Value) -> Result<(), StoreError> {
-        let mut line = serde_json::to_vec(record).expect("a Value serializes");
+    async fn append(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        let mut line = record.to_line();
         if line.len() > AUDIT_LINE_BYTES_MAX {
             return Err(StoreError::Unavailable(format!("audit record of {} bytes exceeds {AUDIT_LINE_BYTES_MAX}", line.len())));
         }
@@ -287,23 +289,52 @@ mod tests {
         assert!(limiter.acquire("c", "t.x", limit, 100).await.is_ok(), "the ended window was pruned");
     }
 
+    fn record(principal: &str) -> AuditRecord {
+        use crate::handlers::gateway::audit::{Decision, Stage};
+        AuditRecord {
+            approved_by: None,
+            arguments: None,
+            arguments_digest: None,
+            at_ms: 5,
+            backend: None,
+            backend_tool: None,
+            decision: Decision::Refused,
+            descriptor_digest: None,
+            execution_began: false,
+            instance: "g".into(),
+            latency_ms: 0,
+            outcome: json!({}),
+            policy_version: "v".into(),
+            principal: principal.into(),
+            reason: None,
+            redriven: false,
+            request_id: json!(1),
+            stage: Stage::Route,
+            target: None,
+            tool: None,
+        }
+    }
+
     #[tokio::test]
     async fn json_lines_are_appended_never_rewritten() {
         let dir = std::env::temp_dir().join(format!("mcpsim-audit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("audit.jsonl");
         let _ = std::fs::remove_file(&path);
-        JsonLinesAuditSink::open(&path).unwrap().append(&json!({"b": 1, "a": 2})).await.unwrap();
-        JsonLinesAuditSink::open(&path).unwrap().append(&json!({"n": 2})).await.unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"a\":2,\"b\":1}\n{\"n\":2}\n");
+        JsonLinesAuditSink::open(&path).unwrap().append(&record("alice")).await.unwrap();
+        JsonLinesAuditSink::open(&path).unwrap().append(&record("bob")).await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        assert_eq!(lines, [record("alice").to_json(), record("bob").to_json()]);
+        assert!(text.ends_with("}\n") && text.matches('\n').count() == 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
     async fn the_memory_audit_sink_is_bounded() {
         let sink = MemoryAuditSink::with_capacity(1);
-        sink.append(&json!({})).await.unwrap();
-        assert!(sink.append(&json!({})).await.is_err());
+        sink.append(&record("a")).await.unwrap();
+        assert!(sink.append(&record("b")).await.is_err());
         assert_eq!(sink.len(), 1);
     }
 }

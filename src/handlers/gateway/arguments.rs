@@ -7,7 +7,6 @@
 //! schema using anything else is refused rather than half-enforced. Unknown fields are refused whether or not
 //! the schema says `additionalProperties: false`.
 
-use crate::wire::canonical::canonical_bytes;
 use serde_json::{Map, Value};
 
 /// Largest arguments object forwarded, in canonical bytes.
@@ -38,7 +37,7 @@ pub fn check_arguments(schema: &Value, arguments: &Map<String, Value>) -> Result
     if arguments.len() > ARGUMENT_COUNT_MAX {
         return Err(format!("at most {ARGUMENT_COUNT_MAX} arguments are accepted"));
     }
-    if canonical_bytes(&Value::Object(arguments.clone())).len() > ARGUMENTS_BYTES_MAX {
+    if serde_json::to_vec(arguments).map_or(usize::MAX, |bytes| bytes.len()) > ARGUMENTS_BYTES_MAX {
         return Err(format!("arguments larger than {ARGUMENTS_BYTES_MAX} bytes are refused"));
     }
     if let Some(unknown) = arguments.keys().find(|key| !properties.contains_key(*key)) {

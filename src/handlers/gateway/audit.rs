@@ -54,50 +54,63 @@ pub enum Decision {
     Refused,
 }
 
+/// One audit record. Fields are declared in the alphabetical order of their JSON names, so serializing the
+/// struct directly (as the sinks do) writes sorted keys: the same bytes as every other JSON we emit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord {
-    /// Which gateway instance decided.
-    pub instance: String,
-    pub at_ms: u64,
-    pub latency_ms: u64,
-    pub request_id: Value,
-    /// Who asked: the authenticated principal (never clientInfo).
-    pub principal: String,
-    /// The qualified tool name as requested.
-    pub tool: Option<String>,
-    pub backend: Option<String>,
-    pub backend_tool: Option<String>,
-    /// Digest of the backend's descriptor at decision time (when it was looked at).
-    pub descriptor_digest: Option<String>,
-    pub policy_version: String,
-    /// What the call acts on, normalized: `notes.export -> archive`, or the tool.
-    pub target: Option<String>,
-    pub arguments_digest: Option<String>,
-    /// Redacted arguments (see [`super::arguments::redact`]).
-    pub arguments: Option<Map<String, Value>>,
-    pub stage: Stage,
-    pub decision: Decision,
-    /// `error.data.reason`, or the protocol error's name.
-    pub reason: Option<String>,
     /// The principal whose validated `accept` authorized this call.
     pub approved_by: Option<String>,
+    /// Redacted arguments (see [`super::arguments::redact`]).
+    pub arguments: Option<Map<String, Value>>,
+    pub arguments_digest: Option<String>,
+    pub at_ms: u64,
+    pub backend: Option<String>,
+    pub backend_tool: Option<String>,
+    pub decision: Decision,
+    /// Digest of the backend's descriptor at decision time (when it was looked at).
+    pub descriptor_digest: Option<String>,
     pub execution_began: bool,
+    /// Which gateway instance decided.
+    pub instance: String,
+    pub latency_ms: u64,
+    pub outcome: Value,
+    pub policy_version: String,
+    /// Who asked: the authenticated principal (never clientInfo).
+    pub principal: String,
+    /// `error.data.reason`, or the protocol error's name.
+    pub reason: Option<String>,
     /// Whether this call re-drove a confirmation claimed by an earlier attempt (crash recovery or a race).
     pub redriven: bool,
-    pub outcome: Value,
+    pub request_id: Value,
+    pub stage: Stage,
+    /// What the call acts on, normalized: `notes.export -> archive`, or the tool.
+    pub target: Option<String>,
+    /// The qualified tool name as requested.
+    pub tool: Option<String>,
 }
 
 impl AuditRecord {
+    /// The record as a JSON object (for the simulator's transcript and for inspection).
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).expect("audit records serialize")
+    }
+
+    /// One JSON Lines line (without the newline): sorted keys, compact.
+    pub fn to_line(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("audit records serialize")
     }
 }
 
 /// `hmac-sha256:<hex>` of the canonical value under the audit key.
 pub fn keyed_digest(key: &[u8], value: &Value) -> String {
+    keyed_digest_bytes(key, &canonical_bytes(value))
+}
+
+/// [`keyed_digest`] of bytes already in canonical form.
+pub fn keyed_digest_bytes(key: &[u8], canonical: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
-    mac.update(&canonical_bytes(value));
+    mac.update(canonical);
     format!("hmac-sha256:{}", hex(&mac.finalize().into_bytes()))
 }
 
@@ -153,6 +166,35 @@ mod tests {
         assert_eq!(a, keyed_digest(b"key-one", &json!({"q": "hunter2"})));
         assert_ne!(a, keyed_digest(b"key-two", &json!({"q": "hunter2"})));
         assert_ne!(a, keyed_digest(b"key-one", &json!({"q": "hunter3"})));
+    }
+
+    #[test]
+    fn records_serialize_with_sorted_keys() {
+        let record = AuditRecord {
+            approved_by: Some("alice".into()),
+            arguments: Some(Map::new()),
+            arguments_digest: Some("a".into()),
+            at_ms: 1,
+            backend: Some("notes".into()),
+            backend_tool: None,
+            decision: Decision::Asked,
+            descriptor_digest: Some("d".into()),
+            execution_began: true,
+            instance: "g".into(),
+            latency_ms: 2,
+            outcome: json!({"error": -32602}),
+            policy_version: "v".into(),
+            principal: "alice".into(),
+            reason: None,
+            redriven: false,
+            request_id: json!(3),
+            stage: Stage::RateLimit,
+            target: None,
+            tool: Some("notes.export".into()),
+        };
+        let line = record.to_line();
+        assert_eq!(line, serde_json::to_vec(&record.to_json()).unwrap(), "direct serialization writes sorted keys");
+        assert!(String::from_utf8(line).unwrap().starts_with(r#"{"approvedBy":"alice","arguments":{},"argumentsDigest":"a","atMs":1"#));
     }
 
     #[test]

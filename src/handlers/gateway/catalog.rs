@@ -15,7 +15,7 @@
 use super::ports::{BackendError, ToolListing};
 use crate::policy::pinning::{is_tool_name, qualify, PinCheck, PinFile, PublisherEvidence};
 use crate::policy::scanner::{scan_descriptor, ScanReport};
-use crate::wire::canonical::{canonical_bytes, hex};
+use crate::wire::canonical::hex;
 use crate::wire::errors::{Reason, RpcError};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -185,10 +185,29 @@ impl ScanMemo {
     }
 }
 
+/// Feeds serialized bytes to SHA-256. Same bytes as [`crate::wire::canonical::canonical_bytes`], so the same
+/// digest as [`crate::policy::pinning::descriptor_digest`].
+struct HashingWriter {
+    hasher: Sha256,
+    length: usize,
+}
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.hasher.update(bytes);
+        self.length += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Judges every descriptor of one backend's listing.
 pub fn evaluate_listing(backend: &str, endpoint: &str, listing: &ToolListing, pins: &PinFile, memo: &ScanMemo) -> Vec<CatalogEntry> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for descriptor in &listing.tools {
+    for descriptor in listing.tools.iter() {
         if let Some(name) = descriptor.get("name").and_then(Value::as_str) {
             *counts.entry(name).or_default() += 1;
         }
@@ -199,7 +218,7 @@ pub fn evaluate_listing(backend: &str, endpoint: &str, listing: &ToolListing, pi
         .enumerate()
         .map(|(index, descriptor)| {
             let name = descriptor.get("name").and_then(Value::as_str).unwrap_or("");
-            evaluate(backend, endpoint, listing, descriptor, index, counts.get(name).copied().unwrap_or(0) > 1, pins, memo)
+            evaluate(backend, endpoint, listing, descriptor.clone(), index, counts.get(name).copied().unwrap_or(0) > 1, pins, memo)
         })
         .collect()
 }
@@ -210,14 +229,17 @@ pub fn evaluate(
     backend: &str,
     endpoint: &str,
     listing: &ToolListing,
-    descriptor: &Value,
+    descriptor: Value,
     index: usize,
     duplicated: bool,
     pins: &PinFile,
     memo: &ScanMemo,
 ) -> CatalogEntry {
-    let bytes = canonical_bytes(descriptor);
-    let digest = hex(&Sha256::digest(&bytes));
+    // Canonical bytes streamed straight into the hash (and counted), never held in memory.
+    let mut hashing = HashingWriter { hasher: Sha256::new(), length: 0 };
+    serde_json::to_writer(&mut hashing, &descriptor).expect("hashing a Value cannot fail");
+    let digest = hex(&hashing.hasher.finalize());
+    let length = hashing.length;
     let publisher = PublisherEvidence {
         backend: backend.to_string(),
         endpoint: endpoint.to_string(),
@@ -237,12 +259,12 @@ pub fn evaluate(
         Some("name is missing or not 1-128 characters of A-Z a-z 0-9 _ - .".to_string())
     } else if !schema_is_object {
         Some("inputSchema is missing or not of type object".to_string())
-    } else if bytes.len() > DESCRIPTOR_BYTES_MAX {
+    } else if length > DESCRIPTOR_BYTES_MAX {
         Some(format!("larger than {DESCRIPTOR_BYTES_MAX} bytes"))
     } else {
         None
     };
-    let scan = if bytes.len() > DESCRIPTOR_BYTES_MAX { Arc::new(ScanReport::default()) } else { memo.report(&digest, descriptor) };
+    let scan = if length > DESCRIPTOR_BYTES_MAX { Arc::new(ScanReport::default()) } else { memo.report(&digest, &descriptor) };
     let pin = pins.get(&name);
     let acknowledged = |report: &ScanReport| {
         pin.is_some_and(|pin| pin.digest == digest && report.findings.iter().all(|f| pin.acknowledged_findings.contains(&f.fingerprint())))
@@ -263,7 +285,7 @@ pub fn evaluate(
             PinCheck::PublisherChanged { pinned } => ToolStatus::Quarantined(Quarantine::PublisherChanged { pinned }),
         }
     };
-    CatalogEntry { name, backend: backend.to_string(), backend_tool, descriptor: descriptor.clone(), digest, publisher, scan, status }
+    CatalogEntry { name, backend: backend.to_string(), backend_tool, descriptor, digest, publisher, scan, status }
 }
 
 #[cfg(test)]
@@ -272,7 +294,7 @@ mod tests {
     use crate::policy::pinning::Approval;
 
     fn listing(tools: Vec<Value>) -> ToolListing {
-        ToolListing { server_name: "srv".into(), server_version: "1".into(), tools }
+        ToolListing { server_name: "srv".into(), server_version: "1".into(), tools: Arc::new(tools) }
     }
 
     fn search() -> Value {
@@ -297,6 +319,12 @@ mod tests {
             .iter()
             .map(|e| (e.name.clone(), e.status.label()))
             .collect()
+    }
+
+    #[test]
+    fn the_streamed_digest_is_the_pin_digest() {
+        let entry = evaluate("notes", "e", &listing(vec![]), search(), 0, false, &PinFile::default(), &ScanMemo::default());
+        assert_eq!(entry.digest, crate::policy::pinning::descriptor_digest(&search()));
     }
 
     #[test]

@@ -40,8 +40,8 @@ pub mod catalog;
 pub mod policy;
 pub mod ports;
 
-use self::arguments::{check_arguments, redact};
-use self::audit::{keyed_digest, outcome_of, reason_of, recorded_name, AuditRecord, Decision, Stage};
+use self::arguments::{check_arguments, redact, ARGUMENTS_BYTES_MAX};
+use self::audit::{keyed_digest, keyed_digest_bytes, outcome_of, reason_of, recorded_name, AuditRecord, Decision, Stage};
 use self::catalog::{evaluate, evaluate_listing, Catalog, CatalogEntry, Quarantine, ScanMemo, ToolStatus};
 use self::policy::AccessPolicy;
 use self::ports::{AuditSink, Backend, BackendCall, BackendError, PinSource, RateDecision, RateLimiter};
@@ -49,7 +49,7 @@ use super::pipeline::{handle_message, Reply, RequestContext, Service};
 use super::ports::{ClaimOutcome, Clock, NonceClaim, NonceSource, ReplayStore, StoreError};
 use crate::policy::pinning::{is_backend_id, split_qualified, PinFile};
 use crate::policy::state::{KeyRing, OpenError, StateClaims};
-use crate::wire::canonical::{canonical_string, digest_hex};
+use crate::wire::canonical::{canonical_string, hex};
 use crate::wire::errors::{Reason, RpcError, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::{parse_message, Incoming};
@@ -59,6 +59,7 @@ use crate::wire::PROTOCOL_VERSION;
 use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -232,13 +233,13 @@ impl Gateway {
             redriven: false,
             outcome: json!({ "error": code, "reason": reason }),
         };
-        self.append_audit(&record).await;
+        self.append_audit(record).await;
     }
 
-    async fn append_audit(&self, record: &AuditRecord) {
+    async fn append_audit(&self, record: AuditRecord) {
         // The call has already been decided (and maybe executed); failing it now would invite a retry of
         // something that ran. So a sink failure is reported loudly and the answer stands.
-        if let Err(error) = self.ports.audit.append(&record.to_json()).await {
+        if let Err(error) = self.ports.audit.append(&record).await {
             tracing::error!(instance = %self.config.instance, %error, "audit record could not be appended");
         }
     }
@@ -295,7 +296,7 @@ impl Gateway {
             redriven: draft.redriven,
             outcome: outcome_of(&result),
         };
-        self.append_audit(&record).await;
+        self.append_audit(record).await;
         result
     }
 
@@ -307,9 +308,10 @@ impl Gateway {
             _ => return Err(invalid_arguments("tools/call needs params.name, a string naming a tool as backend.tool".into())),
         };
         draft.tool = Some(recorded_name(name));
+        static NO_ARGUMENTS: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
         let arguments = match params.get("arguments") {
-            None => Map::new(),
-            Some(Value::Object(arguments)) => arguments.clone(),
+            None => NO_ARGUMENTS.get_or_init(Map::new),
+            Some(Value::Object(arguments)) => arguments,
             Some(_) => return Err(invalid_arguments("arguments must be an object".into())),
         };
         let request_state = match params.get("requestState") {
@@ -357,10 +359,15 @@ impl Gateway {
             return Err(refusal.expect("a quarantine always refuses"));
         };
         let schema = pin.descriptor.get("inputSchema").unwrap_or(&Value::Null);
-        check_arguments(schema, &arguments).map_err(|problem| invalid_arguments(format!("{name}: {problem}")))?;
+        // The canonical bytes of the arguments, computed once: size cap, state digest and audit digest.
+        let argument_bytes = serde_json::to_vec(arguments).expect("a JSON object serializes");
+        if argument_bytes.len() > ARGUMENTS_BYTES_MAX {
+            return Err(invalid_arguments(format!("{name}: arguments larger than {ARGUMENTS_BYTES_MAX} bytes are refused")));
+        }
+        check_arguments(schema, arguments).map_err(|problem| invalid_arguments(format!("{name}: {problem}")))?;
         let audit_key = &self.config.audit_key;
-        draft.arguments_digest = Some(keyed_digest(audit_key, &Value::Object(arguments.clone())));
-        draft.arguments = Some(redact(schema, &arguments, |value| keyed_digest(audit_key, value)));
+        draft.arguments_digest = Some(keyed_digest_bytes(audit_key, &argument_bytes));
+        draft.arguments = Some(redact(schema, arguments, |value| keyed_digest(audit_key, value)));
         draft.target = Some(name.to_string());
         if let Some(argument) = &rule.destination_argument {
             let Some(destination) = arguments.get(argument).and_then(Value::as_str) else {
@@ -400,14 +407,7 @@ impl Gateway {
             }
         }
 
-        let call = Call {
-            context,
-            name,
-            backend,
-            backend_tool,
-            arguments: &arguments,
-            arguments_digest: digest_hex(&Value::Object(arguments.clone())),
-        };
+        let call = Call { context, name, backend, backend_tool, arguments, arguments_digest: hex(&Sha256::digest(&argument_bytes)) };
         if !rule.confirm {
             return self.execute(&call, None, draft).await;
         }
@@ -431,14 +431,15 @@ impl Gateway {
             backend.port.list_tools().await.map_err(|error| {
                 backend_unavailable(&backend.id, &error, "its descriptor could not be re-checked, so nothing ran", false)
             })?;
-        let mut matching = listing.tools.iter().enumerate().filter(|(_, d)| d.get("name").and_then(Value::as_str) == Some(tool));
-        let Some((index, descriptor)) = matching.next() else {
+        let named = |d: &Value| d.get("name").and_then(Value::as_str) == Some(tool);
+        let Some(index) = listing.tools.iter().position(named) else {
             return Err(RpcError::invalid_params(
                 Reason::UnknownTool,
                 format!("Unknown tool: {}.{tool} (the backend no longer offers it)", backend.id),
             ));
         };
-        let duplicated = matching.next().is_some();
+        let duplicated = listing.tools.iter().skip(index + 1).any(named);
+        let descriptor = listing.tools[index].clone();
         Ok(evaluate(&backend.id, &backend.endpoint, &listing, descriptor, index, duplicated, pins, &self.scan_memo))
     }
 

@@ -5,11 +5,12 @@
 //! In-process implementations live here ([`LocalBackend`]) and in `stores::gateway`; the simulator provides
 //! channel-backed ones, so every backend call, audit append and rate-limit check is a message there.
 
+use super::audit::AuditRecord;
 use crate::handlers::pipeline::{RequestContext, Service};
 use crate::handlers::ports::StoreError;
 use crate::policy::pinning::PinFile;
 use crate::wire::errors::RpcError;
-use crate::wire::meta::{RequestMeta, KEY_SERVER_INFO};
+use crate::wire::meta::{RequestMeta, KEY_CLIENT_CAPABILITIES, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
 use crate::wire::{RequestId, PROTOCOL_VERSION};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -22,11 +23,18 @@ pub const IDEMPOTENCY_KEY_META: &str = "io.mcpsim/idempotencyKey";
 pub const GATEWAY_PRINCIPAL: &str = "mcpsim-gateway";
 
 /// A backend's answer to `tools/list`: its self-reported identity and its descriptors exactly as published.
+/// The descriptors are shared, not copied: the gateway reads one per call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolListing {
     pub server_name: String,
     pub server_version: String,
-    pub tools: Vec<Value>,
+    pub tools: Arc<Vec<Value>>,
+}
+
+/// An in-process backend's current listing, read without building a `tools/list` result. It must be exactly
+/// what the backend's `tools/list` returns at that moment (tested for our backends).
+pub trait LiveListing: Send + Sync {
+    fn live_listing(&self) -> ToolListing;
 }
 
 /// One forwarded call, in the backend's own names.
@@ -61,14 +69,20 @@ pub trait Backend: Send + Sync {
     async fn call_tool(&self, call: BackendCall<'_>) -> Result<Value, BackendError>;
 }
 
-/// A backend running in this process: any [`Service`] of ours, called without serialization.
+/// A backend running in this process: any [`Service`] of ours, called without serialization. Listings go
+/// through its `tools/list`, or, when it offers one, straight to its [`LiveListing`] snapshot.
 pub struct LocalBackend {
     service: Arc<dyn Service>,
+    live: Option<Arc<dyn LiveListing>>,
 }
 
 impl LocalBackend {
     pub fn new(service: Arc<dyn Service>) -> Self {
-        LocalBackend { service }
+        LocalBackend { service, live: None }
+    }
+
+    pub fn with_live_listing(service: Arc<dyn Service>, live: Arc<dyn LiveListing>) -> Self {
+        LocalBackend { service, live: Some(live) }
     }
 }
 
@@ -77,47 +91,54 @@ fn backend_meta() -> RequestMeta {
 }
 
 fn meta_params() -> Value {
-    json!({ "_meta": { "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION, "io.modelcontextprotocol/clientCapabilities": {} } })
+    json!({ "_meta": { KEY_PROTOCOL_VERSION: PROTOCOL_VERSION, KEY_CLIENT_CAPABILITIES: {} } })
 }
 
 #[async_trait]
 impl Backend for LocalBackend {
     async fn list_tools(&self) -> Result<ToolListing, BackendError> {
+        if let Some(live) = &self.live {
+            return Ok(live.live_listing());
+        }
         let meta = backend_meta();
         let id = RequestId::String("gateway-list".into());
         let context = RequestContext { principal: GATEWAY_PRINCIPAL, id: &id, meta: &meta };
         let result = self.service.call(context, "tools/list", &meta_params()).await.map_err(BackendError::Refused)?;
-        listing_from_result(&result)
+        listing_from_result(result)
     }
 
     async fn call_tool(&self, call: BackendCall<'_>) -> Result<Value, BackendError> {
         let meta = backend_meta();
         let id = RequestId::String("gateway-call".into());
         let context = RequestContext { principal: call.principal, id: &id, meta: &meta };
-        let mut params = meta_params();
-        params["name"] = json!(call.tool);
-        params["arguments"] = Value::Object(call.arguments.clone());
+        let mut meta = Map::new();
+        meta.insert(KEY_PROTOCOL_VERSION.into(), Value::String(PROTOCOL_VERSION.into()));
+        meta.insert(KEY_CLIENT_CAPABILITIES.into(), Value::Object(Map::new()));
         if let Some(key) = call.idempotency_key {
-            params["_meta"][IDEMPOTENCY_KEY_META] = json!(key);
+            meta.insert(IDEMPOTENCY_KEY_META.into(), Value::String(key.into()));
         }
-        self.service.call(context, "tools/call", &params).await.map_err(BackendError::Refused)
+        let mut params = Map::new();
+        params.insert("_meta".into(), Value::Object(meta));
+        params.insert("name".into(), Value::String(call.tool.into()));
+        params.insert("arguments".into(), Value::Object(call.arguments.clone()));
+        self.service.call(context, "tools/call", &Value::Object(params)).await.map_err(BackendError::Refused)
     }
 }
 
 /// Reads a `tools/list` result: `tools` must be an array; identity comes from `_meta.serverInfo` (absent → empty).
-pub fn listing_from_result(result: &Value) -> Result<ToolListing, BackendError> {
-    let Some(Value::Array(tools)) = result.get("tools") else {
+pub fn listing_from_result(mut result: Value) -> Result<ToolListing, BackendError> {
+    let Some(Value::Array(tools)) = result.get_mut("tools").map(Value::take) else {
         return Err(BackendError::Unreachable("tools/list answered without a tools array".into()));
     };
     let info = result.get("_meta").and_then(|meta| meta.get(KEY_SERVER_INFO));
     let field = |key: &str| info.and_then(|i| i.get(key)).and_then(Value::as_str).unwrap_or("").to_string();
-    Ok(ToolListing { server_name: field("name"), server_version: field("version"), tools: tools.clone() })
+    Ok(ToolListing { server_name: field("name"), server_version: field("version"), tools: Arc::new(tools) })
 }
 
 /// Where audit records go. Append-only: there is no method to change or remove a record.
 #[async_trait]
 pub trait AuditSink: Send + Sync {
-    async fn append(&self, record: &Value) -> Result<(), StoreError>;
+    async fn append(&self, record: &AuditRecord) -> Result<(), StoreError>;
 }
 
 /// A quota: at most `calls` calls in each fixed window of `window_ms`.
@@ -171,8 +192,8 @@ mod tests {
 
     #[test]
     fn listings_need_a_tools_array() {
-        assert!(listing_from_result(&json!({"tools": {}})).is_err());
-        let listing = listing_from_result(&json!({"tools": [], "_meta": {KEY_SERVER_INFO: {"name": "n", "version": "1"}}})).unwrap();
+        assert!(listing_from_result(json!({"tools": {}})).is_err());
+        let listing = listing_from_result(json!({"tools": [], "_meta": {KEY_SERVER_INFO: {"name": "n", "version": "1"}}})).unwrap();
         assert_eq!((listing.server_name.as_str(), listing.server_version.as_str()), ("n", "1"));
     }
 }
