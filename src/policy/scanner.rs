@@ -408,20 +408,31 @@ fn may_contain(lower: &str, needle: &str) -> bool {
     lower.len() >= needle.len() && lower.as_bytes().contains(&needle.as_bytes()[0])
 }
 
-fn literal_rules(lower: &str, found: &mut Vec<TextMatch>) {
-    for rule in LITERALS {
-        if !may_contain(lower, rule.needle) {
-            continue;
+/// Literal rules by the first byte of their needle, so one pass over the text tries only the few needles that
+/// can start at each position (instead of one substring search per needle).
+fn literals_by_first_byte() -> &'static [Vec<&'static Literal>; 256] {
+    static TABLE: std::sync::OnceLock<[Vec<&'static Literal>; 256]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut table: [Vec<&'static Literal>; 256] = std::array::from_fn(|_| Vec::new());
+        for rule in LITERALS {
+            table[usize::from(rule.needle.as_bytes()[0])].push(rule);
         }
-        for (start, matched) in lower.match_indices(rule.needle) {
-            let end = start + matched.len();
-            if rule.whole_word && !whole_word_at(lower, start, end) {
+        table
+    })
+}
+
+fn literal_rules(lower: &str, found: &mut Vec<TextMatch>) {
+    let bytes = lower.as_bytes();
+    let table = literals_by_first_byte();
+    for (start, byte) in bytes.iter().enumerate() {
+        for rule in &table[usize::from(*byte)] {
+            let end = start + rule.needle.len();
+            if !bytes[start..].starts_with(rule.needle.as_bytes()) || (rule.whole_word && !whole_word_at(lower, start, end)) {
                 continue;
             }
             found.push(TextMatch { start, end, label: rule.label, rule: rule.rule });
         }
     }
-    let bytes = lower.as_bytes();
     for host in SHORTENERS {
         if !may_contain(lower, host) {
             continue;
@@ -630,13 +641,30 @@ fn match_slots(lower: &str, words: &[Word], index: usize, slots: &[Slot]) -> Opt
     None
 }
 
+/// Phrase rules by the words their first slot accepts (every rule's first slot is required), so each word
+/// of the text is tried only against the rules that can start with it.
+fn word_rules_by_first_word() -> &'static std::collections::HashMap<&'static str, Vec<&'static WordRule>> {
+    static INDEX: std::sync::OnceLock<std::collections::HashMap<&'static str, Vec<&'static WordRule>>> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut index: std::collections::HashMap<&'static str, Vec<&'static WordRule>> = std::collections::HashMap::new();
+        for rule in WORD_RULES {
+            assert!(!rule.slots[0].optional, "the first slot of a phrase rule is required");
+            for word in rule.slots[0].words {
+                index.entry(word).or_default().push(rule);
+            }
+        }
+        index
+    })
+}
+
 fn word_rules(lower: &str, words: &[Word], found: &mut Vec<TextMatch>) {
-    for rule in WORD_RULES {
-        for start in 0..words.len() {
+    let index = word_rules_by_first_word();
+    for (start, word) in words.iter().enumerate() {
+        // Lookups only; nothing iterates the map, so its order never reaches a report.
+        let Some(rules) = index.get(word_text(lower, word).as_ref()) else { continue };
+        for rule in rules {
             if let Some(end) = match_slots(lower, words, start, rule.slots) {
-                if end > start {
-                    found.push(TextMatch { start: words[start].start, end: words[end - 1].end, label: rule.label, rule: rule.rule });
-                }
+                found.push(TextMatch { start: words[start].start, end: words[end - 1].end, label: rule.label, rule: rule.rule });
             }
         }
     }

@@ -223,7 +223,7 @@ pub fn evaluate_listing(backend: &str, endpoint: &str, listing: &ToolListing, pi
         .collect()
 }
 
-/// Judges one descriptor (see the module documentation for the order).
+/// Judges one descriptor and keeps it in the entry (for listings and reviews).
 #[allow(clippy::too_many_arguments)] // Each input is a distinct fact of the decision; a struct would only rename them.
 pub fn evaluate(
     backend: &str,
@@ -235,9 +235,37 @@ pub fn evaluate(
     pins: &PinFile,
     memo: &ScanMemo,
 ) -> CatalogEntry {
+    let Judgement { name, backend_tool, digest, publisher, scan, status } =
+        judge(backend, endpoint, listing, &descriptor, index, duplicated, pins, memo);
+    CatalogEntry { name, backend: backend.to_string(), backend_tool, descriptor, digest, publisher, scan, status }
+}
+
+/// The decision about one descriptor, without a copy of it (what a call needs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    pub name: String,
+    pub backend_tool: String,
+    pub digest: String,
+    pub publisher: PublisherEvidence,
+    pub scan: Arc<ScanReport>,
+    pub status: ToolStatus,
+}
+
+/// Judges one descriptor (see the module documentation for the order).
+#[allow(clippy::too_many_arguments)] // As for `evaluate`.
+pub fn judge(
+    backend: &str,
+    endpoint: &str,
+    listing: &ToolListing,
+    descriptor: &Value,
+    index: usize,
+    duplicated: bool,
+    pins: &PinFile,
+    memo: &ScanMemo,
+) -> Judgement {
     // Canonical bytes streamed straight into the hash (and counted), never held in memory.
     let mut hashing = HashingWriter { hasher: Sha256::new(), length: 0 };
-    serde_json::to_writer(&mut hashing, &descriptor).expect("hashing a Value cannot fail");
+    serde_json::to_writer(&mut hashing, descriptor).expect("hashing a Value cannot fail");
     let digest = hex(&hashing.hasher.finalize());
     let length = hashing.length;
     let publisher = PublisherEvidence {
@@ -264,7 +292,7 @@ pub fn evaluate(
     } else {
         None
     };
-    let scan = if length > DESCRIPTOR_BYTES_MAX { Arc::new(ScanReport::default()) } else { memo.report(&digest, &descriptor) };
+    let scan = if length > DESCRIPTOR_BYTES_MAX { Arc::new(ScanReport::default()) } else { memo.report(&digest, descriptor) };
     let pin = pins.get(&name);
     let acknowledged = |report: &ScanReport| {
         pin.is_some_and(|pin| pin.digest == digest && report.findings.iter().all(|f| pin.acknowledged_findings.contains(&f.fingerprint())))
@@ -285,7 +313,7 @@ pub fn evaluate(
             PinCheck::PublisherChanged { pinned } => ToolStatus::Quarantined(Quarantine::PublisherChanged { pinned }),
         }
     };
-    CatalogEntry { name, backend: backend.to_string(), backend_tool, descriptor, digest, publisher, scan, status }
+    Judgement { name, backend_tool, digest, publisher, scan, status }
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ pub mod ports;
 
 use self::arguments::{check_arguments, redact, ARGUMENTS_BYTES_MAX};
 use self::audit::{keyed_digest, keyed_digest_bytes, outcome_of, reason_of, recorded_name, AuditRecord, Decision, Stage};
-use self::catalog::{evaluate, evaluate_listing, Catalog, CatalogEntry, Quarantine, ScanMemo, ToolStatus};
+use self::catalog::{evaluate_listing, judge, Catalog, CatalogEntry, Judgement, Quarantine, ScanMemo, ToolStatus};
 use self::policy::AccessPolicy;
 use self::ports::{AuditSink, Backend, BackendCall, BackendError, PinSource, RateDecision, RateLimiter};
 use super::pipeline::{handle_message, Reply, RequestContext, Service};
@@ -426,7 +426,7 @@ impl Gateway {
     }
 
     /// The backend's current descriptor for one tool, judged against the pins now.
-    async fn current_entry(&self, backend: &BackendHandle, tool: &str, pins: &PinFile) -> Result<CatalogEntry, RpcError> {
+    async fn current_entry(&self, backend: &BackendHandle, tool: &str, pins: &PinFile) -> Result<Judgement, RpcError> {
         let listing =
             backend.port.list_tools().await.map_err(|error| {
                 backend_unavailable(&backend.id, &error, "its descriptor could not be re-checked, so nothing ran", false)
@@ -439,8 +439,7 @@ impl Gateway {
             ));
         };
         let duplicated = listing.tools.iter().skip(index + 1).any(named);
-        let descriptor = listing.tools[index].clone();
-        Ok(evaluate(&backend.id, &backend.endpoint, &listing, descriptor, index, duplicated, pins, &self.scan_memo))
+        Ok(judge(&backend.id, &backend.endpoint, &listing, &listing.tools[index], index, duplicated, pins, &self.scan_memo))
     }
 
     /// Round 1 of a confirmed call: the form and a sealed state.
