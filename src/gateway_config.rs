@@ -16,6 +16,7 @@ use crate::policy::pinning::{qualify, Approval, PinFile, PublisherEvidence};
 use crate::policy::state::KeyRing;
 use crate::stores::gateway::{MemoryExportLedger, MemoryRateLimiter, SharedPins};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use crate::stores::system::{random_key, OsNonces, SystemClock};
 use crate::wire::result::ServerInfo;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -236,6 +237,32 @@ impl GatewayFile {
         let gateway = Gateway::new(config, handles, ports).map_err(ConfigError::Invalid)?;
         Ok(GatewayWorld { gateway, notes, replay, rate_limiter, pins, notes_backends, issues_backends })
     }
+}
+
+/// The gateway a real process runs: the deployment's notes and principals, this gateway file's backends and
+/// policy, the wall clock, OS nonces, the deployment's keys (or a random key of this process), a random audit
+/// key, and the given pins and audit sink. `state_ttl_secs` overrides the file's `state_ttl_secs`.
+pub fn build_real_gateway(
+    file: &GatewayFile,
+    deployment: &Deployment,
+    pins: PinFile,
+    audit: Arc<dyn AuditSink>,
+    state_ttl_secs: Option<u64>,
+) -> Result<GatewayWorld, ConfigError> {
+    let mut file = file.clone();
+    if let Some(secs) = state_ttl_secs {
+        file.state_ttl_secs = secs;
+    }
+    let options = WorldOptions {
+        instance: "gateway".into(),
+        clock: Arc::new(SystemClock),
+        nonces: Arc::new(OsNonces),
+        key_ring: deployment.key_ring_or_random()?,
+        audit_key: random_key(),
+        audit,
+        pins,
+    };
+    file.build(deployment, options)
 }
 
 /// Pins every tool of the given backends as they start (used to produce the embedded pins).

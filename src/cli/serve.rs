@@ -1,12 +1,15 @@
 //! `mcpsim serve`: the notes server for real, over stdio or streamable HTTP.
 //!
 //! Wiring only: load the deployment, build the server with [`build_notes_server`] (or the conformance fixture
-//! with [`build_conformance_fixture`]), start one transport.
+//! with [`build_conformance_fixture`], or the security gateway with [`build_real_gateway`]), start one transport.
 
 use crate::config::{ConfigError, Deployment, DEFAULT_PRINCIPAL};
+use crate::gateway_config::{build_real_gateway, load_pins, GatewayFile};
 use crate::handlers::fixture::DEFAULT_STATE_TTL_MS;
+use crate::handlers::gateway::ports::AuditSink;
 use crate::handlers::Service;
 use crate::policy::origin::OriginPolicy;
+use crate::stores::gateway::JsonLinesAuditSink;
 use crate::transport::http::{self, Authentication, HttpOptions, Tokens, MCP_PATH};
 use crate::transport::stdio::serve_stdio;
 use crate::transport::{build_conformance_fixture, build_notes_server};
@@ -65,6 +68,12 @@ Without [[keys]] each process draws a random key, so a requestState minted by on
 
 Logs: one line per request on stderr (principal, method, tool, outcome, latency; never tokens or
 arguments). Filter them with MCPSIM_LOG, e.g. MCPSIM_LOG=warn.
+
+With --gateway it serves the security gateway instead: backends notes, issues and an unreviewed look-alike
+(notes_mirror) behind one endpoint, tools named backend.tool (notes.search, notes.export, issues.search),
+only tools whose full descriptor matches a reviewed pin listed or callable (see `mcpsim pins --help`),
+notes.export confirmed by the user through a form, per-principal rate limits, and one redacted audit
+record per tools/call (JSON Lines, to --audit-log FILE or stderr). Same tokens, same transport rules.
 
 Exit status: 0 after end of input (stdio) or ctrl-c / SIGTERM (HTTP); 1 if serving failed (e.g. the
 address is in use); 2 for invalid arguments or configuration."#;
@@ -126,6 +135,25 @@ pub struct ServeArgs {
     /// authentication, so over HTTP it only listens on loopback and answers only loopback Host/Origin values.
     #[arg(long, value_enum, value_name = "NAME", conflicts_with_all = ["config", "principal"])]
     pub fixture: Option<Fixture>,
+
+    /// Serve the security gateway in front of its backends instead of the notes server.
+    ///
+    /// Tools are named backend.tool; only tools whose full descriptor matches a reviewed pin are listed or
+    /// callable; notes.export asks the user to confirm each call; quotas are per principal and tool.
+    #[arg(long, conflicts_with = "fixture")]
+    pub gateway: bool,
+
+    /// With --gateway: the gateway configuration (TOML: backends, policy, issues) [default: the embedded demo gateway].
+    #[arg(long, value_name = "FILE", requires = "gateway")]
+    pub gateway_config: Option<PathBuf>,
+
+    /// With --gateway: the pin file, as `mcpsim pins approve` writes it [default: the embedded demo pins].
+    #[arg(long, value_name = "FILE", requires = "gateway")]
+    pub pins: Option<PathBuf>,
+
+    /// With --gateway: append the audit log (JSON Lines, one record per tools/call) to FILE [default: stderr].
+    #[arg(long, value_name = "FILE", requires = "gateway")]
+    pub audit_log: Option<PathBuf>,
 }
 
 /// The fixtures `--fixture` can serve.
@@ -202,6 +230,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
                 ),
             }
         }
+        None if args.gateway => gateway_server(&args)?,
         None => notes_server(&args)?,
     };
     match args.http {
@@ -287,6 +316,39 @@ fn notes_server(args: &ServeArgs) -> Result<Served, Failure> {
         args.state_ttl.unwrap_or(deployment.state_ttl_secs)
     );
     Ok(Served { service: Arc::new(server), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary })
+}
+
+/// The security gateway of the configured (or embedded demo) gateway file, over the deployment's principals.
+fn gateway_server(args: &ServeArgs) -> Result<Served, Failure> {
+    let deployment = load_deployment(args.config.as_ref())?;
+    let file = match &args.gateway_config {
+        None => GatewayFile::demo(),
+        Some(path) => GatewayFile::load(path).map_err(|error| Failure::usage(config_hint(error)))?,
+    };
+    let pins = load_pins(args.pins.as_deref()).map_err(|error| Failure::usage(config_hint(error)))?;
+    let audit: Arc<dyn AuditSink> = match &args.audit_log {
+        None => Arc::new(JsonLinesAuditSink::stderr()),
+        Some(path) => Arc::new(JsonLinesAuditSink::open(path).map_err(|error| {
+            Failure::usage(format!("cannot open the audit log {}: {error}. Pass a writable file path.", path.display()))
+        })?),
+    };
+    let world = build_real_gateway(&file, &deployment, pins, audit, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
+    let stdio_principal = args.principal.clone().unwrap_or_else(|| DEFAULT_PRINCIPAL.to_string());
+    if args.http.is_none() && !deployment.principals.contains_key(&stdio_principal) {
+        return Err(Failure::usage(format!(
+            "unknown principal {stdio_principal:?}: pass one of the configuration's principals with --principal"
+        )));
+    }
+    let backends: Vec<String> = world.gateway.backends().iter().map(|b| b.id.clone()).collect();
+    let summary = format!(
+        "security gateway; backends: {}; policy {}; pins: {}; audit log: {}",
+        backends.join(", "),
+        file.policy.version,
+        args.pins.as_ref().map_or("embedded demo pins".to_string(), |p| p.display().to_string()),
+        args.audit_log.as_ref().map_or("stderr".to_string(), |p| p.display().to_string()),
+    );
+    let tokens = deployment.tokens();
+    Ok(Served { service: Arc::new(world.gateway), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary })
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {

@@ -4,8 +4,8 @@
 //! socket, a channel, a thread or the wall clock, and they keep no per-client state between requests: the same
 //! code runs inside the simulator's instance actors and behind the real stdio and HTTP transports.
 
-pub mod fixture;
 pub mod backends;
+pub mod fixture;
 pub mod gateway;
 pub mod notes;
 pub mod pipeline;

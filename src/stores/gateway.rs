@@ -71,19 +71,25 @@ pub const AUDIT_LINE_BYTES_MAX: usize = 64 * 1024;
 
 /// Append-only JSON Lines: one record per line, sorted keys, flushed per record.
 pub struct JsonLinesAuditSink {
-    path: PathBuf,
-    file: Mutex<std::fs::File>,
+    /// Where the lines go, for error messages (`<stderr>` for standard error).
+    label: PathBuf,
+    file: Mutex<Box<dyn Write + Send>>,
 }
 
 impl JsonLinesAuditSink {
     /// Opens (creating if needed) `path` for appending; existing lines are never touched.
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(JsonLinesAuditSink { path: path.to_path_buf(), file: Mutex::new(file) })
+        Ok(JsonLinesAuditSink { label: path.to_path_buf(), file: Mutex::new(Box::new(file)) })
+    }
+
+    /// Writes the lines to standard error (never standard output, which belongs to JSON-RPC on stdio).
+    pub fn stderr() -> Self {
+        JsonLinesAuditSink { label: PathBuf::from("<stderr>"), file: Mutex::new(Box::new(std::io::stderr())) }
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.label
     }
 }
 
@@ -97,7 +103,7 @@ impl AuditSink for JsonLinesAuditSink {
         line.push(b'\n');
         let mut file = lock(&self.file);
         // One write of the whole line: with O_APPEND, concurrent appenders never interleave within a line.
-        file.write_all(&line).and_then(|()| file.flush()).map_err(|e| StoreError::Unavailable(format!("{}: {e}", self.path.display())))
+        file.write_all(&line).and_then(|()| file.flush()).map_err(|e| StoreError::Unavailable(format!("{}: {e}", self.label.display())))
     }
 }
 
