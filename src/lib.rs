@@ -11,14 +11,16 @@
 //! 4. [`stores`]: implementations of those ports (in memory; real clock and nonces).
 //! 5. [`config`]: deployments (principals, tokens, workspaces, notes, keys) and the embedded demo;
 //!    [`gateway_config`]: gateway deployments (backends, access policy, pins) and the embedded gateway demo.
-//! 6. [`transport`]: stdio and streamable HTTP adapters around the handlers.
-//! 7. [`cli`]: the `mcpsim` command line.
+//! 6. [`sim`]: the deterministic cluster simulator: actors, network, scheduler, scenarios, transcripts.
+//! 7. [`transport`]: stdio and streamable HTTP adapters around the handlers.
+//! 8. [`cli`]: the `mcpsim` command line.
 
 pub mod cli;
 pub mod config;
 pub mod gateway_config;
 pub mod handlers;
 pub mod policy;
+pub mod sim;
 pub mod stores;
 pub mod transport;
 pub mod wire;

@@ -1,0 +1,82 @@
+//! A server instance: the unchanged notes server behind the unchanged request pipeline.
+//!
+//! An instance owns configuration only (its key ring and clock offset; the authorizations and the state
+//! TTL are the deployment's). Everything else it needs comes through ports: the stores as [`StoreClient`]s,
+//! a skewed view of the virtual clock, and a nonce stream of its own. A crash drops its tasks; a restart
+//! builds a new incarnation from the same configuration, with a fresh nonce stream.
+
+use super::{TaskFuture, TaskOutput};
+use crate::handlers::notes::{NotesConfig, NotesServer};
+use crate::handlers::ports::{Clock, NonceSource, NoteStore, ReplayStore};
+use crate::handlers::{handle_message, Service};
+use crate::policy::state::KeyRing;
+use crate::sim::random::{self, Stream};
+use rand_chacha::ChaCha8Rng;
+use rand_core::RngCore;
+use std::sync::{Arc, Mutex};
+
+/// Nonces from the instance incarnation's own seeded stream.
+pub struct SeededNonces {
+    rng: Mutex<ChaCha8Rng>,
+}
+
+impl SeededNonces {
+    pub fn new(seed: u64, instance: u16, incarnation: u16) -> SeededNonces {
+        SeededNonces { rng: Mutex::new(random::stream(seed, Stream::Nonces { instance, incarnation })) }
+    }
+}
+
+impl NonceSource for SeededNonces {
+    fn nonce(&self) -> [u8; 16] {
+        let mut bytes = [0u8; 16];
+        self.rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).fill_bytes(&mut bytes);
+        bytes
+    }
+}
+
+/// What a service factory receives to build one instance incarnation.
+pub struct InstanceParts {
+    pub config: Arc<NotesConfig>,
+    pub notes: Arc<dyn NoteStore>,
+    pub replay: Arc<dyn ReplayStore>,
+    pub clock: Arc<dyn Clock>,
+    pub nonces: Arc<dyn NonceSource>,
+}
+
+/// Builds the service an instance runs. The default builds the real `NotesServer`; the hook exists so that
+/// deliberately broken variants can be simulated without touching the handlers.
+pub type ServiceFactory = Arc<dyn Fn(InstanceParts) -> Arc<dyn Service> + Send + Sync>;
+
+pub fn notes_server_factory() -> ServiceFactory {
+    Arc::new(|parts: InstanceParts| -> Arc<dyn Service> {
+        Arc::new(NotesServer { config: parts.config, notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces })
+    })
+}
+
+/// One instance's configuration and current incarnation.
+pub struct Instance {
+    pub name: String,
+    /// Position among the instances (selects the nonce stream).
+    pub index: u16,
+    pub key_ring: KeyRing,
+    pub clock_offset_ms: i64,
+    /// Starts at 0; each restart adds one.
+    pub incarnation: u16,
+    pub up: bool,
+    /// The running incarnation; rebuilt on restart and when configuration changes.
+    pub service: Option<Arc<dyn Service>>,
+    /// The incarnation's nonce stream, kept across configuration changes (never restarted mid-life).
+    pub nonces: Option<Arc<SeededNonces>>,
+}
+
+impl Instance {
+    /// Whether two instances would answer every request identically (same keys, same clock).
+    pub fn same_configuration(&self, other: &Instance) -> bool {
+        self.key_ring == other.key_ring && self.clock_offset_ms == other.clock_offset_ms
+    }
+}
+
+/// The task that handles one request on an instance: `handle_message`, exactly as the real transports call it.
+pub fn handle_request(service: Arc<dyn Service>, principal: String, bytes: Vec<u8>) -> TaskFuture {
+    Box::pin(async move { TaskOutput::Reply(handle_message(&*service, &principal, &bytes, None).await) })
+}

@@ -1,0 +1,183 @@
+//! The actors of a simulated cluster and the glue that lets unchanged handler code run inside them.
+//!
+//! * [`instance`]: a server instance: the unchanged `NotesServer` behind `handle_message`, with its own
+//!   key ring, clock offset and nonce stream. Stateless, so a crash loses nothing but work in progress.
+//! * [`note_store`] and [`replay_store`]: the shared stores, each an actor serving one call per task.
+//! * [`client`]: a host that sends requests and answers forms as the script says.
+//! * [`admin`]: changes data behind everyone's back.
+//!
+//! Instances reach the stores only through [`StoreClient`], an implementation of the store ports that turns
+//! every call into an envelope and waits for the reply envelope: every store call is an interleaving point.
+//! The replay store's own note-store port is a `StoreClient` too, so the live re-check inside
+//! claim-and-delete is a message as well.
+
+pub mod admin;
+pub mod client;
+pub mod instance;
+pub mod note_store;
+pub mod replay_store;
+
+use super::message::{ActorId, StoreCall, StoreReturn, TaskId};
+use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::handlers::Reply;
+use crate::policy::containment::FileUri;
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+/// What a finished task hands back to the cluster.
+#[derive(Debug)]
+pub enum TaskOutput {
+    /// An instance finished handling a request.
+    Reply(Reply),
+    /// A store actor finished serving a call.
+    Return(StoreReturn),
+}
+
+/// A task's work: polled only by the cluster, one poll per delivery, never by an async runtime.
+pub type TaskFuture = Pin<Box<dyn Future<Output = TaskOutput> + Send>>;
+
+/// A store call a task made while it was being polled; the cluster turns it into an envelope.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub from_task: TaskId,
+    pub to: ActorId,
+    pub call: StoreCall,
+}
+
+/// The meeting point of running tasks and the cluster. The cluster polls exactly one task at a time and
+/// names it in `current`; a store call made during that poll is queued in `outbox` and its return is
+/// placed in `returns` before the waiting task is polled again.
+#[derive(Debug, Default)]
+pub struct Exchange {
+    current: Option<TaskId>,
+    outbox: Vec<Outgoing>,
+    returns: BTreeMap<TaskId, StoreReturn>,
+}
+
+/// Shared handle on the [`Exchange`]. A simulation runs on one thread; the mutex only satisfies the
+/// `Send + Sync` bounds of the store ports and is never contended.
+#[derive(Debug, Clone, Default)]
+pub struct ExchangeHandle(Arc<Mutex<Exchange>>);
+
+impl ExchangeHandle {
+    fn lock(&self) -> MutexGuard<'_, Exchange> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Marks `task` as the one being polled (or none).
+    pub fn set_current(&self, task: Option<TaskId>) {
+        self.lock().current = task;
+    }
+
+    pub fn take_outbox(&self) -> Vec<Outgoing> {
+        std::mem::take(&mut self.lock().outbox)
+    }
+
+    /// Hands a store's return to the task waiting for it.
+    pub fn put_return(&self, task: TaskId, value: StoreReturn) {
+        self.lock().returns.insert(task, value);
+    }
+
+    /// Forgets anything addressed to tasks that no longer exist (after a crash).
+    pub fn forget(&self, tasks: &[TaskId]) {
+        let mut exchange = self.lock();
+        for task in tasks {
+            exchange.returns.remove(task);
+        }
+    }
+}
+
+/// A store call in progress: on first poll it queues the call for the current task; later polls look for
+/// the return. It never registers a waker: the cluster knows exactly when to poll again.
+struct CallFuture {
+    exchange: ExchangeHandle,
+    to: ActorId,
+    call: Option<StoreCall>,
+    waiting: Option<TaskId>,
+}
+
+impl Future for CallFuture {
+    type Output = StoreReturn;
+
+    fn poll(mut self: Pin<&mut Self>, _context: &mut Context<'_>) -> Poll<StoreReturn> {
+        let this = &mut *self;
+        let mut exchange = this.exchange.lock();
+        if let Some(call) = this.call.take() {
+            let Some(task) = exchange.current else {
+                // Only the cluster polls tasks, and it always names the task first.
+                return Poll::Ready(StoreReturn::Failed(StoreError::Unavailable("store call outside a simulated task".into())));
+            };
+            exchange.outbox.push(Outgoing { from_task: task, to: this.to, call });
+            this.waiting = Some(task);
+            return Poll::Pending;
+        }
+        match this.waiting.and_then(|task| exchange.returns.remove(&task)) {
+            Some(value) => Poll::Ready(value),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// The store ports as messages: what instances (and the replay store) hold instead of a store.
+#[derive(Debug, Clone)]
+pub struct StoreClient {
+    exchange: ExchangeHandle,
+    /// The store actor this client talks to.
+    store: ActorId,
+}
+
+impl StoreClient {
+    pub fn new(exchange: ExchangeHandle, store: ActorId) -> StoreClient {
+        StoreClient { exchange, store }
+    }
+
+    async fn call(&self, call: StoreCall) -> StoreReturn {
+        CallFuture { exchange: self.exchange.clone(), to: self.store, call: Some(call), waiting: None }.await
+    }
+}
+
+fn unexpected(what: &str, value: StoreReturn) -> StoreError {
+    match value {
+        StoreReturn::Failed(error) => error,
+        other => StoreError::Unavailable(format!("the store answered {what} with {other:?}")),
+    }
+}
+
+#[async_trait]
+impl NoteStore for StoreClient {
+    async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
+        match self.call(StoreCall::ListNotes).await {
+            StoreReturn::Notes(notes) => Ok(notes),
+            other => Err(unexpected("list_notes", other)),
+        }
+    }
+
+    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+        match self.call(StoreCall::DeleteIfInside { note_id: id.to_string(), workspace: workspace.clone() }).await {
+            StoreReturn::Guarded(outcome) => Ok(outcome),
+            other => Err(unexpected("delete_if_inside", other)),
+        }
+    }
+}
+
+#[async_trait]
+impl ReplayStore for StoreClient {
+    async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
+        match self.call(StoreCall::Claim { claim }).await {
+            StoreReturn::Claimed(outcome) => Ok(outcome),
+            other => Err(unexpected("claim", other)),
+        }
+    }
+
+    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+        let call = StoreCall::ClaimAndDelete { claim, note_id: note_id.to_string(), workspace: workspace.clone() };
+        match self.call(call).await {
+            StoreReturn::ClaimedAndDeleted(outcome) => Ok(outcome),
+            other => Err(unexpected("claim_and_delete", other)),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The replay-store actor: the in-memory replay store shared by every instance, serving one call per task.
+//!
+//! It runs `stores::memory::MemoryReplayStore` unchanged. That store's note port is a `StoreClient` to the
+//! note-store actor, so claim-and-delete is: claim (pending) here, `delete_if_inside` as a message to the
+//! note store, then commit or release here. Other calls can be served while one waits, exactly the
+//! concurrency the pending claim exists for.
+
+use super::{TaskFuture, TaskOutput};
+use crate::handlers::ports::{ReplayStore, StoreError};
+use crate::sim::message::{StoreCall, StoreReturn};
+use crate::stores::memory::MemoryReplayStore;
+use std::sync::Arc;
+
+pub fn serve(replay: Arc<MemoryReplayStore>, call: StoreCall) -> TaskFuture {
+    Box::pin(async move {
+        let value = match call {
+            StoreCall::Claim { claim } => match replay.claim(claim).await {
+                Ok(outcome) => StoreReturn::Claimed(outcome),
+                Err(error) => StoreReturn::Failed(error),
+            },
+            StoreCall::ClaimAndDelete { claim, note_id, workspace } => match replay.claim_and_delete(claim, &note_id, &workspace).await {
+                Ok(outcome) => StoreReturn::ClaimedAndDeleted(outcome),
+                Err(error) => StoreReturn::Failed(error),
+            },
+            other => StoreReturn::Failed(StoreError::Unavailable(format!("the replay store does not serve {}", other.label()))),
+        };
+        TaskOutput::Return(value)
+    })
+}

@@ -1,0 +1,460 @@
+//! The checker: a scenario's expectations, and the safety properties every run must keep (MISSION §6).
+//!
+//! Properties are judged from the [`History`] alone, by an independent reading of what clients sent and
+//! what the stores did; the checker never asks the handlers whether they behaved.
+//!
+//! * **At most once**: a nonce is consumed at most once, and deletes at most one note.
+//! * **Consent**: every deleted note was deleted on behalf of a request that accepted (with
+//!   `confirm: true`) exactly that note, carrying a state sealed for that principal, tool and exact
+//!   arguments, whose candidates include the note and which a server had shown to that principal.
+//! * **Containment**: every deleted note, every note offered in a form and every resource listed or read
+//!   lies inside a workspace the principal was authorized for at that moment.
+//! * **Refusal**: a decline or a cancel deletes nothing and is never answered with another form; a cancel
+//!   consumes nothing.
+//! * **Statelessness** is checked by the runner (a second run routes each request to another instance
+//!   of the same configuration and must see the same answers).
+
+use super::history::{Effect, EffectKind, History, NoResponse, Operation, Outcome};
+use super::message::OperationId;
+use super::scenario::model::{AnswerCheck, Expectation, Targets};
+use super::scenario::template::{follow, preview};
+use crate::handlers::notes::TOOL_NOTES_DELETE;
+use crate::policy::authorization::Authorizations;
+use crate::policy::containment::FileUri;
+use crate::policy::state::StateClaims;
+use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore};
+use crate::wire::canonical::digest_hex;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Property {
+    AtMostOnce,
+    Consent,
+    Containment,
+    Refusal,
+    Statelessness,
+}
+
+impl Property {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Property::AtMostOnce => "at-most-once",
+            Property::Consent => "consent",
+            Property::Containment => "containment",
+            Property::Refusal => "refusal",
+            Property::Statelessness => "statelessness",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub property: Property,
+    pub message: String,
+}
+
+/// What expectations can look at.
+pub struct Observed<'a> {
+    pub history: &'a History,
+    pub answers: &'a BTreeMap<String, OperationId>,
+    pub notes: &'a MemoryNoteStore,
+    pub replay: &'a MemoryReplayStore,
+    pub lookup: &'a dyn Fn(&str) -> Result<Value, String>,
+}
+
+/// `Ok` if the expectation holds; otherwise what was expected and what was found.
+pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<(), String> {
+    match expectation {
+        Expectation::Answer { targets, check } => {
+            let operation = |name: &String| -> Result<&Operation, String> {
+                let id = observed.answers.get(name).ok_or_else(|| format!("no answer is named {name}"))?;
+                Ok(&observed.history.operations[id.0])
+            };
+            match targets {
+                Targets::One(name) => check_answer(operation(name)?, check, observed.lookup),
+                Targets::ExactlyOne(names) | Targets::Each(names) => {
+                    let mut results = Vec::new();
+                    for name in names {
+                        results.push((name, check_answer(operation(name)?, check, observed.lookup)));
+                    }
+                    let passed = results.iter().filter(|(_, r)| r.is_ok()).count();
+                    let required_all = matches!(targets, Targets::Each(_));
+                    if (required_all && passed == names.len()) || (!required_all && passed == 1) {
+                        return Ok(());
+                    }
+                    let each: Vec<String> = results
+                        .iter()
+                        .map(|(name, result)| match result {
+                            Ok(()) => format!("{name} passes"),
+                            Err(why) => format!("{name}: {why}"),
+                        })
+                        .collect();
+                    let wanted = if required_all { "every one to pass".to_string() } else { "exactly one to pass".to_string() };
+                    Err(format!("expected {wanted}, {passed} of {} did; {}", names.len(), each.join("; ")))
+                }
+            }
+        }
+        Expectation::NotePresent { id, present } => {
+            let found = observed.notes.snapshot().iter().any(|note| &note.id == id);
+            match (found, present) {
+                (true, true) | (false, false) => Ok(()),
+                (false, true) => Err(format!("expected note {id} present, it is gone")),
+                (true, false) => Err(format!("expected note {id} absent, it is still there")),
+            }
+        }
+        Expectation::NotesCount(expected) => {
+            let notes = observed.notes.snapshot();
+            if notes.len() == *expected {
+                Ok(())
+            } else {
+                let ids: Vec<&str> = notes.iter().map(|n| n.id.as_str()).collect();
+                Err(format!("expected {expected} notes, found {}: {}", notes.len(), ids.join(" ")))
+            }
+        }
+        Expectation::ConsumedCount(expected) => {
+            let consumed = observed.replay.consumed();
+            if consumed.len() == *expected {
+                Ok(())
+            } else {
+                let records: Vec<String> = consumed.iter().map(|(_, record)| record.to_string()).collect();
+                Err(format!("expected {expected} consumed nonces, found {}: {}", consumed.len(), records.join(" ")))
+            }
+        }
+        Expectation::Nonce { answer, record } => {
+            let id = observed.answers.get(answer).ok_or_else(|| format!("no answer is named {answer}"))?;
+            let operation = &observed.history.operations[id.0];
+            let state = operation
+                .response()
+                .and_then(|r| r.pointer("/result/requestState"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{answer} carries no requestState (it was {})", describe(operation)))?;
+            let claims = peek_claims(state).ok_or_else(|| format!("{answer}'s requestState cannot be read"))?;
+            let actual = observed.replay.record(&claims.nonce);
+            let expected = record.as_ref().map(|t| t.resolve(observed.lookup)).transpose()?;
+            match (&expected, &actual) {
+                (None, None) => Ok(()),
+                (Some(expected), Some(actual)) if expected == actual => Ok(()),
+                (None, Some(actual)) => Err(format!("expected the nonce of {answer} unused, it was consumed: {actual}")),
+                (Some(expected), None) => Err(format!("expected the nonce of {answer} consumed with {expected}, it is unused")),
+                (Some(expected), Some(actual)) => {
+                    Err(format!("expected the nonce of {answer} consumed with {expected}, it was consumed with {actual}"))
+                }
+            }
+        }
+    }
+}
+
+fn check_answer(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(&str) -> Result<Value, String>) -> Result<(), String> {
+    let got = || format!("got {}", describe(operation));
+    if let AnswerCheck::NoResponse = check {
+        return match operation.outcome {
+            Outcome::NoResponse(_) => Ok(()),
+            _ => Err(format!("expected no response, {}", got())),
+        };
+    }
+    let Some(response) = operation.response() else {
+        return Err(format!("expected a response, {}", got()));
+    };
+    match check {
+        AnswerCheck::ResultType(expected) => match response.pointer("/result/resultType").and_then(Value::as_str) {
+            Some(actual) if actual == expected => Ok(()),
+            _ => Err(format!("expected resultType {expected:?}, {}", got())),
+        },
+        AnswerCheck::Error { code, reason } => {
+            let actual_code = response.pointer("/error/code").and_then(Value::as_i64);
+            let actual_reason = response.pointer("/error/data/reason").and_then(Value::as_str);
+            let code_matches = actual_code == Some(*code);
+            let reason_matches = reason.as_deref().is_none_or(|r| Some(r) == actual_reason);
+            if code_matches && reason_matches {
+                Ok(())
+            } else {
+                let wanted = match reason {
+                    Some(reason) => format!("error {code} {reason}"),
+                    None => format!("error {code}"),
+                };
+                Err(format!("expected {wanted}, {}", got()))
+            }
+        }
+        AnswerCheck::Equals { path, value } => {
+            let expected = value.resolve(lookup)?;
+            match follow(response, path) {
+                Some(actual) if *actual == expected => Ok(()),
+                Some(actual) => Err(format!("expected {} = {}, found {}", path.join("."), preview(&expected), preview(actual))),
+                None => Err(format!("expected {} = {}, but it is absent; {}", path.join("."), preview(&expected), got())),
+            }
+        }
+        AnswerCheck::Absent { path } => match follow(response, path) {
+            None => Ok(()),
+            Some(actual) => Err(format!("expected {} absent, found {}", path.join("."), preview(actual))),
+        },
+        AnswerCheck::Present { path } => match follow(response, path) {
+            Some(_) => Ok(()),
+            None => Err(format!("expected {} present, it is absent; {}", path.join("."), got())),
+        },
+        AnswerCheck::NoResponse => unreachable!("handled above"),
+    }
+}
+
+/// One line on what an operation got: `complete {...}`, `error -32602 state_consumed: …`, `no response (lost)`.
+pub fn describe(operation: &Operation) -> String {
+    match &operation.outcome {
+        Outcome::Pending => "nothing yet (still in flight)".into(),
+        Outcome::NoResponse(NoResponse::Notification) => "no response (a notification)".into(),
+        Outcome::NoResponse(NoResponse::Lost) => "no response (lost)".into(),
+        Outcome::Answered { value, .. } => {
+            if let Some(result) = value.get("result") {
+                let result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
+                match result.get("structuredContent") {
+                    Some(content) => format!("{result_type} {content}"),
+                    None => result_type.to_string(),
+                }
+            } else if let Some(error) = value.get("error") {
+                let code = error.get("code").map(Value::to_string).unwrap_or_default();
+                let reason = error.pointer("/data/reason").and_then(Value::as_str).map(|r| format!(" {r}")).unwrap_or_default();
+                let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+                format!("error {code}{reason}: {message}")
+            } else {
+                preview(value)
+            }
+        }
+    }
+}
+
+/// Reads a sealed state's claims without verifying it (the checker is an omniscient observer, not a server).
+pub fn peek_claims(state: &str) -> Option<StateClaims> {
+    let payload = state.split('.').nth(2)?;
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
+}
+
+/// Every safety property violated by this history (empty when all hold).
+pub fn check_properties(history: &History) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    at_most_once(history, &mut violations);
+    consent(history, &mut violations);
+    containment(history, &mut violations);
+    refusal(history, &mut violations);
+    violations
+}
+
+fn label(history: &History, operation: Option<OperationId>) -> String {
+    match operation {
+        Some(id) => {
+            let op = &history.operations[id.0];
+            let request_id = op.request_value.as_ref().and_then(|v| v.get("id")).map(Value::to_string).unwrap_or_else(|| "-".into());
+            format!("{}'s request id {request_id} to {}", op.client, op.instance)
+        }
+        None => "the admin".into(),
+    }
+}
+
+fn at_most_once(history: &History, violations: &mut Vec<Violation>) {
+    let mut consumed: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
+    let mut deleted: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
+    for effect in &history.effects {
+        match &effect.kind {
+            EffectKind::NonceConsumed { nonce, .. } => consumed.entry(nonce).or_default().push(effect),
+            EffectKind::NoteDeleted { nonce: Some(nonce), .. } => deleted.entry(nonce).or_default().push(effect),
+            _ => {}
+        }
+    }
+    for (nonce, effects) in consumed.iter().filter(|(_, e)| e.len() > 1) {
+        let by: Vec<String> = effects.iter().map(|e| label(history, e.operation)).collect();
+        violations.push(Violation {
+            property: Property::AtMostOnce,
+            message: format!("nonce {nonce} was consumed {} times (by {})", effects.len(), by.join(", ")),
+        });
+    }
+    for (nonce, effects) in deleted.iter().filter(|(_, e)| e.len() > 1) {
+        let notes: Vec<String> = effects
+            .iter()
+            .filter_map(|e| if let EffectKind::NoteDeleted { note, .. } = &e.kind { Some(note.id.clone()) } else { None })
+            .collect();
+        violations.push(Violation {
+            property: Property::AtMostOnce,
+            message: format!("one confirmation (nonce {nonce}) deleted {} notes: {}", effects.len(), notes.join(", ")),
+        });
+    }
+}
+
+fn consent(history: &History, violations: &mut Vec<Violation>) {
+    for effect in &history.effects {
+        let EffectKind::NoteDeleted { note, nonce } = &effect.kind else { continue };
+        let mut fail = |why: String| {
+            violations.push(Violation {
+                property: Property::Consent,
+                message: format!("{} was deleted for {} without consent: {why}", note.id, label(history, effect.operation)),
+            })
+        };
+        let Some(nonce) = nonce else {
+            fail("no confirmation nonce was claimed for it".into());
+            continue;
+        };
+        let Some(operation) = effect.operation.map(|id| &history.operations[id.0]) else {
+            fail("no client request caused it".into());
+            continue;
+        };
+        let Some(params) = operation.params() else {
+            fail("the request had no params".into());
+            continue;
+        };
+        if params.get("name").and_then(Value::as_str) != Some(TOOL_NOTES_DELETE) {
+            fail("the request was not a notes_delete call".into());
+            continue;
+        }
+        let answer = params.get("inputResponses").and_then(Value::as_object).filter(|r| r.len() == 1).and_then(|r| r.values().next());
+        let accepted = answer.is_some_and(|a| {
+            a.get("action").and_then(Value::as_str) == Some("accept")
+                && a.pointer("/content/confirm") == Some(&Value::Bool(true))
+                && a.pointer("/content/note_id").and_then(Value::as_str) == Some(note.id.as_str())
+        });
+        if !accepted {
+            fail("the request did not accept this note with confirm: true".into());
+            continue;
+        }
+        let Some(state) = params.get("requestState").and_then(Value::as_str) else {
+            fail("the request carried no requestState".into());
+            continue;
+        };
+        let Some(claims) = peek_claims(state) else {
+            fail("its requestState is unreadable".into());
+            continue;
+        };
+        let arguments_digest = params.get("arguments").map(digest_hex).unwrap_or_default();
+        let bound = claims.principal == operation.principal
+            && claims.tool == TOOL_NOTES_DELETE
+            && claims.nonce == *nonce
+            && claims.arguments_digest == arguments_digest
+            && claims.candidates.contains(&note.id);
+        if !bound {
+            fail(format!(
+                "its state is not bound to this principal ({}), tool, nonce, exact arguments and a candidate set holding the note",
+                operation.principal
+            ));
+            continue;
+        }
+        let shown = history.operations.iter().any(|earlier| {
+            earlier.principal == operation.principal
+                && earlier.response().and_then(|r| r.pointer("/result/requestState")).and_then(Value::as_str) == Some(state)
+                && offered_ids(earlier).iter().any(|id| id == &note.id)
+        });
+        if !shown {
+            fail("no server ever showed this principal a form offering it with this state".into());
+        }
+    }
+}
+
+/// The note ids a form in this operation's response offered.
+fn offered_ids(operation: &Operation) -> Vec<String> {
+    let Some(requests) = operation.response().and_then(|r| r.pointer("/result/inputRequests")).and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    requests
+        .values()
+        .filter_map(|request| request.pointer("/params/requestedSchema/properties/note_id/enum").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|id| id.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Authorizations as they were when `delivery` happened (revocations made after an earlier delivery apply).
+fn authorizations_at(history: &History, delivery: usize) -> Authorizations {
+    let mut authorizations = history.initial_authorizations.clone();
+    for effect in &history.effects {
+        if let EffectKind::Revoked { principal, workspace } = &effect.kind {
+            if effect.delivery < delivery {
+                if let Ok(root) = FileUri::parse(workspace) {
+                    authorizations.revoke(principal, &root);
+                }
+            }
+        }
+    }
+    authorizations
+}
+
+fn inside(authorizations: &Authorizations, principal: &str, uri: &str) -> bool {
+    FileUri::parse(uri).is_ok_and(|uri| authorizations.may_access(principal, &uri))
+}
+
+fn containment(history: &History, violations: &mut Vec<Violation>) {
+    for effect in &history.effects {
+        let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
+        let Some(operation) = effect.operation.map(|id| &history.operations[id.0]) else { continue };
+        if !inside(&authorizations_at(history, effect.delivery), &operation.principal, &note.uri) {
+            violations.push(Violation {
+                property: Property::Containment,
+                message: format!(
+                    "{} ({}) was deleted for {}, outside every workspace {} may use",
+                    note.id,
+                    note.uri,
+                    label(history, effect.operation),
+                    operation.principal
+                ),
+            });
+        }
+    }
+    for operation in &history.operations {
+        let Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
+        let authorizations = authorizations_at(history, *delivery);
+        let mut exposed: Vec<String> = Vec::new();
+        for key in ["/result/resources", "/result/contents"] {
+            if let Some(items) = value.pointer(key).and_then(Value::as_array) {
+                exposed.extend(items.iter().filter_map(|item| item.get("uri").and_then(Value::as_str)).map(str::to_string));
+            }
+        }
+        let offered = offered_ids(operation);
+        if !offered.is_empty() {
+            let listed = history.effects.iter().rev().find_map(|e| match &e.kind {
+                EffectKind::NotesListed { notes } if e.operation == Some(operation.id) => Some(notes),
+                _ => None,
+            });
+            if let Some(notes) = listed {
+                exposed.extend(offered.iter().filter_map(|id| notes.iter().find(|n| &n.id == id)).map(|n| n.uri.clone()));
+            }
+        }
+        for uri in exposed {
+            if !inside(&authorizations, &operation.principal, &uri) {
+                violations.push(Violation {
+                    property: Property::Containment,
+                    message: format!(
+                        "{} was shown {uri}, outside every workspace {} may use",
+                        label(history, Some(operation.id)),
+                        operation.principal
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn refusal(history: &History, violations: &mut Vec<Violation>) {
+    for operation in &history.operations {
+        let Some(action) = operation.answer_action() else { continue };
+        if action != "decline" && action != "cancel" {
+            continue;
+        }
+        let who = label(history, Some(operation.id));
+        for effect in history.effects.iter().filter(|e| e.operation == Some(operation.id)) {
+            let broken = match &effect.kind {
+                EffectKind::NoteDeleted { note, .. } => Some(format!("a {action} deleted {}", note.id)),
+                EffectKind::NonceConsumed { nonce, .. } if action == "cancel" => Some(format!("a cancel consumed nonce {nonce}")),
+                _ => None,
+            };
+            if let Some(broken) = broken {
+                violations.push(Violation { property: Property::Refusal, message: format!("{broken} ({who})") });
+            }
+        }
+        if let Some(response) = operation.response() {
+            if response.pointer("/result/resultType").and_then(Value::as_str) == Some("input_required") {
+                violations
+                    .push(Violation { property: Property::Refusal, message: format!("a {action} was answered with another form ({who})") });
+            }
+            if response.pointer("/result/structuredContent/deleted") == Some(&Value::Bool(true)) {
+                violations
+                    .push(Violation { property: Property::Refusal, message: format!("a {action} was answered deleted: true ({who})") });
+            }
+        }
+    }
+}

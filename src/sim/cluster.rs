@@ -1,0 +1,753 @@
+//! The cluster: the actors, the network, the scheduler, the running tasks, and the loop that delivers one
+//! envelope at a time.
+//!
+//! # Execution model
+//!
+//! Nothing runs on its own. [`Cluster::deliver_next`] asks the scheduler for one envelope in flight,
+//! moves the virtual clock to its arrival time and hands it to the receiver. If that starts work (a
+//! request reaching an instance, a call reaching a store) a task is created; if it completes work (a store
+//! return) the waiting task is resumed. The cluster then polls exactly that one task, once, with a no-op
+//! waker, until it either finishes (its reply becomes an envelope) or blocks on a store call (the call
+//! becomes an envelope). So exactly one actor runs per delivery, every new envelope is numbered in a
+//! deterministic order, and no async runtime's wake-up order ever reaches a transcript.
+//!
+//! A crash drops the instance's tasks and every envelope to or from it; a restart builds a new incarnation
+//! from the factory. The stores are separate actors and keep running: a crash of an instance after its
+//! claim-and-delete reached the replay store loses only the answer.
+
+use super::actors::admin::AdminAction;
+use super::actors::client::Client;
+use super::actors::instance::{handle_request, Instance, InstanceParts, SeededNonces, ServiceFactory};
+use super::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
+use super::clock::VirtualClock;
+use super::history::{Effect, EffectKind, History, NoResponse, Operation, Outcome};
+use super::message::{ActorId, OperationId, Payload, StoreCall, StoreReturn, TaskId};
+use super::network::{Envelope, Network, NetworkFull};
+use super::random::{self, Stream};
+use super::scheduler::{Decision, DecisionLog, Divergence, Scheduler};
+use super::transcript::{Entry, Message, Transcript};
+use crate::config::server_info;
+use crate::handlers::notes::NotesConfig;
+use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, Note};
+use crate::handlers::Service;
+use crate::policy::authorization::Authorizations;
+use crate::policy::containment::FileUri;
+use crate::policy::state::KeyRing;
+use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+/// Most deliveries one `run_until_quiet` may make before the run is declared a runaway.
+pub const STEP_DELIVERIES_MAX: usize = 10_000;
+
+/// Reserved actor names.
+pub const NOTE_STORE: &str = "notes";
+pub const REPLAY_STORE: &str = "replay";
+pub const ADMIN: &str = "admin";
+
+pub struct InstanceSetup {
+    pub name: String,
+    pub key_ring: KeyRing,
+    pub clock_offset_ms: i64,
+}
+
+pub struct ClientSetup {
+    pub name: String,
+    pub principal: String,
+    pub capabilities: Value,
+}
+
+/// Everything needed to build a cluster.
+pub struct ClusterSetup {
+    pub scenario: String,
+    pub seed: u64,
+    pub instances: Vec<InstanceSetup>,
+    pub clients: Vec<ClientSetup>,
+    pub authorizations: Authorizations,
+    pub notes: Vec<Note>,
+    pub state_ttl_ms: u64,
+    pub replay_limits: ReplayLimits,
+    pub latency_ms_min: u64,
+    pub latency_ms_max: u64,
+    /// Off in benchmarks: nothing is rendered or kept, only counted.
+    pub record_transcript: bool,
+    pub factory: ServiceFactory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Instance(usize),
+    NoteStore,
+    ReplayStore,
+    Admin,
+    Client(usize),
+}
+
+/// Where a finished task's result goes.
+#[derive(Debug, Clone, Copy)]
+enum ReplyTo {
+    Client { actor: ActorId, operation: OperationId },
+    Caller { actor: ActorId, task: Option<TaskId> },
+}
+
+/// Which client operation (and which nonce) a piece of work is on behalf of.
+#[derive(Debug, Clone, Default)]
+struct Cause {
+    operation: Option<OperationId>,
+    nonce: Option<String>,
+}
+
+struct Task {
+    actor: ActorId,
+    cause: Cause,
+    reply_to: ReplyTo,
+    /// The store call a store task serves (for effects and labels).
+    call: Option<StoreCall>,
+    future: TaskFuture,
+}
+
+/// Whether a crash trigger fires before the matching delivery (the envelope is then lost with the crash
+/// if it touches the crashed instance) or right after the receiver has run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    Before,
+    After,
+}
+
+/// "Crash `instance` before/after `receiver` receives `label`": fires once, at the first matching delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrashTrigger {
+    pub instance: usize,
+    pub moment: Moment,
+    pub receiver: ActorId,
+    /// A store operation (`claim_and_delete`) or a JSON-RPC method (`tools/call`).
+    pub label: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    #[error("more than {STEP_DELIVERIES_MAX} deliveries without the network going quiet: the scenario runs away")]
+    Runaway,
+    #[error(transparent)]
+    NetworkFull(#[from] NetworkFull),
+    #[error(transparent)]
+    Divergence(#[from] Divergence),
+    #[error("task {task} on {actor} blocked without sending anything: it would never resume")]
+    Stuck { task: u64, actor: String },
+}
+
+pub struct Cluster {
+    seed: u64,
+    roles: Vec<Role>,
+    names: Vec<String>,
+    instances: Vec<Instance>,
+    clients: Vec<Client>,
+    exchange: ExchangeHandle,
+    tasks: BTreeMap<TaskId, Task>,
+    next_task: u64,
+    network: Network,
+    scheduler: Box<dyn Scheduler>,
+    decisions: DecisionLog,
+    clock: VirtualClock,
+    notes: Arc<MemoryNoteStore>,
+    replay: Arc<MemoryReplayStore>,
+    authorizations: Authorizations,
+    state_ttl_ms: u64,
+    factory: ServiceFactory,
+    triggers: Vec<CrashTrigger>,
+    history: History,
+    transcript: Transcript,
+    deliveries: usize,
+    note_store_actor: ActorId,
+    replay_store_actor: ActorId,
+    admin_actor: ActorId,
+}
+
+impl Cluster {
+    pub fn new(setup: ClusterSetup, scheduler: Box<dyn Scheduler>) -> Cluster {
+        let instance_count = setup.instances.len();
+        let note_store_actor = instance_count;
+        let replay_store_actor = instance_count + 1;
+        let admin_actor = instance_count + 2;
+        let mut roles: Vec<Role> = (0..instance_count).map(Role::Instance).collect();
+        let mut names: Vec<String> = setup.instances.iter().map(|i| i.name.clone()).collect();
+        roles.extend([Role::NoteStore, Role::ReplayStore, Role::Admin]);
+        names.extend([NOTE_STORE.to_string(), REPLAY_STORE.to_string(), ADMIN.to_string()]);
+        for (index, client) in setup.clients.iter().enumerate() {
+            roles.push(Role::Client(index));
+            names.push(client.name.clone());
+        }
+        let exchange = ExchangeHandle::default();
+        let clock = VirtualClock::new();
+        let notes = Arc::new(MemoryNoteStore::new(setup.notes));
+        let replay = Arc::new(MemoryReplayStore::new(
+            Arc::new(StoreClient::new(exchange.clone(), note_store_actor)),
+            Arc::new(clock.with_offset(0)),
+            setup.replay_limits,
+        ));
+        let network =
+            Network::new(roles.len(), setup.latency_ms_min, setup.latency_ms_max, &mut random::stream(setup.seed, Stream::Latency));
+        let transcript = Transcript {
+            scenario: setup.scenario,
+            seed: setup.seed,
+            scheduler: scheduler.name().into(),
+            actors: names.clone(),
+            recording: setup.record_transcript,
+            entries: Vec::new(),
+        };
+        let instances = setup
+            .instances
+            .into_iter()
+            .enumerate()
+            .map(|(index, i)| Instance {
+                name: i.name,
+                index: index as u16,
+                key_ring: i.key_ring,
+                clock_offset_ms: i.clock_offset_ms,
+                incarnation: 0,
+                up: true,
+                service: None,
+                nonces: None,
+            })
+            .collect();
+        let clients = setup.clients.into_iter().map(|c| Client::new(&c.name, &c.principal, c.capabilities)).collect();
+        let history = History { initial_authorizations: setup.authorizations.clone(), ..History::default() };
+        let mut cluster = Cluster {
+            seed: setup.seed,
+            roles,
+            names,
+            instances,
+            clients,
+            exchange,
+            tasks: BTreeMap::new(),
+            next_task: 1,
+            network,
+            scheduler,
+            decisions: DecisionLog::default(),
+            clock,
+            notes,
+            replay,
+            authorizations: setup.authorizations,
+            state_ttl_ms: setup.state_ttl_ms,
+            factory: setup.factory,
+            triggers: Vec::new(),
+            history,
+            transcript,
+            deliveries: 0,
+            note_store_actor,
+            replay_store_actor,
+            admin_actor,
+        };
+        for index in 0..instance_count {
+            cluster.start_incarnation(index);
+        }
+        cluster
+    }
+
+    // ----- lookups -----
+
+    pub fn actor(&self, name: &str) -> Option<ActorId> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    pub fn actor_name(&self, actor: ActorId) -> &str {
+        &self.names[actor]
+    }
+
+    pub fn instance_actor(&self, index: usize) -> ActorId {
+        index
+    }
+
+    pub fn instances(&self) -> &[Instance] {
+        &self.instances
+    }
+
+    pub fn clients(&self) -> &[Client] {
+        &self.clients
+    }
+
+    pub fn client_mut(&mut self, index: usize) -> &mut Client {
+        &mut self.clients[index]
+    }
+
+    fn client_actor(&self, index: usize) -> ActorId {
+        self.admin_actor + 1 + index
+    }
+
+    pub fn note_store(&self) -> &MemoryNoteStore {
+        &self.notes
+    }
+
+    pub fn replay_store(&self) -> &MemoryReplayStore {
+        &self.replay
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    pub fn operation(&self, id: OperationId) -> &Operation {
+        &self.history.operations[id.0]
+    }
+
+    pub fn transcript(&self) -> &Transcript {
+        &self.transcript
+    }
+
+    pub fn transcript_mut(&mut self) -> &mut Transcript {
+        &mut self.transcript
+    }
+
+    pub fn into_parts(self) -> (Transcript, History, DecisionLog) {
+        (self.transcript, self.history, self.decisions)
+    }
+
+    pub fn decisions(&self) -> &DecisionLog {
+        &self.decisions
+    }
+
+    pub fn deliveries(&self) -> usize {
+        self.deliveries
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.clock.elapsed_ms()
+    }
+
+    pub fn authorizations(&self) -> &Authorizations {
+        &self.authorizations
+    }
+
+    // ----- instances: incarnations and configuration -----
+
+    fn start_incarnation(&mut self, index: usize) {
+        let instance = &mut self.instances[index];
+        instance.nonces = Some(Arc::new(SeededNonces::new(self.seed, instance.index, instance.incarnation)));
+        self.rebuild_service(index);
+    }
+
+    /// Builds the instance's service from its current configuration, keeping its nonce stream.
+    fn rebuild_service(&mut self, index: usize) {
+        let instance = &self.instances[index];
+        let Some(nonces) = instance.nonces.clone() else { return };
+        let config = NotesConfig {
+            server_info: server_info(),
+            authorizations: self.authorizations.clone(),
+            key_ring: instance.key_ring.clone(),
+            state_ttl_ms: self.state_ttl_ms,
+        };
+        let parts = InstanceParts {
+            config: Arc::new(config),
+            notes: Arc::new(StoreClient::new(self.exchange.clone(), self.note_store_actor)),
+            replay: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
+            clock: Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
+            nonces,
+        };
+        let service: Arc<dyn Service> = (self.factory)(parts);
+        self.instances[index].service = Some(service);
+    }
+
+    fn event(&mut self, actor: Option<ActorId>, text: String) {
+        if self.transcript.recording {
+            let time_ms = self.clock.elapsed_ms();
+            self.transcript.push(Entry::Event { time_ms, actor, text });
+        }
+    }
+
+    /// Stops an instance: its tasks are dropped, and every envelope to or from it is lost.
+    pub fn crash(&mut self, index: usize) {
+        let actor = self.instance_actor(index);
+        if !self.instances[index].up {
+            self.event(Some(actor), "crash: already down".into());
+            return;
+        }
+        self.instances[index].up = false;
+        self.instances[index].service = None;
+        self.instances[index].nonces = None;
+        let dropped: Vec<TaskId> = self.tasks.iter().filter(|(_, t)| t.actor == actor).map(|(id, _)| *id).collect();
+        for task in &dropped {
+            self.tasks.remove(task);
+        }
+        self.exchange.forget(&dropped);
+        let work = match dropped.len() {
+            0 => "no work in progress".to_string(),
+            1 => "1 request in progress lost".to_string(),
+            n => format!("{n} requests in progress lost"),
+        };
+        self.event(Some(actor), format!("crash ({work})"));
+        for envelope in self.network.remove_touching(actor) {
+            let reason = format!("{} crashed", self.names[actor]);
+            self.record_drop(&envelope, reason);
+        }
+    }
+
+    /// Starts a new incarnation from the same configuration (instances are stateless: nothing to recover).
+    pub fn restart(&mut self, index: usize) {
+        let actor = self.instance_actor(index);
+        if self.instances[index].up {
+            self.event(Some(actor), "restart: already up".into());
+            return;
+        }
+        self.instances[index].up = true;
+        self.instances[index].incarnation += 1;
+        self.start_incarnation(index);
+        let incarnation = self.instances[index].incarnation;
+        self.event(Some(actor), format!("restart (incarnation {incarnation}, fresh nonce stream)"));
+    }
+
+    pub fn arm(&mut self, trigger: CrashTrigger) {
+        let text = format!(
+            "armed: crash {} {} {} receives {}",
+            self.instances[trigger.instance].name,
+            if trigger.moment == Moment::Before { "before" } else { "after" },
+            self.names[trigger.receiver],
+            trigger.label
+        );
+        self.event(None, text);
+        self.triggers.push(trigger);
+    }
+
+    /// Makes `key_id` the signing key of these instances; their previous keys still verify.
+    pub fn rotate(&mut self, indexes: &[usize], key_id: &str, key: Vec<u8>) -> Result<(), String> {
+        for &index in indexes {
+            self.instances[index].key_ring.rotate(key_id, key.clone()).map_err(|e| format!("{}: {e}", self.instances[index].name))?;
+            self.rebuild_service(index);
+            let ids: Vec<&str> = self.instances[index].key_ring.key_ids().collect();
+            let text = format!("keys rotated: signs with {key_id}, verifies {}", ids.join(" "));
+            self.event(Some(index), text);
+        }
+        Ok(())
+    }
+
+    /// Forgets `key_id` on these instances: states it signed fail closed there.
+    pub fn retire(&mut self, indexes: &[usize], key_id: &str) -> Result<(), String> {
+        for &index in indexes {
+            self.instances[index].key_ring.retire(key_id).map_err(|e| format!("{}: {e}", self.instances[index].name))?;
+            self.rebuild_service(index);
+            let ids: Vec<&str> = self.instances[index].key_ring.key_ids().collect();
+            let text = format!("key {key_id} retired: verifies {}", ids.join(" "));
+            self.event(Some(index), text);
+        }
+        Ok(())
+    }
+
+    pub fn advance(&mut self, duration_ms: u64) {
+        self.clock.advance_by(duration_ms);
+        self.event(None, format!("clock advanced by {duration_ms}ms"));
+    }
+
+    // ----- clients and admin -----
+
+    /// A client sends raw bytes to an instance. Returns the operation that tracks the answer.
+    pub fn send(
+        &mut self,
+        client: usize,
+        instance: usize,
+        bytes: Vec<u8>,
+        notification: bool,
+        step: usize,
+        name: Option<String>,
+    ) -> Result<OperationId, SimError> {
+        let id = OperationId(self.history.operations.len());
+        let principal = self.clients[client].principal.clone();
+        let now_ms = self.clock.elapsed_ms();
+        self.history.operations.push(Operation {
+            id,
+            client: self.clients[client].name.clone(),
+            principal: principal.clone(),
+            instance: self.instances[instance].name.clone(),
+            step,
+            name,
+            request_value: serde_json::from_slice(&bytes).ok(),
+            request: bytes.clone(),
+            notification,
+            sent_at_ms: now_ms,
+            outcome: Outcome::Pending,
+        });
+        let from = self.client_actor(client);
+        self.network.send(from, self.instance_actor(instance), now_ms, None, None, Payload::Request { operation: id, principal, bytes })?;
+        Ok(id)
+    }
+
+    /// An admin action: note changes are messages to the note store; a revocation applies at once.
+    pub fn admin(&mut self, action: &AdminAction) -> Result<(), String> {
+        if let Some(call) = action.store_call() {
+            let now_ms = self.clock.elapsed_ms();
+            self.network
+                .send(self.admin_actor, self.note_store_actor, now_ms, None, None, Payload::Call(call))
+                .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        if let AdminAction::Revoke { principal, workspace } = action {
+            let root = FileUri::parse(workspace).map_err(|e| format!("cannot revoke {workspace:?}: {e}"))?;
+            self.authorizations.revoke(principal, &root);
+            for index in 0..self.instances.len() {
+                self.rebuild_service(index);
+            }
+            let at_ms = self.clock.elapsed_ms();
+            self.history.effects.push(Effect {
+                at_ms,
+                delivery: self.deliveries,
+                operation: None,
+                kind: EffectKind::Revoked { principal: principal.clone(), workspace: workspace.clone() },
+            });
+            self.event(Some(self.admin_actor), format!("revoked {principal}'s workspace {root} on every instance"));
+        }
+        Ok(())
+    }
+
+    // ----- the delivery loop -----
+
+    /// Delivers until nothing is in flight. Requests that got no answer are then marked as such.
+    pub fn run_until_quiet(&mut self) -> Result<(), SimError> {
+        let mut delivered = 0;
+        while !self.network.is_empty() {
+            if delivered >= STEP_DELIVERIES_MAX {
+                return Err(SimError::Runaway);
+            }
+            self.deliver_next()?;
+            delivered += 1;
+        }
+        for index in 0..self.history.operations.len() {
+            if self.history.operations[index].outcome != Outcome::Pending {
+                continue;
+            }
+            let operation = &mut self.history.operations[index];
+            let why = if operation.notification { NoResponse::Notification } else { NoResponse::Lost };
+            operation.outcome = Outcome::NoResponse(why);
+            let client = self.actor(&self.history.operations[index].client);
+            let text = match why {
+                NoResponse::Notification => "no response: it was a notification".to_string(),
+                NoResponse::Lost => {
+                    let request = self.history.operations[index].request_value.as_ref().and_then(|v| v.get("id")).cloned();
+                    format!("no response to request id {} (lost: the outcome is unknown to this client)", request.unwrap_or(Value::Null))
+                }
+            };
+            self.event(client, text);
+        }
+        Ok(())
+    }
+
+    /// Delivers one envelope chosen by the scheduler. Returns false when nothing is in flight.
+    pub fn deliver_next(&mut self) -> Result<bool, SimError> {
+        let ready = self.network.ready();
+        if ready.is_empty() {
+            return Ok(false);
+        }
+        let chosen = self.scheduler.choose(&ready)?;
+        self.decisions.decisions.push(Decision { options: ready.len() as u32, chosen: chosen as u32 });
+        let id = ready[chosen].envelope;
+        self.clock.advance_to(ready[chosen].deliver_at_ms);
+        if !self.triggers.is_empty() {
+            self.fire_triggers(Moment::Before, id);
+        }
+        let Some(envelope) = self.network.take(id) else {
+            // A trigger's crash took it.
+            return Ok(true);
+        };
+        let receiver = envelope.to;
+        if let Role::Instance(index) = self.roles[receiver] {
+            if !self.instances[index].up {
+                let reason = format!("{} is down", self.names[receiver]);
+                self.record_drop(&envelope, reason);
+                return Ok(true);
+            }
+        }
+        let label = if self.triggers.is_empty() { None } else { Some(envelope_label(&envelope)) };
+        self.deliveries += 1;
+        if self.transcript.recording {
+            let entry = Entry::Delivery {
+                seq: self.deliveries,
+                time_ms: self.clock.elapsed_ms(),
+                from: envelope.from,
+                to: envelope.to,
+                message: Message::from_payload(&envelope.payload),
+            };
+            self.transcript.push(entry);
+        }
+        self.dispatch(envelope)?;
+        if let Some(label) = label {
+            self.fire_matching(Moment::After, receiver, &label);
+        }
+        Ok(true)
+    }
+
+    fn fire_triggers(&mut self, moment: Moment, envelope: u64) {
+        let Some(found) = self.network.get(envelope) else { return };
+        let (receiver, label) = (found.to, envelope_label(found));
+        self.fire_matching(moment, receiver, &label);
+    }
+
+    fn fire_matching(&mut self, moment: Moment, receiver: ActorId, label: &str) {
+        let position = self.triggers.iter().position(|t| t.moment == moment && t.receiver == receiver && t.label == label);
+        if let Some(position) = position {
+            let trigger = self.triggers.remove(position);
+            let when = if moment == Moment::Before { "before" } else { "after" };
+            self.event(
+                None,
+                format!("trigger: {} {label} reaches {}: crash {}", when, self.names[receiver], self.instances[trigger.instance].name),
+            );
+            self.crash(trigger.instance);
+        }
+    }
+
+    fn record_drop(&mut self, envelope: &Envelope, reason: String) {
+        if self.transcript.recording {
+            let entry = Entry::Dropped {
+                time_ms: self.clock.elapsed_ms(),
+                from: envelope.from,
+                to: envelope.to,
+                message: Message::from_payload(&envelope.payload),
+                reason,
+            };
+            self.transcript.push(entry);
+        }
+    }
+
+    fn dispatch(&mut self, envelope: Envelope) -> Result<(), SimError> {
+        let Envelope { from, to, from_task, to_task, payload, .. } = envelope;
+        match (self.roles[to], payload) {
+            (Role::Instance(index), Payload::Request { operation, principal, bytes }) => {
+                let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
+                let cause = Cause { operation: Some(operation), nonce: None };
+                let reply_to = ReplyTo::Client { actor: from, operation };
+                self.spawn(to, cause, reply_to, None, handle_request(service, principal, bytes))
+            }
+            (Role::Client(client), Payload::Response { operation, bytes }) => {
+                let value: Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+                let asks_for_input = value.pointer("/result/resultType").and_then(Value::as_str) == Some("input_required");
+                let at_ms = self.clock.elapsed_ms();
+                self.history.operations[operation.0].outcome = Outcome::Answered { value, at_ms, delivery: self.deliveries };
+                if asks_for_input {
+                    self.clients[client].last_form = Some(operation);
+                }
+                Ok(())
+            }
+            (role @ (Role::NoteStore | Role::ReplayStore), Payload::Call(call)) => {
+                let mut cause = from_task.and_then(|task| self.tasks.get(&task)).map(|t| t.cause.clone()).unwrap_or_default();
+                if let Some(nonce) = call.nonce() {
+                    cause.nonce = Some(nonce.to_string());
+                }
+                let future = match role {
+                    Role::NoteStore => note_store::serve(self.notes.clone(), call.clone()),
+                    _ => replay_store::serve(self.replay.clone(), call.clone()),
+                };
+                self.spawn(to, cause, ReplyTo::Caller { actor: from, task: from_task }, Some(call), future)
+            }
+            (_, Payload::Return { value, .. }) => match to_task {
+                Some(task) if self.tasks.contains_key(&task) => {
+                    self.exchange.put_return(task, value);
+                    self.poll(task)
+                }
+                // The admin waits for nothing; a crashed caller's returns were dropped with it.
+                _ => Ok(()),
+            },
+            (_, payload) => {
+                // Cannot happen with the actors we build; say so in the transcript rather than panic.
+                let text = format!("ignored a misaddressed {} envelope", Message::from_payload(&payload).kind.as_str());
+                self.event(Some(to), text);
+                Ok(())
+            }
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        actor: ActorId,
+        cause: Cause,
+        reply_to: ReplyTo,
+        call: Option<StoreCall>,
+        future: TaskFuture,
+    ) -> Result<(), SimError> {
+        let id = TaskId(self.next_task);
+        self.next_task += 1;
+        self.tasks.insert(id, Task { actor, cause, reply_to, call, future });
+        self.poll(id)
+    }
+
+    /// Polls one task once; turns its store call or its result into an envelope.
+    fn poll(&mut self, id: TaskId) -> Result<(), SimError> {
+        let Some(mut task) = self.tasks.remove(&id) else { return Ok(()) };
+        self.exchange.set_current(Some(id));
+        let polled = task.future.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        self.exchange.set_current(None);
+        let outgoing = self.exchange.take_outbox();
+        let now_ms = self.clock.elapsed_ms();
+        let sent_anything = !outgoing.is_empty();
+        for call in outgoing {
+            self.network.send(task.actor, call.to, now_ms, Some(call.from_task), None, Payload::Call(call.call))?;
+        }
+        match polled {
+            Poll::Pending if sent_anything => {
+                self.tasks.insert(id, task);
+                Ok(())
+            }
+            Poll::Pending => Err(SimError::Stuck { task: id.0, actor: self.names[task.actor].clone() }),
+            Poll::Ready(output) => self.finish(task, output),
+        }
+    }
+
+    fn finish(&mut self, task: Task, output: TaskOutput) -> Result<(), SimError> {
+        let now_ms = self.clock.elapsed_ms();
+        match (task.reply_to, output) {
+            (ReplyTo::Client { actor, operation }, TaskOutput::Reply(reply)) => match reply.response {
+                Some(response) => {
+                    let bytes = serde_json::to_vec(&response).expect("a JSON value serializes");
+                    self.network.send(task.actor, actor, now_ms, None, None, Payload::Response { operation, bytes })?;
+                }
+                None => {
+                    let text = format!("answers nothing (a notification; HTTP {})", reply.http_status);
+                    self.event(Some(task.actor), text);
+                }
+            },
+            (ReplyTo::Caller { actor, task: caller }, TaskOutput::Return(value)) => {
+                let label = task.call.as_ref().map_or("?", StoreCall::label);
+                self.record_effects(&task, &value);
+                self.network.send(task.actor, actor, now_ms, None, caller, Payload::Return { call: label, value })?;
+            }
+            (_, output) => {
+                let text = format!("task finished with an output its caller cannot take: {output:?}");
+                self.event(Some(task.actor), text);
+            }
+        }
+        Ok(())
+    }
+
+    fn record_effects(&mut self, task: &Task, value: &StoreReturn) {
+        let at_ms = self.clock.elapsed_ms();
+        let operation = task.cause.operation;
+        let kind = match (&task.call, value) {
+            (Some(StoreCall::ListNotes), StoreReturn::Notes(notes)) => Some(EffectKind::NotesListed { notes: notes.clone() }),
+            (Some(StoreCall::DeleteIfInside { .. }), StoreReturn::Guarded(GuardedDelete::Deleted(note))) => {
+                Some(EffectKind::NoteDeleted { note: note.clone(), nonce: task.cause.nonce.clone() })
+            }
+            (Some(StoreCall::Claim { claim }), StoreReturn::Claimed(ClaimOutcome::Claimed))
+            | (Some(StoreCall::ClaimAndDelete { claim, .. }), StoreReturn::ClaimedAndDeleted(ClaimAndDelete::Deleted(_))) => {
+                Some(EffectKind::NonceConsumed { nonce: claim.nonce.clone(), record: claim.record.clone() })
+            }
+            (
+                Some(call @ (StoreCall::AdminDelete { .. } | StoreCall::AdminMove { .. } | StoreCall::AdminRename { .. })),
+                StoreReturn::AdminDone { existed },
+            ) => Some(EffectKind::AdminChanged { description: format!("{} {}", call.label(), call.to_json()), existed: *existed }),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            self.history.effects.push(Effect { at_ms, delivery: self.deliveries, operation, kind });
+        }
+    }
+}
+
+/// The name a crash trigger matches: the store operation, or the JSON-RPC method of a request.
+fn envelope_label(envelope: &Envelope) -> String {
+    match &envelope.payload {
+        Payload::Call(call) => call.label().to_string(),
+        Payload::Return { call, .. } => format!("return of {call}"),
+        Payload::Request { bytes, .. } => serde_json::from_slice::<Value>(bytes)
+            .ok()
+            .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_default(),
+        Payload::Response { .. } => "response".to_string(),
+    }
+}

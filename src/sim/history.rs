@@ -1,0 +1,97 @@
+//! What happened in a run, as the checker needs it: every client operation (invoked → answered / no
+//! answer) and every effect the stores committed, each attributed to the client operation that caused it.
+//!
+//! Attribution follows the tasks: a store call made while handling a request inherits that request's
+//! operation, and the replay store's nested call to the note store inherits the nonce being claimed.
+
+use super::message::OperationId;
+use crate::handlers::ports::Note;
+use crate::policy::authorization::Authorizations;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    pub operations: Vec<Operation>,
+    pub effects: Vec<Effect>,
+    /// Authorizations at the start; `Effect::Revoked` entries change them over time.
+    pub initial_authorizations: Authorizations,
+}
+
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub id: OperationId,
+    pub client: String,
+    pub principal: String,
+    pub instance: String,
+    /// Index of the scenario step that sent it.
+    pub step: usize,
+    /// The name the scenario gave its answer (`as NAME`), if any.
+    pub name: Option<String>,
+    pub request: Vec<u8>,
+    /// The request parsed (absent when the bytes are not JSON).
+    pub request_value: Option<Value>,
+    pub notification: bool,
+    pub sent_at_ms: u64,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Still in flight.
+    Pending,
+    /// `delivery` is the sequence number of the delivery that brought the response.
+    Answered { value: Value, at_ms: u64, delivery: usize },
+    /// Nothing came back: a notification (never answered), or a request lost to a crash.
+    NoResponse(NoResponse),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoResponse {
+    Notification,
+    Lost,
+}
+
+impl Operation {
+    pub fn response(&self) -> Option<&Value> {
+        match &self.outcome {
+            Outcome::Answered { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// `params` of the request, when it was a JSON object.
+    pub fn params(&self) -> Option<&Value> {
+        self.request_value.as_ref()?.get("params")
+    }
+
+    /// The form answer's action (`accept`, `decline`, `cancel`), if this request answered one.
+    pub fn answer_action(&self) -> Option<&str> {
+        let responses = self.params()?.get("inputResponses")?.as_object()?;
+        responses.values().next()?.get("action")?.as_str()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Effect {
+    pub at_ms: u64,
+    /// Deliveries made when it happened: an effect during delivery `d` has `d`; a configuration change
+    /// made between steps has the number of the last delivery before it.
+    pub delivery: usize,
+    /// The client operation that caused it; `None` for the admin.
+    pub operation: Option<OperationId>,
+    pub kind: EffectKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectKind {
+    /// The note store listed these notes (a read of everything it returned).
+    NotesListed { notes: Vec<Note> },
+    /// The note store deleted this note, on behalf of a claim of `nonce` (if any).
+    NoteDeleted { note: Note, nonce: Option<String> },
+    /// The replay store consumed `nonce` with this record.
+    NonceConsumed { nonce: String, record: Value },
+    /// The admin changed a note (`existed` says whether it was there).
+    AdminChanged { description: String, existed: bool },
+    /// The admin revoked a principal's workspace.
+    Revoked { principal: String, workspace: String },
+}

@@ -1,0 +1,149 @@
+//! What travels through the simulated network: client↔instance JSON-RPC bytes and store calls.
+//!
+//! Client↔instance payloads are the exact bytes a real transport would carry. Store calls are the store
+//! ports (`NoteStore`, `ReplayStore`) and the admin's data changes, reified as messages so that each one is
+//! a separate delivery the scheduler can interleave. Each message renders to a label and a JSON value (sorted
+//! keys) for transcripts.
+
+use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, StoreError};
+use crate::policy::containment::FileUri;
+use serde_json::{json, Value};
+
+/// Index of an actor in the cluster (instances, stores, clients, admin).
+pub type ActorId = usize;
+
+/// A running piece of work inside an actor: one request being handled, or one store call being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(pub u64);
+
+/// One client request (or notification) as the history knows it; index into the run's operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OperationId(pub usize);
+
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
+    Request { operation: OperationId, principal: String, bytes: Vec<u8> },
+    /// Instance → client: the raw JSON-RPC response bytes.
+    Response { operation: OperationId, bytes: Vec<u8> },
+    /// A task (or the admin) → a store actor.
+    Call(StoreCall),
+    /// A store actor → the task (or admin) that called it; `call` is the call's label.
+    Return { call: &'static str, value: StoreReturn },
+}
+
+/// A store port call, or an admin change to the notes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreCall {
+    ListNotes,
+    DeleteIfInside {
+        note_id: String,
+        workspace: FileUri,
+    },
+    Claim {
+        claim: NonceClaim,
+    },
+    ClaimAndDelete {
+        claim: NonceClaim,
+        note_id: String,
+        workspace: FileUri,
+    },
+    /// Admin: delete a note behind everyone's back.
+    AdminDelete {
+        note_id: String,
+    },
+    /// Admin: move a note to another URI (for example out of its workspace).
+    AdminMove {
+        note_id: String,
+        uri: String,
+    },
+    /// Admin: rename a note.
+    AdminRename {
+        note_id: String,
+        title: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreReturn {
+    Notes(Vec<Note>),
+    Guarded(GuardedDelete),
+    Claimed(ClaimOutcome),
+    ClaimedAndDeleted(ClaimAndDelete),
+    /// Whether the note the admin named existed.
+    AdminDone {
+        existed: bool,
+    },
+    Failed(StoreError),
+}
+
+impl StoreCall {
+    /// The operation's name, as transcripts print it and `crash … receives <label>` matches it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            StoreCall::ListNotes => "list_notes",
+            StoreCall::DeleteIfInside { .. } => "delete_if_inside",
+            StoreCall::Claim { .. } => "claim",
+            StoreCall::ClaimAndDelete { .. } => "claim_and_delete",
+            StoreCall::AdminDelete { .. } => "admin_delete",
+            StoreCall::AdminMove { .. } => "admin_move",
+            StoreCall::AdminRename { .. } => "admin_rename",
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        match self {
+            StoreCall::ListNotes => json!({}),
+            StoreCall::DeleteIfInside { note_id, workspace } => json!({ "noteId": note_id, "workspace": workspace.to_string() }),
+            StoreCall::Claim { claim } => json!({ "claim": claim_json(claim) }),
+            StoreCall::ClaimAndDelete { claim, note_id, workspace } => {
+                json!({ "claim": claim_json(claim), "noteId": note_id, "workspace": workspace.to_string() })
+            }
+            StoreCall::AdminDelete { note_id } => json!({ "noteId": note_id }),
+            StoreCall::AdminMove { note_id, uri } => json!({ "noteId": note_id, "uri": uri }),
+            StoreCall::AdminRename { note_id, title } => json!({ "noteId": note_id, "title": title }),
+        }
+    }
+
+    /// The nonce this call consumes, if any.
+    pub fn nonce(&self) -> Option<&str> {
+        match self {
+            StoreCall::Claim { claim } | StoreCall::ClaimAndDelete { claim, .. } => Some(&claim.nonce),
+            _ => None,
+        }
+    }
+}
+
+impl StoreReturn {
+    pub fn to_json(&self) -> Value {
+        match self {
+            StoreReturn::Notes(notes) => json!({ "notes": notes.iter().map(note_json).collect::<Vec<_>>() }),
+            StoreReturn::Guarded(GuardedDelete::Deleted(note)) => json!({ "deleted": note_json(note) }),
+            StoreReturn::Guarded(GuardedDelete::Gone) => json!({ "gone": true }),
+            StoreReturn::Guarded(GuardedDelete::OutsideWorkspace) => json!({ "outsideWorkspace": true }),
+            StoreReturn::Claimed(outcome) => match outcome {
+                ClaimOutcome::Claimed => json!({ "claimed": true }),
+                ClaimOutcome::AlreadyClaimed { record } => json!({ "alreadyClaimed": record }),
+                ClaimOutcome::Full => json!({ "full": true }),
+            },
+            StoreReturn::ClaimedAndDeleted(outcome) => match outcome {
+                ClaimAndDelete::Deleted(note) => json!({ "deleted": note_json(note) }),
+                ClaimAndDelete::NoteGone => json!({ "noteGone": true }),
+                ClaimAndDelete::NoteOutsideWorkspace => json!({ "noteOutsideWorkspace": true }),
+                ClaimAndDelete::AlreadyClaimed { record } => json!({ "alreadyClaimed": record }),
+                ClaimAndDelete::Full => json!({ "full": true }),
+            },
+            StoreReturn::AdminDone { existed } => json!({ "existed": existed }),
+            StoreReturn::Failed(error) => json!({ "failed": error.to_string() }),
+        }
+    }
+}
+
+fn claim_json(claim: &NonceClaim) -> Value {
+    json!({ "nonce": claim.nonce, "expiresAtMs": claim.expires_at_ms, "record": claim.record })
+}
+
+/// A note as store messages show it (the body included: stores return it).
+pub fn note_json(note: &Note) -> Value {
+    json!({ "id": note.id, "title": note.title, "uri": note.uri, "body": note.body })
+}

@@ -1,0 +1,570 @@
+//! The runner: builds a cluster from a scenario's declarations and executes its steps, checking every
+//! expectation and, at the end, every safety property.
+//!
+//! Sequential steps run the network until it is quiet before the next step starts, so they never race;
+//! only a `parallel` block puts several messages in flight at once for the scheduler to interleave.
+
+use super::actors::client::{answer_params, FormAction};
+use super::actors::instance::{notes_server_factory, ServiceFactory};
+use super::check::{self, Observed, Property, Violation};
+use super::cluster::{ClientSetup, Cluster, ClusterSetup, CrashTrigger, InstanceSetup, SimError};
+use super::history::History;
+use super::message::OperationId;
+use super::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
+use super::scenario::model::{Action, AnswerAction, ParallelAction, Request, Scenario, Send};
+use super::scenario::parser::derived_key_secret;
+use super::scheduler::{DecisionLog, Random, Replay, Scheduler, Scripted};
+use super::transcript::{Entry, Transcript};
+use crate::config::Deployment;
+use crate::handlers::notes::DEFAULT_STATE_TTL_MS;
+use crate::handlers::ports::Note;
+use crate::policy::authorization::Authorizations;
+use crate::policy::state::KeyRing;
+use crate::stores::memory::ReplayLimits;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Which scheduler drives a run.
+#[derive(Debug, Clone)]
+pub enum SchedulerChoice {
+    /// Seeded uniform choice among envelopes in flight (the default).
+    Random,
+    /// Earliest arrival first: the network's own order.
+    Scripted,
+    /// Repeat a recorded decision log.
+    Replay(DecisionLog),
+}
+
+/// Where each sequential request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    /// To the instance the scenario names.
+    AsWritten,
+    /// To the next live instance of identical configuration (the statelessness check).
+    Shifted,
+}
+
+#[derive(Clone)]
+pub struct RunOptions {
+    pub seed: u64,
+    pub scheduler: SchedulerChoice,
+    /// Keep a transcript (off in benchmarks).
+    pub record_transcript: bool,
+    /// Also run the statelessness comparison (a second run with requests re-routed).
+    pub check_statelessness: bool,
+    /// Builds each instance's service (the real notes server unless a test substitutes one).
+    pub factory: ServiceFactory,
+}
+
+impl RunOptions {
+    pub fn seeded(seed: u64) -> RunOptions {
+        RunOptions {
+            seed,
+            scheduler: SchedulerChoice::Random,
+            record_transcript: true,
+            check_statelessness: true,
+            factory: notes_server_factory(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureKind {
+    /// An `expect` did not hold.
+    Expectation,
+    /// A safety property was violated.
+    Property(Property),
+    /// A step could not be carried out (an unresolvable reference, no form to answer, a runaway).
+    Step,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// Source line of the step (0 for end-of-run property checks).
+    pub line: usize,
+    /// The statement as written.
+    pub statement: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            FailureKind::Property(property) => write!(f, "property {} violated: {}", property.as_str(), self.message),
+            FailureKind::Expectation => write!(f, "line {}: {}\n    {}", self.line, self.statement, self.message),
+            FailureKind::Step => write!(f, "line {}: {}\n    the step could not run: {}", self.line, self.statement, self.message),
+        }
+    }
+}
+
+/// How the statelessness comparison went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Statelessness {
+    NotChecked,
+    /// Why the comparison does not apply to this scenario.
+    NotApplicable(String),
+    /// Every compared answer was the same with `rerouted` requests sent elsewhere.
+    Held {
+        rerouted: usize,
+        compared: usize,
+    },
+    Violated,
+}
+
+pub struct RunReport {
+    pub scenario: String,
+    pub seed: u64,
+    pub transcript: Transcript,
+    pub history: History,
+    pub decisions: DecisionLog,
+    pub failures: Vec<Failure>,
+    pub deliveries: usize,
+    pub expectations: usize,
+    pub statelessness: Statelessness,
+}
+
+impl RunReport {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Runs a scenario once.
+pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
+    let mut outcome = execute(scenario, options, Routing::AsWritten);
+    let (statelessness, differences) =
+        if options.check_statelessness { compare_rerouted(scenario, options, &outcome) } else { (Statelessness::NotChecked, Vec::new()) };
+    let mut violations = check::check_properties(&outcome.history);
+    violations.extend(differences.into_iter().map(|message| Violation { property: Property::Statelessness, message }));
+    for Violation { property, message } in violations {
+        let text = format!("property {}", property.as_str());
+        outcome.transcript.push(Entry::Check { line: 0, text, failure: Some(message.clone()) });
+        outcome.failures.push(Failure { kind: FailureKind::Property(property), line: 0, statement: String::new(), message });
+    }
+    RunReport {
+        scenario: scenario.name.clone(),
+        seed: options.seed,
+        transcript: outcome.transcript,
+        history: outcome.history,
+        decisions: outcome.decisions,
+        failures: outcome.failures,
+        deliveries: outcome.deliveries,
+        expectations: outcome.expectations,
+        statelessness,
+    }
+}
+
+/// The raw result of executing the steps once.
+struct Execution {
+    transcript: Transcript,
+    history: History,
+    decisions: DecisionLog,
+    failures: Vec<Failure>,
+    deliveries: usize,
+    expectations: usize,
+    /// For each sequential request step (by step index): its operation and whether it was rerouted.
+    sequential: Vec<(usize, OperationId, bool)>,
+    has_parallel: bool,
+    final_notes: Vec<String>,
+    final_consumed: usize,
+}
+
+fn scheduler(choice: &SchedulerChoice, seed: u64) -> Box<dyn Scheduler> {
+    match choice {
+        SchedulerChoice::Random => Box::new(Random::new(seed)),
+        SchedulerChoice::Scripted => Box::new(Scripted),
+        SchedulerChoice::Replay(log) => Box::new(Replay::new(log.clone())),
+    }
+}
+
+/// The cluster a scenario declares.
+pub fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup {
+    let spec = &scenario.cluster;
+    let demo = spec.use_demo.then(Deployment::demo);
+    let mut authorizations = demo.as_ref().and_then(|d| d.authorizations().ok()).unwrap_or_else(Authorizations::new);
+    for principal in &spec.principals {
+        for workspace in &principal.workspaces {
+            // The parser checked every URI.
+            let _ = authorizations.grant(&principal.name, workspace);
+        }
+    }
+    let mut notes: Vec<Note> = demo.as_ref().map(Deployment::notes).unwrap_or_default();
+    for note in &spec.notes {
+        let note = Note { id: note.id.clone(), title: note.title.clone(), uri: note.uri.clone(), body: note.body.clone() };
+        match notes.iter_mut().find(|n| n.id == note.id) {
+            Some(existing) => *existing = note,
+            None => notes.push(note),
+        }
+    }
+    let keys: Vec<(String, Vec<u8>)> = if spec.keys.is_empty() {
+        vec![("k1".to_string(), derived_key_secret("k1"))]
+    } else {
+        spec.keys.iter().map(|k| (k.id.clone(), k.secret.clone())).collect()
+    };
+    let secret = |id: &str| keys.iter().find(|(k, _)| k == id).map(|(_, s)| s.clone()).expect("the parser checked key names");
+    let instances = spec
+        .instances
+        .iter()
+        .map(|instance| {
+            let ids: Vec<String> = if instance.keys.is_empty() { vec![keys[0].0.clone()] } else { instance.keys.clone() };
+            let mut ring = KeyRing::new(&ids[0], secret(&ids[0])).expect("the parser checked keys");
+            for id in &ids[1..] {
+                ring.add_verify_only(id, secret(id)).expect("the parser checked keys");
+            }
+            InstanceSetup { name: instance.name.clone(), key_ring: ring, clock_offset_ms: instance.clock_offset_ms }
+        })
+        .collect();
+    let clients = spec
+        .clients
+        .iter()
+        .map(|c| ClientSetup { name: c.name.clone(), principal: c.principal.clone(), capabilities: c.capabilities.clone() })
+        .collect();
+    let defaults = ReplayLimits::default();
+    let (latency_ms_min, latency_ms_max) = spec.latency_ms.unwrap_or((LATENCY_MS_MIN_DEFAULT, LATENCY_MS_MAX_DEFAULT));
+    ClusterSetup {
+        scenario: scenario.name.clone(),
+        seed: options.seed,
+        instances,
+        clients,
+        authorizations,
+        notes,
+        state_ttl_ms: spec.state_ttl_ms.or(demo.as_ref().map(|d| d.state_ttl_secs * 1000)).unwrap_or(DEFAULT_STATE_TTL_MS),
+        replay_limits: ReplayLimits {
+            capacity: spec.replay_capacity.unwrap_or(defaults.capacity),
+            retention_grace_ms: spec.replay_grace_ms.unwrap_or(defaults.retention_grace_ms),
+        },
+        latency_ms_min,
+        latency_ms_max,
+        record_transcript: options.record_transcript,
+        factory: options.factory.clone(),
+    }
+}
+
+struct Runner<'a> {
+    scenario: &'a Scenario,
+    cluster: Cluster,
+    lets: BTreeMap<String, Value>,
+    answers: BTreeMap<String, OperationId>,
+    failures: Vec<Failure>,
+    expectations: usize,
+    routing: Routing,
+    sequential: Vec<(usize, OperationId, bool)>,
+    step_number: usize,
+}
+
+fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execution {
+    let cluster = Cluster::new(cluster_setup(scenario, options), scheduler(&options.scheduler, options.seed));
+    let mut runner = Runner {
+        scenario,
+        cluster,
+        lets: BTreeMap::new(),
+        answers: BTreeMap::new(),
+        failures: Vec::new(),
+        expectations: 0,
+        routing,
+        sequential: Vec::new(),
+        step_number: 0,
+    };
+    for (index, step) in scenario.steps.iter().enumerate() {
+        if let Err(error) = runner.step(index, &step.action, step.line, &step.text) {
+            runner.failures.push(Failure {
+                kind: FailureKind::Step,
+                line: step.line,
+                statement: step.text.clone(),
+                message: error.to_string(),
+            });
+            if let StepError::Simulation(_) = error {
+                // The cluster is in no state to continue.
+                break;
+            }
+        }
+    }
+    let final_notes = runner.cluster.note_store().snapshot().into_iter().map(|n| n.id).collect();
+    let final_consumed = runner.cluster.replay_store().consumed().len();
+    let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
+    let deliveries = runner.cluster.deliveries();
+    let Runner { cluster, failures, expectations, sequential, .. } = runner;
+    let (transcript, history, decisions) = cluster.into_parts();
+    Execution { transcript, history, decisions, failures, deliveries, expectations, sequential, has_parallel, final_notes, final_consumed }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error("{0}")]
+    Scenario(String),
+    #[error("the simulation stopped: {0}")]
+    Simulation(#[from] SimError),
+}
+
+impl From<String> for StepError {
+    fn from(message: String) -> StepError {
+        StepError::Scenario(message)
+    }
+}
+
+impl Runner<'_> {
+    fn instance_index(&self, name: &str) -> usize {
+        self.cluster.instances().iter().position(|i| i.name == name).expect("the parser checked instance names")
+    }
+
+    fn client_index(&self, name: &str) -> usize {
+        self.cluster.clients().iter().position(|c| c.name == name).expect("the parser checked client names")
+    }
+
+    fn lookup(&self, name: &str) -> Result<Value, String> {
+        if let Some(value) = self.lets.get(name) {
+            return Ok(value.clone());
+        }
+        let id = self.answers.get(name).ok_or_else(|| format!("${name} is not bound"))?;
+        let operation = self.cluster.operation(*id);
+        operation.response().cloned().ok_or_else(|| format!("${name} has no response ({})", check::describe(operation)))
+    }
+
+    fn header(&mut self, line: usize, text: &str) {
+        self.step_number += 1;
+        let number = self.step_number;
+        self.cluster.transcript_mut().push(Entry::Step { number, line, text: text.to_string() });
+    }
+
+    fn step(&mut self, index: usize, action: &Action, line: usize, text: &str) -> Result<(), StepError> {
+        match action {
+            Action::Let { name, value } => {
+                let value = value.resolve(&|n| self.lookup(n))?;
+                self.lets.insert(name.clone(), value);
+            }
+            Action::Expect(expectation) => {
+                self.expectations += 1;
+                let lookup = |n: &str| self.lookup(n);
+                let observed = Observed {
+                    history: self.cluster.history(),
+                    answers: &self.answers,
+                    notes: self.cluster.note_store(),
+                    replay: self.cluster.replay_store(),
+                    lookup: &lookup,
+                };
+                let result = check::evaluate(expectation, &observed);
+                if let Err(message) = &result {
+                    self.failures.push(Failure { kind: FailureKind::Expectation, line, statement: text.into(), message: message.clone() });
+                }
+                self.cluster.transcript_mut().push(Entry::Check { line, text: text.into(), failure: result.err() });
+            }
+            Action::Send(send) => {
+                self.header(line, text);
+                let (operation, rerouted) = self.send(send, index, self.routing)?;
+                self.cluster.run_until_quiet()?;
+                self.sequential.push((index, operation, rerouted));
+            }
+            Action::Parallel(items) => {
+                self.header(line, text);
+                // Resolve everything first (answers use each client's last form as of the block's start),
+                // then put it all in flight at once.
+                let mut prepared = Vec::new();
+                for item in items {
+                    match &item.item {
+                        ParallelAction::Send(send) => {
+                            let built = self.build(send)?;
+                            prepared.push((Some((send, built)), None));
+                        }
+                        ParallelAction::Admin(action) => prepared.push((None, Some(action))),
+                    }
+                }
+                for (send, admin) in prepared {
+                    if let Some((send, (client, bytes, notification))) = send {
+                        let instance = self.instance_index(&send.instance);
+                        let operation = self.cluster.send(client, instance, bytes, notification, index, send.name.clone())?;
+                        if let Some(name) = &send.name {
+                            self.answers.insert(name.clone(), operation);
+                        }
+                    }
+                    if let Some(action) = admin {
+                        self.cluster.admin(action)?;
+                    }
+                }
+                self.cluster.run_until_quiet()?;
+            }
+            Action::Admin(action) => {
+                self.header(line, text);
+                self.cluster.admin(action)?;
+                self.cluster.run_until_quiet()?;
+            }
+            Action::Advance { duration_ms } => {
+                self.header(line, text);
+                self.cluster.advance(*duration_ms);
+            }
+            Action::Crash { instance, trigger } => {
+                self.header(line, text);
+                let index = self.instance_index(instance);
+                match trigger {
+                    None => self.cluster.crash(index),
+                    Some(trigger) => {
+                        let receiver = self.cluster.actor(&trigger.receiver).expect("the parser checked the receiver");
+                        self.cluster.arm(CrashTrigger { instance: index, moment: trigger.moment, receiver, label: trigger.label.clone() });
+                    }
+                }
+            }
+            Action::Restart { instance } => {
+                self.header(line, text);
+                let index = self.instance_index(instance);
+                self.cluster.restart(index);
+            }
+            Action::Rotate { instances, key } => {
+                self.header(line, text);
+                let indexes: Vec<usize> = instances.iter().map(|i| self.instance_index(i)).collect();
+                let secret = self.key_secret(key);
+                self.cluster.rotate(&indexes, key, secret)?;
+            }
+            Action::Retire { key, instances } => {
+                self.header(line, text);
+                let indexes: Vec<usize> = instances.iter().map(|i| self.instance_index(i)).collect();
+                self.cluster.retire(&indexes, key)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn key_secret(&self, id: &str) -> Vec<u8> {
+        self.scenario.cluster.keys.iter().find(|k| k.id == id).map(|k| k.secret.clone()).unwrap_or_else(|| derived_key_secret(id))
+    }
+
+    /// The client index, the exact bytes, and whether it is a notification.
+    fn build(&mut self, send: &Send) -> Result<(usize, Vec<u8>, bool), String> {
+        let client = self.client_index(&send.client);
+        let lookup = |n: &str| self.lookup(n);
+        match &send.request {
+            Request::Call { method, params, notification } => {
+                let params = params.resolve(&lookup)?;
+                let bytes = self.cluster.client_mut(client).request(method, params, *notification)?;
+                Ok((client, bytes, *notification))
+            }
+            Request::Raw { message } => {
+                let message = message.resolve(&lookup)?;
+                let bytes = match &message {
+                    Value::String(text) => text.clone().into_bytes(),
+                    other => serde_json::to_vec(other).expect("a JSON value serializes"),
+                };
+                let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+                let notification = parsed.is_some_and(|v| v.is_object() && v.get("id").is_none());
+                Ok((client, bytes, notification))
+            }
+            Request::Answer(answer) => {
+                let form = match &answer.form {
+                    Some(name) => *self.answers.get(name).ok_or_else(|| format!("no answer is named {name}"))?,
+                    None => self.cluster.clients()[client]
+                        .last_form
+                        .ok_or_else(|| format!("{} has not been shown a form yet; say which with `for NAME`", send.client))?,
+                };
+                let operation = self.cluster.operation(form);
+                let request = operation.request_value.clone().ok_or("the form's request was not JSON")?;
+                let response = operation.response().cloned().ok_or("the form's request got no response")?;
+                let action = match &answer.action {
+                    AnswerAction::Accept(content) => FormAction::Accept(content.as_ref().map(|c| c.resolve(&lookup)).transpose()?),
+                    AnswerAction::Decline => FormAction::Decline,
+                    AnswerAction::Cancel => FormAction::Cancel,
+                };
+                let arguments = answer.arguments.as_ref().map(|a| a.resolve(&lookup)).transpose()?;
+                let state = answer.state.as_ref().map(|s| s.resolve(&lookup)).transpose()?;
+                let (method, params) = answer_params(&request, &response, &action, arguments, state)?;
+                let bytes = self.cluster.client_mut(client).request(&method, params, false)?;
+                Ok((client, bytes, false))
+            }
+        }
+    }
+
+    fn send(&mut self, send: &Send, step: usize, routing: Routing) -> Result<(OperationId, bool), StepError> {
+        let (client, bytes, notification) = self.build(send)?;
+        let written = self.instance_index(&send.instance);
+        let target = match routing {
+            Routing::AsWritten => written,
+            Routing::Shifted => self.equivalent_successor(written),
+        };
+        let operation = self.cluster.send(client, target, bytes, notification, step, send.name.clone())?;
+        if let Some(name) = &send.name {
+            self.answers.insert(name.clone(), operation);
+        }
+        Ok((operation, target != written))
+    }
+
+    /// The next live instance after `index` (cyclically) with the same configuration; `index` if none.
+    fn equivalent_successor(&self, index: usize) -> usize {
+        let instances = self.cluster.instances();
+        let count = instances.len();
+        (1..count)
+            .map(|offset| (index + offset) % count)
+            .find(|&other| instances[other].up && instances[index].up && instances[other].same_configuration(&instances[index]))
+            .unwrap_or(index)
+    }
+}
+
+/// Statelessness: re-run with every sequential request sent to another live instance of the same
+/// configuration; the answers (with `requestState` tokens masked, as they carry per-instance nonces) and,
+/// when nothing ran in parallel, the final store contents must be the same.
+fn compare_rerouted(scenario: &Scenario, options: &RunOptions, original: &Execution) -> (Statelessness, Vec<String>) {
+    let triggered = scenario.steps.iter().any(|s| matches!(&s.action, Action::Crash { trigger: Some(_), .. }));
+    if triggered {
+        let why = "a crash trigger names the instance that must receive the request".into();
+        return (Statelessness::NotApplicable(why), Vec::new());
+    }
+    let quiet = RunOptions { record_transcript: false, check_statelessness: false, ..options.clone() };
+    let shifted = execute(scenario, &quiet, Routing::Shifted);
+    let rerouted = shifted.sequential.iter().filter(|(_, _, moved)| *moved).count();
+    if rerouted == 0 {
+        let why = "no request has another live instance of the same configuration to go to".into();
+        return (Statelessness::NotApplicable(why), Vec::new());
+    }
+    let first_parallel = scenario.steps.iter().position(|s| matches!(s.action, Action::Parallel(_))).unwrap_or(scenario.steps.len());
+    let mut compared = 0;
+    let mut differences = Vec::new();
+    for ((step, a, _), (_, b, moved)) in original.sequential.iter().zip(&shifted.sequential) {
+        if *step > first_parallel {
+            break;
+        }
+        compared += 1;
+        let left = masked(original.history.operations[a.0].response());
+        let right = masked(shifted.history.operations[b.0].response());
+        if left != right {
+            let line = scenario.steps[*step].line;
+            let moved = if *moved { format!(" (rerouted to {})", shifted.history.operations[b.0].instance) } else { String::new() };
+            differences.push(format!("line {line}{moved}: {} became {}", show(&left), show(&right)));
+        }
+    }
+    if !original.has_parallel && (original.final_notes != shifted.final_notes || original.final_consumed != shifted.final_consumed) {
+        differences.push(format!(
+            "the stores ended differently: notes {:?} / {} consumed, versus {:?} / {} consumed",
+            original.final_notes, original.final_consumed, shifted.final_notes, shifted.final_consumed
+        ));
+    }
+    if differences.is_empty() {
+        (Statelessness::Held { rerouted, compared }, differences)
+    } else {
+        (Statelessness::Violated, differences)
+    }
+}
+
+fn masked(response: Option<&Value>) -> Option<Value> {
+    fn mask(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        if k == "requestState" && v.is_string() {
+                            (k.clone(), Value::String("<state>".into()))
+                        } else {
+                            (k.clone(), mask(v))
+                        }
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(mask).collect()),
+            other => other.clone(),
+        }
+    }
+    response.map(mask)
+}
+
+fn show(value: &Option<Value>) -> String {
+    match value {
+        Some(value) => super::scenario::template::preview(value),
+        None => "no response".into(),
+    }
+}

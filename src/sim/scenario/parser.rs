@@ -1,0 +1,1109 @@
+//! The scenario parser: a small line-oriented language with `#` comments and inline JSON.
+//!
+//! One statement per line; JSON may span lines (until its brackets close), and `#` comments may appear
+//! anywhere outside strings. Errors name `file:line:column` and say what was expected there. See
+//! `docs/simulator.md` for the language reference.
+
+use super::model::*;
+use super::template::{Reference, Template};
+use crate::config::Deployment;
+use crate::policy::containment::FileUri;
+use crate::policy::state::KeyRing;
+use crate::sim::actors::admin::AdminAction;
+use crate::sim::cluster::{Moment, ADMIN, NOTE_STORE, REPLAY_STORE};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+
+/// Largest scenario file we read.
+pub const SCENARIO_BYTES_MAX: usize = 1 << 20;
+/// Most statements (steps and declarations) in one scenario.
+pub const STATEMENTS_MAX: usize = 2_000;
+/// Most messages in one `parallel` block.
+pub const PARALLEL_ITEMS_MAX: usize = 64;
+/// Deepest JSON nesting accepted in a scenario.
+pub const JSON_DEPTH_MAX: usize = 64;
+pub const INSTANCES_MAX: usize = 16;
+pub const CLIENTS_MAX: usize = 16;
+pub const NOTES_MAX: usize = 1_000;
+
+/// The statement keywords, for "expected one of" messages.
+const DECLARATIONS: [&str; 9] = ["use", "principal", "note", "key", "instance", "client", "state-ttl", "replay", "latency"];
+const STEPS: [&str; 12] =
+    ["let", "send", "notify", "answer", "admin", "advance", "crash", "restart", "rotate", "retire", "parallel", "expect"];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}:{line}:{column}: {message}")]
+pub struct ParseError {
+    pub origin: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// The secret of a key declared without one: derived from its id, so scenarios need no secrets.
+/// (Only for simulation: real deployments configure random keys.)
+pub fn derived_key_secret(id: &str) -> Vec<u8> {
+    Sha256::digest(format!("mcpsim scenario key {id}").as_bytes()).to_vec()
+}
+
+/// Parses one scenario. `origin` names it in errors; `name` is its short name (the file stem).
+pub fn parse(origin: &str, name: &str, text: &str) -> Result<Scenario, ParseError> {
+    let mut parser = Parser {
+        origin: origin.to_string(),
+        text,
+        cursor: Cursor { pos: 0, line: 1, column: 1 },
+        cluster: ClusterSpec::default(),
+        steps: Vec::new(),
+        first_step_line: None,
+        instances: BTreeSet::new(),
+        clients: BTreeSet::new(),
+        keys: BTreeSet::new(),
+        principals: BTreeSet::new(),
+        bound: BTreeSet::new(),
+        answers: BTreeSet::new(),
+        statements: 0,
+    };
+    if text.len() > SCENARIO_BYTES_MAX {
+        return Err(parser.error_here(format!("the file is larger than {SCENARIO_BYTES_MAX} bytes")));
+    }
+    let summary = leading_comment(text);
+    parser.parse_all()?;
+    Ok(Scenario { name: name.to_string(), origin: origin.to_string(), summary, cluster: parser.cluster, steps: parser.steps })
+}
+
+/// The comment lines at the top of the file, `#` removed: what the scenario teaches.
+fn leading_comment(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .take_while(|line| line.starts_with('#'))
+        .map(|line| line.trim_start_matches('#').trim().to_string())
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    pos: usize,
+    line: usize,
+    column: usize,
+}
+
+struct Parser<'a> {
+    origin: String,
+    text: &'a str,
+    cursor: Cursor,
+    cluster: ClusterSpec,
+    steps: Vec<Step>,
+    first_step_line: Option<usize>,
+    instances: BTreeSet<String>,
+    clients: BTreeSet<String>,
+    keys: BTreeSet<String>,
+    principals: BTreeSet<String>,
+    /// Names usable as `$name`: lets and named answers.
+    bound: BTreeSet<String>,
+    /// Names of answers (`as NAME`).
+    answers: BTreeSet<String>,
+    statements: usize,
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '+' | '%')
+}
+
+fn is_name(word: &str) -> bool {
+    let mut chars = word.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl<'a> Parser<'a> {
+    // ----- characters -----
+
+    fn rest(&self) -> &'a str {
+        &self.text[self.cursor.pos..]
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.rest().chars().next()
+    }
+
+    fn bump(&mut self) -> Option<char> {
+        let c = self.peek()?;
+        self.cursor.pos += c.len_utf8();
+        if c == '\n' {
+            self.cursor.line += 1;
+            self.cursor.column = 1;
+        } else {
+            self.cursor.column += 1;
+        }
+        Some(c)
+    }
+
+    /// Spaces and tabs (a statement continues).
+    fn skip_blank(&mut self) {
+        while matches!(self.peek(), Some(' ' | '\t' | '\r')) {
+            self.bump();
+        }
+    }
+
+    fn skip_comment(&mut self) {
+        if self.peek() == Some('#') {
+            while !matches!(self.peek(), None | Some('\n')) {
+                self.bump();
+            }
+        }
+    }
+
+    /// Blanks, newlines and comments (between statements, and inside JSON).
+    fn skip_trivia(&mut self) {
+        loop {
+            self.skip_blank();
+            match self.peek() {
+                Some('#') => self.skip_comment(),
+                Some('\n') => {
+                    self.bump();
+                }
+                _ => return,
+            }
+        }
+    }
+
+    fn error_at(&self, at: Cursor, message: impl Into<String>) -> ParseError {
+        ParseError { origin: self.origin.clone(), line: at.line, column: at.column, message: message.into() }
+    }
+
+    fn error_here(&self, message: impl Into<String>) -> ParseError {
+        self.error_at(self.cursor, message)
+    }
+
+    /// What comes next, for "found …" in messages.
+    fn found(&mut self) -> String {
+        self.skip_blank();
+        match self.peek() {
+            None => "the end of the file".into(),
+            Some('\n') => "the end of the line".into(),
+            Some('#') => "a comment".into(),
+            Some(c) if is_word_char(c) => {
+                let word: String = self.rest().chars().take_while(|c| is_word_char(*c)).collect();
+                format!("`{word}`")
+            }
+            Some(c) => format!("`{c}`"),
+        }
+    }
+
+    fn expected(&mut self, what: &str) -> ParseError {
+        let at = {
+            self.skip_blank();
+            self.cursor
+        };
+        let found = self.found();
+        self.error_at(at, format!("expected {what}, found {found}"))
+    }
+
+    fn at_line_end(&mut self) -> bool {
+        self.skip_blank();
+        matches!(self.peek(), None | Some('\n') | Some('#'))
+    }
+
+    fn end_statement(&mut self, statement: &str) -> Result<(), ParseError> {
+        self.skip_blank();
+        self.skip_comment();
+        match self.peek() {
+            None => Ok(()),
+            Some('\n') => {
+                self.bump();
+                Ok(())
+            }
+            _ => Err(self.expected(&format!("the end of the `{statement}` statement"))),
+        }
+    }
+
+    // ----- tokens -----
+
+    fn word(&mut self) -> Option<(String, Cursor)> {
+        self.skip_blank();
+        let start = self.cursor;
+        let mut word = String::new();
+        while let Some(c) = self.peek() {
+            if !is_word_char(c) || (c == '-' && self.rest().starts_with("->")) {
+                break;
+            }
+            word.push(c);
+            self.bump();
+        }
+        (!word.is_empty()).then_some((word, start))
+    }
+
+    fn peek_word(&mut self) -> Option<String> {
+        let saved = self.cursor;
+        let word = self.word().map(|(w, _)| w);
+        self.cursor = saved;
+        word
+    }
+
+    /// Consumes `keyword` if it comes next.
+    fn keyword(&mut self, keyword: &str) -> bool {
+        if self.peek_word().as_deref() == Some(keyword) {
+            self.word();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_keyword(&mut self, keyword: &str, context: &str) -> Result<(), ParseError> {
+        if self.keyword(keyword) {
+            Ok(())
+        } else {
+            Err(self.expected(&format!("`{keyword}` {context}")))
+        }
+    }
+
+    fn name(&mut self, what: &str) -> Result<(String, Cursor), ParseError> {
+        match self.peek_word() {
+            Some(word) if is_name(&word) => Ok(self.word().expect("peeked")),
+            _ => Err(self.expected(&format!("{what} (a name: a letter, then letters, digits, `-` or `_`)"))),
+        }
+    }
+
+    fn arrow(&mut self, context: &str) -> Result<(), ParseError> {
+        self.skip_blank();
+        if self.rest().starts_with("->") {
+            self.bump();
+            self.bump();
+            Ok(())
+        } else {
+            Err(self.expected(&format!("`->` {context}")))
+        }
+    }
+
+    fn symbol(&mut self, symbol: char, context: &str) -> Result<(), ParseError> {
+        self.skip_blank();
+        if self.peek() == Some(symbol) {
+            self.bump();
+            Ok(())
+        } else {
+            Err(self.expected(&format!("`{symbol}` {context}")))
+        }
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, ParseError> {
+        self.skip_blank();
+        if self.peek() != Some('"') {
+            return Err(self.expected(&format!("{what} (a \"quoted string\")")));
+        }
+        self.string_literal()
+    }
+
+    /// A JSON string literal at the cursor (which is on the opening quote).
+    fn string_literal(&mut self) -> Result<String, ParseError> {
+        let start = self.cursor;
+        self.bump();
+        let mut escaped = false;
+        loop {
+            match self.bump() {
+                None | Some('\n') => return Err(self.error_at(start, "this string is not closed before the end of the line")),
+                Some('\\') if !escaped => escaped = true,
+                Some('"') if !escaped => break,
+                Some(_) => escaped = false,
+            }
+        }
+        let literal = &self.text[start.pos..self.cursor.pos];
+        serde_json::from_str::<String>(literal).map_err(|e| self.error_at(start, format!("invalid string: {e}")))
+    }
+
+    fn integer(&mut self, what: &str) -> Result<i64, ParseError> {
+        match self.word() {
+            Some((word, at)) => word.parse::<i64>().map_err(|_| self.error_at(at, format!("expected {what} (an integer), found `{word}`"))),
+            None => Err(self.expected(&format!("{what} (an integer)"))),
+        }
+    }
+
+    fn count(&mut self, what: &str) -> Result<usize, ParseError> {
+        self.skip_blank();
+        let at = self.cursor;
+        let value = self.integer(what)?;
+        usize::try_from(value).map_err(|_| self.error_at(at, format!("{what} cannot be negative")))
+    }
+
+    /// `250ms`, `30s`, `5m`, `1h`; with `signed`, an optional leading `+` or `-`.
+    fn duration(&mut self, what: &str, signed: bool) -> Result<i64, ParseError> {
+        let Some((word, at)) = self.word() else {
+            return Err(self.expected(&format!("{what} (a duration such as 250ms, 30s, 5m or 1h)")));
+        };
+        let invalid = || self.error_at(at, format!("expected {what} (a duration such as 250ms, 30s, 5m or 1h), found `{word}`"));
+        let (sign, digits_and_unit) = match word.strip_prefix('-') {
+            Some(rest) if signed => (-1, rest),
+            _ => (1, word.strip_prefix('+').filter(|_| signed).unwrap_or(&word)),
+        };
+        let split = digits_and_unit.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
+        let (digits, unit) = digits_and_unit.split_at(split);
+        let amount: i64 = digits.parse().map_err(|_| invalid())?;
+        let unit_ms = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            _ => return Err(invalid()),
+        };
+        amount.checked_mul(unit_ms).map(|ms| sign * ms).ok_or_else(|| self.error_at(at, format!("{what} is too large")))
+    }
+
+    fn unsigned_duration(&mut self, what: &str) -> Result<u64, ParseError> {
+        Ok(self.duration(what, false)? as u64)
+    }
+
+    // ----- JSON with references -----
+
+    fn json(&mut self, what: &str) -> Result<Template, ParseError> {
+        self.skip_blank();
+        if !matches!(self.peek(), Some('{' | '[' | '"' | '$' | '-' | '0'..='9' | 't' | 'f' | 'n')) {
+            return Err(self.expected(&format!("{what} (JSON, or a $reference)")));
+        }
+        Ok(self.json_value(0)?.simplify())
+    }
+
+    fn json_value(&mut self, depth: usize) -> Result<Template, ParseError> {
+        if depth > JSON_DEPTH_MAX {
+            return Err(self.error_here(format!("JSON nested deeper than {JSON_DEPTH_MAX} levels")));
+        }
+        self.skip_trivia();
+        let start = self.cursor;
+        match self.peek() {
+            Some('{') => {
+                self.bump();
+                let mut members = Vec::new();
+                self.skip_trivia();
+                if self.peek() == Some('}') {
+                    self.bump();
+                    return Ok(Template::Object(members));
+                }
+                loop {
+                    self.skip_trivia();
+                    if self.peek() != Some('"') {
+                        return Err(self.expected("a \"quoted\" object key"));
+                    }
+                    let key_at = self.cursor;
+                    let key = self.string_literal()?;
+                    if members.iter().any(|(k, _)| *k == key) {
+                        return Err(self.error_at(key_at, format!("the key {key:?} appears twice in this object")));
+                    }
+                    self.skip_trivia();
+                    self.symbol(':', "after the object key")?;
+                    let value = self.json_value(depth + 1)?;
+                    members.push((key, value));
+                    self.skip_trivia();
+                    match self.bump() {
+                        Some(',') => continue,
+                        Some('}') => return Ok(Template::Object(members)),
+                        _ => return Err(self.error_at(self.cursor, "expected `,` or `}` in this object")),
+                    }
+                }
+            }
+            Some('[') => {
+                self.bump();
+                let mut items = Vec::new();
+                self.skip_trivia();
+                if self.peek() == Some(']') {
+                    self.bump();
+                    return Ok(Template::Array(items));
+                }
+                loop {
+                    items.push(self.json_value(depth + 1)?);
+                    self.skip_trivia();
+                    match self.bump() {
+                        Some(',') => continue,
+                        Some(']') => return Ok(Template::Array(items)),
+                        _ => return Err(self.error_at(self.cursor, "expected `,` or `]` in this array")),
+                    }
+                }
+            }
+            Some('"') => Ok(Template::Literal(Value::String(self.string_literal()?))),
+            Some('$') => {
+                self.bump();
+                Ok(Template::Ref(self.reference(start)?))
+            }
+            Some('-' | '0'..='9') => {
+                let length = self
+                    .rest()
+                    .find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')))
+                    .unwrap_or(self.rest().len());
+                let literal = &self.rest()[..length];
+                let number: Value =
+                    serde_json::from_str(literal).map_err(|_| self.error_at(start, format!("`{literal}` is not a JSON number")))?;
+                for _ in 0..literal.chars().count() {
+                    self.bump();
+                }
+                Ok(Template::Literal(number))
+            }
+            Some(c) if c.is_ascii_alphabetic() => {
+                let (word, at) = self.word().expect("a letter starts a word");
+                match word.as_str() {
+                    "true" => Ok(Template::Literal(Value::Bool(true))),
+                    "false" => Ok(Template::Literal(Value::Bool(false))),
+                    "null" => Ok(Template::Literal(Value::Null)),
+                    "tamper" => self.tamper(depth),
+                    _ => Err(self
+                        .error_at(at, format!("expected a JSON value, found `{word}` (strings need \"quotes\"; references start with $)"))),
+                }
+            }
+            _ => Err(self.expected("a JSON value")),
+        }
+    }
+
+    /// After `$`: a bound name, then `.segment`s.
+    fn reference(&mut self, start: Cursor) -> Result<Reference, ParseError> {
+        let name: String = self.rest().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
+        if !is_name(&name) {
+            return Err(self.error_at(start, "expected a name after `$`"));
+        }
+        if !self.bound.contains(&name) {
+            return Err(self
+                .error_at(start, format!("${name} is not bound here: bind it first with `let {name} = …` or name an answer `as {name}`")));
+        }
+        for _ in 0..name.len() {
+            self.bump();
+        }
+        let mut path = Vec::new();
+        while self.peek() == Some('.') && self.rest()[1..].starts_with(|c: char| c == '"' || c.is_ascii_alphanumeric() || c == '_') {
+            self.bump();
+            path.push(self.path_segment()?);
+        }
+        Ok(Reference { name, path })
+    }
+
+    fn path_segment(&mut self) -> Result<String, ParseError> {
+        if self.peek() == Some('"') {
+            return self.string_literal();
+        }
+        let segment: String = self.rest().chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/')).collect();
+        if segment.is_empty() {
+            return Err(self.expected("a path segment (a key, a number, or a \"quoted key\")"));
+        }
+        for _ in 0..segment.chars().count() {
+            self.bump();
+        }
+        Ok(segment)
+    }
+
+    /// `a.b.0."c.d"` in expectations.
+    fn path(&mut self) -> Result<Vec<String>, ParseError> {
+        self.skip_blank();
+        let mut path = vec![self.path_segment()?];
+        while self.peek() == Some('.') {
+            self.bump();
+            path.push(self.path_segment()?);
+        }
+        Ok(path)
+    }
+
+    /// `tamper(STATE, "field", VALUE)`.
+    fn tamper(&mut self, depth: usize) -> Result<Template, ParseError> {
+        self.symbol('(', "after tamper")?;
+        let state = self.json_value(depth + 1)?;
+        self.skip_trivia();
+        self.symbol(',', "after tamper's state")?;
+        self.skip_trivia();
+        let field = self.string("the claim to change")?;
+        self.skip_trivia();
+        self.symbol(',', "after tamper's claim name")?;
+        let value = self.json_value(depth + 1)?;
+        self.skip_trivia();
+        self.symbol(')', "to close tamper(…)")?;
+        Ok(Template::Tamper { state: Box::new(state.simplify()), field, value: Box::new(value.simplify()) })
+    }
+
+    // ----- statements -----
+
+    fn parse_all(&mut self) -> Result<(), ParseError> {
+        loop {
+            self.skip_trivia();
+            if self.peek().is_none() {
+                break;
+            }
+            self.statements += 1;
+            if self.statements > STATEMENTS_MAX {
+                return Err(self.error_here(format!("more than {STATEMENTS_MAX} statements")));
+            }
+            let start = self.cursor;
+            let Some((keyword, _)) = self.word() else {
+                return Err(self.expected("a statement"));
+            };
+            if DECLARATIONS.contains(&keyword.as_str()) {
+                if let Some(line) = self.first_step_line {
+                    return Err(self.error_at(
+                        start,
+                        format!("`{keyword}` declares the cluster, which must be complete before the first step (line {line}); move it up"),
+                    ));
+                }
+                self.declaration(&keyword, start)?;
+            } else if STEPS.contains(&keyword.as_str()) {
+                if keyword != "let" && self.first_step_line.is_none() {
+                    self.finish_cluster(start)?;
+                    self.first_step_line = Some(start.line);
+                }
+                let action = self.step(&keyword, start)?;
+                let text = self.statement_text(start);
+                self.steps.push(Step { line: start.line, text, action });
+            } else {
+                return Err(self.error_at(
+                    start,
+                    format!(
+                        "unknown statement `{keyword}`: expected a declaration ({}) or a step ({})",
+                        DECLARATIONS.join(", "),
+                        STEPS.join(", ")
+                    ),
+                ));
+            }
+        }
+        if self.first_step_line.is_none() {
+            self.finish_cluster(self.cursor)?;
+        }
+        Ok(())
+    }
+
+    /// The first line of the statement starting at `start`, without its comment (`…` if it continues).
+    fn statement_text(&self, start: Cursor) -> String {
+        let whole = &self.text[start.pos..self.cursor.pos];
+        let first = whole.lines().next().unwrap_or("");
+        let first = strip_comment(first).trim_end();
+        let continues = whole.trim_end().lines().count() > 1;
+        if continues {
+            format!("{first} …")
+        } else {
+            first.to_string()
+        }
+    }
+
+    fn declaration(&mut self, keyword: &str, start: Cursor) -> Result<(), ParseError> {
+        match keyword {
+            "use" => {
+                self.expect_keyword("demo", "(the only deployment `use` knows is the embedded demo)")?;
+                self.cluster.use_demo = true;
+                let demo = Deployment::demo();
+                self.principals.extend(demo.principals.keys().cloned());
+            }
+            "principal" => {
+                let (name, _) = self.name("the principal's name")?;
+                self.expect_keyword("workspaces", "and the workspace URIs this principal may use")?;
+                let mut workspaces = Vec::new();
+                while !self.at_line_end() {
+                    self.skip_blank();
+                    let at = self.cursor;
+                    let uri = self.string("a workspace URI")?;
+                    FileUri::parse(&uri).map_err(|e| self.error_at(at, format!("{uri:?} is not a workspace URI: {e}")))?;
+                    workspaces.push(uri);
+                }
+                if workspaces.is_empty() {
+                    return Err(self.expected("at least one workspace URI"));
+                }
+                self.principals.insert(name.clone());
+                self.cluster.principals.push(PrincipalSpec { name, workspaces });
+            }
+            "note" => {
+                let (id, at) = self.word().ok_or_else(|| self.expected("the note's id"))?;
+                if self.cluster.notes.iter().any(|n| n.id == id) {
+                    return Err(self.error_at(at, format!("a note {id} is already declared")));
+                }
+                if self.cluster.notes.len() >= NOTES_MAX {
+                    return Err(self.error_at(at, format!("more than {NOTES_MAX} notes")));
+                }
+                self.expect_keyword("title", "after the note id")?;
+                let title = self.string("the note's title")?;
+                self.expect_keyword("uri", "after the title")?;
+                let uri = self.string("the note's file:// URI")?;
+                let body = if self.keyword("body") { self.string("the note's body")? } else { String::new() };
+                self.cluster.notes.push(NoteSpec { id, title, uri, body });
+            }
+            "key" => {
+                let (id, at) = self.word().ok_or_else(|| self.expected("the key id"))?;
+                if self.keys.contains(&id) {
+                    return Err(self.error_at(at, format!("key {id} is already declared")));
+                }
+                let secret = if self.keyword("secret") {
+                    self.skip_blank();
+                    let secret_at = self.cursor;
+                    let text = self.string("the secret, base64")?;
+                    use base64::Engine;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&text)
+                        .map_err(|e| self.error_at(secret_at, format!("the secret is not base64: {e}")))?
+                } else {
+                    derived_key_secret(&id)
+                };
+                KeyRing::new(&id, secret.clone()).map_err(|e| self.error_at(at, format!("key {id}: {e}")))?;
+                self.keys.insert(id.clone());
+                self.cluster.keys.push(KeySpec { id, secret });
+            }
+            "instance" => {
+                let (name, at) = self.name("the instance's name")?;
+                self.new_actor_name(&name, at)?;
+                if self.cluster.instances.len() >= INSTANCES_MAX {
+                    return Err(self.error_at(at, format!("more than {INSTANCES_MAX} instances")));
+                }
+                let mut keys = Vec::new();
+                let mut clock_offset_ms = 0;
+                loop {
+                    if self.keyword("keys") {
+                        while !self.at_line_end() && self.peek_word().as_deref() != Some("clock") {
+                            let (key, key_at) = self.word().ok_or_else(|| self.expected("a key id"))?;
+                            if !self.keys.contains(&key) {
+                                return Err(self.error_at(key_at, format!("key {key} is not declared: add `key {key}` above")));
+                            }
+                            keys.push(key);
+                        }
+                        if keys.is_empty() {
+                            return Err(self.expected("at least one key id after `keys`"));
+                        }
+                    } else if self.keyword("clock") {
+                        clock_offset_ms = self.duration("the clock offset", true)?;
+                    } else {
+                        break;
+                    }
+                }
+                self.instances.insert(name.clone());
+                self.cluster.instances.push(InstanceSpec { name, keys, clock_offset_ms });
+            }
+            "client" => {
+                let (name, at) = self.name("the client's name")?;
+                self.new_actor_name(&name, at)?;
+                if self.cluster.clients.len() >= CLIENTS_MAX {
+                    return Err(self.error_at(at, format!("more than {CLIENTS_MAX} clients")));
+                }
+                self.expect_keyword("principal", "and the principal this client authenticates as")?;
+                let (principal, principal_at) = self.name("the principal")?;
+                if !self.principals.contains(&principal) {
+                    return Err(self.error_at(
+                        principal_at,
+                        format!("principal {principal} is not declared: add `principal {principal} workspaces \"file:///…\"` or `use demo` above"),
+                    ));
+                }
+                let capabilities = if self.keyword("capabilities") {
+                    match self.json("the capabilities object")? {
+                        Template::Literal(value @ Value::Object(_)) => value,
+                        _ => return Err(self.error_here("capabilities must be a literal JSON object")),
+                    }
+                } else {
+                    serde_json::json!({ "elicitation": { "form": {} } })
+                };
+                self.clients.insert(name.clone());
+                self.cluster.clients.push(ClientSpec { name, principal, capabilities });
+            }
+            "state-ttl" => self.cluster.state_ttl_ms = Some(self.unsigned_duration("the requestState lifetime")?),
+            "replay" => {
+                self.expect_keyword("capacity", "after `replay`")?;
+                let capacity = self.count("the replay store's capacity")?;
+                if capacity == 0 {
+                    return Err(self.error_here("a replay store of capacity 0 could never hold a nonce"));
+                }
+                self.cluster.replay_capacity = Some(capacity);
+                if self.keyword("grace") {
+                    self.cluster.replay_grace_ms = Some(self.unsigned_duration("the retention grace period")?);
+                }
+            }
+            "latency" => {
+                let min = self.unsigned_duration("the shortest link latency")?;
+                self.expect_keyword("to", "between the shortest and longest latency")?;
+                self.skip_blank();
+                let at = self.cursor;
+                let max = self.unsigned_duration("the longest link latency")?;
+                if max < min {
+                    return Err(self.error_at(at, "the longest latency is shorter than the shortest"));
+                }
+                self.cluster.latency_ms = Some((min, max));
+            }
+            _ => unreachable!("DECLARATIONS lists what is handled here"),
+        }
+        self.end_statement(keyword).map_err(|e| if e.line < start.line { self.error_at(start, e.message) } else { e })
+    }
+
+    fn new_actor_name(&self, name: &str, at: Cursor) -> Result<(), ParseError> {
+        if [NOTE_STORE, REPLAY_STORE, ADMIN].contains(&name) {
+            return Err(self.error_at(at, format!("`{name}` is reserved for the simulator's own actor; choose another name")));
+        }
+        if self.instances.contains(name) || self.clients.contains(name) {
+            return Err(self.error_at(at, format!("`{name}` is already the name of an instance or a client")));
+        }
+        Ok(())
+    }
+
+    /// Checks the cluster once it is complete (at the first step).
+    fn finish_cluster(&mut self, at: Cursor) -> Result<(), ParseError> {
+        if self.cluster.instances.is_empty() {
+            return Err(self.error_at(at, "declare at least one `instance NAME` before the first step"));
+        }
+        if self.cluster.clients.is_empty() {
+            return Err(self.error_at(at, "declare at least one `client NAME principal PRINCIPAL` before the first step"));
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, keyword: &str, start: Cursor) -> Result<Action, ParseError> {
+        let action = match keyword {
+            "let" => {
+                let (name, at) = self.name("the name to bind")?;
+                if self.bound.contains(&name) {
+                    return Err(self.error_at(at, format!("${name} is already bound")));
+                }
+                self.symbol('=', "after the name")?;
+                let value = self.json("the value")?;
+                self.bound.insert(name.clone());
+                Action::Let { name, value }
+            }
+            "send" | "notify" | "answer" => {
+                let send = self.send(keyword)?;
+                self.bind_answer(&send)?;
+                Action::Send(send)
+            }
+            "admin" => Action::Admin(self.admin(false)?),
+            "advance" => Action::Advance { duration_ms: self.unsigned_duration("how far to move the clock")? },
+            "crash" => {
+                let instance = self.instance()?;
+                let trigger = match self.peek_word().as_deref() {
+                    Some(word @ ("before" | "after")) => {
+                        let moment = if word == "before" { Moment::Before } else { Moment::After };
+                        self.word();
+                        let (receiver, at) = self.name("who receives (an instance, `notes` or `replay`)")?;
+                        if !self.instances.contains(&receiver) && receiver != NOTE_STORE && receiver != REPLAY_STORE {
+                            return Err(self.error_at(at, format!("`{receiver}` is not an instance, `notes` or `replay`")));
+                        }
+                        self.expect_keyword("receives", "after the receiver")?;
+                        let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a store operation or a method)"))?;
+                        Some(TriggerSpec { moment, receiver, label })
+                    }
+                    _ => None,
+                };
+                Action::Crash { instance, trigger }
+            }
+            "restart" => Action::Restart { instance: self.instance()? },
+            "rotate" => {
+                let mut instances = vec![self.instance()?];
+                while self.peek_word().as_deref() != Some("to") && !self.at_line_end() {
+                    instances.push(self.instance()?);
+                }
+                self.expect_keyword("to", "and the new signing key")?;
+                Action::Rotate { instances, key: self.key()? }
+            }
+            "retire" => {
+                let key = self.key()?;
+                self.expect_keyword("on", "and the instances that forget it")?;
+                let mut instances = vec![self.instance()?];
+                while !self.at_line_end() {
+                    instances.push(self.instance()?);
+                }
+                Action::Retire { key, instances }
+            }
+            "parallel" => self.parallel()?,
+            "expect" => Action::Expect(self.expectation()?),
+            _ => unreachable!("STEPS lists what is handled here"),
+        };
+        self.end_statement(keyword).map_err(|e| if e.line < start.line { self.error_at(start, e.message) } else { e })?;
+        Ok(action)
+    }
+
+    fn instance(&mut self) -> Result<String, ParseError> {
+        let (name, at) = self.name("an instance")?;
+        if !self.instances.contains(&name) {
+            return Err(self.error_at(at, format!("no instance named {name} (declared: {})", list(&self.instances))));
+        }
+        Ok(name)
+    }
+
+    fn client(&mut self) -> Result<String, ParseError> {
+        let (name, at) = self.name("a client")?;
+        if !self.clients.contains(&name) {
+            return Err(self.error_at(at, format!("no client named {name} (declared: {})", list(&self.clients))));
+        }
+        Ok(name)
+    }
+
+    fn key(&mut self) -> Result<String, ParseError> {
+        let (key, at) = self.word().ok_or_else(|| self.expected("a key id"))?;
+        if !self.keys.contains(&key) {
+            return Err(self.error_at(at, format!("key {key} is not declared: add `key {key}` above the first step")));
+        }
+        Ok(key)
+    }
+
+    fn answer_name(&mut self) -> Result<String, ParseError> {
+        let (name, at) = self.name("the name of an earlier answer")?;
+        if !self.answers.contains(&name) {
+            return Err(self.error_at(at, format!("no earlier answer is named {name} (name one with `as {name}`)")));
+        }
+        Ok(name)
+    }
+
+    fn bind_answer(&mut self, send: &Send) -> Result<(), ParseError> {
+        if let Some(name) = &send.name {
+            self.bound.insert(name.clone());
+            self.answers.insert(name.clone());
+        }
+        Ok(())
+    }
+
+    /// `send|notify|answer CLIENT -> INSTANCE …`.
+    fn send(&mut self, keyword: &str) -> Result<Send, ParseError> {
+        let client = self.client()?;
+        self.arrow("between the client and the instance")?;
+        let instance = self.instance()?;
+        let request = match keyword {
+            "answer" => Request::Answer(self.answer()?),
+            _ => {
+                if keyword == "send" && self.keyword("raw") {
+                    Request::Raw { message: self.json("the exact message")? }
+                } else {
+                    let (method, _) = self.word().ok_or_else(|| self.expected("the method (e.g. tools/call), or `raw`"))?;
+                    let params = self.json("the params object")?;
+                    Request::Call { method, params, notification: keyword == "notify" }
+                }
+            }
+        };
+        let mut name = None;
+        if self.keyword("as") {
+            let (bound, at) = self.name("the name of this answer")?;
+            if self.bound.contains(&bound) {
+                return Err(self.error_at(at, format!("${bound} is already bound; choose another name")));
+            }
+            name = Some(bound);
+        }
+        Ok(Send { client, instance, request, name })
+    }
+
+    /// After `answer CLIENT -> INSTANCE`: the action and its options.
+    fn answer(&mut self) -> Result<Answer, ParseError> {
+        let action = match self.word() {
+            Some((word, _)) if word == "accept" => {
+                self.skip_blank();
+                if matches!(self.peek(), Some('{' | '$')) {
+                    AnswerAction::Accept(Some(self.json("the form content")?))
+                } else {
+                    AnswerAction::Accept(None)
+                }
+            }
+            Some((word, _)) if word == "decline" => AnswerAction::Decline,
+            Some((word, _)) if word == "cancel" => AnswerAction::Cancel,
+            Some((word, at)) => return Err(self.error_at(at, format!("expected accept, decline or cancel, found `{word}`"))),
+            None => return Err(self.expected("accept, decline or cancel")),
+        };
+        let mut answer = Answer { action, form: None, arguments: None, state: None };
+        loop {
+            if self.keyword("for") {
+                answer.form = Some(self.answer_name()?);
+            } else if self.keyword("arguments") {
+                answer.arguments = Some(self.json("the replacement arguments")?);
+            } else if self.keyword("state") {
+                answer.state = Some(self.json("the replacement requestState")?);
+            } else {
+                break;
+            }
+        }
+        Ok(answer)
+    }
+
+    fn admin(&mut self, in_parallel: bool) -> Result<AdminAction, ParseError> {
+        let (verb, at) = self.word().ok_or_else(|| self.expected("delete, move, rename or revoke"))?;
+        Ok(match verb.as_str() {
+            "delete" => AdminAction::DeleteNote { note_id: self.note_id()? },
+            "move" => {
+                let note_id = self.note_id()?;
+                self.expect_keyword("to", "and the new URI")?;
+                AdminAction::MoveNote { note_id, uri: self.string("the new file:// URI")? }
+            }
+            "rename" => {
+                let note_id = self.note_id()?;
+                self.expect_keyword("to", "and the new title")?;
+                AdminAction::RenameNote { note_id, title: self.string("the new title")? }
+            }
+            "revoke" if in_parallel => {
+                return Err(self.error_at(at, "revoke changes configuration between deliveries; put it outside the parallel block"));
+            }
+            "revoke" => {
+                let (principal, principal_at) = self.name("the principal")?;
+                if !self.principals.contains(&principal) {
+                    return Err(self.error_at(principal_at, format!("principal {principal} is not declared")));
+                }
+                self.skip_blank();
+                let uri_at = self.cursor;
+                let workspace = self.string("the workspace URI to revoke")?;
+                FileUri::parse(&workspace).map_err(|e| self.error_at(uri_at, format!("{workspace:?} is not a workspace URI: {e}")))?;
+                AdminAction::Revoke { principal, workspace }
+            }
+            other => return Err(self.error_at(at, format!("expected delete, move, rename or revoke after `admin`, found `{other}`"))),
+        })
+    }
+
+    fn note_id(&mut self) -> Result<String, ParseError> {
+        self.word().map(|(w, _)| w).ok_or_else(|| self.expected("a note id"))
+    }
+
+    fn parallel(&mut self) -> Result<Action, ParseError> {
+        self.symbol('{', "to open the parallel block")?;
+        self.end_statement("parallel {")?;
+        let mut items = Vec::new();
+        let mut names = Vec::new();
+        loop {
+            self.skip_trivia();
+            let start = self.cursor;
+            if self.peek() == Some('}') {
+                self.bump();
+                break;
+            }
+            if self.peek().is_none() {
+                return Err(self.error_here("the parallel block is not closed: expected `}`"));
+            }
+            if items.len() >= PARALLEL_ITEMS_MAX {
+                return Err(self.error_at(start, format!("more than {PARALLEL_ITEMS_MAX} messages in one parallel block")));
+            }
+            let (keyword, at) = self.word().ok_or_else(|| self.expected("send, notify, answer, admin or `}`"))?;
+            let item = match keyword.as_str() {
+                "send" | "notify" | "answer" => {
+                    let send = self.send(&keyword)?;
+                    if let Some(name) = &send.name {
+                        if names.contains(name) {
+                            return Err(self.error_at(at, format!("{name} is named twice in this block")));
+                        }
+                        names.push(name.clone());
+                    }
+                    ParallelAction::Send(send)
+                }
+                "admin" => ParallelAction::Admin(self.admin(true)?),
+                other => {
+                    return Err(self.error_at(at, format!("a parallel block holds send, notify, answer and admin lines, not `{other}`")));
+                }
+            };
+            self.end_statement(&keyword)?;
+            let text = self.statement_text(start);
+            items.push(ParallelItem { line: start.line, text, item });
+        }
+        if items.is_empty() {
+            return Err(self.error_here("an empty parallel block does nothing; put messages in it"));
+        }
+        for item in &items {
+            if let ParallelAction::Send(send) = &item.item {
+                self.bind_answer(send)?;
+            }
+        }
+        Ok(Action::Parallel(items))
+    }
+
+    fn expectation(&mut self) -> Result<Expectation, ParseError> {
+        let saved = self.cursor;
+        let first = self.word().map(|(w, _)| w);
+        match first.as_deref() {
+            Some("note") => {
+                let id = self.note_id()?;
+                let present = match self.word() {
+                    Some((w, _)) if w == "present" => true,
+                    Some((w, _)) if w == "absent" => false,
+                    _ => return Err(self.expected("`present` or `absent`")),
+                };
+                Ok(Expectation::NotePresent { id, present })
+            }
+            Some("notes") => {
+                self.expect_keyword("count", "after `expect notes`")?;
+                Ok(Expectation::NotesCount(self.count("the number of notes")?))
+            }
+            Some("consumed") => {
+                self.expect_keyword("count", "after `expect consumed`")?;
+                Ok(Expectation::ConsumedCount(self.count("the number of consumed nonces")?))
+            }
+            Some("nonce") => {
+                self.expect_keyword("of", "after `expect nonce`")?;
+                let answer = self.answer_name()?;
+                match self.word() {
+                    Some((w, _)) if w == "consumed" => {
+                        Ok(Expectation::Nonce { answer, record: Some(self.json("the consumption record")?) })
+                    }
+                    Some((w, _)) if w == "unused" => Ok(Expectation::Nonce { answer, record: None }),
+                    _ => Err(self.expected("`consumed RECORD` or `unused`")),
+                }
+            }
+            Some(word @ ("one" | "each")) => {
+                let exactly_one = word == "one";
+                self.expect_keyword("of", &format!("after `expect {word}`"))?;
+                let mut names = vec![self.answer_name()?];
+                loop {
+                    self.skip_blank();
+                    match self.peek() {
+                        Some(',') => {
+                            self.bump();
+                            names.push(self.answer_name()?);
+                        }
+                        Some(':') => {
+                            self.bump();
+                            break;
+                        }
+                        _ => return Err(self.expected("`,` and another answer, or `:` and the check")),
+                    }
+                }
+                let check = self.answer_check()?;
+                let targets = if exactly_one { Targets::ExactlyOne(names) } else { Targets::Each(names) };
+                Ok(Expectation::Answer { targets, check })
+            }
+            _ => {
+                self.cursor = saved;
+                let name = self.answer_name()?;
+                Ok(Expectation::Answer { targets: Targets::One(name), check: self.answer_check()? })
+            }
+        }
+    }
+
+    fn answer_check(&mut self) -> Result<AnswerCheck, ParseError> {
+        let saved = self.cursor;
+        match self.word().map(|(w, _)| w).as_deref() {
+            Some("complete") => return Ok(AnswerCheck::ResultType("complete".into())),
+            Some("input_required") => return Ok(AnswerCheck::ResultType("input_required".into())),
+            Some("error") => {
+                let code = self.integer("the JSON-RPC error code")?;
+                let reason = if self.at_line_end() { None } else { Some(self.word().ok_or_else(|| self.expected("a reason"))?.0) };
+                return Ok(AnswerCheck::Error { code, reason });
+            }
+            Some("no") => {
+                self.expect_keyword("response", "after `no`")?;
+                return Ok(AnswerCheck::NoResponse);
+            }
+            _ => self.cursor = saved,
+        }
+        self.skip_blank();
+        if !matches!(self.peek(), Some(c) if c.is_ascii_alphanumeric() || c == '"' || c == '_') {
+            return Err(self.expected("a check: complete, input_required, error CODE [REASON], no response, or PATH = JSON"));
+        }
+        let path = self.path()?;
+        self.skip_blank();
+        if self.peek() == Some('=') {
+            self.bump();
+            return Ok(AnswerCheck::Equals { path, value: self.json("the expected value")? });
+        }
+        match self.word() {
+            Some((w, _)) if w == "absent" => Ok(AnswerCheck::Absent { path }),
+            Some((w, _)) if w == "present" => Ok(AnswerCheck::Present { path }),
+            _ => Err(self.expected("`= JSON`, `absent` or `present` after the path")),
+        }
+    }
+}
+
+fn strip_comment(line: &str) -> &str {
+    // A `#` inside a JSON string is not a comment.
+    let mut in_string = false;
+    let mut escaped = false;
+    for (index, c) in line.char_indices() {
+        match c {
+            '\\' if in_string && !escaped => {
+                escaped = true;
+                continue;
+            }
+            '"' if !escaped => in_string = !in_string,
+            '#' if !in_string => return &line[..index],
+            _ => {}
+        }
+        escaped = false;
+    }
+    line
+}
+
+fn list(names: &BTreeSet<String>) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
