@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod pins;
+pub mod run;
 pub mod serve;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ pub enum Command {
     /// Review and approve the gateway's descriptor pins (quarantined tools stay hidden and refused until approved).
     #[command(subcommand_required = true)]
     Pins(pins::PinsArgs),
+    /// Run scenarios against the deterministic simulated cluster, checking every expectation and safety property.
+    Run(run::RunArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -37,5 +40,6 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Pins(args) => pins::run(args),
+        Command::Run(args) => run::run(args),
     }
 }

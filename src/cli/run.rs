@@ -1,0 +1,241 @@
+//! `mcpsim run`: run scenario files against the simulated cluster, check every expectation and safety
+//! property, print transcripts and a summary table.
+
+use crate::sim::library;
+use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
+use crate::sim::scenario::{self, Scenario};
+use crate::sim::transcript::Format;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Most seeds one invocation runs per scenario.
+pub const SEEDS_MAX: u64 = 1_000_000;
+/// The scenario file extension.
+pub const EXTENSION: &str = "sim";
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Exit status: 0 when every expectation and safety property held; 1 when any failed (each failure names the
+step, shows expected against actual, and prints the command that reproduces it); 2 when a scenario could not
+be read or parsed.
+
+Examples:
+  mcpsim run                                   # the scenario library, one seed each
+  mcpsim run scenarios/ --seeds 100            # every scenario under 100 interleavings
+  mcpsim run scenarios/accepts-race-on-one-note.sim --seed 7 --format mermaid")]
+pub struct RunArgs {
+    /// Scenario files (.sim) or folders of them. Default: ./scenarios, or the embedded library if there is none.
+    pub paths: Vec<PathBuf>,
+    /// The first seed. Same scenario + same seed = byte-identical transcript.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// How many consecutive seeds to run per scenario (each one a different interleaving of parallel blocks).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=SEEDS_MAX))]
+    pub seeds: u64,
+    /// Print each scenario's transcript in this format (printed by default when a single file is run).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Which scheduler picks the next delivery: seeded random (explores) or scripted (network order).
+    #[arg(long, value_enum, default_value_t = SchedulerArg::Random)]
+    pub scheduler: SchedulerArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchedulerArg {
+    Random,
+    Scripted,
+}
+
+/// A scenario to run, and the path to print in reproductions.
+struct Loaded {
+    scenario: Scenario,
+    path: String,
+}
+
+/// One scenario's result over all its seeds.
+struct Summary {
+    name: String,
+    path: String,
+    seeds: u64,
+    messages: usize,
+    interleavings: usize,
+    failed: Option<RunReport>,
+}
+
+pub fn run(args: RunArgs) -> ExitCode {
+    let mut unreadable = Vec::new();
+    let loaded = load(&args.paths, &mut unreadable);
+    let single_file = args.paths.len() == 1 && args.paths[0].is_file();
+    let format = args.format.or(single_file.then_some(Format::Text));
+    // Machine-readable transcripts keep stdout to themselves; the table goes to stderr.
+    let table_to_stderr = matches!(format, Some(Format::Jsonl | Format::Mermaid));
+    let mut stdout = std::io::stdout().lock();
+    let mut summaries = Vec::new();
+    for item in &loaded {
+        let summary = run_seeds(item, &args, format, &mut stdout);
+        summaries.push(summary);
+    }
+    let table = render_table(&summaries, &unreadable);
+    if table_to_stderr {
+        eprint!("{table}");
+    } else {
+        let _ = write!(stdout, "{table}");
+    }
+    let _ = stdout.flush();
+    if !unreadable.is_empty() {
+        ExitCode::from(2)
+    } else if summaries.iter().any(|s| s.failed.is_some()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn run_seeds(item: &Loaded, args: &RunArgs, format: Option<Format>, out: &mut impl Write) -> Summary {
+    let mut messages = 0;
+    let mut orders = BTreeSet::new();
+    let mut failed = None;
+    let mut first = None;
+    let last_seed = args.seed.saturating_add(args.seeds - 1);
+    for seed in args.seed..=last_seed {
+        let mut options = RunOptions::seeded(seed);
+        options.scheduler = match args.scheduler {
+            SchedulerArg::Random => SchedulerChoice::Random,
+            SchedulerArg::Scripted => SchedulerChoice::Scripted,
+        };
+        options.record_transcript = format.is_some() || seed == args.seed;
+        let report = runner::run(&item.scenario, &options);
+        messages += report.deliveries;
+        orders.insert(report.decisions.choices().map(|d| (d.options, d.chosen)).collect::<Vec<_>>());
+        if !report.passed() {
+            failed = Some(report);
+            break;
+        }
+        if first.is_none() {
+            first = Some(report);
+        }
+    }
+    if let Some(format) = format {
+        // The failing run is the one worth reading; otherwise the first seed's.
+        if let Some(report) = failed.as_ref().or(first.as_ref()) {
+            let _ = write!(out, "{}", report.transcript.render(format));
+            if format == Format::Text {
+                let _ = writeln!(out);
+            }
+        }
+    }
+    Summary {
+        name: item.scenario.name.clone(),
+        path: item.path.clone(),
+        seeds: failed.as_ref().map_or(args.seeds, |f| f.seed - args.seed + 1),
+        messages,
+        interleavings: orders.len(),
+        failed,
+    }
+}
+
+fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
+    if paths.is_empty() {
+        let default = Path::new("scenarios");
+        if default.is_dir() {
+            return load(&[default.to_path_buf()], unreadable);
+        }
+        // No ./scenarios here: run the library built into the binary.
+        return library::SCENARIOS.iter().filter_map(|(file, text)| parse(&format!("<embedded>/{file}"), file, text, unreadable)).collect();
+    }
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            match scenario_files(path) {
+                Ok(found) if found.is_empty() => unreadable.push(format!("{}: no .{EXTENSION} files in this folder", path.display())),
+                Ok(found) => files.extend(found),
+                Err(error) => unreadable.push(format!("{}: cannot list the folder: {error}", path.display())),
+            }
+        } else {
+            files.push(path.clone());
+        }
+    }
+    let mut loaded = Vec::new();
+    for file in files {
+        let shown = file.display().to_string();
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| shown.clone());
+                if let Some(item) = parse(&shown, &name, &text, unreadable) {
+                    loaded.push(item);
+                }
+            }
+            Err(error) => unreadable.push(format!("{shown}: cannot read: {error}")),
+        }
+    }
+    loaded
+}
+
+fn parse(path: &str, file_name: &str, text: &str, unreadable: &mut Vec<String>) -> Option<Loaded> {
+    let name = file_name.strip_suffix(&format!(".{EXTENSION}")).unwrap_or(file_name);
+    match scenario::parse(path, name, text) {
+        Ok(scenario) => Some(Loaded { scenario, path: path.to_string() }),
+        Err(error) => {
+            unreadable.push(error.to_string());
+            None
+        }
+    }
+}
+
+/// The `.sim` files under `folder` (recursively), sorted.
+fn scenario_files(folder: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let mut pending = vec![folder.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == EXTENSION) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn render_table(summaries: &[Summary], unreadable: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let width = summaries.iter().map(|s| s.name.len()).max().unwrap_or(8).max(8);
+    let _ = writeln!(out, "{:<width$}  {:>6}  {:>9}  {:>13}  result", "scenario", "seeds", "messages", "interleavings");
+    for summary in summaries {
+        let result = match &summary.failed {
+            None => "ok".to_string(),
+            Some(report) => format!("FAIL (seed {})", report.seed),
+        };
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>6}  {:>9}  {:>13}  {result}",
+            summary.name, summary.seeds, summary.messages, summary.interleavings
+        );
+    }
+    let failed: Vec<&Summary> = summaries.iter().filter(|s| s.failed.is_some()).collect();
+    for summary in &failed {
+        let report = summary.failed.as_ref().expect("filtered");
+        let _ = writeln!(out, "\nFAIL {} (seed {})", summary.path, report.seed);
+        for failure in &report.failures {
+            let _ = writeln!(out, "  {}", failure.to_string().replace('\n', "\n  "));
+        }
+        let _ = writeln!(out, "  reproduce: mcpsim run {} --seed {} --format text", summary.path, report.seed);
+    }
+    for problem in unreadable {
+        let _ = writeln!(out, "\nerror: {problem}");
+    }
+    let passed = summaries.len() - failed.len();
+    let _ = writeln!(
+        out,
+        "\n{passed} of {} scenario(s) passed{}",
+        summaries.len(),
+        if unreadable.is_empty() { String::new() } else { format!("; {} could not be read", unreadable.len()) }
+    );
+    out
+}
