@@ -3,7 +3,8 @@
 //! Properties are judged from the [`History`] alone, by an independent reading of what clients sent and
 //! what the stores did; the checker never asks the handlers whether they behaved.
 //!
-//! * **At most once**: a nonce is consumed at most once, and deletes at most one note.
+//! * **At most once**: a nonce is consumed at most once, and one confirmation (the nonce inside the state
+//!   the client sent) deletes at most once, however the server handles nonces.
 //! * **Consent**: every deleted note was deleted on behalf of a request that accepted (with
 //!   `confirm: true`) exactly that note, carrying a state sealed for that principal, tool and exact
 //!   arguments, whose candidates include the note and which a server had shown to that principal.
@@ -250,13 +251,25 @@ fn label(history: &History, operation: Option<OperationId>) -> String {
     }
 }
 
+/// The nonce of the confirmation an operation answered: read from the state it sent, as an observer would.
+fn confirmation_nonce(operation: &Operation) -> Option<String> {
+    let state = operation.params()?.get("requestState")?.as_str()?;
+    Some(peek_claims(state)?.nonce)
+}
+
 fn at_most_once(history: &History, violations: &mut Vec<Violation>) {
     let mut consumed: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
-    let mut deleted: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
+    let mut deleted: BTreeMap<String, Vec<&Effect>> = BTreeMap::new();
     for effect in &history.effects {
         match &effect.kind {
             EffectKind::NonceConsumed { nonce, .. } => consumed.entry(nonce).or_default().push(effect),
-            EffectKind::NoteDeleted { nonce: Some(nonce), .. } => deleted.entry(nonce).or_default().push(effect),
+            EffectKind::NoteDeleted { .. } => {
+                // Attributed to the confirmation the client sent, whatever the server did with its nonce.
+                let confirmation = effect.operation.and_then(|id| confirmation_nonce(&history.operations[id.0]));
+                if let Some(nonce) = confirmation {
+                    deleted.entry(nonce).or_default().push(effect);
+                }
+            }
             _ => {}
         }
     }
@@ -272,25 +285,27 @@ fn at_most_once(history: &History, violations: &mut Vec<Violation>) {
             .iter()
             .filter_map(|e| if let EffectKind::NoteDeleted { note, .. } = &e.kind { Some(note.id.clone()) } else { None })
             .collect();
+        let by: Vec<String> = effects.iter().map(|e| label(history, e.operation)).collect();
         violations.push(Violation {
             property: Property::AtMostOnce,
-            message: format!("one confirmation (nonce {nonce}) deleted {} notes: {}", effects.len(), notes.join(", ")),
+            message: format!(
+                "one confirmation (nonce {nonce}) deleted {} times: {} (by {})",
+                effects.len(),
+                notes.join(", "),
+                by.join(", ")
+            ),
         });
     }
 }
 
 fn consent(history: &History, violations: &mut Vec<Violation>) {
     for effect in &history.effects {
-        let EffectKind::NoteDeleted { note, nonce } = &effect.kind else { continue };
+        let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
         let mut fail = |why: String| {
             violations.push(Violation {
                 property: Property::Consent,
                 message: format!("{} was deleted for {} without consent: {why}", note.id, label(history, effect.operation)),
             })
-        };
-        let Some(nonce) = nonce else {
-            fail("no confirmation nonce was claimed for it".into());
-            continue;
         };
         let Some(operation) = effect.operation.map(|id| &history.operations[id.0]) else {
             fail("no client request caused it".into());
@@ -325,12 +340,11 @@ fn consent(history: &History, violations: &mut Vec<Violation>) {
         let arguments_digest = params.get("arguments").map(digest_hex).unwrap_or_default();
         let bound = claims.principal == operation.principal
             && claims.tool == TOOL_NOTES_DELETE
-            && claims.nonce == *nonce
             && claims.arguments_digest == arguments_digest
             && claims.candidates.contains(&note.id);
         if !bound {
             fail(format!(
-                "its state is not bound to this principal ({}), tool, nonce, exact arguments and a candidate set holding the note",
+                "its state is not bound to this principal ({}), tool, exact arguments and a candidate set holding the note",
                 operation.principal
             ));
             continue;

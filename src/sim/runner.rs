@@ -136,6 +136,20 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
     let (statelessness, differences) =
         if options.check_statelessness { compare_rerouted(scenario, options, &outcome) } else { (Statelessness::NotChecked, Vec::new()) };
     let mut violations = check::check_properties(&outcome.history);
+    if violations.is_empty() {
+        let text = "properties held: at-most-once, consent, containment, refusal".to_string();
+        outcome.transcript.push(Entry::Check { line: 0, text, failure: None });
+    }
+    match &statelessness {
+        Statelessness::Held { rerouted, compared } => {
+            let text = format!(
+                "statelessness held: {rerouted} request(s) rerouted to another instance of the same configuration, {compared} answer(s) compared"
+            );
+            outcome.transcript.push(Entry::Check { line: 0, text, failure: None });
+        }
+        Statelessness::NotApplicable(why) => outcome.transcript.push(Entry::Note { text: format!("statelessness not compared: {why}") }),
+        Statelessness::NotChecked | Statelessness::Violated => {}
+    }
     violations.extend(differences.into_iter().map(|message| Violation { property: Property::Statelessness, message }));
     for Violation { property, message } in violations {
         let text = format!("property {}", property.as_str());
@@ -357,6 +371,9 @@ impl Runner<'_> {
             }
             Action::Parallel(items) => {
                 self.header(line, text);
+                for item in items {
+                    self.cluster.transcript_mut().push(Entry::Substep { line: item.line, text: item.text.clone() });
+                }
                 // Resolve everything first (answers use each client's last form as of the block's start),
                 // then put it all in flight at once.
                 let mut prepared = Vec::new();

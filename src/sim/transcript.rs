@@ -147,11 +147,44 @@ fn parse_exact(bytes: &[u8]) -> (Value, Option<String>) {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
-    Step { number: usize, line: usize, text: String },
-    Delivery { seq: usize, time_ms: u64, from: ActorId, to: ActorId, message: Message },
-    Dropped { time_ms: u64, from: ActorId, to: ActorId, message: Message, reason: String },
-    Event { time_ms: u64, actor: Option<ActorId>, text: String },
-    Check { line: usize, text: String, failure: Option<String> },
+    Step {
+        number: usize,
+        line: usize,
+        text: String,
+    },
+    /// One message of a `parallel` block, listed under its step.
+    Substep {
+        line: usize,
+        text: String,
+    },
+    Delivery {
+        seq: usize,
+        time_ms: u64,
+        from: ActorId,
+        to: ActorId,
+        message: Message,
+    },
+    Dropped {
+        time_ms: u64,
+        from: ActorId,
+        to: ActorId,
+        message: Message,
+        reason: String,
+    },
+    Event {
+        time_ms: u64,
+        actor: Option<ActorId>,
+        text: String,
+    },
+    Check {
+        line: usize,
+        text: String,
+        failure: Option<String>,
+    },
+    /// A remark that is neither a pass nor a failure (a check that does not apply).
+    Note {
+        text: String,
+    },
 }
 
 /// One run's transcript. When not recording (benchmarks), entries are not kept.
@@ -198,6 +231,12 @@ impl Transcript {
             match entry {
                 Entry::Step { number, line, text } => {
                     let _ = writeln!(out, "== step {number} (line {line}): {text}");
+                }
+                Entry::Substep { line, text } => {
+                    let _ = writeln!(out, "==   (line {line}) {text}");
+                }
+                Entry::Note { text } => {
+                    let _ = writeln!(out, "   --    {text}");
                 }
                 Entry::Delivery { seq, time_ms, from, to, message } => {
                     let _ = writeln!(
@@ -246,6 +285,8 @@ impl Transcript {
         for entry in &self.entries {
             let value = match entry {
                 Entry::Step { number, line, text } => json!({ "type": "step", "step": number, "line": line, "text": text }),
+                Entry::Substep { line, text } => json!({ "type": "substep", "line": line, "text": text }),
+                Entry::Note { text } => json!({ "type": "note", "text": text }),
                 Entry::Delivery { seq, time_ms, from, to, message } => {
                     let mut value = message_json(message);
                     value.insert("type".into(), json!("delivery"));
@@ -325,7 +366,12 @@ impl Transcript {
                         let _ = writeln!(out, "    Note over {first},{last}: {}", mermaid_text(text));
                     }
                 }
-                Entry::Check { .. } => {}
+                Entry::Substep { text, .. } => {
+                    if let (Some(first), Some(last)) = (&first, &last) {
+                        let _ = writeln!(out, "    Note over {first},{last}: {}", mermaid_text(text));
+                    }
+                }
+                Entry::Check { .. } | Entry::Note { .. } => {}
             }
         }
         out

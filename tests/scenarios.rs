@@ -1,0 +1,200 @@
+//! The scenario library as a regression suite: every scenario's transcript is a reviewed snapshot, every
+//! scenario holds under many interleavings, runs are deterministic, and parallel blocks really interleave.
+
+use mcpsim::sim::history::Outcome;
+use mcpsim::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
+use mcpsim::sim::scenario::{self, Scenario};
+use mcpsim::sim::{library, transcript::Format};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Seeds every scenario must survive in `every_scenario_holds_across_many_seeds`.
+const SEEDS_PER_SCENARIO: u64 = 100;
+
+fn load(file: &str) -> Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let name = file.strip_suffix(".sim").expect("scenario files end in .sim");
+    scenario::parse(&format!("scenarios/{file}"), name, &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn failures(report: &RunReport) -> String {
+    report.failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n")
+}
+
+/// Runs the scenario at seed 1 and compares its text transcript with the reviewed snapshot.
+fn check_snapshot(file: &str) {
+    let scenario = load(file);
+    let report = runner::run(&scenario, &RunOptions::seeded(1));
+    assert!(report.passed(), "{file} failed at seed 1:\n{}", failures(&report));
+    insta::with_settings!({ snapshot_path => "../snapshots", prepend_module_to_snapshot => false, omit_expression => true }, {
+        insta::assert_snapshot!(scenario.name.clone(), report.transcript.to_text());
+    });
+}
+
+macro_rules! scenario_snapshots {
+    ($($test:ident => $file:literal,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check_snapshot($file);
+            }
+        )*
+        const FILES: &[&str] = &[$($file),*];
+    };
+}
+
+scenario_snapshots! {
+    lesson_exchange_on_one_instance => "01-lesson-exchange-on-one-instance.sim",
+    retry_lands_on_another_instance => "02-retry-lands-on-another-instance.sim",
+    retry_after_the_first_instance_crashed => "03-retry-after-the-first-instance-crashed.sim",
+    accepts_race_for_one_note => "04-accepts-race-for-one-note.sim",
+    accepts_race_for_different_candidates => "05-accepts-race-for-different-candidates.sim",
+    note_deleted_after_the_form_was_shown => "06-note-deleted-after-the-form-was-shown.sim",
+    note_moved_out_after_the_form_was_shown => "07-note-moved-out-after-the-form-was-shown.sim",
+    decline_then_replayed_accept => "08-decline-then-replayed-accept.sim",
+    cancel_then_accept_elsewhere => "09-cancel-then-accept-elsewhere.sim",
+    state_expires_between_rounds => "10-state-expires-between-rounds.sim",
+    tampered_state => "11-tampered-state.sim",
+    changed_title => "12-changed-title.sim",
+    another_principal_replays_the_state => "13-another-principal-replays-the-state.sim",
+    key_rotation_between_rounds => "14-key-rotation-between-rounds.sim",
+    misconfigured_instance_key => "15-misconfigured-instance-key.sim",
+    crash_between_claim_and_delete => "16-crash-between-claim-and-delete.sim",
+    full_replay_store_fails_closed => "17-full-replay-store-fails-closed.sim",
+    url_only_client => "18-url-only-client.sim",
+    tools_call_as_notification => "19-tools-call-as-notification.sim",
+    prefix_confusion_workspace => "20-prefix-confusion-workspace.sim",
+    encoded_traversal_workspace => "21-encoded-traversal-workspace.sim",
+    admin_changes_between_rounds => "22-admin-changes-between-rounds.sim",
+}
+
+#[test]
+fn every_scenario_file_has_a_snapshot_test_and_is_embedded() {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".sim"))
+        .collect();
+    on_disk.sort();
+    assert_eq!(FILES, on_disk.as_slice(), "add a scenario_snapshots! entry for every file in scenarios/");
+    let embedded: Vec<&str> = library::SCENARIOS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(FILES, embedded.as_slice(), "sim/library.rs must embed exactly the files in scenarios/");
+    for (name, text) in library::SCENARIOS {
+        assert_eq!(*text, std::fs::read_to_string(folder.join(name)).unwrap(), "{name} is embedded stale");
+    }
+}
+
+#[test]
+fn every_scenario_opens_with_the_guarantee_it_teaches() {
+    for file in FILES {
+        let scenario = load(file);
+        assert!(scenario.summary.len() >= 3, "{file}: open with a comment block saying what it teaches");
+        let comment = scenario.summary.join(" ");
+        assert!(comment.contains("Guarantee taught:"), "{file}: the opening comment should name the guarantee taught");
+    }
+}
+
+#[test]
+fn every_scenario_holds_across_many_seeds() {
+    let mut broken = Vec::new();
+    for file in FILES {
+        let scenario = load(file);
+        for seed in 1..=SEEDS_PER_SCENARIO {
+            let mut options = RunOptions::seeded(seed);
+            options.record_transcript = false;
+            let report = runner::run(&scenario, &options);
+            if !report.passed() {
+                broken.push(format!("{file} seed {seed}:\n{}", failures(&report)));
+                break;
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n\n"));
+}
+
+#[test]
+fn the_scripted_scheduler_passes_every_scenario_too() {
+    for file in FILES {
+        let scenario = load(file);
+        let options = RunOptions { scheduler: SchedulerChoice::Scripted, ..RunOptions::seeded(1) };
+        let report = runner::run(&scenario, &options);
+        assert!(report.passed(), "{file}:\n{}", failures(&report));
+    }
+}
+
+#[test]
+fn same_scenario_and_seed_give_byte_identical_transcripts() {
+    for file in FILES {
+        let scenario = load(file);
+        for seed in [1, 42] {
+            let first = runner::run(&scenario, &RunOptions::seeded(seed));
+            let second = runner::run(&scenario, &RunOptions::seeded(seed));
+            for format in [Format::Text, Format::Jsonl, Format::Mermaid] {
+                assert_eq!(first.transcript.render(format), second.transcript.render(format), "{file} seed {seed} {format:?}");
+            }
+            assert_eq!(first.decisions, second.decisions);
+        }
+    }
+}
+
+#[test]
+fn a_recorded_decision_log_replays_the_same_run() {
+    let scenario = load("05-accepts-race-for-different-candidates.sim");
+    for seed in 1..=20 {
+        let original = runner::run(&scenario, &RunOptions::seeded(seed));
+        let replay = RunOptions { scheduler: SchedulerChoice::Replay(original.decisions.clone()), ..RunOptions::seeded(seed) };
+        let replayed = runner::run(&scenario, &replay);
+        assert!(replayed.passed(), "{}", failures(&replayed));
+        assert_eq!(original.transcript.entries, replayed.transcript.entries, "seed {seed}");
+    }
+}
+
+/// Which of the named answers completed, per seed.
+fn winner(report: &RunReport, names: [&str; 2]) -> String {
+    let completed: Vec<&str> = names
+        .into_iter()
+        .filter(|name| {
+            report.history.operations.iter().any(|op| {
+                op.name.as_deref() == Some(*name)
+                    && matches!(&op.outcome, Outcome::Answered { value, .. } if value.pointer("/result/resultType").is_some())
+            })
+        })
+        .collect();
+    completed.join("+")
+}
+
+#[test]
+fn parallel_blocks_interleave_differently_across_seeds() {
+    for (file, names) in [
+        ("04-accepts-race-for-one-note.sim", ["first", "second"]),
+        ("05-accepts-race-for-different-candidates.sim", ["picks_2023", "picks_2024"]),
+    ] {
+        let scenario = load(file);
+        let mut orders = BTreeSet::new();
+        let mut winners = BTreeSet::new();
+        let mut in_progress_seen = false;
+        for seed in 1..=SEEDS_PER_SCENARIO {
+            let report = runner::run(&scenario, &RunOptions::seeded(seed));
+            let order: Vec<String> = report
+                .transcript
+                .entries
+                .iter()
+                .filter_map(|entry| match entry {
+                    mcpsim::sim::transcript::Entry::Delivery { from, to, message, .. } => {
+                        Some(format!("{}>{}:{}", report.transcript.actors[*from], report.transcript.actors[*to], message.summary()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            orders.insert(order);
+            winners.insert(winner(&report, names));
+            in_progress_seen |= report.transcript.to_jsonl().contains(r#""previousOutcome":{"outcome":"in_progress"}"#);
+        }
+        assert!(orders.len() > 10, "{file}: only {} distinct delivery orders in {SEEDS_PER_SCENARIO} seeds", orders.len());
+        let expected: BTreeSet<String> = names.iter().map(|n| n.to_string()).collect();
+        assert_eq!(winners, expected, "{file}: each racer should win under some seed, and never both");
+        assert!(in_progress_seen, "{file}: some seed should deliver the second claim while the first is still pending");
+    }
+}
