@@ -143,6 +143,7 @@ fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
             return load(&[default.to_path_buf()], unreadable);
         }
         // No ./scenarios here: run the library built into the binary.
+        eprintln!("(no ./scenarios folder here: running the {} scenarios built into mcpsim)", library::SCENARIOS.len());
         return library::SCENARIOS.iter().filter_map(|(file, text)| parse(&format!("<embedded>/{file}"), file, text, unreadable)).collect();
     }
     let mut files = Vec::new();

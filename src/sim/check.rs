@@ -11,7 +11,7 @@
 //! * **Containment**: every deleted note, every note offered in a form and every resource listed or read
 //!   lies inside a workspace the principal was authorized for at that moment.
 //! * **Refusal**: a decline or a cancel deletes nothing and is never answered with another form; a cancel
-//!   consumes nothing.
+//!   consumes nothing; once a decline is acknowledged, nothing is ever deleted under that confirmation.
 //! * **Statelessness** is checked by the runner (a second run routes each request to another instance
 //!   of the same configuration and must see the same answers).
 
@@ -460,14 +460,30 @@ fn refusal(history: &History, violations: &mut Vec<Violation>) {
                 violations.push(Violation { property: Property::Refusal, message: format!("{broken} ({who})") });
             }
         }
-        if let Some(response) = operation.response() {
-            if response.pointer("/result/resultType").and_then(Value::as_str) == Some("input_required") {
-                violations
-                    .push(Violation { property: Property::Refusal, message: format!("a {action} was answered with another form ({who})") });
-            }
-            if response.pointer("/result/structuredContent/deleted") == Some(&Value::Bool(true)) {
-                violations
-                    .push(Violation { property: Property::Refusal, message: format!("a {action} was answered deleted: true ({who})") });
+        let Some(response) = operation.response() else { continue };
+        if response.pointer("/result/resultType").and_then(Value::as_str) == Some("input_required") {
+            violations
+                .push(Violation { property: Property::Refusal, message: format!("a {action} was answered with another form ({who})") });
+        }
+        if response.pointer("/result/structuredContent/deleted") == Some(&Value::Bool(true)) {
+            violations.push(Violation { property: Property::Refusal, message: format!("a {action} was answered deleted: true ({who})") });
+        }
+        // A decline the server acknowledged ends the flow: nothing may be deleted under that confirmation later.
+        let acknowledged = response.pointer("/result/structuredContent/outcome").and_then(Value::as_str) == Some("declined");
+        if let (true, Some(declined)) = (acknowledged, confirmation_nonce(operation)) {
+            for effect in &history.effects {
+                let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
+                let later = effect.operation.map(|id| &history.operations[id.0]).and_then(confirmation_nonce);
+                if later.as_deref() == Some(declined.as_str()) {
+                    violations.push(Violation {
+                        property: Property::Refusal,
+                        message: format!(
+                            "{} was deleted for {} under a confirmation declined by {who}",
+                            note.id,
+                            label(history, effect.operation)
+                        ),
+                    });
+                }
             }
         }
     }

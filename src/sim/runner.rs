@@ -40,7 +40,8 @@ pub enum SchedulerChoice {
 enum Routing {
     /// To the instance the scenario names.
     AsWritten,
-    /// To the next live instance of identical configuration (the statelessness check).
+    /// Rotated among the live instances of identical configuration, so that consecutive rounds of one
+    /// flow land on different instances (the statelessness check).
     Shifted,
 }
 
@@ -493,7 +494,7 @@ impl Runner<'_> {
         let written = self.instance_index(&send.instance);
         let target = match routing {
             Routing::AsWritten => written,
-            Routing::Shifted => self.equivalent_successor(written),
+            Routing::Shifted => self.equivalent_instance(written, self.sequential.len() + 1),
         };
         let operation = self.cluster.send(client, target, bytes, notification, step, send.name.clone())?;
         if let Some(name) = &send.name {
@@ -502,19 +503,23 @@ impl Runner<'_> {
         Ok((operation, target != written))
     }
 
-    /// The next live instance after `index` (cyclically) with the same configuration; `index` if none.
-    fn equivalent_successor(&self, index: usize) -> usize {
+    /// Among the live instances configured like `index` (itself included, in instance order), the one
+    /// `steps` places after it, cyclically. With the request's position as `steps`, consecutive requests
+    /// written for one instance are spread over its equivalents.
+    fn equivalent_instance(&self, index: usize, steps: usize) -> usize {
         let instances = self.cluster.instances();
-        let count = instances.len();
-        (1..count)
-            .map(|offset| (index + offset) % count)
-            .find(|&other| instances[other].up && instances[index].up && instances[other].same_configuration(&instances[index]))
-            .unwrap_or(index)
+        if !instances[index].up {
+            return index;
+        }
+        let class: Vec<usize> =
+            (0..instances.len()).filter(|&other| instances[other].up && instances[other].same_configuration(&instances[index])).collect();
+        let position = class.iter().position(|&member| member == index).unwrap_or(0);
+        class[(position + steps) % class.len()]
     }
 }
 
-/// Statelessness: re-run with every sequential request sent to another live instance of the same
-/// configuration; the answers (with `requestState` tokens masked, as they carry per-instance nonces) and,
+/// Statelessness: re-run with the sequential requests rotated over the live instances of the same
+/// configuration (so the rounds of a flow are served by different instances); the answers (with `requestState` tokens masked, as they carry per-instance nonces) and,
 /// when nothing ran in parallel, the final store contents must be the same.
 fn compare_rerouted(scenario: &Scenario, options: &RunOptions, original: &Execution) -> (Statelessness, Vec<String>) {
     let triggered = scenario.steps.iter().any(|s| matches!(&s.action, Action::Crash { trigger: Some(_), .. }));

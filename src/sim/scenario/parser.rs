@@ -250,6 +250,18 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Consumes whichever of `choices` comes next, or says what was expected (pointing at what is there).
+    fn one_of(&mut self, choices: &[&'static str], what: &str) -> Result<&'static str, ParseError> {
+        let next = self.peek_word();
+        match choices.iter().find(|choice| next.as_deref() == Some(**choice)) {
+            Some(choice) => {
+                self.word();
+                Ok(choice)
+            }
+            None => Err(self.expected(what)),
+        }
+    }
+
     fn expect_keyword(&mut self, keyword: &str, context: &str) -> Result<(), ParseError> {
         if self.keyword(keyword) {
             Ok(())
@@ -392,11 +404,14 @@ impl<'a> Parser<'a> {
                     let value = self.json_value(depth + 1)?;
                     members.push((key, value));
                     self.skip_trivia();
-                    match self.bump() {
-                        Some(',') => continue,
-                        Some('}') => return Ok(Template::Object(members)),
-                        _ => return Err(self.error_at(self.cursor, "expected `,` or `}` in this object")),
-                    }
+                    match self.peek() {
+                        Some(',') => self.bump(),
+                        Some('}') => {
+                            self.bump();
+                            return Ok(Template::Object(members));
+                        }
+                        _ => return Err(self.expected("`,` or `}` in this object")),
+                    };
                 }
             }
             Some('[') => {
@@ -410,11 +425,14 @@ impl<'a> Parser<'a> {
                 loop {
                     items.push(self.json_value(depth + 1)?);
                     self.skip_trivia();
-                    match self.bump() {
-                        Some(',') => continue,
-                        Some(']') => return Ok(Template::Array(items)),
-                        _ => return Err(self.error_at(self.cursor, "expected `,` or `]` in this array")),
-                    }
+                    match self.peek() {
+                        Some(',') => self.bump(),
+                        Some(']') => {
+                            self.bump();
+                            return Ok(Template::Array(items));
+                        }
+                        _ => return Err(self.expected("`,` or `]` in this array")),
+                    };
                 }
             }
             Some('"') => Ok(Template::Literal(Value::String(self.string_literal()?))),
@@ -991,11 +1009,7 @@ impl<'a> Parser<'a> {
         match first.as_deref() {
             Some("note") => {
                 let id = self.note_id()?;
-                let present = match self.word() {
-                    Some((w, _)) if w == "present" => true,
-                    Some((w, _)) if w == "absent" => false,
-                    _ => return Err(self.expected("`present` or `absent`")),
-                };
+                let present = self.one_of(&["present", "absent"], "`present` or `absent`")? == "present";
                 Ok(Expectation::NotePresent { id, present })
             }
             Some("notes") => {
@@ -1071,12 +1085,11 @@ impl<'a> Parser<'a> {
         self.skip_blank();
         if self.peek() == Some('=') {
             self.bump();
-            return Ok(AnswerCheck::Equals { path, value: self.json("the expected value")? });
+            return Ok(AnswerCheck::Equals { path, value: self.json("the value expected there")? });
         }
-        match self.word() {
-            Some((w, _)) if w == "absent" => Ok(AnswerCheck::Absent { path }),
-            Some((w, _)) if w == "present" => Ok(AnswerCheck::Present { path }),
-            _ => Err(self.expected("`= JSON`, `absent` or `present` after the path")),
+        match self.one_of(&["absent", "present"], "`= JSON`, `absent` or `present` after the path")? {
+            "absent" => Ok(AnswerCheck::Absent { path }),
+            _ => Ok(AnswerCheck::Present { path }),
         }
     }
 }
@@ -1105,5 +1118,188 @@ fn list(names: &BTreeSet<String>) -> String {
         "none".into()
     } else {
         names.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLUSTER: &str =
+        "use demo\nkey k1\nkey k2\ninstance i1 keys k1\ninstance i2 keys k1 k2 clock -250ms\nclient alice principal alice\n";
+
+    fn error(text: &str) -> String {
+        parse("s.sim", "s", text).map(|_| ()).unwrap_err().to_string()
+    }
+
+    fn with_cluster(steps: &str) -> String {
+        error(&format!("{CLUSTER}{steps}"))
+    }
+
+    #[test]
+    fn errors_name_file_line_column_and_what_was_expected() {
+        assert_eq!(
+            error("use demo\nsned alice -> i1 tools/list {}\n"),
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, client, state-ttl, replay, latency) or a step (let, send, notify, answer, admin, advance, crash, restart, rotate, retire, parallel, expect)"
+        );
+        assert_eq!(
+            with_cluster("send alice i1 tools/list {}\n"),
+            "s.sim:7:12: expected `->` between the client and the instance, found `i1`"
+        );
+        assert_eq!(with_cluster("send alice -> i9 tools/list {}\n"), "s.sim:7:15: no instance named i9 (declared: i1, i2)");
+        assert_eq!(with_cluster("send bob -> i1 tools/list {}\n"), "s.sim:7:6: no client named bob (declared: alice)");
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list\n"),
+            "s.sim:7:28: expected the params object (JSON, or a $reference), found the end of the line"
+        );
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/call {\"name\": \"notes_delete\",\n   \"arguments\": {\"title\": tps}}\n"),
+            "s.sim:8:27: expected a JSON value, found `tps` (strings need \"quotes\"; references start with $)"
+        );
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list {\"a\": 1 \"b\": 2}\n"),
+            "s.sim:7:37: expected `,` or `}` in this object, found `\"`"
+        );
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list {} as\n"),
+            "s.sim:7:34: expected the name of this answer (a name: a letter, then letters, digits, `-` or `_`), found the end of the line"
+        );
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list {} extra\n"),
+            "s.sim:7:32: expected the end of the `send` statement, found `extra`"
+        );
+    }
+
+    #[test]
+    fn references_and_names_must_be_bound_first() {
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/call {\"arguments\": $args}\n"),
+            "s.sim:7:43: $args is not bound here: bind it first with `let args = …` or name an answer `as args`"
+        );
+        assert_eq!(with_cluster("expect round1 complete\n"), "s.sim:7:8: no earlier answer is named round1 (name one with `as round1`)");
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list {} as r\nsend alice -> i1 tools/list {} as r\n"),
+            "s.sim:8:35: $r is already bound; choose another name"
+        );
+        assert_eq!(
+            with_cluster("answer alice -> i1 accept {} for nothing\n"),
+            "s.sim:7:34: no earlier answer is named nothing (name one with `as nothing`)"
+        );
+    }
+
+    #[test]
+    fn the_cluster_is_declared_before_the_first_step() {
+        assert_eq!(
+            with_cluster("advance 1s\ninstance i3\n"),
+            "s.sim:8:1: `instance` declares the cluster, which must be complete before the first step (line 7); move it up"
+        );
+        assert_eq!(
+            error("use demo\nclient alice principal alice\nadvance 1s\n"),
+            "s.sim:3:1: declare at least one `instance NAME` before the first step"
+        );
+        assert_eq!(
+            error("use demo\ninstance i1\n"),
+            "s.sim:3:1: declare at least one `client NAME principal PRINCIPAL` before the first step"
+        );
+        assert_eq!(error("instance notes\n"), "s.sim:1:10: `notes` is reserved for the simulator's own actor; choose another name");
+        assert_eq!(error("instance i1\ninstance i1\n"), "s.sim:2:10: `i1` is already the name of an instance or a client");
+        assert_eq!(error("instance i1 keys k7\n"), "s.sim:1:18: key k7 is not declared: add `key k7` above");
+        assert_eq!(
+            error("instance i1\nclient carol principal carol\n"),
+            "s.sim:2:24: principal carol is not declared: add `principal carol workspaces \"file:///…\"` or `use demo` above"
+        );
+        assert_eq!(
+            error("principal carol workspaces \"http://x/y\"\n"),
+            "s.sim:1:28: \"http://x/y\" is not a workspace URI: only file:// URIs are accepted"
+        );
+        assert_eq!(error("key k.1\n"), "s.sim:1:5: key k.1: a key id is 1 to 32 characters of A-Z a-z 0-9 _ -");
+        assert_eq!(error("key k1 secret \"c2hvcnQ=\"\n"), "s.sim:1:5: key k1: a key must be at least 32 bytes");
+        assert_eq!(error("latency 5ms to 2ms\n"), "s.sim:1:16: the longest latency is shorter than the shortest");
+        assert_eq!(
+            error("state-ttl 5 minutes\n"),
+            "s.sim:1:11: expected the requestState lifetime (a duration such as 250ms, 30s, 5m or 1h), found `5`"
+        );
+        assert_eq!(error("replay capacity 0\n"), "s.sim:1:18: a replay store of capacity 0 could never hold a nonce");
+    }
+
+    #[test]
+    fn blocks_and_steps_report_their_own_mistakes() {
+        assert_eq!(
+            with_cluster("parallel {\n  send alice -> i1 tools/list {}\n"),
+            "s.sim:9:1: the parallel block is not closed: expected `}`"
+        );
+        assert_eq!(
+            with_cluster("parallel {\n  advance 1s\n}\n"),
+            "s.sim:8:3: a parallel block holds send, notify, answer and admin lines, not `advance`"
+        );
+        assert_eq!(
+            with_cluster("parallel {\n  admin revoke alice \"file:///x\"\n}\n"),
+            "s.sim:8:9: revoke changes configuration between deliveries; put it outside the parallel block"
+        );
+        assert_eq!(with_cluster("parallel {\n}\n"), "s.sim:8:2: an empty parallel block does nothing; put messages in it");
+        assert_eq!(
+            with_cluster("crash i1 during replay receives claim\n"),
+            "s.sim:7:10: expected the end of the `crash` statement, found `during`"
+        );
+        assert_eq!(
+            with_cluster("crash i1 before alice receives response\n"),
+            "s.sim:7:17: `alice` is not an instance, `notes` or `replay`"
+        );
+        assert_eq!(with_cluster("rotate i1 to k3\n"), "s.sim:7:14: key k3 is not declared: add `key k3` above the first step");
+        assert_eq!(with_cluster("answer alice -> i1 approve\n"), "s.sim:7:20: expected accept, decline or cancel, found `approve`");
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list {} as r\nexpect r result.x == 1\n"),
+            "s.sim:8:20: expected the value expected there (JSON, or a $reference), found `=`"
+        );
+        assert_eq!(with_cluster("expect note note-7 gone\n"), "s.sim:7:20: expected `present` or `absent`, found `gone`");
+        assert_eq!(
+            with_cluster("advance soon\n"),
+            "s.sim:7:9: expected how far to move the clock (a duration such as 250ms, 30s, 5m or 1h), found `soon`"
+        );
+    }
+
+    #[test]
+    fn every_construct_parses_into_the_model() {
+        let text = format!(
+            "# What it teaches.\n# Second line.\n\n{CLUSTER}\
+             client bob principal bob capabilities {{\"elicitation\": {{\"url\": {{}}}}}}\n\
+             principal carol workspaces \"file:///c\" \"file:///d\"\n\
+             note n1 title \"T\" uri \"file:///c/n1.md\" body \"B\"\n\
+             state-ttl 2m\nreplay capacity 5 grace 10s\nlatency 2ms to 9ms\n\
+             let args = {{\"workspaceUri\": \"file:///c\", # a comment inside JSON\n   \"title\": \"T\"}}\n\
+             send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": $args}} as r1\n\
+             send alice -> i2 raw \"{{not json\" as raw\n\
+             notify alice -> i1 tools/list {{}}\n\
+             crash i1 after replay receives claim_and_delete\nrestart i1\n\
+             parallel {{\n  answer alice -> i1 accept {{\"note_id\": \"n1\", \"confirm\": true}} as a\n  answer alice -> i2 decline for r1 as b\n  admin move n1 to \"file:///x\"\n}}\n\
+             answer bob -> i2 cancel for r1 arguments $args state tamper($r1.result.requestState, \"principal\", \"bob\") as c\n\
+             rotate i1 i2 to k2\nretire k1 on i1 i2\nadvance 1h\nadmin revoke carol \"file:///c\"\n\
+             expect one of a, b: complete\nexpect each of a, b: error -32602\nexpect r1 result._meta.\"io.modelcontextprotocol/serverInfo\".name = \"mcpsim-notes\"\n\
+             expect r1 result.x absent\nexpect raw no response\nexpect note n1 present\nexpect notes count 8\nexpect consumed count 0\n\
+             expect nonce of r1 unused\nexpect nonce of r1 consumed {{\"outcome\": \"declined\"}}\n"
+        );
+        let scenario = parse("s.sim", "s", &text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(scenario.summary, ["What it teaches.", "Second line."]);
+        let cluster = &scenario.cluster;
+        assert!(cluster.use_demo);
+        assert_eq!(cluster.instances[1].clock_offset_ms, -250);
+        assert_eq!(cluster.instances[1].keys, ["k1", "k2"]);
+        assert_eq!(cluster.clients[1].capabilities, serde_json::json!({"elicitation": {"url": {}}}));
+        assert_eq!(cluster.principals[0].workspaces, ["file:///c", "file:///d"]);
+        assert_eq!((cluster.state_ttl_ms, cluster.replay_capacity, cluster.replay_grace_ms), (Some(120_000), Some(5), Some(10_000)));
+        assert_eq!(cluster.latency_ms, Some((2, 9)));
+        assert_eq!(cluster.keys[0].secret, derived_key_secret("k1"));
+        assert_eq!(scenario.steps.len(), 22);
+        let parallel = scenario.steps.iter().find_map(|s| if let Action::Parallel(items) = &s.action { Some(items) } else { None });
+        assert_eq!(parallel.map(Vec::len), Some(3));
+        let texts: Vec<&str> = scenario.steps.iter().map(|s| s.text.as_str()).collect();
+        assert!(texts.contains(&"let args = {\"workspaceUri\": \"file:///c\", …"), "{texts:?}");
+        assert!(texts.contains(&"crash i1 after replay receives claim_and_delete"));
+    }
+
+    #[test]
+    fn comment_stripping_respects_strings() {
+        assert_eq!(strip_comment(r##"send a -> b x {"t": "#1"} # why"##), r##"send a -> b x {"t": "#1"} "##);
+        assert_eq!(strip_comment(r##"x "a\"#" # c"##), r##"x "a\"#" "##);
     }
 }
