@@ -198,3 +198,20 @@ fn parallel_blocks_interleave_differently_across_seeds() {
         assert!(in_progress_seen, "{file}: some seed should deliver the second claim while the first is still pending");
     }
 }
+
+#[test]
+fn raw_messages_are_sent_verbatim_and_transcribed_exactly() {
+    let text = "use demo\ninstance i1\nclient alice principal alice\n\
+        send alice -> i1 raw \"{ \\\"jsonrpc\\\": \\\"2.0\\\", \\\"id\\\": 7, \\\"method\\\": \\\"tools/list\\\" }\" as no_meta\n\
+        expect no_meta error -32602 meta_invalid\n\
+        send alice -> i1 raw \"{not json\" as garbage\n\
+        expect garbage error -32700\n\
+        expect garbage id = null\n";
+    let scenario = scenario::parse("inline", "inline", text).unwrap();
+    let report = runner::run(&scenario, &RunOptions::seeded(1));
+    assert!(report.passed(), "{}", failures(&report));
+    let jsonl = report.transcript.to_jsonl();
+    assert!(jsonl.contains(r#""bytes":"{ \"jsonrpc\": \"2.0\", \"id\": 7, \"method\": \"tools/list\" }""#), "{jsonl}");
+    assert!(jsonl.contains(r#""bytes":"{not json""#), "{jsonl}");
+    assert!(report.transcript.to_text().contains(r#"request  "{ \"jsonrpc\": \"2.0\", \"id\": 7, \"method\": \"tools/list\" }""#));
+}

@@ -18,7 +18,7 @@
 use super::history::{Effect, EffectKind, History, NoResponse, Operation, Outcome};
 use super::message::OperationId;
 use super::scenario::model::{AnswerCheck, Expectation, Targets};
-use super::scenario::template::{follow, preview};
+use super::scenario::template::{at, follow, preview};
 use crate::handlers::notes::TOOL_NOTES_DELETE;
 use crate::policy::authorization::Authorizations;
 use crate::policy::containment::FileUri;
@@ -28,6 +28,7 @@ use crate::wire::canonical::digest_hex;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -63,7 +64,7 @@ pub struct Observed<'a> {
     pub answers: &'a BTreeMap<String, OperationId>,
     pub notes: &'a MemoryNoteStore,
     pub replay: &'a MemoryReplayStore,
-    pub lookup: &'a dyn Fn(&str) -> Result<Value, String>,
+    pub lookup: &'a dyn Fn(&str) -> Result<&'a Value, String>,
 }
 
 /// `Ok` if the expectation holds; otherwise what was expected and what was found.
@@ -129,7 +130,7 @@ pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<()
             let operation = &observed.history.operations[id.0];
             let state = operation
                 .response()
-                .and_then(|r| r.pointer("/result/requestState"))
+                .and_then(|r| at(r, &["result", "requestState"]))
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("{answer} carries no requestState (it was {})", describe(operation)))?;
             let claims = peek_claims(state).ok_or_else(|| format!("{answer}'s requestState cannot be read"))?;
@@ -148,7 +149,7 @@ pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<()
     }
 }
 
-fn check_answer(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(&str) -> Result<Value, String>) -> Result<(), String> {
+fn check_answer<'v>(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(&str) -> Result<&'v Value, String>) -> Result<(), String> {
     let got = || format!("got {}", describe(operation));
     if let AnswerCheck::NoResponse = check {
         return match operation.outcome {
@@ -160,13 +161,13 @@ fn check_answer(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(&str
         return Err(format!("expected a response, {}", got()));
     };
     match check {
-        AnswerCheck::ResultType(expected) => match response.pointer("/result/resultType").and_then(Value::as_str) {
+        AnswerCheck::ResultType(expected) => match at(response, &["result", "resultType"]).and_then(Value::as_str) {
             Some(actual) if actual == expected => Ok(()),
             _ => Err(format!("expected resultType {expected:?}, {}", got())),
         },
         AnswerCheck::Error { code, reason } => {
-            let actual_code = response.pointer("/error/code").and_then(Value::as_i64);
-            let actual_reason = response.pointer("/error/data/reason").and_then(Value::as_str);
+            let actual_code = at(response, &["error", "code"]).and_then(Value::as_i64);
+            let actual_reason = at(response, &["error", "data", "reason"]).and_then(Value::as_str);
             let code_matches = actual_code == Some(*code);
             let reason_matches = reason.as_deref().is_none_or(|r| Some(r) == actual_reason);
             if code_matches && reason_matches {
@@ -214,7 +215,7 @@ pub fn describe(operation: &Operation) -> String {
                 }
             } else if let Some(error) = value.get("error") {
                 let code = error.get("code").map(Value::to_string).unwrap_or_default();
-                let reason = error.pointer("/data/reason").and_then(Value::as_str).map(|r| format!(" {r}")).unwrap_or_default();
+                let reason = at(error, &["data", "reason"]).and_then(Value::as_str).map(|r| format!(" {r}")).unwrap_or_default();
                 let message = error.get("message").and_then(Value::as_str).unwrap_or("");
                 format!("error {code}{reason}: {message}")
             } else {
@@ -232,11 +233,17 @@ pub fn peek_claims(state: &str) -> Option<StateClaims> {
 
 /// Every safety property violated by this history (empty when all hold).
 pub fn check_properties(history: &History) -> Vec<Violation> {
+    // The claims of the state each operation sent back, read once.
+    let sent: Vec<Option<StateClaims>> = history
+        .operations
+        .iter()
+        .map(|op| op.params().and_then(|p| p.get("requestState")).and_then(Value::as_str).and_then(peek_claims))
+        .collect();
     let mut violations = Vec::new();
-    at_most_once(history, &mut violations);
-    consent(history, &mut violations);
+    at_most_once(history, &sent, &mut violations);
+    consent(history, &sent, &mut violations);
     containment(history, &mut violations);
-    refusal(history, &mut violations);
+    refusal(history, &sent, &mut violations);
     violations
 }
 
@@ -252,20 +259,19 @@ fn label(history: &History, operation: Option<OperationId>) -> String {
 }
 
 /// The nonce of the confirmation an operation answered: read from the state it sent, as an observer would.
-fn confirmation_nonce(operation: &Operation) -> Option<String> {
-    let state = operation.params()?.get("requestState")?.as_str()?;
-    Some(peek_claims(state)?.nonce)
+fn confirmation_nonce(sent: &[Option<StateClaims>], operation: OperationId) -> Option<&str> {
+    sent[operation.0].as_ref().map(|claims| claims.nonce.as_str())
 }
 
-fn at_most_once(history: &History, violations: &mut Vec<Violation>) {
+fn at_most_once(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
     let mut consumed: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
-    let mut deleted: BTreeMap<String, Vec<&Effect>> = BTreeMap::new();
+    let mut deleted: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
     for effect in &history.effects {
         match &effect.kind {
             EffectKind::NonceConsumed { nonce, .. } => consumed.entry(nonce).or_default().push(effect),
             EffectKind::NoteDeleted { .. } => {
                 // Attributed to the confirmation the client sent, whatever the server did with its nonce.
-                let confirmation = effect.operation.and_then(|id| confirmation_nonce(&history.operations[id.0]));
+                let confirmation = effect.operation.and_then(|id| confirmation_nonce(sent, id));
                 if let Some(nonce) = confirmation {
                     deleted.entry(nonce).or_default().push(effect);
                 }
@@ -298,7 +304,14 @@ fn at_most_once(history: &History, violations: &mut Vec<Violation>) {
     }
 }
 
-fn consent(history: &History, violations: &mut Vec<Violation>) {
+fn consent(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
+    // Which answers carried which state: where each state was shown, and to whom.
+    let mut issued: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for operation in &history.operations {
+        if let Some(state) = operation.response().and_then(|r| at(r, &["result", "requestState"])).and_then(Value::as_str) {
+            issued.entry(state).or_default().push(operation);
+        }
+    }
     for effect in &history.effects {
         let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
         let mut fail = |why: String| {
@@ -322,8 +335,8 @@ fn consent(history: &History, violations: &mut Vec<Violation>) {
         let answer = params.get("inputResponses").and_then(Value::as_object).filter(|r| r.len() == 1).and_then(|r| r.values().next());
         let accepted = answer.is_some_and(|a| {
             a.get("action").and_then(Value::as_str) == Some("accept")
-                && a.pointer("/content/confirm") == Some(&Value::Bool(true))
-                && a.pointer("/content/note_id").and_then(Value::as_str) == Some(note.id.as_str())
+                && at(a, &["content", "confirm"]) == Some(&Value::Bool(true))
+                && at(a, &["content", "note_id"]).and_then(Value::as_str) == Some(note.id.as_str())
         });
         if !accepted {
             fail("the request did not accept this note with confirm: true".into());
@@ -333,7 +346,7 @@ fn consent(history: &History, violations: &mut Vec<Violation>) {
             fail("the request carried no requestState".into());
             continue;
         };
-        let Some(claims) = peek_claims(state) else {
+        let Some(claims) = &sent[operation.id.0] else {
             fail("its requestState is unreadable".into());
             continue;
         };
@@ -349,10 +362,8 @@ fn consent(history: &History, violations: &mut Vec<Violation>) {
             ));
             continue;
         }
-        let shown = history.operations.iter().any(|earlier| {
-            earlier.principal == operation.principal
-                && earlier.response().and_then(|r| r.pointer("/result/requestState")).and_then(Value::as_str) == Some(state)
-                && offered_ids(earlier).iter().any(|id| id == &note.id)
+        let shown = issued.get(state).is_some_and(|answers| {
+            answers.iter().any(|earlier| earlier.principal == operation.principal && offered_ids(earlier).iter().any(|id| id == &note.id))
         });
         if !shown {
             fail("no server ever showed this principal a form offering it with this state".into());
@@ -362,19 +373,23 @@ fn consent(history: &History, violations: &mut Vec<Violation>) {
 
 /// The note ids a form in this operation's response offered.
 fn offered_ids(operation: &Operation) -> Vec<String> {
-    let Some(requests) = operation.response().and_then(|r| r.pointer("/result/inputRequests")).and_then(Value::as_object) else {
+    let Some(requests) = operation.response().and_then(|r| at(r, &["result", "inputRequests"])).and_then(Value::as_object) else {
         return Vec::new();
     };
     requests
         .values()
-        .filter_map(|request| request.pointer("/params/requestedSchema/properties/note_id/enum").and_then(Value::as_array))
+        .filter_map(|request| at(request, &["params", "requestedSchema", "properties", "note_id", "enum"]).and_then(Value::as_array))
         .flatten()
         .filter_map(|id| id.as_str().map(str::to_string))
         .collect()
 }
 
 /// Authorizations as they were when `delivery` happened (revocations made after an earlier delivery apply).
-fn authorizations_at(history: &History, delivery: usize) -> Authorizations {
+fn authorizations_at(history: &History, delivery: usize) -> Cow<'_, Authorizations> {
+    let revoked = |e: &Effect| matches!(e.kind, EffectKind::Revoked { .. }) && e.delivery < delivery;
+    if !history.effects.iter().any(revoked) {
+        return Cow::Borrowed(&history.initial_authorizations);
+    }
     let mut authorizations = history.initial_authorizations.clone();
     for effect in &history.effects {
         if let EffectKind::Revoked { principal, workspace } = &effect.kind {
@@ -385,7 +400,7 @@ fn authorizations_at(history: &History, delivery: usize) -> Authorizations {
             }
         }
     }
-    authorizations
+    Cow::Owned(authorizations)
 }
 
 fn inside(authorizations: &Authorizations, principal: &str, uri: &str) -> bool {
@@ -413,8 +428,8 @@ fn containment(history: &History, violations: &mut Vec<Violation>) {
         let Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
         let authorizations = authorizations_at(history, *delivery);
         let mut exposed: Vec<String> = Vec::new();
-        for key in ["/result/resources", "/result/contents"] {
-            if let Some(items) = value.pointer(key).and_then(Value::as_array) {
+        for key in ["resources", "contents"] {
+            if let Some(items) = at(value, &["result", key]).and_then(Value::as_array) {
                 exposed.extend(items.iter().filter_map(|item| item.get("uri").and_then(Value::as_str)).map(str::to_string));
             }
         }
@@ -443,7 +458,7 @@ fn containment(history: &History, violations: &mut Vec<Violation>) {
     }
 }
 
-fn refusal(history: &History, violations: &mut Vec<Violation>) {
+fn refusal(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
     for operation in &history.operations {
         let Some(action) = operation.answer_action() else { continue };
         if action != "decline" && action != "cancel" {
@@ -461,20 +476,20 @@ fn refusal(history: &History, violations: &mut Vec<Violation>) {
             }
         }
         let Some(response) = operation.response() else { continue };
-        if response.pointer("/result/resultType").and_then(Value::as_str) == Some("input_required") {
+        if at(response, &["result", "resultType"]).and_then(Value::as_str) == Some("input_required") {
             violations
                 .push(Violation { property: Property::Refusal, message: format!("a {action} was answered with another form ({who})") });
         }
-        if response.pointer("/result/structuredContent/deleted") == Some(&Value::Bool(true)) {
+        if at(response, &["result", "structuredContent", "deleted"]) == Some(&Value::Bool(true)) {
             violations.push(Violation { property: Property::Refusal, message: format!("a {action} was answered deleted: true ({who})") });
         }
         // A decline the server acknowledged ends the flow: nothing may be deleted under that confirmation later.
-        let acknowledged = response.pointer("/result/structuredContent/outcome").and_then(Value::as_str) == Some("declined");
-        if let (true, Some(declined)) = (acknowledged, confirmation_nonce(operation)) {
+        let acknowledged = at(response, &["result", "structuredContent", "outcome"]).and_then(Value::as_str) == Some("declined");
+        if let (true, Some(declined)) = (acknowledged, confirmation_nonce(sent, operation.id)) {
             for effect in &history.effects {
                 let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
-                let later = effect.operation.map(|id| &history.operations[id.0]).and_then(confirmation_nonce);
-                if later.as_deref() == Some(declined.as_str()) {
+                let later = effect.operation.and_then(|id| confirmation_nonce(sent, id));
+                if later == Some(declined) {
                     violations.push(Violation {
                         property: Property::Refusal,
                         message: format!(

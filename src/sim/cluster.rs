@@ -24,8 +24,9 @@ use super::history::{Effect, EffectKind, History, NoResponse, Operation, Outcome
 use super::message::{ActorId, OperationId, Payload, StoreCall, StoreReturn, TaskId};
 use super::network::{Envelope, Network, NetworkFull};
 use super::random::{self, Stream};
+use super::scenario::template::at;
 use super::scheduler::{Decision, DecisionLog, Divergence, Scheduler};
-use super::transcript::{Entry, Message, Transcript};
+use super::transcript::{Body, Entry, Kind, Message, Transcript};
 use crate::config::server_info;
 use crate::handlers::notes::NotesConfig;
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, Note};
@@ -440,18 +441,30 @@ impl Cluster {
 
     // ----- clients and admin -----
 
-    /// A client sends raw bytes to an instance. Returns the operation that tracks the answer.
+    /// A client sends bytes to an instance. `value` is what the bytes encode, when the client built them
+    /// (it is parsed from the bytes otherwise). Returns the operation that tracks the answer.
+    #[allow(clippy::too_many_arguments)] // Each is a distinct fact about the request; a struct would only rename them.
     pub fn send(
         &mut self,
         client: usize,
         instance: usize,
         bytes: Vec<u8>,
+        value: Option<Value>,
         notification: bool,
         step: usize,
         name: Option<String>,
     ) -> Result<OperationId, SimError> {
         let id = OperationId(self.history.operations.len());
         let principal = self.clients[client].principal.clone();
+        // A client-built value is what the bytes encode; anything else is parsed, and kept verbatim if odd.
+        let (request_value, request_exact) = match value {
+            Some(value) => (Some(Arc::new(value)), None),
+            None => {
+                let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+                let canonical = parsed.as_ref().is_some_and(|v| serde_json::to_vec(v).is_ok_and(|c| c == bytes));
+                (parsed.map(Arc::new), (!canonical).then(|| String::from_utf8_lossy(&bytes).into_owned()))
+            }
+        };
         let now_ms = self.clock.elapsed_ms();
         self.history.operations.push(Operation {
             id,
@@ -460,8 +473,8 @@ impl Cluster {
             instance: self.instances[instance].name.clone(),
             step,
             name,
-            request_value: serde_json::from_slice(&bytes).ok(),
-            request: bytes.clone(),
+            request_exact,
+            request_value,
             notification,
             sent_at_ms: now_ms,
             outcome: Outcome::Pending,
@@ -563,7 +576,7 @@ impl Cluster {
                 time_ms: self.clock.elapsed_ms(),
                 from: envelope.from,
                 to: envelope.to,
-                message: Message::from_payload(&envelope.payload),
+                message: self.message_of(&envelope),
             };
             self.transcript.push(entry);
         }
@@ -593,13 +606,26 @@ impl Cluster {
         }
     }
 
+    /// The envelope as the transcript shows it. A request is shown from the history, which already holds
+    /// what its bytes encode (parsing them again would only cost time).
+    fn message_of(&self, envelope: &Envelope) -> Message {
+        if let Payload::Request { operation, .. } = &envelope.payload {
+            let operation = &self.history.operations[operation.0];
+            if let Some(value) = &operation.request_value {
+                let kind = if value.is_object() && value.get("id").is_none() { Kind::Notify } else { Kind::Request };
+                return Message { kind, body: Body::Json(value.clone()), exact: operation.request_exact.clone() };
+            }
+        }
+        Message::from_payload(&envelope.payload)
+    }
+
     fn record_drop(&mut self, envelope: &Envelope, reason: String) {
         if self.transcript.recording {
             let entry = Entry::Dropped {
                 time_ms: self.clock.elapsed_ms(),
                 from: envelope.from,
                 to: envelope.to,
-                message: Message::from_payload(&envelope.payload),
+                message: self.message_of(envelope),
                 reason,
             };
             self.transcript.push(entry);
@@ -615,9 +641,8 @@ impl Cluster {
                 let reply_to = ReplyTo::Client { actor: from, operation };
                 self.spawn(to, cause, reply_to, None, handle_request(service, principal, bytes))
             }
-            (Role::Client(client), Payload::Response { operation, bytes }) => {
-                let value: Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-                let asks_for_input = value.pointer("/result/resultType").and_then(Value::as_str) == Some("input_required");
+            (Role::Client(client), Payload::Response { operation, value, .. }) => {
+                let asks_for_input = at(&value, &["result", "resultType"]).and_then(Value::as_str) == Some("input_required");
                 let at_ms = self.clock.elapsed_ms();
                 self.history.operations[operation.0].outcome = Outcome::Answered { value, at_ms, delivery: self.deliveries };
                 if asks_for_input {
@@ -695,7 +720,8 @@ impl Cluster {
             (ReplyTo::Client { actor, operation }, TaskOutput::Reply(reply)) => match reply.response {
                 Some(response) => {
                     let bytes = serde_json::to_vec(&response).expect("a JSON value serializes");
-                    self.network.send(task.actor, actor, now_ms, None, None, Payload::Response { operation, bytes })?;
+                    let payload = Payload::Response { operation, bytes, value: Arc::new(response) };
+                    self.network.send(task.actor, actor, now_ms, None, None, payload)?;
                 }
                 None => {
                     let text = format!("answers nothing (a notification; HTTP {})", reply.http_status);

@@ -8,6 +8,7 @@ use super::message::OperationId;
 use crate::handlers::ports::Note;
 use crate::policy::authorization::Authorizations;
 use serde_json::Value;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -27,9 +28,10 @@ pub struct Operation {
     pub step: usize,
     /// The name the scenario gave its answer (`as NAME`), if any.
     pub name: Option<String>,
-    pub request: Vec<u8>,
-    /// The request parsed (absent when the bytes are not JSON).
-    pub request_value: Option<Value>,
+    /// The request as a JSON value (absent when the bytes sent were not JSON).
+    pub request_value: Option<Arc<Value>>,
+    /// The exact text sent, kept only when it is not the compact serialization of `request_value`.
+    pub request_exact: Option<String>,
     pub notification: bool,
     pub sent_at_ms: u64,
     pub outcome: Outcome,
@@ -40,7 +42,7 @@ pub enum Outcome {
     /// Still in flight.
     Pending,
     /// `delivery` is the sequence number of the delivery that brought the response.
-    Answered { value: Value, at_ms: u64, delivery: usize },
+    Answered { value: Arc<Value>, at_ms: u64, delivery: usize },
     /// Nothing came back: a notification (never answered), or a request lost to a crash.
     NoResponse(NoResponse),
 }
@@ -61,7 +63,7 @@ impl Operation {
 
     /// `params` of the request, when it was a JSON object.
     pub fn params(&self) -> Option<&Value> {
-        self.request_value.as_ref()?.get("params")
+        self.request_value.as_deref()?.get("params")
     }
 
     /// The form answer's action (`accept`, `decline`, `cancel`), if this request answered one.

@@ -8,6 +8,7 @@
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, StoreError};
 use crate::policy::containment::FileUri;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Index of an actor in the cluster (instances, stores, clients, admin).
 pub type ActorId = usize;
@@ -24,8 +25,9 @@ pub struct OperationId(pub usize);
 pub enum Payload {
     /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
     Request { operation: OperationId, principal: String, bytes: Vec<u8> },
-    /// Instance → client: the raw JSON-RPC response bytes.
-    Response { operation: OperationId, bytes: Vec<u8> },
+    /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
+    /// exactly this value, so the client need not parse the bytes back).
+    Response { operation: OperationId, bytes: Vec<u8>, value: Arc<Value> },
     /// A task (or the admin) → a store actor.
     Call(StoreCall),
     /// A store actor → the task (or admin) that called it; `call` is the call's label.

@@ -304,6 +304,14 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
     Execution { transcript, history, decisions, failures, deliveries, expectations, sequential, has_parallel, final_notes, final_consumed }
 }
 
+/// A message ready to send: from which client, the exact bytes, the value they encode (if JSON).
+struct Built {
+    client: usize,
+    bytes: Vec<u8>,
+    value: Option<Value>,
+    notification: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 enum StepError {
     #[error("{0}")]
@@ -327,13 +335,13 @@ impl Runner<'_> {
         self.cluster.clients().iter().position(|c| c.name == name).expect("the parser checked client names")
     }
 
-    fn lookup(&self, name: &str) -> Result<Value, String> {
+    fn lookup(&self, name: &str) -> Result<&Value, String> {
         if let Some(value) = self.lets.get(name) {
-            return Ok(value.clone());
+            return Ok(value);
         }
         let id = self.answers.get(name).ok_or_else(|| format!("${name} is not bound"))?;
         let operation = self.cluster.operation(*id);
-        operation.response().cloned().ok_or_else(|| format!("${name} has no response ({})", check::describe(operation)))
+        operation.response().ok_or_else(|| format!("${name} has no response ({})", check::describe(operation)))
     }
 
     fn header(&mut self, line: usize, text: &str) {
@@ -388,9 +396,10 @@ impl Runner<'_> {
                     }
                 }
                 for (send, admin) in prepared {
-                    if let Some((send, (client, bytes, notification))) = send {
+                    if let Some((send, built)) = send {
                         let instance = self.instance_index(&send.instance);
-                        let operation = self.cluster.send(client, instance, bytes, notification, index, send.name.clone())?;
+                        let Built { client, bytes, value, notification } = built;
+                        let operation = self.cluster.send(client, instance, bytes, value, notification, index, send.name.clone())?;
                         if let Some(name) = &send.name {
                             self.answers.insert(name.clone(), operation);
                         }
@@ -445,16 +454,12 @@ impl Runner<'_> {
         self.scenario.cluster.keys.iter().find(|k| k.id == id).map(|k| k.secret.clone()).unwrap_or_else(|| derived_key_secret(id))
     }
 
-    /// The client index, the exact bytes, and whether it is a notification.
-    fn build(&mut self, send: &Send) -> Result<(usize, Vec<u8>, bool), String> {
+    /// The message a step sends, built from its template (answers from the form they answer).
+    fn build(&mut self, send: &Send) -> Result<Built, String> {
         let client = self.client_index(&send.client);
         let lookup = |n: &str| self.lookup(n);
-        match &send.request {
-            Request::Call { method, params, notification } => {
-                let params = params.resolve(&lookup)?;
-                let bytes = self.cluster.client_mut(client).request(method, params, *notification)?;
-                Ok((client, bytes, *notification))
-            }
+        let (method, params, notification) = match &send.request {
+            Request::Call { method, params, notification } => (method.clone(), params.resolve(&lookup)?, *notification),
             Request::Raw { message } => {
                 let message = message.resolve(&lookup)?;
                 let bytes = match &message {
@@ -463,7 +468,8 @@ impl Runner<'_> {
                 };
                 let parsed = serde_json::from_slice::<Value>(&bytes).ok();
                 let notification = parsed.is_some_and(|v| v.is_object() && v.get("id").is_none());
-                Ok((client, bytes, notification))
+                // No value: the cluster parses the bytes and keeps them verbatim if they are not canonical.
+                return Ok(Built { client, bytes, value: None, notification });
             }
             Request::Answer(answer) => {
                 let form = match &answer.form {
@@ -473,8 +479,8 @@ impl Runner<'_> {
                         .ok_or_else(|| format!("{} has not been shown a form yet; say which with `for NAME`", send.client))?,
                 };
                 let operation = self.cluster.operation(form);
-                let request = operation.request_value.clone().ok_or("the form's request was not JSON")?;
-                let response = operation.response().cloned().ok_or("the form's request got no response")?;
+                let request = operation.request_value.as_ref().ok_or("the form's request was not JSON")?;
+                let response = operation.response().ok_or("the form's request got no response")?;
                 let action = match &answer.action {
                     AnswerAction::Accept(content) => FormAction::Accept(content.as_ref().map(|c| c.resolve(&lookup)).transpose()?),
                     AnswerAction::Decline => FormAction::Decline,
@@ -482,21 +488,22 @@ impl Runner<'_> {
                 };
                 let arguments = answer.arguments.as_ref().map(|a| a.resolve(&lookup)).transpose()?;
                 let state = answer.state.as_ref().map(|s| s.resolve(&lookup)).transpose()?;
-                let (method, params) = answer_params(&request, &response, &action, arguments, state)?;
-                let bytes = self.cluster.client_mut(client).request(&method, params, false)?;
-                Ok((client, bytes, false))
+                let (method, params) = answer_params(request, response, &action, arguments, state)?;
+                (method, params, false)
             }
-        }
+        };
+        let (bytes, value) = self.cluster.client_mut(client).request(&method, params, notification)?;
+        Ok(Built { client, bytes, value: Some(value), notification })
     }
 
     fn send(&mut self, send: &Send, step: usize, routing: Routing) -> Result<(OperationId, bool), StepError> {
-        let (client, bytes, notification) = self.build(send)?;
+        let Built { client, bytes, value, notification } = self.build(send)?;
         let written = self.instance_index(&send.instance);
         let target = match routing {
             Routing::AsWritten => written,
             Routing::Shifted => self.equivalent_instance(written, self.sequential.len() + 1),
         };
-        let operation = self.cluster.send(client, target, bytes, notification, step, send.name.clone())?;
+        let operation = self.cluster.send(client, target, bytes, value, notification, step, send.name.clone())?;
         if let Some(name) = &send.name {
             self.answers.insert(name.clone(), operation);
         }

@@ -19,9 +19,11 @@
 //! likewise. JSON Lines keep everything exact, including the original bytes of any message that was not
 //! canonical JSON.
 
-use super::message::{ActorId, Payload};
+use super::message::{ActorId, Payload, StoreCall, StoreReturn};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 /// `requestState` values longer than this are abbreviated in text.
 pub const STATE_PREFIX_CHARS: usize = 12;
@@ -49,15 +51,24 @@ impl Kind {
     }
 }
 
-/// A message as transcripts show it.
+/// A message as transcripts show it. Recording only keeps a handle on it; JSON is built when rendering.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {
     pub kind: Kind,
-    /// The method for requests, the store operation for calls and returns, empty for responses.
-    pub label: String,
-    pub value: Value,
-    /// The exact bytes, when they are not the canonical serialization of `value` (or not JSON at all).
+    pub body: Body,
+    /// The exact bytes, when they are not the canonical serialization of the value (or not JSON at all).
     pub exact: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// A JSON-RPC message, shared with the run's history.
+    Json(Arc<Value>),
+    Call(StoreCall),
+    Return {
+        call: &'static str,
+        value: StoreReturn,
+    },
 }
 
 impl Message {
@@ -66,45 +77,61 @@ impl Message {
             Payload::Request { bytes, .. } => {
                 let (value, exact) = parse_exact(bytes);
                 let notification = value.is_object() && value.get("id").is_none();
-                let label = value.get("method").and_then(Value::as_str).unwrap_or("").to_string();
-                Message { kind: if notification { Kind::Notify } else { Kind::Request }, label, value, exact }
+                Message { kind: if notification { Kind::Notify } else { Kind::Request }, body: Body::Json(Arc::new(value)), exact }
             }
-            Payload::Response { bytes, .. } => {
-                let (value, exact) = parse_exact(bytes);
-                Message { kind: Kind::Response, label: String::new(), value, exact }
+            // The bytes are the compact serialization of `value`: canonical by construction.
+            Payload::Response { value, .. } => Message { kind: Kind::Response, body: Body::Json(value.clone()), exact: None },
+            Payload::Call(call) => Message { kind: Kind::Call, body: Body::Call(call.clone()), exact: None },
+            Payload::Return { call, value } => {
+                Message { kind: Kind::Return, body: Body::Return { call, value: value.clone() }, exact: None }
             }
-            Payload::Call(call) => Message { kind: Kind::Call, label: call.label().into(), value: call.to_json(), exact: None },
-            Payload::Return { call, value } => Message { kind: Kind::Return, label: (*call).into(), value: value.to_json(), exact: None },
+        }
+    }
+
+    /// The method for requests, the store operation for calls and returns, empty for responses.
+    pub fn label(&self) -> &str {
+        match &self.body {
+            Body::Json(value) if self.kind != Kind::Response => value.get("method").and_then(Value::as_str).unwrap_or(""),
+            Body::Json(_) => "",
+            Body::Call(call) => call.label(),
+            Body::Return { call, .. } => call,
+        }
+    }
+
+    pub fn value(&self) -> Cow<'_, Value> {
+        match &self.body {
+            Body::Json(value) => Cow::Borrowed(value),
+            Body::Call(call) => Cow::Owned(call.to_json()),
+            Body::Return { value, .. } => Cow::Owned(value.to_json()),
         }
     }
 
     /// A few words for diagrams.
     pub fn summary(&self) -> String {
+        let value = self.value();
         match self.kind {
             Kind::Request | Kind::Notify => {
-                let mut text = self.label.clone();
-                if let Some(name) = self.value.pointer("/params/name").and_then(Value::as_str) {
+                let mut text = self.label().to_string();
+                if let Some(name) = value.pointer("/params/name").and_then(Value::as_str) {
                     let _ = write!(text, " {name}");
                 }
-                if let Some(action) =
-                    self.value.pointer("/params/inputResponses").and_then(Value::as_object).and_then(|r| r.values().next())
-                {
+                if let Some(action) = value.pointer("/params/inputResponses").and_then(Value::as_object).and_then(|r| r.values().next()) {
                     let _ = write!(text, " [{}]", action.get("action").and_then(Value::as_str).unwrap_or("?"));
                 }
-                match self.value.get("id") {
+                match value.get("id") {
                     Some(id) => format!("{text} (id {id})"),
                     None => format!("{text} (notification)"),
                 }
             }
             Kind::Response => {
-                let id = self.value.get("id").map(Value::to_string).unwrap_or_default();
-                if let Some(result) = self.value.get("result") {
+                let id = value.get("id").map(Value::to_string).unwrap_or_default();
+                if let Some(result) = value.get("result") {
                     let result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("?");
                     match result.pointer("/structuredContent/outcome").and_then(Value::as_str) {
                         Some(outcome) => format!("{result_type}: {outcome} (id {id})"),
                         None => format!("{result_type} (id {id})"),
                     }
-                } else if let Some(error) = self.value.get("error") {
+                } else if let Some(error) = value.get("error") {
                     let code = error.get("code").map(Value::to_string).unwrap_or_default();
                     match error.pointer("/data/reason").and_then(Value::as_str) {
                         Some(reason) => format!("error {code} {reason} (id {id})"),
@@ -114,11 +141,11 @@ impl Message {
                     "response".into()
                 }
             }
-            Kind::Call => match self.value.get("noteId").and_then(Value::as_str) {
-                Some(note) => format!("{} {note}", self.label),
-                None => self.label.clone(),
+            Kind::Call => match value.get("noteId").and_then(Value::as_str) {
+                Some(note) => format!("{} {note}", self.label()),
+                None => self.label().to_string(),
             },
-            Kind::Return => return_summary(&self.value),
+            Kind::Return => return_summary(&value),
         }
     }
 }
@@ -388,10 +415,10 @@ fn entry_time(entry: &Entry) -> Option<u64> {
 fn message_json(message: &Message) -> Map<String, Value> {
     let mut value = Map::new();
     value.insert("kind".into(), json!(message.kind.as_str()));
-    if !message.label.is_empty() {
-        value.insert("label".into(), json!(message.label));
+    if !message.label().is_empty() {
+        value.insert("label".into(), json!(message.label()));
     }
-    value.insert("message".into(), message.value.clone());
+    value.insert("message".into(), message.value().into_owned());
     if let Some(exact) = &message.exact {
         value.insert("bytes".into(), json!(exact));
     }
@@ -402,10 +429,10 @@ fn text_message(message: &Message) -> String {
     let body = match &message.exact {
         // Not canonical JSON: show exactly what was sent.
         Some(exact) => format!("{exact:?}"),
-        None => abbreviate(&message.value).to_string(),
+        None => abbreviate(&message.value()).to_string(),
     };
     match message.kind {
-        Kind::Call | Kind::Return => format!("{} {body}", message.label),
+        Kind::Call | Kind::Return => format!("{} {body}", message.label()),
         _ => body,
     }
 }
@@ -481,7 +508,7 @@ mod tests {
                 time_ms: 5,
                 from: 1,
                 to: 0,
-                message: Message { kind: Kind::Response, label: String::new(), value: value.clone(), exact: None },
+                message: Message { kind: Kind::Response, body: Body::Json(Arc::new(value.clone())), exact: None },
             }],
         };
         assert!(transcript.to_jsonl().contains(&state));

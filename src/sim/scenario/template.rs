@@ -98,8 +98,9 @@ impl Template {
         }
     }
 
-    /// The value, with references looked up by `lookup` (which answers the whole value bound to a name).
-    pub fn resolve(&self, lookup: &dyn Fn(&str) -> Result<Value, String>) -> Result<Value, String> {
+    /// The value, with references looked up by `lookup` (which answers the whole value bound to a name;
+    /// only the part a path selects is copied).
+    pub fn resolve<'v>(&self, lookup: &dyn Fn(&str) -> Result<&'v Value, String>) -> Result<Value, String> {
         match self {
             Template::Literal(value) => Ok(value.clone()),
             Template::Object(members) => {
@@ -112,9 +113,9 @@ impl Template {
             Template::Array(items) => items.iter().map(|item| item.resolve(lookup)).collect::<Result<Vec<_>, _>>().map(Value::Array),
             Template::Ref(reference) => {
                 let whole = lookup(&reference.name)?;
-                match follow(&whole, &reference.path) {
+                match follow(whole, &reference.path) {
                     Some(value) => Ok(value.clone()),
-                    None => Err(format!("{reference} does not exist (${} is {})", reference.name, preview(&whole))),
+                    None => Err(format!("{reference} does not exist (${} is {})", reference.name, preview(whole))),
                 }
             }
             Template::Tamper { state, field, value } => {
@@ -135,6 +136,11 @@ pub fn follow<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
         Value::Array(items) => segment.parse::<usize>().ok().and_then(|index| items.get(index)),
         _ => None,
     })
+}
+
+/// Like [`follow`] for fixed paths, without allocating (unlike `Value::pointer`).
+pub fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |current, key| current.get(*key))
 }
 
 /// Rewrites claim `field` of a sealed state, keeping its signature (so verification must fail).
@@ -176,7 +182,8 @@ mod tests {
             ("a".into(), Template::Ref(Reference { name: "x".into(), path: vec!["list".into(), "1".into()] })),
             ("b".into(), Template::Literal(json!(true))),
         ]);
-        let lookup = |name: &str| if name == "x" { Ok(json!({"list": [10, 20]})) } else { Err(format!("no {name}")) };
+        let bound = json!({"list": [10, 20]});
+        let lookup = |name: &str| if name == "x" { Ok(&bound) } else { Err(format!("no {name}")) };
         assert_eq!(template.resolve(&lookup), Ok(json!({"a": 20, "b": true})));
         let missing = Template::Ref(Reference { name: "x".into(), path: vec!["nope".into()] });
         assert!(missing.resolve(&lookup).unwrap_err().contains("$x.nope does not exist"));
