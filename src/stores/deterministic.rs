@@ -43,7 +43,12 @@ pub struct SeededNonces {
 
 impl SeededNonces {
     pub fn new(seed: u64) -> Self {
-        SeededNonces { rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)) }
+        Self::from_rng(ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// Draws from a generator already set up, e.g. one ChaCha stream of a simulation seed.
+    pub fn from_rng(rng: ChaCha8Rng) -> Self {
+        SeededNonces { rng: Mutex::new(rng) }
     }
 }
 
