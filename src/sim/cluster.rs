@@ -17,7 +17,7 @@
 
 use super::actors::admin::AdminAction;
 use super::actors::client::Client;
-use super::actors::instance::{handle_request, Instance, InstanceParts, SeededNonces, ServiceFactory};
+use super::actors::instance::{handle_request, incarnation_nonces, Instance, InstanceParts, ServiceFactory};
 use super::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use super::clock::VirtualClock;
 use super::history::{Effect, EffectKind, History, NoResponse, Operation, Outcome};
@@ -325,7 +325,7 @@ impl Cluster {
 
     fn start_incarnation(&mut self, index: usize) {
         let instance = &mut self.instances[index];
-        instance.nonces = Some(Arc::new(SeededNonces::new(self.seed, instance.index, instance.incarnation)));
+        instance.nonces = Some(Arc::new(incarnation_nonces(self.seed, instance.index, instance.incarnation)));
         self.rebuild_service(index);
     }
 

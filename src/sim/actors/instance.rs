@@ -11,27 +11,12 @@ use crate::handlers::ports::{Clock, NonceSource, NoteStore, ReplayStore};
 use crate::handlers::{handle_message, Service};
 use crate::policy::state::KeyRing;
 use crate::sim::random::{self, Stream};
-use rand_chacha::ChaCha8Rng;
-use rand_core::RngCore;
-use std::sync::{Arc, Mutex};
+use crate::stores::deterministic::SeededNonces;
+use std::sync::Arc;
 
-/// Nonces from the instance incarnation's own seeded stream.
-pub struct SeededNonces {
-    rng: Mutex<ChaCha8Rng>,
-}
-
-impl SeededNonces {
-    pub fn new(seed: u64, instance: u16, incarnation: u16) -> SeededNonces {
-        SeededNonces { rng: Mutex::new(random::stream(seed, Stream::Nonces { instance, incarnation })) }
-    }
-}
-
-impl NonceSource for SeededNonces {
-    fn nonce(&self) -> [u8; 16] {
-        let mut bytes = [0u8; 16];
-        self.rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).fill_bytes(&mut bytes);
-        bytes
-    }
+/// Nonces of one instance incarnation: its own ChaCha stream of the run's seed.
+pub fn incarnation_nonces(seed: u64, instance: u16, incarnation: u16) -> SeededNonces {
+    SeededNonces::from_rng(random::stream(seed, Stream::Nonces { instance, incarnation }))
 }
 
 /// What a service factory receives to build one instance incarnation.
