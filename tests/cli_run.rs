@@ -106,7 +106,7 @@ fn jsonl_keeps_stdout_machine_readable_and_mermaid_draws_a_sequence() {
     assert!(text(&output.stderr).contains("1 of 1 scenario(s) passed"), "the table goes to stderr");
     let output = mcpsim(repo(), &["run", file, "--format", "mermaid"]);
     let stdout = text(&output.stdout);
-    assert!(stdout.starts_with("sequenceDiagram\n    participant i1\n    participant i2\n"), "{stdout}");
+    assert!(stdout.starts_with("sequenceDiagram\n    participant alice\n    participant i1\n    participant i2\n    participant notes\n    participant replay\n"), "{stdout}");
     assert!(stdout.contains("i2-->>alice: complete: deleted (id 2)"), "{stdout}");
 }
 

@@ -24,7 +24,7 @@ be read or parsed.
 Examples:
   mcpsim run                                   # the scenario library, one seed each
   mcpsim run scenarios/ --seeds 100            # every scenario under 100 interleavings
-  mcpsim run scenarios/accepts-race-on-one-note.sim --seed 7 --format mermaid")]
+  mcpsim run scenarios/04-accepts-race-for-one-note.sim --seed 7 --format mermaid")]
 pub struct RunArgs {
     /// Scenario files (.sim) or folders of them. Default: ./scenarios, or the embedded library if there is none.
     pub paths: Vec<PathBuf>,
@@ -36,10 +36,30 @@ pub struct RunArgs {
     pub seeds: u64,
     /// Print each scenario's transcript in this format (printed by default when a single file is run).
     #[arg(long, value_enum)]
-    pub format: Option<Format>,
+    pub format: Option<FormatArg>,
     /// Which scheduler picks the next delivery: seeded random (explores) or scripted (network order).
     #[arg(long, value_enum, default_value_t = SchedulerArg::Random)]
     pub scheduler: SchedulerArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    /// Column-aligned text, long requestState tokens abbreviated.
+    Text,
+    /// One JSON object per line, every message exact.
+    Jsonl,
+    /// A Mermaid sequence diagram.
+    Mermaid,
+}
+
+impl From<FormatArg> for Format {
+    fn from(format: FormatArg) -> Format {
+        match format {
+            FormatArg::Text => Format::Text,
+            FormatArg::Jsonl => Format::Jsonl,
+            FormatArg::Mermaid => Format::Mermaid,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,7 +88,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     let mut unreadable = Vec::new();
     let loaded = load(&args.paths, &mut unreadable);
     let single_file = args.paths.len() == 1 && args.paths[0].is_file();
-    let format = args.format.or(single_file.then_some(Format::Text));
+    let format = args.format.map(Format::from).or(single_file.then_some(Format::Text));
     // Machine-readable transcripts keep stdout to themselves; the table goes to stderr.
     let table_to_stderr = matches!(format, Some(Format::Jsonl | Format::Mermaid));
     let mut stdout = std::io::stdout().lock();

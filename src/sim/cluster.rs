@@ -195,6 +195,12 @@ impl Cluster {
             seed: setup.seed,
             scheduler: scheduler.name().into(),
             actors: names.clone(),
+            // Clients, then the admin, then the instances, then the stores: requests flow left to right.
+            diagram_order: (admin_actor + 1..roles.len())
+                .chain([admin_actor])
+                .chain(0..instance_count)
+                .chain([note_store_actor, replay_store_actor])
+                .collect(),
             recording: setup.record_transcript,
             entries: Vec::new(),
         };

@@ -222,6 +222,8 @@ pub struct Transcript {
     pub scheduler: String,
     /// Actor names by id.
     pub actors: Vec<String>,
+    /// Left-to-right order of actors in diagrams (clients first, stores last); all actors when empty.
+    pub diagram_order: Vec<ActorId>,
     pub recording: bool,
     pub entries: Vec<Entry>,
 }
@@ -357,13 +359,13 @@ impl Transcript {
                 _ => {}
             }
         }
-        for (actor, name) in self.actors.iter().enumerate() {
-            if used[actor] {
-                let _ = writeln!(out, "    participant {name}");
-            }
+        let order: Vec<ActorId> = if self.diagram_order.is_empty() { (0..self.actors.len()).collect() } else { self.diagram_order.clone() };
+        let shown: Vec<ActorId> = order.into_iter().filter(|actor| used.get(*actor).copied().unwrap_or(false)).collect();
+        for actor in &shown {
+            let _ = writeln!(out, "    participant {}", self.name(*actor));
         }
-        let first = used.iter().position(|u| *u).map(|a| self.name(a).to_string());
-        let last = used.iter().rposition(|u| *u).map(|a| self.name(a).to_string());
+        let first = shown.first().map(|a| self.name(*a).to_string());
+        let last = shown.last().map(|a| self.name(*a).to_string());
         for entry in &self.entries {
             match entry {
                 Entry::Step { number, text, .. } => {
@@ -479,7 +481,7 @@ fn mermaid_text(text: &str) -> String {
 }
 
 /// How a transcript is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Text,
     Jsonl,
@@ -502,6 +504,7 @@ mod tests {
             seed: 1,
             scheduler: "random".into(),
             actors: vec!["alice".into(), "i1".into()],
+            diagram_order: Vec::new(),
             recording: true,
             entries: vec![Entry::Delivery {
                 seq: 1,
