@@ -87,7 +87,7 @@ pub struct Effect {
 #[derive(Debug, Clone, PartialEq)]
 pub enum EffectKind {
     /// The note store listed these notes (a read of everything it returned).
-    NotesListed { notes: Vec<Note> },
+    NotesListed { notes: Arc<Vec<Note>> },
     /// The note store deleted this note, on behalf of a claim of `nonce` (if any).
     NoteDeleted { note: Note, nonce: Option<String> },
     /// The replay store consumed `nonce` with this record.

@@ -68,7 +68,8 @@ pub enum StoreCall {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreReturn {
-    Notes(Vec<Note>),
+    /// Shared with the history (and the transcript) rather than copied for each.
+    Notes(Arc<Vec<Note>>),
     Guarded(GuardedDelete),
     Claimed(ClaimOutcome),
     ClaimedAndDeleted(ClaimAndDelete),

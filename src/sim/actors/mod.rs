@@ -151,7 +151,8 @@ fn unexpected(what: &str, value: StoreReturn) -> StoreError {
 impl NoteStore for StoreClient {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
         match self.call(StoreCall::ListNotes).await {
-            StoreReturn::Notes(notes) => Ok(notes),
+            // The history keeps its own handle on the listing, so the handler gets a copy.
+            StoreReturn::Notes(notes) => Ok(Arc::try_unwrap(notes).unwrap_or_else(|shared| (*shared).clone())),
             other => Err(unexpected("list_notes", other)),
         }
     }

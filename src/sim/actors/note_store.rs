@@ -13,7 +13,7 @@ pub fn serve(notes: Arc<MemoryNoteStore>, call: StoreCall) -> TaskFuture {
     Box::pin(async move {
         let value = match call {
             StoreCall::ListNotes => match notes.list_notes().await {
-                Ok(list) => StoreReturn::Notes(list),
+                Ok(list) => StoreReturn::Notes(Arc::new(list)),
                 Err(error) => StoreReturn::Failed(error),
             },
             StoreCall::DeleteIfInside { note_id, workspace } => match notes.delete_if_inside(&note_id, &workspace).await {
