@@ -22,7 +22,7 @@ pub struct SeedReport {
     pub unchanged: usize,
     /// Notes in the store that the seed does not mention; they are kept, listed after the seeded ones.
     pub others_kept: usize,
-    /// Whether the listing order had to be restored.
+    /// Whether notes had to be moved in the listing (adding new ones at its end is not moving).
     pub reordered: bool,
 }
 
@@ -62,6 +62,13 @@ pub trait StoreAdmin: Send + Sync {
     async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError>;
     /// What this store is, for logs and reports; never contains a password.
     fn describe(&self) -> String;
+    /// Releases the store's connections at shutdown. Operations after it fail with `StoreError::Unavailable`;
+    /// an operation still running finishes (its connection is closed when it returns). Nothing is lost: every
+    /// committed change is already durable, and an uncommitted one rolls back as it would on a crash.
+    async fn close(&self) -> Result<(), StoreError> {
+        // In-process stores hold nothing outside the process.
+        Ok(())
+    }
 }
 
 /// The listing a seed must produce: the seeded notes in order (later duplicates replacing content), then
@@ -82,7 +89,7 @@ pub(crate) fn seeded_listing(current: &[Note], seed: &[Note]) -> Vec<Note> {
 /// Counts what a seed changes, comparing the listing before and after.
 pub(crate) fn seed_report(current: &[Note], target: &[Note], seed: &[Note]) -> SeedReport {
     let seeded_ids: BTreeSet<&str> = seed.iter().map(|note| note.id.as_str()).collect();
-    let mut report = SeedReport { reordered: !same_order(current, target), ..SeedReport::default() };
+    let mut report = SeedReport { reordered: !upserts_give_order(current, target, seed), ..SeedReport::default() };
     for note in target {
         if !seeded_ids.contains(note.id.as_str()) {
             report.others_kept += 1;
@@ -97,8 +104,16 @@ pub(crate) fn seed_report(current: &[Note], target: &[Note], seed: &[Note]) -> S
     report
 }
 
-fn same_order(current: &[Note], target: &[Note]) -> bool {
-    current.len() == target.len() && current.iter().zip(target).all(|(a, b)| a.id == b.id)
+/// Whether upserting `seed` in order onto `current` (existing notes keep their place, new ones go last) already
+/// lists `target`; if not, the seed must move notes.
+fn upserts_give_order(current: &[Note], target: &[Note], seed: &[Note]) -> bool {
+    let mut listed: Vec<&str> = current.iter().map(|note| note.id.as_str()).collect();
+    for note in seed {
+        if !listed.contains(&note.id.as_str()) {
+            listed.push(&note.id);
+        }
+    }
+    listed.len() == target.len() && listed.iter().zip(target).all(|(id, note)| *id == note.id)
 }
 
 /// The admin handle of the in-memory stores.
@@ -177,6 +192,10 @@ mod tests {
         assert_eq!(target[1].title, "b");
         let report = seed_report(&current, &target, &seed);
         assert_eq!(report, SeedReport { inserted: 1, updated: 1, unchanged: 0, others_kept: 2, reordered: true });
+        let fresh = seed_report(&[], &seeded_listing(&[], &seed), &seed);
+        assert!(!fresh.reordered, "seeding an empty store only appends");
+        let appended = [note("a", "a")];
+        assert!(!seed_report(&appended, &seeded_listing(&appended, &seed), &seed).reordered, "b is added after a");
         let again = seed_report(&target, &seeded_listing(&target, &seed), &seed);
         assert_eq!(again, SeedReport { inserted: 0, updated: 0, unchanged: 2, others_kept: 2, reordered: false });
     }

@@ -154,6 +154,9 @@ impl PostgresStore {
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         self.pool.get().await.map_err(|error| {
+            if matches!(error, PoolError::Closed) {
+                return StoreError::Unavailable(format!("{}: the store was closed (the server is shutting down)", self.description));
+            }
             let reason = match &error {
                 PoolError::Backend(error) => explain(error),
                 PoolError::Timeout(_) => format!("no connection within {POSTGRES_CONNECT_TIMEOUT_MS} ms"),
@@ -465,5 +468,11 @@ impl StoreAdmin for PostgresStore {
 
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        // Idle connections end now (the server sees a clean Terminate); ones in use end when returned.
+        self.pool.close();
+        Ok(())
     }
 }

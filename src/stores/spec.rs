@@ -95,6 +95,13 @@ impl FromStr for StoreSpec {
     }
 }
 
+impl StoreSpec {
+    /// Whether other processes can share this store (every kind but memory).
+    pub fn is_shared(&self) -> bool {
+        !matches!(self, StoreSpec::Memory)
+    }
+}
+
 impl std::fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -119,16 +126,26 @@ pub struct Stores {
     pub admin: Arc<dyn StoreAdmin>,
 }
 
+impl Stores {
+    /// In-process stores over `notes` (the replay store joins claim and delete through it).
+    pub fn from_memory(notes: Arc<MemoryNoteStore>, replay: Arc<MemoryReplayStore>) -> Stores {
+        let admin = Arc::new(MemoryAdmin { notes: notes.clone(), replay: replay.clone() });
+        Stores { notes, replay, admin }
+    }
+
+    /// Fresh in-process stores holding `notes`.
+    pub fn in_memory(notes: Vec<Note>, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Stores {
+        let notes = Arc::new(MemoryNoteStore::new(notes));
+        let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock, limits));
+        Stores::from_memory(notes, replay)
+    }
+}
+
 /// Opens (creating and migrating as needed) the store named by `spec`. A memory store starts empty: seed it
 /// through `admin`.
 pub async fn open(spec: &StoreSpec, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<Stores, StoreError> {
     match spec {
-        StoreSpec::Memory => {
-            let notes = Arc::new(MemoryNoteStore::new(Vec::new()));
-            let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock, limits));
-            let admin = Arc::new(MemoryAdmin { notes: notes.clone(), replay: replay.clone() });
-            Ok(Stores { notes, replay, admin })
-        }
+        StoreSpec::Memory => Ok(Stores::in_memory(Vec::new(), clock, limits)),
         StoreSpec::Sqlite(path) => {
             let store = Arc::new(SqliteStore::open(path, clock, limits).await?);
             Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
@@ -157,7 +174,9 @@ pub async fn seed(spec: &StoreSpec, notes: &[Note]) -> Result<SeedReport, SeedEr
         return Err(SeedError::MemoryIsPerProcess);
     }
     let stores = open(spec, Arc::new(SystemClock), ReplayLimits::default()).await?;
-    Ok(stores.admin.seed(notes).await?)
+    let seeded = stores.admin.seed(notes).await;
+    stores.admin.close().await?;
+    Ok(seeded?)
 }
 
 #[cfg(test)]

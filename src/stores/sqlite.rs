@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -68,6 +69,8 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    /// Set by `close`: no new operation starts, and connections are closed instead of pooled.
+    closed: AtomicBool,
     /// One permit per connection in use.
     permits: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
@@ -119,6 +122,7 @@ impl SqliteStore {
         let inner = Arc::new(Inner {
             path: path.to_path_buf(),
             idle: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
             permits: Arc::new(Semaphore::new(SQLITE_CONNECTIONS_MAX)),
             clock,
             limits,
@@ -140,6 +144,9 @@ impl SqliteStore {
     {
         let inner = self.inner.clone();
         let path = inner.path.display().to_string();
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable(format!("sqlite {path}: the store was closed (the server is shutting down)")));
+        }
         let permit = inner.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let joined = tokio::task::spawn_blocking(move || {
             let _permit = permit;
@@ -172,9 +179,24 @@ impl Inner {
 
     fn give_back(&self, connection: Connection) {
         let mut idle = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if idle.len() < SQLITE_CONNECTIONS_MAX {
+        // Checked under the lock `close` drains with, so no connection is pooled after the drain.
+        if idle.len() < SQLITE_CONNECTIONS_MAX && !self.closed.load(Ordering::SeqCst) {
             idle.push(connection);
         }
+    }
+
+    /// Marks the store closed and closes every pooled connection (the last one to close checkpoints the WAL
+    /// into the database file).
+    fn close(&self) -> Outcome<()> {
+        let drained: Vec<Connection> = {
+            let mut idle = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.closed.store(true, Ordering::SeqCst);
+            std::mem::take(&mut *idle)
+        };
+        for connection in drained {
+            connection.close().map_err(|(_, error)| error)?;
+        }
+        Ok(())
     }
 }
 
@@ -443,5 +465,16 @@ impl StoreAdmin for SqliteStore {
 
     fn describe(&self) -> String {
         format!("sqlite {}", self.inner.path.display())
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        let inner = self.inner.clone();
+        let path = inner.path.display().to_string();
+        match tokio::task::spawn_blocking(move || inner.close()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Failure::Sql(error))) => Err(describe_sql_error(&path, &error)),
+            Ok(Err(Failure::Store(error))) => Err(error),
+            Err(join_error) => Err(StoreError::Unavailable(format!("sqlite {path}: closing failed: {join_error}"))),
+        }
     }
 }
