@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod pins;
 pub mod run;
+pub mod seed;
 pub mod serve;
 
 use clap::{Parser, Subcommand};
@@ -25,13 +26,15 @@ pub enum Command {
     /// (state_consumed). Runs in-process with a fixed key, clock and nonces, so the output is the same on
     /// every run. Exits 0 only if every step got the expected outcome.
     Demo(demo::DemoArgs),
-    /// Run the notes server for real, over stdio or streamable HTTP.
+    /// Run the notes server for real, over stdio or streamable HTTP, alone or as a fleet of instances.
     Serve(serve::ServeArgs),
     /// Review and approve the gateway's descriptor pins (quarantined tools stay hidden and refused until approved).
     #[command(subcommand_required = true)]
     Pins(pins::PinsArgs),
     /// Run scenarios against the deterministic simulated cluster, checking every expectation and safety property.
     Run(run::RunArgs),
+    /// Load a deployment's notes into a shared store (sqlite:PATH or postgres:URL); idempotent.
+    Seed(seed::SeedArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -41,5 +44,6 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Pins(args) => pins::run(args),
         Command::Run(args) => run::run(args),
+        Command::Seed(args) => seed::run(args),
     }
 }

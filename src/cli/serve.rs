@@ -1,28 +1,42 @@
-//! `mcpsim serve`: the notes server for real, over stdio or streamable HTTP.
+//! `mcpsim serve`: the notes server for real, over stdio or streamable HTTP, alone or as a fleet.
 //!
-//! Wiring only: load the deployment, build the server with [`build_notes_server`] (or the conformance fixture
-//! with [`build_conformance_fixture`], or the security gateway with [`build_real_gateway`]), start one transport.
+//! Wiring only: load the deployment and the signing keys, open the store, build the server with
+//! [`build_notes_server`] (or the conformance fixture with [`build_conformance_fixture`], or the security
+//! gateway with [`build_real_gateway`]), start one transport:
+//! stdio, or N HTTP listeners serving the same server (one store, one key ring). On SIGTERM every listener
+//! stops accepting, finishes its requests in flight, and then the store is closed.
 
-use crate::config::{ConfigError, Deployment, DEFAULT_PRINCIPAL};
+use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
 use crate::gateway_config::{build_real_gateway, load_pins, GatewayFile};
 use crate::handlers::fixture::DEFAULT_STATE_TTL_MS;
 use crate::handlers::gateway::ports::AuditSink;
 use crate::handlers::Service;
 use crate::policy::origin::OriginPolicy;
+use crate::policy::state::KeyRing;
 use crate::stores::gateway::JsonLinesAuditSink;
+use crate::stores::memory::ReplayLimits;
+use crate::stores::spec::STORE_SPEC_HELP;
+use crate::stores::system::SystemClock;
+use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{self, Authentication, HttpOptions, Tokens, MCP_PATH};
 use crate::transport::stdio::serve_stdio;
 use crate::transport::{build_conformance_fixture, build_notes_server};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 /// Longest `requestState` lifetime `--state-ttl` accepts: a confirmation is meant to be answered soon.
 pub const STATE_TTL_SECS_MAX: u64 = 86_400;
 
+/// Most HTTP instances one `mcpsim serve` process runs (`--instances`).
+pub const INSTANCES_MAX: u16 = 64;
+
 /// The principal every request acts for when a fixture is served (fixtures have no authentication).
 pub const FIXTURE_PRINCIPAL: &str = "anonymous";
+
+/// The environment variable `--store` may come from (keeps a database password out of the process list).
+pub const STORE_VARIABLE: &str = "MCPSIM_STORE";
 
 /// Exit status for invalid arguments or configuration (as clap uses for usage errors).
 const EXIT_USAGE: u8 = 2;
@@ -63,11 +77,23 @@ A --config file is TOML:
     id = "k1"
     secret_base64 = "..."                 # at least 32 bytes once decoded
 
-Without [[keys]] each process draws a random key, so a requestState minted by one process fails
-(state_signature) on another; give processes the same [[keys]] so any of them can finish any retry.
+A fleet: instances that share one store and one key ring, so any of them finishes any retry and a
+confirmation is used at most once across all of them.
+    mcpsim seed --store sqlite:/var/lib/mcpsim/fleet.db --config deployment.toml     # once
+    mcpsim serve --http 127.0.0.1:8080 --instances 3 \
+        --store sqlite:/var/lib/mcpsim/fleet.db --config deployment.toml --key-file keys.toml
+  More processes (on this machine for sqlite:, on any machine for postgres:) join the same fleet by
+  naming the same --store and --key-file. A --key-file holds only [[keys]] tables, as above; create
+  a key with `head -c 32 /dev/urandom | base64` and keep the file private (chmod 600).
+  With a shared store the notes live in the store: [[notes]] of --config are loaded by `mcpsim seed`,
+  not by serve. The memory store (the default) is this process's alone, loaded from --config.
 
-Logs: one line per request on stderr (principal, method, tool, outcome, latency; never tokens or
-arguments). Filter them with MCPSIM_LOG, e.g. MCPSIM_LOG=warn.
+Without shared keys each process draws a random key, so a requestState minted by one process fails
+(state_signature) on another; without a shared store each process has its own replay store, so a
+confirmation could be used once on each process. The startup log warns about both.
+
+Logs: one line per request on stderr (listener, principal, method, tool, outcome, latency; never
+tokens, requestState or arguments). Filter them with MCPSIM_LOG, e.g. MCPSIM_LOG=warn.
 
 With --gateway it serves the security gateway instead: backends notes, issues and an unreviewed look-alike
 (notes_mirror) behind one endpoint, tools named backend.tool (notes.search, notes.export, issues.search),
@@ -76,9 +102,9 @@ notes.export confirmed by the user through a form, per-principal rate limits, an
 record per tools/call (JSON Lines, to --audit-log FILE or stderr). Same tokens, same transport rules.
 
 Exit status: 0 after end of input (stdio) or ctrl-c / SIGTERM (HTTP); 1 if serving failed (e.g. the
-address is in use); 2 for invalid arguments or configuration."#;
+address is in use, the store is unreachable); 2 for invalid arguments or configuration."#;
 
-/// Run the notes server for real, over stdio or streamable HTTP.
+/// Run the notes server for real, over stdio or streamable HTTP, alone or as a fleet of instances.
 #[derive(Debug, clap::Args)]
 #[command(
     group(clap::ArgGroup::new("transport").required(true).args(["stdio", "http"])),
@@ -133,14 +159,14 @@ pub struct ServeArgs {
     /// conformance: the "everything server" the official MCP conformance suite expects (tools, prompts,
     /// resources, MRTR flows, progress and list-changed streams; see docs/conformance.md). It has no
     /// authentication, so over HTTP it only listens on loopback and answers only loopback Host/Origin values.
-    #[arg(long, value_enum, value_name = "NAME", conflicts_with_all = ["config", "principal"])]
+    #[arg(long, value_enum, value_name = "NAME", conflicts_with_all = ["config", "principal", "key_file"])]
     pub fixture: Option<Fixture>,
 
     /// Serve the security gateway in front of its backends instead of the notes server.
     ///
     /// Tools are named backend.tool; only tools whose full descriptor matches a reviewed pin are listed or
     /// callable; notes.export asks the user to confirm each call; quotas are per principal and tool.
-    #[arg(long, conflicts_with = "fixture")]
+    #[arg(long, conflicts_with_all = ["fixture", "key_file"])]
     pub gateway: bool,
 
     /// With --gateway: the gateway configuration (TOML: backends, policy, issues) [default: the embedded demo gateway].
@@ -154,6 +180,32 @@ pub struct ServeArgs {
     /// With --gateway: append the audit log (JSON Lines, one record per tools/call) to FILE [default: stderr].
     #[arg(long, value_name = "FILE", requires = "gateway")]
     pub audit_log: Option<PathBuf>,
+
+    /// Where notes and used confirmations live: memory | sqlite:PATH | postgres:URL [default: memory].
+    ///
+    /// memory: inside this process; its --instances share it, other processes cannot, and it is loaded from
+    /// --config at start. sqlite:PATH: one SQLite file shared by every process on this machine.
+    /// postgres:URL: a PostgreSQL database shared by processes on any machine (e.g.
+    /// postgres://mcpsim:secret@db.internal:5432/mcpsim). A shared store is created and migrated at start
+    /// and loaded with `mcpsim seed --store SPEC`. Also read from MCPSIM_STORE, which keeps a database
+    /// password out of the process list.
+    #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true)]
+    pub store: Option<StoreSpec>,
+
+    /// With --http: run N instances, each its own listener, sharing one store and one key ring.
+    ///
+    /// They listen on ADDR's port and the next N-1 ports (with port 0, each on a free port); each prints its
+    /// "listening on" line. At most 64. [default: 1]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(INSTANCES_MAX)), conflicts_with = "stdio")]
+    pub instances: Option<u16>,
+
+    /// Signing keys shared by a fleet: a TOML file of [[keys]] tables (id, secret_base64).
+    ///
+    /// The first key signs, the rest only verify (states sealed before a key rotation). Every process of a
+    /// fleet reads the same file; keep it private (chmod 600). Replaces [[keys]] in --config, which must
+    /// then have none.
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
 }
 
 /// The fixtures `--fixture` can serve.
@@ -207,88 +259,116 @@ struct Served {
     authentication: Authentication,
     /// The principal a stdio process acts for.
     stdio_principal: String,
-    /// One line for the startup log: keys, principals, state lifetime.
+    /// One line for the startup log: store, keys, principals, state lifetime.
     summary: String,
+    /// Closed after the last request (the fixture has none).
+    stores: Option<Stores>,
+}
+
+/// The notes server, decided before anything is opened: every argument and file is checked first.
+struct NotesPlan {
+    deployment: Deployment,
+    key_ring: KeyRing,
+    /// Where the key ring came from, for the startup log (ids only, never key bytes).
+    keys: String,
+    /// Whether other processes can hold the same keys (configured or from a key file, not drawn here).
+    keys_shared: bool,
+    store: StoreSpec,
+    stdio_principal: String,
+}
+
+/// What a process serves, decided before the runtime starts.
+enum Plan {
+    Fixture,
+    /// The gateway holds its own in-process state: it is built at once.
+    Gateway(Served),
+    Notes(NotesPlan),
 }
 
 fn serve(args: ServeArgs) -> Result<(), Failure> {
-    let served = match args.fixture {
+    let refuse_store = |what: &str| match &args.store {
+        Some(store) => {
+            Err(Failure::usage(format!("{what} keeps its state in the process; drop --store {store} (or unset {STORE_VARIABLE})")))
+        }
+        None => Ok(()),
+    };
+    let plan = match args.fixture {
         Some(Fixture::Conformance) => {
             if let Some(address) = args.http.filter(|address| !address.ip().is_loopback()) {
                 return Err(Failure::usage(format!(
                     "--fixture runs without authentication, so it only listens on loopback, not {address}: use --http 127.0.0.1:PORT"
                 )));
             }
-            let fixture = build_conformance_fixture(args.state_ttl);
-            Served {
-                service: Arc::new(fixture),
-                authentication: Authentication::Anonymous { principal: FIXTURE_PRINCIPAL.to_string() },
-                stdio_principal: FIXTURE_PRINCIPAL.to_string(),
-                summary: format!(
-                    "conformance fixture, no authentication (principal {FIXTURE_PRINCIPAL:?}), a random key of this process signs; requestState lives {} s",
-                    args.state_ttl.unwrap_or(DEFAULT_STATE_TTL_MS / 1000)
-                ),
-            }
+            refuse_store("--fixture")?;
+            Plan::Fixture
         }
-        None if args.gateway => gateway_server(&args)?,
-        None => notes_server(&args)?,
+        None if args.gateway => {
+            refuse_store("--gateway")?;
+            Plan::Gateway(gateway_server(&args)?)
+        }
+        None => Plan::Notes(plan_notes_server(&args)?),
     };
-    match args.http {
-        None => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|error| Failure::failed(format!("cannot start the async runtime: {error}")))?;
-            tracing::info!("serving stdio for principal {}; {}", served.stdio_principal, served.summary);
-            runtime
-                .block_on(serve_stdio(&*served.service, &served.stdio_principal))
-                .map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
-            tracing::info!("end of input; stopped");
-            Ok(())
-        }
-        Some(address) => {
-            let origins =
-                OriginPolicy::from_allowed(&args.allow_origins).map_err(|error| Failure::usage(format!("--allow-origin {error}")))?;
-            if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
-                tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
+    let origins = OriginPolicy::from_allowed(&args.allow_origins).map_err(|error| Failure::usage(format!("--allow-origin {error}")))?;
+    let addresses =
+        args.http.map(|address| instance_addresses(address, args.instances.unwrap_or(1))).transpose().map_err(Failure::usage)?;
+    let runtime = match addresses {
+        Some(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        // One message at a time on stdio: one thread is enough.
+        None => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+    }
+    .map_err(|error| Failure::failed(format!("cannot start the async runtime: {error}")))?;
+    runtime.block_on(async move {
+        let served = match plan {
+            Plan::Fixture => conformance_fixture(args.state_ttl),
+            Plan::Gateway(served) => served,
+            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl).await?,
+        };
+        let result = match addresses {
+            None => run_stdio(&served).await,
+            Some(addresses) => run_http(&served, addresses, origins).await,
+        };
+        if let Some(stores) = &served.stores {
+            // After the last request: every committed change is durable already; this only releases connections.
+            match stores.admin.close().await {
+                Ok(()) => tracing::info!("store closed: {}", stores.admin.describe()),
+                Err(error) => tracing::warn!("closing the store: {error}"),
             }
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .map_err(|error| Failure::failed(format!("cannot start the async runtime: {error}")))?;
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind(address).await.map_err(|error| {
-                    Failure::failed(format!(
-                        "cannot listen on {address}: {error}. Choose another address or port (port 0 picks a free one)."
-                    ))
-                })?;
-                let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
-                if !local.ip().is_loopback() {
-                    tracing::warn!(
-                        "listening on a non-loopback address: bearer tokens travel in clear text; put TLS and network policy in front"
-                    );
-                }
-                tracing::info!("{}", served.summary);
-                let shutdown = http::shutdown_signal()
-                    .map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
-                let options = HttpOptions { origins, ..HttpOptions::default() };
-                let router = http::router(served.service, served.authentication, options, local).map_err(Failure::usage)?;
-                // Printed once, exactly so: tests and scripts read the address from it.
-                eprintln!("listening on http://{local}{MCP_PATH}");
-                http::serve_http(listener, router, shutdown)
-                    .await
-                    .map_err(|error| Failure::failed(format!("the HTTP server failed: {error}")))?;
-                tracing::info!("stopped");
-                Ok(())
-            })
         }
+        result
+    })
+}
+
+/// The listening addresses of `instances` instances: `first`'s port and the ones after it, or port 0 for each.
+fn instance_addresses(first: SocketAddr, instances: u16) -> Result<Vec<SocketAddr>, String> {
+    (0..instances)
+        .map(|index| {
+            if first.port() == 0 {
+                return Ok(first);
+            }
+            let port = first.port().checked_add(index).ok_or_else(|| {
+                format!("--instances {instances} from port {} runs past port 65535; start lower, or use port 0", first.port())
+            })?;
+            Ok(SocketAddr::new(first.ip(), port))
+        })
+        .collect()
+}
+
+fn conformance_fixture(state_ttl_secs: Option<u64>) -> Served {
+    Served {
+        service: Arc::new(build_conformance_fixture(state_ttl_secs)),
+        authentication: Authentication::Anonymous { principal: FIXTURE_PRINCIPAL.to_string() },
+        stdio_principal: FIXTURE_PRINCIPAL.to_string(),
+        summary: format!(
+            "conformance fixture, no authentication (principal {FIXTURE_PRINCIPAL:?}), a random key of this process signs; requestState lives {} s",
+            state_ttl_secs.unwrap_or(DEFAULT_STATE_TTL_MS / 1000)
+        ),
+        stores: None,
     }
 }
 
-/// The notes server of the configured (or embedded demo) deployment.
-fn notes_server(args: &ServeArgs) -> Result<Served, Failure> {
+/// Checks the notes server's arguments and files: deployment, principal, keys, store.
+fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
     let deployment = load_deployment(args.config.as_ref())?;
-    let (server, _notes) = build_notes_server(&deployment, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
     let stdio_principal = args.principal.clone().unwrap_or_else(|| DEFAULT_PRINCIPAL.to_string());
     if args.http.is_none() && !deployment.principals.contains_key(&stdio_principal) {
         let known: Vec<&str> = deployment.principals.keys().map(String::as_str).collect();
@@ -297,25 +377,171 @@ fn notes_server(args: &ServeArgs) -> Result<Served, Failure> {
             if known.is_empty() { "no principals".to_string() } else { known.join(", ") }
         )));
     }
-    if !deployment.keys.is_empty() {
-        // Shared keys make states portable, but this process's replay store is its own (memory): until the
-        // processes share a store, one confirmation could be used once on each of them.
+    let configured = deployment.configured_key_ring().map_err(|error| Failure::usage(config_hint(error)))?;
+    let (key_ring, keys, keys_shared) = match (&args.key_file, configured) {
+        (Some(path), Some(_)) => {
+            return Err(Failure::usage(format!(
+                "both --key-file {} and [[keys]] in --config name signing keys; keep them in one place (remove [[keys]] from the config)",
+                path.display()
+            )))
+        }
+        (Some(path), None) => {
+            let ring = load_key_file(path).map_err(|error| Failure::usage(key_file_hint(error)))?;
+            warn_if_readable_by_others(path);
+            let keys = describe_ring(&ring, &format!("--key-file {}", path.display()));
+            (ring, keys, true)
+        }
+        (None, Some(ring)) => {
+            let keys = describe_ring(&ring, "--config");
+            (ring, keys, true)
+        }
+        (None, None) => {
+            let ring = deployment.key_ring_or_random().map_err(|error| Failure::usage(config_hint(error)))?;
+            (ring, "a random key of this process signs (states from it fail on other processes)".to_string(), false)
+        }
+    };
+    let store = args.store.clone().unwrap_or(StoreSpec::Memory);
+    Ok(NotesPlan { deployment, key_ring, keys, keys_shared, store, stdio_principal })
+}
+
+fn describe_ring(ring: &KeyRing, source: &str) -> String {
+    let verifying = ring.key_ids().filter(|id| *id != ring.signing_key_id()).count();
+    let also = if verifying == 0 { String::new() } else { format!(", {verifying} more only verify") };
+    format!("key {:?} from {source} signs{also}", ring.signing_key_id())
+}
+
+/// A key file others can read lets them forge confirmations for every instance of the fleet.
+#[cfg(unix)]
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(metadata) = std::fs::metadata(path) {
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!("the key file {} is readable by other users (mode {mode:03o}); make it private: chmod 600", path.display());
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_readable_by_others(_path: &Path) {}
+
+/// Opens the store and builds the notes server over it.
+async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Result<Served, Failure> {
+    let NotesPlan { deployment, key_ring, keys, keys_shared, store, stdio_principal } = plan;
+    let stores = match &store {
+        // This process's own store, loaded from the deployment (as every start before shared stores did).
+        StoreSpec::Memory => Stores::in_memory(deployment.notes(), Arc::new(SystemClock), ReplayLimits::default()),
+        shared => crate::stores::open(shared, Arc::new(SystemClock), ReplayLimits::default()).await.map_err(|error| {
+            Failure::failed(format!("cannot open the store {shared}: {error}. Check the path or URL ({STORE_SPEC_HELP})."))
+        })?,
+    };
+    let server = build_notes_server(&deployment, key_ring, &stores, state_ttl_secs).map_err(|error| Failure::usage(config_hint(error)))?;
+    let note_count = stores.admin.list().await.map_err(|error| Failure::failed(format!("cannot read the store: {error}")))?.len();
+    if store.is_shared() {
+        if note_count == 0 {
+            tracing::warn!(
+                "the store holds no notes; load the deployment's with `mcpsim seed --store {store}{}`",
+                if deployment.notes.is_empty() { String::new() } else { " --config FILE".to_string() }
+            );
+        }
+        if !keys_shared {
+            tracing::warn!(
+                "the store is shared, but this process signs with a random key of its own: other processes cannot finish its confirmations (state_signature). Give every process the same --key-file"
+            );
+        }
+    } else if keys_shared {
+        // Shared keys make states portable, but a memory store is this process's alone: one confirmation could
+        // then be used once on each process that holds the keys.
         tracing::warn!(
-            "configured [[keys]] let other processes accept this process's confirmations, but each process keeps its own replay store and notes in memory"
+            "the signing keys are shared, but this process keeps its own replay store and notes in memory: a confirmation accepted here can be used again on another process. Point every process at one --store sqlite:PATH or postgres:URL"
         );
     }
-    let keys = match deployment.keys.first() {
-        Some(key) => format!("configured key {:?} signs", key.id),
-        None => "a random key of this process signs (states from it fail on other processes)".to_string(),
-    };
     let tokens = deployment.tokens();
     let principals: Vec<&str> = tokens.values().map(String::as_str).collect();
     let summary = format!(
-        "notes server; principals with tokens: {}; {keys}; requestState lives {} s",
+        "notes server; store: {}, {note_count} notes; principals with tokens: {}; {keys}; requestState lives {} s",
+        stores.admin.describe(),
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
-        args.state_ttl.unwrap_or(deployment.state_ttl_secs)
+        state_ttl_secs.unwrap_or(deployment.state_ttl_secs)
     );
-    Ok(Served { service: Arc::new(server), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary })
+    Ok(Served {
+        service: Arc::new(server),
+        authentication: Authentication::Bearer(Tokens::new(tokens)),
+        stdio_principal,
+        summary,
+        stores: Some(stores),
+    })
+}
+
+async fn run_stdio(served: &Served) -> Result<(), Failure> {
+    tracing::info!("serving stdio for principal {}; {}", served.stdio_principal, served.summary);
+    serve_stdio(&*served.service, &served.stdio_principal).await.map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
+    tracing::info!("end of input; stopped");
+    Ok(())
+}
+
+/// Serves one listener per address until SIGTERM or ctrl-c (or until one of them fails, which stops all).
+async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPolicy) -> Result<(), Failure> {
+    if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
+        tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
+    }
+    let count = addresses.len();
+    let mut instances = Vec::with_capacity(count);
+    for (index, address) in addresses.into_iter().enumerate() {
+        let which = if count == 1 { String::new() } else { format!(" (instance {} of {count})", index + 1) };
+        let listener = tokio::net::TcpListener::bind(address).await.map_err(|error| {
+            Failure::failed(format!(
+                "cannot listen on {address}{which}: {error}. Choose another address or port (port 0 picks a free one)."
+            ))
+        })?;
+        let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
+        let options = HttpOptions { origins: origins.clone(), ..HttpOptions::default() };
+        let router = http::router(served.service.clone(), served.authentication.clone(), options, local).map_err(Failure::usage)?;
+        instances.push((listener, router, local));
+    }
+    if instances.iter().any(|(_, _, local)| !local.ip().is_loopback()) {
+        tracing::warn!("listening on a non-loopback address: bearer tokens travel in clear text; put TLS and network policy in front");
+    }
+    tracing::info!("{}{}", if count == 1 { String::new() } else { format!("{count} instances; ") }, served.summary);
+    let shutdown =
+        http::shutdown_signal().map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut running = tokio::task::JoinSet::new();
+    for (listener, router, local) in instances {
+        // Printed once per instance, exactly so: tests and scripts read the addresses from these lines.
+        eprintln!("listening on http://{local}{MCP_PATH}");
+        let mut stopped = stopped.clone();
+        let until_stopped = async move {
+            let _ = stopped.wait_for(|stopping| *stopping).await;
+        };
+        running.spawn(async move { (local, http::serve_http(listener, router, until_stopped).await) });
+    }
+    let mut failure = None;
+    tokio::select! {
+        () = shutdown => {}
+        Some(ended) = running.join_next() => failure = instance_failure(ended),
+    }
+    // Every instance stops accepting and finishes its requests in flight (each bounded by the shutdown grace).
+    let _ = stop.send(true);
+    while let Some(ended) = running.join_next().await {
+        failure = failure.or(instance_failure(ended));
+    }
+    match failure {
+        Some(failure) => Err(failure),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// How an instance that ended is reported: only a clean end after the stop signal is no failure.
+fn instance_failure(ended: Result<(SocketAddr, std::io::Result<()>), tokio::task::JoinError>) -> Option<Failure> {
+    match ended {
+        Ok((_, Ok(()))) => None,
+        Ok((local, Err(error))) => Some(Failure::failed(format!("the HTTP server on {local} failed: {error}"))),
+        Err(error) => Some(Failure::failed(format!("an HTTP instance stopped unexpectedly: {error}"))),
+    }
 }
 
 /// The security gateway of the configured (or embedded demo) gateway file, over the deployment's principals.
@@ -348,7 +574,13 @@ fn gateway_server(args: &ServeArgs) -> Result<Served, Failure> {
         args.audit_log.as_ref().map_or("stderr".to_string(), |p| p.display().to_string()),
     );
     let tokens = deployment.tokens();
-    Ok(Served { service: Arc::new(world.gateway), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary })
+    Ok(Served {
+        service: Arc::new(world.gateway),
+        authentication: Authentication::Bearer(Tokens::new(tokens)),
+        stdio_principal,
+        summary,
+        stores: None,
+    })
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {
@@ -356,6 +588,10 @@ fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {
         None => Ok(Deployment::demo()),
         Some(path) => Deployment::load(path).map_err(|error| Failure::usage(config_hint(error))),
     }
+}
+
+fn key_file_hint(error: ConfigError) -> String {
+    format!("--key-file: {error}. `mcpsim serve --help` shows the format.")
 }
 
 fn config_hint(error: ConfigError) -> String {
@@ -392,5 +628,18 @@ mod tests {
         for bad in ["8080", "127.0.0.1", "example.com:80", "127.0.0.1:99999", ""] {
             assert!(parse_listen_address(bad).unwrap_err().contains("IP:PORT"), "{bad}");
         }
+    }
+
+    #[test]
+    fn instances_take_consecutive_ports_or_each_a_free_one() {
+        let at = |text: &str| text.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            instance_addresses(at("127.0.0.1:8080"), 3).unwrap(),
+            [at("127.0.0.1:8080"), at("127.0.0.1:8081"), at("127.0.0.1:8082")]
+        );
+        assert_eq!(instance_addresses(at("[::1]:0"), 2).unwrap(), [at("[::1]:0"), at("[::1]:0")]);
+        assert_eq!(instance_addresses(at("127.0.0.1:65535"), 1).unwrap(), [at("127.0.0.1:65535")]);
+        let error = instance_addresses(at("127.0.0.1:65534"), 3).unwrap_err();
+        assert!(error.contains("65535") && error.contains("port 0"), "{error}");
     }
 }

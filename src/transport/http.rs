@@ -62,6 +62,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
 
 /// The one MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
@@ -136,6 +137,8 @@ struct Endpoint {
     /// Listening on loopback: `Host` must name a loopback host too.
     loopback_bind: bool,
     in_flight: Arc<Semaphore>,
+    /// Names this listener in every log line of its requests: instances of a fleet log to one stream.
+    span: tracing::Span,
 }
 
 /// The router serving [`MCP_PATH`] for a server listening on `local_address`. Refuses
@@ -158,6 +161,7 @@ pub fn router(
         origins: options.origins,
         loopback_bind,
         in_flight: Arc::new(Semaphore::new(options.requests_in_flight_max)),
+        span: tracing::info_span!("http", listen = %local_address),
     });
     Ok(Router::new()
         .route(MCP_PATH, any(mcp_endpoint))
@@ -235,9 +239,11 @@ impl Handled {
 
 async fn mcp_endpoint(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Response {
     let stopwatch = Stopwatch::start();
-    let handled = endpoint.handle(request).await;
+    let handled = endpoint.handle(request).instrument(endpoint.span.clone()).await;
     let principal = handled.principal.as_deref().unwrap_or("-");
-    log_request("http", principal, &handled.summary, handled.response.status().as_u16(), &handled.outcome, &stopwatch);
+    endpoint
+        .span
+        .in_scope(|| log_request("http", principal, &handled.summary, handled.response.status().as_u16(), &handled.outcome, &stopwatch));
     handled.response
 }
 
@@ -578,7 +584,7 @@ mod tests {
 
     #[tokio::test]
     async fn beyond_the_in_flight_bound_requests_get_503_and_shutdown_is_clean() {
-        let (server, _) = crate::transport::build_notes_server(&crate::config::Deployment::demo(), None).unwrap();
+        let server = crate::transport::demo_notes_server();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let tokens = Tokens::new(crate::config::Deployment::demo().tokens());
@@ -605,7 +611,7 @@ mod tests {
 
     #[test]
     fn anonymous_servers_listen_only_on_loopback() {
-        let (server, _) = crate::transport::build_notes_server(&crate::config::Deployment::demo(), None).unwrap();
+        let server = crate::transport::demo_notes_server();
         let server: Arc<dyn Service> = Arc::new(server);
         let anonymous = || Authentication::Anonymous { principal: "anyone".into() };
         for address in ["0.0.0.0:80", "192.168.1.2:80", "[::]:80"] {

@@ -19,23 +19,26 @@ use crate::policy::state::KeyRing;
 use crate::stores::feed::MemoryChangeFeed;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use crate::stores::system::{random_key, OsNonces, SystemClock};
+use crate::stores::Stores;
 use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Builds the notes server a real process runs: the deployment's notes in memory, its configured keys (or a
-/// random key of this process alone), the wall clock and OS nonces. Returns the note store too, so the caller
-/// can inspect or administer the notes this instance holds.
+/// Builds the notes server a real process runs, over opened `stores` (in memory, or shared with other processes
+/// through SQLite or PostgreSQL), signing with `key_ring`, with the wall clock and OS nonces. Every instance of
+/// a fleet is one of these; instances that share `stores` and `key_ring` finish each other's confirmations.
 pub fn build_notes_server(
     deployment: &Deployment,
+    key_ring: KeyRing,
+    stores: &Stores,
     state_ttl_secs: Option<u64>,
-) -> Result<(NotesServer, Arc<MemoryNoteStore>), ConfigError> {
-    let key_ring = deployment.key_ring_or_random()?;
-    in_memory_notes_server(deployment, key_ring, state_ttl_secs, Arc::new(SystemClock), Arc::new(OsNonces))
+) -> Result<NotesServer, ConfigError> {
+    assemble_notes_server(deployment, key_ring, stores, state_ttl_secs, Arc::new(SystemClock), Arc::new(OsNonces))
 }
 
 /// Builds a notes server over fresh in-memory stores seeded from `deployment`, with the given key ring,
-/// clock and nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs).
+/// clock and nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs). Returns the note
+/// store too, so the caller can inspect the notes.
 pub fn in_memory_notes_server(
     deployment: &Deployment,
     key_ring: KeyRing,
@@ -43,11 +46,32 @@ pub fn in_memory_notes_server(
     clock: Arc<dyn Clock>,
     nonces: Arc<dyn NonceSource>,
 ) -> Result<(NotesServer, Arc<MemoryNoteStore>), ConfigError> {
-    let config = deployment.notes_config(key_ring, state_ttl_secs)?;
     let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
     let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
-    let server = NotesServer { config: Arc::new(config), notes: notes.clone(), replay, clock, nonces };
+    let stores = Stores::from_memory(notes.clone(), replay);
+    let server = assemble_notes_server(deployment, key_ring, &stores, state_ttl_secs, clock, nonces)?;
     Ok((server, notes))
+}
+
+/// The one place a notes server is put together from its configuration and ports.
+fn assemble_notes_server(
+    deployment: &Deployment,
+    key_ring: KeyRing,
+    stores: &Stores,
+    state_ttl_secs: Option<u64>,
+    clock: Arc<dyn Clock>,
+    nonces: Arc<dyn NonceSource>,
+) -> Result<NotesServer, ConfigError> {
+    let config = deployment.notes_config(key_ring, state_ttl_secs)?;
+    Ok(NotesServer { config: Arc::new(config), notes: stores.notes.clone(), replay: stores.replay.clone(), clock, nonces })
+}
+
+/// The embedded demo over fresh in-memory stores with a random key, for tests of the transports.
+#[cfg(test)]
+pub(crate) fn demo_notes_server() -> NotesServer {
+    let demo = Deployment::demo();
+    let stores = Stores::in_memory(demo.notes(), Arc::new(SystemClock), ReplayLimits::default());
+    build_notes_server(&demo, demo.key_ring_or_random().expect("the demo is valid"), &stores, None).expect("the demo is valid")
 }
 
 /// Builds the conformance fixture a real process runs: a random key of this process, the wall clock, OS
@@ -185,8 +209,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn built_servers_hold_the_deployment_notes() {
-        let (_, notes) = build_notes_server(&Deployment::demo(), None).unwrap();
+    async fn built_servers_use_the_stores_they_are_given() {
+        let server = demo_notes_server();
+        assert_eq!(server.notes.list_notes().await.unwrap().len(), 7);
+        let (_, notes) = in_memory_notes_server(
+            &Deployment::demo(),
+            KeyRing::new("k", random_key()).unwrap(),
+            None,
+            Arc::new(SystemClock),
+            Arc::new(OsNonces),
+        )
+        .unwrap();
         assert_eq!(notes.snapshot().len(), 7);
     }
 }

@@ -141,8 +141,7 @@ impl<R: AsyncBufRead + Unpin> BoundedLines<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Deployment;
-    use crate::transport::build_notes_server;
+    use crate::transport::demo_notes_server;
     use serde_json::json;
 
     async fn read_all(input: &[u8], line_bytes_max: usize) -> Vec<Line> {
@@ -177,7 +176,7 @@ mod tests {
     }
 
     async fn converse(input: &str) -> Vec<Value> {
-        let (server, _) = build_notes_server(&Deployment::demo(), None).unwrap();
+        let server = demo_notes_server();
         let mut output = Vec::new();
         serve_lines(&server, "alice", input.as_bytes(), &mut output).await.unwrap();
         String::from_utf8(output).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect()
