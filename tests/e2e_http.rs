@@ -13,30 +13,6 @@ const ALICE: &str = "demo-alice";
 const BOB: &str = "demo-bob";
 const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
 
-/// The headers a conforming client sends with `message`: auth, content negotiation and the routing headers.
-fn conforming_headers(message: &Value, token: &str) -> Vec<(String, String)> {
-    let mut headers = vec![
-        ("Authorization".to_string(), format!("Bearer {token}")),
-        ("Content-Type".to_string(), "application/json".to_string()),
-        ("Accept".to_string(), "application/json, text/event-stream".to_string()),
-    ];
-    if let Some(version) = message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str() {
-        headers.push(("MCP-Protocol-Version".into(), version.into()));
-    }
-    if let Some(method) = message["method"].as_str() {
-        headers.push(("Mcp-Method".into(), method.into()));
-        let name = match method {
-            "tools/call" => message["params"]["name"].as_str(),
-            "resources/read" => message["params"]["uri"].as_str(),
-            _ => None,
-        };
-        if let Some(name) = name {
-            headers.push(("Mcp-Name".into(), name.into()));
-        }
-    }
-    headers
-}
-
 fn without(headers: &[(String, String)], name: &str) -> Vec<(String, String)> {
     headers.iter().filter(|(n, _)| !n.eq_ignore_ascii_case(name)).cloned().collect()
 }

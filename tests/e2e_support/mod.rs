@@ -61,6 +61,63 @@ pub fn round_two(id: i64, state: &str, note_id: &str) -> Value {
     )
 }
 
+/// The headers a conforming client sends with `message`: auth, content negotiation and the routing headers.
+pub fn conforming_headers(message: &Value, token: &str) -> Vec<(String, String)> {
+    let mut headers = vec![
+        ("Authorization".to_string(), format!("Bearer {token}")),
+        ("Content-Type".to_string(), "application/json".to_string()),
+        ("Accept".to_string(), "application/json, text/event-stream".to_string()),
+    ];
+    if let Some(version) = message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str() {
+        headers.push(("MCP-Protocol-Version".into(), version.into()));
+    }
+    if let Some(method) = message["method"].as_str() {
+        headers.push(("Mcp-Method".into(), method.into()));
+        let name = match method {
+            "tools/call" => message["params"]["name"].as_str(),
+            "resources/read" => message["params"]["uri"].as_str(),
+            _ => None,
+        };
+        if let Some(name) = name {
+            headers.push(("Mcp-Name".into(), name.into()));
+        }
+    }
+    headers
+}
+
+/// A conforming POST of `message` as `token`: the HTTP status and the JSON-RPC response, or the transport
+/// error (e.g. the process was killed mid-request).
+pub async fn post_message(client: &reqwest::Client, url: &str, token: &str, message: &Value) -> Result<(u16, Value), reqwest::Error> {
+    let mut request = client.post(url).body(serde_json::to_vec(message).unwrap());
+    for (name, value) in conforming_headers(message, token) {
+        request = request.header(name, value);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let body = response.bytes().await?;
+    let json = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+    Ok((status, json))
+}
+
+/// `notes_delete` round 1 for `title` in alice's workspace.
+pub fn delete_round_one(id: i64, title: &str) -> Value {
+    request(id, "tools/call", json!({ "name": "notes_delete", "arguments": delete_arguments(ALICE_WORKSPACE, title) }))
+}
+
+/// `notes_delete` round 2 accepting `note_id` for `title` in alice's workspace.
+pub fn delete_round_two(id: i64, title: &str, state: &str, note_id: &str) -> Value {
+    request(
+        id,
+        "tools/call",
+        json!({
+            "name": "notes_delete",
+            "arguments": delete_arguments(ALICE_WORKSPACE, title),
+            "inputResponses": { "delete_choice": { "action": "accept", "content": { "note_id": note_id, "confirm": true } } },
+            "requestState": state,
+        }),
+    )
+}
+
 pub fn resources_list(id: i64) -> Value {
     request(id, "resources/list", json!({}))
 }
@@ -144,33 +201,45 @@ fn collect_lines(stream: impl Read + Send + 'static) -> (Arc<Mutex<Vec<String>>>
 /// `mcpsim serve --http 127.0.0.1:0 ARGS`, killed on drop.
 pub struct HttpServer {
     child: Child,
+    stderr_reader: Option<JoinHandle<()>>,
+    /// The first (or only) instance's address and URL.
     pub address: String,
     pub url: String,
+    /// Every instance's URL (`--instances N`), in the order they were announced.
+    pub urls: Vec<String>,
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl HttpServer {
     pub fn start(extra_args: &[&str]) -> HttpServer {
+        HttpServer::start_instances(extra_args, 1)
+    }
+
+    /// Starts the process and waits for `instances` "listening on" lines (pass `--instances N` in `extra_args`).
+    pub fn start_instances(extra_args: &[&str], instances: usize) -> HttpServer {
         let mut child = Command::new(BIN)
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra_args)
             // Debug lines of our own request log only (e.g. a subscription stream ending).
             .env("MCPSIM_LOG", "info,mcpsim::request=debug")
+            .env_remove("MCPSIM_STORE")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("the mcpsim binary starts");
-        let (stderr, lines, _) = collect_lines(child.stderr.take().unwrap());
-        let mut server = HttpServer { child, address: String::new(), url: String::new(), stderr };
-        loop {
+        let (stderr, lines, reader) = collect_lines(child.stderr.take().unwrap());
+        let mut server =
+            HttpServer { child, stderr_reader: Some(reader), address: String::new(), url: String::new(), urls: Vec::new(), stderr };
+        while server.urls.len() < instances {
             let line = lines.recv_timeout(WAIT).unwrap_or_else(|_| panic!("no 'listening on' line; stderr: {:?}", server.stderr()));
             if let Some(url) = line.strip_prefix("listening on ") {
-                server.url = url.to_string();
-                server.address = url.trim_start_matches("http://").trim_end_matches("/mcp").to_string();
-                return server;
+                server.urls.push(url.to_string());
             }
         }
+        server.url = server.urls[0].clone();
+        server.address = server.url.trim_start_matches("http://").trim_end_matches("/mcp").to_string();
+        server
     }
 
     pub fn stderr(&self) -> Vec<String> {
@@ -181,11 +250,28 @@ impl HttpServer {
         self.child.id()
     }
 
+    /// Kills the process at once (SIGKILL on Unix): no shutdown, no cleanup, as a crash or an OOM kill.
+    pub fn kill(mut self) -> ExitStatus {
+        self.child.kill().expect("the process can be killed");
+        wait_bounded(&mut self.child)
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to exit.
-    pub fn terminate(mut self) -> ExitStatus {
+    pub fn terminate(self) -> ExitStatus {
+        self.terminate_with_stderr().0
+    }
+
+    /// Sends SIGTERM, waits (bounded) for the process to exit, and returns its status and every stderr line,
+    /// including those written while shutting down.
+    pub fn terminate_with_stderr(mut self) -> (ExitStatus, Vec<String>) {
         let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
         assert!(sent.success());
-        wait_bounded(&mut self.child)
+        let status = wait_bounded(&mut self.child);
+        // The process has exited, so its stderr is at end of file and the reader thread ends.
+        if let Some(reader) = self.stderr_reader.take() {
+            reader.join().expect("the stderr reader does not panic");
+        }
+        (status, self.stderr())
     }
 }
 
@@ -280,6 +366,18 @@ impl Drop for StdioServer {
 
 /// Runs `mcpsim ARGS` to completion with empty stdin; returns exit code and stderr.
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
-    let output = Command::new(BIN).args(args).stdin(Stdio::null()).output().expect("the mcpsim binary runs");
-    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    let (code, _, stderr) = run_with_env(args, &[]);
+    (code, stderr)
+}
+
+/// Runs `mcpsim ARGS` with extra environment variables to completion; returns exit code, stdout and stderr.
+pub fn run_with_env(args: &[&str], environment: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .env_remove("MCPSIM_STORE")
+        .envs(environment.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("the mcpsim binary runs");
+    (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
