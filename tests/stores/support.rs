@@ -37,7 +37,12 @@ pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new() -> TempDir {
-        let path = std::env::temp_dir().join(unique_name("mcpsim-stores"));
+        TempDir::new_in(&std::env::temp_dir())
+    }
+
+    /// A fresh directory under `parent` (e.g. a tmpfs).
+    pub fn new_in(parent: &Path) -> TempDir {
+        let path = parent.join(unique_name("mcpsim-stores"));
         std::fs::create_dir_all(&path).expect("create a temporary directory");
         TempDir(path)
     }

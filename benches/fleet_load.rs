@@ -1,0 +1,311 @@
+//! Load on a live fleet: 3 separate `mcpsim serve` processes (release build) sharing one store and one key
+//! file, driven over loopback HTTP.
+//!
+//! ```sh
+//! cargo bench --bench fleet_load                                  # SQLite; PostgreSQL too if configured
+//! eval "$(bash .ci/postgres.sh start)" && cargo bench --bench fleet_load   # ... with a local PostgreSQL
+//! cargo bench --bench fleet_load -- --store sqlite --seconds 5 --concurrency 1,16
+//! ```
+//!
+//! For each store and each concurrency it measures, for the same duration:
+//! - `server/discover` alone (authentication, pipeline, one JSON reply): the floor of the stack;
+//! - complete `notes_delete` flows: round 1 (list, sign the state) on one instance, then round 2 (verify,
+//!   claim the nonce and delete the note in one transaction) on the next instance, as a client whose retry
+//!   lands elsewhere would.
+//!
+//! Stores (`--store`, comma-separated; default all four, the PostgreSQL ones only when configured):
+//! - `sqlite`: a file in the temp directory, every commit synced to disk (`synchronous=FULL`), as deployed;
+//! - `sqlite-tmpfs`: the same file on `/dev/shm`, where a sync costs nothing: the software cost of the stack;
+//! - `postgres`: a fresh database on `MCPSIM_TEST_POSTGRES_URL`'s server, commits flushed to its WAL;
+//! - `postgres-async-commit`: the same with `synchronous_commit = off` set on that database only (a commit
+//!   is acknowledged before its WAL flush): again the software cost without the disk.
+//!
+//! Each flow needs a note of its own. They are added between measured phases (phases of
+//! [`FLOWS_PER_WORKER_PER_PHASE`] flows per worker, one seed transaction each), so the clock only runs while
+//! HTTP requests are in flight; the store never holds more than concurrency × that many notes.
+//! Requests go to 127.0.0.1 only; every run is bounded in time and in count. Output is a Markdown table.
+
+// Shared with the end-to-end tests: the process handle and request builders.
+#[path = "../tests/e2e_support/mod.rs"]
+mod e2e_support;
+#[allow(dead_code)] // Shared with the store tests: temp directories and throwaway PostgreSQL databases.
+#[path = "../tests/stores/support.rs"]
+mod store_support;
+
+use base64::Engine;
+use e2e_support::{delete_round_one, delete_round_two, post_message, request, HttpServer, TempConfig, ALICE_WORKSPACE};
+use mcpsim::handlers::ports::Note;
+use mcpsim::stores::memory::ReplayLimits;
+use mcpsim::stores::system::SystemClock;
+use mcpsim::stores::{open, StoreSpec, Stores};
+use mcpsim::transport::Stopwatch;
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use store_support::{create_database, drop_database, postgres_execute, postgres_server, TempDir};
+
+/// Instances in the fleet (separate processes).
+const INSTANCES: usize = 3;
+const TOKEN: &str = "demo-alice";
+/// Flows each worker runs in one measured phase; notes for a phase are added before its clock starts.
+const FLOWS_PER_WORKER_PER_PHASE: usize = 20;
+/// Bounds: no run is longer or larger than these, whatever the arguments say.
+const SECONDS_MAX: u64 = 60;
+const CONCURRENCY_MAX: usize = 256;
+const OPERATIONS_MAX: usize = 500_000;
+/// Unmeasured warm-up before each measurement (connections, caches, page cache).
+const WARMUP_MS: u64 = 500;
+
+struct Options {
+    stores: Vec<String>,
+    seconds: u64,
+    concurrencies: Vec<usize>,
+}
+
+fn parse_options() -> Options {
+    let stores = ["sqlite", "sqlite-tmpfs", "postgres", "postgres-async-commit"].map(String::from).to_vec();
+    let mut options = Options { stores, seconds: 5, concurrencies: vec![1, 16] };
+    let mut arguments = std::env::args().skip(1);
+    while let Some(argument) = arguments.next() {
+        let mut value = || arguments.next().unwrap_or_else(|| panic!("{argument} needs a value"));
+        match argument.as_str() {
+            // Passed by `cargo bench`.
+            "--bench" => {}
+            "--store" => options.stores = value().split(',').map(str::to_string).collect(),
+            "--seconds" => options.seconds = value().parse::<u64>().expect("--seconds N").clamp(1, SECONDS_MAX),
+            "--concurrency" => {
+                options.concurrencies =
+                    value().split(',').map(|n| n.parse::<usize>().expect("--concurrency N[,N…]").clamp(1, CONCURRENCY_MAX)).collect()
+            }
+            other => panic!(
+                "unknown argument {other}; use --store sqlite,sqlite-tmpfs,postgres,postgres-async-commit --seconds N --concurrency N[,N…]"
+            ),
+        }
+    }
+    options
+}
+
+/// A store shared by the fleet and the driver (which adds the notes).
+struct Store {
+    argument: String,
+    label: &'static str,
+    stores: Stores,
+    _directory: Option<TempDir>,
+    database: Option<(mcpsim::stores::spec::PostgresTarget, String)>,
+}
+
+async fn open_store(kind: &str) -> Option<Store> {
+    let sqlite = |label: &'static str, directory: TempDir| {
+        (format!("sqlite:{}", directory.path().join("fleet.db").display()), label, Some(directory), None)
+    };
+    let (argument, label, directory, database) = match kind {
+        "sqlite" => sqlite("SQLite", TempDir::new()),
+        "sqlite-tmpfs" => sqlite("SQLite on tmpfs", TempDir::new_in(std::path::Path::new("/dev/shm"))),
+        "postgres" | "postgres-async-commit" => {
+            let (url, server) = postgres_server()?;
+            let (name, _) = create_database(&server).await;
+            let label = if kind == "postgres" {
+                "PostgreSQL"
+            } else {
+                postgres_execute(&server, &format!("ALTER DATABASE {name} SET synchronous_commit = off")).await;
+                "PostgreSQL, async commit"
+            };
+            let mut url = reqwest::Url::parse(&url).expect("the server URL parses");
+            url.set_path(&format!("/{name}"));
+            (format!("postgres:{url}"), label, None, Some((server, name)))
+        }
+        other => panic!("unknown store {other}: sqlite, sqlite-tmpfs, postgres or postgres-async-commit"),
+    };
+    let spec: StoreSpec = argument.parse().expect("a valid store");
+    let stores = open(&spec, Arc::new(SystemClock), ReplayLimits::default()).await.expect("the driver opens the store");
+    Some(Store { argument, label, stores, _directory: directory, database })
+}
+
+/// Latencies in microseconds, and how long the measured part took.
+struct Measurement {
+    latencies_us: Vec<u64>,
+    elapsed_us: u64,
+}
+
+impl Measurement {
+    fn per_second(&self) -> f64 {
+        self.latencies_us.len() as f64 * 1_000_000.0 / self.elapsed_us.max(1) as f64
+    }
+
+    fn percentile_us(&mut self, percent: usize) -> u64 {
+        self.latencies_us.sort_unstable();
+        let index = (self.latencies_us.len() * percent / 100).min(self.latencies_us.len().saturating_sub(1));
+        self.latencies_us.get(index).copied().unwrap_or(0)
+    }
+}
+
+struct Fleet {
+    urls: Vec<String>,
+    client: reqwest::Client,
+    serial: AtomicU64,
+}
+
+fn discover(id: u64) -> serde_json::Value {
+    request(id as i64, "server/discover", json!({}))
+}
+
+/// Discover requests from `concurrency` workers, round robin over the instances, for `seconds`.
+async fn measure_discover(fleet: &Arc<Fleet>, concurrency: usize, seconds: u64) -> Measurement {
+    run_discover(fleet, concurrency, WARMUP_MS).await;
+    run_discover(fleet, concurrency, seconds * 1000).await
+}
+
+async fn run_discover(fleet: &Arc<Fleet>, concurrency: usize, duration_ms: u64) -> Measurement {
+    let clock = Stopwatch::start();
+    let budget = OPERATIONS_MAX / concurrency;
+    let workers: Vec<_> = (0..concurrency)
+        .map(|worker| {
+            let fleet = fleet.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut turn = worker;
+                while clock.elapsed_us() < duration_ms * 1000 && latencies.len() < budget {
+                    let id = fleet.serial.fetch_add(1, Ordering::Relaxed);
+                    let started = Stopwatch::start();
+                    let (status, response) =
+                        post_message(&fleet.client, &fleet.urls[turn % INSTANCES], TOKEN, &discover(id)).await.unwrap();
+                    assert!(status == 200 && response["result"]["resultType"] == "complete", "{response}");
+                    latencies.push(started.elapsed_us());
+                    turn += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies_us = Vec::new();
+    for worker in workers {
+        latencies_us.extend(worker.await.unwrap());
+    }
+    Measurement { latencies_us, elapsed_us: clock.elapsed_us() }
+}
+
+/// Complete two-round flows from `concurrency` workers, in phases, until `seconds` of measured time.
+async fn measure_flows(fleet: &Arc<Fleet>, store: &Store, concurrency: usize, seconds: u64) -> Measurement {
+    run_phase(fleet, store, concurrency).await;
+    let mut total = Measurement { latencies_us: Vec::new(), elapsed_us: 0 };
+    while total.elapsed_us < seconds * 1_000_000 && total.latencies_us.len() < OPERATIONS_MAX {
+        let phase = run_phase(fleet, store, concurrency).await;
+        total.latencies_us.extend(phase.latencies_us);
+        total.elapsed_us += phase.elapsed_us;
+    }
+    total
+}
+
+/// Adds one note per flow (unmeasured), then runs the flows with the clock running.
+async fn run_phase(fleet: &Arc<Fleet>, store: &Store, concurrency: usize) -> Measurement {
+    let mut batches: Vec<Vec<Note>> = Vec::new();
+    for _ in 0..concurrency {
+        let notes = (0..FLOWS_PER_WORKER_PER_PHASE)
+            .map(|_| {
+                let serial = fleet.serial.fetch_add(1, Ordering::Relaxed);
+                Note {
+                    id: format!("load-{serial:09}"),
+                    // Fixed width: round 1 offers exactly this note.
+                    title: format!("Load note {serial:09}"),
+                    uri: format!("{ALICE_WORKSPACE}/load/{serial:09}.md"),
+                    body: String::new(),
+                }
+            })
+            .collect();
+        batches.push(notes);
+    }
+    let all: Vec<Note> = batches.iter().flatten().cloned().collect();
+    store.stores.admin.seed(&all).await.expect("the driver adds the phase's notes");
+    let clock = Stopwatch::start();
+    let workers: Vec<_> = batches
+        .into_iter()
+        .enumerate()
+        .map(|(worker, notes)| {
+            let fleet = fleet.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(notes.len());
+                for (index, note) in notes.into_iter().enumerate() {
+                    let first = (worker + index) % INSTANCES;
+                    let id = fleet.serial.fetch_add(2, Ordering::Relaxed) as i64;
+                    let started = Stopwatch::start();
+                    let (_, response) =
+                        post_message(&fleet.client, &fleet.urls[first], TOKEN, &delete_round_one(id, &note.title)).await.unwrap();
+                    let state = response["result"]["requestState"].as_str().unwrap_or_else(|| panic!("round 1: {response}")).to_string();
+                    let confirmation = delete_round_two(id + 1, &note.title, &state, &note.id);
+                    let (_, response) =
+                        post_message(&fleet.client, &fleet.urls[(first + 1) % INSTANCES], TOKEN, &confirmation).await.unwrap();
+                    assert_eq!(response["result"]["structuredContent"]["deleted"], true, "round 2: {response}");
+                    latencies.push(started.elapsed_us());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies_us = Vec::new();
+    for worker in workers {
+        latencies_us.extend(worker.await.unwrap());
+    }
+    Measurement { latencies_us, elapsed_us: clock.elapsed_us() }
+}
+
+fn milliseconds(us: u64) -> String {
+    format!("{:.2}", us as f64 / 1000.0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let options = parse_options();
+    let secret = base64::engine::general_purpose::STANDARD.encode([0x5a_u8; 32]);
+    let key_file = TempConfig::new(&format!("[[keys]]\nid = \"bench\"\nsecret_base64 = \"{secret}\"\n"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_file.path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    println!("fleet_load: {INSTANCES} `mcpsim serve` processes per store, {} s measured per row, logs at info", options.seconds);
+    println!();
+    println!("| store | concurrency | operation | per second | p50 ms | p99 ms | flow p50 / discover p50 |");
+    println!("|---|---|---|---|---|---|---|");
+    for kind in &options.stores {
+        let Some(store) = open_store(kind).await else {
+            eprintln!("fleet_load: skipping {kind}: MCPSIM_TEST_POSTGRES_URL is not set (eval \"$(bash .ci/postgres.sh start)\")");
+            continue;
+        };
+        let processes: Vec<HttpServer> =
+            (0..INSTANCES).map(|_| HttpServer::start(&["--store", &store.argument, "--key-file", key_file.arg()])).collect();
+        let fleet = Arc::new(Fleet {
+            urls: processes.iter().map(|process| process.url.clone()).collect(),
+            client: reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().unwrap(),
+            serial: AtomicU64::new(1),
+        });
+        for &concurrency in &options.concurrencies {
+            let mut floor = measure_discover(&fleet, concurrency, options.seconds).await;
+            let mut flows = measure_flows(&fleet, &store, concurrency, options.seconds).await;
+            let (floor_p50, flow_p50) = (floor.percentile_us(50), flows.percentile_us(50));
+            println!(
+                "| {} | {concurrency} | server/discover | {:.0} | {} | {} | |",
+                store.label,
+                floor.per_second(),
+                milliseconds(floor_p50),
+                milliseconds(floor.percentile_us(99))
+            );
+            println!(
+                "| {} | {concurrency} | notes_delete, 2 rounds | {:.0} | {} | {} | {:.1}× |",
+                store.label,
+                flows.per_second(),
+                milliseconds(flow_p50),
+                milliseconds(flows.percentile_us(99)),
+                flow_p50 as f64 / floor_p50.max(1) as f64
+            );
+        }
+        for process in processes {
+            assert!(process.terminate().success(), "a fleet process failed to stop cleanly");
+        }
+        let remaining = store.stores.admin.list().await.unwrap().len();
+        assert_eq!(remaining, 0, "every flow deleted its note");
+        if let Some((server, name)) = &store.database {
+            store.stores.admin.close().await.unwrap();
+            drop_database(server, name).await;
+        }
+    }
+}
