@@ -29,6 +29,11 @@ use tokio::sync::Semaphore;
 
 /// How long a writer waits for another process's transaction before reporting the store unavailable.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
+/// While waiting for the write lock, the n-th retry sleeps n × this, up to [`SQLITE_BUSY_SLEEP_MAX_US`].
+/// A claim holds the lock for about a millisecond, so waits start far below that. (SQLite's own busy
+/// timeout sleeps 1, 2, 5, 10 … 100 ms: with several processes writing, that alone put p99 near 100 ms.)
+pub const SQLITE_BUSY_SLEEP_STEP_US: u64 = 50;
+pub const SQLITE_BUSY_SLEEP_MAX_US: u64 = 1_000;
 /// Connections (and blocking threads) one process uses at most. Writers serialize on the file's lock anyway;
 /// this bounds readers and the blocking pool under load.
 pub const SQLITE_CONNECTIONS_MAX: usize = 8;
@@ -203,7 +208,7 @@ impl Inner {
 fn open_connection(path: &Path) -> Outcome<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let connection = Connection::open_with_flags(path, flags)?;
-    connection.busy_timeout(Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))?;
+    connection.busy_handler(Some(wait_for_write_lock))?;
     // WAL is a property of the file (set once, kept); readers then never block the single writer.
     let mode: String = connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -214,6 +219,28 @@ fn open_connection(path: &Path) -> Outcome<Connection> {
     // and its nonce stays consumed.
     connection.pragma_update(None, "synchronous", "FULL")?;
     Ok(connection)
+}
+
+/// SQLite's busy handler: called with the number of earlier calls for the same lock; `false` gives up
+/// (SQLITE_BUSY) once [`SQLITE_BUSY_TIMEOUT_MS`] of sleeps have been spent.
+fn wait_for_write_lock(earlier_calls: i32) -> bool {
+    let attempt = u64::try_from(earlier_calls).unwrap_or(0);
+    if busy_slept_us(attempt) >= SQLITE_BUSY_TIMEOUT_MS * 1000 {
+        return false;
+    }
+    std::thread::sleep(Duration::from_micros(busy_sleep_us(attempt)));
+    true
+}
+
+fn busy_sleep_us(attempt: u64) -> u64 {
+    attempt.saturating_add(1).saturating_mul(SQLITE_BUSY_SLEEP_STEP_US).min(SQLITE_BUSY_SLEEP_MAX_US)
+}
+
+/// The sleeps of the first `attempts` calls, in total (at least; a sleep can last longer than asked).
+fn busy_slept_us(attempts: u64) -> u64 {
+    let ramp = SQLITE_BUSY_SLEEP_MAX_US / SQLITE_BUSY_SLEEP_STEP_US;
+    let rising = attempts.min(ramp);
+    SQLITE_BUSY_SLEEP_STEP_US * rising * (rising + 1) / 2 + attempts.saturating_sub(ramp).saturating_mul(SQLITE_BUSY_SLEEP_MAX_US)
 }
 
 fn describe_sql_error(path: &str, error: &rusqlite::Error) -> StoreError {
@@ -476,5 +503,23 @@ impl StoreAdmin for SqliteStore {
             Ok(Err(Failure::Store(error))) => Err(error),
             Err(join_error) => Err(StoreError::Unavailable(format!("sqlite {path}: closing failed: {join_error}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_waits_start_short_and_give_up_after_the_timeout() {
+        assert_eq!(busy_sleep_us(0), 50);
+        assert_eq!(busy_sleep_us(3), 200);
+        assert_eq!(busy_sleep_us(1_000), SQLITE_BUSY_SLEEP_MAX_US);
+        assert_eq!(busy_slept_us(0), 0);
+        assert_eq!(busy_slept_us(2), 150);
+        assert_eq!(busy_slept_us(21), (0..21).map(busy_sleep_us).sum::<u64>());
+        let last = (0..).find(|&attempt| busy_slept_us(attempt) >= SQLITE_BUSY_TIMEOUT_MS * 1000).unwrap();
+        assert!((5_000..5_100).contains(&last), "about one call per millisecond once ramped up: {last}");
+        assert!(!wait_for_write_lock(i32::try_from(last).unwrap()), "gives up without sleeping");
     }
 }
