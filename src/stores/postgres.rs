@@ -1,16 +1,18 @@
 //! The note store and replay store in PostgreSQL, for a fleet that spans machines.
 //!
 //! `claim_and_delete` is one READ COMMITTED transaction:
-//! 1. `INSERT … ON CONFLICT (nonce) DO NOTHING`, checked for exactly one row. A concurrent inserter of the same
-//!    nonce waits on ours and then sees the conflict, so two transactions can never both claim it; a conflict
-//!    reads the stored record (AlreadyClaimed).
-//! 2. The nonce counter row is incremented (it serializes claims, which is what makes the capacity bound
-//!    exact); over capacity, entries past expiry plus grace are pruned, and if none can go the claim is
-//!    refused (Full, fail closed, nothing evicted).
-//! 3. The live note is re-read `FOR UPDATE` (a concurrent move or delete waits or is waited on), its
-//!    containment re-checked, and it is deleted with a conditional `DELETE … WHERE id = $1 AND uri = $2`
-//!    that must hit exactly one row.
-//! 4. Commit. Every refusal (gone, outside, full, conflict) rolls back instead, so nothing is consumed.
+//! 1. `INSERT … ON CONFLICT (nonce) DO NOTHING`, and in the same statement (a data-modifying CTE) the nonce
+//!    counter row is incremented only if the insert added a row. A concurrent inserter of the same nonce
+//!    waits on ours and then sees the conflict, so two transactions can never both claim it; a conflict
+//!    reads the stored record (AlreadyClaimed). The counter row serializes claims, which is what makes the
+//!    capacity bound exact; over capacity, entries past expiry plus grace are pruned, and if none can go the
+//!    claim is refused (Full, fail closed, nothing evicted).
+//! 2. The live note is deleted with `DELETE … RETURNING` (its row lock makes a concurrent move or delete
+//!    wait, or be waited on), and the returned note's containment is re-checked; outside the workspace, the
+//!    transaction rolls back and the note is as it was.
+//! 3. Commit. Every refusal (gone, outside, full, conflict) rolls back instead, so nothing is consumed.
+//!
+//! Round trips are what a claim costs beyond the commit's WAL flush: BEGIN, the claim, the delete, COMMIT.
 
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
@@ -215,34 +217,37 @@ impl PostgresStore {
     /// memory store does (prune only when full, never an unexpired-plus-grace entry, never evict).
     async fn reserve(&self, transaction: &Transaction<'_>, claim: &NonceClaim) -> Result<Reservation, StoreError> {
         let step = |e: tokio_postgres::Error| self.error(&e);
-        let insert = transaction
-            .prepare_cached("INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3) ON CONFLICT (nonce) DO NOTHING")
+        // One row (the new count) if the nonce was inserted; none on a conflict.
+        let insert_and_count = transaction
+            .prepare_cached(
+                "WITH inserted AS (
+                    INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
+                    ON CONFLICT (nonce) DO NOTHING RETURNING nonce
+                 )
+                 UPDATE replay_counter SET nonce_count = nonce_count + 1
+                 WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count",
+            )
             .await
             .map_err(step)?;
         let select = transaction.prepare_cached("SELECT record FROM nonces WHERE nonce = $1").await.map_err(step)?;
         let expires_at_ms = sql_ms(claim.expires_at_ms);
         let record = encode_record(&claim.record);
-        let mut inserted = false;
+        let mut counted = None;
         for _ in 0..POSTGRES_RESERVE_ATTEMPTS_MAX {
-            if transaction.execute(&insert, &[&claim.nonce, &expires_at_ms, &record]).await.map_err(step)? == 1 {
-                inserted = true;
+            if let Some(row) = transaction.query_opt(&insert_and_count, &[&claim.nonce, &expires_at_ms, &record]).await.map_err(step)? {
+                counted = Some(row.get::<_, i64>(0));
                 break;
             }
             if let Some(row) = transaction.query_opt(&select, &[&claim.nonce]).await.map_err(step)? {
                 return Ok(Reservation::AlreadyClaimed(decode_record(row.get(0))?));
             }
         }
-        if !inserted {
+        let Some(mut count) = counted else {
             return Err(StoreError::Unavailable(format!(
                 "{}: nonce {} kept conflicting and vanishing ({POSTGRES_RESERVE_ATTEMPTS_MAX} attempts); are the instances' clocks far apart?",
                 self.description, claim.nonce
             )));
-        }
-        let count_up = transaction
-            .prepare_cached("UPDATE replay_counter SET nonce_count = nonce_count + 1 WHERE id = 1 RETURNING nonce_count")
-            .await
-            .map_err(step)?;
-        let mut count: i64 = transaction.query_one(&count_up, &[]).await.map_err(step)?.get(0);
+        };
         let capacity = i64::try_from(self.limits.capacity).unwrap_or(i64::MAX);
         if count > capacity {
             if let Some(horizon) = prune_horizon_ms(self.clock.now_ms(), self.limits.retention_grace_ms) {
@@ -278,24 +283,22 @@ impl PostgresStore {
             Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
         }
         let step = |e: tokio_postgres::Error| self.error(&e);
-        let read = transaction.prepare_cached("SELECT id, title, uri, body FROM notes WHERE id = $1 FOR UPDATE").await.map_err(step)?;
-        let Some(row) = transaction.query_opt(&read, &[&note_id]).await.map_err(step)? else {
+        let delete = transaction.prepare_cached("DELETE FROM notes WHERE id = $1 RETURNING id, title, uri, body").await.map_err(step)?;
+        let Some(row) = transaction.query_opt(&delete, &[&note_id]).await.map_err(step)? else {
             return Ok((ClaimAndDelete::NoteGone, false));
         };
         let note = Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) };
         if !still_inside(workspace, &note.uri) {
+            // Rolled back by the caller: the note stays, the nonce is released.
             return Ok((ClaimAndDelete::NoteOutsideWorkspace, false));
-        }
-        let delete = transaction.prepare_cached("DELETE FROM notes WHERE id = $1 AND uri = $2").await.map_err(step)?;
-        if transaction.execute(&delete, &[&note.id, &note.uri]).await.map_err(step)? != 1 {
-            // Unreachable while the row lock holds; if it ever happens, refuse rather than consume.
-            return Ok((ClaimAndDelete::NoteGone, false));
         }
         Ok((ClaimAndDelete::Deleted(note), true))
     }
 
     async fn list_in(&self, client: &impl GenericClient) -> Result<Vec<Note>, StoreError> {
-        let rows = client.query("SELECT id, title, uri, body FROM notes ORDER BY position", &[]).await.map_err(|e| self.error(&e))?;
+        let step = |e: tokio_postgres::Error| self.error(&e);
+        let list = client.prepare_cached("SELECT id, title, uri, body FROM notes ORDER BY position").await.map_err(step)?;
+        let rows = client.query(&list, &[]).await.map_err(step)?;
         Ok(rows.iter().map(|row| Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) }).collect())
     }
 
