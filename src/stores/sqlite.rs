@@ -8,7 +8,9 @@
 //! delete consumes nothing.
 //!
 //! rusqlite blocks, so every operation runs on tokio's blocking pool with a pooled connection; at most
-//! [`SQLITE_CONNECTIONS_MAX`] operations of one process run at once, the rest wait their turn.
+//! [`SQLITE_CONNECTIONS_MAX`] operations of one process run at once, the rest wait their turn. Writers of one
+//! process go one at a time (they would serialize on the file's lock anyway), so only one per process polls
+//! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
@@ -78,6 +80,8 @@ struct Inner {
     closed: AtomicBool,
     /// One permit per connection in use.
     permits: Arc<Semaphore>,
+    /// One permit: the write transaction of this process that may take the file's write lock.
+    writer: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
     limits: ReplayLimits,
 }
@@ -101,6 +105,13 @@ impl From<StoreError> for Failure {
 }
 
 type Outcome<T> = Result<T, Failure>;
+
+/// Whether an operation writes (and so queues behind this process's other writers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
 
 /// What the replay reservation inside a transaction found.
 enum Reservation {
@@ -129,11 +140,12 @@ impl SqliteStore {
             idle: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             permits: Arc::new(Semaphore::new(SQLITE_CONNECTIONS_MAX)),
+            writer: Arc::new(Semaphore::new(1)),
             clock,
             limits,
         });
         let store = SqliteStore { inner };
-        let report = store.run(move |connection, inner| migrate(connection, migrations, inner.clock.now_ms())).await?;
+        let report = store.run(Access::Write, move |connection, inner| migrate(connection, migrations, inner.clock.now_ms())).await?;
         Ok((store, report))
     }
 
@@ -142,7 +154,7 @@ impl SqliteStore {
     }
 
     /// Runs `operation` on the blocking pool with a pooled connection.
-    async fn run<T, F>(&self, operation: F) -> Result<T, StoreError>
+    async fn run<T, F>(&self, access: Access, operation: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection, &Inner) -> Outcome<T> + Send + 'static,
@@ -152,9 +164,15 @@ impl SqliteStore {
         if inner.closed.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable(format!("sqlite {path}: the store was closed (the server is shutting down)")));
         }
+        // Writers of this process queue here (in order, without polling the file lock); one at a time goes on
+        // to contend with other processes' writers. Readers never wait for writers (WAL).
+        let writing = match access {
+            Access::Write => Some(inner.writer.clone().acquire_owned().await.expect("the semaphore is never closed")),
+            Access::Read => None,
+        };
         let permit = inner.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let joined = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
+            let _permits = (permit, writing);
             let mut connection = inner.take_connection()?;
             let result = operation(&mut connection, &inner);
             // A connection whose operation failed may hold an aborted transaction: do not reuse it.
@@ -342,13 +360,13 @@ fn upsert_note(transaction: &Transaction<'_>, note: &Note) -> rusqlite::Result<(
 #[async_trait]
 impl NoteStore for SqliteStore {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
-        self.run(|connection, _| Ok(list_notes(connection)?)).await
+        self.run(Access::Read, |connection, _| Ok(list_notes(connection)?)).await
     }
 
     async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
         let id = id.to_string();
         let workspace = workspace.clone();
-        self.run(move |connection, _| {
+        self.run(Access::Write, move |connection, _| {
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let Some(note) = read_note(&transaction, &id)? else {
                 return Ok(GuardedDelete::Gone);
@@ -367,7 +385,7 @@ impl NoteStore for SqliteStore {
 #[async_trait]
 impl ReplayStore for SqliteStore {
     async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
-        self.run(move |connection, inner| {
+        self.run(Access::Write, move |connection, inner| {
             let now_ms = inner.clock.now_ms();
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
             match reserve(&transaction, &claim, now_ms, inner.limits)? {
@@ -386,7 +404,7 @@ impl ReplayStore for SqliteStore {
     async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
         let note_id = note_id.to_string();
         let workspace = workspace.clone();
-        self.run(move |connection, inner| {
+        self.run(Access::Write, move |connection, inner| {
             let now_ms = inner.clock.now_ms();
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
             match reserve(&transaction, &claim, now_ms, inner.limits)? {
@@ -413,7 +431,7 @@ impl ReplayStore for SqliteStore {
 impl StoreAdmin for SqliteStore {
     async fn seed(&self, notes: &[Note]) -> Result<SeedReport, StoreError> {
         let seed = notes.to_vec();
-        self.run(move |connection, _| {
+        self.run(Access::Write, move |connection, _| {
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let current = list_notes(&transaction)?;
             let target = seeded_listing(&current, &seed);
@@ -440,7 +458,7 @@ impl StoreAdmin for SqliteStore {
     }
 
     async fn upsert(&self, note: Note) -> Result<(), StoreError> {
-        self.run(move |connection, _| {
+        self.run(Access::Write, move |connection, _| {
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
             upsert_note(&transaction, &note)?;
             transaction.commit()?;
@@ -451,21 +469,25 @@ impl StoreAdmin for SqliteStore {
 
     async fn remove(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
-        self.run(move |connection, _| Ok(connection.execute("DELETE FROM notes WHERE id = ?1", [&id])? == 1)).await
+        self.run(Access::Write, move |connection, _| Ok(connection.execute("DELETE FROM notes WHERE id = ?1", [&id])? == 1)).await
     }
 
     async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError> {
         let (id, uri) = (id.to_string(), uri.to_string());
-        self.run(move |connection, _| Ok(connection.execute("UPDATE notes SET uri = ?1 WHERE id = ?2", [&uri, &id])? == 1)).await
+        self.run(Access::Write, move |connection, _| Ok(connection.execute("UPDATE notes SET uri = ?1 WHERE id = ?2", [&uri, &id])? == 1))
+            .await
     }
 
     async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError> {
         let (id, title) = (id.to_string(), title.to_string());
-        self.run(move |connection, _| Ok(connection.execute("UPDATE notes SET title = ?1 WHERE id = ?2", [&title, &id])? == 1)).await
+        self.run(Access::Write, move |connection, _| {
+            Ok(connection.execute("UPDATE notes SET title = ?1 WHERE id = ?2", [&title, &id])? == 1)
+        })
+        .await
     }
 
     async fn nonce_count(&self) -> Result<u64, StoreError> {
-        self.run(|connection, _| {
+        self.run(Access::Read, |connection, _| {
             let transaction = connection.transaction()?;
             let counted: i64 = transaction.query_row("SELECT COUNT(*) FROM nonces", [], |row| row.get(0))?;
             let recorded: i64 = transaction.query_row("SELECT nonce_count FROM replay_counter WHERE id = 1", [], |row| row.get(0))?;
@@ -482,7 +504,7 @@ impl StoreAdmin for SqliteStore {
 
     async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError> {
         let nonce = nonce.to_string();
-        self.run(move |connection, _| {
+        self.run(Access::Read, move |connection, _| {
             let record: Option<String> =
                 connection.query_row("SELECT record FROM nonces WHERE nonce = ?1", [&nonce], |row| row.get(0)).optional()?;
             Ok(record.map(|text| decode_record(&text)).transpose()?)
