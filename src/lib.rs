@@ -8,7 +8,7 @@
 //! 1. [`wire`]: JSON-RPC envelope, `_meta`, routing headers, error codes and reasons, canonical JSON.
 //! 2. [`policy`]: pure decisions: path-segment containment, principal → workspaces, `requestState` sealing.
 //! 3. [`handlers`]: the stateless servers, written once against the store/clock ports in [`handlers::ports`].
-//! 4. [`stores`]: implementations of those ports (in memory; real clock and nonces).
+//! 4. [`stores`]: implementations of those ports (in memory, SQLite, PostgreSQL; real clock and nonces).
 //! 5. [`config`]: deployments (principals, tokens, workspaces, notes, keys) and the embedded demo;
 //!    [`gateway_config`]: gateway deployments (backends, access policy, pins) and the embedded gateway demo.
 //! 6. [`sim`]: the deterministic cluster simulator: actors, network, scheduler, scenarios, transcripts.
