@@ -45,6 +45,8 @@ const KEY_BYTES: [u8; 32] = [0x2a; 32];
 struct SharedStore {
     /// What `--store` (or `MCPSIM_STORE`) says.
     argument: String,
+    /// The database password in `argument`, which no log line may repeat.
+    password: Option<String>,
     spec: StoreSpec,
     _directory: Option<TempDir>,
     _database: Option<DroppedDatabase>,
@@ -54,7 +56,7 @@ impl SharedStore {
     fn sqlite() -> SharedStore {
         let directory = TempDir::new();
         let argument = format!("sqlite:{}", directory.path().join("fleet.db").display());
-        SharedStore { spec: argument.parse().unwrap(), argument, _directory: Some(directory), _database: None }
+        SharedStore { spec: argument.parse().unwrap(), argument, password: None, _directory: Some(directory), _database: None }
     }
 
     async fn postgres() -> Option<SharedStore> {
@@ -63,7 +65,9 @@ impl SharedStore {
         let mut url = reqwest::Url::parse(&url).expect("the test server's URL parses");
         url.set_path(&format!("/{name}"));
         let argument = format!("postgres:{url}");
-        Some(SharedStore { spec: argument.parse().unwrap(), argument, _directory: None, _database: Some(DroppedDatabase { server, name }) })
+        let password = url.password().map(str::to_string);
+        let database = Some(DroppedDatabase { server, name });
+        Some(SharedStore { spec: argument.parse().unwrap(), argument, password, _directory: None, _database: database })
     }
 }
 
@@ -197,6 +201,19 @@ impl Fleet {
         answers
     }
 
+    /// Every running process's log so far: one line per request, and never a secret.
+    fn assert_logs_hold_no_secrets(&self, flow: &Flow) {
+        for process in self.processes.iter().flatten() {
+            let logs = process.stderr().join("\n");
+            assert!(logs.contains("complete:deleted") || logs.contains("error -32602 state_consumed"), "requests are logged: {logs}");
+            let mut secrets = vec![ALICE, flow.state.as_str(), flow.title.as_str(), ALICE_WORKSPACE];
+            secrets.extend(self.store.password.as_deref());
+            for secret in secrets {
+                assert!(!logs.contains(secret), "the log must not contain {secret:?}");
+            }
+        }
+    }
+
     async fn note_exists(&self, note_id: &str) -> bool {
         self.stores.admin.list().await.unwrap().iter().any(|note| note.id == note_id)
     }
@@ -241,6 +258,7 @@ async fn confirmations_race_across_processes(store: SharedStore) {
     let nonces_before = fleet.stores.admin.nonce_count().await.unwrap();
     let everyone: Vec<usize> = (0..PROCESSES).collect();
     let mut wins = [0usize; PROCESSES];
+    let mut last = None;
     for round in 0..ROUNDS {
         let flow = fleet.open_flow(round % PROCESSES).await;
         let answers = fleet.confirm_at_once(&everyone, &flow).await;
@@ -254,8 +272,10 @@ async fn confirmations_race_across_processes(store: SharedStore) {
         }
         fleet.assert_completed_in_store(&flow).await;
         wins[deleted[0]] += 1;
+        last = Some(flow);
     }
     assert_eq!(fleet.stores.admin.nonce_count().await.unwrap(), nonces_before + ROUNDS as u64, "one nonce per round, no more");
+    fleet.assert_logs_hold_no_secrets(&last.expect("rounds ran"));
     // Which process wins is up to the scheduler; shown, not asserted.
     eprintln!("{}: deletions won per process over {ROUNDS} rounds: {wins:?}", fleet.store.spec);
 }
@@ -461,6 +481,14 @@ fn seed_and_fleet_options_say_what_they_did_and_what_to_do() {
     assert!(logs.join("\n").contains("signs with a random key of its own"), "{logs:?}");
     let (_, logs) = HttpServer::start(&["--key-file", keys.arg()]).terminate_with_stderr();
     assert!(logs.join("\n").contains("keeps its own replay store and notes in memory"), "{logs:?}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let readable = private_key_file("k");
+        std::fs::set_permissions(&readable.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (_, logs) = HttpServer::start(&["--store", &store, "--key-file", readable.arg()]).terminate_with_stderr();
+        assert!(logs.join("\n").contains("readable by other users (mode 644); make it private: chmod 600"), "{logs:?}");
+    }
 
     // Two instances of a shared store: SIGTERM stops both, then closes the store.
     let server = HttpServer::start_instances(&["--instances", "2", "--store", &store, "--key-file", keys.arg()], 2);
