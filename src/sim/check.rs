@@ -64,6 +64,8 @@ pub struct Observed<'a> {
     pub answers: &'a BTreeMap<String, OperationId>,
     pub notes: &'a MemoryNoteStore,
     pub replay: &'a MemoryReplayStore,
+    /// Exports recorded by the gateway's backends (empty without a gateway).
+    pub exports: &'a [crate::handlers::backends::ExportRecord],
     pub lookup: &'a dyn Fn(&str) -> Result<&'a Value, String>,
 }
 
@@ -123,6 +125,15 @@ pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<()
             } else {
                 let records: Vec<String> = consumed.iter().map(|(_, record)| record.to_string()).collect();
                 Err(format!("expected {expected} consumed nonces, found {}: {}", consumed.len(), records.join(" ")))
+            }
+        }
+        Expectation::ExportsCount(expected) => {
+            if observed.exports.len() == *expected {
+                Ok(())
+            } else {
+                let each: Vec<String> =
+                    observed.exports.iter().map(|e| format!("{} (key {}, {} note(s))", e.export_id, e.key, e.note_ids.len())).collect();
+                Err(format!("expected {expected} exports, found {}: {}", observed.exports.len(), each.join(" ")))
             }
         }
         Expectation::Nonce { answer, record } => {

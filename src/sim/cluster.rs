@@ -16,7 +16,9 @@
 //! claim-and-delete reached the replay store loses only the answer.
 
 use super::actors::admin::AdminAction;
+use super::actors::backend::{self, BACKEND_ACTOR_SUFFIX};
 use super::actors::client::Client;
+use super::actors::gateway::{self, GatewayWorld};
 use super::actors::instance::{handle_request, incarnation_nonces, Instance, InstanceParts, ServiceFactory};
 use super::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use super::clock::VirtualClock;
@@ -35,6 +37,7 @@ use crate::policy::authorization::Authorizations;
 use crate::policy::containment::FileUri;
 use crate::policy::state::KeyRing;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,6 +55,8 @@ pub struct InstanceSetup {
     pub name: String,
     pub key_ring: KeyRing,
     pub clock_offset_ms: i64,
+    /// A gateway instance (in front of the backend actors) rather than a notes instance.
+    pub gateway: bool,
 }
 
 pub struct ClientSetup {
@@ -84,6 +89,8 @@ enum Role {
     ReplayStore,
     Admin,
     Client(usize),
+    /// A gateway backend (index into the gateway world's backends).
+    Backend(usize),
 }
 
 /// Where a finished task's result goes.
@@ -164,6 +171,12 @@ pub struct Cluster {
     note_store_actor: ActorId,
     replay_store_actor: ActorId,
     admin_actor: ActorId,
+    /// Present when the scenario declares a gateway: the backends and what gateway instances share.
+    gateway_world: Option<GatewayWorld>,
+    /// Which instances are gateways (by instance index).
+    is_gateway: Vec<bool>,
+    /// The actor of each backend of the gateway world, in its order.
+    backend_actors: Vec<ActorId>,
 }
 
 impl Cluster {
@@ -181,6 +194,15 @@ impl Cluster {
             names.push(client.name.clone());
         }
         let exchange = ExchangeHandle::default();
+        let is_gateway: Vec<bool> = setup.instances.iter().map(|i| i.gateway).collect();
+        // Backend actors exist only when a gateway does, so notes-only transcripts are unchanged.
+        let gateway_world = is_gateway.iter().any(|&g| g).then(|| GatewayWorld::demo(&exchange, note_store_actor, &setup.authorizations));
+        let mut backend_actors = Vec::new();
+        for (index, backend) in gateway_world.iter().flat_map(|world| world.backends.iter()).enumerate() {
+            backend_actors.push(roles.len());
+            roles.push(Role::Backend(index));
+            names.push(format!("{}{BACKEND_ACTOR_SUFFIX}", backend.id));
+        }
         let clock = VirtualClock::new();
         let notes = Arc::new(MemoryNoteStore::new(setup.notes));
         let replay = Arc::new(MemoryReplayStore::new(
@@ -195,10 +217,11 @@ impl Cluster {
             seed: setup.seed,
             scheduler: scheduler.name().into(),
             actors: names.clone(),
-            // Clients, then the admin, then the instances, then the stores: requests flow left to right.
-            diagram_order: (admin_actor + 1..roles.len())
+            // Clients, then the admin, then the instances, then the backends and stores: requests flow left to right.
+            diagram_order: (admin_actor + 1..admin_actor + 1 + setup.clients.len())
                 .chain([admin_actor])
                 .chain(0..instance_count)
+                .chain(backend_actors.iter().copied())
                 .chain([note_store_actor, replay_store_actor])
                 .collect(),
             recording: setup.record_transcript,
@@ -215,6 +238,7 @@ impl Cluster {
                 clock_offset_ms: i.clock_offset_ms,
                 incarnation: 0,
                 up: true,
+                gateway: None,
                 service: None,
                 nonces: None,
             })
@@ -246,6 +270,9 @@ impl Cluster {
             note_store_actor,
             replay_store_actor,
             admin_actor,
+            gateway_world,
+            is_gateway,
+            backend_actors,
         };
         for index in 0..instance_count {
             cluster.start_incarnation(index);
@@ -289,6 +316,11 @@ impl Cluster {
 
     pub fn replay_store(&self) -> &MemoryReplayStore {
         &self.replay
+    }
+
+    /// The gateway backends and shared gateway stores, when the scenario declares a gateway.
+    pub fn gateway_world(&self) -> Option<&GatewayWorld> {
+        self.gateway_world.as_ref()
     }
 
     pub fn history(&self) -> &History {
@@ -339,6 +371,21 @@ impl Cluster {
     fn rebuild_service(&mut self, index: usize) {
         let instance = &self.instances[index];
         let Some(nonces) = instance.nonces.clone() else { return };
+        if let (true, Some(world)) = (self.is_gateway[index], &self.gateway_world) {
+            let gateway = world.gateway(
+                &instance.name,
+                instance.key_ring.clone(),
+                self.state_ttl_ms,
+                &self.exchange,
+                &self.backend_actors,
+                Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
+                Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
+                nonces,
+            );
+            self.instances[index].service = Some(Arc::new(gateway.clone()));
+            self.instances[index].gateway = Some(gateway);
+            return;
+        }
         let config = NotesConfig {
             server_info: server_info(),
             authorizations: self.authorizations.clone(),
@@ -372,6 +419,7 @@ impl Cluster {
         }
         self.instances[index].up = false;
         self.instances[index].service = None;
+        self.instances[index].gateway = None;
         self.instances[index].nonces = None;
         let dropped: Vec<TaskId> = self.tasks.iter().filter(|(_, t)| t.actor == actor).map(|(id, _)| *id).collect();
         for task in &dropped {
@@ -459,6 +507,7 @@ impl Cluster {
         notification: bool,
         step: usize,
         name: Option<String>,
+        headers: Option<RoutingHeaders>,
     ) -> Result<OperationId, SimError> {
         let id = OperationId(self.history.operations.len());
         let principal = self.clients[client].principal.clone();
@@ -486,12 +535,40 @@ impl Cluster {
             outcome: Outcome::Pending,
         });
         let from = self.client_actor(client);
-        self.network.send(from, self.instance_actor(instance), now_ms, None, None, Payload::Request { operation: id, principal, bytes })?;
+        if let Some(headers) = &headers {
+            let shown = |value: &Option<String>| value.as_deref().map_or("(absent)".to_string(), |v| format!("{v:?}"));
+            let text = format!(
+                "sends routing headers MCP-Protocol-Version: {}, Mcp-Method: {}, Mcp-Name: {}",
+                shown(&headers.protocol_version),
+                shown(&headers.method),
+                shown(&headers.name)
+            );
+            self.event(Some(from), text);
+        }
+        let payload = Payload::Request { operation: id, principal, bytes, headers };
+        self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?;
         Ok(id)
     }
 
     /// An admin action: note changes are messages to the note store; a revocation applies at once.
     pub fn admin(&mut self, action: &AdminAction) -> Result<(), String> {
+        if let AdminAction::Approve { tool } = action {
+            let now_ms = crate::handlers::ports::Clock::now_ms(&self.clock);
+            let world = self.gateway_world.as_ref().ok_or("admin approve needs a gateway: declare `gateway NAME`")?;
+            let digest = world.approve(tool, now_ms)?;
+            let shown: String = digest.chars().take(crate::sim::message::DIGEST_CHARS_SHOWN).collect();
+            self.event(Some(self.admin_actor), format!("approved {tool}: pinned to its current descriptor {shown}"));
+            return Ok(());
+        }
+        if let (AdminAction::Descriptor { backend, .. }, Some(call)) = (action, action.store_call()) {
+            let index = self.gateway_world.as_ref().and_then(|w| w.backends.iter().position(|b| &b.id == backend));
+            let index = index.ok_or_else(|| format!("no gateway backend {backend} (declare `gateway NAME` to have backends)"))?;
+            let now_ms = self.clock.elapsed_ms();
+            self.network
+                .send(self.admin_actor, self.backend_actors[index], now_ms, None, None, Payload::Call(call))
+                .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
         if let Some(call) = action.store_call() {
             let now_ms = self.clock.elapsed_ms();
             self.network
@@ -641,11 +718,21 @@ impl Cluster {
     fn dispatch(&mut self, envelope: Envelope) -> Result<(), SimError> {
         let Envelope { from, to, from_task, to_task, payload, .. } = envelope;
         match (self.roles[to], payload) {
-            (Role::Instance(index), Payload::Request { operation, principal, bytes }) => {
+            (Role::Instance(index), Payload::Request { operation, principal, bytes, headers }) => {
                 let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
                 let cause = Cause { operation: Some(operation), nonce: None };
                 let reply_to = ReplyTo::Client { actor: from, operation };
-                self.spawn(to, cause, reply_to, None, handle_request(service, principal, bytes))
+                let task = match self.instances[index].gateway.clone() {
+                    Some(gateway) => gateway::handle_request(gateway, principal, bytes, headers),
+                    // Notes instances are reached without routing headers, as over stdio.
+                    None => handle_request(service, principal, bytes),
+                };
+                self.spawn(to, cause, reply_to, None, task)
+            }
+            (Role::Backend(index), Payload::Call(call)) => {
+                let cause = from_task.and_then(|task| self.tasks.get(&task)).map(|t| t.cause.clone()).unwrap_or_default();
+                let Some(actor) = self.gateway_world.as_ref().map(|world| world.backends[index].clone()) else { return Ok(()) };
+                self.spawn(to, cause, ReplyTo::Caller { actor: from, task: from_task }, Some(call.clone()), backend::serve(actor, call))
             }
             (Role::Client(client), Payload::Response { operation, value, .. }) => {
                 let asks_for_input = at(&value, &["result", "resultType"]).and_then(Value::as_str) == Some("input_required");
@@ -706,6 +793,11 @@ impl Cluster {
         self.exchange.set_current(None);
         let outgoing = self.exchange.take_outbox();
         let now_ms = self.clock.elapsed_ms();
+        if let Some(world) = self.gateway_world.as_mut() {
+            for line in world.new_audit_lines() {
+                self.event(Some(task.actor), line);
+            }
+        }
         let sent_anything = !outgoing.is_empty();
         for call in outgoing {
             self.network.send(task.actor, call.to, now_ms, Some(call.from_task), None, Payload::Call(call.call))?;

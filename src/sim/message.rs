@@ -5,9 +5,11 @@
 //! a separate delivery the scheduler can interleave. Each message renders to a label and a JSON value (sorted
 //! keys) for transcripts.
 
+use crate::handlers::gateway::ports::{BackendError, ToolListing};
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, StoreError};
 use crate::policy::containment::FileUri;
-use serde_json::{json, Value};
+use crate::wire::headers::RoutingHeaders;
+use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 /// Index of an actor in the cluster (instances, stores, clients, admin).
@@ -24,7 +26,8 @@ pub struct OperationId(pub usize);
 #[derive(Debug, Clone)]
 pub enum Payload {
     /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
-    Request { operation: OperationId, principal: String, bytes: Vec<u8> },
+    /// `headers` are the HTTP routing headers the client sent (`None`: a transport without headers).
+    Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders> },
     /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
     /// exactly this value, so the client need not parse the bytes back).
     Response { operation: OperationId, bytes: Vec<u8>, value: Arc<Value> },
@@ -64,6 +67,21 @@ pub enum StoreCall {
         note_id: String,
         title: String,
     },
+    /// A gateway → a backend actor: the backend's current descriptors.
+    ListTools,
+    /// A gateway → a backend actor: one forwarded `tools/call`, in the backend's own names.
+    CallTool {
+        principal: String,
+        tool: String,
+        arguments: Map<String, Value>,
+        idempotency_key: Option<String>,
+    },
+    /// Admin → a backend actor: change what the backend publishes (a rug pull, a shadowing or poisoned
+    /// descriptor). `tool: Some` merges `fields` into that descriptor; `None` publishes `fields` as a new one.
+    AdminDescriptor {
+        tool: Option<String>,
+        fields: Value,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -73,10 +91,12 @@ pub enum StoreReturn {
     Guarded(GuardedDelete),
     Claimed(ClaimOutcome),
     ClaimedAndDeleted(ClaimAndDelete),
-    /// Whether the note the admin named existed.
+    /// Whether the note (or descriptor) the admin named existed.
     AdminDone {
         existed: bool,
     },
+    Listing(ToolListing),
+    ToolResult(Result<Value, BackendError>),
     Failed(StoreError),
 }
 
@@ -91,6 +111,9 @@ impl StoreCall {
             StoreCall::AdminDelete { .. } => "admin_delete",
             StoreCall::AdminMove { .. } => "admin_move",
             StoreCall::AdminRename { .. } => "admin_rename",
+            StoreCall::ListTools => "list_tools",
+            StoreCall::CallTool { .. } => "call_tool",
+            StoreCall::AdminDescriptor { .. } => "admin_descriptor",
         }
     }
 
@@ -105,6 +128,11 @@ impl StoreCall {
             StoreCall::AdminDelete { note_id } => json!({ "noteId": note_id }),
             StoreCall::AdminMove { note_id, uri } => json!({ "noteId": note_id, "uri": uri }),
             StoreCall::AdminRename { note_id, title } => json!({ "noteId": note_id, "title": title }),
+            StoreCall::ListTools => json!({}),
+            StoreCall::CallTool { principal, tool, arguments, idempotency_key } => {
+                json!({ "principal": principal, "tool": tool, "arguments": arguments, "idempotencyKey": idempotency_key })
+            }
+            StoreCall::AdminDescriptor { tool, fields } => json!({ "tool": tool, "fields": fields }),
         }
     }
 
@@ -137,10 +165,23 @@ impl StoreReturn {
                 ClaimAndDelete::Full => json!({ "full": true }),
             },
             StoreReturn::AdminDone { existed } => json!({ "existed": existed }),
+            // Descriptors by name and digest: the full text is in the scenario; the digest shows any change.
+            StoreReturn::Listing(listing) => json!({
+                "serverName": listing.server_name,
+                "tools": listing.tools.iter().map(|d| json!({
+                    "name": d.get("name").cloned().unwrap_or(Value::Null),
+                    "digest": crate::policy::pinning::descriptor_digest(d).chars().take(DIGEST_CHARS_SHOWN).collect::<String>(),
+                })).collect::<Vec<_>>(),
+            }),
+            StoreReturn::ToolResult(Ok(result)) => json!({ "result": result.get("structuredContent").cloned().unwrap_or(Value::Null) }),
+            StoreReturn::ToolResult(Err(error)) => json!({ "failed": error.to_string() }),
             StoreReturn::Failed(error) => json!({ "failed": error.to_string() }),
         }
     }
 }
+
+/// Leading hex digits of a descriptor digest shown in transcripts (enough to see that it changed).
+pub const DIGEST_CHARS_SHOWN: usize = 12;
 
 fn claim_json(claim: &NonceClaim) -> Value {
     json!({ "nonce": claim.nonce, "expiresAtMs": claim.expires_at_ms, "record": claim.record })

@@ -21,8 +21,26 @@ use crate::handlers::ports::Note;
 use crate::policy::authorization::Authorizations;
 use crate::policy::state::KeyRing;
 use crate::stores::memory::ReplayLimits;
+use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// `headers {"Mcp-Method": …}` as routing headers: only the three routing headers, each a string (header
+/// names compare case-insensitively, as in HTTP).
+fn routing_headers(value: &Value) -> Result<RoutingHeaders, String> {
+    let Value::Object(fields) = value else { return Err("headers must be a JSON object of header names to strings".into()) };
+    let mut headers = RoutingHeaders::default();
+    for (name, field) in fields {
+        let text = field.as_str().ok_or_else(|| format!("header {name} must be a string"))?.to_string();
+        match name.to_ascii_lowercase().as_str() {
+            "mcp-protocol-version" => headers.protocol_version = Some(text),
+            "mcp-method" => headers.method = Some(text),
+            "mcp-name" => headers.name = Some(text),
+            _ => return Err(format!("header {name} is not a routing header (MCP-Protocol-Version, Mcp-Method, Mcp-Name)")),
+        }
+    }
+    Ok(headers)
+}
 
 /// Which scheduler drives a run.
 #[derive(Debug, Clone)]
@@ -227,7 +245,12 @@ pub fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup 
             for id in &ids[1..] {
                 ring.add_verify_only(id, secret(id)).expect("the parser checked keys");
             }
-            InstanceSetup { name: instance.name.clone(), key_ring: ring, clock_offset_ms: instance.clock_offset_ms }
+            InstanceSetup {
+                name: instance.name.clone(),
+                key_ring: ring,
+                clock_offset_ms: instance.clock_offset_ms,
+                gateway: instance.gateway,
+            }
         })
         .collect();
     let clients = spec
@@ -310,6 +333,7 @@ struct Built {
     bytes: Vec<u8>,
     value: Option<Value>,
     notification: bool,
+    headers: Option<RoutingHeaders>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -359,11 +383,13 @@ impl Runner<'_> {
             Action::Expect(expectation) => {
                 self.expectations += 1;
                 let lookup = |n: &str| self.lookup(n);
+                let exports = self.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default();
                 let observed = Observed {
                     history: self.cluster.history(),
                     answers: &self.answers,
                     notes: self.cluster.note_store(),
                     replay: self.cluster.replay_store(),
+                    exports: &exports,
                     lookup: &lookup,
                 };
                 let result = check::evaluate(expectation, &observed);
@@ -398,8 +424,9 @@ impl Runner<'_> {
                 for (send, admin) in prepared {
                     if let Some((send, built)) = send {
                         let instance = self.instance_index(&send.instance);
-                        let Built { client, bytes, value, notification } = built;
-                        let operation = self.cluster.send(client, instance, bytes, value, notification, index, send.name.clone())?;
+                        let Built { client, bytes, value, notification, headers } = built;
+                        let operation =
+                            self.cluster.send(client, instance, bytes, value, notification, index, send.name.clone(), headers)?;
                         if let Some(name) = &send.name {
                             self.answers.insert(name.clone(), operation);
                         }
@@ -458,6 +485,7 @@ impl Runner<'_> {
     fn build(&mut self, send: &Send) -> Result<Built, String> {
         let client = self.client_index(&send.client);
         let lookup = |n: &str| self.lookup(n);
+        let headers = send.headers.as_ref().map(|h| h.resolve(&lookup)).transpose()?.map(|h| routing_headers(&h)).transpose()?;
         let (method, params, notification) = match &send.request {
             Request::Call { method, params, notification } => (method.clone(), params.resolve(&lookup)?, *notification),
             Request::Raw { message } => {
@@ -469,7 +497,7 @@ impl Runner<'_> {
                 let parsed = serde_json::from_slice::<Value>(&bytes).ok();
                 let notification = parsed.is_some_and(|v| v.is_object() && v.get("id").is_none());
                 // No value: the cluster parses the bytes and keeps them verbatim if they are not canonical.
-                return Ok(Built { client, bytes, value: None, notification });
+                return Ok(Built { client, bytes, value: None, notification, headers });
             }
             Request::Answer(answer) => {
                 let form = match &answer.form {
@@ -493,17 +521,17 @@ impl Runner<'_> {
             }
         };
         let (bytes, value) = self.cluster.client_mut(client).request(&method, params, notification)?;
-        Ok(Built { client, bytes, value: Some(value), notification })
+        Ok(Built { client, bytes, value: Some(value), notification, headers })
     }
 
     fn send(&mut self, send: &Send, step: usize, routing: Routing) -> Result<(OperationId, bool), StepError> {
-        let Built { client, bytes, value, notification } = self.build(send)?;
+        let Built { client, bytes, value, notification, headers } = self.build(send)?;
         let written = self.instance_index(&send.instance);
         let target = match routing {
             Routing::AsWritten => written,
             Routing::Shifted => self.equivalent_instance(written, self.sequential.len() + 1),
         };
-        let operation = self.cluster.send(client, target, bytes, value, notification, step, send.name.clone())?;
+        let operation = self.cluster.send(client, target, bytes, value, notification, step, send.name.clone(), headers)?;
         if let Some(name) = &send.name {
             self.answers.insert(name.clone(), operation);
         }

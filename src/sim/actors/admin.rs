@@ -24,6 +24,17 @@ pub enum AdminAction {
         principal: String,
         workspace: String,
     },
+    /// Changes what a gateway backend publishes (a message to the backend actor): `tool: Some` merges `fields`
+    /// into that descriptor (a rug pull), `None` publishes `fields` as one more descriptor.
+    Descriptor {
+        backend: String,
+        tool: Option<String>,
+        fields: serde_json::Value,
+    },
+    /// The operator reviews `backend.tool` and re-pins it to what the backend publishes now.
+    Approve {
+        tool: String,
+    },
 }
 
 impl AdminAction {
@@ -33,7 +44,8 @@ impl AdminAction {
             AdminAction::DeleteNote { note_id } => Some(StoreCall::AdminDelete { note_id: note_id.clone() }),
             AdminAction::MoveNote { note_id, uri } => Some(StoreCall::AdminMove { note_id: note_id.clone(), uri: uri.clone() }),
             AdminAction::RenameNote { note_id, title } => Some(StoreCall::AdminRename { note_id: note_id.clone(), title: title.clone() }),
-            AdminAction::Revoke { .. } => None,
+            AdminAction::Descriptor { tool, fields, .. } => Some(StoreCall::AdminDescriptor { tool: tool.clone(), fields: fields.clone() }),
+            AdminAction::Revoke { .. } | AdminAction::Approve { .. } => None,
         }
     }
 }

@@ -48,6 +48,8 @@ pub struct Instance {
     /// Starts at 0; each restart adds one.
     pub incarnation: u16,
     pub up: bool,
+    /// A gateway instance (the security gateway) rather than a notes instance.
+    pub gateway: Option<crate::handlers::gateway::Gateway>,
     /// The running incarnation; rebuilt on restart and when configuration changes.
     pub service: Option<Arc<dyn Service>>,
     /// The incarnation's nonce stream, kept across configuration changes (never restarted mid-life).
@@ -57,7 +59,9 @@ pub struct Instance {
 impl Instance {
     /// Whether two instances would answer every request identically (same keys, same clock).
     pub fn same_configuration(&self, other: &Instance) -> bool {
-        self.key_ring == other.key_ring && self.clock_offset_ms == other.clock_offset_ms
+        self.key_ring == other.key_ring
+            && self.clock_offset_ms == other.clock_offset_ms
+            && self.gateway.is_some() == other.gateway.is_some()
     }
 }
 

@@ -5,6 +5,8 @@
 //! * [`note_store`] and [`replay_store`]: the shared stores, each an actor serving one call per task.
 //! * [`client`]: a host that sends requests and answers forms as the script says.
 //! * [`admin`]: changes data behind everyone's back.
+//! * [`gateway`] and [`backend`]: gateway instances (the unchanged security gateway) in front of backend
+//!   actors (the unchanged notes and issues backends), sharing the replay store with the notes instances.
 //!
 //! Instances reach the stores only through [`StoreClient`], an implementation of the store ports that turns
 //! every call into an envelope and waits for the reply envelope: every store call is an interleaving point.
@@ -12,7 +14,9 @@
 //! claim-and-delete is a message as well.
 
 pub mod admin;
+pub mod backend;
 pub mod client;
+pub mod gateway;
 pub mod instance;
 pub mod note_store;
 pub mod replay_store;
@@ -135,7 +139,7 @@ impl StoreClient {
         StoreClient { exchange, store }
     }
 
-    async fn call(&self, call: StoreCall) -> StoreReturn {
+    pub(crate) async fn call(&self, call: StoreCall) -> StoreReturn {
         CallFuture { exchange: self.exchange.clone(), to: self.store, call: Some(call), waiting: None }.await
     }
 }

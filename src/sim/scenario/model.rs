@@ -58,6 +58,8 @@ pub struct InstanceSpec {
     /// Key ids; the first signs, the rest only verify.
     pub keys: Vec<String>,
     pub clock_offset_ms: i64,
+    /// Declared with `gateway`: the security gateway in front of the backend actors.
+    pub gateway: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +133,9 @@ pub struct Send {
     pub client: String,
     pub instance: String,
     pub request: Request,
+    /// `headers {…}`: HTTP routing headers sent with the request (`MCP-Protocol-Version`, `Mcp-Method`,
+    /// `Mcp-Name`), passed to the pipeline as the HTTP transport passes them.
+    pub headers: Option<Box<Template>>,
     /// `as NAME`: how later steps refer to the answer.
     pub name: Option<String>,
 }
@@ -175,6 +180,8 @@ pub enum Expectation {
     },
     NotesCount(usize),
     ConsumedCount(usize),
+    /// Exports recorded by the gateway's notes backends (each export happens once per idempotency key).
+    ExportsCount(usize),
     /// The nonce sealed in the named answer's `requestState`: consumed with this record, or (None) unused.
     Nonce {
         answer: String,

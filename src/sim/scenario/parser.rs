@@ -28,7 +28,7 @@ pub const CLIENTS_MAX: usize = 16;
 pub const NOTES_MAX: usize = 1_000;
 
 /// The statement keywords, for "expected one of" messages.
-const DECLARATIONS: [&str; 9] = ["use", "principal", "note", "key", "instance", "client", "state-ttl", "replay", "latency"];
+const DECLARATIONS: [&str; 10] = ["use", "principal", "note", "key", "instance", "gateway", "client", "state-ttl", "replay", "latency"];
 const STEPS: [&str; 12] =
     ["let", "send", "notify", "answer", "admin", "advance", "crash", "restart", "rotate", "retire", "parallel", "expect"];
 
@@ -652,7 +652,7 @@ impl<'a> Parser<'a> {
                 self.keys.insert(id.clone());
                 self.cluster.keys.push(KeySpec { id, secret });
             }
-            "instance" => {
+            "instance" | "gateway" => {
                 let (name, at) = self.name("the instance's name")?;
                 self.new_actor_name(&name, at)?;
                 if self.cluster.instances.len() >= INSTANCES_MAX {
@@ -679,7 +679,7 @@ impl<'a> Parser<'a> {
                     }
                 }
                 self.instances.insert(name.clone());
-                self.cluster.instances.push(InstanceSpec { name, keys, clock_offset_ms });
+                self.cluster.instances.push(InstanceSpec { name, keys, clock_offset_ms, gateway: keyword == "gateway" });
             }
             "client" => {
                 let (name, at) = self.name("the client's name")?;
@@ -875,6 +875,10 @@ impl<'a> Parser<'a> {
                 }
             }
         };
+        let mut headers = None;
+        if keyword != "answer" && self.keyword("headers") {
+            headers = Some(Box::new(self.json("the routing headers object")?));
+        }
         let mut name = None;
         if self.keyword("as") {
             let (bound, at) = self.name("the name of this answer")?;
@@ -883,7 +887,7 @@ impl<'a> Parser<'a> {
             }
             name = Some(bound);
         }
-        Ok(Send { client, instance, request, name })
+        Ok(Send { client, instance, request, headers, name })
     }
 
     /// After `answer CLIENT -> INSTANCE`: the action and its options.
@@ -918,7 +922,7 @@ impl<'a> Parser<'a> {
     }
 
     fn admin(&mut self, in_parallel: bool) -> Result<AdminAction, ParseError> {
-        let (verb, at) = self.word().ok_or_else(|| self.expected("delete, move, rename or revoke"))?;
+        let (verb, at) = self.word().ok_or_else(|| self.expected("delete, move, rename, revoke, rugpull, publish or approve"))?;
         Ok(match verb.as_str() {
             "delete" => AdminAction::DeleteNote { note_id: self.note_id()? },
             "move" => {
@@ -945,8 +949,65 @@ impl<'a> Parser<'a> {
                 FileUri::parse(&workspace).map_err(|e| self.error_at(uri_at, format!("{workspace:?} is not a workspace URI: {e}")))?;
                 AdminAction::Revoke { principal, workspace }
             }
-            other => return Err(self.error_at(at, format!("expected delete, move, rename or revoke after `admin`, found `{other}`"))),
+            "rugpull" => {
+                let (backend, tool) = self.qualified_tool()?;
+                let fields = self.literal_object("the descriptor fields to replace (a JSON object; null removes a field)")?;
+                AdminAction::Descriptor { backend, tool: Some(tool), fields }
+            }
+            "publish" => {
+                let (backend, at) = self.name("the backend that publishes")?;
+                self.gateway_backend(&backend, at)?;
+                let fields = self.literal_object("the new descriptor (a JSON object)")?;
+                AdminAction::Descriptor { backend, tool: None, fields }
+            }
+            "approve" if in_parallel => {
+                return Err(self.error_at(at, "approve changes configuration between deliveries; put it outside the parallel block"));
+            }
+            "approve" => {
+                let (backend, tool) = self.qualified_tool()?;
+                AdminAction::Approve { tool: format!("{backend}.{tool}") }
+            }
+            other => {
+                return Err(self.error_at(
+                    at,
+                    format!("expected delete, move, rename, revoke, rugpull, publish or approve after `admin`, found `{other}`"),
+                ))
+            }
         })
+    }
+
+    /// A literal JSON object (no `$references`: what a backend publishes does not depend on the run).
+    fn literal_object(&mut self, what: &str) -> Result<Value, ParseError> {
+        self.skip_blank();
+        let at = self.cursor;
+        match self.json(what)? {
+            Template::Literal(value @ Value::Object(_)) => Ok(value),
+            _ => Err(self.error_at(at, format!("{what}: a literal JSON object, without $references"))),
+        }
+    }
+
+    /// `backend.tool`, naming a backend of the demo gateway.
+    fn qualified_tool(&mut self) -> Result<(String, String), ParseError> {
+        self.skip_blank();
+        let at = self.cursor;
+        let (word, _) = self.word().ok_or_else(|| self.expected("a tool named backend.tool"))?;
+        let Some((backend, tool)) = word.split_once('.') else {
+            return Err(self.error_at(at, format!("`{word}` is not a qualified tool name: write backend.tool (e.g. notes.export)")));
+        };
+        self.gateway_backend(backend, at)?;
+        Ok((backend.to_string(), tool.to_string()))
+    }
+
+    fn gateway_backend(&self, backend: &str, at: Cursor) -> Result<(), ParseError> {
+        if !self.cluster.instances.iter().any(|i| i.gateway) {
+            return Err(self.error_at(at, "backends exist only behind a gateway: declare `gateway NAME` above the first step"));
+        }
+        let known = crate::gateway_config::GatewayFile::demo().backends;
+        if !known.contains_key(backend) {
+            let names: Vec<&String> = known.keys().collect();
+            return Err(self.error_at(at, format!("no gateway backend {backend} (the demo gateway has {names:?})")));
+        }
+        Ok(())
     }
 
     fn note_id(&mut self) -> Result<String, ParseError> {
@@ -1015,6 +1076,10 @@ impl<'a> Parser<'a> {
             Some("notes") => {
                 self.expect_keyword("count", "after `expect notes`")?;
                 Ok(Expectation::NotesCount(self.count("the number of notes")?))
+            }
+            Some("exports") => {
+                self.expect_keyword("count", "after `expect exports`")?;
+                Ok(Expectation::ExportsCount(self.count("the number of exports")?))
             }
             Some("consumed") => {
                 self.expect_keyword("count", "after `expect consumed`")?;
@@ -1140,7 +1205,7 @@ mod tests {
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, client, state-ttl, replay, latency) or a step (let, send, notify, answer, admin, advance, crash, restart, rotate, retire, parallel, expect)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, state-ttl, replay, latency) or a step (let, send, notify, answer, admin, advance, crash, restart, rotate, retire, parallel, expect)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),
@@ -1295,6 +1360,45 @@ mod tests {
         let texts: Vec<&str> = scenario.steps.iter().map(|s| s.text.as_str()).collect();
         assert!(texts.contains(&"let args = {\"workspaceUri\": \"file:///c\", …"), "{texts:?}");
         assert!(texts.contains(&"crash i1 after replay receives claim_and_delete"));
+    }
+
+    #[test]
+    fn gateway_constructs_parse_and_their_mistakes_are_named() {
+        let text = "use demo\ngateway g1 keys k1\nkey k1\n";
+        assert_eq!(error(text), "s.sim:2:17: key k1 is not declared: add `key k1` above");
+        let cluster = "use demo\ngateway g1\ninstance i1\nclient alice principal alice\n";
+        let steps = "send alice -> g1 tools/call {\"name\": \"notes.search\"} headers {\"Mcp-Name\": \"notes.search\"} as r\n\
+                     admin rugpull notes.export {\"description\": \"changed\"}\nadmin publish issues {\"name\": \"x\"}\n\
+                     admin approve notes.export\nparallel {\n  admin rugpull notes.search {\"title\": null}\n}\nexpect exports count 1\n";
+        let scenario = parse("s.sim", "s", &format!("{cluster}{steps}")).unwrap();
+        assert!(scenario.cluster.instances[0].gateway && !scenario.cluster.instances[1].gateway);
+        let Action::Send(send) = &scenario.steps[0].action else { panic!("a send") };
+        assert!(send.headers.is_some());
+        assert!(matches!(&scenario.steps[1].action, Action::Admin(AdminAction::Descriptor { tool: Some(t), .. }) if t == "export"));
+        assert!(matches!(&scenario.steps[2].action, Action::Admin(AdminAction::Descriptor { tool: None, .. })));
+        assert!(matches!(&scenario.steps[3].action, Action::Admin(AdminAction::Approve { tool }) if tool == "notes.export"));
+        assert!(matches!(&scenario.steps[5].action, Action::Expect(Expectation::ExportsCount(1))));
+        let with = |step: &str| error(&format!("{cluster}{step}"));
+        assert_eq!(
+            with("admin rugpull export {}\n"),
+            "s.sim:5:15: `export` is not a qualified tool name: write backend.tool (e.g. notes.export)"
+        );
+        assert_eq!(
+            with("admin rugpull ftp.get {}\n"),
+            "s.sim:5:15: no gateway backend ftp (the demo gateway has [\"issues\", \"notes\", \"notes_mirror\"])"
+        );
+        assert_eq!(
+            with("let x = {}\nadmin publish notes $x\n"),
+            "s.sim:6:21: the new descriptor (a JSON object): a literal JSON object, without $references"
+        );
+        assert_eq!(
+            with("parallel {\n  admin approve notes.export\n}\n"),
+            "s.sim:6:9: approve changes configuration between deliveries; put it outside the parallel block"
+        );
+        assert_eq!(
+            error("use demo\ninstance i1\nclient alice principal alice\nadmin rugpull notes.export {}\n"),
+            "s.sim:4:15: backends exist only behind a gateway: declare `gateway NAME` above the first step"
+        );
     }
 
     #[test]

@@ -1,0 +1,210 @@
+//! Gateway instances: the unchanged security gateway (`handlers::gateway`) as instances of the cluster.
+//!
+//! A gateway instance is an instance like the notes ones (its own key ring, clock offset and nonce stream;
+//! stateless, so a crash loses only work in progress) whose service is a [`Gateway`] called through
+//! [`Gateway::handle`], exactly as the HTTP transport calls it, routing headers included. Its ports:
+//!
+//! * backends: a [`BackendClient`] per backend actor (every listing and forwarded call is a message);
+//! * replay store: the **same replay-store actor** the notes instances use (a `StoreClient`), so every gateway
+//!   instance shares one nonce ledger and two gateways racing one confirmation meet there;
+//! * pins, rate-limit counters and the audit log: one in-memory instance of each (`stores::gateway`) shared
+//!   by every gateway instance; audit records become transcript events as they are appended.
+//!
+//! The deployment is the embedded demo gateway (`src/gateway_demo.toml`: backends `issues`, `notes`,
+//! `notes_mirror`; its policy) with the embedded pins (`notes.*` and `issues.search` reviewed, the mirror not).
+
+use super::backend::{BackendActor, BackendClient};
+use super::{ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
+use crate::gateway_config::{default_pins, gateway_server_info, in_process_endpoint, BackendKind, GatewayFile};
+use crate::handlers::backends::{IssuesBackend, NotesBackend, NotesBackendConfig};
+use crate::handlers::gateway::ports::{Backend, LocalBackend};
+use crate::handlers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts};
+use crate::handlers::ports::{Clock, NonceSource, NoteStore, ReplayStore};
+use crate::policy::authorization::Authorizations;
+use crate::policy::pinning::{qualify, Approval, PublisherEvidence};
+use crate::policy::state::KeyRing;
+use crate::sim::message::ActorId;
+use crate::stores::gateway::{MemoryAuditSink, MemoryExportLedger, MemoryRateLimiter, SharedPins};
+use crate::wire::headers::RoutingHeaders;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The audit key of simulated gateways: fixed, so audit digests are the same in every run.
+const SIM_AUDIT_KEY: &[u8; 32] = b"mcpsim-simulated-gateway-audit!!";
+/// Who approves descriptors in a simulation (`admin approve`).
+pub const SIM_APPROVER: &str = "admin (simulated operator)";
+
+/// Everything the gateway instances of one cluster share.
+pub struct GatewayWorld {
+    pub file: GatewayFile,
+    /// Backend actors, in backend-id order.
+    pub backends: Vec<Arc<BackendActor>>,
+    pub pins: Arc<SharedPins>,
+    pub rate_limiter: Arc<MemoryRateLimiter>,
+    pub audit: Arc<MemoryAuditSink>,
+    /// Audit records already shown in the transcript.
+    pub audit_shown: usize,
+}
+
+impl GatewayWorld {
+    /// The demo gateway's backends over the cluster's note store (`notes` is the note-store actor).
+    pub fn demo(exchange: &ExchangeHandle, note_store: ActorId, authorizations: &Authorizations) -> GatewayWorld {
+        let file = GatewayFile::demo();
+        let mut backends = Vec::new();
+        for (id, backend) in &file.backends {
+            let actor = match backend.kind {
+                BackendKind::Notes => {
+                    let ledger = Arc::new(MemoryExportLedger::default());
+                    let config = NotesBackendConfig {
+                        server_info: backend.server_info(),
+                        authorizations: authorizations.clone(),
+                        destinations: backend.destinations.clone(),
+                    };
+                    let notes: Arc<dyn NoteStore> = Arc::new(StoreClient::new(exchange.clone(), note_store));
+                    let server = Arc::new(NotesBackend::new(config, notes, ledger.clone()));
+                    server.descriptors.replace_all(backend.descriptors());
+                    let descriptors = server.descriptors.clone();
+                    BackendActor {
+                        id: id.clone(),
+                        server: LocalBackend::with_live_listing(server.clone(), server),
+                        descriptors,
+                        ledger: Some(ledger),
+                    }
+                }
+                BackendKind::Issues => {
+                    let server = Arc::new(IssuesBackend::new(backend.server_info(), file.issues.clone()));
+                    server.descriptors.replace_all(backend.descriptors());
+                    let descriptors = server.descriptors.clone();
+                    BackendActor {
+                        id: id.clone(),
+                        server: LocalBackend::with_live_listing(server.clone(), server),
+                        descriptors,
+                        ledger: None,
+                    }
+                }
+            };
+            backends.push(Arc::new(actor));
+        }
+        GatewayWorld {
+            file,
+            backends,
+            pins: Arc::new(SharedPins::new(default_pins())),
+            rate_limiter: Arc::new(MemoryRateLimiter::default()),
+            audit: Arc::new(MemoryAuditSink::default()),
+            audit_shown: 0,
+        }
+    }
+
+    pub fn backend(&self, id: &str) -> Option<&Arc<BackendActor>> {
+        self.backends.iter().find(|b| b.id == id)
+    }
+
+    /// One gateway incarnation. `backend_actors[i]` is the actor of `self.backends[i]`.
+    #[allow(clippy::too_many_arguments)] // Each is one of the instance's own ports or settings.
+    pub fn gateway(
+        &self,
+        instance: &str,
+        key_ring: KeyRing,
+        state_ttl_ms: u64,
+        exchange: &ExchangeHandle,
+        backend_actors: &[ActorId],
+        replay: Arc<dyn ReplayStore>,
+        clock: Arc<dyn Clock>,
+        nonces: Arc<dyn NonceSource>,
+    ) -> Gateway {
+        let handles = self
+            .backends
+            .iter()
+            .zip(backend_actors)
+            .map(|(backend, &actor)| {
+                let port: Arc<dyn Backend> = Arc::new(BackendClient { client: StoreClient::new(exchange.clone(), actor) });
+                BackendHandle { id: backend.id.clone(), endpoint: in_process_endpoint(&backend.id), port }
+            })
+            .collect();
+        let config = GatewayConfig {
+            server_info: gateway_server_info(),
+            instance: instance.to_string(),
+            policy: self.file.policy.clone(),
+            key_ring,
+            state_ttl_ms,
+            audit_key: SIM_AUDIT_KEY.to_vec(),
+        };
+        let ports = GatewayPorts {
+            pins: self.pins.clone(),
+            replay,
+            rate_limiter: self.rate_limiter.clone(),
+            audit: self.audit.clone(),
+            clock,
+            nonces,
+        };
+        Gateway::new(config, handles, ports).expect("the embedded demo gateway is valid")
+    }
+
+    /// The operator reviews and re-pins `backend.tool` to what the backend publishes right now. Returns the
+    /// new digest, or why nothing was pinned.
+    pub fn approve(&self, qualified: &str, now_ms: u64) -> Result<String, String> {
+        let (backend_id, tool) = crate::policy::pinning::split_qualified(qualified)
+            .ok_or_else(|| format!("{qualified:?} is not a qualified tool name backend.tool"))?;
+        let backend = self.backend(backend_id).ok_or_else(|| format!("no backend {backend_id}"))?;
+        let descriptors = backend.descriptors.current();
+        let descriptor = descriptors
+            .iter()
+            .find(|d| d.get("name").and_then(Value::as_str) == Some(tool))
+            .ok_or_else(|| format!("backend {backend_id} publishes no tool {tool}"))?;
+        let info = self.file.backends[backend_id].server_info();
+        let approval = Approval {
+            publisher: PublisherEvidence {
+                backend: backend_id.to_string(),
+                endpoint: in_process_endpoint(backend_id),
+                server_name: info.name,
+                server_version: info.version,
+            },
+            approved_at_ms: now_ms,
+            approved_by: SIM_APPROVER.into(),
+            acknowledged_findings: Vec::new(),
+        };
+        let mut pins = crate::handlers::gateway::ports::PinSource::pins(self.pins.as_ref()).as_ref().clone();
+        let digest = pins.approve(&qualify(backend_id, tool), descriptor, approval).map_err(|e| e.to_string())?.digest.clone();
+        self.pins.replace(pins);
+        Ok(digest)
+    }
+
+    /// Audit records appended since the last call, as transcript lines (the fields a reader needs; the
+    /// argument digests are omitted as noise).
+    pub fn new_audit_lines(&mut self) -> Vec<String> {
+        if self.audit.len() == self.audit_shown {
+            return Vec::new();
+        }
+        let records = self.audit.records();
+        let lines = records[self.audit_shown..].iter().map(audit_line).collect();
+        self.audit_shown = records.len();
+        lines
+    }
+
+    /// Exports recorded by every notes backend, in backend order.
+    pub fn exports(&self) -> Vec<crate::handlers::backends::ExportRecord> {
+        self.backends.iter().filter_map(|b| b.ledger.as_ref()).flat_map(|ledger| ledger.exports()).collect()
+    }
+}
+
+fn audit_line(record: &Value) -> String {
+    let field = |key: &str| record.get(key).cloned().unwrap_or(Value::Null);
+    let digest = record.get("descriptorDigest").and_then(Value::as_str).map(|d| d.chars().take(12).collect::<String>());
+    let summary = json!({
+        "approvedBy": field("approvedBy"),
+        "decision": field("decision"),
+        "descriptor": digest,
+        "executionBegan": field("executionBegan"),
+        "principal": field("principal"),
+        "reason": field("reason"),
+        "redriven": field("redriven"),
+        "stage": field("stage"),
+        "target": field("target"),
+    });
+    format!("audit {summary}")
+}
+
+/// The task that handles one request on a gateway instance: [`Gateway::handle`], as the HTTP transport calls it.
+pub fn handle_request(gateway: Gateway, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders>) -> TaskFuture {
+    Box::pin(async move { TaskOutput::Reply(gateway.handle(&principal, &bytes, headers.as_ref()).await) })
+}
