@@ -67,6 +67,14 @@ scenario_snapshots! {
     prefix_confusion_workspace => "20-prefix-confusion-workspace.sim",
     encoded_traversal_workspace => "21-encoded-traversal-workspace.sim",
     admin_changes_between_rounds => "22-admin-changes-between-rounds.sim",
+    gateway_poisoned_description => "40-gateway-poisoned-description.sim",
+    gateway_rug_pull_between_two_listings => "41-gateway-rug-pull-between-two-listings.sim",
+    gateway_shadowed_search => "42-gateway-shadowed-search.sim",
+    gateway_header_body_confusion => "43-gateway-header-body-confusion.sim",
+    gateway_capability_is_not_permission => "44-gateway-capability-is-not-permission.sim",
+    gateway_tampered_or_retargeted_state => "45-gateway-tampered-or-retargeted-state.sim",
+    gateway_familiar_name_unknown_publisher => "46-gateway-familiar-name-unknown-publisher.sim",
+    gateways_race_one_export_confirmation => "47-gateways-race-one-export-confirmation.sim",
 }
 
 #[test]

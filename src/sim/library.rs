@@ -26,4 +26,12 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("20-prefix-confusion-workspace.sim", include_str!("../../scenarios/20-prefix-confusion-workspace.sim")),
     ("21-encoded-traversal-workspace.sim", include_str!("../../scenarios/21-encoded-traversal-workspace.sim")),
     ("22-admin-changes-between-rounds.sim", include_str!("../../scenarios/22-admin-changes-between-rounds.sim")),
+    ("40-gateway-poisoned-description.sim", include_str!("../../scenarios/40-gateway-poisoned-description.sim")),
+    ("41-gateway-rug-pull-between-two-listings.sim", include_str!("../../scenarios/41-gateway-rug-pull-between-two-listings.sim")),
+    ("42-gateway-shadowed-search.sim", include_str!("../../scenarios/42-gateway-shadowed-search.sim")),
+    ("43-gateway-header-body-confusion.sim", include_str!("../../scenarios/43-gateway-header-body-confusion.sim")),
+    ("44-gateway-capability-is-not-permission.sim", include_str!("../../scenarios/44-gateway-capability-is-not-permission.sim")),
+    ("45-gateway-tampered-or-retargeted-state.sim", include_str!("../../scenarios/45-gateway-tampered-or-retargeted-state.sim")),
+    ("46-gateway-familiar-name-unknown-publisher.sim", include_str!("../../scenarios/46-gateway-familiar-name-unknown-publisher.sim")),
+    ("47-gateways-race-one-export-confirmation.sim", include_str!("../../scenarios/47-gateways-race-one-export-confirmation.sim")),
 ];
