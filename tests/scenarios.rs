@@ -75,6 +75,7 @@ scenario_snapshots! {
     gateway_tampered_or_retargeted_state => "45-gateway-tampered-or-retargeted-state.sim",
     gateway_familiar_name_unknown_publisher => "46-gateway-familiar-name-unknown-publisher.sim",
     gateways_race_one_export_confirmation => "47-gateways-race-one-export-confirmation.sim",
+    gateway_crash_between_claim_and_export => "48-gateway-crash-between-claim-and-export.sim",
 }
 
 #[test]

@@ -34,4 +34,5 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("45-gateway-tampered-or-retargeted-state.sim", include_str!("../../scenarios/45-gateway-tampered-or-retargeted-state.sim")),
     ("46-gateway-familiar-name-unknown-publisher.sim", include_str!("../../scenarios/46-gateway-familiar-name-unknown-publisher.sim")),
     ("47-gateways-race-one-export-confirmation.sim", include_str!("../../scenarios/47-gateways-race-one-export-confirmation.sim")),
+    ("48-gateway-crash-between-claim-and-export.sim", include_str!("../../scenarios/48-gateway-crash-between-claim-and-export.sim")),
 ];
