@@ -19,6 +19,7 @@ use super::actors::admin::AdminAction;
 use super::actors::backend::{self, BACKEND_ACTOR_SUFFIX};
 use super::actors::client::Client;
 use super::actors::gateway::{self, GatewayWorld};
+use super::actors::gateway_mutants::GatewayVariant;
 use super::actors::instance::{handle_request, incarnation_nonces, Instance, InstanceParts, ServiceFactory};
 use super::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use super::clock::VirtualClock;
@@ -80,6 +81,8 @@ pub struct ClusterSetup {
     /// Off in benchmarks: nothing is rendered or kept, only counted.
     pub record_transcript: bool,
     pub factory: ServiceFactory,
+    /// The gateway gateway instances run (the real one unless a test substitutes a broken variant).
+    pub gateway_variant: GatewayVariant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +199,10 @@ impl Cluster {
         let exchange = ExchangeHandle::default();
         let is_gateway: Vec<bool> = setup.instances.iter().map(|i| i.gateway).collect();
         // Backend actors exist only when a gateway does, so notes-only transcripts are unchanged.
-        let gateway_world = is_gateway.iter().any(|&g| g).then(|| GatewayWorld::demo(&exchange, note_store_actor, &setup.authorizations));
+        let gateway_world = is_gateway
+            .iter()
+            .any(|&g| g)
+            .then(|| GatewayWorld::demo(&exchange, note_store_actor, &setup.authorizations, setup.gateway_variant));
         let mut backend_actors = Vec::new();
         for (index, backend) in gateway_world.iter().flat_map(|world| world.backends.iter()).enumerate() {
             backend_actors.push(roles.len());
@@ -722,10 +728,10 @@ impl Cluster {
                 let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
                 let cause = Cause { operation: Some(operation), nonce: None };
                 let reply_to = ReplyTo::Client { actor: from, operation };
-                let task = match self.instances[index].gateway.clone() {
-                    Some(gateway) => gateway::handle_request(gateway, principal, bytes, headers),
+                let task = match (self.instances[index].gateway.clone(), &self.gateway_world) {
+                    (Some(gateway), Some(world)) => gateway::handle_request(world, gateway, principal, bytes, headers),
                     // Notes instances are reached without routing headers, as over stdio.
-                    None => handle_request(service, principal, bytes),
+                    _ => handle_request(service, principal, bytes),
                 };
                 self.spawn(to, cause, reply_to, None, task)
             }

@@ -5,6 +5,7 @@
 //! only a `parallel` block puts several messages in flight at once for the scheduler to interleave.
 
 use super::actors::client::{answer_params, FormAction};
+use super::actors::gateway_mutants::GatewayVariant;
 use super::actors::instance::{notes_server_factory, ServiceFactory};
 use super::check::{self, Observed, Property, Violation};
 use super::cluster::{ClientSetup, Cluster, ClusterSetup, CrashTrigger, InstanceSetup, SimError};
@@ -73,6 +74,8 @@ pub struct RunOptions {
     pub check_statelessness: bool,
     /// Builds each instance's service (the real notes server unless a test substitutes one).
     pub factory: ServiceFactory,
+    /// What gateway instances run (the real gateway unless a test substitutes a broken variant).
+    pub gateway_variant: GatewayVariant,
 }
 
 impl RunOptions {
@@ -83,6 +86,7 @@ impl RunOptions {
             record_transcript: true,
             check_statelessness: true,
             factory: notes_server_factory(),
+            gateway_variant: GatewayVariant::Real,
         }
     }
 }
@@ -276,6 +280,7 @@ pub fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup 
         latency_ms_max,
         record_transcript: options.record_transcript,
         factory: options.factory.clone(),
+        gateway_variant: options.gateway_variant,
     }
 }
 

@@ -14,6 +14,7 @@
 //! `notes_mirror`; its policy) with the embedded pins (`notes.*` and `issues.search` reviewed, the mirror not).
 
 use super::backend::{BackendActor, BackendClient};
+use super::gateway_mutants::{self, DescriptionOnlyPins, GatewayVariant};
 use super::{ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use crate::gateway_config::{default_pins, gateway_server_info, in_process_endpoint, BackendKind, GatewayFile};
 use crate::handlers::backends::{IssuesBackend, NotesBackend, NotesBackendConfig};
@@ -44,11 +45,13 @@ pub struct GatewayWorld {
     pub audit: Arc<MemoryAuditSink>,
     /// Audit records already shown in the transcript.
     pub audit_shown: usize,
+    /// The real gateway, or a deliberately broken variant (tests of the scenarios themselves).
+    pub variant: GatewayVariant,
 }
 
 impl GatewayWorld {
     /// The demo gateway's backends over the cluster's note store (`notes` is the note-store actor).
-    pub fn demo(exchange: &ExchangeHandle, note_store: ActorId, authorizations: &Authorizations) -> GatewayWorld {
+    pub fn demo(exchange: &ExchangeHandle, note_store: ActorId, authorizations: &Authorizations, variant: GatewayVariant) -> GatewayWorld {
         let file = GatewayFile::demo();
         let mut backends = Vec::new();
         for (id, backend) in &file.backends {
@@ -92,6 +95,7 @@ impl GatewayWorld {
             rate_limiter: Arc::new(MemoryRateLimiter::default()),
             audit: Arc::new(MemoryAuditSink::default()),
             audit_shown: 0,
+            variant,
         }
     }
 
@@ -129,14 +133,13 @@ impl GatewayWorld {
             state_ttl_ms,
             audit_key: SIM_AUDIT_KEY.to_vec(),
         };
-        let ports = GatewayPorts {
-            pins: self.pins.clone(),
-            replay,
-            rate_limiter: self.rate_limiter.clone(),
-            audit: self.audit.clone(),
-            clock,
-            nonces,
+        let pins: Arc<dyn crate::handlers::gateway::ports::PinSource> = match self.variant {
+            GatewayVariant::DescriptionOnlyPins => {
+                Arc::new(DescriptionOnlyPins { pins: self.pins.clone(), backends: self.backends.clone() })
+            }
+            _ => self.pins.clone(),
         };
+        let ports = GatewayPorts { pins, replay, rate_limiter: self.rate_limiter.clone(), audit: self.audit.clone(), clock, nonces };
         Gateway::new(config, handles, ports).expect("the embedded demo gateway is valid")
     }
 
@@ -204,7 +207,21 @@ fn audit_line(record: &Value) -> String {
     format!("audit {summary}")
 }
 
-/// The task that handles one request on a gateway instance: [`Gateway::handle`], as the HTTP transport calls it.
-pub fn handle_request(gateway: Gateway, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders>) -> TaskFuture {
-    Box::pin(async move { TaskOutput::Reply(gateway.handle(&principal, &bytes, headers.as_ref()).await) })
+/// The task that handles one request on a gateway instance: [`Gateway::handle`], as the HTTP transport calls it
+/// (through the variant's front when the world runs a broken variant).
+pub fn handle_request(
+    world: &GatewayWorld,
+    gateway: Gateway,
+    principal: String,
+    bytes: Vec<u8>,
+    headers: Option<RoutingHeaders>,
+) -> TaskFuture {
+    let variant = world.variant;
+    if variant == GatewayVariant::Real {
+        return Box::pin(async move { TaskOutput::Reply(gateway.handle(&principal, &bytes, headers.as_ref()).await) });
+    }
+    let backends = world.backends.clone();
+    Box::pin(
+        async move { TaskOutput::Reply(gateway_mutants::handle(variant, &gateway, &backends, &principal, &bytes, headers.as_ref()).await) },
+    )
 }

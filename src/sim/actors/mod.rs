@@ -17,6 +17,7 @@ pub mod admin;
 pub mod backend;
 pub mod client;
 pub mod gateway;
+pub mod gateway_mutants;
 pub mod instance;
 pub mod note_store;
 pub mod replay_store;

@@ -735,7 +735,7 @@ impl<'a> Parser<'a> {
     }
 
     fn new_actor_name(&self, name: &str, at: Cursor) -> Result<(), ParseError> {
-        if [NOTE_STORE, REPLAY_STORE, ADMIN].contains(&name) {
+        if [NOTE_STORE, REPLAY_STORE, ADMIN].contains(&name) || name.ends_with(crate::sim::actors::backend::BACKEND_ACTOR_SUFFIX) {
             return Err(self.error_at(at, format!("`{name}` is reserved for the simulator's own actor; choose another name")));
         }
         if self.instances.contains(name) || self.clients.contains(name) {
@@ -1366,6 +1366,10 @@ mod tests {
     fn gateway_constructs_parse_and_their_mistakes_are_named() {
         let text = "use demo\ngateway g1 keys k1\nkey k1\n";
         assert_eq!(error(text), "s.sim:2:17: key k1 is not declared: add `key k1` above");
+        assert_eq!(
+            error("use demo\nclient notes-backend principal alice\n"),
+            "s.sim:2:8: `notes-backend` is reserved for the simulator's own actor; choose another name"
+        );
         let cluster = "use demo\ngateway g1\ninstance i1\nclient alice principal alice\n";
         let steps = "send alice -> g1 tools/call {\"name\": \"notes.search\"} headers {\"Mcp-Name\": \"notes.search\"} as r\n\
                      admin rugpull notes.export {\"description\": \"changed\"}\nadmin publish issues {\"name\": \"x\"}\n\

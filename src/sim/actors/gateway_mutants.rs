@@ -1,0 +1,118 @@
+//! Deliberately broken gateways, for showing that the gateway scenarios catch each defence's absence.
+//!
+//! The handlers are never touched: each variant is built around the unchanged [`Gateway`] — a different
+//! view of the pins it is given, or a front that rewrites the request before the gateway sees it — so that
+//! what the gateway *does* is exactly what a gateway with that bug would do, observed from outside.
+//!
+//! | Variant | Bug it reproduces | Scenario that catches it |
+//! |---|---|---|
+//! | [`GatewayVariant::DescriptionOnlyPins`] | pins compare only the description | `41-gateway-rug-pull-between-two-listings` |
+//! | [`GatewayVariant::RoutesByHeader`] | authorizes the body's tool, then routes by `Mcp-Name` | `43-gateway-header-body-confusion` |
+//! | [`GatewayVariant::FirstListedBackendWins`] | a bare tool name goes to the first backend listing it | `42-gateway-shadowed-search` |
+
+use super::backend::BackendActor;
+use crate::handlers::gateway::ports::PinSource;
+use crate::handlers::gateway::Gateway;
+use crate::handlers::Reply;
+use crate::policy::pinning::{descriptor_digest, split_qualified, PinFile};
+use crate::stores::gateway::SharedPins;
+use crate::wire::headers::RoutingHeaders;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Which gateway the simulated gateway instances run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GatewayVariant {
+    /// The real gateway.
+    #[default]
+    Real,
+    /// Pins judged by the description alone: a descriptor whose description is unchanged counts as approved.
+    DescriptionOnlyPins,
+    /// The body's tool is authorized, then the request is routed (and run) by the `Mcp-Name` header.
+    RoutesByHeader,
+    /// A bare tool name (`search`) runs on the first backend, in configuration order, that lists it.
+    FirstListedBackendWins,
+}
+
+impl GatewayVariant {
+    pub const MUTANTS: [GatewayVariant; 3] =
+        [GatewayVariant::DescriptionOnlyPins, GatewayVariant::RoutesByHeader, GatewayVariant::FirstListedBackendWins];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GatewayVariant::Real => "real",
+            GatewayVariant::DescriptionOnlyPins => "description-only-pins",
+            GatewayVariant::RoutesByHeader => "routes-by-header-after-authorizing-the-body",
+            GatewayVariant::FirstListedBackendWins => "first-listed-backend-wins",
+        }
+    }
+}
+
+/// The pins as a description-only gateway sees them: every pin whose backend still publishes a descriptor
+/// with the pinned description is taken to approve that current descriptor, whatever else changed.
+pub struct DescriptionOnlyPins {
+    pub pins: Arc<SharedPins>,
+    pub backends: Vec<Arc<BackendActor>>,
+}
+
+impl PinSource for DescriptionOnlyPins {
+    fn pins(&self) -> Arc<PinFile> {
+        let mut pins = self.pins.pins().as_ref().clone();
+        for (name, pin) in pins.pins.iter_mut() {
+            let Some((backend_id, tool)) = split_qualified(name) else { continue };
+            let Some(backend) = self.backends.iter().find(|b| b.id == backend_id) else { continue };
+            let current = backend.descriptors.current();
+            let same_description = current
+                .iter()
+                .find(|d| d.get("name").and_then(Value::as_str) == Some(tool) && d.get("description") == pin.descriptor.get("description"));
+            if let Some(descriptor) = same_description {
+                pin.digest = descriptor_digest(descriptor);
+                pin.descriptor = descriptor.clone();
+            }
+        }
+        Arc::new(pins)
+    }
+}
+
+/// Rewrites a `tools/call` before the (unchanged) gateway handles it, as the variant's bug would route it.
+pub async fn handle(
+    variant: GatewayVariant,
+    gateway: &Gateway,
+    backends: &[Arc<BackendActor>],
+    principal: &str,
+    bytes: &[u8],
+    headers: Option<&RoutingHeaders>,
+) -> Reply {
+    let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
+    let name = parsed.as_ref().and_then(|m| m.get("params")).and_then(|p| p.get("name")).and_then(Value::as_str);
+    let is_call = parsed.as_ref().and_then(|m| m.get("method")).and_then(Value::as_str) == Some("tools/call");
+    let rewritten = match (variant, is_call, name) {
+        (GatewayVariant::RoutesByHeader, true, Some(body_name)) => {
+            let header_name = headers.and_then(|h| h.name.as_deref()).filter(|h| *h != body_name);
+            // Authorized for what the body says; run what the header says (skipping the agreement check).
+            match header_name {
+                Some(header_name) if gateway.config.policy.grant(principal, body_name).is_some() => {
+                    return gateway.handle(principal, &with_name(parsed.as_ref(), header_name), None).await;
+                }
+                _ => None,
+            }
+        }
+        (GatewayVariant::FirstListedBackendWins, true, Some(bare)) if !bare.contains('.') => backends
+            .iter()
+            .find(|b| b.descriptors.current().iter().any(|d| d.get("name").and_then(Value::as_str) == Some(bare)))
+            .map(|b| with_name(parsed.as_ref(), &format!("{}.{bare}", b.id))),
+        _ => None,
+    };
+    match rewritten {
+        Some(bytes) => gateway.handle(principal, &bytes, headers).await,
+        None => gateway.handle(principal, bytes, headers).await,
+    }
+}
+
+fn with_name(message: Option<&Value>, name: &str) -> Vec<u8> {
+    let mut message = message.cloned().unwrap_or(Value::Null);
+    if let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) {
+        params.insert("name".into(), Value::String(name.into()));
+    }
+    serde_json::to_vec(&message).expect("a JSON value serializes")
+}
