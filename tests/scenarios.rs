@@ -76,6 +76,7 @@ scenario_snapshots! {
     gateway_familiar_name_unknown_publisher => "46-gateway-familiar-name-unknown-publisher.sim",
     gateways_race_one_export_confirmation => "47-gateways-race-one-export-confirmation.sim",
     gateway_crash_between_claim_and_export => "48-gateway-crash-between-claim-and-export.sim",
+    gateway_crash_during_export => "49-gateway-crash-during-export.sim",
 }
 
 #[test]

@@ -35,4 +35,5 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("46-gateway-familiar-name-unknown-publisher.sim", include_str!("../../scenarios/46-gateway-familiar-name-unknown-publisher.sim")),
     ("47-gateways-race-one-export-confirmation.sim", include_str!("../../scenarios/47-gateways-race-one-export-confirmation.sim")),
     ("48-gateway-crash-between-claim-and-export.sim", include_str!("../../scenarios/48-gateway-crash-between-claim-and-export.sim")),
+    ("49-gateway-crash-during-export.sim", include_str!("../../scenarios/49-gateway-crash-during-export.sim")),
 ];

@@ -781,8 +781,14 @@ impl<'a> Parser<'a> {
                         let moment = if word == "before" { Moment::Before } else { Moment::After };
                         self.word();
                         let (receiver, at) = self.name("who receives (an instance, `notes` or `replay`)")?;
-                        if !self.instances.contains(&receiver) && receiver != NOTE_STORE && receiver != REPLAY_STORE {
-                            return Err(self.error_at(at, format!("`{receiver}` is not an instance, `notes` or `replay`")));
+                        let backend_actor = receiver
+                            .strip_suffix(crate::sim::actors::backend::BACKEND_ACTOR_SUFFIX)
+                            .is_some_and(|id| self.gateway_backend(id, at).is_ok());
+                        if !self.instances.contains(&receiver) && receiver != NOTE_STORE && receiver != REPLAY_STORE && !backend_actor {
+                            return Err(self.error_at(
+                                at,
+                                format!("`{receiver}` is not an instance, `notes`, `replay` or (behind a gateway) a backend such as `notes-backend`"),
+                            ));
                         }
                         self.expect_keyword("receives", "after the receiver")?;
                         let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a store operation or a method)"))?;
@@ -1308,7 +1314,7 @@ mod tests {
         );
         assert_eq!(
             with_cluster("crash i1 before alice receives response\n"),
-            "s.sim:7:17: `alice` is not an instance, `notes` or `replay`"
+            "s.sim:7:17: `alice` is not an instance, `notes`, `replay` or (behind a gateway) a backend such as `notes-backend`"
         );
         assert_eq!(with_cluster("rotate i1 to k3\n"), "s.sim:7:14: key k3 is not declared: add `key k3` above the first step");
         assert_eq!(with_cluster("answer alice -> i1 approve\n"), "s.sim:7:20: expected accept, decline or cancel, found `approve`");
