@@ -141,7 +141,7 @@ impl Message {
                     "response".into()
                 }
             }
-            Kind::Call => match value.get("noteId").and_then(Value::as_str) {
+            Kind::Call => match value.get("noteId").or_else(|| value.get("tool")).and_then(Value::as_str) {
                 Some(note) => format!("{} {note}", self.label()),
                 None => self.label().to_string(),
             },
@@ -151,11 +151,18 @@ impl Message {
 }
 
 fn return_summary(value: &Value) -> String {
+    if let Some(tools) = value.get("tools").and_then(Value::as_array) {
+        return format!("{} tools", tools.len());
+    }
     let Some((key, inner)) = value.as_object().and_then(|m| m.iter().next()) else { return "ok".into() };
     match key.as_str() {
         "notes" => format!("{} notes", inner.as_array().map_or(0, Vec::len)),
         "deleted" => format!("deleted {}", inner.get("id").and_then(Value::as_str).unwrap_or("?")),
         "alreadyClaimed" => format!("already claimed: {}", inner.get("outcome").and_then(Value::as_str).unwrap_or("?")),
+        "result" => match inner.get("outcome").and_then(Value::as_str) {
+            Some(outcome) => format!("result: {outcome}"),
+            None => "result".into(),
+        },
         other => other.to_string(),
     }
 }
