@@ -77,6 +77,7 @@ scenario_snapshots! {
     gateways_race_one_export_confirmation => "47-gateways-race-one-export-confirmation.sim",
     gateway_crash_between_claim_and_export => "48-gateway-crash-between-claim-and-export.sim",
     gateway_crash_during_export => "49-gateway-crash-during-export.sim",
+    gateway_quota_follows_the_principal => "50-gateway-quota-follows-the-principal.sim",
 }
 
 #[test]

@@ -36,4 +36,5 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("47-gateways-race-one-export-confirmation.sim", include_str!("../../scenarios/47-gateways-race-one-export-confirmation.sim")),
     ("48-gateway-crash-between-claim-and-export.sim", include_str!("../../scenarios/48-gateway-crash-between-claim-and-export.sim")),
     ("49-gateway-crash-during-export.sim", include_str!("../../scenarios/49-gateway-crash-during-export.sim")),
+    ("50-gateway-quota-follows-the-principal.sim", include_str!("../../scenarios/50-gateway-quota-follows-the-principal.sim")),
 ];
