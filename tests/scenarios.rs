@@ -226,3 +226,25 @@ fn raw_messages_are_sent_verbatim_and_transcribed_exactly() {
     assert!(jsonl.contains(r#""bytes":"{not json""#), "{jsonl}");
     assert!(report.transcript.to_text().contains(r#"request  "{ \"jsonrpc\": \"2.0\", \"id\": 7, \"method\": \"tools/list\" }""#));
 }
+
+#[test]
+fn routing_headers_reach_every_kind_of_instance_and_are_checked_against_the_body() {
+    // Notes instances get the client's headers as over HTTP; without `headers`, none, as over stdio.
+    let text = "use demo\ninstance i1\ngateway g1\nclient alice principal alice\n\
+        send alice -> i1 tools/list {} headers {\"MCP-Protocol-Version\": \"2026-07-28\", \"Mcp-Method\": \"tools/call\"} as notes_mismatch\n\
+        expect notes_mismatch error -32020\n\
+        send alice -> i1 tools/list {} headers {\"mcp-protocol-version\": \"2026-07-28\", \"mcp-method\": \"tools/list\"} as notes_agree\n\
+        expect notes_agree complete\n\
+        send alice -> i1 tools/list {} as no_headers\n\
+        expect no_headers complete\n\
+        send alice -> g1 tools/list {} headers {\"MCP-Protocol-Version\": \"2025-06-18\", \"Mcp-Method\": \"tools/list\"} as gateway_version\n\
+        expect gateway_version error -32020\n";
+    let scenario = scenario::parse("inline", "inline", text).unwrap();
+    let report = runner::run(&scenario, &RunOptions::seeded(1));
+    assert!(report.passed(), "{}", failures(&report));
+    let bad = "use demo\ngateway g1\nclient alice principal alice\nsend alice -> g1 tools/list {} headers {\"Host\": \"x\"}\n";
+    let report = runner::run(&scenario::parse("inline", "inline", bad).unwrap(), &RunOptions::seeded(1));
+    let failure = report.failures.first().expect("an unknown header is a step failure");
+    assert_eq!(failure.kind, runner::FailureKind::Step);
+    assert!(failure.message.contains("not a routing header"), "{}", failure.message);
+}

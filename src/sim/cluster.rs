@@ -730,8 +730,7 @@ impl Cluster {
                 let reply_to = ReplyTo::Client { actor: from, operation };
                 let task = match (self.instances[index].gateway.clone(), &self.gateway_world) {
                     (Some(gateway), Some(world)) => gateway::handle_request(world, gateway, principal, bytes, headers),
-                    // Notes instances are reached without routing headers, as over stdio.
-                    _ => handle_request(service, principal, bytes),
+                    _ => handle_request(service, principal, bytes, headers),
                 };
                 self.spawn(to, cause, reply_to, None, task)
             }

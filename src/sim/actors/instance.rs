@@ -65,7 +65,13 @@ impl Instance {
     }
 }
 
-/// The task that handles one request on an instance: `handle_message`, exactly as the real transports call it.
-pub fn handle_request(service: Arc<dyn Service>, principal: String, bytes: Vec<u8>) -> TaskFuture {
-    Box::pin(async move { TaskOutput::Reply(handle_message(&*service, &principal, &bytes, None).await) })
+/// The task that handles one request on an instance: `handle_message`, exactly as the real transports call it
+/// (with the routing headers the client sent, as over HTTP; without any, as over stdio).
+pub fn handle_request(
+    service: Arc<dyn Service>,
+    principal: String,
+    bytes: Vec<u8>,
+    headers: Option<crate::wire::headers::RoutingHeaders>,
+) -> TaskFuture {
+    Box::pin(async move { TaskOutput::Reply(handle_message(&*service, &principal, &bytes, headers.as_ref()).await) })
 }
