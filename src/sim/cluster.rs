@@ -81,7 +81,7 @@ pub struct ClusterSetup {
     /// Off in benchmarks: nothing is rendered or kept, only counted.
     pub record_transcript: bool,
     pub factory: ServiceFactory,
-    /// The gateway gateway instances run (the real one unless a test substitutes a broken variant).
+    /// What gateway instances run (the real gateway unless a test substitutes a broken variant).
     pub gateway_variant: GatewayVariant,
 }
 
