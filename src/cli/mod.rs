@@ -1,6 +1,7 @@
 //! The `mcpsim` command line: wiring only. Each subcommand lives in its own module.
 
 pub mod demo;
+pub mod live;
 pub mod pins;
 pub mod run;
 pub mod seed;

@@ -1,6 +1,7 @@
 //! `mcpsim run`: run scenario files against the simulated cluster, check every expectation and safety
 //! property, print transcripts and a summary table.
 
+use super::live;
 use crate::sim::library;
 use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
 use crate::sim::scenario::{self, Scenario};
@@ -24,7 +25,14 @@ be read or parsed.
 Examples:
   mcpsim run                                   # the scenario library, one seed each
   mcpsim run scenarios/ --seeds 100            # every scenario under 100 interleavings
-  mcpsim run scenarios/04-accepts-race-for-one-note.sim --seed 7 --format mermaid")]
+  mcpsim run scenarios/04-accepts-race-for-one-note.sim --seed 7 --format mermaid
+  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp scenarios/02-retry-lands-on-another-instance.sim
+
+With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
+step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
+processes or keys (admin, advance, crash, restart, rotate, retire) are reported SKIPPED; answers after such a
+step are shown but not compared; store expectations are not evaluated. Each scenario changes the fleet's
+store: re-seed it (`mcpsim seed`) before a scenario that expects the demo's notes.")]
 pub struct RunArgs {
     /// Scenario files (.sim) or folders of them. Default: ./scenarios, or the embedded library if there is none.
     pub paths: Vec<PathBuf>,
@@ -40,6 +48,14 @@ pub struct RunArgs {
     /// Which scheduler picks the next delivery: seeded random (explores) or scripted (network order).
     #[arg(long, value_enum, default_value_t = SchedulerArg::Random)]
     pub scheduler: SchedulerArg,
+    /// Play the scenarios against a running fleet instead, over HTTP: one URL per scenario instance, in
+    /// declaration order (e.g. --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp). See `mcpsim run --help`.
+    #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',', value_parser = live::parse_url, conflicts_with_all = ["seeds", "format", "scheduler"])]
+    pub live: Vec<String>,
+    /// With --live: the bearer token of a principal, as PRINCIPAL=TOKEN (repeatable) [default: the demo's
+    /// demo-alice and demo-bob].
+    #[arg(long, value_name = "PRINCIPAL=TOKEN", value_parser = live::parse_token, requires = "live")]
+    pub token: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -87,6 +103,10 @@ struct Summary {
 pub fn run(args: RunArgs) -> ExitCode {
     let mut unreadable = Vec::new();
     let loaded = load(&args.paths, &mut unreadable);
+    if !args.live.is_empty() {
+        let scenarios = loaded.into_iter().map(|item| (item.scenario, item.path)).collect();
+        return live::run(&args, scenarios, &unreadable);
+    }
     let single_file = args.paths.len() == 1 && args.paths[0].is_file();
     let format = args.format.map(Format::from).or(single_file.then_some(Format::Text));
     // Machine-readable transcripts keep stdout to themselves; the table goes to stderr.

@@ -8,6 +8,7 @@
 //! [`handle_message`]: crate::handlers::handle_message
 
 pub mod http;
+pub mod live;
 pub mod stdio;
 
 use crate::config::{ConfigError, Deployment};
