@@ -1,0 +1,191 @@
+//! `mcpsim run --live`: library scenarios played against a real fleet (`mcpsim serve --instances 2` on one
+//! SQLite file and one key file), compared step by step with the simulator.
+//!
+//! What it shows:
+//! - the scenarios the fleet can play in full end with every step matching the simulator and every answer
+//!   expectation held (store expectations are listed as not evaluated, never as held);
+//! - steps that need the servers' processes, clock or store are reported SKIPPED with the reason, the answers
+//!   after them are shown but not compared, and expectations on skipped answers are not evaluated;
+//! - a live answer that differs from the simulator's fails the run (exit 1), and so does a wrong token;
+//! - a scenario with more instances than URLs is refused before anything is sent (exit 2), saying so.
+
+mod e2e_support;
+
+use e2e_support::*;
+use std::path::Path;
+
+/// A test key, never a real one (32 bytes of 0x2a).
+const KEY_FILE: &str = "[[keys]]\nid = \"live\"\nsecret_base64 = \"KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=\"\n";
+
+/// Two instances in one process on one SQLite file, with the file, the key file and the process removed on drop.
+struct Fleet {
+    server: HttpServer,
+    store: String,
+    _key_file: TempConfig,
+    database: std::path::PathBuf,
+}
+
+impl Fleet {
+    fn start() -> Fleet {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let serial = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let database = std::env::temp_dir().join(format!("mcpsim-live-{}-{serial}.db", std::process::id()));
+        let store = format!("sqlite:{}", database.display());
+        let key_file = TempConfig::new(KEY_FILE);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key_file.path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let fleet = Fleet {
+            server: HttpServer::start_instances(&["--instances", "2", "--store", &store, "--key-file", key_file.arg()], 2),
+            store,
+            _key_file: key_file,
+            database,
+        };
+        fleet.seed();
+        fleet
+    }
+
+    /// Restores the demo's seven notes: each scenario starts from them, as in the simulator.
+    fn seed(&self) {
+        let (code, stdout, stderr) = run_with_env(&["seed", "--store", &self.store], &[]);
+        assert_eq!(code, Some(0), "mcpsim seed failed: {stdout}{stderr}");
+    }
+
+    fn urls(&self) -> String {
+        self.server.urls.join(",")
+    }
+
+    /// `mcpsim run --live URLS EXTRA… scenarios/FILE`: exit code and stdout.
+    fn play(&self, scenario: &str, extra: &[&str]) -> (Option<i32>, String) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(scenario);
+        let urls = self.urls();
+        let mut args = vec!["run", "--live", &urls];
+        args.extend_from_slice(extra);
+        let path = path.to_str().unwrap().to_string();
+        args.push(&path);
+        let (code, stdout, stderr) = run_with_env(&args, &[]);
+        (code, format!("{stdout}{stderr}"))
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.database.display()));
+        }
+    }
+}
+
+/// The row of the parity table for source line `line`.
+fn row(output: &str, line: usize) -> &str {
+    let prefix = format!("{line:>5}  ");
+    output.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no row for line {line} in:\n{output}"))
+}
+
+#[test]
+fn scenarios_the_fleet_can_play_in_full_match_the_simulator() {
+    let fleet = Fleet::start();
+    // (file, steps compared, answer expectations held, store expectations not evaluated)
+    let cases = [
+        ("01-lesson-exchange-on-one-instance.sim", 4, 10, 4),
+        ("02-retry-lands-on-another-instance.sim", 3, 5, 3),
+        ("04-accepts-race-for-one-note.sim", 2, 3, 4),
+        ("11-tampered-state.sim", 6, 6, 2),
+        ("12-changed-title.sim", 5, 5, 1),
+        ("13-another-principal-replays-the-state.sim", 5, 5, 2),
+    ];
+    for (file, steps, held, not_evaluated) in cases {
+        fleet.seed();
+        let (code, output) = fleet.play(file, &[]);
+        assert_eq!(code, Some(0), "{file}:\n{output}");
+        let summary = format!(
+            "PASS: steps {steps} match, 0 differ, 0 not compared, 0 skipped; expectations {held} held, 0 failed, {not_evaluated} not evaluated; 0 error(s)"
+        );
+        assert!(output.contains(&summary), "{file}: expected {summary:?} in:\n{output}");
+        assert!(!output.contains("SKIPPED"), "{file}:\n{output}");
+    }
+    // The race: one deletes, the other is refused, whichever instance wins; compared as a set.
+    fleet.seed();
+    let (_, output) = fleet.play("04-accepts-race-for-one-note.sim", &[]);
+    let race = row(&output, 19);
+    assert!(race.contains("complete {\"deleted\":true") && race.ends_with("yes"), "{race}");
+    assert!(output.contains("expect one of first, second: error -32602 state_consumed"), "{output}");
+    // Store expectations are listed, never counted as held.
+    assert!(output.contains("expect note note-7 absent: not evaluated: it reads the store"), "{output}");
+}
+
+#[test]
+fn steps_that_need_the_servers_are_skipped_and_what_follows_is_not_judged() {
+    let fleet = Fleet::start();
+    let (code, output) = fleet.play("03-retry-after-the-first-instance-crashed.sim", &[]);
+    assert_eq!(code, Some(0), "skips do not fail the run:\n{output}");
+    assert!(
+        row(&output, 17).contains("SKIPPED: live mode does not stop processes; requests to i1 are skipped until `restart`"),
+        "{output}"
+    );
+    // The request the simulator lost to the crash is not sent live (the live i1 would answer it).
+    let lost = row(&output, 20);
+    assert!(lost.contains("no response") && lost.contains("SKIPPED: i1 is crashed at this point of the scenario"), "{lost}");
+    assert!(output.contains("expect lost no response: not evaluated: lost was not sent live"), "{output}");
+    assert!(row(&output, 32).contains("SKIPPED: the live i1 was never stopped"), "{output}");
+    // A plain crash changes nothing for the other instance: its answers are still compared.
+    assert!(row(&output, 26).ends_with("yes"), "{output}");
+    assert!(output.contains("steps 3 match, 0 differ, 0 not compared, 3 skipped"), "{output}");
+
+    fleet.seed();
+    let (code, output) = fleet.play("10-state-expires-between-rounds.sim", &[]);
+    assert_eq!(code, Some(0), "{output}");
+    assert!(output.contains("configuration mismatch: i2 declares clock offset 240000 ms (the fleet runs on the wall clock)"), "{output}");
+    assert!(row(&output, 20).contains("SKIPPED: the fleet runs on the wall clock, which cannot be advanced"), "{output}");
+    // Live, the state has not expired: the answer differs, and is shown but not judged.
+    let skewed = row(&output, 22);
+    assert!(
+        skewed.contains("error -32602 state_expired") && skewed.contains("not compared: after skipped line 20 (advance 90s)"),
+        "{skewed}"
+    );
+    assert!(output.contains("expect skewed error -32602 state_expired: not evaluated: skewed is not comparable"), "{output}");
+    assert!(output.contains("2 skipped"), "{output}");
+
+    fleet.seed();
+    let (code, output) = fleet.play("22-admin-changes-between-rounds.sim", &[]);
+    assert_eq!(code, Some(0), "{output}");
+    assert!(row(&output, 18).contains("SKIPPED: admin changes need the store"), "{output}");
+    assert!(row(&output, 25).contains("SKIPPED: a revocation changes the servers' configuration"), "{output}");
+    // The summary table counts the skips.
+    assert!(output.contains("1 of 1 scenario(s) matched the simulator live; 2 step(s) skipped"), "{output}");
+}
+
+#[test]
+fn a_live_answer_unlike_the_simulators_fails_the_run() {
+    let fleet = Fleet::start();
+    let (code, output) = fleet.play("02-retry-lands-on-another-instance.sim", &[]);
+    assert_eq!(code, Some(0), "{output}");
+    // Not re-seeded: note-3 is already gone, so round 1 offers other notes and the accept is refused.
+    let (code, output) = fleet.play("02-retry-lands-on-another-instance.sim", &[]);
+    assert_eq!(code, Some(1), "{output}");
+    assert!(row(&output, 19).ends_with("NO"), "{output}");
+    assert!(output.contains("line 19 differs:\n    simulator: complete {\"deleted\":true,\"noteId\":\"note-3\""), "{output}");
+    assert!(output.contains("FAIL scenarios/") || output.contains("FAIL /"), "{output}");
+
+    // A token the fleet does not know: every answer is the transport's 401 refusal, never a pass.
+    fleet.seed();
+    let (code, output) = fleet.play("01-lesson-exchange-on-one-instance.sim", &["--token", "alice=not-a-token"]);
+    assert_eq!(code, Some(1), "{output}");
+    assert!(row(&output, 12).contains("error -32600") && row(&output, 12).ends_with("NO"), "{output}");
+}
+
+#[test]
+fn more_instances_than_urls_is_refused_saying_so() {
+    let fleet = Fleet::start();
+    let (code, output) = fleet.play("15-misconfigured-instance-key.sim", &[]);
+    assert_eq!(code, Some(2), "{output}");
+    assert!(
+        output.contains("declares 3 instance(s) (i1, i2, i3) but --live names 2 URL(s); pass one URL per instance, in declaration order"),
+        "{output}"
+    );
+    let (code, stderr) = run_to_exit(&["run", "--live", "ftp://example/mcp", "scenarios"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("only http:// URLs are supported"), "{stderr}");
+}
