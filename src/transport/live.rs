@@ -672,7 +672,7 @@ async fn post(
     // An SSE answer ends with the response as its last `data:` event.
     let text = String::from_utf8_lossy(&body);
     let json = if streamed {
-        text.lines().filter_map(|l| l.strip_prefix("data:")).last().map(str::trim).unwrap_or("").to_string()
+        text.lines().filter_map(|l| l.strip_prefix("data:")).next_back().map(str::trim).unwrap_or("").to_string()
     } else {
         text.into_owned()
     };
@@ -775,11 +775,11 @@ mod tests {
         let text = "use demo\ninstance i1\ninstance i2\nclient alice principal alice\n";
         let scenario = crate::sim::scenario::parse("x.sim", "x", text).unwrap();
         let fleet = LiveFleet::with_demo_tokens(vec!["http://127.0.0.1:9/mcp".into()], BTreeMap::new());
-        let error = run_live(&scenario, &fleet, 1).await.err().expect("refused");
+        let error = run_live(&scenario, &fleet, 1).await.expect_err("refused");
         assert!(error.to_string().contains("declares 2 instance(s) (i1, i2) but --live names 1 URL(s)"), "{error}");
         let text = "use demo\ninstance i1\nprincipal carol workspaces \"file:///c\"\nclient carol principal carol\n";
         let scenario = crate::sim::scenario::parse("y.sim", "y", text).unwrap();
-        let error = run_live(&scenario, &fleet, 1).await.err().expect("refused");
+        let error = run_live(&scenario, &fleet, 1).await.expect_err("refused");
         assert!(error.to_string().contains("--token carol=TOKEN"), "{error}");
     }
 }
