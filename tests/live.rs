@@ -7,6 +7,8 @@
 //! - steps that need the servers' processes, clock or store are reported SKIPPED with the reason, the answers
 //!   after them are shown but not compared, and expectations on skipped answers are not evaluated;
 //! - a live answer that differs from the simulator's fails the run (exit 1), and so does a wrong token;
+//! - an instance declared unlike the fleet (another key) is flagged as a configuration mismatch, and what
+//!   it answered differently, and everything after, is shown but not judged;
 //! - a scenario with more instances than URLs is refused before anything is sent (exit 2), saying so.
 
 mod e2e_support;
@@ -155,6 +157,19 @@ fn steps_that_need_the_servers_are_skipped_and_what_follows_is_not_judged() {
     assert!(row(&output, 25).contains("SKIPPED: a revocation changes the servers' configuration"), "{output}");
     // The summary table counts the skips.
     assert!(output.contains("1 of 1 scenario(s) matched the simulator live; 2 step(s) skipped"), "{output}");
+
+    // An instance declared with another key: the fleet's one key ring accepts what the simulator refused, so
+    // that answer and everything after it (the store changed) are shown, not judged.
+    fleet.seed();
+    let urls = format!("{},{}", fleet.urls(), fleet.server.urls[0]);
+    let path = format!("{}/scenarios/15-misconfigured-instance-key.sim", env!("CARGO_MANIFEST_DIR"));
+    let (code, stdout, _) = run_with_env(&["run", "--live", &urls, &path], &[]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("configuration mismatch: i3 declares keys k9 (the fleet shares one key ring)"), "{stdout}");
+    let on_misconfigured = row(&stdout, 20);
+    assert!(on_misconfigured.contains("error -32602 state_signature") && on_misconfigured.contains("not compared: configuration: i3"));
+    assert!(row(&stdout, 24).contains("not compared: after line 20 (answer alice -> i3"), "{stdout}");
+    assert!(stdout.contains("expect on_healthy complete: not evaluated: on_healthy is not comparable"), "{stdout}");
 }
 
 #[test]

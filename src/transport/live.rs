@@ -10,8 +10,9 @@
 //! * **Skipped steps**: `admin …`, `advance`, crash triggers, `rotate`, `retire` (they need the store, the
 //!   clock or the key ring of the servers). A plain `crash I` marks `I` down until `restart I`: requests the
 //!   scenario sends to it meanwhile are skipped (the live instance is still up, so they would be answered).
-//! * **Not compared**: once a step that changes the world has been skipped, later answers may legitimately
-//!   differ from the simulator's; they are shown, not judged. The same holds for requests to an instance
+//! * **Not compared**: once a step that changes the world has been skipped (or a request that was not
+//!   comparable went differently live), later answers may legitimately differ from the simulator's; they are
+//!   shown, not judged. The same holds for requests to an instance
 //!   whose declared configuration (keys, clock offset) differs from the fleet's one shared key ring and wall
 //!   clock, and for every request of a scenario that declares its own store bounds, notes or principals.
 //! * **Not evaluated**: expectations on the stores (`note`, `notes count`, `consumed`, `nonce of`), which live
@@ -290,7 +291,7 @@ impl<'a> Player<'a> {
     /// Why a request to `instance` is shown but not judged, if it is.
     fn not_compared_reason(&self, instance: &str) -> Option<String> {
         if let Some(why) = &self.diverged_since {
-            return Some(format!("after skipped {why}"));
+            return Some(format!("after {why}"));
         }
         if let Some(why) = self.global_mismatch.first() {
             return Some(format!("configuration: {why}"));
@@ -307,7 +308,7 @@ impl<'a> Player<'a> {
             verdict: Verdict::Skipped(why.to_string()),
         });
         if diverges && self.diverged_since.is_none() {
-            self.diverged_since = Some(format!("line {line} ({text})"));
+            self.diverged_since = Some(format!("skipped line {line} ({text})"));
         }
     }
 
@@ -456,7 +457,14 @@ impl<'a> Player<'a> {
     fn push_row(&mut self, line: usize, text: &str, simulator: Vec<String>, live: Vec<String>, reason: Option<String>) {
         let verdict = match reason {
             _ if simulator == live => Verdict::Match,
-            Some(why) => Verdict::NotCompared(why),
+            Some(why) => {
+                // A request that went differently live may have changed the store (a misconfigured instance
+                // that deleted what the simulator's refused): nothing after it can be judged either.
+                if self.diverged_since.is_none() {
+                    self.diverged_since = Some(format!("line {line} ({text}), which went differently live"));
+                }
+                Verdict::NotCompared(why)
+            }
             None => Verdict::Mismatch,
         };
         self.rows.push(ParityRow { line, statement: text.into(), simulator: simulator.join("; "), live: live.join("; "), verdict });
