@@ -667,7 +667,10 @@ async fn post(
             }
         }
     }
-    let response = request.body(bytes).send().await.map_err(|e| format!("POST {url} failed: {e}"))?;
+    let response = request.body(bytes).send().await.map_err(|e| {
+        let hint = if e.is_connect() { "; is the fleet running there? (mcpsim serve --http ADDR --instances N)" } else { "" };
+        format!("POST {url} failed: {}{hint}", with_causes(&e))
+    })?;
     let status = response.status().as_u16();
     let streamed = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
     let body = response.bytes().await.map_err(|e| format!("reading the answer from {url} failed: {e}"))?;
@@ -691,6 +694,19 @@ async fn post(
             Err(format!("{url} answered HTTP {status} with a body that is not JSON ({e}): {}", json.chars().take(200).collect::<String>()))
         }
     }
+}
+
+/// An error and its causes, one after another (reqwest's own message names only the outermost).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    // Bounded: an error chain is short, but nothing guarantees it.
+    for _ in 0..8 {
+        let Some(next) = cause else { break };
+        text.push_str(&format!(": {next}"));
+        cause = next.source();
+    }
+    text
 }
 
 /// The report as text: the mapping, configuration notes, the parity table, expectations, a summary line.
