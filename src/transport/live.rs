@@ -132,6 +132,16 @@ pub enum LiveError {
     Client(String),
 }
 
+/// A message ready to send: the exact bytes, the JSON they encode, whether it is a notification, and the
+/// scenario's own `headers {…}` (when absent, the conforming routing headers are derived from the message).
+#[derive(Debug, Clone)]
+struct Message {
+    bytes: Vec<u8>,
+    value: Option<Value>,
+    notification: bool,
+    headers: Option<serde_json::Map<String, Value>>,
+}
+
 /// One live operation: what was sent and what came back.
 struct LiveOperation {
     operation: Operation,
@@ -244,6 +254,9 @@ impl<'a> Player<'a> {
             let mut why = Vec::new();
             if instance.keys != reference_keys {
                 why.push(format!("keys {} (the fleet shares one key ring)", instance.keys.join(" ")));
+            }
+            if instance.gateway {
+                why.push("a gateway (its backends' state is the simulator's; live parity for gateways is not established)".into());
             }
             if instance.clock_offset_ms != 0 {
                 why.push(format!("clock offset {} ms (the fleet runs on the wall clock)", instance.clock_offset_ms));
@@ -421,23 +434,22 @@ impl<'a> Player<'a> {
             }
         }
         let mut flights = Vec::new();
-        for (send, (bytes, value, notification)) in &built {
+        for (send, message) in &built {
             let (http, url) = (self.http.clone(), self.url_of(&send.instance).to_string());
             let token = self.token_of(&send.client).to_string();
-            let (bytes, value) = (bytes.clone(), value.clone());
-            let notification = *notification;
-            flights.push(tokio::spawn(async move { post(&http, &url, &token, bytes, value.as_ref(), notification).await }));
+            let message = message.clone();
+            flights.push(tokio::spawn(async move { post(&http, &url, &token, &message).await }));
         }
         let mut live = Vec::new();
         let mut reason = None;
-        for ((send, (bytes, value, notification)), flight) in built.into_iter().zip(flights) {
+        for ((send, message), flight) in built.into_iter().zip(flights) {
             let outcome = match flight.await {
                 Ok(result) => result,
                 Err(join) => Err(format!("the request task failed: {join}")),
             };
             match outcome {
                 Ok(outcome) => {
-                    let id = self.record(index, send, bytes, value, notification, outcome);
+                    let id = self.record(index, send, message, outcome);
                     live.push(outcome_of(&self.operations[id.0].operation));
                     reason = reason.or_else(|| self.operations[id.0].not_compared.clone());
                 }
@@ -476,22 +488,15 @@ impl<'a> Player<'a> {
     }
 
     async fn perform(&mut self, index: usize, send: &Send) -> Result<OperationId, String> {
-        let (bytes, value, notification) = self.build(send)?;
+        let message = self.build(send)?;
         let url = self.url_of(&send.instance).to_string();
         let token = self.token_of(&send.client).to_string();
-        let outcome = post(&self.http, &url, &token, bytes.clone(), value.as_ref(), notification).await?;
-        Ok(self.record(index, send, bytes, value, notification, outcome))
+        let outcome = post(&self.http, &url, &token, &message).await?;
+        Ok(self.record(index, send, message, outcome))
     }
 
-    fn record(
-        &mut self,
-        index: usize,
-        send: &Send,
-        bytes: Vec<u8>,
-        value: Option<Value>,
-        notification: bool,
-        response: Option<Value>,
-    ) -> OperationId {
+    fn record(&mut self, index: usize, send: &Send, message: Message, response: Option<Value>) -> OperationId {
+        let Message { bytes, value, notification, .. } = message;
         let id = OperationId(self.operations.len());
         let client = &self.scenario.cluster.clients[self.client_index(&send.client)];
         let exact = String::from_utf8_lossy(&bytes).into_owned();
@@ -531,9 +536,14 @@ impl<'a> Player<'a> {
     }
 
     /// The message a step sends: exact bytes, the JSON they encode, whether it is a notification.
-    fn build(&mut self, send: &Send) -> Result<(Vec<u8>, Option<Value>, bool), String> {
+    fn build(&mut self, send: &Send) -> Result<Message, String> {
         let client = self.client_index(&send.client);
         let lookup = |n: &str| self.lookup(n);
+        let headers = match send.headers.as_deref().map(|h| h.resolve(&lookup)).transpose()? {
+            Some(Value::Object(fields)) => Some(fields),
+            Some(_) => return Err("headers must be a JSON object of header names to strings".into()),
+            None => None,
+        };
         let (method, params, notification) = match &send.request {
             Request::Call { method, params, notification } => (method.clone(), params.resolve(&lookup)?, *notification),
             Request::Raw { message } => {
@@ -544,7 +554,7 @@ impl<'a> Player<'a> {
                 };
                 let parsed = serde_json::from_slice::<Value>(&bytes).ok();
                 let notification = parsed.as_ref().is_some_and(|v| v.is_object() && v.get("id").is_none());
-                return Ok((bytes, parsed, notification));
+                return Ok(Message { bytes, value: parsed, notification, headers });
             }
             Request::Answer(answer) => {
                 let form = match &answer.form {
@@ -573,7 +583,7 @@ impl<'a> Player<'a> {
             }
         };
         let (bytes, value) = self.clients[client].request(&method, params, notification)?;
-        Ok((bytes, Some(value), notification))
+        Ok(Message { bytes, value: Some(value), notification, headers })
     }
 
     fn evaluate(&self, expectation: &Expectation) -> ExpectationResult {
@@ -602,8 +612,14 @@ impl<'a> Player<'a> {
         }
         let history = History { operations: self.operations.iter().map(|o| o.operation.clone()).collect(), ..History::default() };
         let lookup = |n: &str| self.lookup(n);
-        let observed =
-            Observed { history: &history, answers: &self.answers, notes: &self.empty_notes, replay: &self.empty_replay, lookup: &lookup };
+        let observed = Observed {
+            history: &history,
+            answers: &self.answers,
+            notes: &self.empty_notes,
+            replay: &self.empty_replay,
+            exports: &[],
+            lookup: &lookup,
+        };
         match check::evaluate(expectation, &observed) {
             Ok(()) => ExpectationResult::Held,
             Err(why) => ExpectationResult::Failed(why),
@@ -642,20 +658,21 @@ fn outcome_of_response(value: &Value) -> String {
 
 /// One conforming POST. `Ok(None)`: answered 202 with no body (a notification). `Err`: the exchange failed
 /// at the transport (refused connection, timeout, a body that is not a JSON-RPC message).
-async fn post(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    bytes: Vec<u8>,
-    value: Option<&Value>,
-    notification: bool,
-) -> Result<Option<Value>, String> {
+async fn post(http: &reqwest::Client, url: &str, token: &str, message: &Message) -> Result<Option<Value>, String> {
+    let Message { bytes, value, notification, headers } = message;
+    let notification = *notification;
     let mut request = http
         .post(url)
         .header("Authorization", format!("Bearer {token}"))
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream");
-    if let Some(value) = value {
+    if let Some(headers) = headers {
+        // The scenario's own routing headers, exactly (as the simulator passes them to the pipeline).
+        for (name, field) in headers {
+            let text = field.as_str().ok_or_else(|| format!("header {name} must be a string"))?;
+            request = request.header(name.as_str(), text);
+        }
+    } else if let Some(value) = value {
         if let Some(version) = at(value, &["params", "_meta", KEY_PROTOCOL_VERSION]).and_then(Value::as_str) {
             request = request.header("MCP-Protocol-Version", version);
         }
@@ -667,7 +684,7 @@ async fn post(
             }
         }
     }
-    let response = request.body(bytes).send().await.map_err(|e| {
+    let response = request.body(bytes.clone()).send().await.map_err(|e| {
         let hint = if e.is_connect() { "; is the fleet running there? (mcpsim serve --http ADDR --instances N)" } else { "" };
         format!("POST {url} failed: {}{hint}", with_causes(&e))
     })?;
