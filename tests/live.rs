@@ -204,3 +204,27 @@ fn more_instances_than_urls_is_refused_saying_so() {
     assert_eq!(code, Some(2));
     assert!(stderr.contains("only http:// URLs are supported"), "{stderr}");
 }
+
+#[test]
+fn a_scenarios_own_routing_headers_are_sent_exactly() {
+    let fleet = Fleet::start();
+    let scenario = std::env::temp_dir().join(format!("mcpsim-live-headers-{}.sim", std::process::id()));
+    std::fs::write(
+        &scenario,
+        r#"# Guarantee taught: the routing headers must agree with the body, live as in the simulator.
+use demo
+instance i1
+client alice principal alice
+send alice -> i1 tools/list {} headers {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"} as confused
+expect confused error -32020
+send alice -> i1 tools/list {} headers {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"} as agreeing
+expect agreeing complete
+"#,
+    )
+    .unwrap();
+    let (code, stdout, _) = run_with_env(&["run", "--live", &fleet.server.urls[0], scenario.to_str().unwrap()], &[]);
+    let _ = std::fs::remove_file(&scenario);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(row(&stdout, 5).contains("error -32020") && row(&stdout, 5).ends_with("yes"), "{stdout}");
+    assert!(stdout.contains("PASS: steps 2 match, 0 differ, 0 not compared, 0 skipped; expectations 2 held"), "{stdout}");
+}
