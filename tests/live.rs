@@ -228,3 +228,42 @@ expect agreeing complete
     assert!(row(&stdout, 5).contains("error -32020") && row(&stdout, 5).ends_with("yes"), "{stdout}");
     assert!(stdout.contains("PASS: steps 2 match, 0 differ, 0 not compared, 0 skipped; expectations 2 held"), "{stdout}");
 }
+
+#[test]
+fn steps_built_from_a_skipped_answer_are_skipped_too() {
+    let fleet = Fleet::start();
+    let scenario = std::env::temp_dir().join(format!("mcpsim-live-dependent-{}.sim", std::process::id()));
+    std::fs::write(
+        &scenario,
+        r#"# Guarantee taught: what depends on a request that was not sent live is not sent either, and is not failed.
+use demo
+key k1
+instance i1 keys k1
+instance i2 keys k1
+client alice principal alice
+let delete_tps = {"workspaceUri": "file:///Users/alice/Documents/Notes", "title": "TPS report"}
+send alice -> i1 tools/call {"name": "notes_delete", "arguments": $delete_tps} as round1
+crash i1
+send alice -> i1 tools/call {"name": "notes_delete", "arguments": $delete_tps} as lost
+let lost_state = $lost.result.requestState
+answer alice -> i2 decline for round1 state $lost_state as refused
+expect refused error -32602
+parallel {
+  answer alice -> i2 accept {"note_id": "note-7", "confirm": true} for round1 as first
+  send alice -> i1 tools/list {} as listed
+}
+answer alice -> i2 accept {"note_id": "note-7", "confirm": true} for round1 as done
+expect done complete
+"#,
+    )
+    .unwrap();
+    let (code, stdout, _) = run_with_env(&["run", "--live", &fleet.urls(), scenario.to_str().unwrap()], &[]);
+    let _ = std::fs::remove_file(&scenario);
+    assert_eq!(code, Some(0), "skips are not failures:\n{stdout}");
+    assert!(row(&stdout, 12).contains("SKIPPED: it uses lost_state, which was not sent live"), "{stdout}");
+    assert!(stdout.contains("expect refused error -32602: not evaluated: refused was not sent live"), "{stdout}");
+    // A race with one runner missing is another race: the whole block is skipped, and what follows is not judged.
+    assert!(row(&stdout, 14).contains("SKIPPED: i1 is crashed at this point of the scenario"), "{stdout}");
+    assert!(stdout.contains("expect done complete: not evaluated: done is not comparable (after skipped line 14"), "{stdout}");
+    assert!(stdout.contains("0 error(s)"), "{stdout}");
+}

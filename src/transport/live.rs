@@ -101,6 +101,8 @@ pub struct LiveReport {
     pub configuration_notes: Vec<String>,
     pub rows: Vec<ParityRow>,
     pub expectations: Vec<(usize, String, ExpectationResult)>,
+    /// About the simulator side (a scenario that fails in the simulator compares against a failing run).
+    pub simulator_notes: Vec<String>,
     /// Steps that could not be carried out at all (a reference to a skipped answer, a transport failure).
     pub errors: Vec<String>,
 }
@@ -184,6 +186,11 @@ pub async fn run_live(scenario: &Scenario, fleet: &LiveFleet, seed: u64) -> Resu
         seed,
         mapping,
         configuration_notes: player.global_mismatch.iter().chain(player.instance_mismatch.values()).cloned().collect(),
+        simulator_notes: simulated
+            .failures
+            .iter()
+            .map(|f| format!("the simulator run fails too (line {}): {}", f.line, f.message.replace('\n', " ")))
+            .collect(),
         rows: player.rows,
         expectations: player.expectations,
         errors: player.errors,
@@ -329,11 +336,17 @@ impl<'a> Player<'a> {
         for (index, step) in self.scenario.steps.iter().enumerate() {
             let (line, text) = (step.line, step.text.as_str());
             match &step.action {
-                Action::Let { name, value } => match value.resolve(&|n| self.lookup(n)) {
-                    Ok(value) => {
-                        self.lets.insert(name.clone(), value);
+                Action::Let { name, value } => match self.skipped_dependency(std::iter::once(value), None) {
+                    // A value built from a skipped answer is as unavailable as the answer.
+                    Some(why) => {
+                        self.skipped_answers.insert(name.clone(), why);
                     }
-                    Err(why) => self.errors.push(format!("line {line}: {text}: {why}")),
+                    None => match value.resolve(&|n| self.lookup(n)) {
+                        Ok(value) => {
+                            self.lets.insert(name.clone(), value);
+                        }
+                        Err(why) => self.errors.push(format!("line {line}: {text}: {why}")),
+                    },
                 },
                 Action::Send(send) => self.sequential(index, line, text, send, simulated).await,
                 Action::Parallel(items) => {
@@ -384,6 +397,37 @@ impl<'a> Player<'a> {
         }
     }
 
+    /// Why `send` cannot be sent live: its instance is down in the scenario, or it is built from a skipped answer.
+    fn unsendable(&self, send: &Send) -> Option<String> {
+        if self.down.contains(&send.instance) {
+            return Some(format!("{} is crashed at this point of the scenario, but the live one is up", send.instance));
+        }
+        let mut templates: Vec<&Template> = send.headers.as_deref().into_iter().collect();
+        let mut form = None;
+        match &send.request {
+            Request::Call { params, .. } => templates.push(params),
+            Request::Raw { message } => templates.push(message),
+            Request::Answer(answer) => {
+                if let AnswerAction::Accept(Some(content)) = &answer.action {
+                    templates.push(content);
+                }
+                templates.extend(answer.arguments.iter().chain(answer.state.iter()));
+                form = answer.form.as_ref();
+            }
+        }
+        self.skipped_dependency(templates.into_iter(), form)
+    }
+
+    /// The reason, if any of these templates (or the named form) refers to an answer that was not sent live.
+    fn skipped_dependency<'t>(&self, templates: impl Iterator<Item = &'t Template>, form: Option<&String>) -> Option<String> {
+        let mut names: Vec<&String> = form.into_iter().collect();
+        let references: Vec<_> = templates.flat_map(Template::references).collect();
+        names.extend(references.iter().map(|r| &r.name));
+        names
+            .into_iter()
+            .find_map(|name| self.skipped_answers.get(name).map(|why| format!("it uses {name}, which was not sent live ({why})")))
+    }
+
     fn skip_answer(&mut self, send: &Send, why: &str) {
         if let Some(name) = &send.name {
             self.skipped_answers.insert(name.clone(), why.to_string());
@@ -391,8 +435,7 @@ impl<'a> Player<'a> {
     }
 
     async fn sequential(&mut self, index: usize, line: usize, text: &str, send: &Send, simulated: &History) {
-        if self.down.contains(&send.instance) {
-            let why = format!("{} is crashed at this point of the scenario, but the live one is up", send.instance);
+        if let Some(why) = self.unsendable(send) {
             self.skip_answer(send, &why);
             self.rows.push(ParityRow {
                 line,
@@ -417,14 +460,17 @@ impl<'a> Player<'a> {
     }
 
     async fn parallel(&mut self, index: usize, line: usize, text: &str, sends: &[&Send], simulated: &History) {
+        // A race with one runner missing is another race: the whole block is skipped.
+        if let Some(why) = sends.iter().find_map(|send| self.unsendable(send)) {
+            self.skip(line, text, &why, true);
+            for send in sends {
+                self.skip_answer(send, &format!("its parallel block was skipped: {why}"));
+            }
+            return;
+        }
         // Built first (answers use each client's last form as of the block's start), then sent at once.
         let mut built = Vec::new();
         for send in sends {
-            if self.down.contains(&send.instance) {
-                let why = format!("{} is crashed at this point of the scenario, but the live one is up", send.instance);
-                self.skip_answer(send, &why);
-                continue;
-            }
             match self.build(send) {
                 Ok(message) => built.push((*send, message)),
                 Err(why) => {
@@ -629,7 +675,12 @@ impl<'a> Player<'a> {
 
 /// The simulator's outcomes for the requests step `index` sent, in send order.
 fn simulated_outcomes(history: &History, index: usize) -> Vec<String> {
-    history.operations.iter().filter(|op| op.step == index).map(outcome_of).collect()
+    let outcomes: Vec<String> = history.operations.iter().filter(|op| op.step == index).map(outcome_of).collect();
+    if outcomes.is_empty() {
+        // The step could not run in the simulator either (its failure is listed as a note).
+        return vec!["(not sent)".into()];
+    }
+    outcomes
 }
 
 /// What parity compares: `resultType` (and `structuredContent`), or the error code and reason, or no response.
@@ -734,6 +785,9 @@ pub fn render(report: &LiveReport) -> String {
     let _ = writeln!(out, "# mcpsim live: {}  seed {}  {}", report.scenario, report.seed, mapping.join("  "));
     for note in &report.configuration_notes {
         let _ = writeln!(out, "configuration mismatch: {note}");
+    }
+    for note in &report.simulator_notes {
+        let _ = writeln!(out, "note: {note}");
     }
     let cell = |text: &str, width: usize| -> String {
         if text.chars().count() <= width {
