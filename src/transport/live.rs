@@ -6,6 +6,9 @@
 //! `Mcp-Method`, `Mcp-Name`). Messages are built exactly as the simulator builds them (its client, its
 //! templates, its form answers), and answer expectations are judged by the simulator's own checker.
 //!
+//! A `parallel` block is compared as a set of outcomes against every interleaving the simulator produces under
+//! [`PARITY_SEEDS_MAX`] consecutive seeds; later steps are compared with a run that raced the way the fleet did.
+//!
 //! What cannot be done from outside a fleet is never silently passed:
 //! * **Skipped steps**: `admin …`, `advance`, crash triggers, `rotate`, `retire` (they need the store, the
 //!   clock or the key ring of the servers). A plain `crash I` marks `I` down until `restart I`: requests the
@@ -40,6 +43,8 @@ use std::time::Duration;
 
 /// How long one live request may take before it counts as a transport failure.
 pub const LIVE_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Most simulator seeds tried to find an interleaving of a scenario's races like the live one.
+pub const PARITY_SEEDS_MAX: u64 = 64;
 /// Largest response body read from a live server.
 pub const LIVE_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
@@ -176,10 +181,20 @@ pub async fn run_live(scenario: &Scenario, fleet: &LiveFleet, seed: u64) -> Resu
         .timeout(Duration::from_millis(LIVE_REQUEST_TIMEOUT_MS))
         .build()
         .map_err(|e| LiveError::Client(e.to_string()))?;
-    // The simulator's answers for the same scenario and seed, by step.
-    let simulated = runner::run(scenario, &RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(seed) });
+    // The simulator's answers for the same scenario: under `seed`, and under the next seeds too, so that a live
+    // race can be matched with an interleaving the simulator also produces (without parallel blocks every seed
+    // answers alike, and one run is enough).
+    let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
+    let seeds = if has_parallel { PARITY_SEEDS_MAX } else { 1 };
+    let quiet = |seed| RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(seed) };
+    let simulated = runner::run(scenario, &quiet(seed));
+    let mut runs = vec![(seed, simulated.history)];
+    for offset in 1..seeds {
+        let other = seed.wrapping_add(offset);
+        runs.push((other, runner::run(scenario, &quiet(other)).history));
+    }
     let mut player = Player::new(scenario, fleet, http);
-    player.play(&simulated.history).await;
+    player.play(&runs).await;
     let mapping = instances.iter().zip(&fleet.urls).map(|(i, url)| (i.name.clone(), url.clone())).collect();
     Ok(LiveReport {
         scenario: scenario.name.clone(),
@@ -190,6 +205,7 @@ pub async fn run_live(scenario: &Scenario, fleet: &LiveFleet, seed: u64) -> Resu
             .failures
             .iter()
             .map(|f| format!("the simulator run fails too (line {}): {}", f.line, f.message.replace('\n', " ")))
+            .chain(player.interleaving_notes)
             .collect(),
         rows: player.rows,
         expectations: player.expectations,
@@ -218,6 +234,8 @@ struct Player<'a> {
     rows: Vec<ParityRow>,
     expectations: Vec<(usize, String, ExpectationResult)>,
     errors: Vec<String>,
+    /// Races that went live as the simulator's did under another seed.
+    interleaving_notes: Vec<String>,
     /// Stand-ins for `Observed`: never read, because store expectations are not evaluated live.
     empty_notes: Arc<MemoryNoteStore>,
     empty_replay: MemoryReplayStore,
@@ -245,6 +263,7 @@ impl<'a> Player<'a> {
             rows: Vec::new(),
             expectations: Vec::new(),
             errors: Vec::new(),
+            interleaving_notes: Vec::new(),
             empty_notes,
             empty_replay,
         };
@@ -332,7 +351,9 @@ impl<'a> Player<'a> {
         }
     }
 
-    async fn play(&mut self, simulated: &History) {
+    async fn play(&mut self, runs: &[(u64, History)]) {
+        // The simulator runs still consistent with every race seen live so far; the first one is compared.
+        let mut candidates: Vec<usize> = (0..runs.len()).collect();
         for (index, step) in self.scenario.steps.iter().enumerate() {
             let (line, text) = (step.line, step.text.as_str());
             match &step.action {
@@ -348,7 +369,7 @@ impl<'a> Player<'a> {
                         Err(why) => self.errors.push(format!("line {line}: {text}: {why}")),
                     },
                 },
-                Action::Send(send) => self.sequential(index, line, text, send, simulated).await,
+                Action::Send(send) => self.sequential(index, line, text, send, &runs[candidates[0]].1).await,
                 Action::Parallel(items) => {
                     let sends: Vec<&Send> = items
                         .iter()
@@ -362,7 +383,7 @@ impl<'a> Player<'a> {
                             self.skip_answer(send, "its parallel block contains an admin change");
                         }
                     } else {
-                        self.parallel(index, line, text, &sends, simulated).await;
+                        self.parallel(index, line, text, &sends, runs, &mut candidates).await;
                     }
                 }
                 Action::Admin(AdminAction::Revoke { .. }) => {
@@ -446,7 +467,15 @@ impl<'a> Player<'a> {
             });
             return;
         }
-        let operation = match self.perform(index, send).await {
+        let message = match self.build(send) {
+            Ok(message) => message,
+            Err(why) => {
+                let simulator = simulated_outcomes(simulated, index).join("; ");
+                self.unbuildable(line, text, send, Some(simulator), why);
+                return;
+            }
+        };
+        let operation = match self.perform(index, send, message).await {
             Ok(id) => id,
             Err(why) => {
                 self.skip_answer(send, &why);
@@ -459,7 +488,15 @@ impl<'a> Player<'a> {
         self.push_row(line, text, simulated_outcomes(simulated, index), live, reason);
     }
 
-    async fn parallel(&mut self, index: usize, line: usize, text: &str, sends: &[&Send], simulated: &History) {
+    async fn parallel(
+        &mut self,
+        index: usize,
+        line: usize,
+        text: &str,
+        sends: &[&Send],
+        runs: &[(u64, History)],
+        candidates: &mut Vec<usize>,
+    ) {
         // A race with one runner missing is another race: the whole block is skipped.
         if let Some(why) = sends.iter().find_map(|send| self.unsendable(send)) {
             self.skip(line, text, &why, true);
@@ -470,12 +507,13 @@ impl<'a> Player<'a> {
         }
         // Built first (answers use each client's last form as of the block's start), then sent at once.
         let mut built = Vec::new();
+        let mut reason = None;
         for send in sends {
             match self.build(send) {
                 Ok(message) => built.push((*send, message)),
                 Err(why) => {
-                    self.skip_answer(send, &why);
-                    self.errors.push(format!("line {line}: {text}: {why}"));
+                    let excuse = self.unbuildable(line, text, send, None, why);
+                    reason = reason.or(excuse);
                 }
             }
         }
@@ -487,7 +525,6 @@ impl<'a> Player<'a> {
             flights.push(tokio::spawn(async move { post(&http, &url, &token, &message).await }));
         }
         let mut live = Vec::new();
-        let mut reason = None;
         for ((send, message), flight) in built.into_iter().zip(flights) {
             let outcome = match flight.await {
                 Ok(result) => result,
@@ -505,10 +542,25 @@ impl<'a> Player<'a> {
                 }
             }
         }
-        // A race may be won by either side: the block is compared as a set of outcomes.
-        let mut simulator = simulated_outcomes(simulated, index);
-        simulator.sort();
+        // A race may be won by either side: the block is compared as a set of outcomes, with any interleaving
+        // the simulator produces under the seeds tried; later steps are compared with a run that raced alike.
         live.sort();
+        let sorted = |run: usize| {
+            let mut outcomes = simulated_outcomes(&runs[run].1, index);
+            outcomes.sort();
+            outcomes
+        };
+        let alike: Vec<usize> = candidates.iter().copied().filter(|&run| sorted(run) == live).collect();
+        if let Some(&first) = alike.first() {
+            if first != candidates[0] {
+                self.interleaving_notes.push(format!(
+                    "line {line}: the live race went as the simulator's under seed {} (later steps are compared with that run)",
+                    runs[first].0
+                ));
+            }
+            *candidates = alike;
+        }
+        let simulator = sorted(candidates[0]);
         self.push_row(line, text, simulator, live, reason);
     }
 
@@ -533,8 +585,40 @@ impl<'a> Player<'a> {
         self.fleet.tokens.get(principal).map(String::as_str).expect("checked before the run")
     }
 
-    async fn perform(&mut self, index: usize, send: &Send) -> Result<OperationId, String> {
-        let message = self.build(send)?;
+    /// A step that cannot be built from the live answers: not compared if those answers were not comparable
+    /// (a form the simulator showed and the fleet did not), an error otherwise.
+    /// Returns the excuse, if there is one. In a parallel block (`simulator` None) the block's row says it.
+    fn unbuildable(&mut self, line: usize, text: &str, send: &Send, simulator: Option<String>, why: String) -> Option<String> {
+        self.skip_answer(send, &why);
+        let excuse = self.excuse(send);
+        match (&excuse, simulator) {
+            (Some(reason), Some(simulator)) => {
+                let live = format!("(not sent: {why})");
+                let verdict = Verdict::NotCompared(reason.clone());
+                self.rows.push(ParityRow { line, statement: text.into(), simulator, live, verdict });
+            }
+            (Some(_), None) => {}
+            (None, _) => self.errors.push(format!("line {line}: {text}: {why}")),
+        }
+        excuse
+    }
+
+    /// Why `send`, or an answer it is built from, is not comparable, if it is.
+    fn excuse(&self, send: &Send) -> Option<String> {
+        if let Some(why) = self.not_compared_reason(&send.instance) {
+            return Some(why);
+        }
+        let mut used: Vec<OperationId> = Vec::new();
+        if let Request::Answer(answer) = &send.request {
+            match &answer.form {
+                Some(name) => used.extend(self.answers.get(name).copied()),
+                None => used.extend(self.clients[self.client_index(&send.client)].last_form),
+            }
+        }
+        used.into_iter().find_map(|id| self.operations[id.0].not_compared.clone())
+    }
+
+    async fn perform(&mut self, index: usize, send: &Send, message: Message) -> Result<OperationId, String> {
         let url = self.url_of(&send.instance).to_string();
         let token = self.token_of(&send.client).to_string();
         let outcome = post(&self.http, &url, &token, &message).await?;
