@@ -38,6 +38,7 @@ pub enum Property {
     Containment,
     Refusal,
     Statelessness,
+    Capabilities,
 }
 
 impl Property {
@@ -48,6 +49,7 @@ impl Property {
             Property::Containment => "containment",
             Property::Refusal => "refusal",
             Property::Statelessness => "statelessness",
+            Property::Capabilities => "capabilities",
         }
     }
 }
@@ -255,7 +257,37 @@ pub fn check_properties(history: &History) -> Vec<Violation> {
     consent(history, &sent, &mut violations);
     containment(history, &mut violations);
     refusal(history, &sent, &mut violations);
+    capabilities(history, &mut violations);
     violations
+}
+
+/// **Capabilities**: a form is only ever sent in answer to a request that declared form elicitation
+/// itself (an empty `elicitation` object means form, for older clients); nothing declared earlier counts.
+fn capabilities(history: &History, violations: &mut Vec<Violation>) {
+    for operation in &history.operations {
+        let Some(value) = operation.response() else { continue };
+        let Some(requests) = at(value, &["result", "inputRequests"]).and_then(Value::as_object) else { continue };
+        let asks_form = requests.values().any(|request| at(request, &["params", "mode"]).and_then(Value::as_str) == Some("form"));
+        if !asks_form {
+            continue;
+        }
+        let declared = operation
+            .params()
+            .and_then(|params| params.get("_meta"))
+            .and_then(|meta| meta.get("io.modelcontextprotocol/clientCapabilities"))
+            .and_then(|capabilities| capabilities.get("elicitation"))
+            .and_then(Value::as_object)
+            .is_some_and(|elicitation| elicitation.is_empty() || elicitation.get("form").is_some_and(Value::is_object));
+        if !declared {
+            violations.push(Violation {
+                property: Property::Capabilities,
+                message: format!(
+                    "{} was sent a form without declaring form elicitation in that request",
+                    label(history, Some(operation.id))
+                ),
+            });
+        }
+    }
 }
 
 fn label(history: &History, operation: Option<OperationId>) -> String {

@@ -1,0 +1,470 @@
+//! The mutant zoo: deliberately unsafe variants of the notes server, each breaking exactly one rule.
+//!
+//! They exist to prove the checker is not vacuous: every mutant must be caught by some scenario, while the
+//! real server passes the same runs. They live here, in the simulator, and are reachable only through
+//! `RunOptions::factory` (`mcpsim run|explore --mutant NAME`), never from `serve`: the handlers in
+//! `src/handlers` are untouched. Each mutant is built one of two ways:
+//!
+//! * a **port wrapper**: the real `NotesServer` over a replay store that makes the mistake (a store per
+//!   instance, delete before claim, a re-check separated from the delete, no re-check, eviction);
+//! * a **service wrapper**: the real `NotesServer` behind a wrapper that re-makes exactly one decision the
+//!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
+//!   state by re-sealing it, cancel consuming, decline not consuming, remembered capabilities).
+
+use super::actors::instance::{InstanceParts, ServiceFactory};
+use super::check::peek_claims;
+use super::library;
+use super::scenario::{self, Scenario};
+use crate::handlers::notes::{NotesServer, TOOL_NOTES_DELETE};
+use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
+use crate::handlers::{RequestContext, Service};
+use crate::policy::containment::FileUri;
+use crate::stores::memory::{MemoryReplayStore, ReplayLimits};
+use crate::wire::canonical::digest_hex;
+use crate::wire::RpcError;
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// One unsafe variant.
+pub struct Mutant {
+    pub name: &'static str,
+    /// The mistake it embodies, in one sentence.
+    pub mistake: &'static str,
+    /// The scenario that exposes it: a library file name, or a zoo scenario below.
+    pub exposed_by: &'static str,
+    build: fn(InstanceParts) -> Arc<dyn Service>,
+}
+
+impl Mutant {
+    /// The factory that builds this mutant on every instance.
+    pub fn factory(&self) -> ServiceFactory {
+        let build = self.build;
+        Arc::new(move |parts: InstanceParts| build(parts))
+    }
+
+    /// The parsed scenario that exposes it.
+    pub fn scenario(&self) -> Scenario {
+        scenario_named(self.exposed_by).expect("every mutant names a scenario that exists and parses")
+    }
+}
+
+/// Every mutant, in the order `mcpsim mutants` lists them.
+pub const MUTANTS: &[Mutant] = &[
+    Mutant {
+        name: "replay-per-instance",
+        mistake: "Each instance keeps its own replay store, so a confirmation used on one instance is still fresh on another.",
+        exposed_by: "05-accepts-race-for-different-candidates.sim",
+        build: replay_per_instance,
+    },
+    Mutant {
+        name: "prefix-containment",
+        mistake: "Authorizes a workspace when its URI merely starts with an authorized root as a string (Notes-evil passes as Notes).",
+        exposed_by: "20-prefix-confusion-workspace.sim",
+        build: prefix_containment,
+    },
+    Mutant {
+        name: "undecoded-containment",
+        mistake: "Compares the workspace URI by path segments before percent-decoding it, so %2e%2e climbs out after the check.",
+        exposed_by: "21-encoded-traversal-workspace.sim",
+        build: undecoded_containment,
+    },
+    Mutant {
+        name: "no-live-recheck",
+        mistake: "Deletes the chosen note without re-reading it, trusting where it was when the form was shown.",
+        exposed_by: "07-note-moved-out-after-the-form-was-shown.sim",
+        build: no_live_recheck,
+    },
+    Mutant {
+        name: "recheck-then-delete",
+        mistake: "Re-checks the live note and deletes it in two separate store operations, so a move can land in between.",
+        exposed_by: "zoo-move-races-the-accept",
+        build: recheck_then_delete,
+    },
+    Mutant {
+        name: "delete-then-claim",
+        mistake: "Deletes first and claims the nonce afterwards as a separate step, so two racing accepts both delete.",
+        exposed_by: "05-accepts-race-for-different-candidates.sim",
+        build: delete_then_claim,
+    },
+    Mutant {
+        name: "state-unbound-arguments",
+        mistake: "Ignores the arguments digest sealed in the state, so an accept may continue a flow started with other arguments.",
+        exposed_by: "12-changed-title.sim",
+        build: state_unbound_arguments,
+    },
+    Mutant {
+        name: "state-unbound-principal",
+        mistake: "Ignores the principal sealed in the state, so another principal's client can answer someone else's form.",
+        exposed_by: "zoo-shared-workspace-state-stolen",
+        build: state_unbound_principal,
+    },
+    Mutant {
+        name: "unsigned-state",
+        mistake: "Reads the state's base64 payload without verifying its signature, so a client can add candidates.",
+        exposed_by: "zoo-forged-candidate",
+        build: unsigned_state,
+    },
+    Mutant {
+        name: "cancel-consumes",
+        mistake: "Consumes the confirmation on cancel, so dismissing the form uses it up.",
+        exposed_by: "09-cancel-then-accept-elsewhere.sim",
+        build: cancel_consumes,
+    },
+    Mutant {
+        name: "decline-not-consuming",
+        mistake: "Answers a decline without consuming the confirmation, so a replayed accept still deletes.",
+        exposed_by: "08-decline-then-replayed-accept.sim",
+        build: decline_not_consuming,
+    },
+    Mutant {
+        name: "evicting-replay-store",
+        mistake:
+            "A full replay store makes room instead of refusing: the confirmation it cannot remember is admitted and can be used again.",
+        exposed_by: "zoo-full-replay-store-reused",
+        build: evicting_replay_store,
+    },
+    Mutant {
+        name: "remembered-capabilities",
+        mistake: "Remembers a principal's form capability from an earlier request and sends forms to requests that did not declare it.",
+        exposed_by: "18-url-only-client.sim",
+        build: remembered_capabilities,
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Mutant> {
+    MUTANTS.iter().find(|mutant| mutant.name == name)
+}
+
+/// Scenarios written for the zoo: races and attacks that no library scenario happens to contain.
+pub const ZOO_SCENARIOS: &[(&str, &str)] = &[
+    (
+        "zoo-move-races-the-accept",
+        "# Guarantee taught: the live re-check and the delete are one store operation.\n\
+         # The admin moves note-7 out of the workspace while alice's accept is in flight.\n\
+         use demo\nkey k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         parallel {\n\
+           admin move note-7 to \"file:///Users/alice/Documents/Archive/tps-2024.md\"\n\
+           answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} as accept\n\
+         }\n",
+    ),
+    (
+        "zoo-shared-workspace-state-stolen",
+        "# Guarantee taught: a state is bound to the principal it was issued to, even where both may act.\n\
+         use demo\nprincipal carol workspaces \"file:///Users/alice/Documents/Notes\"\n\
+         key k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\nclient carol principal carol\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         answer carol -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} for round1 as stolen\n\
+         expect stolen error -32602 state_mismatch\n",
+    ),
+    (
+        "zoo-forged-candidate",
+        "# Guarantee taught: the candidates are signed; a client cannot add one.\n\
+         use demo\nkey k1\ninstance i1 keys k1\nclient alice principal alice\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         answer alice -> i1 accept {\"note_id\": \"note-99\", \"confirm\": true} state tamper($round1.result.requestState, \"candidates\", [\"note-3\", \"note-7\", \"note-14\", \"note-99\"]) as forged\n\
+         expect forged error -32602 state_signature\n\
+         expect note note-99 present\n",
+    ),
+    (
+        "zoo-full-replay-store-reused",
+        "# Guarantee taught: a full replay store refuses; it never admits a confirmation it cannot remember.\n\
+         use demo\nkey k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\nreplay capacity 1\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as first\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as second\n\
+         answer alice -> i1 accept {\"note_id\": \"note-3\", \"confirm\": true} for first as fills\n\
+         answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} for second as refused\n\
+         expect refused error -32603\n\
+         answer alice -> i1 accept {\"note_id\": \"note-14\", \"confirm\": true} for second as refused_again\n\
+         expect refused_again error -32603\n",
+    ),
+];
+
+/// A library scenario (by file name) or a zoo scenario (by name), parsed.
+pub fn scenario_named(name: &str) -> Option<Scenario> {
+    let (file, text) = library::SCENARIOS.iter().chain(ZOO_SCENARIOS.iter()).find(|(file, _)| *file == name)?;
+    scenario::parse(file.trim_end_matches(".sim"), file, text).ok()
+}
+
+fn server(parts: InstanceParts) -> NotesServer {
+    NotesServer { config: parts.config, notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces }
+}
+
+/// Containment that needs nothing: the root of the file system contains every file URI.
+fn everywhere() -> FileUri {
+    FileUri::parse("file:///").expect("the root is a file URI")
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Port wrappers: the real server over a replay store that makes one mistake.
+
+fn replay_per_instance(parts: InstanceParts) -> Arc<dyn Service> {
+    // Built per incarnation: a restart forgets too (it is memory in the instance's own process).
+    let own = Arc::new(MemoryReplayStore::new(parts.notes.clone(), parts.clock.clone(), ReplayLimits::default()));
+    Arc::new(NotesServer { replay: own, ..server(parts) })
+}
+
+#[derive(Clone, Copy)]
+enum ReplayMistake {
+    NoLiveRecheck,
+    RecheckThenDelete,
+    DeleteThenClaim,
+    Evicting,
+}
+
+/// The shared replay store, reached through the real port, used the wrong way.
+struct MistakenReplay {
+    inner: Arc<dyn ReplayStore>,
+    notes: Arc<dyn NoteStore>,
+    mistake: ReplayMistake,
+}
+
+fn with_replay_mistake(parts: InstanceParts, mistake: ReplayMistake) -> Arc<dyn Service> {
+    let replay = Arc::new(MistakenReplay { inner: parts.replay.clone(), notes: parts.notes.clone(), mistake });
+    Arc::new(NotesServer { replay, ..server(parts) })
+}
+
+fn no_live_recheck(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::NoLiveRecheck)
+}
+
+fn recheck_then_delete(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::RecheckThenDelete)
+}
+
+fn delete_then_claim(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::DeleteThenClaim)
+}
+
+fn evicting_replay_store(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::Evicting)
+}
+
+fn guarded(outcome: GuardedDelete) -> ClaimAndDelete {
+    match outcome {
+        GuardedDelete::Deleted(note) => ClaimAndDelete::Deleted(note),
+        GuardedDelete::Gone => ClaimAndDelete::NoteGone,
+        GuardedDelete::OutsideWorkspace => ClaimAndDelete::NoteOutsideWorkspace,
+    }
+}
+
+#[async_trait]
+impl ReplayStore for MistakenReplay {
+    async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
+        match (self.mistake, self.inner.claim(claim).await?) {
+            // Making room: the claim is admitted, but nothing remembers it.
+            (ReplayMistake::Evicting, ClaimOutcome::Full) => Ok(ClaimOutcome::Claimed),
+            (_, outcome) => Ok(outcome),
+        }
+    }
+
+    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+        match self.mistake {
+            ReplayMistake::NoLiveRecheck => self.inner.claim_and_delete(claim, note_id, &everywhere()).await,
+            ReplayMistake::RecheckThenDelete => {
+                // Operation one: the re-check, on a listing.
+                let notes = self.notes.list_notes().await?;
+                let Some(note) = notes.iter().find(|note| note.id == note_id) else {
+                    return Ok(ClaimAndDelete::NoteGone);
+                };
+                if !FileUri::parse(&note.uri).is_ok_and(|uri| workspace.contains(&uri)) {
+                    return Ok(ClaimAndDelete::NoteOutsideWorkspace);
+                }
+                // Operation two: claim and delete, trusting the re-check above.
+                self.inner.claim_and_delete(claim, note_id, &everywhere()).await
+            }
+            ReplayMistake::DeleteThenClaim => {
+                let deleted = guarded(self.notes.delete_if_inside(note_id, workspace).await?);
+                if matches!(deleted, ClaimAndDelete::Deleted(_)) {
+                    // Too late to refuse: the note is gone whatever the claim says.
+                    self.inner.claim(claim).await?;
+                }
+                Ok(deleted)
+            }
+            ReplayMistake::Evicting => match self.inner.claim_and_delete(claim, note_id, workspace).await? {
+                ClaimAndDelete::Full => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+                outcome => Ok(outcome),
+            },
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Service wrappers: one decision re-made the wrong way, then the real server.
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    PrefixContainment,
+    UndecodedContainment,
+    UnboundArguments,
+    UnboundPrincipal,
+    Unsigned,
+    CancelConsumes,
+    DeclineNotConsuming,
+    RememberedCapabilities,
+}
+
+struct MistakenService {
+    inner: NotesServer,
+    decision: Decision,
+    /// Remembered form capabilities per principal (only `RememberedCapabilities` uses it).
+    remembered: Mutex<BTreeMap<String, Value>>,
+}
+
+fn with_decision(parts: InstanceParts, decision: Decision) -> Arc<dyn Service> {
+    Arc::new(MistakenService { inner: server(parts), decision, remembered: Mutex::new(BTreeMap::new()) })
+}
+
+fn prefix_containment(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::PrefixContainment)
+}
+fn undecoded_containment(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::UndecodedContainment)
+}
+fn state_unbound_arguments(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::UnboundArguments)
+}
+fn state_unbound_principal(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::UnboundPrincipal)
+}
+fn unsigned_state(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::Unsigned)
+}
+fn cancel_consumes(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::CancelConsumes)
+}
+fn decline_not_consuming(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::DeclineNotConsuming)
+}
+fn remembered_capabilities(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::RememberedCapabilities)
+}
+
+fn is_notes_delete(method: &str, params: &Value) -> bool {
+    method == "tools/call" && params.get("name").and_then(Value::as_str) == Some(TOOL_NOTES_DELETE)
+}
+
+fn answer_action(params: &Value) -> Option<&str> {
+    params.pointer("/inputResponses/delete_choice/action").and_then(Value::as_str)
+}
+
+impl MistakenService {
+    /// The wrong authorization: a textual comparison of the raw workspace URI with each root. Where it
+    /// says yes and the real check says no, the request is served by a server that grants the workspace.
+    fn textually_authorized(&self, principal: &str, params: &Value) -> Option<NotesServer> {
+        let requested = params.pointer("/arguments/workspaceUri").and_then(Value::as_str)?;
+        let authorizations = &self.inner.config.authorizations;
+        if authorizations.authorize_workspace(principal, requested).is_ok() {
+            return None;
+        }
+        let passes = authorizations.roots(principal).iter().any(|root| {
+            let root = root.to_string();
+            match self.decision {
+                Decision::PrefixContainment => requested.starts_with(&root),
+                // Segment-aware, but on the undecoded text.
+                _ => requested == root || requested.starts_with(&format!("{}/", root.trim_end_matches('/'))),
+            }
+        });
+        if !passes {
+            return None;
+        }
+        let mut config = (*self.inner.config).clone();
+        config.authorizations.grant(principal, requested).ok()?;
+        Some(NotesServer { config: Arc::new(config), ..self.inner.clone() })
+    }
+
+    /// The wrong state check: reads the claims (verified or not), drops one binding by rewriting it to
+    /// match this request, and re-seals so the real server accepts it.
+    fn resealed(&self, principal: &str, params: &Value) -> Option<Value> {
+        let state = params.get("requestState").and_then(Value::as_str)?;
+        let key_ring = &self.inner.config.key_ring;
+        let mut claims = match self.decision {
+            Decision::Unsigned => peek_claims(state)?,
+            _ => key_ring.verify(state).ok()?,
+        };
+        match self.decision {
+            Decision::UnboundArguments => claims.arguments_digest = digest_hex(params.get("arguments")?),
+            Decision::UnboundPrincipal => claims.principal = principal.to_string(),
+            _ => {}
+        }
+        let mut params = params.clone();
+        params["requestState"] = json!(key_ring.seal(&claims));
+        Some(params)
+    }
+}
+
+#[async_trait]
+impl Service for MistakenService {
+    fn has_method(&self, method: &str) -> bool {
+        self.inner.has_method(method)
+    }
+
+    async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
+        if !is_notes_delete(method, params) {
+            return self.inner.call(context, method, params).await;
+        }
+        match self.decision {
+            Decision::PrefixContainment | Decision::UndecodedContainment => match self.textually_authorized(context.principal, params) {
+                Some(granting) => granting.call(context, method, params).await,
+                None => self.inner.call(context, method, params).await,
+            },
+            Decision::UnboundArguments | Decision::UnboundPrincipal | Decision::Unsigned => {
+                match self.resealed(context.principal, params) {
+                    Some(resealed) => self.inner.call(context, method, &resealed).await,
+                    None => self.inner.call(context, method, params).await,
+                }
+            }
+            Decision::CancelConsumes => {
+                let result = self.inner.call(context, method, params).await?;
+                if answer_action(params) == Some("cancel") {
+                    if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(peek_claims) {
+                        let claim = NonceClaim {
+                            nonce: claims.nonce,
+                            expires_at_ms: claims.expires_at_ms,
+                            record: json!({"outcome": "cancelled"}),
+                        };
+                        let _ = self.inner.replay.claim(claim).await;
+                    }
+                }
+                Ok(result)
+            }
+            Decision::DeclineNotConsuming => {
+                if answer_action(params) != Some("decline") {
+                    return self.inner.call(context, method, params).await;
+                }
+                // Served as a cancel (which consumes nothing), reported as a decline.
+                let mut as_cancel = params.clone();
+                as_cancel["inputResponses"]["delete_choice"] = json!({"action": "cancel"});
+                let mut result = self.inner.call(context, method, &as_cancel).await?;
+                if let Some(content) = result.get_mut("structuredContent") {
+                    *content = json!({"deleted": false, "outcome": "declined"});
+                }
+                Ok(result)
+            }
+            Decision::RememberedCapabilities => {
+                let mut meta = context.meta.clone();
+                {
+                    let mut remembered = self.remembered.lock().expect("a mutant's memory is never poisoned");
+                    match context.meta.client_capabilities.get("elicitation") {
+                        Some(elicitation) if elicitation.get("form").is_some() => {
+                            remembered.insert(context.principal.to_string(), elicitation.clone());
+                        }
+                        _ => {
+                            if let Some(elicitation) = remembered.get(context.principal) {
+                                meta.client_capabilities.insert("elicitation".into(), elicitation.clone());
+                            }
+                        }
+                    }
+                }
+                let context = RequestContext { principal: context.principal, id: context.id, meta: &meta };
+                self.inner.call(context, method, params).await
+            }
+        }
+    }
+}
