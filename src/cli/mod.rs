@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod live;
+pub mod explore;
 pub mod pins;
 pub mod run;
 pub mod seed;
@@ -36,6 +37,10 @@ pub enum Command {
     Run(run::RunArgs),
     /// Load a deployment's notes into a shared store (sqlite:PATH or postgres:URL); idempotent.
     Seed(seed::SeedArgs),
+    /// Explore one scenario under many seeds (interleavings), against the real server or a mutant.
+    Explore(explore::ExploreArgs),
+    /// List the mutant zoo: deliberately unsafe servers the checker must catch (simulator only).
+    Mutants,
 }
 
 pub fn main() -> ExitCode {
@@ -46,5 +51,7 @@ pub fn main() -> ExitCode {
         Command::Pins(args) => pins::run(args),
         Command::Run(args) => run::run(args),
         Command::Seed(args) => seed::run(args),
+        Command::Explore(args) => explore::run(args),
+        Command::Mutants => explore::list_mutants(),
     }
 }

@@ -1,0 +1,249 @@
+//! `mcpsim explore` and `mcpsim mutants`: one scenario under many interleavings, optionally against a
+//! deliberately unsafe server from the mutant zoo.
+
+use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
+use crate::sim::mutants::{self, MUTANTS};
+use crate::sim::runner::{Failure, FailureKind};
+use crate::sim::scenario::{self, Scenario};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::ops::RangeInclusive;
+use std::path::Path;
+use std::process::ExitCode;
+
+pub const EXIT_HELD: u8 = 0;
+pub const EXIT_UNSAFE: u8 = 1;
+pub const EXIT_EXPECTATION: u8 = 2;
+pub const EXIT_CRASHED: u8 = 3;
+pub const EXIT_USAGE: u8 = 4;
+
+/// Seeds `--all-mutants` tries per mutant before declaring it survived.
+pub const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Exit status: 0 every run held; 1 a safety property failed in some run; 2 no property failed but the scenario's
+own expectations did not all come about (what it promises to complete did not); 3 the simulator itself
+crashed; 4 usage error (unknown scenario or mutant, bad seed range).
+
+SCENARIO is a .sim file, or the name of a library scenario (`04-accepts-race-for-one-note`) or of a zoo
+scenario (`zoo-move-races-the-accept`; see `mcpsim mutants`).
+
+Examples:
+  mcpsim explore 04-accepts-race-for-one-note --seeds 10000 --jobs 2
+  mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim
+  mcpsim explore --all-mutants")]
+pub struct ExploreArgs {
+    /// The scenario to explore (not needed with --all-mutants).
+    pub scenario: Option<String>,
+    /// Run seeds 1..=N, each a different interleaving of the scenario's parallel blocks.
+    #[arg(long, conflicts_with = "seed_range")]
+    pub seeds: Option<u64>,
+    /// Run the seeds A..B (inclusive).
+    #[arg(long, value_name = "A..B")]
+    pub seed_range: Option<String>,
+    /// Run against a deliberately unsafe server from the zoo (`mcpsim mutants` lists them).
+    #[arg(long, value_name = "NAME")]
+    pub mutant: Option<String>,
+    /// Threads to spread the seeds over; the answer is the same for any number.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
+    /// Run every mutant against the scenario that exposes it and print a table.
+    #[arg(long, conflicts_with_all = ["scenario", "mutant"])]
+    pub all_mutants: bool,
+}
+
+/// `mcpsim mutants`: the zoo, one sentence per mistake.
+pub fn list_mutants() -> ExitCode {
+    let width = MUTANTS.iter().map(|m| m.name.len()).max().unwrap_or(0);
+    println!("The mutant zoo: unsafe variants of single rules, simulator-only (`mcpsim explore --mutant NAME`).\n");
+    for mutant in MUTANTS {
+        println!("{:width$}  {}", mutant.name, mutant.mistake);
+        println!("{:width$}  exposed by: {}", "", mutant.exposed_by);
+    }
+    ExitCode::SUCCESS
+}
+
+fn usage(message: &str) -> ExitCode {
+    eprintln!("mcpsim explore: {message}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn load_scenario(name: &str) -> Result<Scenario, String> {
+    let path = Path::new(name);
+    if path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(name);
+        return scenario::parse(stem, name, &text).map_err(|e| e.to_string());
+    }
+    let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
+    mutants::scenario_named(&file)
+        .ok_or_else(|| format!("no scenario file or library scenario is named {name:?}; try `mcpsim run --help` or `mcpsim mutants`"))
+}
+
+fn parse_range(text: &str) -> Result<RangeInclusive<u64>, String> {
+    let (a, b) = text.split_once("..").ok_or("--seed-range needs A..B, e.g. 1..1000")?;
+    let a: u64 = a.trim().parse().map_err(|_| format!("{a:?} is not a seed"))?;
+    let b: u64 = b.trim().parse().map_err(|_| format!("{b:?} is not a seed"))?;
+    if a > b || b - a >= EXPLORE_SEEDS_MAX {
+        return Err(format!("--seed-range must have A <= B and at most {EXPLORE_SEEDS_MAX} seeds"));
+    }
+    Ok(a..=b)
+}
+
+fn progress_bar(total: u64) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} schedules  {per_sec}  {msg}").expect("a valid template").progress_chars("=> "),
+    );
+    Some(bar)
+}
+
+fn first_property(failures: &[Failure]) -> String {
+    failures
+        .iter()
+        .find_map(|f| match f.kind {
+            FailureKind::Property(property) => Some(property.as_str().to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+pub fn run(args: ExploreArgs) -> ExitCode {
+    if args.jobs == 0 || args.jobs > JOBS_MAX {
+        return usage(&format!("--jobs must be between 1 and {JOBS_MAX}"));
+    }
+    if args.all_mutants {
+        let seeds = args.seeds.unwrap_or(ALL_MUTANTS_SEEDS_DEFAULT).clamp(1, EXPLORE_SEEDS_MAX);
+        return all_mutants(seeds, args.jobs);
+    }
+    let Some(name) = args.scenario.as_deref() else {
+        return usage("name a scenario to explore (or use --all-mutants)");
+    };
+    let scenario = match load_scenario(name) {
+        Ok(scenario) => scenario,
+        Err(message) => return usage(&message),
+    };
+    let seeds = match (&args.seed_range, args.seeds) {
+        (Some(range), _) => match parse_range(range) {
+            Ok(range) => range,
+            Err(message) => return usage(&message),
+        },
+        (None, Some(0)) => return usage("--seeds must be at least 1"),
+        (None, Some(n)) if n > EXPLORE_SEEDS_MAX => return usage(&format!("--seeds is at most {EXPLORE_SEEDS_MAX}")),
+        (None, n) => 1..=n.unwrap_or(1000),
+    };
+    let factory: ServiceFactory = match args.mutant.as_deref() {
+        None => notes_server_factory(),
+        Some(mutant) => match mutants::find(mutant) {
+            Some(mutant) => mutant.factory(),
+            None => return usage(&format!("no mutant is named {mutant:?}; `mcpsim mutants` lists them")),
+        },
+    };
+    let total = seeds.end() - seeds.start() + 1;
+    let bar = progress_bar(total);
+    let on_progress = |done: u64, violations: u64| {
+        if let Some(bar) = &bar {
+            bar.set_position(done);
+            bar.set_message(format!("{violations} violating"));
+        }
+    };
+    let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
+    let exploration = explore::explore(&scenario, &factory, seeds, args.jobs, &on_progress);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let server = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
+    summarize(&scenario.name, name, &server, args.mutant.as_deref(), first_seed, last_seed, &exploration)
+}
+
+fn summarize(
+    scenario: &str,
+    argument: &str,
+    server: &str,
+    mutant: Option<&str>,
+    first_seed: u64,
+    last_seed: u64,
+    exploration: &Exploration,
+) -> ExitCode {
+    println!("explored {scenario} against {server}: seeds {first_seed}..{last_seed}");
+    println!("  schedules              {}", exploration.schedules);
+    println!("  deliveries             {}", exploration.deliveries);
+    println!("  broke a property       {}", exploration.unsafe_runs);
+    println!("  expectations failed    {}", exploration.expectation_runs);
+    println!("  simulator crashed      {}", exploration.crashed_runs);
+    let mutant_flag = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default();
+    if let Some((seed, message)) = &exploration.first_crash {
+        println!("\nthe simulator crashed on seed {seed}: {message}");
+        println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
+        return ExitCode::from(EXIT_CRASHED);
+    }
+    if let Some((seed, failures)) = &exploration.first_unsafe {
+        let properties: Vec<&str> = exploration.properties_broken.iter().map(|p| p.as_str()).collect();
+        println!("\nSAFETY VIOLATED ({}); first at seed {seed}:", properties.join(", "));
+        for failure in failures {
+            println!("  {}", failure.to_string().replace('\n', "\n  "));
+        }
+        println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
+        if mutant.is_none() {
+            println!("  transcript: mcpsim run <the scenario file> --seed {seed} --format text");
+        }
+        return ExitCode::from(EXIT_UNSAFE);
+    }
+    if let Some((seed, failures)) = &exploration.first_expectation {
+        println!("\nEXPECTATIONS FAILED (no safety property broke); first at seed {seed}:");
+        for failure in failures {
+            println!("  {}", failure.to_string().replace('\n', "\n  "));
+        }
+        return ExitCode::from(EXIT_EXPECTATION);
+    }
+    println!("\nall held: every expectation and every safety property, in every schedule");
+    ExitCode::from(EXIT_HELD)
+}
+
+/// One row per mutant: the scenario that exposes it, schedules to its first violation, the property broken,
+/// and whether the real server is clean on the same seeds.
+fn all_mutants(seeds: u64, jobs: usize) -> ExitCode {
+    let mut rows = Vec::new();
+    let mut all_caught = true;
+    for mutant in MUTANTS {
+        let scenario = mutant.scenario();
+        let found = explore::first_violation(&scenario, &mutant.factory(), 1..=seeds);
+        let searched = found.as_ref().map(|(seed, _)| *seed).unwrap_or(seeds);
+        let real = explore::explore(&scenario, &notes_server_factory(), 1..=searched, jobs, &|_, _| {});
+        let real_clean = real.unsafe_runs == 0 && real.crashed_runs == 0;
+        all_caught &= found.is_some() && real_clean;
+        let (to_first, property) = match &found {
+            Some((seed, failures)) => (seed.to_string(), first_property(failures)),
+            None => (format!("not in {seeds}"), "SURVIVED".into()),
+        };
+        let clean = if real_clean { "clean".to_string() } else { format!("{} violating", real.unsafe_runs) };
+        rows.push([mutant.name.to_string(), mutant.exposed_by.trim_end_matches(".sim").to_string(), to_first, property, clean]);
+    }
+    let header = ["mutant", "exposed by", "schedules to first violation", "property broken", "real server, same seeds"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let padded: Vec<String> = cells.iter().zip(widths).map(|(cell, width)| format!("{cell:width$}")).collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header);
+    for row in &rows {
+        line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+    }
+    if all_caught {
+        println!("\nevery mutant caught; the real server broke nothing on the same seeds");
+        ExitCode::from(EXIT_HELD)
+    } else {
+        println!("\nNOT every mutant was caught with the real server clean (see the table)");
+        ExitCode::from(EXIT_UNSAFE)
+    }
+}
