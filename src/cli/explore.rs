@@ -75,7 +75,7 @@ fn load_scenario(name: &str) -> Result<Scenario, String> {
     if path.is_file() {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(name);
-        return scenario::parse(stem, name, &text).map_err(|e| e.to_string());
+        return scenario::parse(name, stem, &text).map_err(|e| e.to_string());
     }
     let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
     mutants::scenario_named(&file)

@@ -189,7 +189,7 @@ pub const ZOO_SCENARIOS: &[(&str, &str)] = &[
 /// A library scenario (by file name) or a zoo scenario (by name), parsed.
 pub fn scenario_named(name: &str) -> Option<Scenario> {
     let (file, text) = library::SCENARIOS.iter().chain(ZOO_SCENARIOS.iter()).find(|(file, _)| *file == name)?;
-    scenario::parse(file.trim_end_matches(".sim"), file, text).ok()
+    scenario::parse(file, file.trim_end_matches(".sim"), text).ok()
 }
 
 fn server(parts: InstanceParts) -> NotesServer {

@@ -1,0 +1,73 @@
+//! Exploration: the real design holds over many random schedules of the race scenarios, the answer does
+//! not depend on the number of jobs, a panicking simulator is reported as a crash, and the CLI's exit
+//! codes distinguish the outcomes.
+
+use mcpsim::handlers::Service;
+use mcpsim::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
+use mcpsim::sim::explore::{self, SeedOutcome};
+use mcpsim::sim::mutants;
+use std::process::Command;
+use std::sync::Arc;
+
+/// Schedules per race scenario in this (debug-build) test; `mcpsim explore … --seeds 10000` in a release
+/// build is the full bar (see docs/exploring.md).
+const RACE_SCHEDULES: u64 = 1_000;
+
+#[test]
+fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
+    for name in ["04-accepts-race-for-one-note.sim", "05-accepts-race-for-different-candidates.sim", "zoo-move-races-the-accept"] {
+        let scenario = mutants::scenario_named(name).unwrap();
+        let found = explore::explore(&scenario, &notes_server_factory(), 1..=RACE_SCHEDULES, 1, &|_, _| {});
+        assert_eq!(found.schedules, RACE_SCHEDULES);
+        assert_eq!((found.unsafe_runs, found.expectation_runs, found.crashed_runs), (0, 0, 0), "{name}: {found:?}");
+    }
+}
+
+#[test]
+fn two_jobs_give_the_same_answer_as_one() {
+    let mutant = mutants::find("recheck-then-delete").unwrap();
+    let scenario = mutant.scenario();
+    let one = explore::explore(&scenario, &mutant.factory(), 1..=41, 1, &|_, _| {});
+    let two = explore::explore(&scenario, &mutant.factory(), 1..=41, 2, &|_, _| {});
+    assert!(one.unsafe_runs > 0 && one.unsafe_runs < 41, "some schedules are unsafe, not all: {}", one.unsafe_runs);
+    assert_eq!(one, two);
+}
+
+#[test]
+fn a_panicking_simulator_is_reported_as_a_crash() {
+    let factory: ServiceFactory = Arc::new(|_: InstanceParts| -> Arc<dyn Service> { panic!("a broken factory") });
+    let scenario = mutants::scenario_named("01-lesson-exchange-on-one-instance.sim").unwrap();
+    let (_, outcome) = explore::run_seed(&scenario, &factory, 1);
+    assert_eq!(outcome, SeedOutcome::Crashed("a broken factory".into()));
+}
+
+fn mcpsim(args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcpsim")).args(args).output().unwrap();
+    (output.status.code().unwrap(), String::from_utf8(output.stdout).unwrap())
+}
+
+#[test]
+fn exit_codes_distinguish_held_unsafe_and_usage() {
+    let (code, out) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--seeds", "20"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("all held"), "{out}");
+    let (code, out) = mcpsim(&["explore", "05-accepts-race-for-different-candidates", "--seeds", "5", "--mutant", "delete-then-claim"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("SAFETY VIOLATED (at-most-once)"), "{out}");
+    assert!(
+        out.contains("reproduce: mcpsim explore 05-accepts-race-for-different-candidates --seed-range 1..1 --mutant delete-then-claim"),
+        "{out}"
+    );
+    assert_eq!(mcpsim(&["explore", "no-such-scenario"]).0, 4);
+    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--mutant", "no-such-mutant"]).0, 4);
+    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--seed-range", "9..3"]).0, 4);
+}
+
+#[test]
+fn the_zoo_is_listed_one_sentence_each() {
+    let (code, out) = mcpsim(&["mutants"]);
+    assert_eq!(code, 0);
+    for mutant in mutants::MUTANTS {
+        assert!(out.contains(mutant.name) && out.contains(mutant.mistake), "{}", mutant.name);
+    }
+}
