@@ -71,3 +71,22 @@ fn the_zoo_is_listed_one_sentence_each() {
         assert!(out.contains(mutant.name) && out.contains(mutant.mistake), "{}", mutant.name);
     }
 }
+
+#[test]
+fn exhaustive_mode_visits_every_order_of_the_double_accept_and_the_reduction_keeps_every_end_state() {
+    use mcpsim::sim::exhaustive::{explore_every_order, explore_exhaustively};
+    let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").unwrap();
+    let reduced = explore_exhaustively(&scenario, &notes_server_factory());
+    let every = explore_every_order(&scenario, &notes_server_factory());
+    assert!(!reduced.truncated && !every.truncated);
+    // Pinned: a change to the scenario, the engine or the reduction shows up here.
+    assert_eq!(reduced.schedules, 22, "{reduced:?}");
+    assert!(reduced.schedules < every.schedules, "the reduction skips orders: {} of {}", reduced.schedules, every.schedules);
+    // Either instance can win the race: two end states, and the reduction loses neither.
+    assert_eq!((reduced.end_states, every.end_states), (2, 2));
+    assert_eq!((reduced.unsafe_runs, reduced.expectation_runs, every.unsafe_runs, every.expectation_runs), (0, 0, 0, 0));
+    // A mutant is caught by the exhaustive search too.
+    let mutant = mutants::find("delete-then-claim").unwrap();
+    let caught = explore_exhaustively(&mutant.scenario(), &mutant.factory());
+    assert!(caught.first_unsafe.is_some());
+}

@@ -2,6 +2,7 @@
 //! deliberately unsafe server from the mutant zoo.
 
 use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
 use crate::sim::mutants::{self, MUTANTS};
 use crate::sim::runner::{Failure, FailureKind};
@@ -46,6 +47,10 @@ pub struct ExploreArgs {
     /// Run against a deliberately unsafe server from the zoo (`mcpsim mutants` lists them).
     #[arg(long, value_name = "NAME")]
     pub mutant: Option<String>,
+    /// Visit every distinct delivery order of the scenario's parallel blocks instead of random seeds
+    /// (deliveries to different receivers commute, so orders differing only by those are visited once).
+    #[arg(long, conflicts_with_all = ["seeds", "seed_range"])]
+    pub exhaustive: bool,
     /// Threads to spread the seeds over; the answer is the same for any number.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
@@ -144,6 +149,9 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             None => return usage(&format!("no mutant is named {mutant:?}; `mcpsim mutants` lists them")),
         },
     };
+    if args.exhaustive {
+        return exhaustive(&scenario, name, args.mutant.as_deref(), &factory);
+    }
     let total = seeds.end() - seeds.start() + 1;
     let bar = progress_bar(total);
     let on_progress = |done: u64, violations: u64| {
@@ -202,6 +210,38 @@ fn summarize(
         return ExitCode::from(EXIT_EXPECTATION);
     }
     println!("\nall held: every expectation and every safety property, in every schedule");
+    ExitCode::from(EXIT_HELD)
+}
+
+fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, factory: &ServiceFactory) -> ExitCode {
+    let found = explore_exhaustively(scenario, factory);
+    let server = mutant.map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
+    println!("explored every delivery order of {} against {server}", scenario.name);
+    println!("  schedules visited      {}", found.schedules);
+    println!("  executions             {}", found.executions);
+    println!("  distinct end states    {}", found.end_states);
+    println!("  broke a property       {}", found.unsafe_runs);
+    println!("  expectations failed    {}", found.expectation_runs);
+    if found.truncated {
+        println!("  (stopped after {EXHAUSTIVE_EXECUTIONS_MAX} executions: the search is incomplete)");
+    }
+    let mutant_flag = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default();
+    if let Some((choices, failures)) = &found.first_unsafe {
+        println!("\nSAFETY VIOLATED; first schedule found (choices at branching points: {choices:?}):");
+        for failure in failures {
+            println!("  {}", failure.to_string().replace('\n', "\n  "));
+        }
+        println!("  search it again: mcpsim explore {argument} --exhaustive{mutant_flag}");
+        return ExitCode::from(EXIT_UNSAFE);
+    }
+    if let Some((choices, failures)) = &found.first_expectation {
+        println!("\nEXPECTATIONS FAILED (no safety property broke); first schedule {choices:?}:");
+        for failure in failures {
+            println!("  {}", failure.to_string().replace('\n', "\n  "));
+        }
+        return ExitCode::from(EXIT_EXPECTATION);
+    }
+    println!("\nall held in every schedule");
     ExitCode::from(EXIT_HELD)
 }
 

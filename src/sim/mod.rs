@@ -23,6 +23,7 @@ pub mod actors;
 pub mod check;
 pub mod clock;
 pub mod cluster;
+pub mod exhaustive;
 pub mod explore;
 pub mod history;
 pub mod library;

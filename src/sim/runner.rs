@@ -52,6 +52,18 @@ pub enum SchedulerChoice {
     Scripted,
     /// Repeat a recorded decision log.
     Replay(DecisionLog),
+    /// A scheduler built by the caller for each execution (exhaustive exploration drives the choices).
+    Custom(CustomScheduler),
+}
+
+/// Builds a fresh scheduler for each execution of a run (the statelessness re-run gets its own).
+#[derive(Clone)]
+pub struct CustomScheduler(pub std::sync::Arc<dyn Fn() -> Box<dyn Scheduler> + std::marker::Send + Sync>);
+
+impl std::fmt::Debug for CustomScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CustomScheduler")
+    }
 }
 
 /// Where each sequential request goes.
@@ -212,6 +224,7 @@ fn scheduler(choice: &SchedulerChoice, seed: u64) -> Box<dyn Scheduler> {
         SchedulerChoice::Random => Box::new(Random::new(seed)),
         SchedulerChoice::Scripted => Box::new(Scripted),
         SchedulerChoice::Replay(log) => Box::new(Replay::new(log.clone())),
+        SchedulerChoice::Custom(build) => (build.0)(),
     }
 }
 
