@@ -51,7 +51,18 @@ fn exit_codes_distinguish_held_unsafe_and_usage() {
     let (code, out) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--seeds", "20"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("all held"), "{out}");
-    let (code, out) = mcpsim(&["explore", "05-accepts-race-for-different-candidates", "--seeds", "5", "--mutant", "delete-then-claim"]);
+    let saved = std::env::temp_dir().join(format!("mcpsim-exit-codes-{}.json", std::process::id()));
+    let (code, out) = mcpsim(&[
+        "explore",
+        "05-accepts-race-for-different-candidates",
+        "--seeds",
+        "5",
+        "--mutant",
+        "delete-then-claim",
+        "--save",
+        saved.to_str().unwrap(),
+    ]);
+    std::fs::remove_file(&saved).unwrap();
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("SAFETY VIOLATED (at-most-once)"), "{out}");
     assert!(
@@ -89,4 +100,29 @@ fn exhaustive_mode_visits_every_order_of_the_double_accept_and_the_reduction_kee
     let mutant = mutants::find("delete-then-claim").unwrap();
     let caught = explore_exhaustively(&mutant.scenario(), &mutant.factory());
     assert!(caught.first_unsafe.is_some());
+}
+
+#[test]
+fn a_saved_counterexample_replays_its_transcript_byte_for_byte() {
+    let directory = std::env::temp_dir().join(format!("mcpsim-explore-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let file = directory.join("counterexample.json");
+    let file_arg = file.to_str().unwrap();
+    let (code, explored) =
+        mcpsim(&["explore", "zoo-move-races-the-accept", "--seeds", "100", "--mutant", "recheck-then-delete", "--save", file_arg]);
+    assert_eq!(code, 1, "{explored}");
+    assert!(explored.contains("minimal counterexample: property containment broken"), "{explored}");
+    assert!(explored.contains(&format!("reproduce byte for byte: mcpsim replay {file_arg}")), "{explored}");
+    let transcript = |out: &str| -> String {
+        let start = out.find("# mcpsim transcript").expect("a transcript");
+        let end = out[start..].find("\n   FAIL").map(|i| start + i).expect("a failed property in the transcript");
+        out[start..end].to_string()
+    };
+    let (code, replayed) = mcpsim(&["replay", file_arg]);
+    assert_eq!(code, 1, "{replayed}");
+    assert_eq!(transcript(&replayed), transcript(&explored));
+    // Shrunk: the move is delivered between the re-check and the delete, and nothing else is unusual.
+    let reproducer: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(reproducer["choices"].as_array().unwrap().len() <= 3, "{}", reproducer["choices"]);
+    std::fs::remove_dir_all(&directory).unwrap();
 }

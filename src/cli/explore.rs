@@ -2,15 +2,19 @@
 //! deliberately unsafe server from the mutant zoo.
 
 use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::check::Property;
 use crate::sim::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
+use crate::sim::library;
 use crate::sim::mutants::{self, MUTANTS};
+use crate::sim::reproducer::Reproducer;
 use crate::sim::runner::{Failure, FailureKind};
 use crate::sim::scenario::{self, Scenario};
+use crate::sim::transcript::Format;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::ops::RangeInclusive;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub const EXIT_HELD: u8 = 0;
@@ -51,6 +55,9 @@ pub struct ExploreArgs {
     /// (deliveries to different receivers commute, so orders differing only by those are visited once).
     #[arg(long, conflicts_with_all = ["seeds", "seed_range"])]
     pub exhaustive: bool,
+    /// Where to write the reproducer of a violation (default: counterexample-SCENARIO-seedN.json).
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
     /// Threads to spread the seeds over; the answer is the same for any number.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
@@ -75,16 +82,21 @@ fn usage(message: &str) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-fn load_scenario(name: &str) -> Result<Scenario, String> {
+/// The scenario and its text (a reproducer carries the text).
+fn load_scenario(name: &str) -> Result<(Scenario, String), String> {
     let path = Path::new(name);
     if path.is_file() {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(name);
-        return scenario::parse(name, stem, &text).map_err(|e| e.to_string());
+        let scenario = scenario::parse(name, stem, &text).map_err(|e| e.to_string())?;
+        return Ok((scenario, text));
     }
     let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
-    mutants::scenario_named(&file)
-        .ok_or_else(|| format!("no scenario file or library scenario is named {name:?}; try `mcpsim run --help` or `mcpsim mutants`"))
+    let text = library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).find(|(f, _)| *f == file).map(|(_, text)| text.to_string());
+    match (mutants::scenario_named(&file), text) {
+        (Some(scenario), Some(text)) => Ok((scenario, text)),
+        _ => Err(format!("no scenario file or library scenario is named {name:?}; try `mcpsim run --help` or `mcpsim mutants`")),
+    }
 }
 
 fn parse_range(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -129,8 +141,8 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let Some(name) = args.scenario.as_deref() else {
         return usage("name a scenario to explore (or use --all-mutants)");
     };
-    let scenario = match load_scenario(name) {
-        Ok(scenario) => scenario,
+    let (scenario, text) = match load_scenario(name) {
+        Ok(loaded) => loaded,
         Err(message) => return usage(&message),
     };
     let seeds = match (&args.seed_range, args.seeds) {
@@ -166,7 +178,79 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         bar.finish_and_clear();
     }
     let server = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
-    summarize(&scenario.name, name, &server, args.mutant.as_deref(), first_seed, last_seed, &exploration)
+    let code = summarize(&scenario.name, name, &server, args.mutant.as_deref(), first_seed, last_seed, &exploration);
+    if let Some((seed, failures)) = &exploration.first_unsafe {
+        let property = failures.iter().find_map(|f| match f.kind {
+            FailureKind::Property(property) => Some(property),
+            _ => None,
+        });
+        if let Some(property) = property {
+            counterexample(&scenario, &text, args.mutant.as_deref(), *seed, property, args.save.as_deref());
+        }
+    }
+    code
+}
+
+/// Shrinks the first violating run, prints its transcript and writes the reproducer.
+fn counterexample(scenario: &Scenario, text: &str, mutant: Option<&str>, seed: u64, property: Property, save: Option<&Path>) {
+    let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, property) else {
+        println!("\n(the violation needs the statelessness re-run; no single-run counterexample to shrink)");
+        return;
+    };
+    let report = match reproducer.replay() {
+        Ok(report) => report,
+        Err(message) => {
+            println!("\n(the shrunk counterexample could not be replayed: {message})");
+            return;
+        }
+    };
+    let default_path = format!("counterexample-{}-seed{seed}.json", scenario.name);
+    let path = save.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(default_path));
+    let nondefault = reproducer.choices.iter().filter(|c| **c != 0).count();
+    println!(
+        "\nminimal counterexample: property {} broken; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight",
+        property.as_str(),
+        reproducer.choices.len()
+    );
+    print!("{}", report.transcript.render(Format::Text));
+    match std::fs::write(&path, reproducer.to_json()) {
+        Ok(()) => println!("reproduce byte for byte: mcpsim replay {}", path.display()),
+        Err(error) => println!("could not write the reproducer to {}: {error}", path.display()),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Exit status: 0 the run held; 1 it broke a safety property or an expectation; 4 the file cannot be used.")]
+pub struct ReplayArgs {
+    /// A reproducer written by `mcpsim explore` (JSON: scenario text, mutant, seed, decision log).
+    pub file: PathBuf,
+}
+
+/// `mcpsim replay FILE`: the recorded schedule again, its transcript and what it broke.
+pub fn replay(args: ReplayArgs) -> ExitCode {
+    let text = match std::fs::read_to_string(&args.file) {
+        Ok(text) => text,
+        Err(error) => return usage_of("replay", &format!("cannot read {}: {error}", args.file.display())),
+    };
+    let report = match Reproducer::from_json(&text).and_then(|r| r.replay()) {
+        Ok(report) => report,
+        Err(message) => return usage_of("replay", &message),
+    };
+    print!("{}", report.transcript.render(Format::Text));
+    if report.failures.is_empty() {
+        println!("the run held");
+        ExitCode::from(EXIT_HELD)
+    } else {
+        for failure in &report.failures {
+            println!("{}", failure);
+        }
+        ExitCode::from(EXIT_UNSAFE)
+    }
+}
+
+fn usage_of(command: &str, message: &str) -> ExitCode {
+    eprintln!("mcpsim {command}: {message}");
+    ExitCode::from(EXIT_USAGE)
 }
 
 fn summarize(

@@ -41,6 +41,8 @@ pub enum Command {
     Explore(explore::ExploreArgs),
     /// List the mutant zoo: deliberately unsafe servers the checker must catch (simulator only).
     Mutants,
+    /// Replay a counterexample written by `mcpsim explore`, byte for byte.
+    Replay(explore::ReplayArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -53,5 +55,6 @@ pub fn main() -> ExitCode {
         Command::Seed(args) => seed::run(args),
         Command::Explore(args) => explore::run(args),
         Command::Mutants => explore::list_mutants(),
+        Command::Replay(args) => explore::replay(args),
     }
 }

@@ -15,7 +15,7 @@
 //! observes by a few milliseconds; no scenario here depends on that, and the seed's latencies are fixed.)
 
 use super::actors::instance::ServiceFactory;
-use super::check::describe;
+use super::check::{describe, Property};
 use super::history::EffectKind;
 use super::message::ActorId;
 use super::network::Ready;
@@ -83,24 +83,82 @@ struct Search<'a> {
 
 type Execution = (Vec<Vec<Transition>>, RunReport);
 
+/// Runs `scenario` under `seed` (latencies, nonces) following `choices` at its branching points and the
+/// first envelope after them; returns what was in flight at each branching point, and the report.
+/// The statelessness re-run is not part of it (one execution, one schedule).
+fn run_choices(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices: &[u32], record_transcript: bool) -> Execution {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (recorder, prefix) = (seen.clone(), choices.to_vec());
+    let build = CustomScheduler(Arc::new(move || -> Box<dyn Scheduler> {
+        Box::new(PrefixScheduler { prefix: prefix.clone(), position: 0, seen: recorder.clone() })
+    }));
+    let options = RunOptions {
+        record_transcript,
+        check_statelessness: false,
+        factory: factory.clone(),
+        scheduler: SchedulerChoice::Custom(build),
+        ..RunOptions::seeded(seed)
+    };
+    let report = runner::run(scenario, &options);
+    let trace = std::mem::take(&mut *seen.lock().expect("the run is over"));
+    (trace, report)
+}
+
+/// Runs a schedule given by its choices at branching points (see [`run_choices`]), with a transcript.
+pub fn run_schedule(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices: &[u32]) -> RunReport {
+    run_choices(scenario, factory, seed, choices, true).1
+}
+
+/// The choices at branching points a recorded run made.
+pub fn choices_of(report: &RunReport) -> Vec<u32> {
+    report.decisions.decisions.iter().filter(|d| d.options > 1).map(|d| d.chosen).collect()
+}
+
+/// Most executions one shrink runs.
+pub const SHRINK_EXECUTIONS_MAX: usize = 2_000;
+
+/// Delta debugging on a failing schedule: makes as many choices as possible the default (the first envelope
+/// in flight), in halving chunks then one at a time, and drops the trailing defaults, keeping every step
+/// that still breaks `property`. Returns the smallest schedule found.
+pub fn shrink(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices: &[u32], property: Property) -> Vec<u32> {
+    let breaks = |candidate: &[u32]| {
+        let (_, report) = run_choices(scenario, factory, seed, candidate, false);
+        report.failures.iter().any(|f| f.kind == FailureKind::Property(property))
+    };
+    let mut current = choices.to_vec();
+    let mut executions = 0;
+    let mut chunk = current.len().div_ceil(2).max(1);
+    loop {
+        let mut changed = false;
+        let mut start = 0;
+        while start < current.len() && executions < SHRINK_EXECUTIONS_MAX {
+            let end = (start + chunk).min(current.len());
+            if current[start..end].iter().any(|c| *c != 0) {
+                let mut candidate = current.clone();
+                candidate[start..end].iter_mut().for_each(|c| *c = 0);
+                executions += 1;
+                if breaks(&candidate) {
+                    current = candidate;
+                    changed = true;
+                }
+            }
+            start = end;
+        }
+        if (chunk == 1 && !changed) || executions >= SHRINK_EXECUTIONS_MAX {
+            break;
+        }
+        chunk = (chunk / 2).max(1);
+    }
+    while current.last() == Some(&0) {
+        current.pop();
+    }
+    current
+}
+
 impl Search<'_> {
     fn execute(&mut self, prefix: &[u32]) -> Execution {
         self.result.executions += 1;
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let (recorder, prefix_owned) = (seen.clone(), prefix.to_vec());
-        let build = CustomScheduler(Arc::new(move || -> Box<dyn Scheduler> {
-            Box::new(PrefixScheduler { prefix: prefix_owned.clone(), position: 0, seen: recorder.clone() })
-        }));
-        let options = RunOptions {
-            record_transcript: false,
-            check_statelessness: false,
-            factory: self.factory.clone(),
-            scheduler: SchedulerChoice::Custom(build),
-            ..RunOptions::seeded(1)
-        };
-        let report = runner::run(self.scenario, &options);
-        let trace = std::mem::take(&mut *seen.lock().expect("the run is over"));
-        (trace, report)
+        run_choices(self.scenario, self.factory, 1, prefix, false)
     }
 
     fn visit(&mut self, prefix: Vec<u32>, sleep: Vec<Transition>, known: Option<Execution>) {

@@ -31,6 +31,7 @@ pub mod message;
 pub mod mutants;
 pub mod network;
 pub mod random;
+pub mod reproducer;
 pub mod runner;
 pub mod scenario;
 pub mod scheduler;

@@ -1,0 +1,94 @@
+//! Reproducer files: a shrunk counterexample, written to disk by `mcpsim explore` and run again, byte for
+//! byte, by `mcpsim replay FILE`.
+//!
+//! A reproducer carries everything a run depends on: the scenario's text (not a path that may change),
+//! the mutant (if any), the seed (latencies and nonces) and the full decision log, replayed strictly.
+
+use super::exhaustive::{choices_of, run_schedule, shrink};
+use super::mutants;
+use super::runner::{self, FailureKind, RunOptions, RunReport, SchedulerChoice};
+use super::scenario::{self, Scenario};
+use super::scheduler::DecisionLog;
+use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::check::Property;
+use serde::{Deserialize, Serialize};
+
+pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/1";
+/// Largest reproducer file read.
+pub const REPRODUCER_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reproducer {
+    pub format: String,
+    pub scenario_name: String,
+    pub scenario_text: String,
+    pub mutant: Option<String>,
+    pub seed: u64,
+    /// The property the run breaks.
+    pub property: String,
+    /// Choices at branching points (0 = the first envelope in flight), after shrinking.
+    pub choices: Vec<u32>,
+    pub decisions: DecisionLog,
+}
+
+fn factory_for(mutant: Option<&str>) -> Result<ServiceFactory, String> {
+    match mutant {
+        None => Ok(notes_server_factory()),
+        Some(name) => mutants::find(name).map(|m| m.factory()).ok_or_else(|| format!("no mutant is named {name:?}")),
+    }
+}
+
+impl Reproducer {
+    /// Shrinks the run of `seed` that broke `property`, and records the smallest failing schedule.
+    /// `None` if the seed's run, without the statelessness re-run, does not break it.
+    pub fn shrunk(scenario: &Scenario, text: &str, mutant: Option<&str>, seed: u64, property: Property) -> Option<Reproducer> {
+        let factory = factory_for(mutant).ok()?;
+        let options =
+            RunOptions { record_transcript: false, check_statelessness: false, factory: factory.clone(), ..RunOptions::seeded(seed) };
+        let original = runner::run(scenario, &options);
+        if !original.failures.iter().any(|f| f.kind == FailureKind::Property(property)) {
+            return None;
+        }
+        let choices = shrink(scenario, &factory, seed, &choices_of(&original), property);
+        let decisions = run_schedule(scenario, &factory, seed, &choices).decisions;
+        Some(Reproducer {
+            format: REPRODUCER_FORMAT.into(),
+            scenario_name: scenario.name.clone(),
+            scenario_text: text.to_string(),
+            mutant: mutant.map(str::to_string),
+            seed,
+            property: property.as_str().into(),
+            choices,
+            decisions,
+        })
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a reproducer serializes") + "\n"
+    }
+
+    pub fn from_json(text: &str) -> Result<Reproducer, String> {
+        if text.len() > REPRODUCER_BYTES_MAX {
+            return Err(format!("a reproducer is at most {REPRODUCER_BYTES_MAX} bytes"));
+        }
+        let reproducer: Reproducer = serde_json::from_str(text).map_err(|e| format!("not a reproducer file: {e}"))?;
+        if reproducer.format != REPRODUCER_FORMAT {
+            return Err(format!("format {:?} is not {REPRODUCER_FORMAT:?}", reproducer.format));
+        }
+        Ok(reproducer)
+    }
+
+    /// Runs the recorded schedule again, strictly (a divergence is a failure of its own), with a transcript.
+    pub fn replay(&self) -> Result<RunReport, String> {
+        let scenario = scenario::parse("reproducer", &self.scenario_name, &self.scenario_text).map_err(|e| e.to_string())?;
+        let options = RunOptions {
+            record_transcript: true,
+            check_statelessness: false,
+            factory: factory_for(self.mutant.as_deref())?,
+            scheduler: SchedulerChoice::Replay(self.decisions.clone()),
+            ..RunOptions::seeded(self.seed)
+        };
+        Ok(runner::run(&scenario, &options))
+    }
+}
