@@ -17,7 +17,7 @@ const RACE_SCHEDULES: u64 = 1_000;
 fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
     for name in ["04-accepts-race-for-one-note.sim", "05-accepts-race-for-different-candidates.sim", "zoo-move-races-the-accept"] {
         let scenario = mutants::scenario_named(name).unwrap();
-        let found = explore::explore(&scenario, &notes_server_factory(), 1..=RACE_SCHEDULES, 1, &|_, _| {});
+        let found = explore::explore(&scenario, &notes_server_factory(), 1..=RACE_SCHEDULES, 1, false, &|_, _| {});
         assert_eq!(found.schedules, RACE_SCHEDULES);
         assert_eq!((found.unsafe_runs, found.expectation_runs, found.crashed_runs), (0, 0, 0), "{name}: {found:?}");
     }
@@ -27,8 +27,8 @@ fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
 fn two_jobs_give_the_same_answer_as_one() {
     let mutant = mutants::find("recheck-then-delete").unwrap();
     let scenario = mutant.scenario();
-    let one = explore::explore(&scenario, &mutant.factory(), 1..=41, 1, &|_, _| {});
-    let two = explore::explore(&scenario, &mutant.factory(), 1..=41, 2, &|_, _| {});
+    let one = explore::explore(&scenario, &mutant.factory(), 1..=41, 1, false, &|_, _| {});
+    let two = explore::explore(&scenario, &mutant.factory(), 1..=41, 2, false, &|_, _| {});
     assert!(one.unsafe_runs > 0 && one.unsafe_runs < 41, "some schedules are unsafe, not all: {}", one.unsafe_runs);
     assert_eq!(one, two);
 }
@@ -125,4 +125,30 @@ fn a_saved_counterexample_replays_its_transcript_byte_for_byte() {
     let reproducer: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert!(reproducer["choices"].as_array().unwrap().len() <= 3, "{}", reproducer["choices"]);
     std::fs::remove_dir_all(&directory).unwrap();
+}
+
+#[test]
+fn crash_faults_drawn_from_the_seed_happen_and_the_real_design_stays_safe() {
+    use mcpsim::sim::runner::{self, RunOptions};
+    let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").unwrap();
+    let mut lost_answers = 0;
+    for seed in 1..=200 {
+        let crashes = explore::fault_plan(seed, scenario.cluster.instances.len());
+        assert_eq!(crashes, explore::fault_plan(seed, scenario.cluster.instances.len()), "a plan is a function of the seed");
+        let options = RunOptions { record_transcript: false, check_statelessness: false, crashes, ..RunOptions::seeded(seed) };
+        let report = runner::run(&scenario, &options);
+        lost_answers += report.history.operations.iter().filter(|op| mcpsim::sim::check::describe(op) == "no response (lost)").count();
+    }
+    assert!(lost_answers > 0, "some planned crash lost a request in flight");
+    for name in
+        ["04-accepts-race-for-one-note.sim", "05-accepts-race-for-different-candidates.sim", "16-crash-between-claim-and-delete.sim"]
+    {
+        let scenario = mutants::scenario_named(name).unwrap();
+        let found = explore::explore(&scenario, &notes_server_factory(), 1..=500, 1, true, &|_, _| {});
+        assert_eq!((found.unsafe_runs, found.crashed_runs), (0, 0), "{name}: {found:?}");
+    }
+    // A mutant is still caught with faults on.
+    let mutant = mutants::find("delete-then-claim").unwrap();
+    let found = explore::explore(&mutant.scenario(), &mutant.factory(), 1..=50, 1, true, &|_, _| {});
+    assert!(found.unsafe_runs > 0);
 }

@@ -3,6 +3,7 @@
 
 use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
 use crate::sim::check::Property;
+use crate::sim::cluster::PlannedCrash;
 use crate::sim::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
 use crate::sim::library;
@@ -55,6 +56,10 @@ pub struct ExploreArgs {
     /// (deliveries to different receivers commute, so orders differing only by those are visited once).
     #[arg(long, conflicts_with_all = ["seeds", "seed_range"])]
     pub exhaustive: bool,
+    /// Faults drawn from each seed and judged for safety only (a crashed request may go unanswered).
+    /// Implemented: `crash` (an instance crashes and restarts at a delivery point drawn from the seed).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub faults: Vec<String>,
     /// Where to write the reproducer of a violation (default: counterexample-SCENARIO-seedN.json).
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
@@ -161,6 +166,10 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             None => return usage(&format!("no mutant is named {mutant:?}; `mcpsim mutants` lists them")),
         },
     };
+    if let Some(unknown) = args.faults.iter().find(|fault| fault.as_str() != "crash") {
+        return usage(&format!("unknown fault {unknown:?}: the faults implemented are: crash"));
+    }
+    let faults = !args.faults.is_empty();
     if args.exhaustive {
         return exhaustive(&scenario, name, args.mutant.as_deref(), &factory);
     }
@@ -173,27 +182,39 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         }
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
-    let exploration = explore::explore(&scenario, &factory, seeds, args.jobs, &on_progress);
+    let exploration = explore::explore(&scenario, &factory, seeds, args.jobs, faults, &on_progress);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     let server = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
     let code = summarize(&scenario.name, name, &server, args.mutant.as_deref(), first_seed, last_seed, &exploration);
+    if faults && code == ExitCode::from(EXIT_HELD) {
+        println!("(with --faults crash: safety judged in every run; expectations are not, since a crashed request may go unanswered)");
+    }
     if let Some((seed, failures)) = &exploration.first_unsafe {
         let property = failures.iter().find_map(|f| match f.kind {
             FailureKind::Property(property) => Some(property),
             _ => None,
         });
         if let Some(property) = property {
-            counterexample(&scenario, &text, args.mutant.as_deref(), *seed, property, args.save.as_deref());
+            let crashes = if faults { explore::fault_plan(*seed, scenario.cluster.instances.len()) } else { Vec::new() };
+            counterexample(&scenario, &text, args.mutant.as_deref(), *seed, &crashes, property, args.save.as_deref());
         }
     }
     code
 }
 
 /// Shrinks the first violating run, prints its transcript and writes the reproducer.
-fn counterexample(scenario: &Scenario, text: &str, mutant: Option<&str>, seed: u64, property: Property, save: Option<&Path>) {
-    let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, property) else {
+fn counterexample(
+    scenario: &Scenario,
+    text: &str,
+    mutant: Option<&str>,
+    seed: u64,
+    crashes: &[PlannedCrash],
+    property: Property,
+    save: Option<&Path>,
+) {
+    let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, crashes, property) else {
         println!("\n(the violation needs the statelessness re-run; no single-run counterexample to shrink)");
         return;
     };
@@ -207,8 +228,16 @@ fn counterexample(scenario: &Scenario, text: &str, mutant: Option<&str>, seed: u
     let default_path = format!("counterexample-{}-seed{seed}.json", scenario.name);
     let path = save.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(default_path));
     let nondefault = reproducer.choices.iter().filter(|c| **c != 0).count();
+    let faults = match reproducer.crashes.as_slice() {
+        [] => "no fault".to_string(),
+        crashes => crashes
+            .iter()
+            .map(|c| format!("instance {} crashes before delivery {}", c.instance + 1, c.before_delivery))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
     println!(
-        "\nminimal counterexample: property {} broken; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight",
+        "\nminimal counterexample: property {} broken; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight; {faults}",
         property.as_str(),
         reproducer.choices.len()
     );
@@ -338,7 +367,7 @@ fn all_mutants(seeds: u64, jobs: usize) -> ExitCode {
         let scenario = mutant.scenario();
         let found = explore::first_violation(&scenario, &mutant.factory(), 1..=seeds);
         let searched = found.as_ref().map(|(seed, _)| *seed).unwrap_or(seeds);
-        let real = explore::explore(&scenario, &notes_server_factory(), 1..=searched, jobs, &|_, _| {});
+        let real = explore::explore(&scenario, &notes_server_factory(), 1..=searched, jobs, false, &|_, _| {});
         let real_clean = real.unsafe_runs == 0 && real.crashed_runs == 0;
         all_caught &= found.is_some() && real_clean;
         let (to_first, property) = match &found {

@@ -168,6 +168,8 @@ pub struct Cluster {
     state_ttl_ms: u64,
     factory: ServiceFactory,
     triggers: Vec<CrashTrigger>,
+    /// Crash-and-restart faults planned by delivery number (exploration's fault plans).
+    planned_crashes: Vec<PlannedCrash>,
     history: History,
     transcript: Transcript,
     deliveries: usize,
@@ -180,6 +182,15 @@ pub struct Cluster {
     is_gateway: Vec<bool>,
     /// The actor of each backend of the gateway world, in its order.
     backend_actors: Vec<ActorId>,
+}
+
+/// A fault from an exploration's plan: crash `instance` (and restart it at once) before delivery number
+/// `before_delivery` (counted from 1 over the whole run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedCrash {
+    pub before_delivery: usize,
+    pub instance: usize,
 }
 
 impl Cluster {
@@ -270,6 +281,7 @@ impl Cluster {
             state_ttl_ms: setup.state_ttl_ms,
             factory: setup.factory,
             triggers: Vec::new(),
+            planned_crashes: Vec::new(),
             history,
             transcript,
             deliveries: 0,
@@ -632,8 +644,22 @@ impl Cluster {
         Ok(())
     }
 
+    /// Plans faults: each instance named crashes, and restarts at once, just before that delivery.
+    pub fn plan_crashes(&mut self, crashes: &[PlannedCrash]) {
+        self.planned_crashes.extend(crashes.iter().copied().filter(|c| c.instance < self.instances.len()));
+    }
+
     /// Delivers one envelope chosen by the scheduler. Returns false when nothing is in flight.
     pub fn deliver_next(&mut self) -> Result<bool, SimError> {
+        if !self.planned_crashes.is_empty() && !self.network.is_empty() {
+            let next = self.deliveries + 1;
+            while let Some(position) = self.planned_crashes.iter().position(|c| c.before_delivery == next) {
+                let crash = self.planned_crashes.remove(position);
+                self.event(None, format!("fault: crash and restart {} before delivery {next}", self.instances[crash.instance].name));
+                self.crash(crash.instance);
+                self.restart(crash.instance);
+            }
+        }
         let ready = self.network.ready();
         if ready.is_empty() {
             return Ok(false);

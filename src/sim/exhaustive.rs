@@ -16,6 +16,7 @@
 
 use super::actors::instance::ServiceFactory;
 use super::check::{describe, Property};
+use super::cluster::PlannedCrash;
 use super::history::EffectKind;
 use super::message::ActorId;
 use super::network::Ready;
@@ -86,7 +87,14 @@ type Execution = (Vec<Vec<Transition>>, RunReport);
 /// Runs `scenario` under `seed` (latencies, nonces) following `choices` at its branching points and the
 /// first envelope after them; returns what was in flight at each branching point, and the report.
 /// The statelessness re-run is not part of it (one execution, one schedule).
-fn run_choices(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices: &[u32], record_transcript: bool) -> Execution {
+fn run_choices(
+    scenario: &Scenario,
+    factory: &ServiceFactory,
+    seed: u64,
+    crashes: &[PlannedCrash],
+    choices: &[u32],
+    record_transcript: bool,
+) -> Execution {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (recorder, prefix) = (seen.clone(), choices.to_vec());
     let build = CustomScheduler(Arc::new(move || -> Box<dyn Scheduler> {
@@ -97,6 +105,7 @@ fn run_choices(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices
         check_statelessness: false,
         factory: factory.clone(),
         scheduler: SchedulerChoice::Custom(build),
+        crashes: crashes.to_vec(),
         ..RunOptions::seeded(seed)
     };
     let report = runner::run(scenario, &options);
@@ -105,8 +114,8 @@ fn run_choices(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices
 }
 
 /// Runs a schedule given by its choices at branching points (see [`run_choices`]), with a transcript.
-pub fn run_schedule(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices: &[u32]) -> RunReport {
-    run_choices(scenario, factory, seed, choices, true).1
+pub fn run_schedule(scenario: &Scenario, factory: &ServiceFactory, seed: u64, crashes: &[PlannedCrash], choices: &[u32]) -> RunReport {
+    run_choices(scenario, factory, seed, crashes, choices, true).1
 }
 
 /// The choices at branching points a recorded run made.
@@ -120,9 +129,16 @@ pub const SHRINK_EXECUTIONS_MAX: usize = 2_000;
 /// Delta debugging on a failing schedule: makes as many choices as possible the default (the first envelope
 /// in flight), in halving chunks then one at a time, and drops the trailing defaults, keeping every step
 /// that still breaks `property`. Returns the smallest schedule found.
-pub fn shrink(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices: &[u32], property: Property) -> Vec<u32> {
+pub fn shrink(
+    scenario: &Scenario,
+    factory: &ServiceFactory,
+    seed: u64,
+    crashes: &[PlannedCrash],
+    choices: &[u32],
+    property: Property,
+) -> Vec<u32> {
     let breaks = |candidate: &[u32]| {
-        let (_, report) = run_choices(scenario, factory, seed, candidate, false);
+        let (_, report) = run_choices(scenario, factory, seed, crashes, candidate, false);
         report.failures.iter().any(|f| f.kind == FailureKind::Property(property))
     };
     let mut current = choices.to_vec();
@@ -158,7 +174,7 @@ pub fn shrink(scenario: &Scenario, factory: &ServiceFactory, seed: u64, choices:
 impl Search<'_> {
     fn execute(&mut self, prefix: &[u32]) -> Execution {
         self.result.executions += 1;
-        run_choices(self.scenario, self.factory, 1, prefix, false)
+        run_choices(self.scenario, self.factory, 1, &[], prefix, false)
     }
 
     fn visit(&mut self, prefix: Vec<u32>, sleep: Vec<Transition>, known: Option<Execution>) {

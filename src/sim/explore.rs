@@ -7,6 +7,8 @@
 
 use super::actors::instance::ServiceFactory;
 use super::check::Property;
+use super::cluster::PlannedCrash;
+use super::random::{self, Stream};
 use super::runner::{self, Failure, FailureKind, RunOptions};
 use super::scenario::Scenario;
 use std::ops::RangeInclusive;
@@ -83,10 +85,52 @@ impl Exploration {
     }
 }
 
+/// Deliveries within which a planned crash falls (the scenarios' runs are a few dozen deliveries long).
+pub const FAULT_DELIVERY_WINDOW: u64 = 40;
+
+/// The fault plan of `seed`: with even odds, one instance crashes (and restarts at once) before a delivery
+/// drawn from the first [`FAULT_DELIVERY_WINDOW`] — anywhere, including between a nonce claim and its answer.
+pub fn fault_plan(seed: u64, instances: usize) -> Vec<PlannedCrash> {
+    if instances == 0 {
+        return Vec::new();
+    }
+    let mut rng = random::stream(seed, Stream::Faults);
+    if random::below(&mut rng, 2) == 0 {
+        return Vec::new();
+    }
+    let before_delivery = 1 + random::below(&mut rng, FAULT_DELIVERY_WINDOW) as usize;
+    let instance = random::below(&mut rng, instances as u64) as usize;
+    vec![PlannedCrash { before_delivery, instance }]
+}
+
+/// Runs one seed (with its fault plan when `faults`), catching a simulator panic as an outcome of its own.
+/// Under faults a client may get no answer, so only safety is judged: expectations are not.
+pub fn run_seed_with(scenario: &Scenario, factory: &ServiceFactory, seed: u64, faults: bool) -> (usize, SeedOutcome) {
+    let crashes = if faults { fault_plan(seed, scenario.cluster.instances.len()) } else { Vec::new() };
+    let options = RunOptions {
+        record_transcript: false,
+        factory: factory.clone(),
+        check_statelessness: !faults,
+        crashes,
+        ..RunOptions::seeded(seed)
+    };
+    let (deliveries, outcome) = run_options(scenario, &options);
+    match outcome {
+        SeedOutcome::ExpectationFailed(_) if faults => (deliveries, SeedOutcome::Held),
+        SeedOutcome::Unsafe(failures) if faults => {
+            (deliveries, SeedOutcome::Unsafe(failures.into_iter().filter(|f| matches!(f.kind, FailureKind::Property(_))).collect()))
+        }
+        outcome => (deliveries, outcome),
+    }
+}
+
 /// Runs one seed, catching a simulator panic as an outcome of its own.
 pub fn run_seed(scenario: &Scenario, factory: &ServiceFactory, seed: u64) -> (usize, SeedOutcome) {
-    let options = RunOptions { record_transcript: false, factory: factory.clone(), ..RunOptions::seeded(seed) };
-    match panic::catch_unwind(AssertUnwindSafe(|| runner::run(scenario, &options))) {
+    run_seed_with(scenario, factory, seed, false)
+}
+
+fn run_options(scenario: &Scenario, options: &RunOptions) -> (usize, SeedOutcome) {
+    match panic::catch_unwind(AssertUnwindSafe(|| runner::run(scenario, options))) {
         Ok(report) => {
             let outcome = if report.failures.is_empty() {
                 SeedOutcome::Held
@@ -118,6 +162,7 @@ pub fn explore(
     factory: &ServiceFactory,
     seeds: RangeInclusive<u64>,
     jobs: usize,
+    faults: bool,
     progress: Progress<'_>,
 ) -> Exploration {
     let (first, last) = (*seeds.start(), *seeds.end());
@@ -132,7 +177,7 @@ pub fn explore(
     let run_chunk = |start: u64, end: u64| -> Vec<(u64, usize, SeedOutcome)> {
         let mut results = Vec::new();
         for seed in start..=end {
-            let (deliveries, outcome) = run_seed(scenario, factory, seed);
+            let (deliveries, outcome) = run_seed_with(scenario, factory, seed, faults);
             if matches!(outcome, SeedOutcome::Unsafe(_)) {
                 unsafe_so_far.fetch_add(1, Ordering::Relaxed);
             }

@@ -16,6 +16,8 @@ pub enum Stream {
     Latency,
     /// One instance incarnation's nonces (a restart starts a fresh stream, like a fresh process).
     Nonces { instance: u16, incarnation: u16 },
+    /// An exploration's fault plan (`mcpsim explore --faults`).
+    Faults,
 }
 
 impl Stream {
@@ -23,6 +25,7 @@ impl Stream {
         match self {
             Stream::Scheduler => 1,
             Stream::Latency => 2,
+            Stream::Faults => 3,
             Stream::Nonces { instance, incarnation } => (1 << 32) | (u64::from(instance) << 16) | u64::from(incarnation),
         }
     }

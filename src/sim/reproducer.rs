@@ -11,6 +11,7 @@ use super::scenario::{self, Scenario};
 use super::scheduler::DecisionLog;
 use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
 use crate::sim::check::Property;
+use crate::sim::cluster::PlannedCrash;
 use serde::{Deserialize, Serialize};
 
 pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/1";
@@ -29,6 +30,9 @@ pub struct Reproducer {
     pub property: String,
     /// Choices at branching points (0 = the first envelope in flight), after shrinking.
     pub choices: Vec<u32>,
+    /// The fault plan, after shrinking (empty when the violation needs no fault).
+    #[serde(default)]
+    pub crashes: Vec<PlannedCrash>,
     pub decisions: DecisionLog,
 }
 
@@ -42,16 +46,33 @@ fn factory_for(mutant: Option<&str>) -> Result<ServiceFactory, String> {
 impl Reproducer {
     /// Shrinks the run of `seed` that broke `property`, and records the smallest failing schedule.
     /// `None` if the seed's run, without the statelessness re-run, does not break it.
-    pub fn shrunk(scenario: &Scenario, text: &str, mutant: Option<&str>, seed: u64, property: Property) -> Option<Reproducer> {
+    pub fn shrunk(
+        scenario: &Scenario,
+        text: &str,
+        mutant: Option<&str>,
+        seed: u64,
+        crashes: &[PlannedCrash],
+        property: Property,
+    ) -> Option<Reproducer> {
         let factory = factory_for(mutant).ok()?;
-        let options =
-            RunOptions { record_transcript: false, check_statelessness: false, factory: factory.clone(), ..RunOptions::seeded(seed) };
-        let original = runner::run(scenario, &options);
-        if !original.failures.iter().any(|f| f.kind == FailureKind::Property(property)) {
-            return None;
-        }
-        let choices = shrink(scenario, &factory, seed, &choices_of(&original), property);
-        let decisions = run_schedule(scenario, &factory, seed, &choices).decisions;
+        let run = |crashes: &[PlannedCrash]| {
+            let options = RunOptions {
+                record_transcript: false,
+                check_statelessness: false,
+                factory: factory.clone(),
+                crashes: crashes.to_vec(),
+                ..RunOptions::seeded(seed)
+            };
+            let report = runner::run(scenario, &options);
+            report.failures.iter().any(|f| f.kind == FailureKind::Property(property)).then_some(report)
+        };
+        // The fault plan shrinks first: a violation that needs no fault is shown without one.
+        let (original, crashes) = match run(&[]) {
+            Some(report) => (report, Vec::new()),
+            None => (run(crashes)?, crashes.to_vec()),
+        };
+        let choices = shrink(scenario, &factory, seed, &crashes, &choices_of(&original), property);
+        let decisions = run_schedule(scenario, &factory, seed, &crashes, &choices).decisions;
         Some(Reproducer {
             format: REPRODUCER_FORMAT.into(),
             scenario_name: scenario.name.clone(),
@@ -60,6 +81,7 @@ impl Reproducer {
             seed,
             property: property.as_str().into(),
             choices,
+            crashes,
             decisions,
         })
     }
@@ -87,6 +109,7 @@ impl Reproducer {
             check_statelessness: false,
             factory: factory_for(self.mutant.as_deref())?,
             scheduler: SchedulerChoice::Replay(self.decisions.clone()),
+            crashes: self.crashes.clone(),
             ..RunOptions::seeded(self.seed)
         };
         Ok(runner::run(&scenario, &options))

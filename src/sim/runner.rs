@@ -8,7 +8,7 @@ use super::actors::client::{answer_params, FormAction};
 use super::actors::gateway_mutants::GatewayVariant;
 use super::actors::instance::{notes_server_factory, ServiceFactory};
 use super::check::{self, Observed, Property, Violation};
-use super::cluster::{ClientSetup, Cluster, ClusterSetup, CrashTrigger, InstanceSetup, SimError};
+use super::cluster::{ClientSetup, Cluster, ClusterSetup, CrashTrigger, InstanceSetup, PlannedCrash, SimError};
 use super::history::History;
 use super::message::OperationId;
 use super::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
@@ -88,6 +88,8 @@ pub struct RunOptions {
     pub factory: ServiceFactory,
     /// What gateway instances run (the real gateway unless a test substitutes a broken variant).
     pub gateway_variant: GatewayVariant,
+    /// Crash-and-restart faults at delivery points (none unless an exploration draws a plan).
+    pub crashes: Vec<PlannedCrash>,
 }
 
 impl RunOptions {
@@ -99,6 +101,7 @@ impl RunOptions {
             check_statelessness: true,
             factory: notes_server_factory(),
             gateway_variant: GatewayVariant::Real,
+            crashes: Vec::new(),
         }
     }
 }
@@ -310,7 +313,8 @@ struct Runner<'a> {
 }
 
 fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execution {
-    let cluster = Cluster::new(cluster_setup(scenario, options), scheduler(&options.scheduler, options.seed));
+    let mut cluster = Cluster::new(cluster_setup(scenario, options), scheduler(&options.scheduler, options.seed));
+    cluster.plan_crashes(&options.crashes);
     let mut runner = Runner {
         scenario,
         cluster,
