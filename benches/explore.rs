@@ -7,6 +7,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mcpsim::sim::actors::instance::notes_server_factory;
 use mcpsim::sim::explore::{self, SeedOutcome};
 use mcpsim::sim::mutants;
+use mcpsim::sim::runner::{self, RunOptions};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -28,7 +29,45 @@ fn schedules(c: &mut Criterion) {
             }
         })
     });
+    // The same schedules without the statelessness re-run (one execution each), as `--faults` and the
+    // exhaustive search run them.
+    group.bench_function("double_accept_schedules_single_execution", |b| {
+        b.iter(|| {
+            for seed in 1..=SCHEDULES_PER_ITERATION {
+                let options = RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(seed) };
+                let report = runner::run(&scenario, &options);
+                assert!(report.passed());
+                black_box(report.deliveries);
+            }
+        })
+    });
     group.finish();
+
+    // CPU time of this thread: what "schedules per second on one core" means on a shared, loaded machine.
+    let mut cpu = c.benchmark_group("explore_cpu");
+    cpu.throughput(Throughput::Elements(SCHEDULES_PER_ITERATION));
+    cpu.measurement_time(Duration::from_secs(10));
+    cpu.bench_function("double_accept_schedules", |b| {
+        b.iter_custom(|iterations| {
+            let start = thread_cpu_ns();
+            for _ in 0..iterations {
+                for seed in 1..=SCHEDULES_PER_ITERATION {
+                    black_box(explore::run_seed(&scenario, &factory, seed));
+                }
+            }
+            Duration::from_nanos(thread_cpu_ns().saturating_sub(start))
+        })
+    });
+    cpu.finish();
+}
+
+/// CPU time this thread has run, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the timespec we pass, which lives on this stack frame.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(status, 0, "the thread CPU clock is available on Linux");
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 criterion_group!(benches, schedules);
