@@ -322,7 +322,7 @@ fn summarize(
         }
         return ExitCode::from(EXIT_EXPECTATION);
     }
-    println!("\nall held: every expectation and every safety property, in every schedule");
+    println!("\nall held in every schedule: every safety property, and every expectation judged");
     ExitCode::from(EXIT_HELD)
 }
 
