@@ -1,8 +1,8 @@
 //! The `mcpsim` command line: wiring only. Each subcommand lives in its own module.
 
 pub mod demo;
-pub mod live;
 pub mod explore;
+pub mod live;
 pub mod pins;
 pub mod run;
 pub mod seed;
