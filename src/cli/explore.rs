@@ -54,7 +54,8 @@ pub struct ExploreArgs {
     pub mutant: Option<String>,
     /// Visit every distinct delivery order of the scenario's parallel blocks instead of random seeds
     /// (deliveries to different receivers commute, so orders differing only by those are visited once).
-    #[arg(long, conflicts_with_all = ["seeds", "seed_range"])]
+    /// One thread, no faults: --jobs does not apply.
+    #[arg(long, conflicts_with_all = ["seeds", "seed_range", "faults"])]
     pub exhaustive: bool,
     /// Faults drawn from each seed and judged for safety only (a crashed request may go unanswered).
     /// Implemented: `crash` (an instance crashes and restarts at a delivery point drawn from the seed).
