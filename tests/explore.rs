@@ -70,6 +70,8 @@ fn exit_codes_distinguish_held_unsafe_and_usage() {
         "{out}"
     );
     assert_eq!(mcpsim(&["explore", "no-such-scenario"]).0, 4);
+    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--exhaustive", "--faults", "crash"]).0, 4);
+    assert_eq!(mcpsim(&["explore", "--help"]).0, 0);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--mutant", "no-such-mutant"]).0, 4);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--seed-range", "9..3"]).0, 4);
 }

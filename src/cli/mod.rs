@@ -46,7 +46,19 @@ pub enum Command {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            // `explore` and `replay` keep exit statuses 1-3 for what a run found, so their usage errors are 4.
+            let explores = matches!(std::env::args().nth(1).as_deref(), Some("explore" | "replay"));
+            return match error.exit_code() {
+                0 => ExitCode::SUCCESS,
+                _ if explores => ExitCode::from(explore::EXIT_USAGE),
+                code => ExitCode::from(u8::try_from(code).unwrap_or(2)),
+            };
+        }
+    };
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Serve(args) => serve::run(args),
