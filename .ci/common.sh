@@ -37,9 +37,11 @@ wait_for_announcement() {
   done
 }
 
-# Builds mcpsim (a no-op after `cargo test`) and prints the binary's path.
+# Builds mcpsim as `cargo test` builds it and prints the binary's path. Building it through a test target keeps
+# the dependencies' features as the tests unify them (dev-dependencies included), so after `cargo test` this is
+# a no-op; a plain `cargo build` would compile every dependency again with other features (minutes in CI).
 mcpsim_binary() {
-  cargo build --quiet --bin mcpsim >&2
+  cargo test --quiet --no-run --test e2e_http >&2
   echo "${CARGO_TARGET_DIR:-target}/debug/mcpsim"
 }
 
