@@ -27,6 +27,8 @@ Examples:
   mcpsim run scenarios/ --seeds 100            # every scenario under 100 interleavings
   mcpsim run scenarios/04-accepts-race-for-one-note.sim --seed 7 --format mermaid
   mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp scenarios/02-retry-lands-on-another-instance.sim
+  mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl
+                                               # then: mcp-trace-validator validate trace.jsonl
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
@@ -66,6 +68,8 @@ pub enum FormatArg {
     Jsonl,
     /// A Mermaid sequence diagram.
     Mermaid,
+    /// The client↔instance messages as an mcp-trace-validator trace (JSON Lines); one scenario at a time.
+    McpTrace,
 }
 
 impl From<FormatArg> for Format {
@@ -74,6 +78,7 @@ impl From<FormatArg> for Format {
             FormatArg::Text => Format::Text,
             FormatArg::Jsonl => Format::Jsonl,
             FormatArg::Mermaid => Format::Mermaid,
+            FormatArg::McpTrace => Format::McpTrace,
         }
     }
 }
@@ -110,7 +115,14 @@ pub fn run(args: RunArgs) -> ExitCode {
     let single_file = args.paths.len() == 1 && args.paths[0].is_file();
     let format = args.format.map(Format::from).or(single_file.then_some(Format::Text));
     // Machine-readable transcripts keep stdout to themselves; the table goes to stderr.
-    let table_to_stderr = matches!(format, Some(Format::Jsonl | Format::Mermaid));
+    let table_to_stderr = matches!(format, Some(Format::Jsonl | Format::Mermaid | Format::McpTrace));
+    // A trace is one document (its seq counts from 0): two scenarios' events in one stream would not be one.
+    if format == Some(Format::McpTrace) && loaded.len() > 1 {
+        eprintln!(
+            "mcpsim run: --format mcp-trace writes one scenario's trace; name one file, e.g. mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl"
+        );
+        return ExitCode::from(2);
+    }
     let mut stdout = std::io::stdout().lock();
     let mut summaries = Vec::new();
     for item in &loaded {

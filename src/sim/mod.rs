@@ -13,6 +13,7 @@
 //! * [`runner`]: wires a scenario into a cluster and runs its steps.
 //! * [`check`]: expectations and the safety properties every run must keep.
 //! * [`transcript`]: text, JSON Lines and Mermaid renderings of a run.
+//! * [`mcp_trace`]: a run's client traffic in the independent trace validator's format.
 //! * [`library`]: the scenario library, embedded so `mcpsim run` works anywhere.
 //!
 //! Handlers are identical here and in the real servers: an instance runs `handle_message` over a
@@ -27,6 +28,7 @@ pub mod exhaustive;
 pub mod explore;
 pub mod history;
 pub mod library;
+pub mod mcp_trace;
 pub mod message;
 pub mod mutants;
 pub mod network;

@@ -251,6 +251,7 @@ impl Transcript {
             Format::Text => self.to_text(),
             Format::Jsonl => self.to_jsonl(),
             Format::Mermaid => self.to_mermaid(),
+            Format::McpTrace => super::mcp_trace::render(self),
         }
     }
 
@@ -493,6 +494,8 @@ pub enum Format {
     Text,
     Jsonl,
     Mermaid,
+    /// The independent validator's trace format (see [`super::mcp_trace`]).
+    McpTrace,
 }
 
 #[cfg(test)]

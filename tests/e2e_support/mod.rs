@@ -4,6 +4,8 @@
 //! Every process started here is killed when its handle drops, so a failing test leaves nothing running.
 #![allow(dead_code)] // Each test binary uses a different subset.
 
+pub mod recording;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;

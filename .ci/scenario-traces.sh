@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Every scenario of the library, exported with `mcpsim run FILE --format mcp-trace`, judged by the independent
+# mcp-trace-validator: any server-side failure fails the run. (Client-side findings are printed: several
+# scenarios play a misbehaving client on purpose, e.g. a tampered or replayed requestState.)
+#
+#   .ci/scenario-traces.sh                       # every scenarios/*.sim
+#   .ci/scenario-traces.sh scenarios/11-*.sim    # only these
+#
+# The trace tools come from crates.io into the cache directory of .ci/common.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source .ci/common.sh
+
+files=("$@")
+if ((${#files[@]} == 0)); then files=(scenarios/*.sim); fi
+tools="$(trace_tools)"
+MCPSIM="$(mcpsim_binary)"
+out="$(mktemp -d)"
+echo "== ${#files[@]} scenarios exported as mcp-trace and judged, traces in $out"
+
+passed=0
+failed=0
+for file in "${files[@]}"; do
+  name="$(basename "$file" .sim)"
+  status=0
+  "$MCPSIM" run "$file" --format mcp-trace > "$out/$name.jsonl" 2> "$out/$name.log" || status=$?
+  if ((status == 0)); then
+    python3 .ci/judge-trace.py --validator "$tools/bin/mcp-trace-validator" "$out/$name.jsonl" > "$out/$name.verdict" || status=$?
+  else
+    echo "mcpsim run $file failed (exit $status):" > "$out/$name.verdict"; cat "$out/$name.log" >> "$out/$name.verdict"
+  fi
+  if ((status == 0)); then
+    passed=$((passed + 1))
+    echo "ok    $name: $(tail -n 1 "$out/$name.verdict" | sed 's/^ *//')"
+  else
+    failed=$((failed + 1))
+    echo "FAIL  $name:"; sed 's/^/      /' "$out/$name.verdict"
+  fi
+done
+echo "scenario traces: $passed passed, $failed failed"
+((failed == 0))
