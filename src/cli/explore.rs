@@ -1,7 +1,7 @@
 //! `mcpsim explore` and `mcpsim mutants`: one scenario under many interleavings, optionally against a
 //! deliberately unsafe server from the mutant zoo.
 
-use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::check::Property;
 use crate::sim::cluster::PlannedCrash;
 use crate::sim::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
@@ -9,7 +9,7 @@ use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
 use crate::sim::library;
 use crate::sim::mutants::{self, MUTANTS};
 use crate::sim::reproducer::Reproducer;
-use crate::sim::runner::{Failure, FailureKind};
+use crate::sim::runner::{Failure, FailureKind, ServerUnderTest};
 use crate::sim::scenario::{self, Scenario};
 use crate::sim::transcript::Format;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -133,6 +133,7 @@ fn first_property(failures: &[Failure]) -> String {
             FailureKind::Property(property) => Some(property.as_str().to_string()),
             _ => None,
         })
+        .or_else(|| failures.iter().find(|f| f.kind == FailureKind::Expectation).map(|f| format!("expectation, line {}", f.line)))
         .unwrap_or_else(|| "-".into())
 }
 
@@ -160,10 +161,10 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         (None, Some(n)) if n > EXPLORE_SEEDS_MAX => return usage(&format!("--seeds is at most {EXPLORE_SEEDS_MAX}")),
         (None, n) => 1..=n.unwrap_or(1000),
     };
-    let factory: ServiceFactory = match args.mutant.as_deref() {
-        None => notes_server_factory(),
+    let server: ServerUnderTest = match args.mutant.as_deref() {
+        None => ServerUnderTest::from(&notes_server_factory()),
         Some(mutant) => match mutants::find(mutant) {
-            Some(mutant) => mutant.factory(),
+            Some(mutant) => mutant.server(),
             None => return usage(&format!("no mutant is named {mutant:?}; `mcpsim mutants` lists them")),
         },
     };
@@ -172,7 +173,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     }
     let faults = !args.faults.is_empty();
     if args.exhaustive {
-        return exhaustive(&scenario, name, args.mutant.as_deref(), &factory);
+        return exhaustive(&scenario, name, args.mutant.as_deref(), &server);
     }
     let total = seeds.end() - seeds.start() + 1;
     let bar = progress_bar(total);
@@ -183,7 +184,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         }
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
-    let exploration = explore::explore(&scenario, &factory, seeds, args.jobs, faults, &on_progress);
+    let exploration = explore::explore(&scenario, &server, seeds, args.jobs, faults, &on_progress);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -327,8 +328,8 @@ fn summarize(
     ExitCode::from(EXIT_HELD)
 }
 
-fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, factory: &ServiceFactory) -> ExitCode {
-    let found = explore_exhaustively(scenario, factory);
+fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, server: &ServerUnderTest) -> ExitCode {
+    let found = explore_exhaustively(scenario, server);
     let server = mutant.map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
     println!("explored every delivery order of {} against {server}", scenario.name);
     println!("  schedules visited      {}", found.schedules);
@@ -360,22 +361,32 @@ fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, factory
 }
 
 /// One row per mutant: the scenario that exposes it, schedules to its first violation, the property broken,
-/// and whether the real server is clean on the same seeds.
+/// and whether the real server is clean on the same seeds. A gateway mutant breaks no notes property: it
+/// is caught by the first failed expectation of its scenario, and the real server must then fail none.
 fn all_mutants(seeds: u64, jobs: usize) -> ExitCode {
     let mut rows = Vec::new();
     let mut all_caught = true;
     for mutant in MUTANTS {
         let scenario = mutant.scenario();
-        let found = explore::first_violation(&scenario, &mutant.factory(), 1..=seeds);
+        let by_expectation = mutant.caught_by_expectation();
+        let found = if by_expectation {
+            explore::first_failure(&scenario, mutant.server(), 1..=seeds)
+        } else {
+            explore::first_violation(&scenario, mutant.server(), 1..=seeds)
+        };
         let searched = found.as_ref().map(|(seed, _)| *seed).unwrap_or(seeds);
         let real = explore::explore(&scenario, &notes_server_factory(), 1..=searched, jobs, false, &|_, _| {});
-        let real_clean = real.unsafe_runs == 0 && real.crashed_runs == 0;
+        let real_clean = real.unsafe_runs == 0 && real.crashed_runs == 0 && (!by_expectation || real.expectation_runs == 0);
         all_caught &= found.is_some() && real_clean;
         let (to_first, property) = match &found {
             Some((seed, failures)) => (seed.to_string(), first_property(failures)),
             None => (format!("not in {seeds}"), "SURVIVED".into()),
         };
-        let clean = if real_clean { "clean".to_string() } else { format!("{} violating", real.unsafe_runs) };
+        let clean = match (real_clean, by_expectation) {
+            (true, _) => "clean".to_string(),
+            (false, false) => format!("{} violating", real.unsafe_runs),
+            (false, true) => format!("{} violating, {} failing expectations", real.unsafe_runs, real.expectation_runs),
+        };
         rows.push([mutant.name.to_string(), mutant.exposed_by.trim_end_matches(".sim").to_string(), to_first, property, clean]);
     }
     let header = ["mutant", "exposed by", "schedules to first violation", "property broken", "real server, same seeds"];

@@ -14,13 +14,12 @@
 //! this simulator and the clock only moves forwards, so swapping can change the virtual time a delivery
 //! observes by a few milliseconds; no scenario here depends on that, and the seed's latencies are fixed.)
 
-use super::actors::instance::ServiceFactory;
 use super::check::{describe, Property};
 use super::cluster::PlannedCrash;
 use super::history::EffectKind;
 use super::message::ActorId;
 use super::network::Ready;
-use super::runner::{self, CustomScheduler, Failure, FailureKind, RunOptions, RunReport, SchedulerChoice};
+use super::runner::{self, CustomScheduler, Failure, FailureKind, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use super::scenario::Scenario;
 use super::scheduler::{Divergence, Scheduler};
 use std::collections::BTreeSet;
@@ -75,7 +74,7 @@ pub struct Exhaustive {
 
 struct Search<'a> {
     scenario: &'a Scenario,
-    factory: &'a ServiceFactory,
+    server: ServerUnderTest,
     result: Exhaustive,
     end_states: BTreeSet<String>,
     /// Sleep sets on (the default) or off (every order, for checking the reduction loses nothing).
@@ -89,7 +88,7 @@ type Execution = (Vec<Vec<Transition>>, RunReport);
 /// The statelessness re-run is not part of it (one execution, one schedule).
 fn run_choices(
     scenario: &Scenario,
-    factory: &ServiceFactory,
+    server: &ServerUnderTest,
     seed: u64,
     crashes: &[PlannedCrash],
     choices: &[u32],
@@ -103,7 +102,8 @@ fn run_choices(
     let options = RunOptions {
         record_transcript,
         check_statelessness: false,
-        factory: factory.clone(),
+        factory: server.factory.clone(),
+        gateway_variant: server.gateway_variant,
         scheduler: SchedulerChoice::Custom(build),
         crashes: crashes.to_vec(),
         ..RunOptions::seeded(seed)
@@ -114,8 +114,14 @@ fn run_choices(
 }
 
 /// Runs a schedule given by its choices at branching points (see [`run_choices`]), with a transcript.
-pub fn run_schedule(scenario: &Scenario, factory: &ServiceFactory, seed: u64, crashes: &[PlannedCrash], choices: &[u32]) -> RunReport {
-    run_choices(scenario, factory, seed, crashes, choices, true).1
+pub fn run_schedule(
+    scenario: &Scenario,
+    server: impl Into<ServerUnderTest>,
+    seed: u64,
+    crashes: &[PlannedCrash],
+    choices: &[u32],
+) -> RunReport {
+    run_choices(scenario, &server.into(), seed, crashes, choices, true).1
 }
 
 /// The choices at branching points a recorded run made.
@@ -131,14 +137,15 @@ pub const SHRINK_EXECUTIONS_MAX: usize = 2_000;
 /// that still breaks `property`. Returns the smallest schedule found.
 pub fn shrink(
     scenario: &Scenario,
-    factory: &ServiceFactory,
+    server: impl Into<ServerUnderTest>,
     seed: u64,
     crashes: &[PlannedCrash],
     choices: &[u32],
     property: Property,
 ) -> Vec<u32> {
+    let server = server.into();
     let breaks = |candidate: &[u32]| {
-        let (_, report) = run_choices(scenario, factory, seed, crashes, candidate, false);
+        let (_, report) = run_choices(scenario, &server, seed, crashes, candidate, false);
         report.failures.iter().any(|f| f.kind == FailureKind::Property(property))
     };
     let mut current = choices.to_vec();
@@ -174,7 +181,7 @@ pub fn shrink(
 impl Search<'_> {
     fn execute(&mut self, prefix: &[u32]) -> Execution {
         self.result.executions += 1;
-        run_choices(self.scenario, self.factory, 1, &[], prefix, false)
+        run_choices(self.scenario, &self.server, 1, &[], prefix, false)
     }
 
     fn visit(&mut self, prefix: Vec<u32>, sleep: Vec<Transition>, known: Option<Execution>) {
@@ -223,17 +230,17 @@ impl Search<'_> {
 }
 
 /// Visits every delivery order of `scenario`'s concurrent parts, up to commuting independent deliveries.
-pub fn explore_exhaustively(scenario: &Scenario, factory: &ServiceFactory) -> Exhaustive {
-    search(scenario, factory, true)
+pub fn explore_exhaustively(scenario: &Scenario, server: impl Into<ServerUnderTest>) -> Exhaustive {
+    search(scenario, server.into(), true)
 }
 
 /// Every delivery order, without the reduction: to show the reduction keeps every end state.
-pub fn explore_every_order(scenario: &Scenario, factory: &ServiceFactory) -> Exhaustive {
-    search(scenario, factory, false)
+pub fn explore_every_order(scenario: &Scenario, server: impl Into<ServerUnderTest>) -> Exhaustive {
+    search(scenario, server.into(), false)
 }
 
-fn search(scenario: &Scenario, factory: &ServiceFactory, reduce: bool) -> Exhaustive {
-    let mut search = Search { scenario, factory, result: Exhaustive::default(), end_states: BTreeSet::new(), reduce };
+fn search(scenario: &Scenario, server: ServerUnderTest, reduce: bool) -> Exhaustive {
+    let mut search = Search { scenario, server, result: Exhaustive::default(), end_states: BTreeSet::new(), reduce };
     search.visit(Vec::new(), Vec::new(), None);
     search.result.end_states = search.end_states.len();
     search.result

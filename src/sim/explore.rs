@@ -5,11 +5,10 @@
 //! contiguous chunks, each thread runs its chunk, and the results are merged in seed order. The answer
 //! (counts, the first violating seed) is therefore the same for any number of jobs.
 
-use super::actors::instance::ServiceFactory;
 use super::check::Property;
 use super::cluster::PlannedCrash;
 use super::random::{self, Stream};
-use super::runner::{self, Failure, FailureKind, RunOptions};
+use super::runner::{self, Failure, FailureKind, RunOptions, ServerUnderTest};
 use super::scenario::Scenario;
 use std::ops::RangeInclusive;
 use std::panic::{self, AssertUnwindSafe};
@@ -105,11 +104,13 @@ pub fn fault_plan(seed: u64, instances: usize) -> Vec<PlannedCrash> {
 
 /// Runs one seed (with its fault plan when `faults`), catching a simulator panic as an outcome of its own.
 /// Under faults a client may get no answer, so only safety is judged: expectations are not.
-pub fn run_seed_with(scenario: &Scenario, factory: &ServiceFactory, seed: u64, faults: bool) -> (usize, SeedOutcome) {
+pub fn run_seed_with(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: bool) -> (usize, SeedOutcome) {
+    let server = server.into();
     let crashes = if faults { fault_plan(seed, scenario.cluster.instances.len()) } else { Vec::new() };
     let options = RunOptions {
         record_transcript: false,
-        factory: factory.clone(),
+        factory: server.factory,
+        gateway_variant: server.gateway_variant,
         check_statelessness: !faults,
         crashes,
         ..RunOptions::seeded(seed)
@@ -125,8 +126,8 @@ pub fn run_seed_with(scenario: &Scenario, factory: &ServiceFactory, seed: u64, f
 }
 
 /// Runs one seed, catching a simulator panic as an outcome of its own.
-pub fn run_seed(scenario: &Scenario, factory: &ServiceFactory, seed: u64) -> (usize, SeedOutcome) {
-    run_seed_with(scenario, factory, seed, false)
+pub fn run_seed(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64) -> (usize, SeedOutcome) {
+    run_seed_with(scenario, server, seed, false)
 }
 
 fn run_options(scenario: &Scenario, options: &RunOptions) -> (usize, SeedOutcome) {
@@ -159,12 +160,13 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 /// violation (used to measure schedules to the first violation; the merged answer stays the lowest seed).
 pub fn explore(
     scenario: &Scenario,
-    factory: &ServiceFactory,
+    server: impl Into<ServerUnderTest>,
     seeds: RangeInclusive<u64>,
     jobs: usize,
     faults: bool,
     progress: Progress<'_>,
 ) -> Exploration {
+    let server = server.into();
     let (first, last) = (*seeds.start(), *seeds.end());
     if first > last {
         return Exploration::default();
@@ -177,7 +179,7 @@ pub fn explore(
     let run_chunk = |start: u64, end: u64| -> Vec<(u64, usize, SeedOutcome)> {
         let mut results = Vec::new();
         for seed in start..=end {
-            let (deliveries, outcome) = run_seed_with(scenario, factory, seed, faults);
+            let (deliveries, outcome) = run_seed_with(scenario, &server, seed, faults);
             if matches!(outcome, SeedOutcome::Unsafe(_)) {
                 unsafe_so_far.fetch_add(1, Ordering::Relaxed);
             }
@@ -205,9 +207,22 @@ pub fn explore(
 }
 
 /// The first seed in `seeds` that breaks a safety property, searched in order, with the property broken.
-pub fn first_violation(scenario: &Scenario, factory: &ServiceFactory, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
+pub fn first_violation(scenario: &Scenario, server: impl Into<ServerUnderTest>, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
+    let server = server.into();
     for seed in seeds {
-        if let (_, SeedOutcome::Unsafe(failures)) = run_seed(scenario, factory, seed) {
+        if let (_, SeedOutcome::Unsafe(failures)) = run_seed(scenario, &server, seed) {
+            return Some((seed, failures));
+        }
+    }
+    None
+}
+
+/// The first seed in `seeds` whose run fails at all (a property or an expectation), searched in order.
+/// The gateway mutants are caught this way: the scenario's expectations state the defence they lack.
+pub fn first_failure(scenario: &Scenario, server: impl Into<ServerUnderTest>, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
+    let server = server.into();
+    for seed in seeds {
+        if let (_, SeedOutcome::Unsafe(failures) | SeedOutcome::ExpectationFailed(failures)) = run_seed(scenario, &server, seed) {
             return Some((seed, failures));
         }
     }

@@ -1,7 +1,9 @@
 //! The mutant zoo: deliberately unsafe variants of the notes server, each breaking exactly one rule.
 //!
 //! They exist to prove the checker is not vacuous: every mutant must be caught by some scenario, while the
-//! real server passes the same runs. They live here, in the simulator, and are reachable only through
+//! real server passes the same runs. The last three are gateways, not notes servers: the variants of
+//! `sim::actors::gateway_mutants`, caught by the expectations of the gateway scenario that states the defence
+//! each one lacks (they break no notes property, so an expectation is what fails). They live here, in the simulator, and are reachable only through
 //! `RunOptions::factory` (`mcpsim run|explore --mutant NAME`), never from `serve`: the handlers in
 //! `src/handlers` are untouched. Each mutant is built one of two ways:
 //!
@@ -11,9 +13,11 @@
 //!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
 //!   state by re-sealing it, cancel consuming, decline not consuming, remembered capabilities).
 
-use super::actors::instance::{InstanceParts, ServiceFactory};
+use super::actors::gateway_mutants::GatewayVariant;
+use super::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
 use super::check::peek_claims;
 use super::library;
+use super::runner::ServerUnderTest;
 use super::scenario::{self, Scenario};
 use crate::handlers::notes::{NotesServer, TOOL_NOTES_DELETE};
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
@@ -34,14 +38,40 @@ pub struct Mutant {
     pub mistake: &'static str,
     /// The scenario that exposes it: a library file name, or a zoo scenario below.
     pub exposed_by: &'static str,
-    build: fn(InstanceParts) -> Arc<dyn Service>,
+    build: Build,
+}
+
+/// Where the mistake is made.
+#[derive(Clone, Copy)]
+enum Build {
+    /// In the notes service every instance runs (the real gateway, if any, is unchanged).
+    Notes(fn(InstanceParts) -> Arc<dyn Service>),
+    /// In the gateway instances (the notes service is the real one).
+    Gateway(GatewayVariant),
 }
 
 impl Mutant {
-    /// The factory that builds this mutant on every instance.
+    /// The factory that builds this mutant's notes service on every instance (the real notes server for a
+    /// gateway mutant: use [`Mutant::server`] to get the gateway too).
     pub fn factory(&self) -> ServiceFactory {
-        let build = self.build;
-        Arc::new(move |parts: InstanceParts| build(parts))
+        match self.build {
+            Build::Notes(build) => Arc::new(move |parts: InstanceParts| build(parts)),
+            Build::Gateway(_) => notes_server_factory(),
+        }
+    }
+
+    /// Everything this mutant changes: its notes service and the gateway variant.
+    pub fn server(&self) -> ServerUnderTest {
+        let gateway_variant = match self.build {
+            Build::Notes(_) => GatewayVariant::Real,
+            Build::Gateway(variant) => variant,
+        };
+        ServerUnderTest { factory: self.factory(), gateway_variant }
+    }
+
+    /// Whether it is caught by an expectation of its scenario rather than by a safety property.
+    pub fn caught_by_expectation(&self) -> bool {
+        matches!(self.build, Build::Gateway(_))
     }
 
     /// The parsed scenario that exposes it.
@@ -56,80 +86,98 @@ pub const MUTANTS: &[Mutant] = &[
         name: "replay-per-instance",
         mistake: "Each instance keeps its own replay store, so a confirmation used on one instance is still fresh on another.",
         exposed_by: "05-accepts-race-for-different-candidates.sim",
-        build: replay_per_instance,
+        build: Build::Notes(replay_per_instance),
     },
     Mutant {
         name: "prefix-containment",
         mistake: "Authorizes a workspace when its URI merely starts with an authorized root as a string (Notes-evil passes as Notes).",
         exposed_by: "20-prefix-confusion-workspace.sim",
-        build: prefix_containment,
+        build: Build::Notes(prefix_containment),
     },
     Mutant {
         name: "undecoded-containment",
         mistake: "Compares the workspace URI by path segments before percent-decoding it, so %2e%2e climbs out after the check.",
         exposed_by: "21-encoded-traversal-workspace.sim",
-        build: undecoded_containment,
+        build: Build::Notes(undecoded_containment),
     },
     Mutant {
         name: "no-live-recheck",
         mistake: "Deletes the chosen note without re-reading it, trusting where it was when the form was shown.",
         exposed_by: "07-note-moved-out-after-the-form-was-shown.sim",
-        build: no_live_recheck,
+        build: Build::Notes(no_live_recheck),
     },
     Mutant {
         name: "recheck-then-delete",
         mistake: "Re-checks the live note and deletes it in two separate store operations, so a move can land in between.",
         exposed_by: "zoo-move-races-the-accept",
-        build: recheck_then_delete,
+        build: Build::Notes(recheck_then_delete),
     },
     Mutant {
         name: "delete-then-claim",
         mistake: "Deletes first and claims the nonce afterwards as a separate step, so two racing accepts both delete.",
         exposed_by: "05-accepts-race-for-different-candidates.sim",
-        build: delete_then_claim,
+        build: Build::Notes(delete_then_claim),
     },
     Mutant {
         name: "state-unbound-arguments",
         mistake: "Ignores the arguments digest sealed in the state, so an accept may continue a flow started with other arguments.",
         exposed_by: "12-changed-title.sim",
-        build: state_unbound_arguments,
+        build: Build::Notes(state_unbound_arguments),
     },
     Mutant {
         name: "state-unbound-principal",
         mistake: "Ignores the principal sealed in the state, so another principal's client can answer someone else's form.",
         exposed_by: "zoo-shared-workspace-state-stolen",
-        build: state_unbound_principal,
+        build: Build::Notes(state_unbound_principal),
     },
     Mutant {
         name: "unsigned-state",
         mistake: "Reads the state's base64 payload without verifying its signature, so a client can add candidates.",
         exposed_by: "zoo-forged-candidate",
-        build: unsigned_state,
+        build: Build::Notes(unsigned_state),
     },
     Mutant {
         name: "cancel-consumes",
         mistake: "Consumes the confirmation on cancel, so dismissing the form uses it up.",
         exposed_by: "09-cancel-then-accept-elsewhere.sim",
-        build: cancel_consumes,
+        build: Build::Notes(cancel_consumes),
     },
     Mutant {
         name: "decline-not-consuming",
         mistake: "Answers a decline without consuming the confirmation, so a replayed accept still deletes.",
         exposed_by: "08-decline-then-replayed-accept.sim",
-        build: decline_not_consuming,
+        build: Build::Notes(decline_not_consuming),
     },
     Mutant {
         name: "evicting-replay-store",
         mistake:
             "A full replay store makes room instead of refusing: the confirmation it cannot remember is admitted and can be used again.",
         exposed_by: "zoo-full-replay-store-reused",
-        build: evicting_replay_store,
+        build: Build::Notes(evicting_replay_store),
     },
     Mutant {
         name: "remembered-capabilities",
         mistake: "Remembers a principal's form capability from an earlier request and sends forms to requests that did not declare it.",
         exposed_by: "18-url-only-client.sim",
-        build: remembered_capabilities,
+        build: Build::Notes(remembered_capabilities),
+    },
+    Mutant {
+        name: "description-only-pins",
+        mistake: "A gateway that judges a pinned tool by its description alone, so a changed schema behind the same description is served.",
+        exposed_by: "41-gateway-rug-pull-between-two-listings.sim",
+        build: Build::Gateway(GatewayVariant::DescriptionOnlyPins),
+    },
+    Mutant {
+        name: "routes-by-header-after-authorizing-the-body",
+        mistake: "A gateway that authorizes the tool named in the body, then routes and runs the one named by the Mcp-Name header.",
+        exposed_by: "43-gateway-header-body-confusion.sim",
+        build: Build::Gateway(GatewayVariant::RoutesByHeader),
+    },
+    Mutant {
+        name: "first-listed-backend-wins",
+        mistake: "A gateway that runs a bare tool name on the first backend, in configuration order, that lists it.",
+        exposed_by: "42-gateway-shadowed-search.sim",
+        build: Build::Gateway(GatewayVariant::FirstListedBackendWins),
     },
 ];
 

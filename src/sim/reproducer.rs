@@ -6,10 +6,10 @@
 
 use super::exhaustive::{choices_of, run_schedule, shrink};
 use super::mutants;
-use super::runner::{self, FailureKind, RunOptions, RunReport, SchedulerChoice};
+use super::runner::{self, FailureKind, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use super::scenario::{self, Scenario};
 use super::scheduler::DecisionLog;
-use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::check::Property;
 use crate::sim::cluster::PlannedCrash;
 use serde::{Deserialize, Serialize};
@@ -36,10 +36,10 @@ pub struct Reproducer {
     pub decisions: DecisionLog,
 }
 
-fn factory_for(mutant: Option<&str>) -> Result<ServiceFactory, String> {
+fn server_for(mutant: Option<&str>) -> Result<ServerUnderTest, String> {
     match mutant {
-        None => Ok(notes_server_factory()),
-        Some(name) => mutants::find(name).map(|m| m.factory()).ok_or_else(|| format!("no mutant is named {name:?}")),
+        None => Ok(ServerUnderTest::from(&notes_server_factory())),
+        Some(name) => mutants::find(name).map(|m| m.server()).ok_or_else(|| format!("no mutant is named {name:?}")),
     }
 }
 
@@ -54,12 +54,13 @@ impl Reproducer {
         crashes: &[PlannedCrash],
         property: Property,
     ) -> Option<Reproducer> {
-        let factory = factory_for(mutant).ok()?;
+        let server = server_for(mutant).ok()?;
         let run = |crashes: &[PlannedCrash]| {
             let options = RunOptions {
                 record_transcript: false,
                 check_statelessness: false,
-                factory: factory.clone(),
+                factory: server.factory.clone(),
+                gateway_variant: server.gateway_variant,
                 crashes: crashes.to_vec(),
                 ..RunOptions::seeded(seed)
             };
@@ -71,8 +72,8 @@ impl Reproducer {
             Some(report) => (report, Vec::new()),
             None => (run(crashes)?, crashes.to_vec()),
         };
-        let choices = shrink(scenario, &factory, seed, &crashes, &choices_of(&original), property);
-        let decisions = run_schedule(scenario, &factory, seed, &crashes, &choices).decisions;
+        let choices = shrink(scenario, &server, seed, &crashes, &choices_of(&original), property);
+        let decisions = run_schedule(scenario, &server, seed, &crashes, &choices).decisions;
         Some(Reproducer {
             format: REPRODUCER_FORMAT.into(),
             scenario_name: scenario.name.clone(),
@@ -104,10 +105,12 @@ impl Reproducer {
     /// Runs the recorded schedule again, strictly (a divergence is a failure of its own), with a transcript.
     pub fn replay(&self) -> Result<RunReport, String> {
         let scenario = scenario::parse("reproducer", &self.scenario_name, &self.scenario_text).map_err(|e| e.to_string())?;
+        let server = server_for(self.mutant.as_deref())?;
         let options = RunOptions {
             record_transcript: true,
             check_statelessness: false,
-            factory: factory_for(self.mutant.as_deref())?,
+            factory: server.factory,
+            gateway_variant: server.gateway_variant,
             scheduler: SchedulerChoice::Replay(self.decisions.clone()),
             crashes: self.crashes.clone(),
             ..RunOptions::seeded(self.seed)

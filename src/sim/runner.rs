@@ -106,6 +106,27 @@ impl RunOptions {
     }
 }
 
+/// What the simulated instances run: the notes service each instance builds and the gateway variant the
+/// gateway instances run. Exploration takes one, so a mutant of either kind is explored the same way.
+#[derive(Clone)]
+pub struct ServerUnderTest {
+    pub factory: ServiceFactory,
+    pub gateway_variant: GatewayVariant,
+}
+
+impl From<&ServiceFactory> for ServerUnderTest {
+    /// A notes service alongside the real gateway.
+    fn from(factory: &ServiceFactory) -> ServerUnderTest {
+        ServerUnderTest { factory: factory.clone(), gateway_variant: GatewayVariant::Real }
+    }
+}
+
+impl From<&ServerUnderTest> for ServerUnderTest {
+    fn from(server: &ServerUnderTest) -> ServerUnderTest {
+        server.clone()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailureKind {
     /// An `expect` did not hold.
