@@ -136,7 +136,13 @@ async fn header_body_confusion_is_400_and_spends_no_quota_nor_reaches_a_backend(
         let (status, response) = post(&server, &headers, &search).await;
         assert_eq!((status, response["error"]["code"].as_i64()), (400, Some(-32020)), "{header}: {value}");
     }
-    assert!(audit.records().is_empty(), "nothing reached the gateway's decision stages, so nothing was decided or executed");
+    // Each refusal is audited where it happened (the pipeline's routing-header stage): nothing executed.
+    let records = audit.records();
+    assert_eq!(records.len(), 4, "{records:?}");
+    for record in &records {
+        assert_eq!((record["decision"].as_str(), record["stage"].as_str()), (Some("refused"), Some("routing_headers")), "{record}");
+        assert_eq!(record["executionBegan"], json!(false), "{record}");
+    }
 
     // bob's one call per hour is still there: none of the refused requests spent it.
     let (status, response) = post(&server, &conforming(&search, BOB), &search).await;
@@ -144,8 +150,34 @@ async fn header_body_confusion_is_400_and_spends_no_quota_nor_reaches_a_backend(
     let (status, response) = post(&server, &conforming(&search, BOB), &search).await;
     assert_eq!((status, reason(&response)), (429, "rate_limited"), "{response}");
     let records = audit.records();
-    assert_eq!(records.len(), 2);
-    assert_eq!((records[0]["decision"].as_str(), records[1]["stage"].as_str()), (Some("allowed"), Some("rate_limit")));
+    assert_eq!(records.len(), 6);
+    assert_eq!((records[4]["decision"].as_str(), records[5]["stage"].as_str()), (Some("allowed"), Some("rate_limit")));
+}
+
+#[tokio::test]
+async fn a_header_mismatched_call_over_http_leaves_exactly_one_refusal_record() {
+    let audit = AuditFile::new("mismatch");
+    let server = HttpServer::start(&["--gateway", "--audit-log", audit.arg()]);
+    let search = call(7, "notes.search", json!({ "query": "TPS" }));
+    let headers = with(&conforming(&search, ALICE), "Mcp-Name", "notes.export");
+    let (status, response) = post(&server, &headers, &search).await;
+    assert_eq!((status, response["error"]["code"].as_i64()), (400, Some(-32020)), "{response}");
+    let records = audit.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record["decision"], json!("refused"), "{record}");
+    assert_eq!(record["stage"], json!("routing_headers"), "{record}");
+    assert_eq!(record["reason"], json!("header_mismatch"), "{record}");
+    assert_eq!(record["outcome"], json!({ "error": -32020, "reason": "header_mismatch" }), "{record}");
+    assert_eq!(record["executionBegan"], json!(false), "{record}");
+    assert_eq!((record["principal"].as_str(), record["tool"].as_str()), (Some("alice"), Some("notes.search")), "{record}");
+    assert_eq!(record["requestId"], json!(7), "{record}");
+
+    // A request the pipeline refuses that is not a tool call (here an unknown method) is not a call to audit.
+    let unknown = json!({ "jsonrpc": "2.0", "id": 8, "method": "tools/forget", "params": { "_meta": meta(json!({})) } });
+    let (status, _) = post(&server, &conforming(&unknown, ALICE), &unknown).await;
+    assert_eq!(status, 404);
+    assert_eq!(audit.records().len(), 1);
 }
 
 #[tokio::test]

@@ -49,6 +49,13 @@ pub trait Service: Send + Sync {
     async fn respond(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<ServiceResponse, RpcError> {
         self.call(context, method, params).await.map(ServiceResponse::result)
     }
+
+    /// Told of a request the pipeline refused before the service ran (`_meta`, routing headers, version,
+    /// unknown method), so a service that must account for every request (the gateway's audit log) can,
+    /// whichever transport carried it. The default does nothing; the refusal is already the answer.
+    async fn refused(&self, principal: &str, id: &RequestId, method: &str, params: Option<&Value>, error: &RpcError) {
+        let _ = (principal, id, method, params, error);
+    }
 }
 
 /// The upper bound on request-scoped notifications one request may emit before its response.
@@ -137,21 +144,29 @@ pub async fn handle_exchange<S: Service + ?Sized>(service: &S, principal: &str, 
         Incoming::Notification { .. } => return Exchange::reply(Reply { response: None, http_status: 202 }),
         Incoming::Request { id, method, params } => (id, method, params),
     };
-    let meta = match read_meta(params.as_ref()) {
-        Ok(meta) => meta,
-        Err(error) => return Exchange::reply(Reply::error(Some(&id), &error)),
+    let refusal = match read_meta(params.as_ref()) {
+        Err(error) => Err(error),
+        Ok(meta) => {
+            let headers_checked = match headers {
+                Some(headers) => check_routing_headers(headers, &meta.protocol_version, &method, params.as_ref()),
+                None => Ok(()),
+            };
+            headers_checked.and_then(|()| check_version(&meta)).and_then(|()| {
+                if service.has_method(&method) {
+                    Ok(meta)
+                } else {
+                    Err(RpcError::method_not_found(&method))
+                }
+            })
+        }
     };
-    if let Some(headers) = headers {
-        if let Err(error) = check_routing_headers(headers, &meta.protocol_version, &method, params.as_ref()) {
+    let meta = match refusal {
+        Ok(meta) => meta,
+        Err(error) => {
+            service.refused(principal, &id, &method, params.as_ref(), &error).await;
             return Exchange::reply(Reply::error(Some(&id), &error));
         }
-    }
-    if let Err(error) = check_version(&meta) {
-        return Exchange::reply(Reply::error(Some(&id), &error));
-    }
-    if !service.has_method(&method) {
-        return Exchange::reply(Reply::error(Some(&id), &RpcError::method_not_found(&method)));
-    }
+    };
     let params = params.unwrap_or_else(|| Value::Object(Default::default()));
     let context = RequestContext { principal, id: &id, meta: &meta };
     match service.respond(context, &method, &params).await {

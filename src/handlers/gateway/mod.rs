@@ -19,8 +19,8 @@
 //! | 10 | execute, or ask the user (MRTR) and, on a validated accept, claim the nonce and execute | | the call |
 //!
 //! Capabilities are compatibility declarations (stage 6), never permissions (stage 7). Every `tools/call`
-//! that reaches stage 5 — and, through [`Gateway::handle`], every one refused at stages 1–3 — leaves one
-//! redacted audit record.
+//! that reaches stage 5 — and, through [`Service::refused`], every one the shared pipeline refuses at
+//! stages 1–3, whichever transport carried it (HTTP, stdio, the simulator) — leaves one redacted audit record.
 //!
 //! **Confirmation and recovery.** A tool whose rule says `confirm` (e.g. `notes.export`) answers round 1 with
 //! `input_required`: a form `{confirm: boolean}` and a `requestState` sealed with [`KeyRing`] that binds the
@@ -52,7 +52,7 @@ use crate::policy::state::{KeyRing, OpenError, StateClaims};
 use crate::wire::canonical::{canonical_string, hex};
 use crate::wire::errors::{Reason, RpcError, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
 use crate::wire::headers::RoutingHeaders;
-use crate::wire::jsonrpc::{parse_message, Incoming};
+use crate::wire::jsonrpc::RequestId;
 use crate::wire::meta::{require_form_elicitation, KEY_SERVER_INFO};
 use crate::wire::result::{complete, complete_cacheable, input_required, CacheScope, ServerInfo};
 use crate::wire::PROTOCOL_VERSION;
@@ -60,7 +60,6 @@ use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The `inputRequests` key of the confirmation form, and the phase sealed into its state.
@@ -184,33 +183,27 @@ impl Gateway {
         catalog
     }
 
-    /// Handles one raw message like [`handle_message`], and also audits a `tools/call` that the shared
-    /// pipeline refuses before the gateway sees it (bad `_meta`, header/body mismatch, unsupported version).
+    /// Handles one raw message exactly as a transport does ([`handle_message`]). A `tools/call` the shared
+    /// pipeline refuses before the gateway runs is audited through [`Service::refused`].
     pub async fn handle(&self, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> Reply {
-        let probe = Probe { gateway: self, entered: AtomicBool::new(false) };
-        let reply = handle_message(&probe, principal, raw, headers).await;
-        if !probe.entered.load(Ordering::SeqCst) {
-            self.audit_pipeline_refusal(principal, raw, &reply).await;
-        }
-        reply
+        handle_message(self, principal, raw, headers).await
     }
 
-    async fn audit_pipeline_refusal(&self, principal: &str, raw: &[u8], reply: &Reply) {
-        let Ok(Incoming::Request { id, method, params }) = parse_message(raw) else { return };
-        let Some(error) = reply.response.as_ref().and_then(|response| response.get("error")) else { return };
+    /// The audit record of a `tools/call` refused by the shared pipeline (bad `_meta`, header/body mismatch,
+    /// unsupported version): nothing was resolved and nothing ran.
+    async fn audit_pipeline_refusal(&self, principal: &str, id: &RequestId, method: &str, params: Option<&Value>, error: &RpcError) {
         if method != "tools/call" {
             return;
         }
-        let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
-        let reason = error.get("data").and_then(|d| d.get("reason")).and_then(Value::as_str).map(str::to_string);
-        let reason = reason.unwrap_or_else(|| reason_of(&RpcError::new(code, "")));
+        let code = error.code;
+        let reason = reason_of(error);
         let stage = match code {
             HEADER_MISMATCH => Stage::RoutingHeaders,
             UNSUPPORTED_PROTOCOL_VERSION => Stage::Version,
             _ => Stage::Request,
         };
         let now_ms = self.ports.clock.now_ms();
-        let tool = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(recorded_name);
+        let tool = params.and_then(|p| p.get("name")).and_then(Value::as_str).map(recorded_name);
         let record = AuditRecord {
             instance: self.config.instance.clone(),
             at_ms: now_ms,
@@ -600,24 +593,9 @@ impl Service for Gateway {
             other => Err(RpcError::method_not_found(other)),
         }
     }
-}
 
-/// Notes whether the shared pipeline handed the request to the gateway (so [`Gateway::handle`] knows whether
-/// the gateway already audited it).
-struct Probe<'a> {
-    gateway: &'a Gateway,
-    entered: AtomicBool,
-}
-
-#[async_trait]
-impl Service for Probe<'_> {
-    fn has_method(&self, method: &str) -> bool {
-        self.gateway.has_method(method)
-    }
-
-    async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
-        self.entered.store(true, Ordering::SeqCst);
-        self.gateway.call(context, method, params).await
+    async fn refused(&self, principal: &str, id: &RequestId, method: &str, params: Option<&Value>, error: &RpcError) {
+        self.audit_pipeline_refusal(principal, id, method, params, error).await;
     }
 }
 
