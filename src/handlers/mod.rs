@@ -10,5 +10,6 @@ pub mod gateway;
 pub mod notes;
 pub mod pipeline;
 pub mod ports;
+pub mod refusals;
 
 pub use pipeline::{handle_exchange, handle_message, Exchange, NotificationFeed, Reply, RequestContext, Service, ServiceResponse};

@@ -8,6 +8,7 @@
 
 use super::pipeline::{RequestContext, Service};
 use super::ports::{ClaimAndDelete, ClaimOutcome, Clock, NonceClaim, NonceSource, Note, NoteStore, ReplayStore, StoreError};
+use super::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
 use crate::policy::state::{KeyRing, OpenError, StateClaims, STATE_CHARS_MAX};
@@ -298,8 +299,8 @@ impl NotesServer {
                 json!({ "deleted": false, "outcome": "declined" }),
                 "Nothing was deleted: the user declined. This confirmation is now used up.",
             )),
-            ClaimOutcome::AlreadyClaimed { record } => Err(consumed(record)),
-            ClaimOutcome::Full => Err(replay_full()),
+            ClaimOutcome::AlreadyClaimed { record } => Err(refusals::consumed(TOOL_NOTES_DELETE, record)),
+            ClaimOutcome::Full => Err(refusals::replay_full()),
         }
     }
 
@@ -324,8 +325,8 @@ impl NotesServer {
                 format!("{note_id} is no longer inside {workspace}; nothing was deleted and the confirmation was not used"),
             )
             .with_detail("noteId", json!(note_id))),
-            ClaimAndDelete::AlreadyClaimed { record } => Err(consumed(record)),
-            ClaimAndDelete::Full => Err(replay_full()),
+            ClaimAndDelete::AlreadyClaimed { record } => Err(refusals::consumed(TOOL_NOTES_DELETE, record)),
+            ClaimAndDelete::Full => Err(refusals::replay_full()),
         }
     }
 
@@ -487,21 +488,6 @@ fn validate_accept(content: Option<&Value>, candidates: &[String]) -> Result<Str
     Ok(note_id)
 }
 
-fn consumed(record: Value) -> RpcError {
-    RpcError::invalid_params(
-        Reason::StateConsumed,
-        "this confirmation was already used; call notes_delete again without requestState to start over",
-    )
-    .with_detail("previousOutcome", record)
-}
-
-fn replay_full() -> RpcError {
-    RpcError::internal(
-        Reason::ReplayStoreFull,
-        "the replay store is full of unexpired confirmations and refuses new ones; retry after some expire",
-    )
-}
-
 fn store_failed(error: StoreError) -> RpcError {
-    RpcError::internal(Reason::StoreUnavailable, format!("{error}; nothing was changed"))
+    refusals::store_failed(error, "nothing was changed")
 }

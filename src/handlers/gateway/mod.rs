@@ -47,6 +47,7 @@ use self::policy::AccessPolicy;
 use self::ports::{AuditSink, Backend, BackendCall, BackendError, PinSource, RateDecision, RateLimiter};
 use super::pipeline::{handle_message, Reply, RequestContext, Service};
 use super::ports::{ClaimOutcome, Clock, NonceClaim, NonceSource, ReplayStore, StoreError};
+use super::refusals;
 use crate::policy::pinning::{is_backend_id, split_qualified, PinFile};
 use crate::policy::state::{KeyRing, OpenError, StateClaims};
 use crate::wire::canonical::{canonical_string, hex};
@@ -490,8 +491,8 @@ impl Gateway {
                             "Nothing ran: the user declined. This confirmation is now used up.",
                         ))
                     }
-                    ClaimOutcome::AlreadyClaimed { record } => Err(consumed(call.name, record)),
-                    ClaimOutcome::Full => Err(replay_full()),
+                    ClaimOutcome::AlreadyClaimed { record } => Err(refusals::consumed(call.name, record)),
+                    ClaimOutcome::Full => Err(refusals::replay_full()),
                 }
             }
             Some("accept") => {
@@ -503,8 +504,8 @@ impl Gateway {
                     // Claimed for this very call by an earlier attempt that may have crashed before (or while)
                     // calling the backend: re-drive it. The nonce is the idempotency key, so it runs once.
                     ClaimOutcome::AlreadyClaimed { record } if record == confirmed => draft.redriven = true,
-                    ClaimOutcome::AlreadyClaimed { record } => return Err(consumed(call.name, record)),
-                    ClaimOutcome::Full => return Err(replay_full()),
+                    ClaimOutcome::AlreadyClaimed { record } => return Err(refusals::consumed(call.name, record)),
+                    ClaimOutcome::Full => return Err(refusals::replay_full()),
                 }
                 draft.approved_by = Some(call.context.principal.to_string());
                 self.execute(call, Some(&claims.nonce), draft).await
@@ -692,23 +693,8 @@ fn invalid_arguments(message: String) -> RpcError {
     RpcError::invalid_params(Reason::ArgumentsInvalid, message)
 }
 
-fn consumed(name: &str, record: Value) -> RpcError {
-    RpcError::invalid_params(
-        Reason::StateConsumed,
-        format!("this confirmation was already used; call {name} again without requestState to start over"),
-    )
-    .with_detail("previousOutcome", record)
-}
-
-fn replay_full() -> RpcError {
-    RpcError::internal(
-        Reason::ReplayStoreFull,
-        "the replay store is full of unexpired confirmations and refuses new ones; retry after some expire",
-    )
-}
-
 fn store_failed(error: StoreError) -> RpcError {
-    RpcError::internal(Reason::StoreUnavailable, format!("{error}; nothing ran"))
+    refusals::store_failed(error, "nothing ran")
 }
 
 /// `retry_safe`: the call carried an idempotency key, so retrying with the same state runs it at most once.
