@@ -248,7 +248,11 @@ pub async fn racing_tasks_on_one_nonce_delete_once(kind: &dyn StoreKind) {
     for task in tasks {
         match task.await.unwrap().unwrap() {
             ClaimAndDelete::Deleted(note) => winners.push(note.id),
-            ClaimAndDelete::AlreadyClaimed { record } => assert_eq!(record["outcome"], "deleted"),
+            // A racer arriving while the winner's claim is still pending sees `in_progress` (the memory store);
+            // one arriving after the commit (or serialized behind it, as the databases do) sees `deleted`.
+            ClaimAndDelete::AlreadyClaimed { record } => {
+                assert!(record["outcome"] == "deleted" || record["outcome"] == "in_progress", "a losing racer saw {record}")
+            }
             other => panic!("a racer got {other:?}"),
         }
     }
