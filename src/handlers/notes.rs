@@ -11,7 +11,7 @@ use super::ports::{ClaimAndDelete, ClaimOutcome, Clock, NonceClaim, NonceSource,
 use super::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
-use crate::policy::state::{KeyRing, OpenError, StateClaims, STATE_CHARS_MAX};
+use crate::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
 use crate::wire::canonical::digest_hex;
 use crate::wire::errors::{Reason, RpcError};
 use crate::wire::meta::{require_form_elicitation, RequestMeta};
@@ -244,29 +244,15 @@ impl NotesServer {
     }
 
     fn open_state(&self, context: RequestContext<'_>, arguments: &DeleteArguments, state: &str) -> Result<StateClaims, RpcError> {
-        let claims = self.config.key_ring.open(state, self.clock.now_ms()).map_err(|error| match error {
-            OpenError::Malformed => RpcError::invalid_params(Reason::StateMalformed, "requestState is not a state this server issued"),
-            OpenError::Signature => RpcError::invalid_params(
-                Reason::StateSignature,
-                "requestState failed verification (altered, or signed with a key this server does not hold)",
-            ),
-            OpenError::Expired => RpcError::invalid_params(
-                Reason::StateExpired,
-                "requestState has expired; call notes_delete again without it to get a new form",
-            ),
-        })?;
-        let bound = claims.principal == context.principal
-            && claims.method == "tools/call"
-            && claims.tool == TOOL_NOTES_DELETE
-            && claims.phase == INPUT_DELETE_CHOICE
-            && claims.arguments_digest == arguments.digest;
-        if !bound {
-            return Err(RpcError::invalid_params(
-                Reason::StateMismatch,
-                "requestState belongs to another principal, tool or set of arguments",
-            ));
-        }
-        Ok(claims)
+        let expected = refusals::Continuation {
+            issuer: "server",
+            principal: context.principal,
+            tool: TOOL_NOTES_DELETE,
+            phase: INPUT_DELETE_CHOICE,
+            arguments_digest: &arguments.digest,
+            restart_hint: "to get a new form",
+        };
+        refusals::open_continuation(&self.config.key_ring, state, self.clock.now_ms(), &expected)
     }
 
     async fn ask_again(

@@ -49,7 +49,7 @@ use super::pipeline::{handle_message, Reply, RequestContext, Service};
 use super::ports::{ClaimOutcome, Clock, NonceClaim, NonceSource, ReplayStore, StoreError};
 use super::refusals;
 use crate::policy::pinning::{is_backend_id, split_qualified, PinFile};
-use crate::policy::state::{KeyRing, OpenError, StateClaims};
+use crate::policy::state::{KeyRing, StateClaims};
 use crate::wire::canonical::{canonical_string, hex};
 use crate::wire::errors::{Reason, RpcError, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
 use crate::wire::headers::RoutingHeaders;
@@ -515,30 +515,15 @@ impl Gateway {
     }
 
     fn open_state(&self, call: &Call<'_>, state: &str) -> Result<StateClaims, RpcError> {
-        let name = call.name;
-        let claims = self.config.key_ring.open(state, self.ports.clock.now_ms()).map_err(|error| match error {
-            OpenError::Malformed => RpcError::invalid_params(Reason::StateMalformed, "requestState is not a state this gateway issued"),
-            OpenError::Signature => RpcError::invalid_params(
-                Reason::StateSignature,
-                "requestState failed verification (altered, or signed with a key this gateway does not hold)",
-            ),
-            OpenError::Expired => RpcError::invalid_params(
-                Reason::StateExpired,
-                format!("requestState has expired; call {name} again without it to be asked again"),
-            ),
-        })?;
-        let bound = claims.principal == call.context.principal
-            && claims.method == "tools/call"
-            && claims.tool == name
-            && claims.phase == INPUT_CONFIRM
-            && claims.arguments_digest == call.arguments_digest;
-        if !bound {
-            return Err(RpcError::invalid_params(
-                Reason::StateMismatch,
-                "requestState belongs to another principal, tool or set of arguments",
-            ));
-        }
-        Ok(claims)
+        let expected = refusals::Continuation {
+            issuer: "gateway",
+            principal: call.context.principal,
+            tool: call.name,
+            phase: INPUT_CONFIRM,
+            arguments_digest: &call.arguments_digest,
+            restart_hint: "to be asked again",
+        };
+        refusals::open_continuation(&self.config.key_ring, state, self.ports.clock.now_ms(), &expected)
     }
 
     async fn execute(&self, call: &Call<'_>, idempotency_key: Option<&str>, draft: &mut Draft) -> Result<Value, RpcError> {
