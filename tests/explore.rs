@@ -1,25 +1,44 @@
-//! Exploration: the real design holds over many random schedules of the race scenarios, the answer does
-//! not depend on the number of jobs, a panicking simulator is reported as a crash, and the CLI's exit
-//! codes distinguish the outcomes.
+//! Exploration: the real design holds over many random schedules of the race scenarios, with every fault
+//! on, the answer does not depend on the number of jobs, faults fire as planned and are replayed from the
+//! decision log, a panicking simulator is reported as a crash, and the CLI's exit codes distinguish the
+//! outcomes.
 
 use mcpsim::handlers::Service;
 use mcpsim::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
 use mcpsim::sim::explore::{self, SeedOutcome};
+use mcpsim::sim::faults::{Fault, FaultKind};
 use mcpsim::sim::mutants;
 use std::process::Command;
 use std::sync::Arc;
 
-/// Schedules per race scenario in this (debug-build) test; `mcpsim explore … --seeds 10000` in a release
-/// build is the full bar (see docs/exploring.md).
+/// Schedules per race scenario without faults (every expectation judged too).
 const RACE_SCHEDULES: u64 = 1_000;
+/// Schedules per race scenario with every fault on.
+const FAULTY_RACE_SCHEDULES: u64 = 10_000;
+const RACE_SCENARIOS: [&str; 4] = [
+    "04-accepts-race-for-one-note.sim",
+    "05-accepts-race-for-different-candidates.sim",
+    "zoo-move-races-the-accept",
+    "47-gateways-race-one-export-confirmation.sim",
+];
 
 #[test]
 fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
-    for name in ["04-accepts-race-for-one-note.sim", "05-accepts-race-for-different-candidates.sim", "zoo-move-races-the-accept"] {
+    for name in RACE_SCENARIOS {
         let scenario = mutants::scenario_named(name).unwrap();
-        let found = explore::explore(&scenario, &notes_server_factory(), 1..=RACE_SCHEDULES, 1, false, &|_, _| {});
+        let found = explore::explore(&scenario, &notes_server_factory(), 1..=RACE_SCHEDULES, 1, &[], &|_, _| {});
         assert_eq!(found.schedules, RACE_SCHEDULES);
-        assert_eq!((found.unsafe_runs, found.expectation_runs, found.crashed_runs), (0, 0, 0), "{name}: {found:?}");
+        assert_eq!((found.unsafe_runs, found.not_live_runs, found.crashed_runs), (0, 0, 0), "{name}: {found:?}");
+    }
+}
+
+#[test]
+fn the_real_design_stays_safe_and_live_over_ten_thousand_schedules_with_every_fault_on() {
+    for name in RACE_SCENARIOS {
+        let scenario = mutants::scenario_named(name).unwrap();
+        let found = explore::explore(&scenario, &notes_server_factory(), 1..=FAULTY_RACE_SCHEDULES, 2, &FaultKind::ALL, &|_, _| {});
+        assert_eq!(found.schedules, FAULTY_RACE_SCHEDULES);
+        assert_eq!((found.unsafe_runs, found.not_live_runs, found.crashed_runs), (0, 0, 0), "{name}: {found:?}");
     }
 }
 
@@ -27,10 +46,14 @@ fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
 fn two_jobs_give_the_same_answer_as_one() {
     let mutant = mutants::find("recheck-then-delete").unwrap();
     let scenario = mutant.scenario();
-    let one = explore::explore(&scenario, &mutant.factory(), 1..=41, 1, false, &|_, _| {});
-    let two = explore::explore(&scenario, &mutant.factory(), 1..=41, 2, false, &|_, _| {});
+    let one = explore::explore(&scenario, &mutant.factory(), 1..=41, 1, &[], &|_, _| {});
+    let two = explore::explore(&scenario, &mutant.factory(), 1..=41, 2, &[], &|_, _| {});
     assert!(one.unsafe_runs > 0 && one.unsafe_runs < 41, "some schedules are unsafe, not all: {}", one.unsafe_runs);
     assert_eq!(one, two);
+    let one = explore::explore(&scenario, &mutant.factory(), 1..=41, 1, &FaultKind::ALL, &|_, _| {});
+    let two = explore::explore(&scenario, &mutant.factory(), 1..=41, 2, &FaultKind::ALL, &|_, _| {});
+    assert!(one.unsafe_runs > 0);
+    assert_eq!(one, two, "with faults too");
 }
 
 #[test]
@@ -47,7 +70,7 @@ fn mcpsim(args: &[&str]) -> (i32, String) {
 }
 
 #[test]
-fn exit_codes_distinguish_held_unsafe_and_usage() {
+fn exit_codes_distinguish_held_unsafe_not_live_and_usage() {
     let (code, out) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--seeds", "20"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("all held"), "{out}");
@@ -71,6 +94,19 @@ fn exit_codes_distinguish_held_unsafe_and_usage() {
     );
     assert_eq!(mcpsim(&["explore", "no-such-scenario"]).0, 4);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--exhaustive", "--faults", "crash"]).0, 4);
+    let (code, out) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--seeds", "20", "--faults", "all"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("broke liveness         0") && out.contains("liveness with clients retrying"), "{out}");
+    let saved = std::env::temp_dir().join(format!("mcpsim-exit-codes-liveness-{}.json", std::process::id()));
+    let args = ["explore", "04-accepts-race-for-one-note", "--seeds", "3", "--faults", "drop", "--mutant", "claim-without-outcome"];
+    let (code, out) = mcpsim(&[&args[..], &["--save", saved.to_str().unwrap()]].concat());
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("LIVENESS FAILED") && out.contains("minimal counterexample: property liveness broken"), "{out}");
+    let (code, replayed) = mcpsim(&["replay", saved.to_str().unwrap()]);
+    std::fs::remove_file(&saved).unwrap();
+    assert_eq!(code, 2, "a replayed liveness failure exits 2 too: {replayed}");
+    let (code, _) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--faults", "crash,partition"]);
+    assert_eq!(code, 4, "an unknown fault is a usage error");
     assert_eq!(mcpsim(&["explore", "--help"]).0, 0);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--mutant", "no-such-mutant"]).0, 4);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--seed-range", "9..3"]).0, 4);
@@ -129,28 +165,58 @@ fn a_saved_counterexample_replays_its_transcript_byte_for_byte() {
     std::fs::remove_dir_all(&directory).unwrap();
 }
 
+/// Every kind of fault, drawn from seeds, fires in some run; what fired is in the decision log; replaying
+/// that log (choices and faults) gives the same transcript byte for byte.
 #[test]
-fn crash_faults_drawn_from_the_seed_happen_and_the_real_design_stays_safe() {
-    use mcpsim::sim::runner::{self, RunOptions};
+fn faults_fire_are_recorded_in_the_decision_log_and_replay_byte_for_byte() {
+    use mcpsim::sim::runner::{self, RunOptions, SchedulerChoice};
+    use mcpsim::sim::transcript::Format;
     let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").unwrap();
-    let mut lost_answers = 0;
-    for seed in 1..=200 {
-        let crashes = explore::fault_plan(seed, scenario.cluster.instances.len());
-        assert_eq!(crashes, explore::fault_plan(seed, scenario.cluster.instances.len()), "a plan is a function of the seed");
-        let options = RunOptions { record_transcript: false, check_statelessness: false, crashes, ..RunOptions::seeded(seed) };
+    let mut fired_kinds = Vec::new();
+    let (mut retries, mut duplicates) = (0, 0);
+    for seed in 1..=300 {
+        let plan = explore::fault_plan(&scenario, seed, &FaultKind::ALL);
+        assert_eq!(plan, explore::fault_plan(&scenario, seed, &FaultKind::ALL), "a plan is a function of the seed");
+        let options = RunOptions { check_statelessness: false, faults: Some(plan), ..RunOptions::seeded(seed) };
         let report = runner::run(&scenario, &options);
-        lost_answers += report.history.operations.iter().filter(|op| mcpsim::sim::check::describe(op) == "no response (lost)").count();
+        assert!(report.passed(), "seed {seed}: {:?}", report.failures);
+        fired_kinds.extend(report.decisions.faults.iter().map(Fault::kind));
+        for attempt in report.history.attempts.values() {
+            match attempt {
+                mcpsim::sim::history::Attempt::Retry { .. } => retries += 1,
+                mcpsim::sim::history::Attempt::Duplicate { .. } => duplicates += 1,
+            }
+        }
+        let replay = RunOptions {
+            check_statelessness: false,
+            scheduler: SchedulerChoice::Replay(report.decisions.clone()),
+            faults: Some(report.decisions.faults.clone()),
+            ..RunOptions::seeded(seed)
+        };
+        let again = runner::run(&scenario, &replay);
+        // Byte for byte, but for the header's scheduler name ("replay" instead of "random").
+        let body = |text: String| text.split_once('\n').map(|(_, body)| body.to_string()).unwrap();
+        assert_eq!(body(again.transcript.render(Format::Text)), body(report.transcript.render(Format::Text)), "seed {seed} replays");
+        assert_eq!(again.decisions, report.decisions);
     }
-    assert!(lost_answers > 0, "some planned crash lost a request in flight");
-    for name in
-        ["04-accepts-race-for-one-note.sim", "05-accepts-race-for-different-candidates.sim", "16-crash-between-claim-and-delete.sim"]
-    {
-        let scenario = mutants::scenario_named(name).unwrap();
-        let found = explore::explore(&scenario, &notes_server_factory(), 1..=500, 1, true, &|_, _| {});
-        assert_eq!((found.unsafe_runs, found.crashed_runs), (0, 0), "{name}: {found:?}");
+    for kind in FaultKind::ALL {
+        assert!(fired_kinds.contains(&kind), "{kind:?} fired in some run");
     }
-    // A mutant is still caught with faults on.
+    assert!(retries > 0 && duplicates > 0, "clients retried ({retries}) and the network duplicated ({duplicates})");
+}
+
+/// Under faults the checks still bite: a safety mutant is caught with every fault on, and the liveness
+/// mutant is caught only when clients retry.
+#[test]
+fn mutants_are_caught_with_faults_on_and_liveness_needs_them() {
     let mutant = mutants::find("delete-then-claim").unwrap();
-    let found = explore::explore(&mutant.scenario(), &mutant.factory(), 1..=50, 1, true, &|_, _| {});
+    let found = explore::explore(&mutant.scenario(), &mutant.factory(), 1..=50, 1, &FaultKind::ALL, &|_, _| {});
     assert!(found.unsafe_runs > 0);
+    let mutant = mutants::find("claim-without-outcome").unwrap();
+    let without = explore::explore(&mutant.scenario(), &mutant.factory(), 1..=50, 1, &[], &|_, _| {});
+    assert_eq!(without.unsafe_runs, 0, "it breaks no safety property: {without:?}");
+    assert!(without.properties_broken.is_empty(), "without retries liveness is not judged: {without:?}");
+    let with = explore::explore(&mutant.scenario(), &mutant.factory(), 1..=50, 1, &FaultKind::ALL, &|_, _| {});
+    assert!(with.not_live_runs > 0 && with.unsafe_runs == 0, "{with:?}");
+    assert_eq!(with.properties_broken, [mcpsim::sim::check::Property::Liveness]);
 }

@@ -2,10 +2,13 @@
 //! seeds on the scenario that exposes it, while the real server breaks none on exactly the same seeds.
 //! Both halves are asserted together: that is the evidence the checks can fail. The gateway mutants break
 //! no notes property; they are caught by an expectation of their gateway scenario, which the real gateway
-//! passes on every one of the same seeds.
+//! passes on every one of the same seeds. A liveness mutant is run with faults on (clients retry), where the
+//! real server must stay live too.
 
 use mcpsim::sim::actors::gateway_mutants::GatewayVariant;
 use mcpsim::sim::check::Property;
+use mcpsim::sim::explore;
+use mcpsim::sim::faults::FaultKind;
 use mcpsim::sim::mutants::{self, MUTANTS};
 use mcpsim::sim::runner::{self, FailureKind, RunOptions};
 use std::collections::BTreeSet;
@@ -30,7 +33,12 @@ fn every_mutant_is_caught_and_the_real_server_is_clean_on_the_same_seeds() {
         let scenario = mutant.scenario();
         let mut caught_at = None;
         for seed in 1..=SEEDS_MAX {
-            let real = runner::run(&scenario, &RunOptions { record_transcript: false, ..RunOptions::seeded(seed) });
+            let faults = mutant.liveness.then(|| explore::fault_plan(&scenario, seed, &FaultKind::ALL));
+            let check_statelessness = !mutant.liveness;
+            let real = runner::run(
+                &scenario,
+                &RunOptions { record_transcript: false, faults: faults.clone(), check_statelessness, ..RunOptions::seeded(seed) },
+            );
             assert!(broken(&real).is_empty(), "the real server broke {:?} on {} seed {seed}", broken(&real), mutant.exposed_by);
             if mutant.caught_by_expectation() {
                 assert!(real.failures.is_empty(), "the real gateway failed {:?} on {} seed {seed}", real.failures, mutant.exposed_by);
@@ -40,11 +48,15 @@ fn every_mutant_is_caught_and_the_real_server_is_clean_on_the_same_seeds() {
                 record_transcript: false,
                 factory: server.factory,
                 gateway_variant: server.gateway_variant,
+                faults,
+                check_statelessness,
                 ..RunOptions::seeded(seed)
             };
             let report = runner::run(&scenario, &options);
             let caught = if mutant.caught_by_expectation() {
                 report.failures.iter().any(|failure| failure.kind == FailureKind::Expectation)
+            } else if mutant.liveness {
+                broken(&report) == BTreeSet::from([Property::Liveness])
             } else {
                 !broken(&report).is_empty()
             };

@@ -3,9 +3,9 @@
 
 use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::check::Property;
-use crate::sim::cluster::PlannedCrash;
 use crate::sim::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
+use crate::sim::faults::{Fault, FaultKind, RETRIES_MAX};
 use crate::sim::library;
 use crate::sim::mutants::{self, MUTANTS};
 use crate::sim::reproducer::Reproducer;
@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 pub const EXIT_HELD: u8 = 0;
 pub const EXIT_UNSAFE: u8 = 1;
-pub const EXIT_EXPECTATION: u8 = 2;
+pub const EXIT_NOT_LIVE: u8 = 2;
 pub const EXIT_CRASHED: u8 = 3;
 pub const EXIT_USAGE: u8 = 4;
 
@@ -29,9 +29,22 @@ pub const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Exit status: 0 every run held; 1 a safety property failed in some run; 2 no property failed but the scenario's
-own expectations did not all come about (what it promises to complete did not); 3 the simulator itself
-crashed; 4 usage error (unknown scenario or mutant, bad seed range).
+Exit status: 0 every run held; 1 a safety property failed in some run; 2 nothing unsafe happened, but something
+promised did not come about: with --faults the liveness property (a request never answered, a confirmation
+never settled), without faults the scenario's own expectations; 3 the simulator itself crashed; 4 usage error
+(unknown scenario, mutant or fault, bad seed range).
+
+Faults (--faults crash,drop,... or --faults all), each drawn per seed and recorded in the decision log:
+  crash       an instance crashes and restarts at once, at any delivery point (even between claim and answer)
+  drop        a request or response between a client and an instance is lost
+  duplicate   a client's request is delivered twice, to the same or another instance
+  delay       a message is held back: it arrives later, after other messages overtook it
+  slow-store  the note or replay store answers late, behind other traffic
+  clock-skew  an instance's clock runs ahead or behind, within the replay store's grace period
+  rotate-key  every instance starts signing with a new key mid-flow (old states still verify)
+With faults on, clients retry a lost request (and one answered \"in progress\") with the same bytes on the
+next instance, after a timeout; the properties are judged, liveness included, and expectations are not
+(a retry may take the flow another way than the scenario wrote).
 
 SCENARIO is a .sim file, or the name of a library scenario (`04-accepts-race-for-one-note`) or of a zoo
 scenario (`zoo-move-races-the-accept`; see `mcpsim mutants`).
@@ -57,8 +70,8 @@ pub struct ExploreArgs {
     /// One thread, no faults: --jobs does not apply.
     #[arg(long, conflicts_with_all = ["seeds", "seed_range", "faults"])]
     pub exhaustive: bool,
-    /// Faults drawn from each seed and judged for safety only (a crashed request may go unanswered).
-    /// Implemented: `crash` (an instance crashes and restarts at a delivery point drawn from the seed).
+    /// Faults drawn from each seed (comma-separated kinds, or `all`; listed below). Clients retry what
+    /// gets lost, and liveness is judged as well as safety.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub faults: Vec<String>,
     /// Where to write the reproducer of a violation (default: counterexample-SCENARIO-seedN.json).
@@ -78,7 +91,8 @@ pub fn list_mutants() -> ExitCode {
     println!("The mutant zoo: unsafe variants of single rules, simulator-only (`mcpsim explore --mutant NAME`).\n");
     for mutant in MUTANTS {
         println!("{:width$}  {}", mutant.name, mutant.mistake);
-        println!("{:width$}  exposed by: {}", "", mutant.exposed_by);
+        let faults = if mutant.liveness { " --faults all (it breaks only liveness)" } else { "" };
+        println!("{:width$}  exposed by: {}{faults}", "", mutant.exposed_by);
     }
     ExitCode::SUCCESS
 }
@@ -168,10 +182,10 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             None => return usage(&format!("no mutant is named {mutant:?}; `mcpsim mutants` lists them")),
         },
     };
-    if let Some(unknown) = args.faults.iter().find(|fault| fault.as_str() != "crash") {
-        return usage(&format!("unknown fault {unknown:?}: the faults implemented are: crash"));
-    }
-    let faults = !args.faults.is_empty();
+    let faults = match FaultKind::parse_list(&args.faults) {
+        Ok(kinds) => kinds,
+        Err(message) => return usage(&message),
+    };
     if args.exhaustive {
         return exhaustive(&scenario, name, args.mutant.as_deref(), &server);
     }
@@ -184,26 +198,35 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         }
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
-    let exploration = explore::explore(&scenario, &server, seeds, args.jobs, faults, &on_progress);
+    let exploration = explore::explore(&scenario, &server, seeds, args.jobs, &faults, &on_progress);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     let server = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
-    let code = summarize(&scenario.name, name, &server, args.mutant.as_deref(), first_seed, last_seed, &exploration);
-    if faults && code == ExitCode::from(EXIT_HELD) {
-        println!("(with --faults crash: safety judged in every run; expectations are not, since a crashed request may go unanswered)");
-    }
-    if let Some((seed, failures)) = &exploration.first_unsafe {
+    let run = Explored { scenario: &scenario.name, argument: name, server: &server, mutant: args.mutant.as_deref(), faults: &faults };
+    let code = summarize(&run, first_seed, last_seed, &exploration);
+    let first = exploration.first_unsafe.as_ref().or(exploration.first_not_live.as_ref());
+    if let Some((seed, failures)) = first {
         let property = failures.iter().find_map(|f| match f.kind {
             FailureKind::Property(property) => Some(property),
             _ => None,
         });
         if let Some(property) = property {
-            let crashes = if faults { explore::fault_plan(*seed, scenario.cluster.instances.len()) } else { Vec::new() };
-            counterexample(&scenario, &text, args.mutant.as_deref(), *seed, &crashes, property, args.save.as_deref());
+            let plan = (!faults.is_empty()).then(|| explore::fault_plan(&scenario, *seed, &faults));
+            counterexample(&scenario, &text, args.mutant.as_deref(), *seed, plan.as_deref(), property, args.save.as_deref());
         }
     }
     code
+}
+
+/// What was explored, for the summary.
+struct Explored<'a> {
+    scenario: &'a str,
+    /// The scenario as the user named it (for the reproduction command).
+    argument: &'a str,
+    server: &'a str,
+    mutant: Option<&'a str>,
+    faults: &'a [FaultKind],
 }
 
 /// Shrinks the first violating run, prints its transcript and writes the reproducer.
@@ -212,11 +235,11 @@ fn counterexample(
     text: &str,
     mutant: Option<&str>,
     seed: u64,
-    crashes: &[PlannedCrash],
+    faults: Option<&[Fault]>,
     property: Property,
     save: Option<&Path>,
 ) {
-    let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, crashes, property) else {
+    let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, faults, property) else {
         println!("\n(the violation needs the statelessness re-run; no single-run counterexample to shrink)");
         return;
     };
@@ -230,13 +253,11 @@ fn counterexample(
     let default_path = format!("counterexample-{}-seed{seed}.json", scenario.name);
     let path = save.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(default_path));
     let nondefault = reproducer.choices.iter().filter(|c| **c != 0).count();
-    let faults = match reproducer.crashes.as_slice() {
-        [] => "no fault".to_string(),
-        crashes => crashes
-            .iter()
-            .map(|c| format!("instance {} crashes before delivery {}", c.instance + 1, c.before_delivery))
-            .collect::<Vec<_>>()
-            .join(", "),
+    let instance = |index: usize| scenario.cluster.instances.get(index).map_or_else(|| format!("instance {index}"), |i| i.name.clone());
+    let faults = match (reproducer.faults_on, reproducer.decisions.faults.as_slice()) {
+        (false, _) => "no faults".to_string(),
+        (true, []) => "faults on (clients retry) but none needed".to_string(),
+        (true, fired) => fired.iter().map(|fault| fault.describe(&instance)).collect::<Vec<_>>().join("; "),
     };
     println!(
         "\nminimal counterexample: property {} broken; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight; {faults}",
@@ -251,7 +272,8 @@ fn counterexample(
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit status: 0 the run held; 1 it broke a safety property or an expectation; 4 the file cannot be used.")]
+#[command(after_help = "Exit status: 0 the run held; 1 it broke a safety property or an expectation; 2 it broke only liveness; \
+4 the file cannot be used.")]
 pub struct ReplayArgs {
     /// A reproducer written by `mcpsim explore` (JSON: scenario text, mutant, seed, decision log).
     pub file: PathBuf,
@@ -270,13 +292,13 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
     print!("{}", report.transcript.render(Format::Text));
     if report.failures.is_empty() {
         println!("the run held");
-        ExitCode::from(EXIT_HELD)
-    } else {
-        for failure in &report.failures {
-            println!("{}", failure);
-        }
-        ExitCode::from(EXIT_UNSAFE)
+        return ExitCode::from(EXIT_HELD);
     }
+    for failure in &report.failures {
+        println!("{}", failure);
+    }
+    let only_liveness = report.failures.iter().all(|f| f.kind == FailureKind::Property(Property::Liveness));
+    ExitCode::from(if only_liveness { EXIT_NOT_LIVE } else { EXIT_UNSAFE })
 }
 
 fn usage_of(command: &str, message: &str) -> ExitCode {
@@ -284,22 +306,23 @@ fn usage_of(command: &str, message: &str) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-fn summarize(
-    scenario: &str,
-    argument: &str,
-    server: &str,
-    mutant: Option<&str>,
-    first_seed: u64,
-    last_seed: u64,
-    exploration: &Exploration,
-) -> ExitCode {
-    println!("explored {scenario} against {server}: seeds {first_seed}..{last_seed}");
+fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &Exploration) -> ExitCode {
+    let Explored { scenario, argument, server, mutant, faults } = *run;
+    let faulty = !faults.is_empty();
+    let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
+    let with = if faulty { format!(", faults {}", kinds.join(",")) } else { String::new() };
+    println!("explored {scenario} against {server}: seeds {first_seed}..{last_seed}{with}");
     println!("  schedules              {}", exploration.schedules);
     println!("  deliveries             {}", exploration.deliveries);
-    println!("  broke a property       {}", exploration.unsafe_runs);
-    println!("  expectations failed    {}", exploration.expectation_runs);
+    println!("  broke safety           {}", exploration.unsafe_runs);
+    if faulty {
+        println!("  broke liveness         {}", exploration.not_live_runs);
+    } else {
+        println!("  expectations failed    {}", exploration.not_live_runs);
+    }
     println!("  simulator crashed      {}", exploration.crashed_runs);
-    let mutant_flag = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default();
+    let mutant_flag = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default()
+        + &if faulty { format!(" --faults {}", kinds.join(",")) } else { String::new() };
     if let Some((seed, message)) = &exploration.first_crash {
         println!("\nthe simulator crashed on seed {seed}: {message}");
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
@@ -317,14 +340,20 @@ fn summarize(
         }
         return ExitCode::from(EXIT_UNSAFE);
     }
-    if let Some((seed, failures)) = &exploration.first_expectation {
-        println!("\nEXPECTATIONS FAILED (no safety property broke); first at seed {seed}:");
+    if let Some((seed, failures)) = &exploration.first_not_live {
+        let what = if faulty { "LIVENESS FAILED" } else { "EXPECTATIONS FAILED" };
+        println!("\n{what} (no safety property broke); first at seed {seed}:");
         for failure in failures {
             println!("  {}", failure.to_string().replace('\n', "\n  "));
         }
-        return ExitCode::from(EXIT_EXPECTATION);
+        println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
+        return ExitCode::from(EXIT_NOT_LIVE);
     }
-    println!("\nall held in every schedule: every safety property, and every expectation judged");
+    if faulty {
+        println!("\nall held in every schedule: every safety property, and liveness with clients retrying up to {RETRIES_MAX} times");
+    } else {
+        println!("\nall held in every schedule: every safety property, and every expectation of the scenario");
+    }
     ExitCode::from(EXIT_HELD)
 }
 
@@ -354,7 +383,7 @@ fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, server:
         for failure in failures {
             println!("  {}", failure.to_string().replace('\n', "\n  "));
         }
-        return ExitCode::from(EXIT_EXPECTATION);
+        return ExitCode::from(EXIT_NOT_LIVE);
     }
     println!("\nall held in every schedule");
     ExitCode::from(EXIT_HELD)
@@ -369,25 +398,29 @@ fn all_mutants(seeds: u64, jobs: usize) -> ExitCode {
     for mutant in MUTANTS {
         let scenario = mutant.scenario();
         let by_expectation = mutant.caught_by_expectation();
-        let found = if by_expectation {
-            explore::first_failure(&scenario, mutant.server(), 1..=seeds)
+        // A liveness mutant is explored with faults on: only there do clients retry and liveness count.
+        let faults: &[FaultKind] = if mutant.liveness { &FaultKind::ALL } else { &[] };
+        let found = if by_expectation || mutant.liveness {
+            explore::first_failure(&scenario, mutant.server(), 1..=seeds, faults)
         } else {
             explore::first_violation(&scenario, mutant.server(), 1..=seeds)
         };
         let searched = found.as_ref().map(|(seed, _)| *seed).unwrap_or(seeds);
-        let real = explore::explore(&scenario, &notes_server_factory(), 1..=searched, jobs, false, &|_, _| {});
-        let real_clean = real.unsafe_runs == 0 && real.crashed_runs == 0 && (!by_expectation || real.expectation_runs == 0);
+        let real = explore::explore(&scenario, &notes_server_factory(), 1..=searched, jobs, faults, &|_, _| {});
+        let strict = by_expectation || mutant.liveness;
+        let real_clean = real.unsafe_runs == 0 && real.crashed_runs == 0 && (!strict || real.not_live_runs == 0);
         all_caught &= found.is_some() && real_clean;
         let (to_first, property) = match &found {
             Some((seed, failures)) => (seed.to_string(), first_property(failures)),
             None => (format!("not in {seeds}"), "SURVIVED".into()),
         };
-        let clean = match (real_clean, by_expectation) {
+        let clean = match (real_clean, strict) {
             (true, _) => "clean".to_string(),
             (false, false) => format!("{} violating", real.unsafe_runs),
-            (false, true) => format!("{} violating, {} failing expectations", real.unsafe_runs, real.expectation_runs),
+            (false, true) => format!("{} violating, {} not live", real.unsafe_runs, real.not_live_runs),
         };
-        rows.push([mutant.name.to_string(), mutant.exposed_by.trim_end_matches(".sim").to_string(), to_first, property, clean]);
+        let exposed_by = mutant.exposed_by.trim_end_matches(".sim").to_string() + if mutant.liveness { " --faults all" } else { "" };
+        rows.push([mutant.name.to_string(), exposed_by, to_first, property, clean]);
     }
     let header = ["mutant", "exposed by", "schedules to first violation", "property broken", "real server, same seeds"];
     let mut widths = header.map(str::len);

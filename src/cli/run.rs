@@ -2,6 +2,8 @@
 //! property, print transcripts and a summary table.
 
 use super::live;
+use crate::sim::explore;
+use crate::sim::faults::FaultKind;
 use crate::sim::library;
 use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
 use crate::sim::scenario::{self, Scenario};
@@ -58,6 +60,11 @@ pub struct RunArgs {
     /// demo-alice and demo-bob].
     #[arg(long, value_name = "PRINCIPAL=TOKEN", value_parser = live::parse_token, requires = "live")]
     pub token: Vec<(String, String)>,
+    /// Turn faults on, drawn from each seed as `mcpsim explore --faults` draws them (kinds, comma-separated,
+    /// or `all`; `mcpsim explore --help` lists them): the transcript shows every fault and every retry.
+    /// Expectations are shown but not judged; the properties, liveness included, are.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', conflicts_with = "live")]
+    pub faults: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -123,10 +130,17 @@ pub fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let faults = match FaultKind::parse_list(&args.faults) {
+        Ok(kinds) => kinds,
+        Err(message) => {
+            eprintln!("mcpsim run: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     let mut summaries = Vec::new();
     for item in &loaded {
-        let summary = run_seeds(item, &args, format, &mut stdout);
+        let summary = run_seeds(item, &args, &faults, format, &mut stdout);
         summaries.push(summary);
     }
     let table = render_table(&summaries, &unreadable);
@@ -145,7 +159,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-fn run_seeds(item: &Loaded, args: &RunArgs, format: Option<Format>, out: &mut impl Write) -> Summary {
+fn run_seeds(item: &Loaded, args: &RunArgs, faults: &[FaultKind], format: Option<Format>, out: &mut impl Write) -> Summary {
     let mut messages = 0;
     let mut orders = BTreeSet::new();
     let mut failed = None;
@@ -158,6 +172,10 @@ fn run_seeds(item: &Loaded, args: &RunArgs, format: Option<Format>, out: &mut im
             SchedulerArg::Scripted => SchedulerChoice::Scripted,
         };
         options.record_transcript = format.is_some() || seed == args.seed;
+        if !faults.is_empty() {
+            options.faults = Some(explore::fault_plan(&item.scenario, seed, faults));
+            options.check_statelessness = false;
+        }
         let report = runner::run(&item.scenario, &options);
         messages += report.deliveries;
         orders.insert(report.decisions.choices().map(|d| (d.options, d.chosen)).collect::<Vec<_>>());

@@ -12,10 +12,16 @@
 //!   lies inside a workspace the principal was authorized for at that moment.
 //! * **Refusal**: a decline or a cancel deletes nothing and is never answered with another form; a cancel
 //!   consumes nothing; once a decline is acknowledged, nothing is ever deleted under that confirmation.
+//! * **Honest outcome**: an answer that reports a deletion (directly, or as the `previousOutcome` of a used
+//!   confirmation) matches a deletion made under that confirmation; and a used confirmation's refusal reports
+//!   the deletion it made (the recovery rule: a client that lost its answer learns it by retrying).
+//! * **Liveness** (judged when clients retry, i.e. under faults): once faults stop, every request gets an
+//!   answer, and no confirmation stays "in progress": a confirmed delete completes, exactly once (at most once
+//!   is the property above), and its client learns that it did.
 //! * **Statelessness** is checked by the runner (a second run routes each request to another instance
 //!   of the same configuration and must see the same answers).
 
-use super::history::{Effect, EffectKind, History, NoResponse, Operation, Outcome};
+use super::history::{Attempt, Effect, EffectKind, History, NoResponse, Operation, Outcome};
 use super::message::OperationId;
 use super::scenario::model::{AnswerCheck, Expectation, Targets};
 use super::scenario::template::{at, follow, preview};
@@ -39,6 +45,8 @@ pub enum Property {
     Refusal,
     Statelessness,
     Capabilities,
+    HonestOutcome,
+    Liveness,
 }
 
 impl Property {
@@ -50,8 +58,32 @@ impl Property {
             Property::Refusal => "refusal",
             Property::Statelessness => "statelessness",
             Property::Capabilities => "capabilities",
+            Property::HonestOutcome => "honest-outcome",
+            Property::Liveness => "liveness",
         }
     }
+
+    /// Whether breaking it is a safety failure (something bad happened) rather than a liveness one
+    /// (something good never did).
+    pub fn is_safety(self) -> bool {
+        self != Property::Liveness
+    }
+}
+
+/// The properties [`check_properties`] judges on this history, in the order transcripts name them.
+pub fn judged(history: &History) -> Vec<Property> {
+    let mut properties = vec![
+        Property::AtMostOnce,
+        Property::Consent,
+        Property::Containment,
+        Property::Refusal,
+        Property::Capabilities,
+        Property::HonestOutcome,
+    ];
+    if history.clients_retry {
+        properties.push(Property::Liveness);
+    }
+    properties
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +109,7 @@ pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<()
         Expectation::Answer { targets, check } => {
             let operation = |name: &String| -> Result<&Operation, String> {
                 let id = observed.answers.get(name).ok_or_else(|| format!("no answer is named {name}"))?;
-                Ok(&observed.history.operations[id.0])
+                Ok(observed.history.settled(*id))
             };
             match targets {
                 Targets::One(name) => check_answer(operation(name)?, check, observed.lookup),
@@ -140,7 +172,7 @@ pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<()
         }
         Expectation::Nonce { answer, record } => {
             let id = observed.answers.get(answer).ok_or_else(|| format!("no answer is named {answer}"))?;
-            let operation = &observed.history.operations[id.0];
+            let operation = observed.history.settled(*id);
             let state = operation
                 .response()
                 .and_then(|r| at(r, &["result", "requestState"]))
@@ -258,7 +290,124 @@ pub fn check_properties(history: &History) -> Vec<Violation> {
     containment(history, &mut violations);
     refusal(history, &sent, &mut violations);
     capabilities(history, &mut violations);
+    honest_outcome(history, &sent, &mut violations);
+    if history.clients_retry {
+        liveness(history, &mut violations);
+    }
     violations
+}
+
+/// The notes deleted under each confirmation (by the nonce inside the state the deleting request sent).
+fn deleted_by_confirmation<'h>(history: &'h History, sent: &'h [Option<StateClaims>]) -> BTreeMap<&'h str, Vec<&'h str>> {
+    let mut deleted: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for effect in &history.effects {
+        if let EffectKind::NoteDeleted { note, .. } = &effect.kind {
+            if let Some(nonce) = effect.operation.and_then(|id| confirmation_nonce(sent, id)) {
+                deleted.entry(nonce).or_default().push(note.id.as_str());
+            }
+        }
+    }
+    deleted
+}
+
+/// What an answer to a notes_delete says its confirmation did: `Some(note)` if it reports a deletion,
+/// `None` if it reports none. Only answers that report an outcome at all are returned.
+enum Reported<'v> {
+    /// "deleted" (the note id, when the answer names one).
+    Deletion(Option<&'v str>),
+    /// A used confirmation, with the outcome it recorded (absent when the server did not say).
+    Consumed(Option<&'v Value>),
+}
+
+fn reported(response: &Value) -> Option<Reported<'_>> {
+    if let Some(content) = at(response, &["result", "structuredContent"]) {
+        if content.get("deleted") == Some(&Value::Bool(true)) {
+            return Some(Reported::Deletion(content.get("noteId").and_then(Value::as_str)));
+        }
+        return None;
+    }
+    let data = at(response, &["error", "data"])?;
+    if data.get("reason").and_then(Value::as_str) != Some("state_consumed") {
+        return None;
+    }
+    match data.get("previousOutcome") {
+        Some(previous) if previous.get("outcome").and_then(Value::as_str) == Some("deleted") => {
+            Some(Reported::Deletion(previous.get("noteId").and_then(Value::as_str)))
+        }
+        previous => Some(Reported::Consumed(previous)),
+    }
+}
+
+fn honest_outcome(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
+    let deleted = deleted_by_confirmation(history, sent);
+    for operation in &history.operations {
+        // A copy the network made is answered to nobody; what the client hears is what counts.
+        if history.is_duplicate(operation.id)
+            || operation.params().and_then(|p| p.get("name")).and_then(Value::as_str) != Some(TOOL_NOTES_DELETE)
+        {
+            continue;
+        }
+        let (Some(response), Some(nonce)) = (operation.response(), confirmation_nonce(sent, operation.id)) else { continue };
+        let made = deleted.get(nonce).map(Vec::as_slice).unwrap_or_default();
+        let mut fail = |why: String| {
+            violations
+                .push(Violation { property: Property::HonestOutcome, message: format!("{} {why}", label(history, Some(operation.id))) })
+        };
+        match reported(response) {
+            Some(Reported::Deletion(note)) => {
+                let matches = match note {
+                    Some(note) => made.contains(&note),
+                    None => !made.is_empty(),
+                };
+                if !matches {
+                    let note = note.unwrap_or("a note");
+                    let actual = if made.is_empty() {
+                        "nothing was deleted under it".to_string()
+                    } else {
+                        format!("it deleted {}", made.join(", "))
+                    };
+                    fail(format!("was told {note} was deleted under confirmation {nonce}, but {actual}"));
+                }
+            }
+            Some(Reported::Consumed(previous)) if !made.is_empty() => {
+                let still_pending = previous.and_then(|p| p.get("outcome")).and_then(Value::as_str) == Some("in_progress");
+                // Pending is a true answer while the claim is in flight; only a retrying client must get past it.
+                if !still_pending {
+                    let said = previous.map(preview).unwrap_or_else(|| "no previous outcome".into());
+                    fail(format!("was refused a used confirmation ({nonce}) with {said}, but it had deleted {}", made.join(", ")));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn liveness(history: &History, violations: &mut Vec<Violation>) {
+    for operation in &history.operations {
+        let first = operation.id;
+        if history.attempts.contains_key(&first) || operation.notification {
+            continue;
+        }
+        let attempts = history.attempts_of(first).len();
+        let settled = history.settled(first);
+        let Some(response) = settled.response() else {
+            violations.push(Violation {
+                property: Property::Liveness,
+                message: format!("{} got no answer in {attempts} attempt(s), though faults had stopped", label(history, Some(first))),
+            });
+            continue;
+        };
+        if matches!(reported(response), Some(Reported::Consumed(Some(previous))) if previous.get("outcome").and_then(Value::as_str) == Some("in_progress"))
+        {
+            violations.push(Violation {
+                property: Property::Liveness,
+                message: format!(
+                    "{}'s confirmation was still \"in progress\" after {attempts} attempt(s): its outcome never settled",
+                    label(history, Some(first))
+                ),
+            });
+        }
+    }
 }
 
 /// **Capabilities**: a form is only ever sent in answer to a request that declared form elicitation
@@ -295,7 +444,12 @@ fn label(history: &History, operation: Option<OperationId>) -> String {
         Some(id) => {
             let op = &history.operations[id.0];
             let request_id = op.request_value.as_ref().and_then(|v| v.get("id")).map(Value::to_string).unwrap_or_else(|| "-".into());
-            format!("{}'s request id {request_id} to {}", op.client, op.instance)
+            let attempt = match history.attempts.get(&id) {
+                Some(Attempt::Retry { number, .. }) => format!(" (retry {number})"),
+                Some(Attempt::Duplicate { .. }) => " (a network copy)".to_string(),
+                None => String::new(),
+            };
+            format!("{}'s request id {request_id} to {}{attempt}", op.client, op.instance)
         }
         None => "the admin".into(),
     }

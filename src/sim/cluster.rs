@@ -23,10 +23,12 @@ use super::actors::gateway_mutants::GatewayVariant;
 use super::actors::instance::{handle_request, incarnation_nonces, Instance, InstanceParts, ServiceFactory};
 use super::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use super::clock::VirtualClock;
-use super::history::{Effect, EffectKind, History, NoResponse, Operation, Outcome};
+use super::faults::{Fault, StoreName, RETRIES_MAX, RETRY_TIMEOUT_MS};
+use super::history::{Attempt, Effect, EffectKind, History, NoResponse, Operation, Outcome};
 use super::message::{ActorId, OperationId, Payload, StoreCall, StoreReturn, TaskId};
-use super::network::{Envelope, Network, NetworkFull};
+use super::network::{Envelope, Hold, Network, NetworkFull};
 use super::random::{self, Stream};
+use super::scenario::parser::derived_key_secret;
 use super::scenario::template::at;
 use super::scheduler::{Decision, DecisionLog, Divergence, Scheduler};
 use super::transcript::{Body, Entry, Kind, Message, Transcript};
@@ -168,8 +170,12 @@ pub struct Cluster {
     state_ttl_ms: u64,
     factory: ServiceFactory,
     triggers: Vec<CrashTrigger>,
-    /// Crash-and-restart faults planned by delivery number (exploration's fault plans).
-    planned_crashes: Vec<PlannedCrash>,
+    /// Faults planned by delivery number and not fired yet (exploration's fault plans), in plan order.
+    planned_faults: Vec<Fault>,
+    /// Stores answering late since a slow-store fault fired: which, and by how much.
+    slow_stores: Vec<(StoreName, u64)>,
+    /// What each first attempt sent, kept while clients retry (a retry sends the same bytes again).
+    requests: BTreeMap<OperationId, SentRequest>,
     history: History,
     transcript: Transcript,
     deliveries: usize,
@@ -184,13 +190,12 @@ pub struct Cluster {
     backend_actors: Vec<ActorId>,
 }
 
-/// A fault from an exploration's plan: crash `instance` (and restart it at once) before delivery number
-/// `before_delivery` (counted from 1 over the whole run).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlannedCrash {
-    pub before_delivery: usize,
-    pub instance: usize,
+/// A client request as sent, to send again.
+#[derive(Debug, Clone)]
+struct SentRequest {
+    client: usize,
+    bytes: Vec<u8>,
+    headers: Option<RoutingHeaders>,
 }
 
 impl Cluster {
@@ -281,7 +286,9 @@ impl Cluster {
             state_ttl_ms: setup.state_ttl_ms,
             factory: setup.factory,
             triggers: Vec::new(),
-            planned_crashes: Vec::new(),
+            planned_faults: Vec::new(),
+            slow_stores: Vec::new(),
+            requests: BTreeMap::new(),
             history,
             transcript,
             deliveries: 0,
@@ -440,8 +447,11 @@ impl Cluster {
         self.instances[index].gateway = None;
         self.instances[index].nonces = None;
         let dropped: Vec<TaskId> = self.tasks.iter().filter(|(_, t)| t.actor == actor).map(|(id, _)| *id).collect();
+        let mut lost = Vec::new();
         for task in &dropped {
-            self.tasks.remove(task);
+            if let Some(Task { reply_to: ReplyTo::Client { operation, .. }, .. }) = self.tasks.remove(task) {
+                lost.push(operation);
+            }
         }
         self.exchange.forget(&dropped);
         let work = match dropped.len() {
@@ -453,6 +463,10 @@ impl Cluster {
         for envelope in self.network.remove_touching(actor) {
             let reason = format!("{} crashed", self.names[actor]);
             self.record_drop(&envelope, reason);
+            lost.extend(client_operation(&envelope));
+        }
+        for operation in lost {
+            self.lost(operation, "no answer (the instance crashed)");
         }
     }
 
@@ -527,6 +541,10 @@ impl Cluster {
         name: Option<String>,
         headers: Option<RoutingHeaders>,
     ) -> Result<OperationId, SimError> {
+        if self.history.clients_retry {
+            let sent = SentRequest { client, bytes: bytes.clone(), headers: headers.clone() };
+            self.requests.insert(OperationId(self.history.operations.len()), sent);
+        }
         let id = OperationId(self.history.operations.len());
         let principal = self.clients[client].principal.clone();
         // A client-built value is what the bytes encode; anything else is parsed, and kept verbatim if odd.
@@ -628,9 +646,15 @@ impl Cluster {
             if self.history.operations[index].outcome != Outcome::Pending {
                 continue;
             }
+            let id = OperationId(index);
+            let retried = self.history.attempts_of(self.history.first_attempt(id)).last() != Some(&id);
             let operation = &mut self.history.operations[index];
             let why = if operation.notification { NoResponse::Notification } else { NoResponse::Lost };
             operation.outcome = Outcome::NoResponse(why);
+            if retried || self.history.is_duplicate(id) {
+                // The client already said it retried; a copy's answer was never awaited.
+                continue;
+            }
             let client = self.actor(&self.history.operations[index].client);
             let text = match why {
                 NoResponse::Notification => "no response: it was a notification".to_string(),
@@ -644,29 +668,191 @@ impl Cluster {
         Ok(())
     }
 
-    /// Plans faults: each instance named crashes, and restarts at once, just before that delivery.
-    pub fn plan_crashes(&mut self, crashes: &[PlannedCrash]) {
-        self.planned_crashes.extend(crashes.iter().copied().filter(|c| c.instance < self.instances.len()));
+    /// Turns faults on: clients retry what gets lost from now on, and `faults` fire at their delivery
+    /// points (a clock skew at once). Faults naming an instance that does not exist are ignored.
+    pub fn enable_faults(&mut self, faults: &[Fault]) {
+        self.history.clients_retry = true;
+        let count = self.instances.len();
+        for fault in faults {
+            match fault {
+                Fault::Crash { instance, .. } | Fault::Duplicate { instance, .. } | Fault::ClockSkew { instance, .. }
+                    if *instance >= count => {}
+                Fault::ClockSkew { instance, offset_ms } => {
+                    self.record_fault(fault, 0);
+                    self.instances[*instance].clock_offset_ms += offset_ms;
+                    self.rebuild_service(*instance);
+                }
+                _ => self.planned_faults.push(fault.clone()),
+            }
+        }
+    }
+
+    fn record_fault(&mut self, fault: &Fault, delivery: usize) {
+        let fired = fault.fired_at(delivery);
+        let text = format!("fault: {}", fired.describe(&|i| self.instances[i].name.clone()));
+        self.decisions.faults.push(fired);
+        self.event(None, text);
+    }
+
+    /// Fires the faults due before delivery `next` that do not depend on which envelope is chosen.
+    fn fire_point_faults(&mut self, next: usize) {
+        let due = |f: &Fault| matches!(f, Fault::Crash { .. } | Fault::RotateKey { .. } | Fault::SlowStore { .. }) && f.at() <= next;
+        while let Some(position) = self.planned_faults.iter().position(due) {
+            let fault = self.planned_faults.remove(position);
+            self.record_fault(&fault, next);
+            match fault {
+                Fault::Crash { instance, .. } => {
+                    self.crash(instance);
+                    self.restart(instance);
+                }
+                Fault::RotateKey { key_id, .. } => {
+                    let every: Vec<usize> = (0..self.instances.len()).collect();
+                    if let Err(why) = self.rotate(&every, &key_id, derived_key_secret(&key_id)) {
+                        self.event(None, format!("the rotation did not happen: {why}"));
+                    }
+                }
+                Fault::SlowStore { store, delay_ms, .. } => self.slow_stores.push((store, delay_ms)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Fires the first fault due at delivery `next` that applies to the chosen envelope. Returns true when
+    /// the envelope is not delivered now (dropped, or held back).
+    fn fire_envelope_fault(&mut self, next: usize, id: u64) -> Result<bool, SimError> {
+        let Some(envelope) = self.network.get(id) else { return Ok(false) };
+        let between_client_and_instance = matches!(envelope.payload, Payload::Request { .. } | Payload::Response { .. });
+        let request = matches!(envelope.payload, Payload::Request { .. }) && matches!(self.roles[envelope.to], Role::Instance(_));
+        let applies = |fault: &Fault| {
+            fault.at() <= next
+                && match fault {
+                    Fault::Drop { .. } => between_client_and_instance,
+                    Fault::Duplicate { .. } => request,
+                    Fault::Delay { .. } => true,
+                    _ => false,
+                }
+        };
+        let Some(position) = self.planned_faults.iter().position(applies) else { return Ok(false) };
+        let fault = self.planned_faults.remove(position);
+        self.record_fault(&fault, next);
+        match fault {
+            Fault::Drop { .. } => {
+                let envelope = self.network.take(id).expect("the chosen envelope is in flight");
+                self.record_drop(&envelope, "fault: lost on the network".into());
+                if let Some(operation) = client_operation(&envelope) {
+                    self.lost(operation, "no answer (lost on the network)");
+                }
+                Ok(true)
+            }
+            Fault::Delay { delay_ms, overtaken_by, .. } => {
+                self.network.hold(id, delay_ms, Hold::UntilDelivery(next + overtaken_by));
+                Ok(true)
+            }
+            Fault::Duplicate { instance, .. } => {
+                let Some(Envelope { payload: Payload::Request { operation, .. }, to, .. }) = self.network.get(id).cloned() else {
+                    return Ok(false);
+                };
+                let Role::Instance(original) = self.roles[to] else { return Ok(false) };
+                let target = if self.is_gateway[instance] == self.is_gateway[original] { instance } else { original };
+                if let Some(sent) = self.sent_request(operation) {
+                    self.send_attempt(sent, target, Attempt::Duplicate { of: self.history.first_attempt(operation) })?;
+                }
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// What the request of `operation` sent, from its first attempt.
+    fn sent_request(&self, operation: OperationId) -> Option<SentRequest> {
+        self.requests.get(&self.history.first_attempt(operation)).cloned()
+    }
+
+    /// Sends a request again: a client's retry or the network's copy. Returns the envelope's id.
+    fn send_attempt(&mut self, sent: SentRequest, instance: usize, attempt: Attempt) -> Result<u64, SimError> {
+        let first = match attempt {
+            Attempt::Retry { of, .. } | Attempt::Duplicate { of } => of,
+        };
+        let id = OperationId(self.history.operations.len());
+        let now_ms = self.clock.elapsed_ms();
+        let original = &self.history.operations[first.0];
+        let operation = Operation {
+            id,
+            instance: self.instances[instance].name.clone(),
+            name: None,
+            sent_at_ms: now_ms,
+            outcome: Outcome::Pending,
+            ..original.clone()
+        };
+        self.history.operations.push(operation);
+        self.history.attempts.insert(id, attempt);
+        let principal = self.clients[sent.client].principal.clone();
+        let from = self.client_actor(sent.client);
+        let payload = Payload::Request { operation: id, principal, bytes: sent.bytes, headers: sent.headers };
+        Ok(self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?)
+    }
+
+    /// An attempt of a client request will never be answered. If clients retry, this is the latest
+    /// attempt and the budget allows, the client sends the same request again to the next instance.
+    fn lost(&mut self, operation: OperationId, why: &str) {
+        if !self.history.clients_retry || self.history.is_duplicate(operation) || self.history.operations[operation.0].notification {
+            return;
+        }
+        let first = self.history.first_attempt(operation);
+        if self.history.attempts_of(first).last() != Some(&operation) {
+            return;
+        }
+        self.retry(first, operation, why);
+    }
+
+    fn retry(&mut self, first: OperationId, failed: OperationId, why: &str) {
+        let number = self.history.attempts_of(first).len() as u32;
+        let client = self.actor(&self.history.operations[first.0].client);
+        let request_id = self.history.operations[first.0].request_value.as_ref().and_then(|v| v.get("id")).cloned().unwrap_or(Value::Null);
+        if number > RETRIES_MAX {
+            self.event(client, format!("{why} for request id {request_id}: gives up after {RETRIES_MAX} retries"));
+            return;
+        }
+        let Some(sent) = self.sent_request(first) else { return };
+        let failed_instance = self.instances.iter().position(|i| i.name == self.history.operations[failed.0].instance).unwrap_or(0);
+        let target = self.next_instance_like(failed_instance);
+        let text = format!(
+            "{why} for request id {request_id}: retries it on {} after {RETRY_TIMEOUT_MS}ms (retry {number} of at most {RETRIES_MAX})",
+            self.instances[target].name
+        );
+        self.event(client, text);
+        match self.send_attempt(sent, target, Attempt::Retry { of: first, number }) {
+            Ok(envelope) => self.network.hold(envelope, RETRY_TIMEOUT_MS, Hold::UntilQuiet),
+            Err(error) => self.event(client, format!("the retry could not be sent: {error}")),
+        }
+    }
+
+    /// The live instance after `index` (cyclically) of the same kind (gateway or notes server), where a
+    /// client fails over to; `index` itself when it is the only one.
+    fn next_instance_like(&self, index: usize) -> usize {
+        let count = self.instances.len();
+        (1..=count)
+            .map(|step| (index + step) % count)
+            .find(|&other| self.instances[other].up && self.is_gateway[other] == self.is_gateway[index])
+            .unwrap_or(index)
     }
 
     /// Delivers one envelope chosen by the scheduler. Returns false when nothing is in flight.
     pub fn deliver_next(&mut self) -> Result<bool, SimError> {
-        if !self.planned_crashes.is_empty() && !self.network.is_empty() {
-            let next = self.deliveries + 1;
-            while let Some(position) = self.planned_crashes.iter().position(|c| c.before_delivery == next) {
-                let crash = self.planned_crashes.remove(position);
-                self.event(None, format!("fault: crash and restart {} before delivery {next}", self.instances[crash.instance].name));
-                self.crash(crash.instance);
-                self.restart(crash.instance);
-            }
+        let next = self.deliveries + 1;
+        if !self.planned_faults.is_empty() && !self.network.is_empty() {
+            self.fire_point_faults(next);
         }
-        let ready = self.network.ready();
+        let ready = self.network.ready(next);
         if ready.is_empty() {
             return Ok(false);
         }
         let chosen = self.scheduler.choose(&ready)?;
         self.decisions.decisions.push(Decision { options: ready.len() as u32, chosen: chosen as u32 });
         let id = ready[chosen].envelope;
+        if !self.planned_faults.is_empty() && self.fire_envelope_fault(next, id)? {
+            return Ok(true);
+        }
         self.clock.advance_to(ready[chosen].deliver_at_ms);
         if !self.triggers.is_empty() {
             self.fire_triggers(Moment::Before, id);
@@ -680,6 +866,9 @@ impl Cluster {
             if !self.instances[index].up {
                 let reason = format!("{} is down", self.names[receiver]);
                 self.record_drop(&envelope, reason);
+                if let Some(operation) = client_operation(&envelope) {
+                    self.lost(operation, "no answer (the instance is down)");
+                }
                 return Ok(true);
             }
         }
@@ -768,9 +957,16 @@ impl Cluster {
             (Role::Client(client), Payload::Response { operation, value, .. }) => {
                 let asks_for_input = at(&value, &["result", "resultType"]).and_then(Value::as_str) == Some("input_required");
                 let at_ms = self.clock.elapsed_ms();
+                let in_progress = self.history.clients_retry && claim_in_progress(&value);
                 self.history.operations[operation.0].outcome = Outcome::Answered { value, at_ms, delivery: self.deliveries };
-                if asks_for_input {
+                // A copy the network made is answered to nobody: the client sent one request.
+                let duplicate = self.history.is_duplicate(operation);
+                if asks_for_input && !duplicate {
                     self.clients[client].last_form = Some(operation);
+                }
+                if in_progress {
+                    // The confirmation's claim is still pending somewhere: ask again later to learn how it ended.
+                    self.lost(operation, "answered \"in progress\"");
                 }
                 Ok(())
             }
@@ -860,7 +1056,17 @@ impl Cluster {
             (ReplyTo::Caller { actor, task: caller }, TaskOutput::Return(value)) => {
                 let label = task.call.as_ref().map_or("?", StoreCall::label);
                 self.record_effects(&task, &value);
-                self.network.send(task.actor, actor, now_ms, None, caller, Payload::Return { call: label, value })?;
+                let id = self.network.send(task.actor, actor, now_ms, None, caller, Payload::Return { call: label, value })?;
+                let store = match self.roles[task.actor] {
+                    Role::NoteStore => Some(StoreName::Notes),
+                    Role::ReplayStore => Some(StoreName::Replay),
+                    _ => None,
+                };
+                let slow = self.slow_stores.iter().filter(|(s, _)| Some(*s) == store).map(|(_, delay_ms)| *delay_ms).max();
+                if let Some(delay_ms) = slow {
+                    // One other delivery may overtake the late answer (it must, if anything else is in flight).
+                    self.network.hold(id, delay_ms, Hold::UntilDelivery(self.deliveries + 2));
+                }
             }
             (_, output) => {
                 let text = format!("task finished with an output its caller cannot take: {output:?}");
@@ -892,6 +1098,21 @@ impl Cluster {
             self.history.effects.push(Effect { at_ms, delivery: self.deliveries, operation, kind });
         }
     }
+}
+
+/// The client operation a request or response envelope belongs to.
+fn client_operation(envelope: &Envelope) -> Option<OperationId> {
+    match &envelope.payload {
+        Payload::Request { operation, .. } | Payload::Response { operation, .. } => Some(*operation),
+        _ => None,
+    }
+}
+
+/// Whether an answer says the confirmation's claim is still pending (a retry will learn how it ended).
+fn claim_in_progress(response: &Value) -> bool {
+    let data = at(response, &["error", "data"]);
+    data.and_then(|d| d.get("reason")).and_then(Value::as_str) == Some("state_consumed")
+        && data.and_then(|d| at(d, &["previousOutcome", "outcome"])).and_then(Value::as_str) == Some("in_progress")
 }
 
 /// The name a crash trigger matches: the store operation, or the JSON-RPC method of a request.

@@ -15,7 +15,7 @@
 //! observes by a few milliseconds; no scenario here depends on that, and the seed's latencies are fixed.)
 
 use super::check::{describe, Property};
-use super::cluster::PlannedCrash;
+use super::faults::Fault;
 use super::history::EffectKind;
 use super::message::ActorId;
 use super::network::Ready;
@@ -90,7 +90,7 @@ fn run_choices(
     scenario: &Scenario,
     server: &ServerUnderTest,
     seed: u64,
-    crashes: &[PlannedCrash],
+    faults: Option<&[Fault]>,
     choices: &[u32],
     record_transcript: bool,
 ) -> Execution {
@@ -105,7 +105,7 @@ fn run_choices(
         factory: server.factory.clone(),
         gateway_variant: server.gateway_variant,
         scheduler: SchedulerChoice::Custom(build),
-        crashes: crashes.to_vec(),
+        faults: faults.map(<[Fault]>::to_vec),
         ..RunOptions::seeded(seed)
     };
     let report = runner::run(scenario, &options);
@@ -118,10 +118,10 @@ pub fn run_schedule(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,
     seed: u64,
-    crashes: &[PlannedCrash],
+    faults: Option<&[Fault]>,
     choices: &[u32],
 ) -> RunReport {
-    run_choices(scenario, &server.into(), seed, crashes, choices, true).1
+    run_choices(scenario, &server.into(), seed, faults, choices, true).1
 }
 
 /// The choices at branching points a recorded run made.
@@ -139,13 +139,13 @@ pub fn shrink(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,
     seed: u64,
-    crashes: &[PlannedCrash],
+    faults: Option<&[Fault]>,
     choices: &[u32],
     property: Property,
 ) -> Vec<u32> {
     let server = server.into();
     let breaks = |candidate: &[u32]| {
-        let (_, report) = run_choices(scenario, &server, seed, crashes, candidate, false);
+        let (_, report) = run_choices(scenario, &server, seed, faults, candidate, false);
         report.failures.iter().any(|f| f.kind == FailureKind::Property(property))
     };
     let mut current = choices.to_vec();
@@ -181,7 +181,7 @@ pub fn shrink(
 impl Search<'_> {
     fn execute(&mut self, prefix: &[u32]) -> Execution {
         self.result.executions += 1;
-        run_choices(self.scenario, &self.server, 1, &[], prefix, false)
+        run_choices(self.scenario, &self.server, 1, None, prefix, false)
     }
 
     fn visit(&mut self, prefix: Vec<u32>, sleep: Vec<Transition>, known: Option<Execution>) {

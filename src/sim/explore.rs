@@ -1,15 +1,16 @@
-//! Exploration: one scenario under many seeds, each seed a different interleaving of its parallel blocks,
-//! every run judged by the expectations and the safety properties.
+//! Exploration: one scenario under many seeds, each seed a different interleaving of its parallel blocks
+//! (and, with faults on, a different fault plan), every run judged by the properties and, without faults,
+//! by the scenario's expectations.
 //!
 //! Runs are independent and deterministic, so they can be spread over threads: seeds are cut into
 //! contiguous chunks, each thread runs its chunk, and the results are merged in seed order. The answer
 //! (counts, the first violating seed) is therefore the same for any number of jobs.
 
 use super::check::Property;
-use super::cluster::PlannedCrash;
-use super::random::{self, Stream};
+use super::faults::{self, Fault, FaultKind, PlanShape};
 use super::runner::{self, Failure, FailureKind, RunOptions, ServerUnderTest};
 use super::scenario::Scenario;
+use crate::stores::memory::ReplayLimits;
 use std::ops::RangeInclusive;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,10 +24,11 @@ pub const JOBS_MAX: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SeedOutcome {
     Held,
-    /// A safety property broke (expectation failures may come with it).
+    /// A safety property broke (other failures may come with it).
     Unsafe(Vec<Failure>),
-    /// Only expectations failed: the outcomes the scenario promises did not all come about.
-    ExpectationFailed(Vec<Failure>),
+    /// Nothing unsafe happened, but something promised did not come about: under faults, the liveness
+    /// property; without faults, the scenario's own expectations.
+    NotLive(Vec<Failure>),
     /// The simulator itself panicked.
     Crashed(String),
 }
@@ -37,18 +39,28 @@ pub struct Exploration {
     pub schedules: u64,
     pub deliveries: u64,
     pub unsafe_runs: u64,
-    pub expectation_runs: u64,
+    /// Runs where liveness (under faults) or the expectations (without) failed and no safety property did.
+    pub not_live_runs: u64,
     pub crashed_runs: u64,
     /// The lowest seed that broke a safety property, and its failures.
     pub first_unsafe: Option<(u64, Vec<Failure>)>,
-    /// The lowest seed whose expectations failed without a property breaking.
-    pub first_expectation: Option<(u64, Vec<Failure>)>,
+    /// The lowest seed that was not live (and broke no safety property).
+    pub first_not_live: Option<(u64, Vec<Failure>)>,
     pub first_crash: Option<(u64, String)>,
     /// Every property broken in some run.
     pub properties_broken: Vec<Property>,
 }
 
 impl Exploration {
+    fn note_properties(&mut self, failures: &[Failure]) {
+        for property in failures.iter().filter_map(property_of) {
+            if !self.properties_broken.contains(&property) {
+                self.properties_broken.push(property);
+                self.properties_broken.sort();
+            }
+        }
+    }
+
     fn add(&mut self, seed: u64, deliveries: usize, outcome: SeedOutcome) {
         self.schedules += 1;
         self.deliveries += deliveries as u64;
@@ -56,22 +68,16 @@ impl Exploration {
             SeedOutcome::Held => {}
             SeedOutcome::Unsafe(failures) => {
                 self.unsafe_runs += 1;
-                for failure in &failures {
-                    if let FailureKind::Property(property) = failure.kind {
-                        if !self.properties_broken.contains(&property) {
-                            self.properties_broken.push(property);
-                            self.properties_broken.sort();
-                        }
-                    }
-                }
+                self.note_properties(&failures);
                 if self.first_unsafe.is_none() {
                     self.first_unsafe = Some((seed, failures));
                 }
             }
-            SeedOutcome::ExpectationFailed(failures) => {
-                self.expectation_runs += 1;
-                if self.first_expectation.is_none() {
-                    self.first_expectation = Some((seed, failures));
+            SeedOutcome::NotLive(failures) => {
+                self.note_properties(&failures);
+                self.not_live_runs += 1;
+                if self.first_not_live.is_none() {
+                    self.first_not_live = Some((seed, failures));
                 }
             }
             SeedOutcome::Crashed(message) => {
@@ -84,61 +90,56 @@ impl Exploration {
     }
 }
 
-/// Deliveries within which a planned crash falls (the scenarios' runs are a few dozen deliveries long).
-pub const FAULT_DELIVERY_WINDOW: u64 = 40;
-
-/// The fault plan of `seed`: with even odds, one instance crashes (and restarts at once) before a delivery
-/// drawn from the first [`FAULT_DELIVERY_WINDOW`] — anywhere, including between a nonce claim and its answer.
-pub fn fault_plan(seed: u64, instances: usize) -> Vec<PlannedCrash> {
-    if instances == 0 {
-        return Vec::new();
-    }
-    let mut rng = random::stream(seed, Stream::Faults);
-    if random::below(&mut rng, 2) == 0 {
-        return Vec::new();
-    }
-    let before_delivery = 1 + random::below(&mut rng, FAULT_DELIVERY_WINDOW) as usize;
-    let instance = random::below(&mut rng, instances as u64) as usize;
-    vec![PlannedCrash { before_delivery, instance }]
+/// The fault plan of `seed` for this scenario: the kinds turned on, drawn for its instances, with clock
+/// skews within its replay store's grace period (the clock tolerance the design promises).
+pub fn fault_plan(scenario: &Scenario, seed: u64, kinds: &[FaultKind]) -> Vec<Fault> {
+    let grace_ms = scenario.cluster.replay_grace_ms.unwrap_or(ReplayLimits::default().retention_grace_ms);
+    faults::plan(seed, kinds, PlanShape { instances: scenario.cluster.instances.len(), skew_ms_max: grace_ms })
 }
 
-/// Runs one seed (with its fault plan when `faults`), catching a simulator panic as an outcome of its own.
-/// Under faults a client may get no answer, so only safety is judged: expectations are not.
-pub fn run_seed_with(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: bool) -> (usize, SeedOutcome) {
+/// Runs one seed (with faults on when `faults` is not empty: its fault plan, clients retrying), catching a
+/// simulator panic as an outcome of its own. Under faults a client's flow may go another way than the
+/// scenario wrote (a retry lands elsewhere, a state expires), so the properties are judged, not expectations.
+pub fn run_seed_with(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: &[FaultKind]) -> (usize, SeedOutcome) {
     let server = server.into();
-    let crashes = if faults { fault_plan(seed, scenario.cluster.instances.len()) } else { Vec::new() };
+    let faulty = !faults.is_empty();
     let options = RunOptions {
         record_transcript: false,
         factory: server.factory,
         gateway_variant: server.gateway_variant,
-        check_statelessness: !faults,
-        crashes,
+        check_statelessness: !faulty,
+        faults: faulty.then(|| fault_plan(scenario, seed, faults)),
         ..RunOptions::seeded(seed)
     };
-    let (deliveries, outcome) = run_options(scenario, &options);
-    match outcome {
-        SeedOutcome::ExpectationFailed(_) if faults => (deliveries, SeedOutcome::Held),
-        SeedOutcome::Unsafe(failures) if faults => {
-            (deliveries, SeedOutcome::Unsafe(failures.into_iter().filter(|f| matches!(f.kind, FailureKind::Property(_))).collect()))
-        }
-        outcome => (deliveries, outcome),
+    run_options(scenario, &options, faulty)
+}
+
+/// Runs one seed without faults, catching a simulator panic as an outcome of its own.
+pub fn run_seed(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64) -> (usize, SeedOutcome) {
+    run_seed_with(scenario, server, seed, &[])
+}
+
+/// The property a failure broke, if it is one.
+fn property_of(failure: &Failure) -> Option<Property> {
+    match failure.kind {
+        FailureKind::Property(property) => Some(property),
+        _ => None,
     }
 }
 
-/// Runs one seed, catching a simulator panic as an outcome of its own.
-pub fn run_seed(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64) -> (usize, SeedOutcome) {
-    run_seed_with(scenario, server, seed, false)
-}
-
-fn run_options(scenario: &Scenario, options: &RunOptions) -> (usize, SeedOutcome) {
+fn run_options(scenario: &Scenario, options: &RunOptions, faulty: bool) -> (usize, SeedOutcome) {
     match panic::catch_unwind(AssertUnwindSafe(|| runner::run(scenario, options))) {
         Ok(report) => {
-            let outcome = if report.failures.is_empty() {
+            let mut failures = report.failures;
+            if faulty {
+                failures.retain(|f| property_of(f).is_some());
+            }
+            let outcome = if failures.is_empty() {
                 SeedOutcome::Held
-            } else if report.failures.iter().any(|f| matches!(f.kind, FailureKind::Property(_))) {
-                SeedOutcome::Unsafe(report.failures)
+            } else if failures.iter().any(|f| property_of(f).is_some_and(Property::is_safety)) {
+                SeedOutcome::Unsafe(failures)
             } else {
-                SeedOutcome::ExpectationFailed(report.failures)
+                SeedOutcome::NotLive(failures)
             };
             (report.deliveries, outcome)
         }
@@ -163,7 +164,7 @@ pub fn explore(
     server: impl Into<ServerUnderTest>,
     seeds: RangeInclusive<u64>,
     jobs: usize,
-    faults: bool,
+    faults: &[FaultKind],
     progress: Progress<'_>,
 ) -> Exploration {
     let server = server.into();
@@ -217,12 +218,18 @@ pub fn first_violation(scenario: &Scenario, server: impl Into<ServerUnderTest>, 
     None
 }
 
-/// The first seed in `seeds` whose run fails at all (a property or an expectation), searched in order.
-/// The gateway mutants are caught this way: the scenario's expectations state the defence they lack.
-pub fn first_failure(scenario: &Scenario, server: impl Into<ServerUnderTest>, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
+/// The first seed in `seeds` whose run fails at all (a property, or without faults an expectation),
+/// searched in order, with `faults` on if not empty. The gateway mutants are caught this way without faults
+/// (the scenario's expectations state the defence they lack); a mutant that only breaks liveness, with them.
+pub fn first_failure(
+    scenario: &Scenario,
+    server: impl Into<ServerUnderTest>,
+    seeds: RangeInclusive<u64>,
+    faults: &[FaultKind],
+) -> Option<(u64, Vec<Failure>)> {
     let server = server.into();
     for seed in seeds {
-        if let (_, SeedOutcome::Unsafe(failures) | SeedOutcome::ExpectationFailed(failures)) = run_seed(scenario, &server, seed) {
+        if let (_, SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures)) = run_seed_with(scenario, &server, seed, faults) {
             return Some((seed, failures));
         }
     }

@@ -8,6 +8,7 @@ use super::message::OperationId;
 use crate::handlers::ports::Note;
 use crate::policy::authorization::Authorizations;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Default)]
@@ -16,6 +17,51 @@ pub struct History {
     pub effects: Vec<Effect>,
     /// Authorizations at the start; `Effect::Revoked` entries change them over time.
     pub initial_authorizations: Authorizations,
+    /// Operations that are not a client's first attempt: its retries, and copies the network made. Every
+    /// other operation is a first attempt.
+    pub attempts: BTreeMap<OperationId, Attempt>,
+    /// Whether clients retried lost requests (faults on): only then can every request be expected to get an
+    /// answer, which the liveness property judges.
+    pub clients_retry: bool,
+}
+
+/// How an operation relates to the client request it repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// The client sent the request of `of` again (same bytes, same state); `number` counts from 1.
+    Retry { of: OperationId, number: u32 },
+    /// The network delivered a copy of `of`'s request; the client never sees its answer.
+    Duplicate { of: OperationId },
+}
+
+impl History {
+    /// The first attempt of the request `id` repeats (itself if it is one).
+    pub fn first_attempt(&self, id: OperationId) -> OperationId {
+        match self.attempts.get(&id) {
+            Some(Attempt::Retry { of, .. } | Attempt::Duplicate { of }) => *of,
+            None => id,
+        }
+    }
+
+    pub fn is_duplicate(&self, id: OperationId) -> bool {
+        matches!(self.attempts.get(&id), Some(Attempt::Duplicate { .. }))
+    }
+
+    /// The client's attempts at the request `first` (itself, then its retries in order; no network copies).
+    pub fn attempts_of(&self, first: OperationId) -> Vec<OperationId> {
+        let retries = self.attempts.iter().filter_map(|(id, attempt)| match attempt {
+            Attempt::Retry { of, .. } if *of == first => Some(*id),
+            _ => None,
+        });
+        std::iter::once(first).chain(retries).collect()
+    }
+
+    /// What the client finally learned of the request `first`: its last attempt that was answered.
+    pub fn settled(&self, first: OperationId) -> &Operation {
+        let attempts = self.attempts_of(first);
+        let answered = attempts.iter().rev().find(|id| self.operations[id.0].response().is_some());
+        &self.operations[answered.unwrap_or(&first).0]
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -7,6 +7,8 @@
 //! * [`message`] and [`network`]: what travels, and the envelopes in flight with per-link latency.
 //! * [`scheduler`]: which envelope is delivered next (scripted, seeded random, replayed log).
 //! * [`actors`]: instances (the unchanged handlers), the note and replay stores, clients, the admin.
+//! * [`faults`]: crashes, drops, duplicates, delays, slow stores, clock skew and key rotation, drawn from
+//!   the seed and recorded in the decision log; clients retry what a fault lost.
 //! * [`cluster`]: the engine: delivers one envelope at a time and runs the receiving actor until it blocks.
 //! * [`history`]: client operations and store effects, for the checker.
 //! * [`scenario`]: the scenario language: model and parser.
@@ -26,6 +28,7 @@ pub mod clock;
 pub mod cluster;
 pub mod exhaustive;
 pub mod explore;
+pub mod faults;
 pub mod history;
 pub mod library;
 pub mod mcp_trace;

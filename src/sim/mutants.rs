@@ -39,6 +39,8 @@ pub struct Mutant {
     /// The scenario that exposes it: a library file name, or a zoo scenario below.
     pub exposed_by: &'static str,
     build: Build,
+    /// It breaks only liveness: it is explored with faults on (clients retry), where liveness is judged.
+    pub liveness: bool,
 }
 
 /// Where the mistake is made.
@@ -87,66 +89,98 @@ pub const MUTANTS: &[Mutant] = &[
         mistake: "Each instance keeps its own replay store, so a confirmation used on one instance is still fresh on another.",
         exposed_by: "05-accepts-race-for-different-candidates.sim",
         build: Build::Notes(replay_per_instance),
+        liveness: false,
     },
     Mutant {
         name: "prefix-containment",
         mistake: "Authorizes a workspace when its URI merely starts with an authorized root as a string (Notes-evil passes as Notes).",
         exposed_by: "20-prefix-confusion-workspace.sim",
         build: Build::Notes(prefix_containment),
+        liveness: false,
     },
     Mutant {
         name: "undecoded-containment",
         mistake: "Compares the workspace URI by path segments before percent-decoding it, so %2e%2e climbs out after the check.",
         exposed_by: "21-encoded-traversal-workspace.sim",
         build: Build::Notes(undecoded_containment),
+        liveness: false,
     },
     Mutant {
         name: "no-live-recheck",
         mistake: "Deletes the chosen note without re-reading it, trusting where it was when the form was shown.",
         exposed_by: "07-note-moved-out-after-the-form-was-shown.sim",
         build: Build::Notes(no_live_recheck),
+        liveness: false,
     },
     Mutant {
         name: "recheck-then-delete",
         mistake: "Re-checks the live note and deletes it in two separate store operations, so a move can land in between.",
         exposed_by: "zoo-move-races-the-accept",
         build: Build::Notes(recheck_then_delete),
+        liveness: false,
     },
     Mutant {
         name: "delete-then-claim",
         mistake: "Deletes first and claims the nonce afterwards as a separate step, so two racing accepts both delete.",
         exposed_by: "05-accepts-race-for-different-candidates.sim",
         build: Build::Notes(delete_then_claim),
+        liveness: false,
+    },
+    Mutant {
+        name: "claim-then-delete",
+        mistake: "Claims the nonce, recording \"deleted\", and deletes in a separate step: a crash in between leaves a confirmation that says deleted while the note survives.",
+        exposed_by: "zoo-crash-between-claim-and-delete",
+        build: Build::Notes(claim_then_delete),
+        liveness: false,
+    },
+    Mutant {
+        name: "claim-without-outcome",
+        mistake: "Claims the nonce before deleting and never records how the claim ended, so every other attempt at the confirmation hears \"in progress\" forever.",
+        exposed_by: "04-accepts-race-for-one-note.sim",
+        build: Build::Notes(claim_without_outcome),
+        liveness: true,
+    },
+    Mutant {
+        name: "no-outcome-on-replay",
+        mistake: "Refuses a used confirmation without the outcome it recorded, so a client whose answer was lost can never learn whether its note was deleted.",
+        exposed_by: "16-crash-between-claim-and-delete.sim",
+        build: Build::Notes(no_outcome_on_replay),
+        liveness: false,
     },
     Mutant {
         name: "state-unbound-arguments",
         mistake: "Ignores the arguments digest sealed in the state, so an accept may continue a flow started with other arguments.",
         exposed_by: "12-changed-title.sim",
         build: Build::Notes(state_unbound_arguments),
+        liveness: false,
     },
     Mutant {
         name: "state-unbound-principal",
         mistake: "Ignores the principal sealed in the state, so another principal's client can answer someone else's form.",
         exposed_by: "zoo-shared-workspace-state-stolen",
         build: Build::Notes(state_unbound_principal),
+        liveness: false,
     },
     Mutant {
         name: "unsigned-state",
         mistake: "Reads the state's base64 payload without verifying its signature, so a client can add candidates.",
         exposed_by: "zoo-forged-candidate",
         build: Build::Notes(unsigned_state),
+        liveness: false,
     },
     Mutant {
         name: "cancel-consumes",
         mistake: "Consumes the confirmation on cancel, so dismissing the form uses it up.",
         exposed_by: "09-cancel-then-accept-elsewhere.sim",
         build: Build::Notes(cancel_consumes),
+        liveness: false,
     },
     Mutant {
         name: "decline-not-consuming",
         mistake: "Answers a decline without consuming the confirmation, so a replayed accept still deletes.",
         exposed_by: "08-decline-then-replayed-accept.sim",
         build: Build::Notes(decline_not_consuming),
+        liveness: false,
     },
     Mutant {
         name: "evicting-replay-store",
@@ -154,30 +188,35 @@ pub const MUTANTS: &[Mutant] = &[
             "A full replay store makes room instead of refusing: the confirmation it cannot remember is admitted and can be used again.",
         exposed_by: "zoo-full-replay-store-reused",
         build: Build::Notes(evicting_replay_store),
+        liveness: false,
     },
     Mutant {
         name: "remembered-capabilities",
         mistake: "Remembers a principal's form capability from an earlier request and sends forms to requests that did not declare it.",
         exposed_by: "18-url-only-client.sim",
         build: Build::Notes(remembered_capabilities),
+        liveness: false,
     },
     Mutant {
         name: "description-only-pins",
         mistake: "A gateway that judges a pinned tool by its description alone, so a changed schema behind the same description is served.",
         exposed_by: "41-gateway-rug-pull-between-two-listings.sim",
         build: Build::Gateway(GatewayVariant::DescriptionOnlyPins),
+        liveness: false,
     },
     Mutant {
         name: "routes-by-header-after-authorizing-the-body",
         mistake: "A gateway that authorizes the tool named in the body, then routes and runs the one named by the Mcp-Name header.",
         exposed_by: "43-gateway-header-body-confusion.sim",
         build: Build::Gateway(GatewayVariant::RoutesByHeader),
+        liveness: false,
     },
     Mutant {
         name: "first-listed-backend-wins",
         mistake: "A gateway that runs a bare tool name on the first backend, in configuration order, that lists it.",
         exposed_by: "42-gateway-shadowed-search.sim",
         build: Build::Gateway(GatewayVariant::FirstListedBackendWins),
+        liveness: false,
     },
 ];
 
@@ -198,6 +237,20 @@ pub const ZOO_SCENARIOS: &[(&str, &str)] = &[
            admin move note-7 to \"file:///Users/alice/Documents/Archive/tps-2024.md\"\n\
            answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} as accept\n\
          }\n",
+    ),
+    (
+        "zoo-crash-between-claim-and-delete",
+        "# Guarantee taught: what a used confirmation reports is what happened.\n\
+         # The instance serving the accept dies just before its delete reaches the note store; the client\n\
+         # retries on i2. With claim and delete as one store operation there is no such moment to die in.\n\
+         use demo\nkey k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         crash i1 before notes receives delete_if_inside\n\
+         answer alice -> i1 accept {\"note_id\": \"note-7\", \"confirm\": true} as lost\n\
+         restart i1\n\
+         answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} for round1 as retry\n\
+         expect note note-7 absent\n",
     ),
     (
         "zoo-shared-workspace-state-stolen",
@@ -263,6 +316,8 @@ enum ReplayMistake {
     NoLiveRecheck,
     RecheckThenDelete,
     DeleteThenClaim,
+    ClaimThenDelete,
+    ClaimWithoutOutcome,
     Evicting,
 }
 
@@ -288,6 +343,14 @@ fn recheck_then_delete(parts: InstanceParts) -> Arc<dyn Service> {
 
 fn delete_then_claim(parts: InstanceParts) -> Arc<dyn Service> {
     with_replay_mistake(parts, ReplayMistake::DeleteThenClaim)
+}
+
+fn claim_then_delete(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::ClaimThenDelete)
+}
+
+fn claim_without_outcome(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::ClaimWithoutOutcome)
 }
 
 fn evicting_replay_store(parts: InstanceParts) -> Arc<dyn Service> {
@@ -335,6 +398,19 @@ impl ReplayStore for MistakenReplay {
                 }
                 Ok(deleted)
             }
+            ReplayMistake::ClaimThenDelete | ReplayMistake::ClaimWithoutOutcome => {
+                let claim = match self.mistake {
+                    // The outcome it means to have, recorded before it has it.
+                    ReplayMistake::ClaimThenDelete => claim,
+                    // "Pending", to be settled by a second write that never comes.
+                    _ => NonceClaim { record: json!({"outcome": "in_progress"}), ..claim },
+                };
+                match self.inner.claim(claim).await? {
+                    ClaimOutcome::Claimed => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+                    ClaimOutcome::AlreadyClaimed { record } => Ok(ClaimAndDelete::AlreadyClaimed { record }),
+                    ClaimOutcome::Full => Ok(ClaimAndDelete::Full),
+                }
+            }
             ReplayMistake::Evicting => match self.inner.claim_and_delete(claim, note_id, workspace).await? {
                 ClaimAndDelete::Full => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
                 outcome => Ok(outcome),
@@ -356,6 +432,7 @@ enum Decision {
     CancelConsumes,
     DeclineNotConsuming,
     RememberedCapabilities,
+    NoOutcomeOnReplay,
 }
 
 struct MistakenService {
@@ -392,6 +469,9 @@ fn decline_not_consuming(parts: InstanceParts) -> Arc<dyn Service> {
 }
 fn remembered_capabilities(parts: InstanceParts) -> Arc<dyn Service> {
     with_decision(parts, Decision::RememberedCapabilities)
+}
+fn no_outcome_on_replay(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::NoOutcomeOnReplay)
 }
 
 fn is_notes_delete(method: &str, params: &Value) -> bool {
@@ -495,6 +575,12 @@ impl Service for MistakenService {
                 }
                 Ok(result)
             }
+            Decision::NoOutcomeOnReplay => self.inner.call(context, method, params).await.map_err(|mut error| {
+                if let Some(Value::Object(data)) = &mut error.data {
+                    data.remove("previousOutcome");
+                }
+                error
+            }),
             Decision::RememberedCapabilities => {
                 let mut meta = context.meta.clone();
                 {

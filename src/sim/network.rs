@@ -30,6 +30,19 @@ pub struct Envelope {
     /// The task waiting for it (store returns).
     pub to_task: Option<TaskId>,
     pub payload: Payload,
+    /// Whether the scheduler may pick it yet (faults and client retries hold envelopes back).
+    pub hold: Hold,
+}
+
+/// When a held-back envelope becomes eligible for delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Hold {
+    /// Eligible now.
+    Free,
+    /// Eligible from this delivery number on, or earlier if nothing else is eligible.
+    UntilDelivery(usize),
+    /// Eligible only when nothing else is in flight (a client's retry after its timeout).
+    UntilQuiet,
 }
 
 /// What the scheduler sees of an envelope in flight.
@@ -80,13 +93,35 @@ impl Network {
         let id = self.next_id;
         self.next_id += 1;
         let deliver_at_ms = now_ms.saturating_add(self.latency_ms(from, to));
-        self.in_flight.insert(id, Envelope { id, from, to, sent_at_ms: now_ms, deliver_at_ms, from_task, to_task, payload });
+        let hold = Hold::Free;
+        self.in_flight.insert(id, Envelope { id, from, to, sent_at_ms: now_ms, deliver_at_ms, from_task, to_task, payload, hold });
         Ok(id)
     }
 
-    /// Every envelope in flight, in id (send) order.
-    pub fn ready(&self) -> Vec<Ready> {
-        self.in_flight.values().map(|e| Ready { envelope: e.id, from: e.from, to: e.to, deliver_at_ms: e.deliver_at_ms }).collect()
+    /// Holds an envelope in flight back: it arrives `delay_ms` later and is eligible only as `hold` says.
+    pub fn hold(&mut self, id: u64, delay_ms: u64, hold: Hold) {
+        if let Some(envelope) = self.in_flight.get_mut(&id) {
+            envelope.deliver_at_ms = envelope.deliver_at_ms.saturating_add(delay_ms);
+            envelope.hold = hold;
+        }
+    }
+
+    /// The envelopes the scheduler may pick for delivery number `next_delivery`, in id (send) order: the
+    /// free ones and those whose hold has ended; if there are none, those still held for some deliveries;
+    /// only if there are none of those either, those held until the network is quiet.
+    pub fn ready(&self, next_delivery: usize) -> Vec<Ready> {
+        let class = |e: &Envelope| match e.hold {
+            Hold::Free => 0,
+            Hold::UntilDelivery(from) if from <= next_delivery => 0,
+            Hold::UntilDelivery(_) => 1,
+            Hold::UntilQuiet => 2,
+        };
+        let Some(eligible) = self.in_flight.values().map(class).min() else { return Vec::new() };
+        self.in_flight
+            .values()
+            .filter(|e| class(e) == eligible)
+            .map(|e| Ready { envelope: e.id, from: e.from, to: e.to, deliver_at_ms: e.deliver_at_ms })
+            .collect()
     }
 
     pub fn take(&mut self, id: u64) -> Option<Envelope> {
@@ -139,6 +174,25 @@ mod tests {
         assert_eq!(network.get(1).map(|e| e.deliver_at_ms), Some(11));
         let removed: Vec<u64> = network.remove_touching(1).iter().map(|e| e.id).collect();
         assert_eq!(removed, [1, 2]);
-        assert_eq!(network.ready().iter().map(|r| r.envelope).collect::<Vec<_>>(), [3]);
+        assert_eq!(network.ready(1).iter().map(|r| r.envelope).collect::<Vec<_>>(), [3]);
+    }
+
+    #[test]
+    fn held_envelopes_wait_for_their_delivery_or_for_quiet() {
+        let mut network = Network::new(2, 1, 1, &mut stream(1, Stream::Latency));
+        let payload = || Payload::Return { call: "admin_delete", value: crate::sim::message::StoreReturn::AdminDone { existed: true } };
+        for _ in 0..3 {
+            network.send(0, 1, 0, None, None, payload()).unwrap();
+        }
+        network.hold(1, 50, Hold::UntilDelivery(4));
+        network.hold(2, 0, Hold::UntilQuiet);
+        let ids = |network: &Network, next| network.ready(next).iter().map(|r| r.envelope).collect::<Vec<_>>();
+        assert_eq!(ids(&network, 2), [3], "held envelopes wait while a free one is in flight");
+        assert_eq!(ids(&network, 4), [1, 3], "a hold until delivery 4 ends at delivery 4");
+        assert_eq!(network.get(1).map(|e| e.deliver_at_ms), Some(51), "a delay moves the arrival");
+        network.take(3);
+        assert_eq!(ids(&network, 2), [1], "with nothing free, a delivery hold ends early");
+        network.take(1);
+        assert_eq!(ids(&network, 2), [2], "a retry waits until nothing else is in flight");
     }
 }

@@ -16,8 +16,9 @@ pub enum Stream {
     Latency,
     /// One instance incarnation's nonces (a restart starts a fresh stream, like a fresh process).
     Nonces { instance: u16, incarnation: u16 },
-    /// An exploration's fault plan (`mcpsim explore --faults`).
-    Faults,
+    /// An exploration's faults of one kind (`mcpsim explore --faults`): one stream per kind, so turning a
+    /// kind on or off never changes the faults drawn for the others.
+    FaultKind(u16),
 }
 
 impl Stream {
@@ -25,7 +26,7 @@ impl Stream {
         match self {
             Stream::Scheduler => 1,
             Stream::Latency => 2,
-            Stream::Faults => 3,
+            Stream::FaultKind(kind) => (2 << 32) | u64::from(kind),
             Stream::Nonces { instance, incarnation } => (1 << 32) | (u64::from(instance) << 16) | u64::from(incarnation),
         }
     }

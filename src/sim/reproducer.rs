@@ -2,7 +2,8 @@
 //! byte, by `mcpsim replay FILE`.
 //!
 //! A reproducer carries everything a run depends on: the scenario's text (not a path that may change),
-//! the mutant (if any), the seed (latencies and nonces) and the full decision log, replayed strictly.
+//! the mutant (if any), the seed (latencies and nonces), whether faults were on, and the full decision log
+//! (every choice, and every fault where it fired), replayed strictly.
 
 use super::exhaustive::{choices_of, run_schedule, shrink};
 use super::mutants;
@@ -11,10 +12,10 @@ use super::scenario::{self, Scenario};
 use super::scheduler::DecisionLog;
 use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::check::Property;
-use crate::sim::cluster::PlannedCrash;
+use crate::sim::faults::Fault;
 use serde::{Deserialize, Serialize};
 
-pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/1";
+pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/2";
 /// Largest reproducer file read.
 pub const REPRODUCER_BYTES_MAX: usize = 4 * 1024 * 1024;
 
@@ -30,9 +31,9 @@ pub struct Reproducer {
     pub property: String,
     /// Choices at branching points (0 = the first envelope in flight), after shrinking.
     pub choices: Vec<u32>,
-    /// The fault plan, after shrinking (empty when the violation needs no fault).
-    #[serde(default)]
-    pub crashes: Vec<PlannedCrash>,
+    /// Whether faults were on (clients retry, liveness is judged); the faults themselves, after shrinking,
+    /// are in `decisions.faults`.
+    pub faults_on: bool,
     pub decisions: DecisionLog,
 }
 
@@ -44,36 +45,49 @@ fn server_for(mutant: Option<&str>) -> Result<ServerUnderTest, String> {
 }
 
 impl Reproducer {
-    /// Shrinks the run of `seed` that broke `property`, and records the smallest failing schedule.
-    /// `None` if the seed's run, without the statelessness re-run, does not break it.
+    /// Shrinks the run of `seed` that broke `property` (with `faults` on and that plan, if given), and
+    /// records the smallest failing schedule. `None` if the seed's run, without the statelessness re-run,
+    /// does not break it.
     pub fn shrunk(
         scenario: &Scenario,
         text: &str,
         mutant: Option<&str>,
         seed: u64,
-        crashes: &[PlannedCrash],
+        faults: Option<&[Fault]>,
         property: Property,
     ) -> Option<Reproducer> {
         let server = server_for(mutant).ok()?;
-        let run = |crashes: &[PlannedCrash]| {
+        let breaks = |faults: Option<&[Fault]>| {
             let options = RunOptions {
                 record_transcript: false,
                 check_statelessness: false,
                 factory: server.factory.clone(),
                 gateway_variant: server.gateway_variant,
-                crashes: crashes.to_vec(),
+                faults: faults.map(<[Fault]>::to_vec),
                 ..RunOptions::seeded(seed)
             };
             let report = runner::run(scenario, &options);
             report.failures.iter().any(|f| f.kind == FailureKind::Property(property)).then_some(report)
         };
-        // The fault plan shrinks first: a violation that needs no fault is shown without one.
-        let (original, crashes) = match run(&[]) {
-            Some(report) => (report, Vec::new()),
-            None => (run(crashes)?, crashes.to_vec()),
-        };
-        let choices = shrink(scenario, &server, seed, &crashes, &choices_of(&original), property);
-        let decisions = run_schedule(scenario, &server, seed, &crashes, &choices).decisions;
+        breaks(faults)?;
+        // The fault plan shrinks first, one fault at a time: a fault the violation does not need is not
+        // shown (the faults that fired stay in plan order, so the rest keep their delivery points).
+        let mut plan: Option<Vec<Fault>> = faults.map(<[Fault]>::to_vec);
+        if let Some(faults) = &mut plan {
+            let mut index = 0;
+            while index < faults.len() {
+                let mut fewer = faults.clone();
+                fewer.remove(index);
+                if breaks(Some(&fewer)).is_some() {
+                    *faults = fewer;
+                } else {
+                    index += 1;
+                }
+            }
+        }
+        let original = breaks(plan.as_deref())?;
+        let choices = shrink(scenario, &server, seed, plan.as_deref(), &choices_of(&original), property);
+        let decisions = run_schedule(scenario, &server, seed, plan.as_deref(), &choices).decisions;
         Some(Reproducer {
             format: REPRODUCER_FORMAT.into(),
             scenario_name: scenario.name.clone(),
@@ -82,7 +96,7 @@ impl Reproducer {
             seed,
             property: property.as_str().into(),
             choices,
-            crashes,
+            faults_on: plan.is_some(),
             decisions,
         })
     }
@@ -95,10 +109,15 @@ impl Reproducer {
         if text.len() > REPRODUCER_BYTES_MAX {
             return Err(format!("a reproducer is at most {REPRODUCER_BYTES_MAX} bytes"));
         }
-        let reproducer: Reproducer = serde_json::from_str(text).map_err(|e| format!("not a reproducer file: {e}"))?;
-        if reproducer.format != REPRODUCER_FORMAT {
-            return Err(format!("format {:?} is not {REPRODUCER_FORMAT:?}", reproducer.format));
+        let format = serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("format").and_then(serde_json::Value::as_str).map(str::to_string));
+        if let Some(format) = format.filter(|f| f != REPRODUCER_FORMAT) {
+            return Err(format!(
+                "format {format:?} is not {REPRODUCER_FORMAT:?}: it was written by another mcpsim version; run the exploration again to get a new one"
+            ));
         }
+        let reproducer: Reproducer = serde_json::from_str(text).map_err(|e| format!("not a reproducer file: {e}"))?;
         Ok(reproducer)
     }
 
@@ -112,7 +131,7 @@ impl Reproducer {
             factory: server.factory,
             gateway_variant: server.gateway_variant,
             scheduler: SchedulerChoice::Replay(self.decisions.clone()),
-            crashes: self.crashes.clone(),
+            faults: self.faults_on.then(|| self.decisions.faults.clone()),
             ..RunOptions::seeded(self.seed)
         };
         Ok(runner::run(&scenario, &options))

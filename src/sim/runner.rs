@@ -8,7 +8,8 @@ use super::actors::client::{answer_params, FormAction};
 use super::actors::gateway_mutants::GatewayVariant;
 use super::actors::instance::{notes_server_factory, ServiceFactory};
 use super::check::{self, Observed, Property, Violation};
-use super::cluster::{ClientSetup, Cluster, ClusterSetup, CrashTrigger, InstanceSetup, PlannedCrash, SimError};
+use super::cluster::{ClientSetup, Cluster, ClusterSetup, CrashTrigger, InstanceSetup, SimError};
+use super::faults::Fault;
 use super::history::History;
 use super::message::OperationId;
 use super::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
@@ -88,8 +89,9 @@ pub struct RunOptions {
     pub factory: ServiceFactory,
     /// What gateway instances run (the real gateway unless a test substitutes a broken variant).
     pub gateway_variant: GatewayVariant,
-    /// Crash-and-restart faults at delivery points (none unless an exploration draws a plan).
-    pub crashes: Vec<PlannedCrash>,
+    /// Faults on (clients retry what gets lost, liveness is judged) with this plan; `None` for a run without
+    /// faults (an exploration with `--faults` draws a plan per seed; a replay repeats the recorded one).
+    pub faults: Option<Vec<Fault>>,
 }
 
 impl RunOptions {
@@ -101,7 +103,7 @@ impl RunOptions {
             check_statelessness: true,
             factory: notes_server_factory(),
             gateway_variant: GatewayVariant::Real,
-            crashes: Vec::new(),
+            faults: None,
         }
     }
 }
@@ -196,7 +198,8 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
         if options.check_statelessness { compare_rerouted(scenario, options, &outcome) } else { (Statelessness::NotChecked, Vec::new()) };
     let mut violations = check::check_properties(&outcome.history);
     if violations.is_empty() {
-        let text = "properties held: at-most-once, consent, containment, refusal".to_string();
+        let names: Vec<&str> = check::judged(&outcome.history).into_iter().map(Property::as_str).collect();
+        let text = format!("properties held: {}", names.join(", "));
         outcome.transcript.push(Entry::Check { line: 0, text, failure: None });
     }
     match &statelessness {
@@ -331,11 +334,16 @@ struct Runner<'a> {
     routing: Routing,
     sequential: Vec<(usize, OperationId, bool)>,
     step_number: usize,
+    /// Faults on: a retry may take a flow another way than the scenario wrote, so expectations are shown
+    /// but not judged (the properties are).
+    faults_on: bool,
 }
 
 fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execution {
     let mut cluster = Cluster::new(cluster_setup(scenario, options), scheduler(&options.scheduler, options.seed));
-    cluster.plan_crashes(&options.crashes);
+    if let Some(faults) = &options.faults {
+        cluster.enable_faults(faults);
+    }
     let mut runner = Runner {
         scenario,
         cluster,
@@ -346,6 +354,7 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
         routing,
         sequential: Vec::new(),
         step_number: 0,
+        faults_on: options.faults.is_some(),
     };
     for (index, step) in scenario.steps.iter().enumerate() {
         if let Err(error) = runner.step(index, &step.action, step.line, &step.text) {
@@ -407,7 +416,8 @@ impl Runner<'_> {
             return Ok(value);
         }
         let id = self.answers.get(name).ok_or_else(|| format!("${name} is not bound"))?;
-        let operation = self.cluster.operation(*id);
+        // What the client learned, if it had to retry.
+        let operation = self.cluster.history().settled(*id);
         operation.response().ok_or_else(|| format!("${name} has no response ({})", check::describe(operation)))
     }
 
@@ -422,6 +432,9 @@ impl Runner<'_> {
             Action::Let { name, value } => {
                 let value = value.resolve(&|n| self.lookup(n))?;
                 self.lets.insert(name.clone(), value);
+            }
+            Action::Expect(_) if self.faults_on => {
+                self.cluster.transcript_mut().push(Entry::Note { text: format!("not judged under faults: {text}") });
             }
             Action::Expect(expectation) => {
                 self.expectations += 1;
@@ -549,7 +562,7 @@ impl Runner<'_> {
                         .last_form
                         .ok_or_else(|| format!("{} has not been shown a form yet; say which with `for NAME`", send.client))?,
                 };
-                let operation = self.cluster.operation(form);
+                let operation = self.cluster.history().settled(form);
                 let request = operation.request_value.as_ref().ok_or("the form's request was not JSON")?;
                 let response = operation.response().ok_or("the form's request got no response")?;
                 let action = match &answer.action {

@@ -4,6 +4,7 @@
 //! send order), [`Random`] picks uniformly with a seeded ChaCha8 stream, and [`Replay`] repeats a recorded
 //! [`DecisionLog`]. The cluster records every decision, whichever scheduler made it, so any run can be replayed.
 
+use super::faults::Fault;
 use super::network::Ready;
 use super::random::{self, Stream};
 use rand_chacha::ChaCha8Rng;
@@ -23,10 +24,13 @@ pub struct Decision {
     pub chosen: u32,
 }
 
-/// Every decision of a run, in order.
+/// Every decision of a run, in order, and every fault that fired (at the delivery where it fired): all a
+/// replay needs besides the scenario and the seed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DecisionLog {
     pub decisions: Vec<Decision>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<Fault>,
 }
 
 impl DecisionLog {
@@ -144,7 +148,7 @@ mod tests {
 
     #[test]
     fn replay_repeats_and_reports_divergence() {
-        let log = DecisionLog { decisions: vec![Decision { options: 3, chosen: 2 }, Decision { options: 2, chosen: 0 }] };
+        let log = DecisionLog { decisions: vec![Decision { options: 3, chosen: 2 }, Decision { options: 2, chosen: 0 }], faults: vec![] };
         let mut replay = Replay::new(log);
         assert_eq!(replay.choose(&ready(&[1, 1, 1])), Ok(2));
         assert_eq!(replay.choose(&ready(&[1, 1, 1])), Err(Divergence { position: 1, expected: 2, actual: 3 }));
