@@ -1,11 +1,13 @@
 //! Schedules explored per second on the double-accept scenario (`04-accepts-race-for-one-note`): each
 //! schedule is one seed run exactly as `mcpsim explore` runs it — the scenario's steps with its parallel
 //! block interleaved by that seed, the expectations, the safety-property checker and the statelessness
-//! re-run — with no transcript. Measured on one thread. Run with `cargo bench --bench explore`.
+//! re-run — with no transcript; and the same seeds with every fault on (`--faults all`: the seed's fault
+//! plan, clients retrying, liveness judged). Measured on one thread. Run with `cargo bench --bench explore`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mcpsim::sim::actors::instance::notes_server_factory;
 use mcpsim::sim::explore::{self, SeedOutcome};
+use mcpsim::sim::faults::FaultKind;
 use mcpsim::sim::mutants;
 use mcpsim::sim::runner::{self, RunOptions};
 use std::hint::black_box;
@@ -53,6 +55,19 @@ fn schedules(c: &mut Criterion) {
             for _ in 0..iterations {
                 for seed in 1..=SCHEDULES_PER_ITERATION {
                     black_box(explore::run_seed(&scenario, &factory, seed));
+                }
+            }
+            Duration::from_nanos(thread_cpu_ns().saturating_sub(start))
+        })
+    });
+    cpu.bench_function("double_accept_schedules_all_faults", |b| {
+        b.iter_custom(|iterations| {
+            let start = thread_cpu_ns();
+            for _ in 0..iterations {
+                for seed in 1..=SCHEDULES_PER_ITERATION {
+                    let (deliveries, outcome) = explore::run_seed_with(&scenario, &factory, seed, &FaultKind::ALL);
+                    assert_eq!(outcome, SeedOutcome::Held);
+                    black_box(deliveries);
                 }
             }
             Duration::from_nanos(thread_cpu_ns().saturating_sub(start))

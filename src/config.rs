@@ -74,8 +74,11 @@ pub enum ConfigError {
 }
 
 impl Deployment {
+    /// The embedded demo deployment. Parsed once per process: the simulator builds a cluster from it for
+    /// every schedule it explores, and parsing the TOML each time was a quarter of that cost.
     pub fn demo() -> Deployment {
-        Deployment::from_toml(DEMO_TOML, "<embedded demo>").expect("the embedded demo is valid")
+        static DEMO: std::sync::OnceLock<Deployment> = std::sync::OnceLock::new();
+        DEMO.get_or_init(|| Deployment::from_toml(DEMO_TOML, "<embedded demo>").expect("the embedded demo is valid")).clone()
     }
 
     pub fn load(path: &Path) -> Result<Deployment, ConfigError> {

@@ -59,6 +59,9 @@ pub fn main() -> ExitCode {
             };
         }
     };
+    if matches!(cli.command, Command::Run(_) | Command::Explore(_) | Command::Mutants | Command::Replay(_) | Command::Pins(_)) {
+        end_quietly_on_closed_pipe();
+    }
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Serve(args) => serve::run(args),
@@ -68,5 +71,15 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => explore::run(args),
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
+    }
+}
+
+/// For commands that only print: `mcpsim explore … | head` should end quietly when `head` closes the pipe, as
+/// Unix tools do, instead of panicking on the next print. (Rust ignores SIGPIPE by default; servers keep that,
+/// since a peer closing its socket must not kill them.)
+fn end_quietly_on_closed_pipe() {
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread is started touches no memory.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
