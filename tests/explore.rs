@@ -107,6 +107,7 @@ fn exit_codes_distinguish_held_unsafe_not_live_and_usage() {
     assert_eq!(code, 2, "a replayed liveness failure exits 2 too: {replayed}");
     let (code, _) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--faults", "crash,partition"]);
     assert_eq!(code, 4, "an unknown fault is a usage error");
+    assert_eq!(mcpsim(&["explore", "--all-mutants", "--faults", "all"]).0, 4, "each mutant has its own faults");
     assert_eq!(mcpsim(&["explore", "--help"]).0, 0);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--mutant", "no-such-mutant"]).0, 4);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--seed-range", "9..3"]).0, 4);

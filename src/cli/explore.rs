@@ -80,8 +80,9 @@ pub struct ExploreArgs {
     /// Threads to spread the seeds over; the answer is the same for any number.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
-    /// Run every mutant against the scenario that exposes it and print a table.
-    #[arg(long, conflicts_with_all = ["scenario", "mutant"])]
+    /// Run every mutant against the scenario that exposes it and print a table (each with the faults it
+    /// needs: none, or all of them for a mutant that breaks only liveness).
+    #[arg(long, conflicts_with_all = ["scenario", "mutant", "faults"])]
     pub all_mutants: bool,
 }
 
