@@ -13,12 +13,14 @@
 //!   claim the nonce and delete the note in one transaction) on the next instance, as a client whose retry
 //!   lands elsewhere would.
 //!
-//! Stores (`--store`, comma-separated; default all four, the PostgreSQL ones only when configured):
-//! - `sqlite`: a file in the temp directory, every commit synced to disk (`synchronous=FULL`), as deployed;
-//! - `sqlite-tmpfs`: the same file on `/dev/shm`, where a sync costs nothing: the software cost of the stack;
+//! Stores (`--store`, comma-separated; default all five, the PostgreSQL ones only when configured):
+//! - `sqlite`: a file in the temp directory, every commit synced to disk (`synchronous=FULL`), as deployed
+//!   by default (`--durability durable`);
+//! - `sqlite-relaxed`: the same with `serve --durability relaxed` (`synchronous=NORMAL`: no sync per commit);
+//! - `sqlite-tmpfs`: the durable file on `/dev/shm`, where a sync costs nothing: the software cost of the stack;
 //! - `postgres`: a fresh database on `MCPSIM_TEST_POSTGRES_URL`'s server, commits flushed to its WAL;
-//! - `postgres-async-commit`: the same with `synchronous_commit = off` set on that database only (a commit
-//!   is acknowledged before its WAL flush): again the software cost without the disk.
+//! - `postgres-relaxed`: the same with `serve --durability relaxed` (`synchronous_commit=off` for the fleet's
+//!   sessions: a commit is acknowledged before its WAL flush).
 //!
 //! Each flow needs a note of its own. They are added between measured phases (phases of
 //! [`FLOWS_PER_WORKER_PER_PHASE`] flows per worker, one seed transaction each), so the clock only runs while
@@ -42,7 +44,7 @@ use mcpsim::transport::Stopwatch;
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use store_support::{create_database, drop_database, postgres_execute, postgres_server, TempDir};
+use store_support::{create_database, drop_database, postgres_server, TempDir};
 
 /// Instances in the fleet (separate processes).
 const INSTANCES: usize = 3;
@@ -63,7 +65,7 @@ struct Options {
 }
 
 fn parse_options() -> Options {
-    let stores = ["sqlite", "sqlite-tmpfs", "postgres", "postgres-async-commit"].map(String::from).to_vec();
+    let stores = ["sqlite", "sqlite-relaxed", "sqlite-tmpfs", "postgres", "postgres-relaxed"].map(String::from).to_vec();
     let mut options = Options { stores, seconds: 5, concurrencies: vec![1, 16] };
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
@@ -78,7 +80,7 @@ fn parse_options() -> Options {
                     value().split(',').map(|n| n.parse::<usize>().expect("--concurrency N[,N…]").clamp(1, CONCURRENCY_MAX)).collect()
             }
             other => panic!(
-                "unknown argument {other}; use --store sqlite,sqlite-tmpfs,postgres,postgres-async-commit --seconds N --concurrency N[,N…]"
+                "unknown argument {other}; use --store sqlite,sqlite-relaxed,sqlite-tmpfs,postgres,postgres-relaxed --seconds N --concurrency N[,N…]"
             ),
         }
     }
@@ -88,6 +90,7 @@ fn parse_options() -> Options {
 /// A store shared by the fleet and the driver (which adds the notes).
 struct Store {
     argument: String,
+    durability: &'static str,
     label: &'static str,
     stores: Stores,
     _directory: Option<TempDir>,
@@ -98,27 +101,24 @@ async fn open_store(kind: &str) -> Option<Store> {
     let sqlite = |label: &'static str, directory: TempDir| {
         (format!("sqlite:{}", directory.path().join("fleet.db").display()), label, Some(directory), None)
     };
+    let durability = if kind.ends_with("-relaxed") { "relaxed" } else { "durable" };
     let (argument, label, directory, database) = match kind {
         "sqlite" => sqlite("SQLite", TempDir::new()),
+        "sqlite-relaxed" => sqlite("SQLite, relaxed", TempDir::new()),
         "sqlite-tmpfs" => sqlite("SQLite on tmpfs", TempDir::new_in(std::path::Path::new("/dev/shm"))),
-        "postgres" | "postgres-async-commit" => {
+        "postgres" | "postgres-relaxed" => {
             let (url, server) = postgres_server()?;
             let (name, _) = create_database(&server).await;
-            let label = if kind == "postgres" {
-                "PostgreSQL"
-            } else {
-                postgres_execute(&server, &format!("ALTER DATABASE {name} SET synchronous_commit = off")).await;
-                "PostgreSQL, async commit"
-            };
+            let label = if kind == "postgres" { "PostgreSQL" } else { "PostgreSQL, relaxed" };
             let mut url = reqwest::Url::parse(&url).expect("the server URL parses");
             url.set_path(&format!("/{name}"));
             (format!("postgres:{url}"), label, None, Some((server, name)))
         }
-        other => panic!("unknown store {other}: sqlite, sqlite-tmpfs, postgres or postgres-async-commit"),
+        other => panic!("unknown store {other}: sqlite, sqlite-relaxed, sqlite-tmpfs, postgres or postgres-relaxed"),
     };
     let spec: StoreSpec = argument.parse().expect("a valid store");
     let stores = open(&spec, Arc::new(SystemClock), ReplayLimits::default()).await.expect("the driver opens the store");
-    Some(Store { argument, label, stores, _directory: directory, database })
+    Some(Store { argument, durability, label, stores, _directory: directory, database })
 }
 
 /// Latencies in microseconds, and how long the measured part took.
@@ -271,8 +271,9 @@ async fn main() {
             eprintln!("fleet_load: skipping {kind}: MCPSIM_TEST_POSTGRES_URL is not set (eval \"$(bash .ci/postgres.sh start)\")");
             continue;
         };
-        let processes: Vec<HttpServer> =
-            (0..INSTANCES).map(|_| HttpServer::start(&["--store", &store.argument, "--key-file", key_file.arg()])).collect();
+        let processes: Vec<HttpServer> = (0..INSTANCES)
+            .map(|_| HttpServer::start(&["--store", &store.argument, "--durability", store.durability, "--key-file", key_file.arg()]))
+            .collect();
         let fleet = Arc::new(Fleet {
             urls: processes.iter().map(|process| process.url.clone()).collect(),
             client: reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().unwrap(),

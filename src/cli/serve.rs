@@ -13,9 +13,10 @@ use crate::handlers::gateway::ports::AuditSink;
 use crate::handlers::Service;
 use crate::policy::origin::OriginPolicy;
 use crate::policy::state::KeyRing;
+use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::ReplayLimits;
-use crate::stores::spec::STORE_SPEC_HELP;
+use crate::stores::spec::{open_with_durability, STORE_SPEC_HELP};
 use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{self, Authentication, HttpOptions, Tokens, MCP_PATH};
@@ -192,6 +193,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true)]
     pub store: Option<StoreSpec>,
 
+    /// When a sqlite: or postgres: store acknowledges a commit: durable | relaxed [default: durable].
+    ///
+    /// durable: a confirmation is answered only once its commit is on stable storage (SQLite
+    /// synchronous=FULL, PostgreSQL synchronous_commit=on); an answered deletion survives power loss.
+    /// relaxed: answered before the flush (SQLite synchronous=NORMAL, PostgreSQL synchronous_commit=off for
+    /// this process's sessions). The store stays consistent after any crash and a confirmation is still used
+    /// at most once (its claim and its delete are lost together), but the last deletions before a power loss
+    /// (SQLite) or a database crash (PostgreSQL) can be undone. A crash of mcpsim itself loses nothing.
+    #[arg(long, value_name = "MODE")]
+    pub durability: Option<Durability>,
+
     /// With --http: run N instances, each its own listener, sharing one store and one key ring.
     ///
     /// They listen on ADDR's port and the next N-1 ports (with port 0, each on a free port); each prints its
@@ -274,6 +286,7 @@ struct NotesPlan {
     /// Whether other processes can hold the same keys (configured or from a key file, not drawn here).
     keys_shared: bool,
     store: StoreSpec,
+    durability: Durability,
     stdio_principal: String,
 }
 
@@ -290,6 +303,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         Some(store) => {
             Err(Failure::usage(format!("{what} keeps its state in the process; drop --store {store} (or unset {STORE_VARIABLE})")))
         }
+        None if args.durability.is_some() => Err(Failure::usage(format!("{what} keeps its state in the process; drop --durability"))),
         None => Ok(()),
     };
     let plan = match args.fixture {
@@ -401,7 +415,11 @@ fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
         }
     };
     let store = args.store.clone().unwrap_or(StoreSpec::Memory);
-    Ok(NotesPlan { deployment, key_ring, keys, keys_shared, store, stdio_principal })
+    if args.durability.is_some() && !store.is_shared() {
+        return Err(Failure::usage("--durability applies to a sqlite: or postgres: store; a memory store writes nothing to disk"));
+    }
+    let durability = args.durability.unwrap_or_default();
+    Ok(NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal })
 }
 
 fn describe_ring(ring: &KeyRing, source: &str) -> String {
@@ -427,11 +445,11 @@ fn warn_if_readable_by_others(_path: &Path) {}
 
 /// Opens the store and builds the notes server over it.
 async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Result<Served, Failure> {
-    let NotesPlan { deployment, key_ring, keys, keys_shared, store, stdio_principal } = plan;
+    let NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal } = plan;
     let stores = match &store {
         // This process's own store, loaded from the deployment (as every start before shared stores did).
         StoreSpec::Memory => Stores::in_memory(deployment.notes(), Arc::new(SystemClock), ReplayLimits::default()),
-        shared => crate::stores::open(shared, Arc::new(SystemClock), ReplayLimits::default()).await.map_err(|error| {
+        shared => open_with_durability(shared, Arc::new(SystemClock), ReplayLimits::default(), durability).await.map_err(|error| {
             Failure::failed(format!("cannot open the store {shared}: {error}. Check the path or URL ({STORE_SPEC_HELP})."))
         })?,
     };
@@ -459,7 +477,7 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Resu
     let tokens = deployment.tokens();
     let principals: Vec<&str> = tokens.values().map(String::as_str).collect();
     let summary = format!(
-        "notes server; store: {}, {note_count} notes; principals with tokens: {}; {keys}; requestState lives {} s",
+        "notes server; store: {} ({durability} commits), {note_count} notes; principals with tokens: {}; {keys}; requestState lives {} s",
         stores.admin.describe(),
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
         state_ttl_secs.unwrap_or(deployment.state_ttl_secs)

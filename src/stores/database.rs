@@ -21,6 +21,46 @@ pub struct MigrationReport {
     pub version_after: i64,
 }
 
+/// When a database store acknowledges a commit: after it reached stable storage, or as soon as it is
+/// consistent. Either way a claim and its delete commit or vanish together, so a confirmation is used at most
+/// once; what differs is whether an acknowledged deletion can be lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every commit is on stable storage before the client is answered (SQLite `synchronous=FULL`,
+    /// PostgreSQL `synchronous_commit=on`): an answered "deleted" survives power loss.
+    #[default]
+    Durable,
+    /// Commits are answered before they are flushed (SQLite `synchronous=NORMAL` in WAL mode, PostgreSQL
+    /// `synchronous_commit=off`). The database stays consistent after any crash, but the last commits
+    /// before a power loss (SQLite) or a database server crash (PostgreSQL) may be lost: the note is back
+    /// and its confirmation is unused again, as if that round 2 never ran. A crash of mcpsim itself loses
+    /// nothing.
+    Relaxed,
+}
+
+pub const DURABILITY_HELP: &str = "durable | relaxed";
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Durability, String> {
+        match text.trim() {
+            "durable" => Ok(Durability::Durable),
+            "relaxed" => Ok(Durability::Relaxed),
+            other => Err(format!("unknown durability {other:?}: write {DURABILITY_HELP}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Durability::Durable => "durable",
+            Durability::Relaxed => "relaxed",
+        })
+    }
+}
+
 /// The refusal to touch a database written by a newer mcpsim.
 pub(crate) fn newer_schema(found: i64, known: i64) -> StoreError {
     StoreError::Unavailable(format!(
@@ -63,6 +103,15 @@ pub(crate) fn still_inside(workspace: &FileUri, uri: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durability_parses_and_defaults_to_durable() {
+        assert_eq!(Durability::default(), Durability::Durable);
+        for durability in [Durability::Durable, Durability::Relaxed] {
+            assert_eq!(durability.to_string().parse::<Durability>(), Ok(durability));
+        }
+        assert!("fast".parse::<Durability>().unwrap_err().contains("durable | relaxed"));
+    }
 
     #[test]
     fn prune_horizon_keeps_the_grace() {

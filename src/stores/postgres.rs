@@ -12,13 +12,17 @@
 //!    transaction rolls back and the note is as it was.
 //! 3. Commit. Every refusal (gone, outside, full, conflict) rolls back instead, so nothing is consumed.
 //!
-//! Round trips are what a claim costs beyond the commit's WAL flush: BEGIN, the claim, the delete, COMMIT.
+//! Round trips are what a claim costs beyond the commit's WAL flush, so `claim_and_delete` sends `BEGIN`, the
+//! claim, the conflicting record's read and the delete in one pipeline (one round trip; the server still runs
+//! them one after the other, each seeing the previous one's effects), decides, and then sends `COMMIT` or
+//! `ROLLBACK`: two round trips where sequential statements took four.
 
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
 use crate::stores::database::{
-    decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Migration, MigrationReport,
+    decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability, Migration,
+    MigrationReport,
 };
 use crate::stores::memory::ReplayLimits;
 use async_trait::async_trait;
@@ -27,6 +31,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 /// Connections one process keeps to the database at most.
@@ -36,6 +41,16 @@ pub const POSTGRES_CONNECT_TIMEOUT_MS: u64 = 5_000;
 /// How often a claim retries when the conflicting nonce vanished between its insert and its read (pruned
 /// by another instance with a faster clock). Bounded: after that the store reports itself unavailable.
 pub const POSTGRES_RESERVE_ATTEMPTS_MAX: usize = 3;
+/// Claims the nonce and counts it, in one statement: one row (the new count) if the nonce was inserted, none on
+/// a conflict. A concurrent inserter of the same nonce waits for ours to commit or roll back.
+const INSERT_AND_COUNT_SQL: &str = "WITH inserted AS (
+        INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
+        ON CONFLICT (nonce) DO NOTHING RETURNING nonce
+    )
+    UPDATE replay_counter SET nonce_count = nonce_count + 1
+    WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count";
+const SELECT_RECORD_SQL: &str = "SELECT record FROM nonces WHERE nonce = $1";
+const DELETE_NOTE_SQL: &str = "DELETE FROM notes WHERE id = $1 RETURNING id, title, uri, body";
 /// Serializes schema migration across processes starting at once (an arbitrary constant: "mcpsim" + 1).
 const MIGRATION_LOCK_KEY: i64 = 0x6d63_7073_696d_0001;
 
@@ -118,6 +133,25 @@ impl PostgresStore {
     /// Connects and migrates the schema. Several processes may open the same database at once; migration is
     /// serialized by an advisory lock.
     pub async fn open(config: tokio_postgres::Config, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<PostgresStore, StoreError> {
+        Self::open_with_durability(config, clock, limits, Durability::Durable).await
+    }
+
+    /// [`PostgresStore::open`] with a choice of when commits are acknowledged (see [`Durability`]).
+    pub async fn open_with_durability(
+        mut config: tokio_postgres::Config,
+        clock: Arc<dyn Clock>,
+        limits: ReplayLimits,
+        durability: Durability,
+    ) -> Result<PostgresStore, StoreError> {
+        if durability == Durability::Relaxed {
+            // A session setting sent at connection start-up: no extra round trip, and only this store's
+            // sessions answer commits before their WAL flush (other clients of the database are unaffected).
+            let options = match config.get_options() {
+                Some(existing) => format!("{existing} -c synchronous_commit=off"),
+                None => "-c synchronous_commit=off".to_string(),
+            };
+            config.options(&options);
+        }
         Self::open_with_migrations(config, clock, limits, POSTGRES_MIGRATIONS).await.map(|(store, _)| store)
     }
 
@@ -215,39 +249,39 @@ impl PostgresStore {
 
     /// Inside a transaction: records the nonce unless it is already held, and enforces the capacity the way the
     /// memory store does (prune only when full, never an unexpired-plus-grace entry, never evict).
-    async fn reserve(&self, transaction: &Transaction<'_>, claim: &NonceClaim) -> Result<Reservation, StoreError> {
+    async fn reserve(&self, transaction: &impl GenericClient, claim: &NonceClaim) -> Result<Reservation, StoreError> {
         let step = |e: tokio_postgres::Error| self.error(&e);
-        // One row (the new count) if the nonce was inserted; none on a conflict.
-        let insert_and_count = transaction
-            .prepare_cached(
-                "WITH inserted AS (
-                    INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
-                    ON CONFLICT (nonce) DO NOTHING RETURNING nonce
-                 )
-                 UPDATE replay_counter SET nonce_count = nonce_count + 1
-                 WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count",
-            )
-            .await
-            .map_err(step)?;
-        let select = transaction.prepare_cached("SELECT record FROM nonces WHERE nonce = $1").await.map_err(step)?;
+        let insert_and_count = transaction.prepare_cached(INSERT_AND_COUNT_SQL).await.map_err(step)?;
+        let select = transaction.prepare_cached(SELECT_RECORD_SQL).await.map_err(step)?;
         let expires_at_ms = sql_ms(claim.expires_at_ms);
         let record = encode_record(&claim.record);
-        let mut counted = None;
         for _ in 0..POSTGRES_RESERVE_ATTEMPTS_MAX {
             if let Some(row) = transaction.query_opt(&insert_and_count, &[&claim.nonce, &expires_at_ms, &record]).await.map_err(step)? {
-                counted = Some(row.get::<_, i64>(0));
-                break;
+                return self.within_capacity(transaction, claim, row.get(0)).await;
             }
             if let Some(row) = transaction.query_opt(&select, &[&claim.nonce]).await.map_err(step)? {
                 return Ok(Reservation::AlreadyClaimed(decode_record(row.get(0))?));
             }
         }
-        let Some(mut count) = counted else {
-            return Err(StoreError::Unavailable(format!(
-                "{}: nonce {} kept conflicting and vanishing ({POSTGRES_RESERVE_ATTEMPTS_MAX} attempts); are the instances' clocks far apart?",
-                self.description, claim.nonce
-            )));
-        };
+        Err(self.kept_vanishing(claim))
+    }
+
+    fn kept_vanishing(&self, claim: &NonceClaim) -> StoreError {
+        StoreError::Unavailable(format!(
+            "{}: nonce {} kept conflicting and vanishing ({POSTGRES_RESERVE_ATTEMPTS_MAX} attempts); are the instances' clocks far apart?",
+            self.description, claim.nonce
+        ))
+    }
+
+    /// After the nonce was inserted and counted (`count` now held): over capacity, prunes what is past expiry
+    /// plus grace, and refuses (Full, fail closed) if that is not enough.
+    async fn within_capacity(
+        &self,
+        transaction: &impl GenericClient,
+        claim: &NonceClaim,
+        mut count: i64,
+    ) -> Result<Reservation, StoreError> {
+        let step = |e: tokio_postgres::Error| self.error(&e);
         let capacity = i64::try_from(self.limits.capacity).unwrap_or(i64::MAX);
         if count > capacity {
             if let Some(horizon) = prune_horizon_ms(self.clock.now_ms(), self.limits.retention_grace_ms) {
@@ -269,22 +303,52 @@ impl PostgresStore {
         Ok(Reservation::Inserted)
     }
 
-    /// The body of `claim_and_delete`; returns the outcome and whether to commit.
+    /// The body of `claim_and_delete`: `BEGIN`, the claim, the conflicting record's read and the delete go out
+    /// as one pipeline (in this order, which is the order the server runs them in); then the outcome is decided
+    /// from their answers. Returns the outcome and whether to commit. On a refusal the delete (if it found the
+    /// note) is rolled back with the rest.
     async fn claim_and_delete_in(
         &self,
-        transaction: &Transaction<'_>,
+        transaction: &PipelinedTransaction,
         claim: &NonceClaim,
         note_id: &str,
         workspace: &FileUri,
     ) -> Result<(ClaimAndDelete, bool), StoreError> {
-        match self.reserve(transaction, claim).await? {
+        let step = |e: tokio_postgres::Error| self.error(&e);
+        let client = transaction.client()?;
+        // Cached per connection: preparing costs a round trip only on a connection's first claim.
+        let insert_and_count = client.prepare_cached(INSERT_AND_COUNT_SQL).await.map_err(step)?;
+        let select = client.prepare_cached(SELECT_RECORD_SQL).await.map_err(step)?;
+        let delete = client.prepare_cached(DELETE_NOTE_SQL).await.map_err(step)?;
+        let expires_at_ms = sql_ms(claim.expires_at_ms);
+        let record = encode_record(&claim.record);
+        let claim_parameters: [&(dyn ToSql + Sync); 3] = [&claim.nonce, &expires_at_ms, &record];
+        let nonce_parameter: [&(dyn ToSql + Sync); 1] = [&claim.nonce];
+        let note_parameter: [&(dyn ToSql + Sync); 1] = [&note_id];
+        // `biased`: polled first in this order, so sent in this order.
+        let (begun, inserted, existing, deleted) = tokio::join!(
+            biased;
+            client.batch_execute("BEGIN"),
+            client.query_opt(&insert_and_count, &claim_parameters),
+            client.query_opt(&select, &nonce_parameter),
+            client.query_opt(&delete, &note_parameter),
+        );
+        // The first failure is the cause; the later statements only report the aborted transaction.
+        begun.map_err(step)?;
+        let (inserted, existing, deleted) = (inserted.map_err(step)?, existing.map_err(step)?, deleted.map_err(step)?);
+        let reservation = match (inserted, existing) {
+            (Some(counted), _) => self.within_capacity(client, claim, counted.get(0)).await?,
+            (None, Some(held)) => Reservation::AlreadyClaimed(decode_record(held.get(0))?),
+            // The conflicting nonce was pruned between the two statements (another instance's clock runs
+            // ahead): claim again, one statement at a time.
+            (None, None) => self.reserve(client, claim).await?,
+        };
+        match reservation {
             Reservation::Inserted => {}
             Reservation::AlreadyClaimed(record) => return Ok((ClaimAndDelete::AlreadyClaimed { record }, false)),
             Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
         }
-        let step = |e: tokio_postgres::Error| self.error(&e);
-        let delete = transaction.prepare_cached("DELETE FROM notes WHERE id = $1 RETURNING id, title, uri, body").await.map_err(step)?;
-        let Some(row) = transaction.query_opt(&delete, &[&note_id]).await.map_err(step)? else {
+        let Some(row) = deleted else {
             return Ok((ClaimAndDelete::NoteGone, false));
         };
         let note = Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) };
@@ -318,6 +382,35 @@ impl PostgresStore {
     async fn update_one(&self, sql: &str, first: &str, second: &str) -> Result<bool, StoreError> {
         let client = self.client().await?;
         Ok(client.execute(sql, &[&first, &second]).await.map_err(|e| self.error(&e))? == 1)
+    }
+}
+
+/// A transaction whose `BEGIN` is pipelined with its first statements (tokio-postgres's `Transaction` sends
+/// `BEGIN` and waits for it). Until `finish` has ended it, dropping it (a cancelled request) discards the
+/// connection instead of returning it to the pool inside an open transaction; the server then rolls back.
+struct PipelinedTransaction {
+    client: Option<deadpool_postgres::Client>,
+}
+
+impl PipelinedTransaction {
+    fn client(&self) -> Result<&deadpool_postgres::Client, StoreError> {
+        self.client.as_ref().ok_or_else(|| StoreError::Unavailable("the transaction has already ended".into()))
+    }
+
+    /// Commits or rolls back; the connection goes back to the pool only once that succeeded.
+    async fn finish(mut self, store: &PostgresStore, commit: bool) -> Result<(), StoreError> {
+        let ended = self.client()?.batch_execute(if commit { "COMMIT" } else { "ROLLBACK" }).await;
+        ended.map_err(|e| store.error(&e))?;
+        drop(self.client.take());
+        Ok(())
+    }
+}
+
+impl Drop for PipelinedTransaction {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            drop(deadpool_postgres::Object::take(client));
+        }
     }
 }
 
@@ -385,11 +478,10 @@ impl ReplayStore for PostgresStore {
     }
 
     async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
-        let mut client = self.client().await?;
-        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let transaction = PipelinedTransaction { client: Some(self.client().await?) };
         let decided = self.claim_and_delete_in(&transaction, &claim, note_id, workspace).await;
         let commit = matches!(decided, Ok((_, true)));
-        self.finish(transaction, commit).await?;
+        transaction.finish(self, commit).await?;
         decided.map(|(outcome, _)| outcome)
     }
 }

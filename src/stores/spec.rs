@@ -3,6 +3,7 @@
 
 use crate::handlers::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
 use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
+use crate::stores::database::Durability;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
 use crate::stores::sqlite::SqliteStore;
@@ -144,14 +145,25 @@ impl Stores {
 /// Opens (creating and migrating as needed) the store named by `spec`. A memory store starts empty: seed it
 /// through `admin`.
 pub async fn open(spec: &StoreSpec, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<Stores, StoreError> {
+    open_with_durability(spec, clock, limits, Durability::Durable).await
+}
+
+/// [`open`], choosing when a database store acknowledges commits (see [`Durability`]; a memory store has
+/// nothing to flush and ignores it).
+pub async fn open_with_durability(
+    spec: &StoreSpec,
+    clock: Arc<dyn Clock>,
+    limits: ReplayLimits,
+    durability: Durability,
+) -> Result<Stores, StoreError> {
     match spec {
         StoreSpec::Memory => Ok(Stores::in_memory(Vec::new(), clock, limits)),
         StoreSpec::Sqlite(path) => {
-            let store = Arc::new(SqliteStore::open(path, clock, limits).await?);
+            let store = Arc::new(SqliteStore::open_with_durability(path, clock, limits, durability).await?);
             Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
         }
         StoreSpec::Postgres(target) => {
-            let store = Arc::new(PostgresStore::open((*target.config).clone(), clock, limits).await?);
+            let store = Arc::new(PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?);
             Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
         }
     }

@@ -6,8 +6,10 @@ use crate::support::TestClock;
 use async_trait::async_trait;
 use mcpsim::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note};
 use mcpsim::policy::containment::FileUri;
+use mcpsim::stores::database::Durability;
 use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::{open, SeedReport, StoreSpec, Stores};
+use mcpsim::stores::spec::open_with_durability;
+use mcpsim::stores::{SeedReport, StoreSpec, Stores};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -15,6 +17,11 @@ use std::sync::Arc;
 #[async_trait]
 pub trait StoreKind: Send + Sync {
     async fn fresh(&self) -> StoreSpec;
+
+    /// When the store acknowledges commits; the contract holds either way.
+    fn durability(&self) -> Durability {
+        Durability::Durable
+    }
 }
 
 pub const START_MS: u64 = 1_000;
@@ -48,6 +55,7 @@ pub fn claim(nonce: &str, expires_at_ms: u64, record: Value) -> NonceClaim {
 
 pub struct Opened {
     pub spec: StoreSpec,
+    pub durability: Durability,
     pub stores: Stores,
     pub clock: Arc<TestClock>,
     pub limits: ReplayLimits,
@@ -58,7 +66,7 @@ impl Opened {
     pub async fn another_handle(&self) -> Stores {
         match self.spec {
             StoreSpec::Memory => self.stores.clone(),
-            _ => open(&self.spec, self.clock.clone(), self.limits).await.expect("reopen the store"),
+            _ => open_with_durability(&self.spec, self.clock.clone(), self.limits, self.durability).await.expect("reopen the store"),
         }
     }
 
@@ -76,9 +84,10 @@ pub async fn open_fresh(kind: &dyn StoreKind, capacity: usize) -> Opened {
     let spec = kind.fresh().await;
     let clock = Arc::new(TestClock::at(START_MS));
     let limits = ReplayLimits { capacity, retention_grace_ms: GRACE_MS };
-    let stores = open(&spec, clock.clone(), limits).await.unwrap_or_else(|e| panic!("open {spec}: {e}"));
+    let durability = kind.durability();
+    let stores = open_with_durability(&spec, clock.clone(), limits, durability).await.unwrap_or_else(|e| panic!("open {spec}: {e}"));
     stores.admin.seed(&fixture_notes()).await.expect("seed the fixture");
-    Opened { spec, stores, clock, limits }
+    Opened { spec, durability, stores, clock, limits }
 }
 
 pub async fn claims_once_and_returns_the_record(kind: &dyn StoreKind) {
@@ -302,9 +311,9 @@ pub async fn restart_keeps_everything(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 10).await;
     store.stores.replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await.unwrap();
     store.stores.replay.claim(claim("y", 2_000, declined())).await.unwrap();
-    let Opened { spec, stores, clock, limits } = store;
+    let Opened { spec, durability, stores, clock, limits } = store;
     drop(stores);
-    let reopened = open(&spec, clock.clone(), limits).await.expect("reopen after restart");
+    let reopened = open_with_durability(&spec, clock.clone(), limits, durability).await.expect("reopen after restart");
     assert_eq!(reopened.admin.list().await.unwrap(), fixture_notes()[1..]);
     assert_eq!(reopened.admin.nonce_count().await, Ok(2));
     assert_eq!(

@@ -7,7 +7,7 @@ use crate::race::{processes_race, DATABASE_VARIABLE, SPEC_VARIABLE};
 use crate::support::{create_database, drop_database, postgres_server, TestClock};
 use async_trait::async_trait;
 use mcpsim::handlers::ports::{ClaimOutcome, StoreError};
-use mcpsim::stores::database::{Migration, MigrationReport};
+use mcpsim::stores::database::{Durability, Migration, MigrationReport};
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::postgres::{PostgresStore, POSTGRES_MIGRATIONS};
 use mcpsim::stores::spec::PostgresTarget;
@@ -19,12 +19,18 @@ struct PostgresKind {
     url: String,
     server: PostgresTarget,
     created: Mutex<Vec<String>>,
+    durability: Durability,
 }
 
 impl PostgresKind {
     fn from_environment() -> Option<PostgresKind> {
         let (url, server) = postgres_server()?;
-        Some(PostgresKind { url, server, created: Mutex::new(Vec::new()) })
+        Some(PostgresKind { url, server, created: Mutex::new(Vec::new()), durability: Durability::Durable })
+    }
+
+    fn relaxed_from_environment() -> Option<PostgresKind> {
+        let (url, server) = postgres_server()?;
+        Some(PostgresKind { url, server, created: Mutex::new(Vec::new()), durability: Durability::Relaxed })
     }
 
     async fn fresh_database(&self) -> (String, PostgresTarget) {
@@ -38,6 +44,10 @@ impl PostgresKind {
 impl StoreKind for PostgresKind {
     async fn fresh(&self) -> StoreSpec {
         StoreSpec::Postgres(self.fresh_database().await.1)
+    }
+
+    fn durability(&self) -> Durability {
+        self.durability
     }
 }
 
@@ -63,6 +73,14 @@ impl Drop for PostgresKind {
 
 contract_tests!(PostgresKind::from_environment());
 persistent_contract_tests!(PostgresKind::from_environment());
+
+/// `--durability relaxed` (synchronous_commit=off) changes only when a commit reaches the WAL on disk.
+mod relaxed {
+    use super::*;
+
+    contract_tests!(PostgresKind::relaxed_from_environment());
+    persistent_contract_tests!(PostgresKind::relaxed_from_environment());
+}
 
 fn clock() -> Arc<TestClock> {
     Arc::new(TestClock::at(contract::START_MS))

@@ -6,7 +6,7 @@ use crate::race::{processes_race, SPEC_VARIABLE};
 use crate::support::{unique_name, TempDir, TestClock};
 use async_trait::async_trait;
 use mcpsim::handlers::ports::{ClaimOutcome, ReplayStore, StoreError};
-use mcpsim::stores::database::{Migration, MigrationReport};
+use mcpsim::stores::database::{Durability, Migration, MigrationReport};
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::sqlite::{SqliteStore, SQLITE_MIGRATIONS};
 use mcpsim::stores::{open, StoreAdmin, StoreSpec};
@@ -14,11 +14,16 @@ use std::sync::Arc;
 
 struct SqliteKind {
     directory: TempDir,
+    durability: Durability,
 }
 
 impl SqliteKind {
     fn new() -> SqliteKind {
-        SqliteKind { directory: TempDir::new() }
+        SqliteKind { directory: TempDir::new(), durability: Durability::Durable }
+    }
+
+    fn relaxed() -> SqliteKind {
+        SqliteKind { directory: TempDir::new(), durability: Durability::Relaxed }
     }
 }
 
@@ -27,10 +32,22 @@ impl StoreKind for SqliteKind {
     async fn fresh(&self) -> StoreSpec {
         StoreSpec::Sqlite(self.directory.path().join(format!("{}.db", unique_name("store"))))
     }
+
+    fn durability(&self) -> Durability {
+        self.durability
+    }
 }
 
 contract_tests!(Some(SqliteKind::new()));
 persistent_contract_tests!(Some(SqliteKind::new()));
+
+/// `--durability relaxed` (synchronous=NORMAL) changes only when a commit reaches the disk: the same contract.
+mod relaxed {
+    use super::*;
+
+    contract_tests!(Some(SqliteKind::relaxed()));
+    persistent_contract_tests!(Some(SqliteKind::relaxed()));
+}
 
 fn clock() -> Arc<TestClock> {
     Arc::new(TestClock::at(contract::START_MS))
