@@ -4,7 +4,7 @@
 //! Sequential steps run the network until it is quiet before the next step starts, so they never race;
 //! only a `parallel` block puts several messages in flight at once for the scheduler to interleave.
 
-use super::actors::client::{answer_params, FormAction};
+use super::actors::client::scenario_answer;
 use super::actors::gateway_mutants::GatewayVariant;
 use super::actors::instance::{notes_server_factory, ServiceFactory};
 use super::check::{self, Observed, Property, Violation};
@@ -13,7 +13,7 @@ use super::faults::Fault;
 use super::history::History;
 use super::message::OperationId;
 use super::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
-use super::scenario::model::{Action, AnswerAction, ParallelAction, Request, Scenario, Send};
+use super::scenario::model::{Action, ParallelAction, Request, Scenario, Send};
 use super::scenario::parser::derived_key_secret;
 use super::scheduler::{DecisionLog, Random, Replay, Scheduler, Scripted};
 use super::transcript::{Entry, Transcript};
@@ -562,17 +562,7 @@ impl Runner<'_> {
                         .last_form
                         .ok_or_else(|| format!("{} has not been shown a form yet; say which with `for NAME`", send.client))?,
                 };
-                let operation = self.cluster.history().settled(form);
-                let request = operation.request_value.as_ref().ok_or("the form's request was not JSON")?;
-                let response = operation.response().ok_or("the form's request got no response")?;
-                let action = match &answer.action {
-                    AnswerAction::Accept(content) => FormAction::Accept(content.as_ref().map(|c| c.resolve(&lookup)).transpose()?),
-                    AnswerAction::Decline => FormAction::Decline,
-                    AnswerAction::Cancel => FormAction::Cancel,
-                };
-                let arguments = answer.arguments.as_ref().map(|a| a.resolve(&lookup)).transpose()?;
-                let state = answer.state.as_ref().map(|s| s.resolve(&lookup)).transpose()?;
-                let (method, params) = answer_params(request, response, &action, arguments, state)?;
+                let (method, params) = scenario_answer(answer, self.cluster.history().settled(form), &lookup)?;
                 (method, params, false)
             }
         };

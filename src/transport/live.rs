@@ -25,7 +25,7 @@ use crate::config::Deployment;
 use crate::handlers::notes::DEFAULT_STATE_TTL_MS;
 use crate::handlers::ports::Note;
 use crate::sim::actors::admin::AdminAction;
-use crate::sim::actors::client::{answer_params, Client, FormAction};
+use crate::sim::actors::client::{scenario_answer, Client};
 use crate::sim::check::{self, Observed};
 use crate::sim::history::{History, NoResponse, Operation, Outcome};
 use crate::sim::message::OperationId;
@@ -698,17 +698,7 @@ impl<'a> Player<'a> {
                         .last_form
                         .ok_or_else(|| format!("{} has not been shown a form live; say which with `for NAME`", send.client))?,
                 };
-                let operation = &self.operations[form.0].operation;
-                let request = operation.request_value.as_deref().ok_or("the form's request was not JSON")?;
-                let response = operation.response().ok_or("the form's request got no response")?;
-                let action = match &answer.action {
-                    AnswerAction::Accept(content) => FormAction::Accept(content.as_ref().map(|c| c.resolve(&lookup)).transpose()?),
-                    AnswerAction::Decline => FormAction::Decline,
-                    AnswerAction::Cancel => FormAction::Cancel,
-                };
-                let arguments = answer.arguments.as_ref().map(|a| a.resolve(&lookup)).transpose()?;
-                let state = answer.state.as_ref().map(|s| s.resolve(&lookup)).transpose()?;
-                let (method, params) = answer_params(request, response, &action, arguments, state)?;
+                let (method, params) = scenario_answer(answer, &self.operations[form.0].operation, &lookup)?;
                 (method, params, false)
             }
         };

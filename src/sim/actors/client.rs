@@ -5,7 +5,9 @@
 //! the last form it was shown, so a scenario can say "answer it" without repeating anything. It does not
 //! validate its own answers: the server must, because a client controls everything it sends.
 
+use crate::sim::history::Operation;
 use crate::sim::message::OperationId;
+use crate::sim::scenario::model::{Answer, AnswerAction};
 use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION};
 use crate::wire::PROTOCOL_VERSION;
 use serde_json::{json, Map, Value};
@@ -70,6 +72,26 @@ impl Client {
         let message = Value::Object(message);
         Ok((serde_json::to_vec(&message).expect("a JSON value serializes"), message))
     }
+}
+
+/// The retry a scenario's `answer` step sends for the form `form` was shown: the step's action, its
+/// replacement arguments and state resolved with `lookup`, then [`answer_params`]. The simulator and live mode
+/// both build answers here, so a live answer is byte for byte the simulator's.
+pub fn scenario_answer<'v>(
+    answer: &Answer,
+    form: &Operation,
+    lookup: &dyn Fn(&str) -> Result<&'v Value, String>,
+) -> Result<(String, Value), String> {
+    let request = form.request_value.as_deref().ok_or("the form's request was not JSON")?;
+    let response = form.response().ok_or("the form's request got no response")?;
+    let action = match &answer.action {
+        AnswerAction::Accept(content) => FormAction::Accept(content.as_ref().map(|c| c.resolve(lookup)).transpose()?),
+        AnswerAction::Decline => FormAction::Decline,
+        AnswerAction::Cancel => FormAction::Cancel,
+    };
+    let arguments = answer.arguments.as_ref().map(|a| a.resolve(lookup)).transpose()?;
+    let state = answer.state.as_ref().map(|s| s.resolve(lookup)).transpose()?;
+    answer_params(request, response, &action, arguments, state)
 }
 
 /// The retry that answers a form: the original request's method and params (its `name` and `arguments`),
