@@ -9,7 +9,9 @@
 //! - a live answer that differs from the simulator's fails the run (exit 1), and so does a wrong token;
 //! - an instance declared unlike the fleet (another key) is flagged as a configuration mismatch, and what
 //!   it answered differently, and everything after, is shown but not judged;
-//! - a scenario with more instances than URLs is refused before anything is sent (exit 2), saying so.
+//! - a scenario with more instances than URLs is refused before anything is sent (exit 2), saying so;
+//! - with `--reseed SPEC` every scenario starts from its own notes without a hand re-seed, note admin steps are
+//!   made in the store, and store expectations are read from the store named (failing when it disagrees).
 
 mod e2e_support;
 
@@ -191,6 +193,69 @@ fn a_live_answer_unlike_the_simulators_fails_the_run() {
     let (code, output) = fleet.play("01-lesson-exchange-on-one-instance.sim", &["--token", "alice=not-a-token"]);
     assert_eq!(code, Some(1), "{output}");
     assert!(row(&output, 12).contains("error -32600") && row(&output, 12).ends_with("NO"), "{output}");
+}
+
+#[test]
+fn with_reseed_each_scenario_starts_from_its_notes_and_store_expectations_read_the_store() {
+    let fleet = Fleet::start();
+    // Several scenarios in one run, never re-seeded by hand: each one deletes notes the next one needs.
+    let scenarios: Vec<String> = [
+        "04-accepts-race-for-one-note.sim",
+        "02-retry-lands-on-another-instance.sim",
+        "06-note-deleted-after-the-form-was-shown.sim",
+        "08-decline-then-replayed-accept.sim",
+        "02-retry-lands-on-another-instance.sim",
+    ]
+    .iter()
+    .map(|file| format!("{}/scenarios/{file}", env!("CARGO_MANIFEST_DIR")))
+    .collect();
+    let urls = fleet.urls();
+    let mut args = vec!["run", "--live", &urls, "--reseed", &fleet.store];
+    args.extend(scenarios.iter().map(String::as_str));
+    let (code, stdout, stderr) = run_with_env(&args, &[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("5 of 5 scenario(s) matched the simulator live; 0 step(s) skipped"), "{stdout}");
+    assert!(!stdout.contains(": not evaluated:"), "every store expectation is evaluated:\n{stdout}");
+    assert!(stdout.contains("store: re-seeded sqlite:"), "{stdout}");
+    // Scenario 04's store expectations, held in the fleet's own store.
+    for held in [
+        "   ok    line 25: expect note note-7 absent",
+        "   ok    line 26: expect notes count 6",
+        "   ok    line 27: expect consumed count 1",
+        "   ok    line 28: expect nonce of round1 consumed",
+    ] {
+        assert!(stdout.contains(held), "{held:?} in:\n{stdout}");
+    }
+    // Scenario 06's admin change is made in the store, and compared like any step.
+    let admin = stdout.lines().find(|l| l.contains("admin delete note-7")).unwrap_or_else(|| panic!("no admin row in:\n{stdout}"));
+    assert!(admin.contains("(performed)") && admin.contains("done") && admin.ends_with("yes"), "{admin}");
+    assert!(stdout.contains("   ok    line 25: expect nonce of round1 unused"), "{stdout}");
+    // The second run of 02 starts from the demo's notes again (note-3 restored, its earlier nonce still used).
+    let runs_of_02 = stdout.lines().filter(|l| l.starts_with("02-retry-lands-on-another-instance") && l.ends_with("  ok")).count();
+    assert_eq!(runs_of_02, 2, "{stdout}");
+    assert!(stdout.contains("the 1 nonce(s) consumed before stay consumed"), "the 04 run's nonce is kept:\n{stdout}");
+}
+
+#[test]
+fn store_expectations_fail_when_the_store_disagrees_and_need_a_shared_store() {
+    let fleet = Fleet::start();
+    // Re-seed and read a store the fleet does not use: the fleet deletes note-7 in its own, so the expectations
+    // read from this one fail. They are read, not assumed.
+    let decoy = std::env::temp_dir().join(format!("mcpsim-live-decoy-{}.db", std::process::id()));
+    let decoy_spec = format!("sqlite:{}", decoy.display());
+    let (code, output) = fleet.play("04-accepts-race-for-one-note.sim", &["--reseed", &decoy_spec]);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", decoy.display()));
+    }
+    assert_eq!(code, Some(1), "{output}");
+    assert!(output.contains("   FAIL  line 25: expect note note-7 absent: expected note note-7 absent, it is still there"), "{output}");
+    assert!(output.contains("   FAIL  line 27: expect consumed count 1: expected 1 consumed nonces, found 0"), "{output}");
+    // Every answer still matched: only the store said otherwise.
+    assert!(output.contains("steps 2 match, 0 differ"), "{output}");
+
+    let (code, output) = fleet.play("04-accepts-race-for-one-note.sim", &["--reseed", "memory"]);
+    assert_eq!(code, Some(2), "{output}");
+    assert!(output.contains("a memory store lives inside its `mcpsim serve` process"), "{output}");
 }
 
 #[test]

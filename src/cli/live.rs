@@ -3,10 +3,14 @@
 
 use super::run::RunArgs;
 use crate::sim::scenario::Scenario;
+use crate::stores::memory::ReplayLimits;
+use crate::stores::open;
+use crate::stores::system::SystemClock;
 use crate::transport::http::MCP_PATH;
-use crate::transport::live::{self, ExpectationResult, LiveFleet, LiveReport, Verdict};
+use crate::transport::live::{self, ExpectationResult, LiveFleet, LiveReport, LiveStore, Verdict};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// `--live` values: an `http://` URL; a bare `http://HOST:PORT` gets the MCP path.
 pub fn parse_url(text: &str) -> Result<String, String> {
@@ -40,10 +44,24 @@ pub fn run(args: &RunArgs, scenarios: Vec<(Scenario, String)>, unreadable: &[Str
             return ExitCode::from(1);
         }
     };
+    let store = match &args.reseed {
+        None => None,
+        Some(spec) if !spec.is_shared() => {
+            eprintln!("error: --reseed memory: a memory store lives inside its `mcpsim serve` process; name the fleet's sqlite:PATH or postgres:URL");
+            return ExitCode::from(2);
+        }
+        Some(spec) => match runtime.block_on(open(spec, Arc::new(SystemClock), ReplayLimits::default())) {
+            Ok(stores) => Some(LiveStore { spec: spec.clone(), stores }),
+            Err(error) => {
+                eprintln!("error: --reseed {spec}: cannot open the store: {error}");
+                return ExitCode::from(1);
+            }
+        },
+    };
     let mut stdout = std::io::stdout().lock();
     let mut results: Vec<(String, String, Result<LiveReport, String>)> = Vec::new();
     for (scenario, path) in &scenarios {
-        let result = runtime.block_on(live::run_live(scenario, &fleet, args.seed)).map_err(|e| e.to_string());
+        let result = runtime.block_on(live::run_live(scenario, &fleet, args.seed, store.as_ref())).map_err(|e| e.to_string());
         if let Ok(report) = &result {
             let _ = writeln!(stdout, "{}", live::render(report));
         }
@@ -51,6 +69,11 @@ pub fn run(args: &RunArgs, scenarios: Vec<(Scenario, String)>, unreadable: &[Str
     }
     let _ = write!(stdout, "{}", table(&results, unreadable));
     let _ = stdout.flush();
+    if let Some(store) = &store {
+        if let Err(error) = runtime.block_on(store.stores.admin.close()) {
+            eprintln!("warning: closing the store {}: {error}", store.spec);
+        }
+    }
     let refused = results.iter().any(|(_, _, r)| r.is_err());
     if !unreadable.is_empty() || refused {
         ExitCode::from(2)

@@ -8,6 +8,7 @@ use crate::sim::library;
 use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
 use crate::sim::scenario::{self, Scenario};
 use crate::sim::transcript::Format;
+use crate::stores::StoreSpec;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -34,9 +35,14 @@ Examples:
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
-processes or keys (admin, advance, crash, restart, rotate, retire) are reported SKIPPED; answers after such a
-step are shown but not compared; store expectations are not evaluated. Each scenario changes the fleet's
-store: re-seed it (`mcpsim seed`) before a scenario that expects the demo's notes.")]
+processes or keys (advance, crash, restart, rotate, retire, admin revoke) are reported SKIPPED; answers after
+such a step are shown but not compared. Each scenario changes the fleet's store: with --reseed SPEC (the fleet's
+own --store) it is re-seeded with each scenario's notes before the scenario, `admin delete|move|rename` steps are
+made in it, and the scenario's store expectations (note, notes count, consumed, nonce of) are read from it;
+without it those steps are skipped, those expectations are reported not evaluated, and the store must be
+re-seeded by hand (`mcpsim seed`) between scenarios.
+
+  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp --reseed sqlite:./fleet.db scenarios/")]
 pub struct RunArgs {
     /// Scenario files (.sim) or folders of them. Default: ./scenarios, or the embedded library if there is none.
     pub paths: Vec<PathBuf>,
@@ -65,6 +71,12 @@ pub struct RunArgs {
     /// Expectations are shown but not judged; the properties, liveness included, are.
     #[arg(long, value_name = "LIST", value_delimiter = ',', conflicts_with = "live")]
     pub faults: Vec<String>,
+    /// With --live: the fleet's store (sqlite:PATH | postgres:URL, as given to its `serve --store`). Before each
+    /// scenario it is re-seeded with exactly the scenario's notes (other notes removed; consumed confirmations
+    /// kept), and the scenario's store expectations are evaluated against it. For test fleets only: it deletes
+    /// notes. Also read from MCPSIM_RESEED_STORE (keeps a database password out of the process list).
+    #[arg(long, value_name = "SPEC", requires = "live", env = "MCPSIM_RESEED_STORE", hide_env_values = true)]
+    pub reseed: Option<StoreSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

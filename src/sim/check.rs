@@ -26,6 +26,7 @@ use super::message::OperationId;
 use super::scenario::model::{AnswerCheck, Expectation, Targets};
 use super::scenario::template::{at, follow, preview};
 use crate::handlers::notes::TOOL_NOTES_DELETE;
+use crate::handlers::ports::Note;
 use crate::policy::authorization::Authorizations;
 use crate::policy::containment::FileUri;
 use crate::policy::state::StateClaims;
@@ -135,31 +136,11 @@ pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<()
                 }
             }
         }
-        Expectation::NotePresent { id, present } => {
-            let found = observed.notes.snapshot().iter().any(|note| &note.id == id);
-            match (found, present) {
-                (true, true) | (false, false) => Ok(()),
-                (false, true) => Err(format!("expected note {id} present, it is gone")),
-                (true, false) => Err(format!("expected note {id} absent, it is still there")),
-            }
-        }
-        Expectation::NotesCount(expected) => {
-            let notes = observed.notes.snapshot();
-            if notes.len() == *expected {
-                Ok(())
-            } else {
-                let ids: Vec<&str> = notes.iter().map(|n| n.id.as_str()).collect();
-                Err(format!("expected {expected} notes, found {}: {}", notes.len(), ids.join(" ")))
-            }
-        }
+        Expectation::NotePresent { id, present } => note_present(&observed.notes.snapshot(), id, *present),
+        Expectation::NotesCount(expected) => notes_count(&observed.notes.snapshot(), *expected),
         Expectation::ConsumedCount(expected) => {
-            let consumed = observed.replay.consumed();
-            if consumed.len() == *expected {
-                Ok(())
-            } else {
-                let records: Vec<String> = consumed.iter().map(|(_, record)| record.to_string()).collect();
-                Err(format!("expected {expected} consumed nonces, found {}: {}", consumed.len(), records.join(" ")))
-            }
+            let records: Vec<String> = observed.replay.consumed().iter().map(|(_, record)| record.to_string()).collect();
+            consumed_count(records.len(), *expected, &records.join(" "))
         }
         Expectation::ExportsCount(expected) => {
             if observed.exports.len() == *expected {
@@ -171,25 +152,67 @@ pub fn evaluate(expectation: &Expectation, observed: &Observed<'_>) -> Result<()
             }
         }
         Expectation::Nonce { answer, record } => {
-            let id = observed.answers.get(answer).ok_or_else(|| format!("no answer is named {answer}"))?;
-            let operation = observed.history.settled(*id);
-            let state = operation
-                .response()
-                .and_then(|r| at(r, &["result", "requestState"]))
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("{answer} carries no requestState (it was {})", describe(operation)))?;
-            let claims = peek_claims(state).ok_or_else(|| format!("{answer}'s requestState cannot be read"))?;
-            let actual = observed.replay.record(&claims.nonce);
+            let nonce = nonce_of(answer, observed.answers, observed.history)?;
             let expected = record.as_ref().map(|t| t.resolve(observed.lookup)).transpose()?;
-            match (&expected, &actual) {
-                (None, None) => Ok(()),
-                (Some(expected), Some(actual)) if expected == actual => Ok(()),
-                (None, Some(actual)) => Err(format!("expected the nonce of {answer} unused, it was consumed: {actual}")),
-                (Some(expected), None) => Err(format!("expected the nonce of {answer} consumed with {expected}, it is unused")),
-                (Some(expected), Some(actual)) => {
-                    Err(format!("expected the nonce of {answer} consumed with {expected}, it was consumed with {actual}"))
-                }
-            }
+            nonce_record(answer, expected.as_ref(), observed.replay.record(&nonce).as_ref())
+        }
+    }
+}
+
+// The store expectations, on what a store holds: the simulator reads its memory stores, live mode a real one.
+
+/// `expect note ID present|absent`.
+pub fn note_present(notes: &[Note], id: &str, present: bool) -> Result<(), String> {
+    let found = notes.iter().any(|note| note.id == id);
+    match (found, present) {
+        (true, true) | (false, false) => Ok(()),
+        (false, true) => Err(format!("expected note {id} present, it is gone")),
+        (true, false) => Err(format!("expected note {id} absent, it is still there")),
+    }
+}
+
+/// `expect notes count N`.
+pub fn notes_count(notes: &[Note], expected: usize) -> Result<(), String> {
+    if notes.len() == expected {
+        Ok(())
+    } else {
+        let ids: Vec<&str> = notes.iter().map(|n| n.id.as_str()).collect();
+        Err(format!("expected {expected} notes, found {}: {}", notes.len(), ids.join(" ")))
+    }
+}
+
+/// `expect consumed N`: `found` consumed nonces, described by `listing`.
+pub fn consumed_count(found: usize, expected: usize, listing: &str) -> Result<(), String> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(format!("expected {expected} consumed nonces, found {found}: {listing}"))
+    }
+}
+
+/// The nonce sealed in the `requestState` of the answer named `answer`.
+pub fn nonce_of(answer: &str, answers: &BTreeMap<String, OperationId>, history: &History) -> Result<String, String> {
+    let id = answers.get(answer).ok_or_else(|| format!("no answer is named {answer}"))?;
+    // A request the client retried (a fault) is judged by its answered attempt.
+    let operation = history.settled(*id);
+    let state = operation
+        .response()
+        .and_then(|r| at(r, &["result", "requestState"]))
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{answer} carries no requestState (it was {})", describe(operation)))?;
+    let claims = peek_claims(state).ok_or_else(|| format!("{answer}'s requestState cannot be read"))?;
+    Ok(claims.nonce)
+}
+
+/// `expect nonce of ANSWER unused|consumed RECORD`: `expected` None for unused; `actual` the stored record.
+pub fn nonce_record(answer: &str, expected: Option<&Value>, actual: Option<&Value>) -> Result<(), String> {
+    match (expected, actual) {
+        (None, None) => Ok(()),
+        (Some(expected), Some(actual)) if expected == actual => Ok(()),
+        (None, Some(actual)) => Err(format!("expected the nonce of {answer} unused, it was consumed: {actual}")),
+        (Some(expected), None) => Err(format!("expected the nonce of {answer} consumed with {expected}, it is unused")),
+        (Some(expected), Some(actual)) => {
+            Err(format!("expected the nonce of {answer} consumed with {expected}, it was consumed with {actual}"))
         }
     }
 }

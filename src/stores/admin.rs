@@ -71,6 +71,40 @@ pub trait StoreAdmin: Send + Sync {
     }
 }
 
+/// What [`reseed`] changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReseedReport {
+    pub seed: SeedReport,
+    /// Notes the seed does not mention, removed.
+    pub removed: usize,
+}
+
+impl std::fmt::Display for ReseedReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seed = &self.seed;
+        write!(
+            f,
+            "{} inserted, {} restored, {} already as seeded, {} other notes removed",
+            seed.inserted, seed.updated, seed.unchanged, self.removed
+        )
+    }
+}
+
+/// Leaves exactly `notes` in the store, in their order: the seed (`mcpsim seed`'s, idempotent), then every
+/// other note removed. Consumed nonces are never touched: a confirmation used before stays used. For a test
+/// fleet between scenarios (`mcpsim run --live --reseed`); servers may keep serving meanwhile.
+pub async fn reseed(admin: &dyn StoreAdmin, notes: &[Note]) -> Result<ReseedReport, StoreError> {
+    let seed = admin.seed(notes).await?;
+    let wanted: BTreeSet<&str> = notes.iter().map(|note| note.id.as_str()).collect();
+    let mut removed = 0;
+    for note in admin.list().await? {
+        if !wanted.contains(note.id.as_str()) && admin.remove(&note.id).await? {
+            removed += 1;
+        }
+    }
+    Ok(ReseedReport { seed, removed })
+}
+
 /// The listing a seed must produce: the seeded notes in order (later duplicates replacing content), then
 /// every other current note in its current order.
 pub(crate) fn seeded_listing(current: &[Note], seed: &[Note]) -> Vec<Note> {

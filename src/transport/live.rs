@@ -10,16 +10,21 @@
 //! [`PARITY_SEEDS_MAX`] consecutive seeds; later steps are compared with a run that raced the way the fleet did.
 //!
 //! What cannot be done from outside a fleet is never silently passed:
-//! * **Skipped steps**: `admin …`, `advance`, crash triggers, `rotate`, `retire` (they need the store, the
-//!   clock or the key ring of the servers). A plain `crash I` marks `I` down until `restart I`: requests the
+//! * **Skipped steps**: `admin …` (note changes are made in the store when live mode has it), `advance`, crash
+//!   triggers, `rotate`, `retire` (they need the store, the clock or the key ring of the servers). A plain `crash I` marks `I` down until `restart I`: requests the
 //!   scenario sends to it meanwhile are skipped (the live instance is still up, so they would be answered).
 //! * **Not compared**: once a step that changes the world has been skipped (or a request that was not
 //!   comparable went differently live), later answers may legitimately differ from the simulator's; they are
 //!   shown, not judged. The same holds for requests to an instance
 //!   whose declared configuration (keys, clock offset) differs from the fleet's one shared key ring and wall
 //!   clock, and for every request of a scenario that declares its own store bounds, notes or principals.
-//! * **Not evaluated**: expectations on the stores (`note`, `notes count`, `consumed`, `nonce of`), which live
-//!   mode does not open, and answer expectations that refer to an answer that was skipped or not compared.
+//! * **Not evaluated**: expectations on the stores (`note`, `notes count`, `consumed`, `nonce of`) unless live
+//!   mode was given the fleet's store ([`LiveStore`], `--reseed SPEC`), and even then once anything that may
+//!   change the store went unjudged; answer expectations that refer to an answer that was skipped or not compared.
+//!
+//! With the fleet's store, each scenario starts from its own notes (the simulator's starting notes, seeded and
+//! nothing else), and its store expectations are read from the real store: notes as they are, consumed nonces
+//! counted from the scenario's start (consumed confirmations are never erased, so earlier runs stay replay-safe).
 
 use crate::config::Deployment;
 use crate::handlers::notes::DEFAULT_STATE_TTL_MS;
@@ -32,8 +37,10 @@ use crate::sim::message::OperationId;
 use crate::sim::runner::{self, RunOptions};
 use crate::sim::scenario::model::{Action, AnswerAction, AnswerCheck, Expectation, ParallelAction, Request, Scenario, Send, Targets};
 use crate::sim::scenario::template::{at, Template};
+use crate::stores::admin::reseed;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use crate::stores::system::SystemClock;
+use crate::stores::{StoreSpec, Stores};
 use crate::wire::headers::named_target_field;
 use crate::wire::meta::KEY_PROTOCOL_VERSION;
 use serde_json::Value;
@@ -104,6 +111,8 @@ pub struct LiveReport {
     pub mapping: Vec<(String, String)>,
     /// Where the scenario's declared configuration differs from what a fleet is.
     pub configuration_notes: Vec<String>,
+    /// What was done to the fleet's store before the scenario (with `--reseed`).
+    pub store_notes: Vec<String>,
     pub rows: Vec<ParityRow>,
     pub expectations: Vec<(usize, String, ExpectationResult)>,
     /// About the simulator side (a scenario that fails in the simulator compares against a failing run).
@@ -137,6 +146,22 @@ pub enum LiveError {
     NoToken { scenario: String, client: String, principal: String },
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    #[error("{scenario}: cannot re-seed the store {store}: {reason}")]
+    Reseed { scenario: String, store: String, reason: String },
+}
+
+/// The fleet's own store, opened by live mode (`--reseed SPEC`): re-seeded with each scenario's notes before
+/// it runs, and read to evaluate its store expectations.
+#[derive(Clone)]
+pub struct LiveStore {
+    pub spec: StoreSpec,
+    pub stores: Stores,
+}
+
+/// The store of one scenario's run: where it is, and the nonces it held when the scenario started.
+struct ScenarioStore<'a> {
+    store: &'a LiveStore,
+    nonces_before: u64,
 }
 
 /// A message ready to send: the exact bytes, the JSON they encode, whether it is a notification, and the
@@ -157,7 +182,10 @@ struct LiveOperation {
 }
 
 /// Plays `scenario` against `fleet` and compares each step with the simulator run of the same `seed`.
-pub async fn run_live(scenario: &Scenario, fleet: &LiveFleet, seed: u64) -> Result<LiveReport, LiveError> {
+///
+/// With `store` (the fleet's own), the store is first re-seeded with exactly the scenario's starting notes, and
+/// store expectations are evaluated against it.
+pub async fn run_live(scenario: &Scenario, fleet: &LiveFleet, seed: u64, store: Option<&LiveStore>) -> Result<LiveReport, LiveError> {
     let instances = &scenario.cluster.instances;
     if instances.len() > fleet.urls.len() {
         let names: Vec<&str> = instances.iter().map(|i| i.name.as_str()).collect();
@@ -193,7 +221,24 @@ pub async fn run_live(scenario: &Scenario, fleet: &LiveFleet, seed: u64) -> Resu
         let other = seed.wrapping_add(offset);
         runs.push((other, runner::run(scenario, &quiet(other)).history));
     }
-    let mut player = Player::new(scenario, fleet, http);
+    let mut store_notes = Vec::new();
+    let scenario_store = match store {
+        None => None,
+        Some(store) => {
+            let failed = |reason: String| LiveError::Reseed { scenario: scenario.name.clone(), store: store.spec.to_string(), reason };
+            // The notes the simulator starts from: the demo's (with `use demo`) and the scenario's own.
+            let notes = runner::cluster_setup(scenario, &quiet(seed)).notes;
+            let report = reseed(&*store.stores.admin, &notes).await.map_err(|e| failed(e.to_string()))?;
+            let nonces_before = store.stores.admin.nonce_count().await.map_err(|e| failed(e.to_string()))?;
+            store_notes.push(format!(
+                "re-seeded {} with the scenario's {} note(s): {report}; the {nonces_before} nonce(s) consumed before stay consumed",
+                store.spec,
+                notes.len()
+            ));
+            Some(ScenarioStore { store, nonces_before })
+        }
+    };
+    let mut player = Player::new(scenario, fleet, http, scenario_store);
     player.play(&runs).await;
     let mapping = instances.iter().zip(&fleet.urls).map(|(i, url)| (i.name.clone(), url.clone())).collect();
     Ok(LiveReport {
@@ -201,6 +246,7 @@ pub async fn run_live(scenario: &Scenario, fleet: &LiveFleet, seed: u64) -> Resu
         seed,
         mapping,
         configuration_notes: player.global_mismatch.iter().chain(player.instance_mismatch.values()).cloned().collect(),
+        store_notes,
         simulator_notes: simulated
             .failures
             .iter()
@@ -236,13 +282,15 @@ struct Player<'a> {
     errors: Vec<String>,
     /// Races that went live as the simulator's did under another seed.
     interleaving_notes: Vec<String>,
-    /// Stand-ins for `Observed`: never read, because store expectations are not evaluated live.
+    /// Stand-ins for `Observed`'s simulator stores: answer expectations never read them.
     empty_notes: Arc<MemoryNoteStore>,
     empty_replay: MemoryReplayStore,
+    /// The fleet's store, when live mode has it.
+    store: Option<ScenarioStore<'a>>,
 }
 
 impl<'a> Player<'a> {
-    fn new(scenario: &'a Scenario, fleet: &'a LiveFleet, http: reqwest::Client) -> Player<'a> {
+    fn new(scenario: &'a Scenario, fleet: &'a LiveFleet, http: reqwest::Client, store: Option<ScenarioStore<'a>>) -> Player<'a> {
         let spec = &scenario.cluster;
         let clients = spec.clients.iter().map(|c| Client::new(&c.name, &c.principal, c.capabilities.clone())).collect();
         let empty_notes = Arc::new(MemoryNoteStore::new(Vec::<Note>::new()));
@@ -266,6 +314,7 @@ impl<'a> Player<'a> {
             interleaving_notes: Vec::new(),
             empty_notes,
             empty_replay,
+            store,
         };
         player.find_configuration_mismatches();
         player
@@ -294,8 +343,12 @@ impl<'a> Player<'a> {
         if !spec.use_demo {
             self.global_mismatch.push("the scenario does not `use demo`: the fleet holds whatever it was seeded with".into());
         }
-        if !spec.notes.is_empty() || !spec.principals.is_empty() {
-            self.global_mismatch.push("the scenario declares its own notes or principals; the fleet has its seeded deployment".into());
+        if !spec.notes.is_empty() && self.store.is_none() {
+            self.global_mismatch
+                .push("the scenario declares its own notes; the fleet holds what it was seeded with (pass --reseed to seed them)".into());
+        }
+        if !spec.principals.is_empty() {
+            self.global_mismatch.push("the scenario declares its own principals; the fleet has its deployment's".into());
         }
         if spec.replay_capacity.is_some() || spec.replay_grace_ms.is_some() {
             self.global_mismatch.push("the scenario declares replay-store bounds; the fleet's store has its own".into());
@@ -378,7 +431,7 @@ impl<'a> Player<'a> {
                     let has_admin = sends.len() < items.len();
                     if has_admin {
                         // The admin change races the clients in the simulator; live it cannot happen at all.
-                        self.skip(line, text, "its admin change needs the store, which live mode does not open", true);
+                        self.skip(line, text, "its admin change races the clients, which live mode cannot arrange", true);
                         for send in sends {
                             self.skip_answer(send, "its parallel block contains an admin change");
                         }
@@ -389,7 +442,13 @@ impl<'a> Player<'a> {
                 Action::Admin(AdminAction::Revoke { .. }) => {
                     self.skip(line, text, "a revocation changes the servers' configuration (edit --config and restart them)", true)
                 }
-                Action::Admin(_) => self.skip(line, text, "admin changes need the store, which live mode does not open", true),
+                Action::Admin(
+                    action @ (AdminAction::DeleteNote { .. } | AdminAction::MoveNote { .. } | AdminAction::RenameNote { .. }),
+                ) if self.store.is_some() => self.admin_on_store(line, text, action).await,
+                Action::Admin(AdminAction::DeleteNote { .. } | AdminAction::MoveNote { .. } | AdminAction::RenameNote { .. }) => {
+                    self.skip(line, text, "admin changes need the store; pass --reseed SPEC (the fleet's --store) to make them live", true)
+                }
+                Action::Admin(_) => self.skip(line, text, "this admin change needs the simulator's gateway world", true),
                 Action::Advance { .. } => self.skip(line, text, "the fleet runs on the wall clock, which cannot be advanced", true),
                 Action::Crash { instance, trigger: None } => {
                     self.down.insert(instance.clone());
@@ -411,7 +470,7 @@ impl<'a> Player<'a> {
                     self.skip(line, text, "key rotation needs the servers' key ring (restart them with a new --key-file)", true)
                 }
                 Action::Expect(expectation) => {
-                    let result = self.evaluate(expectation);
+                    let result = self.evaluate(expectation).await;
                     self.expectations.push((line, text.to_string(), result));
                 }
             }
@@ -706,7 +765,7 @@ impl<'a> Player<'a> {
         Ok(Message { bytes, value: Some(value), notification, headers })
     }
 
-    fn evaluate(&self, expectation: &Expectation) -> ExpectationResult {
+    async fn evaluate(&self, expectation: &Expectation) -> ExpectationResult {
         let (names, templates): (Vec<&String>, Vec<&Template>) = match expectation {
             Expectation::Answer { targets, check } => {
                 let names = match targets {
@@ -719,7 +778,12 @@ impl<'a> Player<'a> {
                 };
                 (names, templates)
             }
-            _ => return ExpectationResult::NotEvaluated("it reads the store, which live mode does not open".into()),
+            Expectation::ExportsCount(_) => {
+                return ExpectationResult::NotEvaluated(
+                    "exports are recorded inside the gateway's backends, which live mode cannot read".into(),
+                )
+            }
+            store_expectation => return self.evaluate_on_store(store_expectation).await,
         };
         let referenced: Vec<&String> = templates.iter().flat_map(|t| t.references()).map(|r| &r.name).collect();
         for name in names.iter().copied().chain(referenced) {
@@ -741,6 +805,100 @@ impl<'a> Player<'a> {
             lookup: &lookup,
         };
         match check::evaluate(expectation, &observed) {
+            Ok(()) => ExpectationResult::Held,
+            Err(why) => ExpectationResult::Failed(why),
+        }
+    }
+}
+
+impl Player<'_> {
+    /// Why the live store may hold something else than the simulator's at this point, if it may.
+    fn store_divergence(&self) -> Option<String> {
+        if let Some(why) = &self.diverged_since {
+            return Some(format!("after {why}"));
+        }
+        if let Some(why) = self.global_mismatch.first() {
+            return Some(format!("configuration: {why}"));
+        }
+        // A request whose answer was not judged may have changed the store differently live.
+        self.operations.iter().find_map(|o| o.not_compared.as_ref()).map(|why| format!("a request before it was not compared ({why})"))
+    }
+
+    /// An admin change to a note, made in the fleet's store behind the servers' backs, as the simulator's
+    /// admin makes it in its store.
+    async fn admin_on_store(&mut self, line: usize, text: &str, action: &AdminAction) {
+        let Some(ScenarioStore { store, .. }) = &self.store else { return };
+        let (admin, spec) = (store.stores.admin.clone(), store.spec.to_string());
+        let (note_id, done) = match action {
+            AdminAction::DeleteNote { note_id } => (note_id, admin.remove(note_id).await),
+            AdminAction::MoveNote { note_id, uri } => (note_id, admin.move_to(note_id, uri).await),
+            AdminAction::RenameNote { note_id, title } => (note_id, admin.rename(note_id, title).await),
+            _ => return,
+        };
+        let (live, verdict) = match done {
+            Ok(true) => match self.store_divergence() {
+                Some(why) => ("done".to_string(), Verdict::NotCompared(why)),
+                None => ("done".to_string(), Verdict::Match),
+            },
+            Ok(false) => {
+                let why = format!("the store held no note {note_id}");
+                if self.diverged_since.is_none() {
+                    self.diverged_since = Some(format!("line {line} ({text}): {why}"));
+                }
+                (format!("no note {note_id}"), Verdict::NotCompared(why))
+            }
+            Err(error) => {
+                self.errors.push(format!("line {line}: {text}: the store {spec} failed: {error}"));
+                if self.diverged_since.is_none() {
+                    self.diverged_since = Some(format!("line {line} ({text}) failed"));
+                }
+                ("store failed".to_string(), Verdict::NotCompared("the store failed".into()))
+            }
+        };
+        self.rows.push(ParityRow { line, statement: text.to_string(), simulator: "(performed)".into(), live, verdict });
+    }
+
+    /// A store expectation (`note`, `notes count`, `consumed`, `nonce of`), read from the fleet's store.
+    async fn evaluate_on_store(&self, expectation: &Expectation) -> ExpectationResult {
+        let Some(ScenarioStore { store, nonces_before }) = &self.store else {
+            return ExpectationResult::NotEvaluated(
+                "it reads the store; pass --reseed SPEC (the fleet's --store) to re-seed it and evaluate this".into(),
+            );
+        };
+        if let Some(why) = self.store_divergence() {
+            return ExpectationResult::NotEvaluated(format!("the store may differ from the simulator's: {why}"));
+        }
+        if let Expectation::Nonce { answer, .. } = expectation {
+            if let Some(why) = self.skipped_answers.get(answer) {
+                return ExpectationResult::NotEvaluated(format!("{answer} was not sent live ({why})"));
+            }
+        }
+        let admin = &store.stores.admin;
+        let unreadable = |error: crate::handlers::ports::StoreError| format!("cannot read the store {}: {error}", store.spec);
+        let checked: Result<(), String> = async {
+            match expectation {
+                Expectation::NotePresent { id, present } => check::note_present(&admin.list().await.map_err(unreadable)?, id, *present),
+                Expectation::NotesCount(expected) => check::notes_count(&admin.list().await.map_err(unreadable)?, *expected),
+                Expectation::ConsumedCount(expected) => {
+                    let now = admin.nonce_count().await.map_err(unreadable)?;
+                    let consumed = usize::try_from(now.saturating_sub(*nonces_before)).unwrap_or(usize::MAX);
+                    check::consumed_count(consumed, *expected, &format!("{now} held now, {nonces_before} when the scenario started"))
+                }
+                Expectation::Nonce { answer, record } => {
+                    let history =
+                        History { operations: self.operations.iter().map(|o| o.operation.clone()).collect(), ..History::default() };
+                    let nonce = check::nonce_of(answer, &self.answers, &history)?;
+                    let lookup = |n: &str| self.lookup(n);
+                    let expected = record.as_ref().map(|t| t.resolve(&lookup)).transpose()?;
+                    let actual = admin.nonce_record(&nonce).await.map_err(unreadable)?;
+                    check::nonce_record(answer, expected.as_ref(), actual.as_ref())
+                }
+                // Routed elsewhere by `evaluate`; never judged here.
+                Expectation::Answer { .. } | Expectation::ExportsCount(_) => Ok(()),
+            }
+        }
+        .await;
+        match checked {
             Ok(()) => ExpectationResult::Held,
             Err(why) => ExpectationResult::Failed(why),
         }
@@ -857,6 +1015,9 @@ pub fn render(report: &LiveReport) -> String {
     let mut out = String::new();
     let mapping: Vec<String> = report.mapping.iter().map(|(name, url)| format!("{name}={url}")).collect();
     let _ = writeln!(out, "# mcpsim live: {}  seed {}  {}", report.scenario, report.seed, mapping.join("  "));
+    for note in &report.store_notes {
+        let _ = writeln!(out, "store: {note}");
+    }
     for note in &report.configuration_notes {
         let _ = writeln!(out, "configuration mismatch: {note}");
     }
@@ -944,11 +1105,11 @@ mod tests {
         let text = "use demo\ninstance i1\ninstance i2\nclient alice principal alice\n";
         let scenario = crate::sim::scenario::parse("x.sim", "x", text).unwrap();
         let fleet = LiveFleet::with_demo_tokens(vec!["http://127.0.0.1:9/mcp".into()], BTreeMap::new());
-        let error = run_live(&scenario, &fleet, 1).await.expect_err("refused");
+        let error = run_live(&scenario, &fleet, 1, None).await.expect_err("refused");
         assert!(error.to_string().contains("declares 2 instance(s) (i1, i2) but --live names 1 URL(s)"), "{error}");
         let text = "use demo\ninstance i1\nprincipal carol workspaces \"file:///c\"\nclient carol principal carol\n";
         let scenario = crate::sim::scenario::parse("y.sim", "y", text).unwrap();
-        let error = run_live(&scenario, &fleet, 1).await.expect_err("refused");
+        let error = run_live(&scenario, &fleet, 1, None).await.expect_err("refused");
         assert!(error.to_string().contains("--token carol=TOKEN"), "{error}");
     }
 }
