@@ -12,10 +12,9 @@
 //!    transaction rolls back and the note is as it was.
 //! 3. Commit. Every refusal (gone, outside, full, conflict) rolls back instead, so nothing is consumed.
 //!
-//! Round trips are what a claim costs beyond the commit's WAL flush, so `claim_and_delete` sends `BEGIN`, the
-//! claim, the conflicting record's read and the delete in one pipeline (one round trip; the server still runs
-//! them one after the other, each seeing the previous one's effects), decides, and then sends `COMMIT` or
-//! `ROLLBACK`: two round trips where sequential statements took four.
+//! Steps 1 and 2 are one statement (data-modifying CTEs), sent in one pipeline with `BEGIN`; the decision is
+//! then `COMMIT` or `ROLLBACK`: two round trips and three statements where one statement per step took four
+//! and four. (A conflict, the rare case, costs one more statement to read the holder's record.)
 
 use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
@@ -49,6 +48,22 @@ const INSERT_AND_COUNT_SQL: &str = "WITH inserted AS (
     )
     UPDATE replay_counter SET nonce_count = nonce_count + 1
     WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count";
+/// Claims the nonce, counts it and deletes the note, in one statement (one row back): the count and the deleted
+/// note, both NULL on a conflict; the note NULL if it is gone. Locks are taken in the order nonce, counter,
+/// note (the delete needs the count first), as the step-by-step path takes them.
+const CLAIM_AND_DELETE_SQL: &str = "WITH inserted AS (
+        INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
+        ON CONFLICT (nonce) DO NOTHING RETURNING nonce
+    ),
+    counted AS (
+        UPDATE replay_counter SET nonce_count = nonce_count + 1
+        WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count
+    ),
+    deleted AS (
+        DELETE FROM notes WHERE id = $4 AND EXISTS (SELECT 1 FROM counted) RETURNING id, title, uri, body
+    )
+    SELECT counted.nonce_count, deleted.id, deleted.title, deleted.uri, deleted.body
+    FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN deleted ON true";
 const SELECT_RECORD_SQL: &str = "SELECT record FROM nonces WHERE nonce = $1";
 const DELETE_NOTE_SQL: &str = "DELETE FROM notes WHERE id = $1 RETURNING id, title, uri, body";
 /// Serializes schema migration across processes starting at once (an arbitrary constant: "mcpsim" + 1).
@@ -303,10 +318,9 @@ impl PostgresStore {
         Ok(Reservation::Inserted)
     }
 
-    /// The body of `claim_and_delete`: `BEGIN`, the claim, the conflicting record's read and the delete go out
-    /// as one pipeline (in this order, which is the order the server runs them in); then the outcome is decided
-    /// from their answers. Returns the outcome and whether to commit. On a refusal the delete (if it found the
-    /// note) is rolled back with the rest.
+    /// The body of `claim_and_delete`: `BEGIN` and one statement that claims the nonce, counts it and deletes
+    /// the note go out as one pipeline; then the outcome is decided from its one row. Returns the outcome and
+    /// whether to commit. On a refusal the delete (if it found the note) is rolled back with the rest.
     async fn claim_and_delete_in(
         &self,
         transaction: &PipelinedTransaction,
@@ -317,46 +331,59 @@ impl PostgresStore {
         let step = |e: tokio_postgres::Error| self.error(&e);
         let client = transaction.client()?;
         // Cached per connection: preparing costs a round trip only on a connection's first claim.
-        let insert_and_count = client.prepare_cached(INSERT_AND_COUNT_SQL).await.map_err(step)?;
-        let select = client.prepare_cached(SELECT_RECORD_SQL).await.map_err(step)?;
-        let delete = client.prepare_cached(DELETE_NOTE_SQL).await.map_err(step)?;
+        let claim_and_delete = client.prepare_cached(CLAIM_AND_DELETE_SQL).await.map_err(step)?;
         let expires_at_ms = sql_ms(claim.expires_at_ms);
         let record = encode_record(&claim.record);
-        let claim_parameters: [&(dyn ToSql + Sync); 3] = [&claim.nonce, &expires_at_ms, &record];
-        let nonce_parameter: [&(dyn ToSql + Sync); 1] = [&claim.nonce];
-        let note_parameter: [&(dyn ToSql + Sync); 1] = [&note_id];
+        let parameters: [&(dyn ToSql + Sync); 4] = [&claim.nonce, &expires_at_ms, &record, &note_id];
         // `biased`: polled first in this order, so sent in this order.
-        let (begun, inserted, existing, deleted) = tokio::join!(
-            biased;
-            client.batch_execute("BEGIN"),
-            client.query_opt(&insert_and_count, &claim_parameters),
-            client.query_opt(&select, &nonce_parameter),
-            client.query_opt(&delete, &note_parameter),
-        );
-        // The first failure is the cause; the later statements only report the aborted transaction.
+        let (begun, claimed) = tokio::join!(biased; client.batch_execute("BEGIN"), client.query_one(&claim_and_delete, &parameters));
+        // A failed BEGIN is the cause; the statement then only reports it.
         begun.map_err(step)?;
-        let (inserted, existing, deleted) = (inserted.map_err(step)?, existing.map_err(step)?, deleted.map_err(step)?);
-        let reservation = match (inserted, existing) {
-            (Some(counted), _) => self.within_capacity(client, claim, counted.get(0)).await?,
-            (None, Some(held)) => Reservation::AlreadyClaimed(decode_record(held.get(0))?),
-            // The conflicting nonce was pruned between the two statements (another instance's clock runs
-            // ahead): claim again, one statement at a time.
-            (None, None) => self.reserve(client, claim).await?,
+        let row = claimed.map_err(step)?;
+        let (counted, deleted): (Option<i64>, Option<String>) = (row.get(0), row.get(1));
+        let reservation = match counted {
+            Some(count) => self.within_capacity(client, claim, count).await?,
+            None => {
+                // A conflict: the nonce is held (this statement waited for its holder to commit), and nothing was
+                // deleted. A new statement sees the committed record.
+                let select = client.prepare_cached(SELECT_RECORD_SQL).await.map_err(step)?;
+                match client.query_opt(&select, &[&claim.nonce]).await.map_err(step)? {
+                    Some(held) => Reservation::AlreadyClaimed(decode_record(held.get(0))?),
+                    // Pruned in between (another instance's clock runs ahead): claim again, then delete, one
+                    // statement at a time.
+                    None => return self.claim_then_delete(client, claim, note_id, workspace).await,
+                }
+            }
         };
         match reservation {
             Reservation::Inserted => {}
             Reservation::AlreadyClaimed(record) => return Ok((ClaimAndDelete::AlreadyClaimed { record }, false)),
             Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
         }
-        let Some(row) = deleted else {
+        let Some(id) = deleted else {
             return Ok((ClaimAndDelete::NoteGone, false));
         };
-        let note = Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) };
-        if !still_inside(workspace, &note.uri) {
-            // Rolled back by the caller: the note stays, the nonce is released.
-            return Ok((ClaimAndDelete::NoteOutsideWorkspace, false));
+        decide_deleted(Note { id, title: row.get(2), uri: row.get(3), body: row.get(4) }, workspace)
+    }
+
+    /// `claim_and_delete`'s slow path, one statement at a time inside the open transaction.
+    async fn claim_then_delete(
+        &self,
+        client: &deadpool_postgres::Client,
+        claim: &NonceClaim,
+        note_id: &str,
+        workspace: &FileUri,
+    ) -> Result<(ClaimAndDelete, bool), StoreError> {
+        match self.reserve(client, claim).await? {
+            Reservation::Inserted => {}
+            Reservation::AlreadyClaimed(record) => return Ok((ClaimAndDelete::AlreadyClaimed { record }, false)),
+            Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
         }
-        Ok((ClaimAndDelete::Deleted(note), true))
+        let delete = client.prepare_cached(DELETE_NOTE_SQL).await.map_err(|e| self.error(&e))?;
+        match client.query_opt(&delete, &[&note_id]).await.map_err(|e| self.error(&e))? {
+            None => Ok((ClaimAndDelete::NoteGone, false)),
+            Some(row) => decide_deleted(Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) }, workspace),
+        }
     }
 
     async fn list_in(&self, client: &impl GenericClient) -> Result<Vec<Note>, StoreError> {
@@ -411,6 +438,16 @@ impl Drop for PipelinedTransaction {
         if let Some(client) = self.client.take() {
             drop(deadpool_postgres::Object::take(client));
         }
+    }
+}
+
+/// A claimed note, deleted inside the transaction: commit if its live URI is still inside the workspace;
+/// otherwise roll back, and the note stays and the nonce is released.
+fn decide_deleted(note: Note, workspace: &FileUri) -> Result<(ClaimAndDelete, bool), StoreError> {
+    if still_inside(workspace, &note.uri) {
+        Ok((ClaimAndDelete::Deleted(note), true))
+    } else {
+        Ok((ClaimAndDelete::NoteOutsideWorkspace, false))
     }
 }
 
