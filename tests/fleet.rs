@@ -470,6 +470,16 @@ fn seed_and_fleet_options_say_what_they_did_and_what_to_do() {
     assert!(stderr.contains("--key-file") && stderr.contains("/nonexistent/keys.toml"), "{stderr}");
     let (code, stderr) = run_to_exit(&["serve", "--stdio", "--instances", "2"]);
     assert_eq!(code, Some(2), "{stderr}");
+    // --durability is a database store's; a mistyped mode lists the real ones.
+    let (code, stderr) = run_to_exit(&["serve", "--http", "127.0.0.1:0", "--durability", "relaxed"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--durability applies to a sqlite: or postgres: store"), "{stderr}");
+    let (code, stderr) = run_to_exit(&["serve", "--http", "127.0.0.1:0", "--store", &store, "--durability", "fast"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("durable | relaxed"), "{stderr}");
+    let (status, logs) = HttpServer::start(&["--store", &store, "--durability", "relaxed"]).terminate_with_stderr();
+    assert!(status.success());
+    assert!(logs.join("\n").contains("(relaxed commits)"), "the start-up line says which: {logs:?}");
     let (code, stderr) = run_to_exit(&["serve", "--http", "127.0.0.1:65535", "--instances", "2"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("past port 65535"), "{stderr}");
