@@ -7,7 +7,8 @@
 //! re-check its containment, delete it, commit; any refusal rolls the whole transaction back, so a refused
 //! delete consumes nothing.
 //!
-//! rusqlite blocks, so every operation runs on tokio's blocking pool with a pooled connection; at most
+//! rusqlite blocks, so every operation runs where blocking is allowed (in place via `block_in_place` on the
+//! multi-threaded runtime, on the blocking pool otherwise) with a pooled connection; at most
 //! [`SQLITE_CONNECTIONS_MAX`] operations of one process run at once, the rest wait their turn. Writers of one
 //! process go one at a time (they would serialize on the file's lock anyway), so only one per process polls
 //! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
@@ -38,7 +39,7 @@ pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
 pub const SQLITE_BUSY_SLEEP_STEP_US: u64 = 50;
 pub const SQLITE_BUSY_SLEEP_MAX_US: u64 = 1_000;
 /// Connections (and blocking threads) one process uses at most. Writers serialize on the file's lock anyway;
-/// this bounds readers and the blocking pool under load.
+/// this bounds readers and the threads blocked in SQLite under load.
 pub const SQLITE_CONNECTIONS_MAX: usize = 8;
 
 /// The schema, oldest first. Never edit a released step: add a new one.
@@ -176,7 +177,7 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Runs `operation` on the blocking pool with a pooled connection.
+    /// Runs `operation` with a pooled connection, where blocking is allowed.
     async fn run<T, F>(&self, access: Access, operation: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
