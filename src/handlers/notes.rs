@@ -225,9 +225,12 @@ impl NotesServer {
             _ => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses.delete_choice must be an object")),
         };
         match answer.get("action").and_then(Value::as_str) {
+            // A cancel reads no store, so it cannot know whether the confirmation was used meanwhile (a lost
+            // answer); it says only what it knows, and how to find out the rest.
             Some("cancel") => Ok(self.outcome(
                 json!({ "deleted": false, "outcome": "cancelled" }),
-                "Nothing was deleted: the form was dismissed. The same confirmation can be answered until it expires.",
+                "This answer deleted nothing: the form was dismissed, which uses nothing up. The confirmation can be answered \
+                 until it expires; if it was already used, that answer reports what it did.",
             )),
             Some("decline") => self.decline(&claims).await,
             Some("accept") => {

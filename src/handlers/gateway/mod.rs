@@ -474,7 +474,8 @@ impl Gateway {
                 draft.decision = Decision::Cancelled;
                 Ok(self.outcome(
                     json!({ "executed": false, "outcome": "cancelled" }),
-                    "Nothing ran: the confirmation was dismissed. The same confirmation can be answered until it expires.",
+                    "This answer ran nothing: the confirmation was dismissed, which uses nothing up. It can be answered until it \
+                     expires; if it was already used, that answer reports what it did.",
                 ))
             }
             Some("decline") => {
