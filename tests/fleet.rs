@@ -479,7 +479,10 @@ fn seed_and_fleet_options_say_what_they_did_and_what_to_do() {
     assert!(stderr.contains("durable | relaxed"), "{stderr}");
     let (status, logs) = HttpServer::start(&["--store", &store, "--durability", "relaxed"]).terminate_with_stderr();
     assert!(status.success());
-    assert!(logs.join("\n").contains("(relaxed commits)"), "the start-up line says which: {logs:?}");
+    assert!(
+        logs.join("\n").contains("(relaxed commits: synchronous=NORMAL)"),
+        "the start-up line says which, as SQLite reports it: {logs:?}"
+    );
     let (code, stderr) = run_to_exit(&["serve", "--http", "127.0.0.1:65535", "--instances", "2"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("past port 65535"), "{stderr}");

@@ -476,8 +476,14 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Resu
     }
     let tokens = deployment.tokens();
     let principals: Vec<&str> = tokens.values().map(String::as_str).collect();
+    // What the database itself says about commits, not an echo of the flag.
+    let commits = match stores.admin.commit_setting().await {
+        Ok(setting) if store.is_shared() => format!(" ({durability} commits: {setting})"),
+        Ok(_) => String::new(),
+        Err(error) => format!(" ({durability} commits; the database did not say how: {error})"),
+    };
     let summary = format!(
-        "notes server; store: {} ({durability} commits), {note_count} notes; principals with tokens: {}; {keys}; requestState lives {} s",
+        "notes server; store: {}{commits}, {note_count} notes; principals with tokens: {}; {keys}; requestState lives {} s",
         stores.admin.describe(),
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
         state_ttl_secs.unwrap_or(deployment.state_ttl_secs)

@@ -62,6 +62,11 @@ pub trait StoreAdmin: Send + Sync {
     async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError>;
     /// What this store is, for logs and reports; never contains a password.
     fn describe(&self) -> String;
+    /// When the database acknowledges this store's commits, read back from it (SQLite's `synchronous`,
+    /// PostgreSQL's `synchronous_commit` of a pooled session): evidence of `--durability`, not an echo of it.
+    async fn commit_setting(&self) -> Result<String, StoreError> {
+        Ok("in memory: nothing is written to disk".into())
+    }
     /// Releases the store's connections at shutdown. Operations after it fail with `StoreError::Unavailable`;
     /// an operation still running finishes (its connection is closed when it returns). Nothing is lost: every
     /// committed change is already durable, and an uncommitted one rolls back as it would on a crash.

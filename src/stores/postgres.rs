@@ -575,6 +575,12 @@ impl StoreAdmin for PostgresStore {
         self.update_one("UPDATE notes SET title = $2 WHERE id = $1", id, title).await
     }
 
+    async fn commit_setting(&self) -> Result<String, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_one("SHOW synchronous_commit", &[]).await.map_err(|e| self.error(&e))?;
+        Ok(format!("synchronous_commit={}", row.get::<_, String>(0)))
+    }
+
     async fn nonce_count(&self) -> Result<u64, StoreError> {
         let client = self.client().await?;
         // One statement, one snapshot: the table and the counter are compared as of the same moment.

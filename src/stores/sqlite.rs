@@ -526,6 +526,21 @@ impl StoreAdmin for SqliteStore {
         .await
     }
 
+    async fn commit_setting(&self) -> Result<String, StoreError> {
+        self.run(Access::Read, |connection, _| {
+            let level: i64 = connection.query_row("PRAGMA synchronous", [], |row| row.get(0))?;
+            let name = match level {
+                0 => "OFF",
+                1 => "NORMAL",
+                2 => "FULL",
+                3 => "EXTRA",
+                _ => "unknown",
+            };
+            Ok(format!("synchronous={name}"))
+        })
+        .await
+    }
+
     async fn nonce_count(&self) -> Result<u64, StoreError> {
         self.run(Access::Read, |connection, _| {
             let transaction = connection.transaction()?;

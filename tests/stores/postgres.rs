@@ -86,6 +86,18 @@ fn clock() -> Arc<TestClock> {
     Arc::new(TestClock::at(contract::START_MS))
 }
 
+/// `--durability` reaches the server: the store's pooled sessions report the synchronous_commit it set.
+#[tokio::test]
+async fn durability_is_what_the_server_reports() {
+    let Some(kind) = PostgresKind::from_environment() else { return };
+    for (durability, expected) in [(Durability::Durable, "synchronous_commit=on"), (Durability::Relaxed, "synchronous_commit=off")] {
+        let (_, target) = kind.fresh_database().await;
+        let store =
+            PostgresStore::open_with_durability(target.config().clone(), clock(), ReplayLimits::default(), durability).await.unwrap();
+        assert_eq!(store.commit_setting().await.unwrap(), expected, "{durability:?}");
+    }
+}
+
 const SECOND_STEP: Migration = Migration { version: 2, description: "a later step", sql: "CREATE TABLE later_step (x BIGINT);" };
 
 #[tokio::test]

@@ -49,6 +49,17 @@ mod relaxed {
     persistent_contract_tests!(Some(SqliteKind::relaxed()));
 }
 
+/// `--durability` reaches the database: each pooled session reports the synchronous level it was opened with.
+#[tokio::test]
+async fn durability_is_what_the_database_reports() {
+    let directory = TempDir::new();
+    for (durability, expected) in [(Durability::Durable, "synchronous=FULL"), (Durability::Relaxed, "synchronous=NORMAL")] {
+        let path = directory.path().join(format!("{}.db", unique_name("durability")));
+        let store = SqliteStore::open_with_durability(&path, clock(), ReplayLimits::default(), durability).await.unwrap();
+        assert_eq!(store.commit_setting().await.unwrap(), expected, "{durability:?}");
+    }
+}
+
 fn clock() -> Arc<TestClock> {
     Arc::new(TestClock::at(contract::START_MS))
 }
