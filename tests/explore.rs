@@ -221,3 +221,45 @@ fn mutants_are_caught_with_faults_on_and_liveness_needs_them() {
     assert!(with.not_live_runs > 0 && with.unsafe_runs == 0, "{with:?}");
     assert_eq!(with.properties_broken, [mcpsim::sim::check::Property::Liveness]);
 }
+
+/// The clock-skew fault draws within ± the replay store's grace because that is the design's tolerance, and
+/// the bound is tight: an instance running further behind than the grace still accepts a state whose nonce
+/// the replay store has already forgotten (pruned at expiry + grace by its own clock), and one confirmation
+/// deletes twice. Within the grace the same attack is refused.
+#[test]
+fn clock_skew_beyond_the_replay_grace_breaks_at_most_once_and_within_it_holds() {
+    use mcpsim::sim::check::Property;
+    use mcpsim::sim::runner::{self, FailureKind, RunOptions};
+    let scenario_with = |skew: &str| {
+        let text = format!(
+            "use demo\n\
+             key k1\n\
+             instance i1 keys k1\n\
+             instance i2 keys k1 clock {skew}\n\
+             client alice principal alice\n\
+             state-ttl 5m\n\
+             replay capacity 1 grace 60s\n\
+             let delete_tps = {{\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}}\n\
+             send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": $delete_tps}} as first\n\
+             answer alice -> i1 accept {{\"note_id\": \"note-7\", \"confirm\": true}} for first as used\n\
+             advance 361s\n\
+             # Another confirmation needs the one slot: the first nonce, past expiry + grace by the store's clock, is\n\
+             # pruned; its note is gone, so its own claim is released and the slot is free again.\n\
+             send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": $delete_tps}} as second\n\
+             admin delete note-14\n\
+             answer alice -> i1 accept {{\"note_id\": \"note-14\", \"confirm\": true}} for second as frees\n\
+             # The first form again, on the instance whose clock is behind: another of its candidates.\n\
+             answer alice -> i2 accept {{\"note_id\": \"note-3\", \"confirm\": true}} for first as replayed\n"
+        );
+        mcpsim::sim::scenario::parse("inline", "skew-beyond-grace", &text).unwrap()
+    };
+    let options = RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(1) };
+    let beyond = runner::run(&scenario_with("-90s"), &options);
+    assert!(!beyond.failures.is_empty(), "90 s behind, 60 s grace: the replay must be caught");
+    assert!(beyond.failures.iter().all(|f| f.kind == FailureKind::Property(Property::AtMostOnce)), "{:?}", beyond.failures);
+    assert!(beyond.failures.iter().any(|f| f.message.contains("deleted 2 times: note-7, note-3")), "{:?}", beyond.failures);
+    let within = runner::run(&scenario_with("-50s"), &options);
+    assert!(within.passed(), "50 s behind, 60 s grace: {:?}", within.failures);
+    let replayed = within.history.operations.last().unwrap().response().unwrap();
+    assert_eq!(replayed["error"]["data"]["reason"], "state_expired", "{replayed}");
+}
