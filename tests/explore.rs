@@ -263,3 +263,27 @@ fn clock_skew_beyond_the_replay_grace_breaks_at_most_once_and_within_it_holds() 
     let replayed = within.history.operations.last().unwrap().response().unwrap();
     assert_eq!(replayed["error"]["data"]["reason"], "state_expired", "{replayed}");
 }
+
+/// Liveness promises an answer once faults stop; an instance the scenario stops for good is not a fault that
+/// stops. A request with no live instance left to retry on is given up, said so, and not held against the
+/// server; with another instance up, the retry goes there and is answered.
+#[test]
+fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
+    use mcpsim::sim::runner::{self, RunOptions};
+    use mcpsim::sim::transcript::Format;
+    let scenario_with = |instances: &str| {
+        let text = format!(
+            "use demo\nkey k1\n{instances}client alice principal alice\n\
+             crash i1\n\
+             send alice -> i1 tools/list {{}} as listed\n"
+        );
+        mcpsim::sim::scenario::parse("inline", "crashed-for-good", &text).unwrap()
+    };
+    let options = RunOptions { check_statelessness: false, faults: Some(Vec::new()), ..RunOptions::seeded(1) };
+    let alone = runner::run(&scenario_with("instance i1 keys k1\n"), &options);
+    assert!(alone.passed(), "{:?}", alone.failures);
+    assert!(alone.transcript.render(Format::Text).contains("no live instance to retry on; gives up"));
+    let pair = runner::run(&scenario_with("instance i1 keys k1\ninstance i2 keys k1\n"), &options);
+    assert!(pair.passed(), "{:?}", pair.failures);
+    assert!(pair.history.settled(mcpsim::sim::message::OperationId(0)).response().is_some(), "the retry on i2 is answered");
+}

@@ -408,7 +408,7 @@ fn honest_outcome(history: &History, sent: &[Option<StateClaims>], violations: &
 fn liveness(history: &History, violations: &mut Vec<Violation>) {
     for operation in &history.operations {
         let first = operation.id;
-        if history.attempts.contains_key(&first) || operation.notification {
+        if history.attempts.contains_key(&first) || operation.notification || history.stranded.contains(&first) {
             continue;
         }
         let attempts = history.attempts_of(first).len();

@@ -816,6 +816,13 @@ impl Cluster {
         let Some(sent) = self.sent_request(first) else { return };
         let failed_instance = self.instances.iter().position(|i| i.name == self.history.operations[failed.0].instance).unwrap_or(0);
         let target = self.next_instance_like(failed_instance);
+        if !self.instances[target].up {
+            // Every instance of its kind is down for good (a scenario's crash without restart): not a fault
+            // that stops, so there is nothing to wait for.
+            self.event(client, format!("{why} for request id {request_id}: no live instance to retry on; gives up"));
+            self.history.stranded.insert(first);
+            return;
+        }
         let text = format!(
             "{why} for request id {request_id}: retries it on {} after {RETRY_TIMEOUT_MS}ms (retry {number} of at most {RETRIES_MAX})",
             self.instances[target].name

@@ -8,7 +8,7 @@ use super::message::OperationId;
 use crate::handlers::ports::Note;
 use crate::policy::authorization::Authorizations;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Default)]
@@ -23,6 +23,9 @@ pub struct History {
     /// Whether clients retried lost requests (faults on): only then can every request be expected to get an
     /// answer, which the liveness property judges.
     pub clients_retry: bool,
+    /// First attempts whose client found no live instance of the kind to retry on (the scenario stopped them
+    /// all for good): liveness promises nothing for them.
+    pub stranded: BTreeSet<OperationId>,
 }
 
 /// How an operation relates to the client request it repeats.
