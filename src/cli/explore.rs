@@ -195,7 +195,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let on_progress = |done: u64, violations: u64| {
         if let Some(bar) = &bar {
             bar.set_position(done);
-            bar.set_message(format!("{violations} violating"));
+            bar.set_message(format!("{violations} failing"));
         }
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());

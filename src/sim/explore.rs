@@ -154,11 +154,12 @@ fn run_options(scenario: &Scenario, options: &RunOptions, faulty: bool) -> (usiz
     }
 }
 
-/// Progress as runs finish: (schedules done, runs that broke a property so far). Called from any thread.
+/// Progress as runs finish: (schedules done, runs so far that broke a property, safety or liveness, or without
+/// faults an expectation). Called from any thread.
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
-/// Explores `seeds` with `jobs` threads. `stop_at_first_unsafe` ends each thread's chunk at its first
-/// violation (used to measure schedules to the first violation; the merged answer stays the lowest seed).
+/// Explores `seeds` with `jobs` threads (faults on when `faults` is not empty). Each thread runs a contiguous
+/// chunk of seeds; the results are merged in seed order, so the answer is the same for any number of jobs.
 pub fn explore(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,
@@ -175,17 +176,17 @@ pub fn explore(
     let count = last - first + 1;
     let jobs = (jobs.clamp(1, JOBS_MAX) as u64).min(count);
     let done = AtomicU64::new(0);
-    let unsafe_so_far = AtomicU64::new(0);
+    let failing_so_far = AtomicU64::new(0);
     let chunk = count.div_ceil(jobs);
     let run_chunk = |start: u64, end: u64| -> Vec<(u64, usize, SeedOutcome)> {
         let mut results = Vec::new();
         for seed in start..=end {
             let (deliveries, outcome) = run_seed_with(scenario, &server, seed, faults);
-            if matches!(outcome, SeedOutcome::Unsafe(_)) {
-                unsafe_so_far.fetch_add(1, Ordering::Relaxed);
+            if matches!(outcome, SeedOutcome::Unsafe(_) | SeedOutcome::NotLive(_)) {
+                failing_so_far.fetch_add(1, Ordering::Relaxed);
             }
             let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-            progress(finished, unsafe_so_far.load(Ordering::Relaxed));
+            progress(finished, failing_so_far.load(Ordering::Relaxed));
             results.push((seed, deliveries, outcome));
         }
         results
