@@ -287,3 +287,67 @@ fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
     assert!(pair.passed(), "{:?}", pair.failures);
     assert!(pair.history.settled(mcpsim::sim::message::OperationId(0)).response().is_some(), "the retry on i2 is answered");
 }
+
+/// Found in review, kept fixed: a crash fault on the only instance of its kind restarts it before its client
+/// retries (the request is not given up, so liveness judges it and a liveness mutant is caught); a crash fault
+/// on an instance the scenario already stopped leaves it down; a retry fails over only to an instance of the
+/// same deployment (same keys), never to one deliberately given other keys.
+#[test]
+fn crash_faults_restart_before_the_retry_and_retries_stay_within_the_deployment() {
+    use mcpsim::sim::runner::{self, RunOptions};
+    use mcpsim::sim::transcript::Format;
+    let mutant = mutants::find("claim-without-outcome").unwrap();
+    let alone = mutants::scenario_named("01-lesson-exchange-on-one-instance.sim").unwrap();
+    let found = explore::explore(&alone, &mutant.factory(), 1..=300, 2, &[FaultKind::Crash], &|_, _| {});
+    assert!(found.not_live_runs > 0, "caught on one instance with crashes alone: {found:?}");
+    let real = explore::explore(&alone, &notes_server_factory(), 1..=300, 2, &[FaultKind::Crash], &|_, _| {});
+    assert_eq!((real.unsafe_runs, real.not_live_runs, real.crashed_runs), (0, 0, 0), "{real:?}");
+    let run = |file: &str, seed: u64, kinds: &[FaultKind]| {
+        let scenario = mutants::scenario_named(file).unwrap();
+        let faults = Some(explore::fault_plan(&scenario, seed, kinds));
+        let report = runner::run(&scenario, &RunOptions { check_statelessness: false, faults, ..RunOptions::seeded(seed) });
+        assert!(report.passed(), "{file} seed {seed}: {:?}", report.failures);
+        report.transcript.render(Format::Text)
+    };
+    let stopped = run("03-retry-after-the-first-instance-crashed.sim", 1, &[FaultKind::Crash]);
+    assert!(stopped.contains("crash: already down (stays down)"), "{stopped}");
+    // Scenario 15's i3 signs with another key: alice's lost answer from i2 is retried on i1, not on i3.
+    let misconfigured = run("15-misconfigured-instance-key.sim", 24, &[FaultKind::Drop]);
+    assert!(misconfigured.contains("for request id 3: retries it on i1"), "{misconfigured}");
+}
+
+/// Liveness also asks that a client learn what its own request did: a server that answers the retry of a
+/// used confirmation with a refusal that hides the outcome (here: as if the state were forged) deletes once
+/// and never tells. No safety property sees it; liveness, with clients retrying after lost answers, does.
+#[test]
+fn a_retry_that_never_learns_its_own_deletion_breaks_liveness() {
+    use mcpsim::handlers::RequestContext;
+    use mcpsim::wire::RpcError;
+    use serde_json::Value;
+    struct HidesTheOutcome(Arc<dyn Service>);
+    #[async_trait::async_trait]
+    impl Service for HidesTheOutcome {
+        fn has_method(&self, method: &str) -> bool {
+            self.0.has_method(method)
+        }
+        async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
+            self.0.call(context, method, params).await.map_err(|mut error| {
+                if let Some(Value::Object(data)) = &mut error.data {
+                    if data.get("reason").and_then(Value::as_str) == Some("state_consumed") {
+                        data.clear();
+                        data.insert("reason".into(), "state_signature".into());
+                    }
+                }
+                error
+            })
+        }
+    }
+    let real = notes_server_factory();
+    let factory: ServiceFactory = Arc::new(move |parts: InstanceParts| -> Arc<dyn Service> { Arc::new(HidesTheOutcome(real(parts))) });
+    let scenario = mutants::scenario_named("02-retry-lands-on-another-instance.sim").unwrap();
+    let found = explore::explore(&scenario, &factory, 1..=200, 2, &[FaultKind::Drop], &|_, _| {});
+    assert_eq!(found.unsafe_runs, 0, "{found:?}");
+    assert!(found.not_live_runs > 0, "{found:?}");
+    let (_, failures) = found.first_not_live.unwrap();
+    assert!(failures.iter().any(|f| f.message.contains("but its client never learned it")), "{failures:?}");
+}

@@ -43,7 +43,7 @@ Faults (--faults crash,drop,... or --faults all), each drawn per seed and record
   clock-skew  an instance's clock runs ahead or behind, within the replay store's grace period
   rotate-key  every instance starts signing with a new key mid-flow (old states still verify)
 With faults on, clients retry a lost request (and one answered \"in progress\") with the same bytes on the
-next instance, after a timeout; the properties are judged, liveness included, and expectations are not
+next instance of the same deployment, after a timeout; the properties are judged, liveness included, and expectations are not
 (a retry may take the flow another way than the scenario wrote).
 
 SCENARIO is a .sim file, or the name of a library scenario (`04-accepts-race-for-one-note`) or of a zoo

@@ -155,7 +155,16 @@ pub fn run(args: RunArgs) -> ExitCode {
         let summary = run_seeds(item, &args, &faults, format, &mut stdout);
         summaries.push(summary);
     }
-    let table = render_table(&summaries, &unreadable);
+    // What the reproduction needs besides the file and the seed.
+    let mut flags = String::new();
+    if matches!(args.scheduler, SchedulerArg::Scripted) {
+        flags.push_str(" --scheduler scripted");
+    }
+    if !faults.is_empty() {
+        let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
+        flags.push_str(&format!(" --faults {}", kinds.join(",")));
+    }
+    let table = render_table(&summaries, &unreadable, &flags);
     if table_to_stderr {
         eprint!("{table}");
     } else {
@@ -285,7 +294,7 @@ fn scenario_files(folder: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-fn render_table(summaries: &[Summary], unreadable: &[String]) -> String {
+fn render_table(summaries: &[Summary], unreadable: &[String], flags: &str) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let width = summaries.iter().map(|s| s.name.len()).max().unwrap_or(8).max(8);
@@ -308,7 +317,7 @@ fn render_table(summaries: &[Summary], unreadable: &[String]) -> String {
         for failure in &report.failures {
             let _ = writeln!(out, "  {}", failure.to_string().replace('\n', "\n  "));
         }
-        let _ = writeln!(out, "  reproduce: mcpsim run {} --seed {} --format text", summary.path, report.seed);
+        let _ = writeln!(out, "  reproduce: mcpsim run {} --seed {}{flags} --format text", summary.path, report.seed);
     }
     for problem in unreadable {
         let _ = writeln!(out, "\nerror: {problem}");

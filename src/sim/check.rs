@@ -411,21 +411,45 @@ fn liveness(history: &History, violations: &mut Vec<Violation>) {
         if history.attempts.contains_key(&first) || operation.notification || history.stranded.contains(&first) {
             continue;
         }
-        let attempts = history.attempts_of(first).len();
+        let attempt_count = history.attempts_of(first).len();
         let settled = history.settled(first);
         let Some(response) = settled.response() else {
             violations.push(Violation {
                 property: Property::Liveness,
-                message: format!("{} got no answer in {attempts} attempt(s), though faults had stopped", label(history, Some(first))),
+                message: format!("{} got no answer in {attempt_count} attempt(s), though faults had stopped", label(history, Some(first))),
             });
             continue;
         };
+        // A deletion this request's own attempts made must reach its client: the last answer reports it,
+        // directly or as the outcome of the used confirmation (an expired state is the one excuse: the design
+        // promises the recovery only while the state lives).
+        let attempts = history.attempts_of(first);
+        let deleted: Vec<&str> = history
+            .effects
+            .iter()
+            .filter(|e| e.operation.is_some_and(|id| attempts.contains(&id)))
+            .filter_map(|e| if let EffectKind::NoteDeleted { note, .. } = &e.kind { Some(note.id.as_str()) } else { None })
+            .collect();
+        let expired = at(response, &["error", "data", "reason"]).and_then(Value::as_str) == Some("state_expired");
+        if !deleted.is_empty() && !expired && !matches!(reported(response), Some(Reported::Deletion(_))) {
+            violations.push(Violation {
+                property: Property::Liveness,
+                message: format!(
+                    "{} deleted {} but its client never learned it: the last of its {} attempt(s) was answered {}",
+                    label(history, Some(first)),
+                    deleted.join(", "),
+                    attempts.len(),
+                    preview(response)
+                ),
+            });
+            continue;
+        }
         if matches!(reported(response), Some(Reported::Consumed(Some(previous))) if previous.get("outcome").and_then(Value::as_str) == Some("in_progress"))
         {
             violations.push(Violation {
                 property: Property::Liveness,
                 message: format!(
-                    "{}'s confirmation was still \"in progress\" after {attempts} attempt(s): its outcome never settled",
+                    "{}: its confirmation was still \"in progress\" after {attempt_count} attempt(s); its outcome never settled",
                     label(history, Some(first))
                 ),
             });

@@ -437,6 +437,10 @@ impl Cluster {
 
     /// Stops an instance: its tasks are dropped, and every envelope to or from it is lost.
     pub fn crash(&mut self, index: usize) {
+        self.crash_then(index, false)
+    }
+
+    fn crash_then(&mut self, index: usize, restart: bool) {
         let actor = self.instance_actor(index);
         if !self.instances[index].up {
             self.event(Some(actor), "crash: already down".into());
@@ -464,6 +468,9 @@ impl Cluster {
             let reason = format!("{} crashed", self.names[actor]);
             self.record_drop(&envelope, reason);
             lost.extend(client_operation(&envelope));
+        }
+        if restart {
+            self.restart(index);
         }
         for operation in lost {
             self.lost(operation, "no answer (the instance crashed)");
@@ -702,8 +709,11 @@ impl Cluster {
             self.record_fault(&fault, next);
             match fault {
                 Fault::Crash { instance, .. } => {
-                    self.crash(instance);
-                    self.restart(instance);
+                    if self.instances[instance].up {
+                        self.crash_then(instance, true);
+                    } else {
+                        self.event(Some(instance), "crash: already down (stays down)".into());
+                    }
                 }
                 Fault::RotateKey { key_id, .. } => {
                     let every: Vec<usize> = (0..self.instances.len()).collect();
@@ -834,14 +844,16 @@ impl Cluster {
         }
     }
 
-    /// The live instance after `index` (cyclically) of the same kind (gateway or notes server), where a
-    /// client fails over to; `index` itself when it is the only one.
+    /// Where a client fails over to: the live instance after `index` (cyclically) of the same deployment — the
+    /// same kind and the same keys — as a load balancer in front of one deployment would pick; `index` itself
+    /// when it is the only one. An instance deliberately given other keys is never a retry target; clocks
+    /// may differ (skew is a fault of its own).
     fn next_instance_like(&self, index: usize) -> usize {
         let count = self.instances.len();
-        (1..=count)
-            .map(|step| (index + step) % count)
-            .find(|&other| self.instances[other].up && self.is_gateway[other] == self.is_gateway[index])
-            .unwrap_or(index)
+        let alike = |other: usize| {
+            self.is_gateway[other] == self.is_gateway[index] && self.instances[other].key_ring == self.instances[index].key_ring
+        };
+        (1..=count).map(|step| (index + step) % count).find(|&other| self.instances[other].up && alike(other)).unwrap_or(index)
     }
 
     /// Delivers one envelope chosen by the scheduler. Returns false when nothing is in flight.

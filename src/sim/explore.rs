@@ -131,6 +131,10 @@ fn run_options(scenario: &Scenario, options: &RunOptions, faulty: bool) -> (usiz
     match panic::catch_unwind(AssertUnwindSafe(|| runner::run(scenario, options))) {
         Ok(report) => {
             let mut failures = report.failures;
+            // A stopped simulation is the simulator's failure, never a held run, with faults or without.
+            if let Some(stopped) = failures.iter().find(|f| f.kind == FailureKind::Simulation) {
+                return (report.deliveries, SeedOutcome::Crashed(stopped.to_string()));
+            }
             if faulty {
                 failures.retain(|f| property_of(f).is_some());
             }

@@ -13,7 +13,7 @@
 //!
 //! Under faults, clients retry: a request lost to a drop or a crash, or answered "in progress" while its
 //! confirmation's claim is still pending, is sent again with the same bytes (same state) to the next
-//! instance of the same configuration, after the network has gone quiet (a client's timeout). Each request
+//! instance of the same deployment (same kind, same keys), after the network has gone quiet (a client's timeout). Each request
 //! has a bounded retry budget larger than the number of faults a plan can hold, so once the faults stop
 //! every request can get an answer: that is what the liveness property judges.
 
@@ -123,7 +123,7 @@ pub enum Fault {
     /// The message between a client and an instance chosen for delivery `at` (or the first after it) is lost.
     Drop { at: usize },
     /// The client request chosen for delivery `at` (or the first after it) is delivered, and a copy of it
-    /// goes to `instance` (the same one, or another of the same configuration).
+    /// goes to `instance` (the same one, or another of the same kind).
     Duplicate { at: usize, instance: usize },
     /// The message chosen for delivery `at` is not delivered now: it arrives `delay_ms` later, and only after
     /// `overtaken_by` other deliveries (or when nothing else is in flight).

@@ -135,8 +135,11 @@ pub enum FailureKind {
     Expectation,
     /// A safety property was violated.
     Property(Property),
-    /// A step could not be carried out (an unresolvable reference, no form to answer, a runaway).
+    /// A step could not be carried out (an unresolvable reference, no form to answer).
     Step,
+    /// The simulation itself stopped (a runaway, a full network, a replay that diverged, a stuck task): the
+    /// rest of the run never happened, so nothing after it was checked.
+    Simulation,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +158,7 @@ impl std::fmt::Display for Failure {
             FailureKind::Property(property) => write!(f, "property {} violated: {}", property.as_str(), self.message),
             FailureKind::Expectation => write!(f, "line {}: {}\n    {}", self.line, self.statement, self.message),
             FailureKind::Step => write!(f, "line {}: {}\n    the step could not run: {}", self.line, self.statement, self.message),
+            FailureKind::Simulation => write!(f, "line {}: {}\n    {}", self.line, self.statement, self.message),
         }
     }
 }
@@ -358,13 +362,14 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
     };
     for (index, step) in scenario.steps.iter().enumerate() {
         if let Err(error) = runner.step(index, &step.action, step.line, &step.text) {
+            let stopped = matches!(error, StepError::Simulation(_));
             runner.failures.push(Failure {
-                kind: FailureKind::Step,
+                kind: if stopped { FailureKind::Simulation } else { FailureKind::Step },
                 line: step.line,
                 statement: step.text.clone(),
                 message: error.to_string(),
             });
-            if let StepError::Simulation(_) = error {
+            if stopped {
                 // The cluster is in no state to continue.
                 break;
             }
