@@ -4,7 +4,7 @@
 //! Sequential steps run the network until it is quiet before the next step starts, so they never race;
 //! only a `parallel` block puts several messages in flight at once for the scheduler to interleave.
 
-use super::actors::client::scenario_answer;
+use super::actors::client::{raw_message, scenario_answer};
 use super::actors::gateway_mutants::GatewayVariant;
 use super::actors::instance::{notes_server_factory, ServiceFactory};
 use super::check::{self, Observed, Property, Violation};
@@ -550,13 +550,7 @@ impl Runner<'_> {
         let (method, params, notification) = match &send.request {
             Request::Call { method, params, notification } => (method.clone(), params.resolve(&lookup)?, *notification),
             Request::Raw { message } => {
-                let message = message.resolve(&lookup)?;
-                let bytes = match &message {
-                    Value::String(text) => text.clone().into_bytes(),
-                    other => serde_json::to_vec(other).expect("a JSON value serializes"),
-                };
-                let parsed = serde_json::from_slice::<Value>(&bytes).ok();
-                let notification = parsed.is_some_and(|v| v.is_object() && v.get("id").is_none());
+                let (bytes, _, notification) = raw_message(&message.resolve(&lookup)?);
                 // No value: the cluster parses the bytes and keeps them verbatim if they are not canonical.
                 return Ok(Built { client, bytes, value: None, notification, headers });
             }

@@ -30,7 +30,7 @@ use crate::config::Deployment;
 use crate::handlers::notes::DEFAULT_STATE_TTL_MS;
 use crate::handlers::ports::Note;
 use crate::sim::actors::admin::AdminAction;
-use crate::sim::actors::client::{scenario_answer, Client};
+use crate::sim::actors::client::{raw_message, scenario_answer, Client};
 use crate::sim::check::{self, Observed};
 use crate::sim::history::{History, NoResponse, Operation, Outcome};
 use crate::sim::message::OperationId;
@@ -736,13 +736,7 @@ impl<'a> Player<'a> {
         let (method, params, notification) = match &send.request {
             Request::Call { method, params, notification } => (method.clone(), params.resolve(&lookup)?, *notification),
             Request::Raw { message } => {
-                let message = message.resolve(&lookup)?;
-                let bytes = match &message {
-                    Value::String(text) => text.clone().into_bytes(),
-                    other => serde_json::to_vec(other).expect("a JSON value serializes"),
-                };
-                let parsed = serde_json::from_slice::<Value>(&bytes).ok();
-                let notification = parsed.as_ref().is_some_and(|v| v.is_object() && v.get("id").is_none());
+                let (bytes, parsed, notification) = raw_message(&message.resolve(&lookup)?);
                 return Ok(Message { bytes, value: parsed, notification, headers });
             }
             Request::Answer(answer) => {

@@ -74,6 +74,19 @@ impl Client {
     }
 }
 
+/// The bytes a scenario's `raw` step sends for its resolved `message` (a string is sent as its text, anything
+/// else as compact JSON), the JSON they parse to (if any), and whether that is a notification. Shared by the
+/// simulator and live mode, so both send the same bytes.
+pub fn raw_message(message: &Value) -> (Vec<u8>, Option<Value>, bool) {
+    let bytes = match message {
+        Value::String(text) => text.clone().into_bytes(),
+        other => serde_json::to_vec(other).expect("a JSON value serializes"),
+    };
+    let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+    let notification = parsed.as_ref().is_some_and(|v| v.is_object() && v.get("id").is_none());
+    (bytes, parsed, notification)
+}
+
 /// The retry a scenario's `answer` step sends for the form `form` was shown: the step's action, its
 /// replacement arguments and state resolved with `lookup`, then [`answer_params`]. The simulator and live mode
 /// both build answers here, so a live answer is byte for byte the simulator's.
