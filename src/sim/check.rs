@@ -13,8 +13,9 @@
 //! * **Refusal**: a decline or a cancel deletes nothing and is never answered with another form; a cancel
 //!   consumes nothing; once a decline is acknowledged, nothing is ever deleted under that confirmation.
 //! * **Honest outcome**: an answer that reports a deletion (directly, or as the `previousOutcome` of a used
-//!   confirmation) matches a deletion made under that confirmation; and a used confirmation's refusal reports
-//!   the deletion it made (the recovery rule: a client that lost its answer learns it by retrying).
+//!   confirmation) matches a deletion made under that confirmation; a used confirmation's refusal reports
+//!   the deletion it made (the recovery rule: a client that lost its answer learns it by retrying); and an
+//!   answer that reports an export names one the backend recorded, for that principal, of those notes.
 //! * **Liveness** (judged when clients retry, i.e. under faults): once faults stop, every request gets an
 //!   answer, and no confirmation stays "in progress": a confirmed delete completes, exactly once (at most once
 //!   is the property above), and its client learns that it did.
@@ -361,7 +362,44 @@ fn reported(response: &Value) -> Option<Reported<'_>> {
     }
 }
 
+/// An answer saying an export happened must name one the backend recorded: the same id, principal,
+/// destination and notes (a retry of the same confirmation is told the first export, never a second).
+fn honest_exports(history: &History, violations: &mut Vec<Violation>) {
+    for operation in &history.operations {
+        if history.is_duplicate(operation.id) {
+            continue;
+        }
+        let Some(content) = operation.response().and_then(|r| at(r, &["result", "structuredContent"])) else { continue };
+        if content.get("exported") != Some(&Value::Bool(true)) {
+            continue;
+        }
+        let id = content.get("exportId").and_then(Value::as_str).unwrap_or("");
+        let recorded = history.exports.iter().find(|record| record.export_id == id);
+        let matches = recorded.is_some_and(|record| {
+            record.principal == operation.principal
+                && content.get("destination").and_then(Value::as_str) == Some(record.destination.as_str())
+                && content
+                    .get("noteIds")
+                    .and_then(Value::as_array)
+                    .is_some_and(|ids| ids.iter().map(Value::as_str).eq(record.note_ids.iter().map(|n| Some(n.as_str()))))
+        });
+        if !matches {
+            let actual = match recorded {
+                None => "the backend recorded no such export".to_string(),
+                Some(record) => {
+                    format!("the backend recorded it for {} to {} of {}", record.principal, record.destination, record.note_ids.join(", "))
+                }
+            };
+            violations.push(Violation {
+                property: Property::HonestOutcome,
+                message: format!("{} was told {} happened ({}), but {actual}", label(history, Some(operation.id)), id, preview(content)),
+            });
+        }
+    }
+}
+
 fn honest_outcome(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
+    honest_exports(history, violations);
     let deleted = deleted_by_confirmation(history, sent);
     for operation in &history.operations {
         // A copy the network made is answered to nobody; what the client hears is what counts.

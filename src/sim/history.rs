@@ -5,6 +5,7 @@
 //! operation, and the replay store's nested call to the note store inherits the nonce being claimed.
 
 use super::message::OperationId;
+use crate::handlers::backends::ExportRecord;
 use crate::handlers::ports::Note;
 use crate::policy::authorization::Authorizations;
 use serde_json::Value;
@@ -26,6 +27,8 @@ pub struct History {
     /// First attempts whose client found no live instance of the kind to retry on (the scenario stopped them
     /// all for good): liveness promises nothing for them.
     pub stranded: BTreeSet<OperationId>,
+    /// Every export the gateway's backends recorded, as the run ended (empty without a gateway).
+    pub exports: Vec<ExportRecord>,
 }
 
 /// How an operation relates to the client request it repeats.

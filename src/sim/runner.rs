@@ -379,8 +379,10 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
     let final_consumed = runner.cluster.replay_store().consumed().len();
     let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
     let deliveries = runner.cluster.deliveries();
+    let exports = runner.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default();
     let Runner { cluster, failures, expectations, sequential, .. } = runner;
-    let (transcript, history, decisions) = cluster.into_parts();
+    let (transcript, mut history, decisions) = cluster.into_parts();
+    history.exports = exports;
     Execution { transcript, history, decisions, failures, deliveries, expectations, sequential, has_parallel, final_notes, final_consumed }
 }
 
