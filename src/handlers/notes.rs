@@ -114,16 +114,7 @@ impl NotesServer {
             return Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {name}")));
         }
         let arguments = parse_delete_arguments(params.get("arguments"))?;
-        let request_state = match params.get("requestState") {
-            None => None,
-            Some(Value::String(state)) => Some(state.as_str()),
-            Some(_) => return Err(RpcError::invalid_params(Reason::StateMalformed, "requestState must be a string")),
-        };
-        let input_responses = match params.get("inputResponses") {
-            None => None,
-            Some(Value::Object(responses)) => Some(responses),
-            Some(_) => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses must be an object")),
-        };
+        let refusals::RoundTwoFields { request_state, input_responses } = refusals::round_two_fields(params)?;
         match (request_state, input_responses) {
             (None, None) => self.delete_round_one(context, &arguments).await,
             (Some(state), Some(responses)) => self.delete_round_two(context, &arguments, state, responses).await,

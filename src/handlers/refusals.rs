@@ -7,7 +7,29 @@
 use super::ports::StoreError;
 use crate::policy::state::{KeyRing, OpenError, StateClaims};
 use crate::wire::errors::{Reason, RpcError};
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+/// The continuation fields of a `tools/call`, each optional.
+pub struct RoundTwoFields<'p> {
+    pub request_state: Option<&'p str>,
+    pub input_responses: Option<&'p Map<String, Value>>,
+}
+
+/// Reads the continuation fields, typed when present: `requestState` a string, `inputResponses` an object.
+/// Wrong types are refused with the reason clients read.
+pub fn round_two_fields(params: &Value) -> Result<RoundTwoFields<'_>, RpcError> {
+    let request_state = match params.get("requestState") {
+        None => None,
+        Some(Value::String(state)) => Some(state.as_str()),
+        Some(_) => return Err(RpcError::invalid_params(Reason::StateMalformed, "requestState must be a string")),
+    };
+    let input_responses = match params.get("inputResponses") {
+        None => None,
+        Some(Value::Object(responses)) => Some(responses),
+        Some(_) => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses must be an object")),
+    };
+    Ok(RoundTwoFields { request_state, input_responses })
+}
 
 /// `state_consumed`, carrying what consuming the nonce did (the recovery rule: a retry learns the outcome).
 pub fn consumed(tool: &str, record: Value) -> RpcError {
@@ -68,4 +90,29 @@ pub fn open_continuation(key_ring: &KeyRing, token: &str, now_ms: u64, expected:
         return Err(RpcError::invalid_params(Reason::StateMismatch, "requestState belongs to another principal, tool or set of arguments"));
     }
     Ok(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reason(error: RpcError) -> Value {
+        error.data.and_then(|d| d.get("reason").cloned()).unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn round_two_fields_are_optional_but_typed() {
+        let both = json!({"requestState": "s1.k", "inputResponses": {"q": {}}});
+        let fields = round_two_fields(&both).unwrap();
+        assert_eq!(fields.request_state, Some("s1.k"));
+        assert!(fields.input_responses.is_some_and(|r| r.contains_key("q")));
+        let neither = json!({"name": "x"});
+        let none = round_two_fields(&neither).unwrap();
+        assert!(none.request_state.is_none() && none.input_responses.is_none());
+        let Err(error) = round_two_fields(&json!({"requestState": 42})) else { panic!("a number is not a state") };
+        assert_eq!((error.code, reason(error)), (-32602, json!("state_malformed")));
+        let Err(error) = round_two_fields(&json!({"inputResponses": ["accept"]})) else { panic!("an array is not responses") };
+        assert_eq!((error.code, reason(error)), (-32602, json!("response_invalid")));
+    }
 }

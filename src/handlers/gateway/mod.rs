@@ -308,16 +308,7 @@ impl Gateway {
             Some(Value::Object(arguments)) => arguments,
             Some(_) => return Err(invalid_arguments("arguments must be an object".into())),
         };
-        let request_state = match params.get("requestState") {
-            None => None,
-            Some(Value::String(state)) => Some(state.as_str()),
-            Some(_) => return Err(RpcError::invalid_params(Reason::StateMalformed, "requestState must be a string")),
-        };
-        let input_responses = match params.get("inputResponses") {
-            None => None,
-            Some(Value::Object(responses)) => Some(responses),
-            Some(_) => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses must be an object")),
-        };
+        let refusals::RoundTwoFields { request_state, input_responses } = refusals::round_two_fields(params)?;
 
         draft.stage = Stage::Route;
         let unknown = || {
