@@ -351,3 +351,15 @@ fn a_retry_that_never_learns_its_own_deletion_breaks_liveness() {
     let (_, failures) = found.first_not_live.unwrap();
     assert!(failures.iter().any(|f| f.message.contains("but its client never learned it")), "{failures:?}");
 }
+
+/// A reproducer from another format version is refused with what to do, never misread.
+#[test]
+fn a_reproducer_of_another_format_is_refused_with_what_to_do() {
+    let file = std::env::temp_dir().join(format!("mcpsim-old-reproducer-{}.json", std::process::id()));
+    std::fs::write(&file, r#"{"format": "mcpsim-reproducer/1", "scenarioName": "x", "crashes": []}"#).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mcpsim")).args(["replay", file.to_str().unwrap()]).output().unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("mcpsim-reproducer/1") && stderr.contains("run the exploration again"), "{stderr}");
+}

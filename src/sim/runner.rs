@@ -338,9 +338,6 @@ struct Runner<'a> {
     routing: Routing,
     sequential: Vec<(usize, OperationId, bool)>,
     step_number: usize,
-    /// Faults on: a retry may take a flow another way than the scenario wrote, so expectations are shown
-    /// but not judged (the properties are).
-    faults_on: bool,
 }
 
 fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execution {
@@ -358,7 +355,6 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
         routing,
         sequential: Vec::new(),
         step_number: 0,
-        faults_on: options.faults.is_some(),
     };
     for (index, step) in scenario.steps.iter().enumerate() {
         if let Err(error) = runner.step(index, &step.action, step.line, &step.text) {
@@ -440,7 +436,9 @@ impl Runner<'_> {
                 let value = value.resolve(&|n| self.lookup(n))?;
                 self.lets.insert(name.clone(), value);
             }
-            Action::Expect(_) if self.faults_on => {
+            // Faults on (clients retry): a retry may take a flow another way than the scenario wrote, so
+            // expectations are shown but not judged; the properties are.
+            Action::Expect(_) if self.cluster.history().clients_retry => {
                 self.cluster.transcript_mut().push(Entry::Note { text: format!("not judged under faults: {text}") });
             }
             Action::Expect(expectation) => {
