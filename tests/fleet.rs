@@ -299,6 +299,34 @@ async fn found_in_store(fleet: &Fleet, flow: &Flow) -> Found {
     }
 }
 
+/// Waits until the database has finished whatever the killed process had already sent it. A SQLite write
+/// dies with its process; a PostgreSQL backend does not: a `COMMIT` that left the process before the kill is
+/// still carried out (its WAL flush can outlast the kill), and a transaction left open is rolled back when its
+/// backend notices the closed socket. Until then the store is not yet what the kill left behind.
+async fn settle_after_kill(spec: &StoreSpec) {
+    let StoreSpec::Postgres(target) = spec else { return };
+    let (client, connection) = target.config().connect(tokio_postgres::NoTls).await.expect("the test database accepts a connection");
+    let driver = tokio::spawn(connection);
+    let busy_sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                    AND state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')";
+    let mut settled = false;
+    for _ in 0..SETTLE_POLLS_MAX {
+        let busy: i64 = client.query_one(busy_sql, &[]).await.expect("pg_stat_activity is readable").get(0);
+        if busy == 0 {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(SETTLE_POLL_MS)).await;
+    }
+    drop(client);
+    let _ = driver.await;
+    assert!(settled, "the killed process's sessions were still busy after {} ms", SETTLE_POLLS_MAX * SETTLE_POLL_MS);
+}
+
+/// Polls of [`settle_after_kill`], and their spacing: 5 s at most.
+const SETTLE_POLLS_MAX: u64 = 500;
+const SETTLE_POLL_MS: u64 = 10;
+
 /// SIGKILL one process while it holds confirmations in flight; check the store, recover, keep serving.
 async fn a_killed_process_leaves_the_store_consistent(store: SharedStore) {
     let mut fleet = Fleet::start(store, PROCESSES).await;
@@ -333,6 +361,7 @@ async fn a_killed_process_leaves_the_store_consistent(store: SharedStore) {
         }
     }
     assert!(fleet.processes[victim].is_none(), "the victim was killed");
+    settle_after_kill(&fleet.store.spec).await;
     let lost = outcomes.iter().filter(|outcome| outcome.is_none()).count();
     assert!(lost > 0, "the kill must land while confirmations are in flight");
 
