@@ -6,9 +6,9 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mcpsim::sim::actors::instance::notes_server_factory;
+use mcpsim::sim::engine::faults::FaultKind;
+use mcpsim::sim::explore::mutants;
 use mcpsim::sim::explore::{self, SeedOutcome};
-use mcpsim::sim::faults::FaultKind;
-use mcpsim::sim::mutants;
 use mcpsim::sim::runner::{self, RunOptions};
 use std::hint::black_box;
 use std::time::Duration;

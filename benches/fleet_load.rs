@@ -36,7 +36,7 @@ mod store_support;
 
 use base64::Engine;
 use e2e_support::{delete_round_one, delete_round_two, post_message, request, HttpServer, TempConfig, ALICE_WORKSPACE};
-use mcpsim::handlers::ports::Note;
+use mcpsim::framework::ports::Note;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::system::SystemClock;
 use mcpsim::stores::{open, StoreSpec, Stores};

@@ -15,16 +15,17 @@
 //! (and `…=direct`, and both with `MCPSIM_BENCH_CALLS=0` to subtract the setup).
 
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
+use mcpsim::assembly::{gateway_world, GatewayWorld, WorldOptions};
+use mcpsim::config::gateway::{default_pins, GatewayFile};
 use mcpsim::config::Deployment;
-use mcpsim::gateway_config::{default_pins, GatewayFile, GatewayWorld, WorldOptions};
-use mcpsim::handlers::backends::NotesBackend;
-use mcpsim::handlers::gateway::audit::AuditRecord;
-use mcpsim::handlers::gateway::ports::{AuditSink, LocalBackend, RateLimit};
-use mcpsim::handlers::gateway::{BackendHandle, Gateway};
-use mcpsim::handlers::pipeline::handle_message;
-use mcpsim::handlers::ports::{Clock, NonceSource, StoreError};
+use mcpsim::framework::pipeline::handle_message;
+use mcpsim::framework::ports::{Clock, NonceSource, StoreError};
 use mcpsim::policy::scanner::scan_descriptor;
 use mcpsim::policy::state::KeyRing;
+use mcpsim::servers::gateway::audit::AuditRecord;
+use mcpsim::servers::gateway::backends::NotesBackend;
+use mcpsim::servers::gateway::ports::{AuditSink, LocalBackend, RateLimit};
+use mcpsim::servers::gateway::{BackendHandle, Gateway};
 use mcpsim::stores::gateway::MemoryExportLedger;
 use mcpsim::wire::headers::RoutingHeaders;
 use serde_json::{json, Value};
@@ -77,7 +78,7 @@ fn world(clock: Arc<BenchClock>) -> GatewayWorld {
         audit: Arc::new(FormattingAuditSink),
         pins: default_pins(),
     };
-    file.build(&Deployment::demo(), options).unwrap()
+    gateway_world(&file, &Deployment::demo(), options).unwrap()
 }
 
 fn meta() -> Value {

@@ -11,8 +11,8 @@
 //! Run with `cargo bench --bench sim_flows`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use mcpsim::scenario::{self, Scenario};
 use mcpsim::sim::runner::{self, RunOptions};
-use mcpsim::sim::scenario::{self, Scenario};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Duration;

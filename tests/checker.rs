@@ -3,12 +3,12 @@
 //! the real server passes the same runs.
 
 use async_trait::async_trait;
-use mcpsim::handlers::notes::NotesServer;
-use mcpsim::handlers::{RequestContext, Service};
+use mcpsim::framework::{RequestContext, Service};
+use mcpsim::oracle::check::Property;
+use mcpsim::scenario::{self, Scenario};
+use mcpsim::servers::notes::NotesServer;
 use mcpsim::sim::actors::instance::{InstanceParts, ServiceFactory};
-use mcpsim::sim::check::Property;
 use mcpsim::sim::runner::{self, FailureKind, RunOptions, RunReport};
-use mcpsim::sim::scenario::{self, Scenario};
 use mcpsim::stores::memory::{MemoryReplayStore, ReplayLimits};
 use mcpsim::wire::{Reason, RpcError};
 use serde_json::{json, Value};
@@ -162,11 +162,11 @@ fn per_instance_session_state_breaks_statelessness() {
 /// that lost the export, or recorded other notes, are caught.
 #[test]
 fn an_export_answer_must_name_an_export_the_backend_recorded() {
-    use mcpsim::sim::check::check_properties;
+    use mcpsim::oracle::check::check_properties;
     let report = runner::run(&load("48-gateway-crash-between-claim-and-export.sim"), &RunOptions::seeded(1));
     assert!(report.passed(), "{:?}", report.failures);
     assert!(!report.history.exports.is_empty(), "the scenario exports");
-    let honest = |history: &mcpsim::sim::history::History| {
+    let honest = |history: &mcpsim::oracle::history::History| {
         check_properties(history).into_iter().filter(|v| v.property == Property::HonestOutcome).map(|v| v.message).collect::<Vec<_>>()
     };
     assert_eq!(honest(&report.history), Vec::<String>::new());

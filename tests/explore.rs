@@ -3,11 +3,11 @@
 //! decision log, a panicking simulator is reported as a crash, and the CLI's exit codes distinguish the
 //! outcomes.
 
-use mcpsim::handlers::Service;
+use mcpsim::framework::Service;
 use mcpsim::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
+use mcpsim::sim::engine::faults::{Fault, FaultKind};
+use mcpsim::sim::explore::mutants;
 use mcpsim::sim::explore::{self, SeedOutcome};
-use mcpsim::sim::faults::{Fault, FaultKind};
-use mcpsim::sim::mutants;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -124,7 +124,7 @@ fn the_zoo_is_listed_one_sentence_each() {
 
 #[test]
 fn exhaustive_mode_visits_every_order_of_the_double_accept_and_the_reduction_keeps_every_end_state() {
-    use mcpsim::sim::exhaustive::{explore_every_order, explore_exhaustively};
+    use mcpsim::sim::explore::exhaustive::{explore_every_order, explore_exhaustively};
     let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").unwrap();
     let reduced = explore_exhaustively(&scenario, &notes_server_factory());
     let every = explore_every_order(&scenario, &notes_server_factory());
@@ -170,8 +170,8 @@ fn a_saved_counterexample_replays_its_transcript_byte_for_byte() {
 /// that log (choices and faults) gives the same transcript byte for byte.
 #[test]
 fn faults_fire_are_recorded_in_the_decision_log_and_replay_byte_for_byte() {
+    use mcpsim::sim::render::transcript::Format;
     use mcpsim::sim::runner::{self, RunOptions, SchedulerChoice};
-    use mcpsim::sim::transcript::Format;
     let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").unwrap();
     let mut fired_kinds = Vec::new();
     let (mut retries, mut duplicates) = (0, 0);
@@ -184,8 +184,8 @@ fn faults_fire_are_recorded_in_the_decision_log_and_replay_byte_for_byte() {
         fired_kinds.extend(report.decisions.faults.iter().map(Fault::kind));
         for attempt in report.history.attempts.values() {
             match attempt {
-                mcpsim::sim::history::Attempt::Retry { .. } => retries += 1,
-                mcpsim::sim::history::Attempt::Duplicate { .. } => duplicates += 1,
+                mcpsim::oracle::history::Attempt::Retry { .. } => retries += 1,
+                mcpsim::oracle::history::Attempt::Duplicate { .. } => duplicates += 1,
             }
         }
         let replay = RunOptions {
@@ -219,7 +219,7 @@ fn mutants_are_caught_with_faults_on_and_liveness_needs_them() {
     assert!(without.properties_broken.is_empty(), "without retries liveness is not judged: {without:?}");
     let with = explore::explore(&mutant.scenario(), &mutant.factory(), 1..=50, 1, &FaultKind::ALL, &|_, _| {});
     assert!(with.not_live_runs > 0 && with.unsafe_runs == 0, "{with:?}");
-    assert_eq!(with.properties_broken, [mcpsim::sim::check::Property::Liveness]);
+    assert_eq!(with.properties_broken, [mcpsim::oracle::check::Property::Liveness]);
 }
 
 /// The clock-skew fault draws within ± the replay store's grace because that is the design's tolerance, and
@@ -228,7 +228,7 @@ fn mutants_are_caught_with_faults_on_and_liveness_needs_them() {
 /// deletes twice. Within the grace the same attack is refused.
 #[test]
 fn clock_skew_beyond_the_replay_grace_breaks_at_most_once_and_within_it_holds() {
-    use mcpsim::sim::check::Property;
+    use mcpsim::oracle::check::Property;
     use mcpsim::sim::runner::{self, FailureKind, RunOptions};
     let scenario_with = |skew: &str| {
         let text = format!(
@@ -251,7 +251,7 @@ fn clock_skew_beyond_the_replay_grace_breaks_at_most_once_and_within_it_holds() 
              # The first form again, on the instance whose clock is behind: another of its candidates.\n\
              answer alice -> i2 accept {{\"note_id\": \"note-3\", \"confirm\": true}} for first as replayed\n"
         );
-        mcpsim::sim::scenario::parse("inline", "skew-beyond-grace", &text).unwrap()
+        mcpsim::scenario::parse("inline", "skew-beyond-grace", &text).unwrap()
     };
     let options = RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(1) };
     let beyond = runner::run(&scenario_with("-90s"), &options);
@@ -269,15 +269,15 @@ fn clock_skew_beyond_the_replay_grace_breaks_at_most_once_and_within_it_holds() 
 /// server; with another instance up, the retry goes there and is answered.
 #[test]
 fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
+    use mcpsim::sim::render::transcript::Format;
     use mcpsim::sim::runner::{self, RunOptions};
-    use mcpsim::sim::transcript::Format;
     let scenario_with = |instances: &str| {
         let text = format!(
             "use demo\nkey k1\n{instances}client alice principal alice\n\
              crash i1\n\
              send alice -> i1 tools/list {{}} as listed\n"
         );
-        mcpsim::sim::scenario::parse("inline", "crashed-for-good", &text).unwrap()
+        mcpsim::scenario::parse("inline", "crashed-for-good", &text).unwrap()
     };
     let options = RunOptions { check_statelessness: false, faults: Some(Vec::new()), ..RunOptions::seeded(1) };
     let alone = runner::run(&scenario_with("instance i1 keys k1\n"), &options);
@@ -285,7 +285,7 @@ fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
     assert!(alone.transcript.render(Format::Text).contains("no live instance to retry on; gives up"));
     let pair = runner::run(&scenario_with("instance i1 keys k1\ninstance i2 keys k1\n"), &options);
     assert!(pair.passed(), "{:?}", pair.failures);
-    assert!(pair.history.settled(mcpsim::sim::message::OperationId(0)).response().is_some(), "the retry on i2 is answered");
+    assert!(pair.history.settled(mcpsim::sim::engine::message::OperationId(0)).response().is_some(), "the retry on i2 is answered");
 }
 
 /// Found in review, kept fixed: a crash fault on the only instance of its kind restarts it before its client
@@ -294,8 +294,8 @@ fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
 /// same deployment (same keys), never to one deliberately given other keys.
 #[test]
 fn crash_faults_restart_before_the_retry_and_retries_stay_within_the_deployment() {
+    use mcpsim::sim::render::transcript::Format;
     use mcpsim::sim::runner::{self, RunOptions};
-    use mcpsim::sim::transcript::Format;
     let mutant = mutants::find("claim-without-outcome").unwrap();
     let alone = mutants::scenario_named("01-lesson-exchange-on-one-instance.sim").unwrap();
     let found = explore::explore(&alone, &mutant.factory(), 1..=300, 2, &[FaultKind::Crash], &|_, _| {});
@@ -321,7 +321,7 @@ fn crash_faults_restart_before_the_retry_and_retries_stay_within_the_deployment(
 /// and never tells. No safety property sees it; liveness, with clients retrying after lost answers, does.
 #[test]
 fn a_retry_that_never_learns_its_own_deletion_breaks_liveness() {
-    use mcpsim::handlers::RequestContext;
+    use mcpsim::framework::RequestContext;
     use mcpsim::wire::RpcError;
     use serde_json::Value;
     struct HidesTheOutcome(Arc<dyn Service>);

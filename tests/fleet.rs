@@ -20,7 +20,7 @@ mod store_support;
 
 use base64::Engine;
 use e2e_support::*;
-use mcpsim::handlers::ports::Note;
+use mcpsim::framework::ports::Note;
 use mcpsim::policy::state::KeyRing;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::system::SystemClock;

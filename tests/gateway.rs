@@ -3,17 +3,18 @@
 //! tampered or replayed confirmation, a flood — and checks both the answer and what was *not* spent: backend
 //! calls (descriptor reads and tool calls are counted separately), rate-limit tokens, exports and audit.
 
+use mcpsim::assembly::{gateway_world, GatewayWorld, WorldOptions};
+use mcpsim::config::gateway::GatewayFile;
 use mcpsim::config::Deployment;
-use mcpsim::gateway_config::{GatewayFile, GatewayWorld, WorldOptions};
-use mcpsim::handlers::backends::ExportRecord;
-use mcpsim::handlers::gateway::policy::AccessPolicy;
-use mcpsim::handlers::gateway::ports::{Backend, BackendCall, BackendError, RateLimit, ToolListing};
-use mcpsim::handlers::gateway::{BackendHandle, Gateway};
-use mcpsim::handlers::pipeline::Reply;
-use mcpsim::handlers::ports::{Clock, NonceSource};
+use mcpsim::framework::pipeline::Reply;
+use mcpsim::framework::ports::{Clock, NonceSource};
 use mcpsim::policy::pinning::{changes, PinFile};
 use mcpsim::policy::scanner::FindingLabel;
 use mcpsim::policy::state::KeyRing;
+use mcpsim::servers::gateway::backends::ExportRecord;
+use mcpsim::servers::gateway::policy::AccessPolicy;
+use mcpsim::servers::gateway::ports::{Backend, BackendCall, BackendError, RateLimit, ToolListing};
+use mcpsim::servers::gateway::{BackendHandle, Gateway};
 use mcpsim::stores::gateway::MemoryAuditSink;
 use mcpsim::wire::headers::RoutingHeaders;
 use serde_json::{json, Value};
@@ -121,9 +122,9 @@ impl Harness {
             key_ring: KeyRing::new("k1", vec![42; 32]).unwrap(),
             audit_key: vec![7; 32],
             audit: audit.clone(),
-            pins: mcpsim::gateway_config::default_pins(),
+            pins: mcpsim::config::gateway::default_pins(),
         };
-        let world = GatewayFile::demo().build(&Deployment::demo(), options).unwrap();
+        let world = gateway_world(&GatewayFile::demo(), &Deployment::demo(), options).unwrap();
         let mut backends = BTreeMap::new();
         let handles: Vec<BackendHandle> = world
             .gateway
@@ -172,7 +173,7 @@ impl Harness {
         self.backends[backend].faults.lock().unwrap().push_back(fault);
     }
 
-    fn notes_descriptors(&self, backend: &str) -> &mcpsim::handlers::backends::LiveDescriptors {
+    fn notes_descriptors(&self, backend: &str) -> &mcpsim::servers::gateway::backends::LiveDescriptors {
         &self.world.notes_backends[backend].0.descriptors
     }
 
@@ -329,7 +330,7 @@ async fn a_schema_only_rug_pull_between_two_listings_is_quarantined_and_shown_as
 
     let catalog = harness.gateway.catalog().await;
     let pins = harness.world.pins.as_ref();
-    let pinned = &mcpsim::handlers::gateway::ports::PinSource::pins(pins).pins["notes.export"].descriptor.clone();
+    let pinned = &mcpsim::servers::gateway::ports::PinSource::pins(pins).pins["notes.export"].descriptor.clone();
     let diff: Vec<String> = changes(pinned, &catalog.get("notes.export").unwrap().descriptor).iter().map(ToString::to_string).collect();
     assert_eq!(diff, [r#"+ /inputSchema/properties/destination/enum/1: "paste-bin-upload""#]);
 }
@@ -349,7 +350,7 @@ struct Verbatim(String);
 impl Backend for Verbatim {
     async fn list_tools(&self) -> Result<ToolListing, BackendError> {
         let result: Value = serde_json::from_str(&self.0).unwrap();
-        mcpsim::handlers::gateway::ports::listing_from_result(result)
+        mcpsim::servers::gateway::ports::listing_from_result(result)
     }
 
     async fn call_tool(&self, _call: BackendCall<'_>) -> Result<Value, BackendError> {
@@ -360,7 +361,7 @@ impl Backend for Verbatim {
 #[tokio::test]
 async fn reordering_keys_on_the_wire_is_not_a_change() {
     let harness = Harness::new();
-    let pinned = mcpsim::gateway_config::default_pins().pins["issues.search"].clone();
+    let pinned = mcpsim::config::gateway::default_pins().pins["issues.search"].clone();
     // The issues descriptor with every object's keys written in reverse order.
     let reversed = r#"{"tools":[{"title":"Search issues","name":"search","inputSchema":{"type":"object","required":["query"],
         "properties":{"query":{"type":"string","minLength":1,"maxLength":200,"description":"Text to look for."}},
@@ -484,7 +485,7 @@ async fn approving_a_reviewed_tool_makes_it_callable_and_the_approval_is_recorde
     let harness = Harness::new();
     let catalog = harness.gateway.catalog().await;
     let mirror = catalog.get("notes_mirror.search").unwrap();
-    let mut pins: PinFile = mcpsim::handlers::gateway::ports::PinSource::pins(harness.world.pins.as_ref()).as_ref().clone();
+    let mut pins: PinFile = mcpsim::servers::gateway::ports::PinSource::pins(harness.world.pins.as_ref()).as_ref().clone();
     let approval = mcpsim::policy::pinning::Approval {
         publisher: mirror.publisher.clone(),
         approved_at_ms: START_MS,
@@ -692,7 +693,7 @@ async fn a_request_failing_an_early_stage_spends_nothing_of_a_later_one() {
 async fn a_destination_outside_the_principals_grant_is_refused_before_the_backend_is_asked() {
     // carol may export, but only to "vault"; the backend knows "archive" only. The grant is checked first.
     let harness = Harness::with_policy(|policy| {
-        let grant: mcpsim::handlers::gateway::policy::ToolGrant = toml::from_str("destinations = [\"vault\"]").unwrap();
+        let grant: mcpsim::servers::gateway::policy::ToolGrant = toml::from_str("destinations = [\"vault\"]").unwrap();
         policy.principals.entry("carol".into()).or_default().tools.insert("notes.export".into(), grant);
     });
     let reply = harness.send("carol", &call(1, "notes.export", export_arguments())).await;
@@ -740,7 +741,7 @@ async fn export_asks_first_and_exports_once_on_a_validated_accept() {
 #[tokio::test]
 async fn a_tampered_retargeted_foreign_or_expired_state_is_refused_and_consumes_nothing() {
     let harness = Harness::with_policy(|policy| {
-        let grant: mcpsim::handlers::gateway::policy::ToolGrant = toml::from_str("destinations = [\"archive\"]").unwrap();
+        let grant: mcpsim::servers::gateway::policy::ToolGrant = toml::from_str("destinations = [\"archive\"]").unwrap();
         policy.principals.get_mut("bob").unwrap().tools.insert("notes.export".into(), grant);
     });
     let state = round_one(&harness, "alice").await;
@@ -905,7 +906,7 @@ async fn a_lost_answer_after_the_export_returns_the_first_outcome_on_retry() {
     assert_eq!(exported.len(), 1, "it ran; only the answer was lost");
 
     // Meanwhile another note starts to match: the retry still reports exactly what was exported.
-    harness.world.notes.upsert(mcpsim::handlers::ports::Note {
+    harness.world.notes.upsert(mcpsim::framework::ports::Note {
         id: "note-15".into(),
         title: "TPS report 2026".into(),
         uri: "file:///Users/alice/Documents/Notes/tps-2026.md".into(),
@@ -959,7 +960,7 @@ async fn the_audit_record_is_complete_and_redacted() {
     let text = serde_json::to_string(&records).unwrap();
     assert!(!text.contains("hunter2"), "no secret-looking argument value is recorded: {text}");
     let record = &records[1];
-    let pinned = mcpsim::gateway_config::default_pins().pins["notes.export"].digest.clone();
+    let pinned = mcpsim::config::gateway::default_pins().pins["notes.export"].digest.clone();
     assert_eq!(record["descriptorDigest"], pinned.as_str());
     assert_eq!(record["policyVersion"], "demo-2026-07-28");
     assert_eq!(record["target"], "notes.export -> archive");

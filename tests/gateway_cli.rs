@@ -1,7 +1,7 @@
 //! `mcpsim pins review` / `mcpsim pins approve`, driven through the real binary: what an operator sees when a
 //! tool is unreviewed, rug-pulled or poisoned, and what an approval writes.
 
-use mcpsim::gateway_config::default_pins;
+use mcpsim::config::gateway::default_pins;
 use mcpsim::policy::pinning::{Approval, PinFile};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,9 +3,9 @@
 //! at the expectation that states that defence — while the real gateway passes the same runs, and a
 //! variant is not caught by scenarios about defences it keeps.
 
+use mcpsim::scenario::{self, Scenario};
 use mcpsim::sim::actors::gateway_mutants::GatewayVariant;
 use mcpsim::sim::runner::{self, FailureKind, RunOptions};
-use mcpsim::sim::scenario::{self, Scenario};
 use std::path::Path;
 
 const SEEDS: u64 = 20;

@@ -5,11 +5,11 @@
 //! passes on every one of the same seeds. A liveness mutant is run with faults on (clients retry), where the
 //! real server must stay live too.
 
+use mcpsim::oracle::check::Property;
 use mcpsim::sim::actors::gateway_mutants::GatewayVariant;
-use mcpsim::sim::check::Property;
+use mcpsim::sim::engine::faults::FaultKind;
 use mcpsim::sim::explore;
-use mcpsim::sim::faults::FaultKind;
-use mcpsim::sim::mutants::{self, MUTANTS};
+use mcpsim::sim::explore::mutants::{self, MUTANTS};
 use mcpsim::sim::runner::{self, FailureKind, RunOptions};
 use std::collections::BTreeSet;
 

@@ -9,11 +9,11 @@
 mod common;
 
 use common::*;
-use mcpsim::handlers::notes::CANDIDATES_MAX;
-use mcpsim::handlers::ports::Note;
-use mcpsim::handlers::Reply;
+use mcpsim::framework::ports::Note;
+use mcpsim::framework::Reply;
 use mcpsim::policy::containment::FileUri;
 use mcpsim::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
+use mcpsim::servers::notes::CANDIDATES_MAX;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::wire::canonical::digest_hex;
 use mcpsim::wire::headers::RoutingHeaders;

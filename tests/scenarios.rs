@@ -1,10 +1,10 @@
 //! The scenario library as a regression suite: every scenario's transcript is a reviewed snapshot, every
 //! scenario holds under many interleavings, runs are deterministic, and parallel blocks really interleave.
 
-use mcpsim::sim::history::Outcome;
+use mcpsim::oracle::history::Outcome;
+use mcpsim::scenario::{self, Scenario};
 use mcpsim::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
-use mcpsim::sim::scenario::{self, Scenario};
-use mcpsim::sim::{library, transcript::Format};
+use mcpsim::sim::{library, render::transcript::Format};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -193,7 +193,7 @@ fn parallel_blocks_interleave_differently_across_seeds() {
                 .entries
                 .iter()
                 .filter_map(|entry| match entry {
-                    mcpsim::sim::transcript::Entry::Delivery { from, to, message, .. } => {
+                    mcpsim::sim::render::transcript::Entry::Delivery { from, to, message, .. } => {
                         Some(format!("{}>{}:{}", report.transcript.actors[*from], report.transcript.actors[*to], message.summary()))
                     }
                     _ => None,

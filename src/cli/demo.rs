@@ -4,12 +4,12 @@
 //! [`handle_message`] (no transport). A fixed key, a fixed clock and seeded nonces make every printed byte the
 //! same on every run, so the output doubles as a snapshot test of the whole flow.
 
+use crate::assembly::in_memory_notes_server;
 use crate::config::{Deployment, DEFAULT_PRINCIPAL};
-use crate::handlers::handle_message;
-use crate::handlers::notes::{NotesServer, INPUT_DELETE_CHOICE, TOOL_NOTES_DELETE};
+use crate::framework::handle_message;
 use crate::policy::state::KeyRing;
+use crate::servers::notes::{NotesServer, INPUT_DELETE_CHOICE, TOOL_NOTES_DELETE};
 use crate::stores::deterministic::{ManualClock, SeededNonces};
-use crate::transport::in_memory_notes_server;
 use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION};
 use crate::wire::PROTOCOL_VERSION;
 use serde_json::{json, Value};

@@ -1,17 +1,17 @@
 //! `mcpsim explore` and `mcpsim mutants`: one scenario under many interleavings, optionally against a
 //! deliberately unsafe server from the mutant zoo.
 
+use crate::oracle::check::Property;
+use crate::scenario::{self, Scenario};
 use crate::sim::actors::instance::notes_server_factory;
-use crate::sim::check::Property;
-use crate::sim::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
+use crate::sim::engine::faults::{Fault, FaultKind, RETRIES_MAX};
+use crate::sim::explore::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
+use crate::sim::explore::mutants::{self, MUTANTS};
+use crate::sim::explore::reproducer::Reproducer;
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
-use crate::sim::faults::{Fault, FaultKind, RETRIES_MAX};
 use crate::sim::library;
-use crate::sim::mutants::{self, MUTANTS};
-use crate::sim::reproducer::Reproducer;
+use crate::sim::render::transcript::Format;
 use crate::sim::runner::{Failure, FailureKind, ServerUnderTest};
-use crate::sim::scenario::{self, Scenario};
-use crate::sim::transcript::Format;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::ops::RangeInclusive;

@@ -1,13 +1,13 @@
 //! `mcpsim run --live`: the scenarios against a running fleet, each followed by its parity report, then a
-//! summary table. The player itself is [`crate::transport::live`].
+//! summary table. The player itself is [`crate::live`].
 
 use super::run::RunArgs;
-use crate::sim::scenario::Scenario;
+use crate::live::{self, ExpectationResult, LiveFleet, LiveReport, LiveStore, Verdict};
+use crate::scenario::Scenario;
 use crate::stores::memory::ReplayLimits;
 use crate::stores::open;
 use crate::stores::system::SystemClock;
 use crate::transport::http::MCP_PATH;
-use crate::transport::live::{self, ExpectationResult, LiveFleet, LiveReport, LiveStore, Verdict};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -61,7 +61,7 @@ pub fn run(args: &RunArgs, scenarios: Vec<(Scenario, String)>, unreadable: &[Str
     let mut stdout = std::io::stdout().lock();
     let mut results: Vec<(String, String, Result<LiveReport, String>)> = Vec::new();
     for (scenario, path) in &scenarios {
-        let result = runtime.block_on(live::run_live(scenario, &fleet, args.seed, store.as_ref())).map_err(|e| e.to_string());
+        let result = live::run_live(scenario, &fleet, args.seed, store.as_ref(), &runtime).map_err(|e| e.to_string());
         if let Ok(report) = &result {
             let _ = writeln!(stdout, "{}", live::render(report));
         }

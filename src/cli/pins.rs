@@ -1,16 +1,16 @@
 //! `mcpsim pins review` and `mcpsim pins approve NAME`: the operator's side of descriptor pinning.
 //!
 //! Both read what the configured backends publish (the embedded demo gateway unless `--gateway-config`) and
-//! judge it exactly as the gateway does ([`crate::handlers::gateway::catalog`]). `review` prints, for every
+//! judge it exactly as the gateway does ([`crate::servers::gateway::catalog`]). `review` prints, for every
 //! tool that is not approved, the evidence a person needs: the change against its pin as a diff, the full
 //! descriptor of a never-reviewed tool, the publisher, and each scanner finding with its span. `approve`
 //! re-pins one tool to its current descriptor and records when, by whom and from which publisher.
 
+use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::ConfigError;
-use crate::gateway_config::{load_pins, GatewayFile};
-use crate::handlers::gateway::catalog::{evaluate_listing, Block, CatalogEntry, Quarantine, ScanMemo, ToolStatus};
-use crate::handlers::ports::Clock;
+use crate::framework::ports::Clock;
 use crate::policy::pinning::{changes, Approval, PinFile};
+use crate::servers::gateway::catalog::{evaluate_listing, Block, CatalogEntry, Quarantine, ScanMemo, ToolStatus};
 use crate::stores::system::SystemClock;
 use clap::{Args, Subcommand};
 use std::fmt::Write as _;

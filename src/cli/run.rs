@@ -2,12 +2,12 @@
 //! property, print transcripts and a summary table.
 
 use super::live;
+use crate::scenario::{self, Scenario};
+use crate::sim::engine::faults::FaultKind;
 use crate::sim::explore;
-use crate::sim::faults::FaultKind;
 use crate::sim::library;
+use crate::sim::render::transcript::Format;
 use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
-use crate::sim::scenario::{self, Scenario};
-use crate::sim::transcript::Format;
 use crate::stores::StoreSpec;
 use std::collections::BTreeSet;
 use std::io::Write;

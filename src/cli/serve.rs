@@ -6,13 +6,14 @@
 //! stdio, or N HTTP listeners serving the same server (one store, one key ring). On SIGTERM every listener
 //! stops accepting, finishes its requests in flight, and then the store is closed.
 
+use crate::assembly::{real_conformance_fixture, real_gateway, real_notes_server};
+use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
-use crate::gateway_config::{build_real_gateway, load_pins, GatewayFile};
-use crate::handlers::fixture::DEFAULT_STATE_TTL_MS;
-use crate::handlers::gateway::ports::AuditSink;
-use crate::handlers::Service;
+use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
 use crate::policy::state::KeyRing;
+use crate::servers::fixture::DEFAULT_STATE_TTL_MS;
+use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::ReplayLimits;
@@ -21,7 +22,6 @@ use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{self, Authentication, HttpOptions, Tokens, MCP_PATH};
 use crate::transport::stdio::serve_stdio;
-use crate::transport::{build_conformance_fixture, build_notes_server};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -369,7 +369,7 @@ fn instance_addresses(first: SocketAddr, instances: u16) -> Result<Vec<SocketAdd
 
 fn conformance_fixture(state_ttl_secs: Option<u64>) -> Served {
     Served {
-        service: Arc::new(build_conformance_fixture(state_ttl_secs)),
+        service: Arc::new(real_conformance_fixture(state_ttl_secs)),
         authentication: Authentication::Anonymous { principal: FIXTURE_PRINCIPAL.to_string() },
         stdio_principal: FIXTURE_PRINCIPAL.to_string(),
         summary: format!(
@@ -453,7 +453,7 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Resu
             Failure::failed(format!("cannot open the store {shared}: {error}. Check the path or URL ({STORE_SPEC_HELP})."))
         })?,
     };
-    let server = build_notes_server(&deployment, key_ring, &stores, state_ttl_secs).map_err(|error| Failure::usage(config_hint(error)))?;
+    let server = real_notes_server(&deployment, key_ring, &stores, state_ttl_secs).map_err(|error| Failure::usage(config_hint(error)))?;
     let note_count = stores.admin.list().await.map_err(|error| Failure::failed(format!("cannot read the store: {error}")))?.len();
     if store.is_shared() {
         if note_count == 0 {
@@ -582,7 +582,7 @@ fn gateway_server(args: &ServeArgs) -> Result<Served, Failure> {
             Failure::usage(format!("cannot open the audit log {}: {error}. Pass a writable file path.", path.display()))
         })?),
     };
-    let world = build_real_gateway(&file, &deployment, pins, audit, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
+    let world = real_gateway(&file, &deployment, pins, audit, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
     let stdio_principal = args.principal.clone().unwrap_or_else(|| DEFAULT_PRINCIPAL.to_string());
     if args.http.is_none() && !deployment.principals.contains_key(&stdio_principal) {
         return Err(Failure::usage(format!(

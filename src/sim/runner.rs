@@ -4,45 +4,28 @@
 //! Sequential steps run the network until it is quiet before the next step starts, so they never race;
 //! only a `parallel` block puts several messages in flight at once for the scheduler to interleave.
 
-use super::actors::client::{raw_message, scenario_answer};
-use super::actors::gateway_mutants::GatewayVariant;
-use super::actors::instance::{notes_server_factory, ServiceFactory};
-use super::check::{self, Observed, Property, Violation};
-use super::cluster::{ClientSetup, Cluster, ClusterSetup, CrashTrigger, InstanceSetup, SimError};
-use super::faults::Fault;
-use super::history::History;
-use super::message::OperationId;
-use super::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
-use super::scenario::model::{Action, ParallelAction, Request, Scenario, Send};
-use super::scenario::parser::derived_key_secret;
-use super::scheduler::{DecisionLog, Random, Replay, Scheduler, Scripted};
-use super::transcript::{Entry, Transcript};
+use super::world::{Routing, SimWorld};
 use crate::config::Deployment;
-use crate::handlers::notes::DEFAULT_STATE_TTL_MS;
-use crate::handlers::ports::Note;
+use crate::framework::ports::Note;
+use crate::oracle::check::{self, Property, Violation};
+use crate::oracle::history::{History, OperationId};
+use crate::play::{self, StepOutcome};
 use crate::policy::authorization::Authorizations;
 use crate::policy::state::KeyRing;
+use crate::scenario::model::{Action, Scenario};
+use crate::scenario::parser::derived_key_secret;
+use crate::servers::notes::DEFAULT_STATE_TTL_MS;
+use crate::sim::actors::gateway_mutants::GatewayVariant;
+use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::engine::cluster::{ClientSetup, Cluster, ClusterSetup, InstanceSetup};
+use crate::sim::engine::faults::Fault;
+use crate::sim::engine::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
+use crate::sim::engine::scheduler::{DecisionLog, Random, Replay, Scheduler, Scripted};
+use crate::sim::render::transcript::{Entry, Transcript};
 use crate::stores::memory::ReplayLimits;
-use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
-use std::collections::BTreeMap;
 
-/// `headers {"Mcp-Method": …}` as routing headers: only the three routing headers, each a string (header
-/// names compare case-insensitively, as in HTTP).
-fn routing_headers(value: &Value) -> Result<RoutingHeaders, String> {
-    let Value::Object(fields) = value else { return Err("headers must be a JSON object of header names to strings".into()) };
-    let mut headers = RoutingHeaders::default();
-    for (name, field) in fields {
-        let text = field.as_str().ok_or_else(|| format!("header {name} must be a string"))?.to_string();
-        match name.to_ascii_lowercase().as_str() {
-            "mcp-protocol-version" => headers.protocol_version = Some(text),
-            "mcp-method" => headers.method = Some(text),
-            "mcp-name" => headers.name = Some(text),
-            _ => return Err(format!("header {name} is not a routing header (MCP-Protocol-Version, Mcp-Method, Mcp-Name)")),
-        }
-    }
-    Ok(headers)
-}
+pub use crate::play::{Failure, FailureKind};
 
 /// Which scheduler drives a run.
 #[derive(Debug, Clone)]
@@ -65,16 +48,6 @@ impl std::fmt::Debug for CustomScheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("CustomScheduler")
     }
-}
-
-/// Where each sequential request goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Routing {
-    /// To the instance the scenario names.
-    AsWritten,
-    /// Rotated among the live instances of identical configuration, so that consecutive rounds of one
-    /// flow land on different instances (the statelessness check).
-    Shifted,
 }
 
 #[derive(Clone)]
@@ -126,40 +99,6 @@ impl From<&ServiceFactory> for ServerUnderTest {
 impl From<&ServerUnderTest> for ServerUnderTest {
     fn from(server: &ServerUnderTest) -> ServerUnderTest {
         server.clone()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FailureKind {
-    /// An `expect` did not hold.
-    Expectation,
-    /// A safety property was violated.
-    Property(Property),
-    /// A step could not be carried out (an unresolvable reference, no form to answer).
-    Step,
-    /// The simulation itself stopped (a runaway, a full network, a replay that diverged, a stuck task): the
-    /// rest of the run never happened, so nothing after it was checked.
-    Simulation,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub kind: FailureKind,
-    /// Source line of the step (0 for end-of-run property checks).
-    pub line: usize,
-    /// The statement as written.
-    pub statement: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
-            FailureKind::Property(property) => write!(f, "property {} violated: {}", property.as_str(), self.message),
-            FailureKind::Expectation => write!(f, "line {}: {}\n    {}", self.line, self.statement, self.message),
-            FailureKind::Step => write!(f, "line {}: {}\n    the step could not run: {}", self.line, self.statement, self.message),
-            FailureKind::Simulation => write!(f, "line {}: {}\n    {}", self.line, self.statement, self.message),
-        }
     }
 }
 
@@ -328,273 +267,49 @@ pub fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup 
     }
 }
 
-struct Runner<'a> {
-    scenario: &'a Scenario,
-    cluster: Cluster,
-    lets: BTreeMap<String, Value>,
-    answers: BTreeMap<String, OperationId>,
-    failures: Vec<Failure>,
-    expectations: usize,
-    routing: Routing,
-    sequential: Vec<(usize, OperationId, bool)>,
-    step_number: usize,
-}
-
 fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execution {
     let mut cluster = Cluster::new(cluster_setup(scenario, options), scheduler(&options.scheduler, options.seed));
     if let Some(faults) = &options.faults {
         cluster.enable_faults(faults);
     }
-    let mut runner = Runner {
-        scenario,
-        cluster,
-        lets: BTreeMap::new(),
-        answers: BTreeMap::new(),
-        failures: Vec::new(),
-        expectations: 0,
-        routing,
-        sequential: Vec::new(),
-        step_number: 0,
-    };
-    for (index, step) in scenario.steps.iter().enumerate() {
-        if let Err(error) = runner.step(index, &step.action, step.line, &step.text) {
-            let stopped = matches!(error, StepError::Simulation(_));
-            runner.failures.push(Failure {
-                kind: if stopped { FailureKind::Simulation } else { FailureKind::Step },
-                line: step.line,
-                statement: step.text.clone(),
-                message: error.to_string(),
-            });
-            if stopped {
-                // The cluster is in no state to continue.
-                break;
-            }
-        }
-    }
-    let final_notes = runner.cluster.note_store().snapshot().into_iter().map(|n| n.id).collect();
-    let final_consumed = runner.cluster.replay_store().consumed().len();
+    let mut world = SimWorld::new(cluster, routing);
+    let played = play::play(scenario, &mut world);
+    let cluster = world.cluster;
+    let final_notes = cluster.note_store().snapshot().into_iter().map(|n| n.id).collect();
+    let final_consumed = cluster.replay_store().consumed().len();
     let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
-    let deliveries = runner.cluster.deliveries();
-    let exports = runner.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default();
-    let Runner { cluster, failures, expectations, sequential, .. } = runner;
+    let deliveries = cluster.deliveries();
+    let exports = cluster.gateway_world().map(|world| world.exports()).unwrap_or_default();
     let (transcript, mut history, decisions) = cluster.into_parts();
     history.exports = exports;
-    Execution { transcript, history, decisions, failures, deliveries, expectations, sequential, has_parallel, final_notes, final_consumed }
-}
-
-/// A message ready to send: from which client, the exact bytes, the value they encode (if JSON).
-struct Built {
-    client: usize,
-    bytes: Vec<u8>,
-    value: Option<Value>,
-    notification: bool,
-    headers: Option<RoutingHeaders>,
-}
-
-#[derive(Debug, thiserror::Error)]
-enum StepError {
-    #[error("{0}")]
-    Scenario(String),
-    #[error("the simulation stopped: {0}")]
-    Simulation(#[from] SimError),
-}
-
-impl From<String> for StepError {
-    fn from(message: String) -> StepError {
-        StepError::Scenario(message)
-    }
-}
-
-impl Runner<'_> {
-    fn instance_index(&self, name: &str) -> usize {
-        self.cluster.instances().iter().position(|i| i.name == name).expect("the parser checked instance names")
-    }
-
-    fn client_index(&self, name: &str) -> usize {
-        self.cluster.clients().iter().position(|c| c.name == name).expect("the parser checked client names")
-    }
-
-    fn lookup(&self, name: &str) -> Result<&Value, String> {
-        if let Some(value) = self.lets.get(name) {
-            return Ok(value);
-        }
-        let id = self.answers.get(name).ok_or_else(|| format!("${name} is not bound"))?;
-        // What the client learned, if it had to retry.
-        let operation = self.cluster.history().settled(*id);
-        operation.response().ok_or_else(|| format!("${name} has no response ({})", check::describe(operation)))
-    }
-
-    fn header(&mut self, line: usize, text: &str) {
-        self.step_number += 1;
-        let number = self.step_number;
-        self.cluster.transcript_mut().push(Entry::Step { number, line, text: text.to_string() });
-    }
-
-    fn step(&mut self, index: usize, action: &Action, line: usize, text: &str) -> Result<(), StepError> {
-        match action {
-            Action::Let { name, value } => {
-                let value = value.resolve(&|n| self.lookup(n))?;
-                self.lets.insert(name.clone(), value);
-            }
-            // Faults on (clients retry): a retry may take a flow another way than the scenario wrote, so
-            // expectations are shown but not judged; the properties are.
-            Action::Expect(_) if self.cluster.history().clients_retry => {
-                self.cluster.transcript_mut().push(Entry::Note { text: format!("not judged under faults: {text}") });
-            }
-            Action::Expect(expectation) => {
-                self.expectations += 1;
-                let lookup = |n: &str| self.lookup(n);
-                let exports = self.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default();
-                let observed = Observed {
-                    history: self.cluster.history(),
-                    answers: &self.answers,
-                    notes: self.cluster.note_store(),
-                    replay: self.cluster.replay_store(),
-                    exports: &exports,
-                    lookup: &lookup,
-                };
-                let result = check::evaluate(expectation, &observed);
-                if let Err(message) = &result {
-                    self.failures.push(Failure { kind: FailureKind::Expectation, line, statement: text.into(), message: message.clone() });
-                }
-                self.cluster.transcript_mut().push(Entry::Check { line, text: text.into(), failure: result.err() });
-            }
-            Action::Send(send) => {
-                self.header(line, text);
-                let (operation, rerouted) = self.send(send, index, self.routing)?;
-                self.cluster.run_until_quiet()?;
-                self.sequential.push((index, operation, rerouted));
-            }
-            Action::Parallel(items) => {
-                self.header(line, text);
-                for item in items {
-                    self.cluster.transcript_mut().push(Entry::Substep { line: item.line, text: item.text.clone() });
-                }
-                // Resolve everything first (answers use each client's last form as of the block's start),
-                // then put it all in flight at once.
-                let mut prepared = Vec::new();
-                for item in items {
-                    match &item.item {
-                        ParallelAction::Send(send) => {
-                            let built = self.build(send)?;
-                            prepared.push((Some((send, built)), None));
-                        }
-                        ParallelAction::Admin(action) => prepared.push((None, Some(action))),
-                    }
-                }
-                for (send, admin) in prepared {
-                    if let Some((send, built)) = send {
-                        let instance = self.instance_index(&send.instance);
-                        let Built { client, bytes, value, notification, headers } = built;
-                        let operation =
-                            self.cluster.send(client, instance, bytes, value, notification, index, send.name.clone(), headers)?;
-                        if let Some(name) = &send.name {
-                            self.answers.insert(name.clone(), operation);
-                        }
-                    }
-                    if let Some(action) = admin {
-                        self.cluster.admin(action)?;
-                    }
-                }
-                self.cluster.run_until_quiet()?;
-            }
-            Action::Admin(action) => {
-                self.header(line, text);
-                self.cluster.admin(action)?;
-                self.cluster.run_until_quiet()?;
-            }
-            Action::Advance { duration_ms } => {
-                self.header(line, text);
-                self.cluster.advance(*duration_ms);
-            }
-            Action::Crash { instance, trigger } => {
-                self.header(line, text);
-                let index = self.instance_index(instance);
-                match trigger {
-                    None => self.cluster.crash(index),
-                    Some(trigger) => {
-                        let receiver = self.cluster.actor(&trigger.receiver).expect("the parser checked the receiver");
-                        self.cluster.arm(CrashTrigger { instance: index, moment: trigger.moment, receiver, label: trigger.label.clone() });
-                    }
-                }
-            }
-            Action::Restart { instance } => {
-                self.header(line, text);
-                let index = self.instance_index(instance);
-                self.cluster.restart(index);
-            }
-            Action::Rotate { instances, key } => {
-                self.header(line, text);
-                let indexes: Vec<usize> = instances.iter().map(|i| self.instance_index(i)).collect();
-                let secret = self.key_secret(key);
-                self.cluster.rotate(&indexes, key, secret)?;
-            }
-            Action::Retire { key, instances } => {
-                self.header(line, text);
-                let indexes: Vec<usize> = instances.iter().map(|i| self.instance_index(i)).collect();
-                self.cluster.retire(&indexes, key)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn key_secret(&self, id: &str) -> Vec<u8> {
-        self.scenario.cluster.keys.iter().find(|k| k.id == id).map(|k| k.secret.clone()).unwrap_or_else(|| derived_key_secret(id))
-    }
-
-    /// The message a step sends, built from its template (answers from the form they answer).
-    fn build(&mut self, send: &Send) -> Result<Built, String> {
-        let client = self.client_index(&send.client);
-        let lookup = |n: &str| self.lookup(n);
-        let headers = send.headers.as_ref().map(|h| h.resolve(&lookup)).transpose()?.map(|h| routing_headers(&h)).transpose()?;
-        let (method, params, notification) = match &send.request {
-            Request::Call { method, params, notification } => (method.clone(), params.resolve(&lookup)?, *notification),
-            Request::Raw { message } => {
-                let (bytes, _, notification) = raw_message(&message.resolve(&lookup)?);
-                // No value: the cluster parses the bytes and keeps them verbatim if they are not canonical.
-                return Ok(Built { client, bytes, value: None, notification, headers });
-            }
-            Request::Answer(answer) => {
-                let form = match &answer.form {
-                    Some(name) => *self.answers.get(name).ok_or_else(|| format!("no answer is named {name}"))?,
-                    None => self.cluster.clients()[client]
-                        .last_form
-                        .ok_or_else(|| format!("{} has not been shown a form yet; say which with `for NAME`", send.client))?,
-                };
-                let (method, params) = scenario_answer(answer, self.cluster.history().settled(form), &lookup)?;
-                (method, params, false)
-            }
-        };
-        let (bytes, value) = self.cluster.client_mut(client).request(&method, params, notification)?;
-        Ok(Built { client, bytes, value: Some(value), notification, headers })
-    }
-
-    fn send(&mut self, send: &Send, step: usize, routing: Routing) -> Result<(OperationId, bool), StepError> {
-        let Built { client, bytes, value, notification, headers } = self.build(send)?;
-        let written = self.instance_index(&send.instance);
-        let target = match routing {
-            Routing::AsWritten => written,
-            Routing::Shifted => self.equivalent_instance(written, self.sequential.len() + 1),
-        };
-        let operation = self.cluster.send(client, target, bytes, value, notification, step, send.name.clone(), headers)?;
-        if let Some(name) = &send.name {
-            self.answers.insert(name.clone(), operation);
-        }
-        Ok((operation, target != written))
-    }
-
-    /// Among the live instances configured like `index` (itself included, in instance order), the one
-    /// `steps` places after it, cyclically. With the request's position as `steps`, consecutive requests
-    /// written for one instance are spread over its equivalents.
-    fn equivalent_instance(&self, index: usize, steps: usize) -> usize {
-        let instances = self.cluster.instances();
-        if !instances[index].up {
-            return index;
-        }
-        let class: Vec<usize> =
-            (0..instances.len()).filter(|&other| instances[other].up && instances[other].same_configuration(&instances[index])).collect();
-        let position = class.iter().position(|&member| member == index).unwrap_or(0);
-        class[(position + steps) % class.len()]
+    // Each sequential request as sent, and whether it went elsewhere than the scenario wrote.
+    let sequential = played
+        .steps
+        .iter()
+        .filter(|step| matches!(scenario.steps[step.index].action, Action::Send(_)))
+        .filter_map(|step| match &step.outcome {
+            StepOutcome::Performed { operations, .. } => operations.first().map(|operation| (step.index, *operation)),
+            _ => None,
+        })
+        .map(|(index, operation)| {
+            let written = match &scenario.steps[index].action {
+                Action::Send(send) => send.instance.as_str(),
+                _ => unreachable!("filtered to sends"),
+            };
+            (index, operation, history.operations[operation.0].instance != written)
+        })
+        .collect();
+    Execution {
+        transcript,
+        history,
+        decisions,
+        failures: played.failures,
+        deliveries,
+        expectations: played.judged,
+        sequential,
+        has_parallel,
+        final_notes,
+        final_consumed,
     }
 }
 
@@ -666,7 +381,7 @@ fn masked(response: Option<&Value>) -> Option<Value> {
 
 fn show(value: &Option<Value>) -> String {
     match value {
-        Some(value) => super::scenario::template::preview(value),
+        Some(value) => crate::scenario::template::preview(value),
         None => "no response".into(),
     }
 }

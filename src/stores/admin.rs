@@ -4,7 +4,7 @@
 //! Every store kind implements it with the same meaning, so a test written against [`StoreAdmin`] holds for
 //! memory, SQLite and PostgreSQL alike.
 
-use crate::handlers::ports::{Note, StoreError};
+use crate::framework::ports::{Note, StoreError};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore};
 use async_trait::async_trait;
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! What the SQLite and PostgreSQL stores share: the migration list shape, value conversions, and the
 //! delete-time containment decision (the same one the memory store makes).
 
-use crate::handlers::ports::StoreError;
+use crate::framework::ports::StoreError;
 use crate::policy::containment::FileUri;
 use serde_json::Value;
 

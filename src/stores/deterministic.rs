@@ -3,7 +3,7 @@
 //! Used where output must be byte-stable across runs (the `mcpsim demo` walkthrough, handler tests). The real
 //! servers use [`super::system`]; the simulator drives its own virtual clock.
 
-use crate::handlers::ports::{Clock, NonceSource};
+use crate::framework::ports::{Clock, NonceSource};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};

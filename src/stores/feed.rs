@@ -4,7 +4,7 @@
 //! told that every list changed, which is always a correct (if redundant) thing to tell a client: a
 //! list-changed notification only asks it to fetch the list again.
 
-use crate::handlers::ports::{ChangeFeed, ChangeSubscription, ListChanged};
+use crate::framework::ports::{ChangeFeed, ChangeSubscription, ListChanged};
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 

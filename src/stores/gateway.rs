@@ -3,11 +3,11 @@
 //!
 //! Every one is bounded; a full store refuses (fails closed) rather than forgetting something that still matters.
 
-use crate::handlers::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
-use crate::handlers::gateway::audit::AuditRecord;
-use crate::handlers::gateway::ports::{rate_window, AuditSink, PinSource, RateDecision, RateLimit, RateLimiter};
-use crate::handlers::ports::StoreError;
+use crate::framework::ports::StoreError;
 use crate::policy::pinning::PinFile;
+use crate::servers::gateway::audit::AuditRecord;
+use crate::servers::gateway::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
+use crate::servers::gateway::ports::{rate_window, AuditSink, PinSource, RateDecision, RateLimit, RateLimiter};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -296,7 +296,7 @@ mod tests {
     }
 
     fn record(principal: &str) -> AuditRecord {
-        use crate::handlers::gateway::audit::{Decision, Stage};
+        use crate::servers::gateway::audit::{Decision, Stage};
         AuditRecord {
             approved_by: None,
             arguments: None,

@@ -7,7 +7,7 @@
 //! A claim stranded mid-delete (a crash) stays pending, refusing every retry, until its state's retention
 //! ends; then it is pruned like a consumed entry.
 
-use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
 use async_trait::async_trait;
 use serde_json::{json, Value};

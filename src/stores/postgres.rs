@@ -16,7 +16,7 @@
 //! then `COMMIT` or `ROLLBACK`: two round trips and three statements where one statement per step took four
 //! and four. (A conflict, the rare case, costs one more statement to read the holder's record.)
 
-use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
 use crate::stores::database::{

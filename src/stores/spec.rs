@@ -1,7 +1,7 @@
 //! Choosing a store: `memory`, `sqlite:PATH` or `postgres:URL`, parsed with errors that say what to write,
 //! and opened as the two handler ports plus the operator's admin handle.
 
-use crate::handlers::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
 use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
 use crate::stores::database::Durability;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};

@@ -14,7 +14,7 @@
 //! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
-use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
 use crate::stores::database::{

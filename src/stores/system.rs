@@ -1,6 +1,6 @@
 //! The real clock and the OS nonce source, used only by the real servers (never by the simulator).
 
-use crate::handlers::ports::{Clock, NonceSource};
+use crate::framework::ports::{Clock, NonceSource};
 use rand_core::{OsRng, RngCore};
 
 /// Wall-clock milliseconds since the Unix epoch.

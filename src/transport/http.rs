@@ -39,7 +39,7 @@
 //! request came from. Every request, refused or not, gets one log line (see [`super::log_request`]).
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
-use crate::handlers::{handle_exchange, Exchange, Service};
+use crate::framework::{handle_exchange, Exchange, Service};
 use crate::policy::origin::{check_local_request, OriginPolicy};
 use crate::wire::errors::RpcError;
 use crate::wire::headers::RoutingHeaders;
@@ -584,7 +584,7 @@ mod tests {
 
     #[tokio::test]
     async fn beyond_the_in_flight_bound_requests_get_503_and_shutdown_is_clean() {
-        let server = crate::transport::demo_notes_server();
+        let server = crate::assembly::demo_notes_server();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let tokens = Tokens::new(crate::config::Deployment::demo().tokens());
@@ -611,7 +611,7 @@ mod tests {
 
     #[test]
     fn anonymous_servers_listen_only_on_loopback() {
-        let server = crate::transport::demo_notes_server();
+        let server = crate::assembly::demo_notes_server();
         let server: Arc<dyn Service> = Arc::new(server);
         let anonymous = || Authentication::Anonymous { principal: "anyone".into() };
         for address in ["0.0.0.0:80", "192.168.1.2:80", "[::]:80"] {

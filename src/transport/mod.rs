@@ -5,90 +5,14 @@
 //! it holds no per-client state between messages and never interprets the protocol beyond what HTTP itself
 //! requires. The request log is the one thing both transports add, and it is written here once.
 //!
-//! [`handle_message`]: crate::handlers::handle_message
+//! [`handle_message`]: crate::framework::handle_message
 
 pub mod http;
-pub mod live;
 pub mod stdio;
 
-use crate::config::{ConfigError, Deployment};
-use crate::handlers::fixture::{ConformanceFixture, FixtureConfig};
-use crate::handlers::notes::NotesServer;
-use crate::handlers::ports::{Clock, NonceSource};
-use crate::handlers::Reply;
-use crate::policy::state::KeyRing;
-use crate::stores::feed::MemoryChangeFeed;
-use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
-use crate::stores::system::{random_key, OsNonces, SystemClock};
-use crate::stores::Stores;
+use crate::framework::Reply;
 use serde::Deserialize;
 use serde_json::Value;
-use std::sync::Arc;
-
-/// Builds the notes server a real process runs, over opened `stores` (in memory, or shared with other processes
-/// through SQLite or PostgreSQL), signing with `key_ring`, with the wall clock and OS nonces. Every instance of
-/// a fleet is one of these; instances that share `stores` and `key_ring` finish each other's confirmations.
-pub fn build_notes_server(
-    deployment: &Deployment,
-    key_ring: KeyRing,
-    stores: &Stores,
-    state_ttl_secs: Option<u64>,
-) -> Result<NotesServer, ConfigError> {
-    assemble_notes_server(deployment, key_ring, stores, state_ttl_secs, Arc::new(SystemClock), Arc::new(OsNonces))
-}
-
-/// Builds a notes server over fresh in-memory stores seeded from `deployment`, with the given key ring,
-/// clock and nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs). Returns the note
-/// store too, so the caller can inspect the notes.
-pub fn in_memory_notes_server(
-    deployment: &Deployment,
-    key_ring: KeyRing,
-    state_ttl_secs: Option<u64>,
-    clock: Arc<dyn Clock>,
-    nonces: Arc<dyn NonceSource>,
-) -> Result<(NotesServer, Arc<MemoryNoteStore>), ConfigError> {
-    let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
-    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
-    let stores = Stores::from_memory(notes.clone(), replay);
-    let server = assemble_notes_server(deployment, key_ring, &stores, state_ttl_secs, clock, nonces)?;
-    Ok((server, notes))
-}
-
-/// The one place a notes server is put together from its configuration and ports.
-fn assemble_notes_server(
-    deployment: &Deployment,
-    key_ring: KeyRing,
-    stores: &Stores,
-    state_ttl_secs: Option<u64>,
-    clock: Arc<dyn Clock>,
-    nonces: Arc<dyn NonceSource>,
-) -> Result<NotesServer, ConfigError> {
-    let config = deployment.notes_config(key_ring, state_ttl_secs)?;
-    Ok(NotesServer { config: Arc::new(config), notes: stores.notes.clone(), replay: stores.replay.clone(), clock, nonces })
-}
-
-/// The embedded demo over fresh in-memory stores with a random key, for tests of the transports.
-#[cfg(test)]
-pub(crate) fn demo_notes_server() -> NotesServer {
-    let demo = Deployment::demo();
-    let stores = Stores::in_memory(demo.notes(), Arc::new(SystemClock), ReplayLimits::default());
-    build_notes_server(&demo, demo.key_ring_or_random().expect("the demo is valid"), &stores, None).expect("the demo is valid")
-}
-
-/// Builds the conformance fixture a real process runs: a random key of this process, the wall clock, OS
-/// nonces and an in-process change feed (list-changed announcements reach this process's subscribers only).
-pub fn build_conformance_fixture(state_ttl_secs: Option<u64>) -> ConformanceFixture {
-    let mut config = FixtureConfig::new(KeyRing::new("local", random_key()).expect("a random 32-byte key is valid"));
-    if let Some(secs) = state_ttl_secs {
-        config.state_ttl_ms = secs.saturating_mul(1000);
-    }
-    ConformanceFixture {
-        config: Arc::new(config),
-        clock: Arc::new(SystemClock),
-        nonces: Arc::new(OsNonces),
-        changes: Arc::new(MemoryChangeFeed::new()),
-    }
-}
 
 /// Longest method or tool name a log line repeats; longer ones are cut (they come from the client).
 pub const LOG_FIELD_CHARS_MAX: usize = 64;
@@ -207,20 +131,5 @@ mod tests {
             "error -32602 state_signature"
         );
         assert_eq!(outcome_of(&reply(Some(json!({"error": {"code": -32601}})))), "error -32601");
-    }
-
-    #[tokio::test]
-    async fn built_servers_use_the_stores_they_are_given() {
-        let server = demo_notes_server();
-        assert_eq!(server.notes.list_notes().await.unwrap().len(), 7);
-        let (_, notes) = in_memory_notes_server(
-            &Deployment::demo(),
-            KeyRing::new("k", random_key()).unwrap(),
-            None,
-            Arc::new(SystemClock),
-            Arc::new(OsNonces),
-        )
-        .unwrap();
-        assert_eq!(notes.snapshot().len(), 7);
     }
 }

@@ -11,7 +11,7 @@
 //! acknowledgement is written and the subscription ends at once with its closing result.
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
-use crate::handlers::{handle_exchange, Reply, Service};
+use crate::framework::{handle_exchange, Reply, Service};
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
@@ -141,7 +141,7 @@ impl<R: AsyncBufRead + Unpin> BoundedLines<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::demo_notes_server;
+    use crate::assembly::demo_notes_server;
     use serde_json::json;
 
     async fn read_all(input: &[u8], line_bytes_max: usize) -> Vec<Line> {

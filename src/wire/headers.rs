@@ -24,6 +24,49 @@ pub fn named_target_field(method: &str) -> Option<&'static str> {
     }
 }
 
+impl RoutingHeaders {
+    /// The routing headers a conforming HTTP client sends with `message`: `MCP-Protocol-Version` from
+    /// `params._meta`, `Mcp-Method` from `method`, and `Mcp-Name` from the field the method names (when each
+    /// is a string). A value that is not printable ASCII travels base64-wrapped (`=?base64?…?=`), as
+    /// SPEC-HTTP-13 asks. The one builder of these headers: the simulator's clients, live mode and every HTTP
+    /// client of ours use it, so all worlds take the pipeline's header check the same way.
+    pub fn for_message(message: &Value) -> RoutingHeaders {
+        let text = |value: Option<&Value>| value.and_then(Value::as_str).map(encode_header_value);
+        let params = message.get("params");
+        let method = message.get("method").and_then(Value::as_str);
+        let name = method.and_then(named_target_field).and_then(|field| params.and_then(|p| p.get(field)));
+        RoutingHeaders {
+            protocol_version: text(params.and_then(|p| p.get("_meta")).and_then(|m| m.get(crate::wire::meta::KEY_PROTOCOL_VERSION))),
+            method: method.map(encode_header_value),
+            name: text(name),
+        }
+    }
+
+    /// As HTTP header (name, value) pairs, the absent ones left out.
+    pub fn pairs(&self) -> Vec<(&'static str, &str)> {
+        let mut pairs = Vec::new();
+        if let Some(version) = &self.protocol_version {
+            pairs.push(("MCP-Protocol-Version", version.as_str()));
+        }
+        if let Some(method) = &self.method {
+            pairs.push(("Mcp-Method", method.as_str()));
+        }
+        if let Some(name) = &self.name {
+            pairs.push(("Mcp-Name", name.as_str()));
+        }
+        pairs
+    }
+}
+
+/// A header value as a client sends it: as is when it is printable ASCII, base64-wrapped otherwise.
+pub fn encode_header_value(text: &str) -> String {
+    if text.chars().all(|c| c.is_ascii() && !c.is_control()) {
+        text.to_string()
+    } else {
+        format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(text))
+    }
+}
+
 /// `-32020` (HTTP 400) if a required header is missing, malformed, or disagrees with the body.
 pub fn check_routing_headers(headers: &RoutingHeaders, body_version: &str, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
     let version = require(&headers.protocol_version, "MCP-Protocol-Version")?;
@@ -121,6 +164,21 @@ mod tests {
             assert!(check_routing_headers(&headers("2026-07-28", "tools/call", Some(&encoded)), "2026-07-28", "tools/call", Some(&params))
                 .is_ok());
         }
+    }
+
+    #[test]
+    fn headers_built_for_a_message_pass_the_check() {
+        for name in ["notes_delete", "caf\u{e9}", "tab\there"] {
+            let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                 "params": {"name": name, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+            let headers = RoutingHeaders::for_message(&message);
+            assert_eq!(headers.method.as_deref(), Some("tools/call"));
+            assert!(check_routing_headers(&headers, "2026-07-28", "tools/call", message.get("params")).is_ok(), "{name:?}: {headers:?}");
+        }
+        let listing = RoutingHeaders::for_message(&json!({"method": "tools/list", "params": {}}));
+        assert_eq!((listing.protocol_version, listing.name), (None, None), "absent fields are not invented");
+        let read = RoutingHeaders::for_message(&json!({"method": "resources/read", "params": {"uri": "file:///a"}}));
+        assert_eq!(read.pairs().last(), Some(&("Mcp-Name", "file:///a")));
     }
 
     #[test]

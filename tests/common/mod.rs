@@ -11,11 +11,11 @@
 
 use async_trait::async_trait;
 use mcpsim::config::Deployment;
-use mcpsim::handlers::notes::{NotesConfig, NotesServer};
-use mcpsim::handlers::ports::{Clock, GuardedDelete, NonceSource, Note, NoteStore, StoreError};
-use mcpsim::handlers::{handle_message, Reply};
+use mcpsim::framework::ports::{Clock, GuardedDelete, NonceSource, Note, NoteStore, StoreError};
+use mcpsim::framework::{handle_message, Reply};
 use mcpsim::policy::containment::FileUri;
 use mcpsim::policy::state::KeyRing;
+use mcpsim::servers::notes::{NotesConfig, NotesServer};
 use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use mcpsim::wire::headers::RoutingHeaders;
 use mcpsim::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};

@@ -19,7 +19,7 @@ use std::time::Duration;
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 pub const VERSION: &str = "2026-07-28";
 pub const ALICE_WORKSPACE: &str = "file:///Users/alice/Documents/Notes";
-pub const DEMO_TOML: &str = include_str!("../../src/demo.toml");
+pub const DEMO_TOML: &str = include_str!("../../src/config/demo.toml");
 /// How long a test waits for the server to start or answer before failing (never a sleep: a bound).
 pub const WAIT: Duration = Duration::from_secs(20);
 

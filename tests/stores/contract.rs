@@ -4,7 +4,7 @@
 
 use crate::support::TestClock;
 use async_trait::async_trait;
-use mcpsim::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note};
+use mcpsim::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note};
 use mcpsim::policy::containment::FileUri;
 use mcpsim::stores::database::Durability;
 use mcpsim::stores::memory::ReplayLimits;

@@ -6,7 +6,7 @@ use crate::contract::{self, contract_tests, persistent_contract_tests, StoreKind
 use crate::race::{processes_race, DATABASE_VARIABLE, SPEC_VARIABLE};
 use crate::support::{create_database, drop_database, postgres_server, TestClock};
 use async_trait::async_trait;
-use mcpsim::handlers::ports::{ClaimOutcome, StoreError};
+use mcpsim::framework::ports::{ClaimOutcome, StoreError};
 use mcpsim::stores::database::{Durability, Migration, MigrationReport};
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::postgres::{PostgresStore, POSTGRES_MIGRATIONS};

@@ -5,7 +5,7 @@
 //! rest `NoteGone` with nothing consumed). Afterwards the database must agree with the answers.
 
 use crate::contract::{claim, deleted_record, note, workspace, Opened, FAR_FUTURE_MS};
-use mcpsim::handlers::ports::ClaimAndDelete;
+use mcpsim::framework::ports::ClaimAndDelete;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::system::SystemClock;
 use mcpsim::stores::{open, StoreSpec};

@@ -5,7 +5,7 @@ use crate::contract::{self, contract_tests, persistent_contract_tests, StoreKind
 use crate::race::{processes_race, SPEC_VARIABLE};
 use crate::support::{unique_name, TempDir, TestClock};
 use async_trait::async_trait;
-use mcpsim::handlers::ports::{ClaimOutcome, ReplayStore, StoreError};
+use mcpsim::framework::ports::{ClaimOutcome, ReplayStore, StoreError};
 use mcpsim::stores::database::{Durability, Migration, MigrationReport};
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::sqlite::{SqliteStore, SQLITE_MIGRATIONS};

@@ -1,6 +1,6 @@
 //! Test plumbing: a settable clock, temporary directories, and throwaway PostgreSQL databases.
 
-use mcpsim::handlers::ports::Clock;
+use mcpsim::framework::ports::Clock;
 use mcpsim::stores::spec::{PostgresTarget, StoreSpec};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

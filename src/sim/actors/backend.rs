@@ -10,9 +10,9 @@
 //! rug pull lands between two deliveries and, inside a `parallel` block, races the clients.
 
 use super::{StoreClient, TaskFuture, TaskOutput};
-use crate::handlers::backends::LiveDescriptors;
-use crate::handlers::gateway::ports::{Backend, BackendCall, BackendError, LocalBackend, ToolListing};
-use crate::sim::message::{StoreCall, StoreReturn};
+use crate::servers::gateway::backends::LiveDescriptors;
+use crate::servers::gateway::ports::{Backend, BackendCall, BackendError, LocalBackend, ToolListing};
+use crate::sim::engine::message::{StoreCall, StoreReturn};
 use crate::stores::gateway::MemoryExportLedger;
 use async_trait::async_trait;
 use serde_json::Value;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 /// The suffix of a backend actor's name: backend `notes` is the actor `notes-backend` (the bare id `notes`
 /// is the note store).
-pub const BACKEND_ACTOR_SUFFIX: &str = "-backend";
+pub use crate::scenario::model::BACKEND_ACTOR_SUFFIX;
 
 /// One backend server: its handler, the descriptors it publishes, and (notes backends) its export archive.
 pub struct BackendActor {
@@ -52,7 +52,7 @@ pub fn serve(backend: Arc<BackendActor>, call: StoreCall) -> TaskFuture {
                 backend.descriptors.push(fields);
                 StoreReturn::AdminDone { existed: false }
             }
-            other => StoreReturn::Failed(crate::handlers::ports::StoreError::Unavailable(format!(
+            other => StoreReturn::Failed(crate::framework::ports::StoreError::Unavailable(format!(
                 "backend {} does not serve {}",
                 backend.id,
                 other.label()

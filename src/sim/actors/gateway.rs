@@ -16,15 +16,15 @@
 use super::backend::{BackendActor, BackendClient};
 use super::gateway_mutants::{self, DescriptionOnlyPins, GatewayVariant};
 use super::{ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
-use crate::gateway_config::{default_pins, gateway_server_info, in_process_endpoint, BackendKind, GatewayFile};
-use crate::handlers::backends::{IssuesBackend, NotesBackend, NotesBackendConfig};
-use crate::handlers::gateway::ports::{Backend, LocalBackend};
-use crate::handlers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts};
-use crate::handlers::ports::{Clock, NonceSource, NoteStore, ReplayStore};
+use crate::assembly::{self, BuiltBackend};
+use crate::config::gateway::{default_pins, in_process_endpoint, GatewayFile};
+use crate::framework::ports::{Clock, NonceSource, NoteStore, ReplayStore};
 use crate::policy::authorization::Authorizations;
 use crate::policy::pinning::{qualify, Approval, PublisherEvidence};
 use crate::policy::state::KeyRing;
-use crate::sim::message::ActorId;
+use crate::servers::gateway::ports::Backend;
+use crate::servers::gateway::{BackendHandle, Gateway, GatewayPorts};
+use crate::sim::engine::message::ActorId;
 use crate::stores::gateway::{MemoryAuditSink, MemoryExportLedger, MemoryRateLimiter, SharedPins};
 use crate::wire::headers::RoutingHeaders;
 use serde_json::{json, Value};
@@ -54,39 +54,12 @@ impl GatewayWorld {
     pub fn demo(exchange: &ExchangeHandle, note_store: ActorId, authorizations: &Authorizations, variant: GatewayVariant) -> GatewayWorld {
         let file = GatewayFile::demo();
         let mut backends = Vec::new();
-        for (id, backend) in &file.backends {
-            let actor = match backend.kind {
-                BackendKind::Notes => {
-                    let ledger = Arc::new(MemoryExportLedger::default());
-                    let config = NotesBackendConfig {
-                        server_info: backend.server_info(),
-                        authorizations: authorizations.clone(),
-                        destinations: backend.destinations.clone(),
-                    };
-                    let notes: Arc<dyn NoteStore> = Arc::new(StoreClient::new(exchange.clone(), note_store));
-                    let server = Arc::new(NotesBackend::new(config, notes, ledger.clone()));
-                    server.descriptors.replace_all(backend.descriptors());
-                    let descriptors = server.descriptors.clone();
-                    BackendActor {
-                        id: id.clone(),
-                        server: LocalBackend::with_live_listing(server.clone(), server),
-                        descriptors,
-                        ledger: Some(ledger),
-                    }
-                }
-                BackendKind::Issues => {
-                    let server = Arc::new(IssuesBackend::new(backend.server_info(), file.issues.clone()));
-                    server.descriptors.replace_all(backend.descriptors());
-                    let descriptors = server.descriptors.clone();
-                    BackendActor {
-                        id: id.clone(),
-                        server: LocalBackend::with_live_listing(server.clone(), server),
-                        descriptors,
-                        ledger: None,
-                    }
-                }
-            };
-            backends.push(Arc::new(actor));
+        for (id, config) in &file.backends {
+            let ledger = Arc::new(MemoryExportLedger::default());
+            let notes: Arc<dyn NoteStore> = Arc::new(StoreClient::new(exchange.clone(), note_store));
+            let built = assembly::backend(&file, config, authorizations, notes, ledger.clone());
+            let ledger = matches!(built, BuiltBackend::Notes(_)).then_some(ledger);
+            backends.push(Arc::new(BackendActor { id: id.clone(), server: built.local_port(), descriptors: built.descriptors(), ledger }));
         }
         GatewayWorld {
             file,
@@ -125,22 +98,15 @@ impl GatewayWorld {
                 BackendHandle { id: backend.id.clone(), endpoint: in_process_endpoint(&backend.id), port }
             })
             .collect();
-        let config = GatewayConfig {
-            server_info: gateway_server_info(),
-            instance: instance.to_string(),
-            policy: self.file.policy.clone(),
-            key_ring,
-            state_ttl_ms,
-            audit_key: SIM_AUDIT_KEY.to_vec(),
-        };
-        let pins: Arc<dyn crate::handlers::gateway::ports::PinSource> = match self.variant {
+        let pins: Arc<dyn crate::servers::gateway::ports::PinSource> = match self.variant {
             GatewayVariant::DescriptionOnlyPins => {
                 Arc::new(DescriptionOnlyPins { pins: self.pins.clone(), backends: self.backends.clone() })
             }
             _ => self.pins.clone(),
         };
         let ports = GatewayPorts { pins, replay, rate_limiter: self.rate_limiter.clone(), audit: self.audit.clone(), clock, nonces };
-        Gateway::new(config, handles, ports).expect("the embedded demo gateway is valid")
+        assembly::gateway(&self.file, instance, key_ring, state_ttl_ms, SIM_AUDIT_KEY.to_vec(), handles, ports)
+            .expect("the embedded demo gateway is valid")
     }
 
     /// The operator reviews and re-pins `backend.tool` to what the backend publishes right now. Returns the
@@ -166,7 +132,7 @@ impl GatewayWorld {
             approved_by: SIM_APPROVER.into(),
             acknowledged_findings: Vec::new(),
         };
-        let mut pins = crate::handlers::gateway::ports::PinSource::pins(self.pins.as_ref()).as_ref().clone();
+        let mut pins = crate::servers::gateway::ports::PinSource::pins(self.pins.as_ref()).as_ref().clone();
         let digest = pins.approve(&qualify(backend_id, tool), descriptor, approval).map_err(|e| e.to_string())?.digest.clone();
         self.pins.replace(pins);
         Ok(digest)
@@ -185,7 +151,7 @@ impl GatewayWorld {
     }
 
     /// Exports recorded by every notes backend, in backend order.
-    pub fn exports(&self) -> Vec<crate::handlers::backends::ExportRecord> {
+    pub fn exports(&self) -> Vec<crate::servers::gateway::backends::ExportRecord> {
         self.backends.iter().filter_map(|b| b.ledger.as_ref()).flat_map(|ledger| ledger.exports()).collect()
     }
 }

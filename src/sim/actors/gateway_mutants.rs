@@ -10,11 +10,11 @@
 //! | [`GatewayVariant::RoutesByHeader`] | authorizes the body's tool, then routes by `Mcp-Name` | `43-gateway-header-body-confusion` |
 //! | [`GatewayVariant::FirstListedBackendWins`] | a bare tool name goes to the first backend listing it | `42-gateway-shadowed-search` |
 
-use super::backend::BackendActor;
-use crate::handlers::gateway::ports::PinSource;
-use crate::handlers::gateway::Gateway;
-use crate::handlers::Reply;
+use crate::framework::Reply;
 use crate::policy::pinning::{descriptor_digest, split_qualified, PinFile};
+use crate::servers::gateway::ports::PinSource;
+use crate::servers::gateway::Gateway;
+use crate::sim::actors::backend::BackendActor;
 use crate::stores::gateway::SharedPins;
 use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;

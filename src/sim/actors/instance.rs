@@ -6,11 +6,12 @@
 //! builds a new incarnation from the same configuration, with a fresh nonce stream.
 
 use super::{TaskFuture, TaskOutput};
-use crate::handlers::notes::{NotesConfig, NotesServer};
-use crate::handlers::ports::{Clock, NonceSource, NoteStore, ReplayStore};
-use crate::handlers::{handle_message, Service};
+use crate::assembly::{self, NotesPorts};
+use crate::framework::ports::{Clock, NonceSource, NoteStore, ReplayStore};
+use crate::framework::{handle_message, Service};
 use crate::policy::state::KeyRing;
-use crate::sim::random::{self, Stream};
+use crate::servers::notes::NotesConfig;
+use crate::sim::engine::random::{self, Stream};
 use crate::stores::deterministic::SeededNonces;
 use std::sync::Arc;
 
@@ -34,7 +35,8 @@ pub type ServiceFactory = Arc<dyn Fn(InstanceParts) -> Arc<dyn Service> + Send +
 
 pub fn notes_server_factory() -> ServiceFactory {
     Arc::new(|parts: InstanceParts| -> Arc<dyn Service> {
-        Arc::new(NotesServer { config: parts.config, notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces })
+        let ports = NotesPorts { notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces };
+        Arc::new(assembly::notes_server(parts.config, ports))
     })
 }
 
@@ -49,7 +51,7 @@ pub struct Instance {
     pub incarnation: u16,
     pub up: bool,
     /// A gateway instance (the security gateway) rather than a notes instance.
-    pub gateway: Option<crate::handlers::gateway::Gateway>,
+    pub gateway: Option<crate::servers::gateway::Gateway>,
     /// The running incarnation; rebuilt on restart and when configuration changes.
     pub service: Option<Arc<dyn Service>>,
     /// The incarnation's nonce stream, kept across configuration changes (never restarted mid-life).

@@ -3,7 +3,6 @@
 //! * [`instance`]: a server instance: the unchanged `NotesServer` behind `handle_message`, with its own
 //!   key ring, clock offset and nonce stream. Stateless, so a crash loses nothing but work in progress.
 //! * [`note_store`] and [`replay_store`]: the shared stores, each an actor serving one call per task.
-//! * [`client`]: a host that sends requests and answers forms as the script says.
 //! * [`admin`]: changes data behind everyone's back.
 //! * [`gateway`] and [`backend`]: gateway instances (the unchanged security gateway) in front of backend
 //!   actors (the unchanged notes and issues backends), sharing the replay store with the notes instances.
@@ -15,17 +14,16 @@
 
 pub mod admin;
 pub mod backend;
-pub mod client;
 pub mod gateway;
 pub mod gateway_mutants;
 pub mod instance;
 pub mod note_store;
 pub mod replay_store;
 
-use super::message::{ActorId, StoreCall, StoreReturn, TaskId};
-use crate::handlers::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
-use crate::handlers::Reply;
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::Reply;
 use crate::policy::containment::FileUri;
+use crate::sim::engine::message::{ActorId, StoreCall, StoreReturn, TaskId};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::future::Future;

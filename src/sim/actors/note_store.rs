@@ -4,8 +4,8 @@
 //! deliveries like anything else.
 
 use super::{TaskFuture, TaskOutput};
-use crate::handlers::ports::NoteStore;
-use crate::sim::message::{StoreCall, StoreReturn};
+use crate::framework::ports::NoteStore;
+use crate::sim::engine::message::{StoreCall, StoreReturn};
 use crate::stores::memory::MemoryNoteStore;
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ pub fn serve(notes: Arc<MemoryNoteStore>, call: StoreCall) -> TaskFuture {
             StoreCall::AdminDelete { note_id } => StoreReturn::AdminDone { existed: notes.remove(&note_id) },
             StoreCall::AdminMove { note_id, uri } => StoreReturn::AdminDone { existed: notes.move_to(&note_id, &uri) },
             StoreCall::AdminRename { note_id, title } => StoreReturn::AdminDone { existed: notes.rename(&note_id, &title) },
-            other => StoreReturn::Failed(crate::handlers::ports::StoreError::Unavailable(format!(
+            other => StoreReturn::Failed(crate::framework::ports::StoreError::Unavailable(format!(
                 "the note store does not serve {}",
                 other.label()
             ))),

@@ -6,8 +6,8 @@
 //! concurrency the pending claim exists for.
 
 use super::{TaskFuture, TaskOutput};
-use crate::handlers::ports::{ReplayStore, StoreError};
-use crate::sim::message::{StoreCall, StoreReturn};
+use crate::framework::ports::{ReplayStore, StoreError};
+use crate::sim::engine::message::{StoreCall, StoreReturn};
 use crate::stores::memory::MemoryReplayStore;
 use std::sync::Arc;
 

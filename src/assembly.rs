@@ -1,0 +1,292 @@
+//! The one place a server is put together: each server of ours, from its configuration, over the ports it is
+//! given.
+//!
+//! Real processes hand it real stores (memory, SQLite, PostgreSQL), the wall clock and OS nonces; the
+//! simulator hands it message-passing store clients, a virtual clock and seeded nonces. What comes out is the
+//! same server either way, which is why a simulated instance answers as a real one does.
+
+use crate::config::gateway::{gateway_server_info, in_process_endpoint, BackendConfig, BackendKind, GatewayFile};
+use crate::config::{ConfigError, Deployment};
+use crate::framework::ports::{ChangeFeed, Clock, NonceSource, NoteStore, ReplayStore};
+use crate::framework::Service;
+use crate::policy::authorization::Authorizations;
+use crate::policy::pinning::PinFile;
+use crate::policy::state::KeyRing;
+use crate::servers::fixture::{ConformanceFixture, FixtureConfig};
+use crate::servers::gateway::backends::{ExportLedger, IssuesBackend, LiveDescriptors, NotesBackend, NotesBackendConfig};
+use crate::servers::gateway::ports::{AuditSink, LiveListing, LocalBackend};
+use crate::servers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts};
+use crate::servers::notes::{NotesConfig, NotesServer};
+use crate::stores::feed::MemoryChangeFeed;
+use crate::stores::gateway::{MemoryExportLedger, MemoryRateLimiter, SharedPins};
+use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use crate::stores::system::{random_key, OsNonces, SystemClock};
+use crate::stores::Stores;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+// ----- the notes server -----
+
+/// What a notes server reaches the world through.
+pub struct NotesPorts {
+    pub notes: Arc<dyn NoteStore>,
+    pub replay: Arc<dyn ReplayStore>,
+    pub clock: Arc<dyn Clock>,
+    pub nonces: Arc<dyn NonceSource>,
+}
+
+/// A notes server of `config` over `ports`.
+pub fn notes_server(config: Arc<NotesConfig>, ports: NotesPorts) -> NotesServer {
+    NotesServer { config, notes: ports.notes, replay: ports.replay, clock: ports.clock, nonces: ports.nonces }
+}
+
+/// The notes server a real process runs, over opened `stores` (in memory, or shared with other processes
+/// through SQLite or PostgreSQL), signing with `key_ring`, with the wall clock and OS nonces. Every instance of
+/// a fleet is one of these; instances that share `stores` and `key_ring` finish each other's confirmations.
+pub fn real_notes_server(
+    deployment: &Deployment,
+    key_ring: KeyRing,
+    stores: &Stores,
+    state_ttl_secs: Option<u64>,
+) -> Result<NotesServer, ConfigError> {
+    let config = deployment.notes_config(key_ring, state_ttl_secs)?;
+    let ports =
+        NotesPorts { notes: stores.notes.clone(), replay: stores.replay.clone(), clock: Arc::new(SystemClock), nonces: Arc::new(OsNonces) };
+    Ok(notes_server(Arc::new(config), ports))
+}
+
+/// A notes server over fresh in-memory stores seeded from `deployment`, with the given key ring, clock and
+/// nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs). Returns the note store too, so
+/// the caller can inspect the notes.
+pub fn in_memory_notes_server(
+    deployment: &Deployment,
+    key_ring: KeyRing,
+    state_ttl_secs: Option<u64>,
+    clock: Arc<dyn Clock>,
+    nonces: Arc<dyn NonceSource>,
+) -> Result<(NotesServer, Arc<MemoryNoteStore>), ConfigError> {
+    let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
+    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
+    let config = deployment.notes_config(key_ring, state_ttl_secs)?;
+    let server = notes_server(Arc::new(config), NotesPorts { notes: notes.clone(), replay, clock, nonces });
+    Ok((server, notes))
+}
+
+/// The embedded demo over fresh in-memory stores with a random key, for tests of the transports.
+#[cfg(test)]
+pub(crate) fn demo_notes_server() -> NotesServer {
+    let demo = Deployment::demo();
+    let stores = Stores::in_memory(demo.notes(), Arc::new(SystemClock), ReplayLimits::default());
+    real_notes_server(&demo, demo.key_ring_or_random().expect("the demo is valid"), &stores, None).expect("the demo is valid")
+}
+
+// ----- the conformance fixture -----
+
+/// The conformance fixture over the given key ring, clock, nonces and change feed.
+pub fn conformance_fixture(
+    key_ring: KeyRing,
+    state_ttl_secs: Option<u64>,
+    clock: Arc<dyn Clock>,
+    nonces: Arc<dyn NonceSource>,
+    changes: Arc<dyn ChangeFeed>,
+) -> ConformanceFixture {
+    let mut config = FixtureConfig::new(key_ring);
+    if let Some(secs) = state_ttl_secs {
+        config.state_ttl_ms = secs.saturating_mul(1000);
+    }
+    ConformanceFixture { config: Arc::new(config), clock, nonces, changes }
+}
+
+/// The conformance fixture a real process runs: a random key of this process, the wall clock, OS nonces and
+/// an in-process change feed (list-changed announcements reach this process's subscribers only).
+pub fn real_conformance_fixture(state_ttl_secs: Option<u64>) -> ConformanceFixture {
+    let key_ring = KeyRing::new("local", random_key()).expect("a random 32-byte key is valid");
+    conformance_fixture(key_ring, state_ttl_secs, Arc::new(SystemClock), Arc::new(OsNonces), Arc::new(MemoryChangeFeed::new()))
+}
+
+// ----- the gateway and its backends -----
+
+/// A backend server as built: the notes backend (with its export ledger) or the issues backend.
+pub enum BuiltBackend {
+    Notes(Arc<NotesBackend>),
+    Issues(Arc<IssuesBackend>),
+}
+
+impl BuiltBackend {
+    /// As a service, to call in process or to run as an actor.
+    pub fn service(&self) -> Arc<dyn Service> {
+        match self {
+            BuiltBackend::Notes(server) => server.clone(),
+            BuiltBackend::Issues(server) => server.clone(),
+        }
+    }
+
+    /// The descriptors it publishes right now (what a rug pull changes).
+    pub fn descriptors(&self) -> Arc<LiveDescriptors> {
+        match self {
+            BuiltBackend::Notes(server) => server.descriptors.clone(),
+            BuiltBackend::Issues(server) => server.descriptors.clone(),
+        }
+    }
+
+    /// The gateway's in-process port to it.
+    pub fn local_port(&self) -> LocalBackend {
+        let live: Arc<dyn LiveListing> = match self {
+            BuiltBackend::Notes(server) => server.clone(),
+            BuiltBackend::Issues(server) => server.clone(),
+        };
+        LocalBackend::with_live_listing(self.service(), live)
+    }
+}
+
+/// The backend `config` of `file` describes, publishing its configured descriptors. A notes backend reads
+/// `notes` for the principals' `authorizations` and records exports in `ledger`; an issues backend serves the
+/// file's issues.
+pub fn backend(
+    file: &GatewayFile,
+    config: &BackendConfig,
+    authorizations: &Authorizations,
+    notes: Arc<dyn NoteStore>,
+    ledger: Arc<dyn ExportLedger>,
+) -> BuiltBackend {
+    let built = match config.kind {
+        BackendKind::Notes => {
+            let backend_config = NotesBackendConfig {
+                server_info: config.server_info(),
+                authorizations: authorizations.clone(),
+                destinations: config.destinations.clone(),
+            };
+            BuiltBackend::Notes(Arc::new(NotesBackend::new(backend_config, notes, ledger)))
+        }
+        BackendKind::Issues => BuiltBackend::Issues(Arc::new(IssuesBackend::new(config.server_info(), file.issues.clone()))),
+    };
+    built.descriptors().replace_all(config.descriptors());
+    built
+}
+
+/// One gateway instance of `file` in front of `backends`, over `ports`.
+pub fn gateway(
+    file: &GatewayFile,
+    instance: &str,
+    key_ring: KeyRing,
+    state_ttl_ms: u64,
+    audit_key: Vec<u8>,
+    backends: Vec<BackendHandle>,
+    ports: GatewayPorts,
+) -> Result<Gateway, ConfigError> {
+    let config = GatewayConfig {
+        server_info: gateway_server_info(),
+        instance: instance.to_string(),
+        policy: file.policy.clone(),
+        key_ring,
+        state_ttl_ms,
+        audit_key,
+    };
+    Gateway::new(config, backends, ports).map_err(ConfigError::Invalid)
+}
+
+/// What an in-process gateway world needs from its surroundings.
+pub struct WorldOptions {
+    pub instance: String,
+    pub clock: Arc<dyn Clock>,
+    pub nonces: Arc<dyn NonceSource>,
+    pub key_ring: KeyRing,
+    pub audit_key: Vec<u8>,
+    pub audit: Arc<dyn AuditSink>,
+    pub pins: PinFile,
+}
+
+/// A running gateway over in-memory stores, with handles on everything a test, an operator or an adversary
+/// may want to reach behind the gateway's back.
+pub struct GatewayWorld {
+    pub gateway: Gateway,
+    pub notes: Arc<MemoryNoteStore>,
+    pub replay: Arc<MemoryReplayStore>,
+    pub rate_limiter: Arc<MemoryRateLimiter>,
+    pub pins: Arc<SharedPins>,
+    /// Notes backends by id, each with its own export ledger (its archive).
+    pub notes_backends: BTreeMap<String, (Arc<NotesBackend>, Arc<MemoryExportLedger>)>,
+    pub issues_backends: BTreeMap<String, Arc<IssuesBackend>>,
+}
+
+/// Wires `file`'s backends, in-memory stores seeded from `deployment`, and one gateway instance.
+pub fn gateway_world(file: &GatewayFile, deployment: &Deployment, options: WorldOptions) -> Result<GatewayWorld, ConfigError> {
+    let authorizations = deployment.authorizations()?;
+    let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
+    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), options.clock.clone(), ReplayLimits::default()));
+    let rate_limiter = Arc::new(MemoryRateLimiter::default());
+    let pins = Arc::new(SharedPins::new(options.pins));
+    let mut handles = Vec::new();
+    let mut notes_backends = BTreeMap::new();
+    let mut issues_backends = BTreeMap::new();
+    for (id, config) in &file.backends {
+        let ledger = Arc::new(MemoryExportLedger::default());
+        let built = backend(file, config, &authorizations, notes.clone(), ledger.clone());
+        match &built {
+            BuiltBackend::Notes(server) => {
+                notes_backends.insert(id.clone(), (server.clone(), ledger));
+            }
+            BuiltBackend::Issues(server) => {
+                issues_backends.insert(id.clone(), server.clone());
+            }
+        }
+        handles.push(BackendHandle { id: id.clone(), endpoint: in_process_endpoint(id), port: Arc::new(built.local_port()) });
+    }
+    let ports = GatewayPorts {
+        pins: pins.clone(),
+        replay: replay.clone(),
+        rate_limiter: rate_limiter.clone(),
+        audit: options.audit,
+        clock: options.clock,
+        nonces: options.nonces,
+    };
+    let state_ttl_ms = file.state_ttl_secs.saturating_mul(1000);
+    let gateway = gateway(file, &options.instance, options.key_ring, state_ttl_ms, options.audit_key, handles, ports)?;
+    Ok(GatewayWorld { gateway, notes, replay, rate_limiter, pins, notes_backends, issues_backends })
+}
+
+/// The gateway a real process runs: the deployment's notes and principals, this gateway file's backends and
+/// policy, the wall clock, OS nonces, the deployment's keys (or a random key of this process), a random audit
+/// key, and the given pins and audit sink. `state_ttl_secs` overrides the file's `state_ttl_secs`.
+pub fn real_gateway(
+    file: &GatewayFile,
+    deployment: &Deployment,
+    pins: PinFile,
+    audit: Arc<dyn AuditSink>,
+    state_ttl_secs: Option<u64>,
+) -> Result<GatewayWorld, ConfigError> {
+    let mut file = file.clone();
+    if let Some(secs) = state_ttl_secs {
+        file.state_ttl_secs = secs;
+    }
+    let options = WorldOptions {
+        instance: "gateway".into(),
+        clock: Arc::new(SystemClock),
+        nonces: Arc::new(OsNonces),
+        key_ring: deployment.key_ring_or_random()?,
+        audit_key: random_key(),
+        audit,
+        pins,
+    };
+    gateway_world(&file, deployment, options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn built_servers_use_the_stores_they_are_given() {
+        let server = demo_notes_server();
+        assert_eq!(server.notes.list_notes().await.unwrap().len(), 7);
+        let (_, notes) = in_memory_notes_server(
+            &Deployment::demo(),
+            KeyRing::new("k", random_key()).unwrap(),
+            None,
+            Arc::new(SystemClock),
+            Arc::new(OsNonces),
+        )
+        .unwrap();
+        assert_eq!(notes.snapshot().len(), 7);
+    }
+}

@@ -1,0 +1,291 @@
+//! Deployment configuration: principals (with HTTP tokens), their workspaces, the notes, signing keys and
+//! the state TTL — from a TOML file, or the embedded demo when no file is given.
+//!
+//! Sits above the stores (it seeds them) and below the simulator and transports (which consume it).
+
+use crate::framework::ports::Note;
+use crate::policy::authorization::Authorizations;
+use crate::policy::state::KeyRing;
+use crate::servers::notes::{NotesConfig, DEFAULT_STATE_TTL_MS};
+use crate::stores::system::random_key;
+use crate::wire::result::ServerInfo;
+use base64::Engine;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+pub const DEFAULT_PRINCIPAL: &str = "alice";
+
+/// The embedded demo, as a config file would say it (tests and the README rely on it).
+pub const DEMO_TOML: &str = include_str!("demo.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deployment {
+    #[serde(default = "default_ttl_secs")]
+    pub state_ttl_secs: u64,
+    #[serde(default)]
+    pub principals: BTreeMap<String, PrincipalConfig>,
+    #[serde(default)]
+    pub notes: Vec<NoteConfig>,
+    /// Signing keys; the first signs, the rest only verify. Absent: each process draws a random key.
+    #[serde(default)]
+    pub keys: Vec<KeyConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalConfig {
+    /// Bearer token that authenticates this principal over HTTP.
+    pub token: Option<String>,
+    pub workspaces: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoteConfig {
+    pub id: String,
+    pub title: String,
+    pub uri: String,
+    #[serde(default)]
+    pub body: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    pub id: String,
+    /// The key, base64 (standard alphabet), at least 32 bytes once decoded.
+    pub secret_base64: String,
+}
+
+fn default_ttl_secs() -> u64 {
+    DEFAULT_STATE_TTL_MS / 1000
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Deployment {
+    /// The embedded demo deployment. Parsed once per process: the simulator builds a cluster from it for
+    /// every schedule it explores, and parsing the TOML each time was a quarter of that cost.
+    pub fn demo() -> Deployment {
+        static DEMO: std::sync::OnceLock<Deployment> = std::sync::OnceLock::new();
+        DEMO.get_or_init(|| Deployment::from_toml(DEMO_TOML, "<embedded demo>").expect("the embedded demo is valid")).clone()
+    }
+
+    pub fn load(path: &Path) -> Result<Deployment, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Deployment::from_toml(&text, &path.display().to_string())
+    }
+
+    pub fn from_toml(text: &str, origin: &str) -> Result<Deployment, ConfigError> {
+        let deployment: Deployment =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        deployment.authorizations()?;
+        deployment.configured_key_ring()?;
+        let mut ids: Vec<&str> = deployment.notes.iter().map(|n| n.id.as_str()).collect();
+        ids.sort();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ConfigError::Invalid(format!("{origin}: note ids must be unique")));
+        }
+        let mut tokens: Vec<&str> = deployment.principals.values().filter_map(|p| p.token.as_deref()).collect();
+        tokens.sort();
+        if tokens.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ConfigError::Invalid(format!("{origin}: two principals share a token")));
+        }
+        Ok(deployment)
+    }
+
+    pub fn authorizations(&self) -> Result<Authorizations, ConfigError> {
+        let mut authorizations = Authorizations::new();
+        for (principal, config) in &self.principals {
+            for workspace in &config.workspaces {
+                authorizations
+                    .grant(principal, workspace)
+                    .map_err(|e| ConfigError::Invalid(format!("principal {principal}: workspace {workspace:?}: {e}")))?;
+            }
+        }
+        Ok(authorizations)
+    }
+
+    /// The configured key ring, if any keys are configured.
+    pub fn configured_key_ring(&self) -> Result<Option<KeyRing>, ConfigError> {
+        key_ring_of(&self.keys)
+    }
+
+    /// The configured ring, or a fresh random one (so states of one unconfigured process fail elsewhere).
+    pub fn key_ring_or_random(&self) -> Result<KeyRing, ConfigError> {
+        match self.configured_key_ring()? {
+            Some(ring) => Ok(ring),
+            None => Ok(KeyRing::new("local", random_key()).expect("a random 32-byte key is valid")),
+        }
+    }
+
+    pub fn notes(&self) -> Vec<Note> {
+        self.notes.iter().map(|n| Note { id: n.id.clone(), title: n.title.clone(), uri: n.uri.clone(), body: n.body.clone() }).collect()
+    }
+
+    /// Token → principal, for the HTTP transport.
+    pub fn tokens(&self) -> BTreeMap<String, String> {
+        self.principals.iter().filter_map(|(name, p)| p.token.clone().map(|t| (t, name.clone()))).collect()
+    }
+
+    pub fn notes_config(&self, key_ring: KeyRing, state_ttl_secs: Option<u64>) -> Result<NotesConfig, ConfigError> {
+        Ok(NotesConfig {
+            server_info: server_info(),
+            authorizations: self.authorizations()?,
+            key_ring,
+            state_ttl_ms: state_ttl_secs.unwrap_or(self.state_ttl_secs).saturating_mul(1000),
+        })
+    }
+}
+
+/// Most keys one ring (a `[[keys]]` list) holds: the signing key plus those still verifying during rotations.
+pub const KEYS_MAX: usize = 16;
+
+/// The ring of a `[[keys]]` list: the first signs, the rest only verify. `None` for an empty list.
+fn key_ring_of(keys: &[KeyConfig]) -> Result<Option<KeyRing>, ConfigError> {
+    if keys.len() > KEYS_MAX {
+        return Err(ConfigError::Invalid(format!("{} [[keys]] given; at most {KEYS_MAX} (retire old verify-only keys)", keys.len())));
+    }
+    let mut seen: Vec<&str> = keys.iter().map(|key| key.id.as_str()).collect();
+    seen.sort_unstable();
+    if let Some(pair) = seen.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(ConfigError::Invalid(format!("key id {:?} appears twice; every key needs its own id", pair[0])));
+    }
+    let mut keys = keys.iter();
+    let Some(first) = keys.next() else { return Ok(None) };
+    let decode = |k: &KeyConfig| {
+        base64::engine::general_purpose::STANDARD.decode(&k.secret_base64).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", k.id)))
+    };
+    let mut ring = KeyRing::new(&first.id, decode(first)?).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", first.id)))?;
+    for key in keys {
+        ring.add_verify_only(&key.id, decode(key)?).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", key.id)))?;
+    }
+    Ok(Some(ring))
+}
+
+/// A key file: only the signing keys, so the secret can be distributed and protected apart from the
+/// deployment. The same `[[keys]]` tables a deployment file takes:
+///
+/// ```toml
+/// [[keys]]
+/// id = "2026-07"                  # 1 to 32 characters of A-Z a-z 0-9 _ -; sealed into every requestState
+/// secret_base64 = "…"             # at least 32 random bytes, base64 (e.g. `head -c 32 /dev/urandom | base64`)
+/// [[keys]]                        # optional: later keys only verify (states sealed before a rotation)
+/// id = "2026-06"
+/// secret_base64 = "…"
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    #[serde(default)]
+    keys: Vec<KeyConfig>,
+}
+
+/// Reads a key file (see [`KeyFile`]). It must name at least one key.
+pub fn load_key_file(path: &Path) -> Result<KeyRing, ConfigError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+    // The parser's message can quote the offending line, which may hold a secret: say only where it is.
+    let file: KeyFile = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: origin.clone(),
+        message: format!("not a key file ({})", e.span().map_or("bad TOML".to_string(), |span| describe_span(&text, span))),
+    })?;
+    match key_ring_of(&file.keys) {
+        Ok(Some(ring)) => Ok(ring),
+        Ok(None) => Err(ConfigError::Invalid(format!("{origin}: no [[keys]]; a key file names at least one key (the first signs)"))),
+        Err(ConfigError::Invalid(message)) => Err(ConfigError::Invalid(format!("{origin}: {message}"))),
+        Err(other) => Err(other),
+    }
+}
+
+/// "line L, column C" of a byte offset, for errors that must not quote the text.
+fn describe_span(text: &str, span: std::ops::Range<usize>) -> String {
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |tail| tail.chars().count()) + 1;
+    format!("error at line {line}, column {column}; expected [[keys]] tables with id and secret_base64 only")
+}
+
+pub fn server_info() -> ServerInfo {
+    ServerInfo { name: "mcpsim-notes".into(), version: env!("CARGO_PKG_VERSION").into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_matches_the_documented_data() {
+        let demo = Deployment::demo();
+        let ids: Vec<String> = demo.notes().into_iter().map(|n| n.id).collect();
+        assert_eq!(ids, ["note-3", "note-7", "note-14", "note-99", "note-100", "note-200", "note-300"]);
+        assert_eq!(demo.tokens().get("demo-alice").map(String::as_str), Some("alice"));
+        assert_eq!(demo.tokens().get("demo-bob").map(String::as_str), Some("bob"));
+        assert!(demo.configured_key_ring().unwrap().is_none(), "the demo draws a random key per process");
+        assert_eq!(demo.state_ttl_secs, 300);
+    }
+
+    #[test]
+    fn bad_configs_say_what_is_wrong() {
+        let error = Deployment::from_toml("[principals.a]\nworkspaces = [\"http://x\"]\n", "f.toml").unwrap_err();
+        assert!(error.to_string().contains("principal a"), "{error}");
+        let error = Deployment::from_toml("bogus = 1\n", "f.toml").unwrap_err();
+        assert!(error.to_string().contains("f.toml"), "{error}");
+        let error = Deployment::from_toml("[[keys]]\nid = \"k\"\nsecret_base64 = \"AAAA\"\n", "f.toml").unwrap_err();
+        assert!(error.to_string().contains("32 bytes"), "{error}");
+        let twice = format!("[[keys]]\nid = \"k\"\nsecret_base64 = \"{KEY}\"\n[[keys]]\nid = \"k\"\nsecret_base64 = \"{OTHER_KEY}\"\n");
+        let error = Deployment::from_toml(&twice, "f.toml").unwrap_err();
+        assert!(error.to_string().contains("appears twice"), "a second key must never silently replace the signing key: {error}");
+    }
+
+    /// 32 bytes of 0x07 and of 0x08, base64: test keys.
+    const KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+    const OTHER_KEY: &str = "CAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAg=";
+
+    fn key_file(contents: &str) -> (std::path::PathBuf, Result<KeyRing, ConfigError>) {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let name = format!("mcpsim-keys-{}-{}.toml", std::process::id(), COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+        let path = std::env::temp_dir().join(name);
+        std::fs::write(&path, contents).unwrap();
+        let loaded = load_key_file(&path);
+        let _ = std::fs::remove_file(&path);
+        (path, loaded)
+    }
+
+    #[test]
+    fn key_files_hold_a_signing_key_and_verify_only_keys() {
+        let (_, ring) = key_file(&format!(
+            "[[keys]]\nid = \"new\"\nsecret_base64 = \"{KEY}\"\n[[keys]]\nid = \"old\"\nsecret_base64 = \"{OTHER_KEY}\"\n"
+        ));
+        let ring = ring.unwrap();
+        assert_eq!(ring.signing_key_id(), "new");
+        assert_eq!(ring.key_ids().collect::<Vec<_>>(), ["new", "old"]);
+    }
+
+    #[test]
+    fn bad_key_files_say_what_is_wrong_without_quoting_secrets() {
+        let (path, error) = key_file("");
+        let error = error.unwrap_err().to_string();
+        assert!(error.contains("no [[keys]]") && error.contains(&path.display().to_string()), "{error}");
+        let (_, error) = key_file("[[keys]]\nid = \"k\"\nsecret_base64 = \"not-base64-hunter2\"\n");
+        let error = error.unwrap_err().to_string();
+        assert!(error.contains("key k"), "{error}");
+        let (_, error) = key_file("[[keys]]\nid = \"k\"\nsecret = \"hunter2hunter2\"\n");
+        let error = error.unwrap_err().to_string();
+        assert!(error.contains("line 3") && error.contains("secret_base64") && !error.contains("hunter2"), "{error}");
+        let (_, error) = key_file("keys = \"hunter2hunter2\n");
+        assert!(!error.unwrap_err().to_string().contains("hunter2"));
+        let (_, error) = key_file(&format!("[[keys]]\nid = \"a b\"\nsecret_base64 = \"{KEY}\"\n"));
+        assert!(error.unwrap_err().to_string().contains("key id"));
+    }
+}

@@ -1,0 +1,118 @@
+//! Refusals every confirming handler shares: an unopenable or foreign state, a used-up confirmation, a full
+//! replay store, a failed store.
+//!
+//! One wording and one `data` shape for the notes server and the gateway, so clients (and the simulator's
+//! checker) read them the same way whichever server answered.
+
+use crate::framework::ports::StoreError;
+use crate::policy::state::{KeyRing, OpenError, StateClaims};
+use crate::wire::errors::{Reason, RpcError};
+use serde_json::{Map, Value};
+
+/// The continuation fields of a `tools/call`, each optional.
+pub struct RoundTwoFields<'p> {
+    pub request_state: Option<&'p str>,
+    pub input_responses: Option<&'p Map<String, Value>>,
+}
+
+/// Reads the continuation fields, typed when present: `requestState` a string, `inputResponses` an object.
+/// Wrong types are refused with the reason clients read.
+pub fn round_two_fields(params: &Value) -> Result<RoundTwoFields<'_>, RpcError> {
+    let request_state = match params.get("requestState") {
+        None => None,
+        Some(Value::String(state)) => Some(state.as_str()),
+        Some(_) => return Err(RpcError::invalid_params(Reason::StateMalformed, "requestState must be a string")),
+    };
+    let input_responses = match params.get("inputResponses") {
+        None => None,
+        Some(Value::Object(responses)) => Some(responses),
+        Some(_) => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses must be an object")),
+    };
+    Ok(RoundTwoFields { request_state, input_responses })
+}
+
+/// `state_consumed`, carrying what consuming the nonce did (the recovery rule: a retry learns the outcome).
+pub fn consumed(tool: &str, record: Value) -> RpcError {
+    RpcError::invalid_params(
+        Reason::StateConsumed,
+        format!("this confirmation was already used; call {tool} again without requestState to start over"),
+    )
+    .with_detail("previousOutcome", record)
+}
+
+/// The shared replay store refused a new nonce because it is full of unexpired ones (fail closed).
+pub fn replay_full() -> RpcError {
+    RpcError::internal(
+        Reason::ReplayStoreFull,
+        "the replay store is full of unexpired confirmations and refuses new ones; retry after some expire",
+    )
+}
+
+/// A store failed; `consequence` says what that left undone (e.g. "nothing was changed").
+pub fn store_failed(error: StoreError, consequence: &str) -> RpcError {
+    RpcError::internal(Reason::StoreUnavailable, format!("{error}; {consequence}"))
+}
+
+/// What a sealed state must continue: who asked, which tool, which question, which exact arguments.
+pub struct Continuation<'a> {
+    /// How refusals name this server ("server", "gateway").
+    pub issuer: &'a str,
+    pub principal: &'a str,
+    pub tool: &'a str,
+    pub phase: &'a str,
+    pub arguments_digest: &'a str,
+    /// What calling the tool again without the state does, e.g. "to get a new form".
+    pub restart_hint: &'a str,
+}
+
+/// Opens `token` (tag, then expiry) and checks it continues exactly this `tools/call`. Every failure is a
+/// `-32602` with its reason; nothing is consumed by any of them.
+pub fn open_continuation(key_ring: &KeyRing, token: &str, now_ms: u64, expected: &Continuation<'_>) -> Result<StateClaims, RpcError> {
+    let Continuation { issuer, tool, restart_hint, .. } = expected;
+    let claims = key_ring.open(token, now_ms).map_err(|error| match error {
+        OpenError::Malformed => {
+            RpcError::invalid_params(Reason::StateMalformed, format!("requestState is not a state this {issuer} issued"))
+        }
+        OpenError::Signature => RpcError::invalid_params(
+            Reason::StateSignature,
+            format!("requestState failed verification (altered, or signed with a key this {issuer} does not hold)"),
+        ),
+        OpenError::Expired => {
+            RpcError::invalid_params(Reason::StateExpired, format!("requestState has expired; call {tool} again without it {restart_hint}"))
+        }
+    })?;
+    let bound = claims.principal == expected.principal
+        && claims.method == "tools/call"
+        && claims.tool == expected.tool
+        && claims.phase == expected.phase
+        && claims.arguments_digest == expected.arguments_digest;
+    if !bound {
+        return Err(RpcError::invalid_params(Reason::StateMismatch, "requestState belongs to another principal, tool or set of arguments"));
+    }
+    Ok(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reason(error: RpcError) -> Value {
+        error.data.and_then(|d| d.get("reason").cloned()).unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn round_two_fields_are_optional_but_typed() {
+        let both = json!({"requestState": "s1.k", "inputResponses": {"q": {}}});
+        let fields = round_two_fields(&both).unwrap();
+        assert_eq!(fields.request_state, Some("s1.k"));
+        assert!(fields.input_responses.is_some_and(|r| r.contains_key("q")));
+        let neither = json!({"name": "x"});
+        let none = round_two_fields(&neither).unwrap();
+        assert!(none.request_state.is_none() && none.input_responses.is_none());
+        let Err(error) = round_two_fields(&json!({"requestState": 42})) else { panic!("a number is not a state") };
+        assert_eq!((error.code, reason(error)), (-32602, json!("state_malformed")));
+        let Err(error) = round_two_fields(&json!({"inputResponses": ["accept"]})) else { panic!("an array is not responses") };
+        assert_eq!((error.code, reason(error)), (-32602, json!("response_invalid")));
+    }
+}

@@ -1,0 +1,647 @@
+//! Live scenarios: the same scenario files, played over HTTP against a running fleet, with a parity report
+//! against the simulator.
+//!
+//! Scenario instances map to URLs in declaration order; each client authenticates with its principal's bearer
+//! token and every message is a conforming POST (`Content-Type`, `Accept`, `MCP-Protocol-Version`,
+//! `Mcp-Method`, `Mcp-Name`). Messages are built exactly as the simulator builds them (its client, its
+//! templates, its form answers): the scenario interpreter (`crate::play`) walks the statements for both worlds,
+//! and the parity judge (`crate::play::parity`) compares them.
+//!
+//! A `parallel` block is compared as a set of outcomes against every interleaving the simulator produces under
+//! [`PARITY_SEEDS_MAX`] consecutive seeds; later steps are compared with a run that raced the way the fleet did.
+//!
+//! What cannot be done from outside a fleet is never silently passed:
+//! * **Skipped steps**: `admin …` (note changes are made in the store when live mode has it), `advance`, crash
+//!   triggers, `rotate`, `retire` (they need the store, the clock or the key ring of the servers). A plain `crash I` marks `I` down until `restart I`: requests the
+//!   scenario sends to it meanwhile are skipped (the live instance is still up, so they would be answered).
+//! * **Not compared**: once a step that changes the world has been skipped (or a request that was not
+//!   comparable went differently live), later answers may legitimately differ from the simulator's; they are
+//!   shown, not judged. The same holds for requests to an instance
+//!   whose declared configuration (keys, clock offset) differs from the fleet's one shared key ring and wall
+//!   clock, and for every request of a scenario that declares its own store bounds, notes or principals.
+//! * **Not evaluated**: expectations on the stores (`note`, `notes count`, `consumed`, `nonce of`) unless live
+//!   mode was given the fleet's store ([`LiveStore`], `--reseed SPEC`), and even then once anything that may
+//!   change the store went unjudged; answer expectations that refer to an answer that was skipped or not compared.
+//!
+//! With the fleet's store, each scenario starts from its own notes (the simulator's starting notes, seeded and
+//! nothing else), and its store expectations are read from the real store: notes as they are, consumed nonces
+//! counted from the scenario's start (consumed confirmations are never erased, so earlier runs stay replay-safe).
+
+use crate::config::Deployment;
+use crate::framework::ports::{Note, StoreError};
+use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcome};
+use crate::play::parity;
+use crate::play::world::{Consumed, Item, Outgoing, Refused, World};
+use crate::play::{self, FailureKind};
+use crate::scenario::model::{Action, AdminAction, Scenario, TriggerSpec};
+use crate::servers::gateway::backends::ExportRecord;
+use crate::servers::notes::DEFAULT_STATE_TTL_MS;
+use crate::sim::runner::{self, RunOptions};
+use crate::stores::admin::reseed;
+use crate::stores::{StoreSpec, Stores};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::play::expect::ExpectationResult;
+pub use crate::play::parity::{outcome_of, ParityRow, Verdict};
+
+/// How long one live request may take before it counts as a transport failure.
+pub const LIVE_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Most simulator seeds tried to find an interleaving of a scenario's races like the live one.
+pub const PARITY_SEEDS_MAX: u64 = 64;
+/// Largest response body read from a live server.
+pub const LIVE_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// The fleet a scenario is played against.
+#[derive(Debug, Clone)]
+pub struct LiveFleet {
+    /// `http://HOST:PORT/mcp`, one per scenario instance, in declaration order.
+    pub urls: Vec<String>,
+    /// Principal → bearer token.
+    pub tokens: BTreeMap<String, String>,
+}
+
+impl LiveFleet {
+    /// The embedded demo's tokens (`demo-alice`, `demo-bob`), overridden by `tokens` (principal → token).
+    pub fn with_demo_tokens(urls: Vec<String>, tokens: BTreeMap<String, String>) -> LiveFleet {
+        let mut all: BTreeMap<String, String> =
+            Deployment::demo().tokens().into_iter().map(|(token, principal)| (principal, token)).collect();
+        all.extend(tokens);
+        LiveFleet { urls, tokens: all }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LiveReport {
+    pub scenario: String,
+    pub seed: u64,
+    /// Instance name → URL.
+    pub mapping: Vec<(String, String)>,
+    /// Where the scenario's declared configuration differs from what a fleet is.
+    pub configuration_notes: Vec<String>,
+    /// What was done to the fleet's store before the scenario (with `--reseed`).
+    pub store_notes: Vec<String>,
+    pub rows: Vec<ParityRow>,
+    pub expectations: Vec<(usize, String, ExpectationResult)>,
+    /// About the simulator side (a scenario that fails in the simulator compares against a failing run).
+    pub simulator_notes: Vec<String>,
+    /// Steps that could not be carried out at all (a reference to a skipped answer, a transport failure).
+    pub errors: Vec<String>,
+}
+
+impl LiveReport {
+    pub fn count(&self, wanted: fn(&Verdict) -> bool) -> usize {
+        self.rows.iter().filter(|row| wanted(&row.verdict)).count()
+    }
+
+    pub fn expectations_failed(&self) -> usize {
+        self.expectations.iter().filter(|(_, _, r)| matches!(r, ExpectationResult::Failed(_))).count()
+    }
+
+    pub fn passed(&self) -> bool {
+        self.errors.is_empty() && self.expectations_failed() == 0 && self.count(|v| *v == Verdict::Mismatch) == 0
+    }
+}
+
+/// Scenario problems found before anything is sent.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error(
+        "{scenario} declares {instances} instance(s) ({names}) but --live names {urls} URL(s); pass one URL per instance, in declaration order"
+    )]
+    TooFewUrls { scenario: String, instances: usize, names: String, urls: usize },
+    #[error("{scenario}: client {client} acts as principal {principal}, which has no bearer token; pass --token {principal}=TOKEN")]
+    NoToken { scenario: String, client: String, principal: String },
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    #[error("{scenario}: cannot re-seed the store {store}: {reason}")]
+    Reseed { scenario: String, store: String, reason: String },
+}
+
+/// The fleet's own store, opened by live mode (`--reseed SPEC`): re-seeded with each scenario's notes before
+/// it runs, and read to evaluate its store expectations.
+#[derive(Clone)]
+pub struct LiveStore {
+    pub spec: StoreSpec,
+    pub stores: Stores,
+}
+
+/// The store of one scenario's run: where it is, and the nonces it held when the scenario started.
+struct ScenarioStore<'a> {
+    store: &'a LiveStore,
+    nonces_before: u64,
+}
+
+/// Plays `scenario` against `fleet` and compares each step with the simulator run of the same `seed`. Requests
+/// and store reads run on `runtime` (the store must have been opened on it).
+///
+/// With `store` (the fleet's own), the store is first re-seeded with exactly the scenario's starting notes, and
+/// store expectations are evaluated against it.
+pub fn run_live(
+    scenario: &Scenario,
+    fleet: &LiveFleet,
+    seed: u64,
+    store: Option<&LiveStore>,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<LiveReport, LiveError> {
+    let instances = &scenario.cluster.instances;
+    if instances.len() > fleet.urls.len() {
+        let names: Vec<&str> = instances.iter().map(|i| i.name.as_str()).collect();
+        return Err(LiveError::TooFewUrls {
+            scenario: scenario.name.clone(),
+            instances: instances.len(),
+            names: names.join(", "),
+            urls: fleet.urls.len(),
+        });
+    }
+    for client in &scenario.cluster.clients {
+        if !fleet.tokens.contains_key(&client.principal) {
+            return Err(LiveError::NoToken {
+                scenario: scenario.name.clone(),
+                client: client.name.clone(),
+                principal: client.principal.clone(),
+            });
+        }
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(LIVE_REQUEST_TIMEOUT_MS))
+        .build()
+        .map_err(|e| LiveError::Client(e.to_string()))?;
+    // The simulator's answers for the same scenario: under `seed`, and under the next seeds too, so that a live
+    // race can be matched with an interleaving the simulator also produces (without parallel blocks every seed
+    // answers alike, and one run is enough).
+    let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
+    let seeds = if has_parallel { PARITY_SEEDS_MAX } else { 1 };
+    let quiet = |seed| RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(seed) };
+    let simulated = runner::run(scenario, &quiet(seed));
+    let mut runs = vec![(seed, simulated.history)];
+    for offset in 1..seeds {
+        let other = seed.wrapping_add(offset);
+        runs.push((other, runner::run(scenario, &quiet(other)).history));
+    }
+    let mut store_notes = Vec::new();
+    let scenario_store = match store {
+        None => None,
+        Some(store) => {
+            let failed = |reason: String| LiveError::Reseed { scenario: scenario.name.clone(), store: store.spec.to_string(), reason };
+            // The notes the simulator starts from: the demo's (with `use demo`) and the scenario's own.
+            let notes = runner::cluster_setup(scenario, &quiet(seed)).notes;
+            let report = runtime.block_on(reseed(&*store.stores.admin, &notes)).map_err(|e| failed(e.to_string()))?;
+            let nonces_before = runtime.block_on(store.stores.admin.nonce_count()).map_err(|e| failed(e.to_string()))?;
+            store_notes.push(format!(
+                "re-seeded {} with the scenario's {} note(s): {report}; the {nonces_before} nonce(s) consumed before stay consumed",
+                store.spec,
+                notes.len()
+            ));
+            Some(ScenarioStore { store, nonces_before })
+        }
+    };
+    let mut world = LiveWorld::new(scenario, fleet, http, runtime, scenario_store);
+    let played = play::play(scenario, &mut world);
+    let compared = parity::compare(scenario, &played, &world.history, &runs, world.global_mismatch.first().map(String::as_str));
+    let mapping = instances.iter().zip(&fleet.urls).map(|(i, url)| (i.name.clone(), url.clone())).collect();
+    Ok(LiveReport {
+        scenario: scenario.name.clone(),
+        seed,
+        mapping,
+        configuration_notes: world.global_mismatch.iter().chain(world.instance_mismatch.values()).cloned().collect(),
+        store_notes,
+        simulator_notes: simulated
+            .failures
+            .iter()
+            .map(|f| format!("the simulator run fails too (line {}): {}", f.line, f.message.replace('\n', " ")))
+            .chain(compared.interleaving_notes)
+            .collect(),
+        rows: compared.rows,
+        expectations: compared.expectations,
+        errors: played
+            .failures
+            .iter()
+            .filter(|f| f.kind != FailureKind::Expectation)
+            .map(|f| format!("line {}: {}: {}", f.line, f.statement, f.message))
+            .collect(),
+    })
+}
+
+/// A running fleet over HTTP as a [`World`]: mcpsim is one more client of it. What needs the servers'
+/// processes, clock, key ring or (without `--reseed`) store is refused with the reason.
+struct LiveWorld<'a> {
+    scenario: &'a Scenario,
+    fleet: &'a LiveFleet,
+    http: reqwest::Client,
+    runtime: &'a tokio::runtime::Runtime,
+    history: History,
+    /// Instances declared differently from the fleet (one shared key ring, the wall clock).
+    instance_mismatch: BTreeMap<usize, String>,
+    /// Scenario-wide declarations a fleet does not share.
+    global_mismatch: Vec<String>,
+    /// The fleet's store, when live mode has it.
+    store: Option<ScenarioStore<'a>>,
+}
+
+impl<'a> LiveWorld<'a> {
+    fn new(
+        scenario: &'a Scenario,
+        fleet: &'a LiveFleet,
+        http: reqwest::Client,
+        runtime: &'a tokio::runtime::Runtime,
+        store: Option<ScenarioStore<'a>>,
+    ) -> LiveWorld<'a> {
+        let mut world = LiveWorld {
+            scenario,
+            fleet,
+            http,
+            runtime,
+            history: History::default(),
+            instance_mismatch: BTreeMap::new(),
+            global_mismatch: Vec::new(),
+            store,
+        };
+        world.find_configuration_mismatches();
+        world
+    }
+
+    /// A fleet is instances sharing one key ring, one wall clock and one store seeded with the deployment.
+    /// The first instance's keys stand for the fleet's ring; any instance declared otherwise diverges.
+    fn find_configuration_mismatches(&mut self) {
+        let spec = &self.scenario.cluster;
+        let reference_keys = spec.instances.first().map(|i| i.keys.clone()).unwrap_or_default();
+        for (index, instance) in spec.instances.iter().enumerate() {
+            let mut why = Vec::new();
+            if instance.keys != reference_keys {
+                why.push(format!("keys {} (the fleet shares one key ring)", instance.keys.join(" ")));
+            }
+            if instance.gateway {
+                why.push("a gateway (its backends' state is the simulator's; live parity for gateways is not established)".into());
+            }
+            if instance.clock_offset_ms != 0 {
+                why.push(format!("clock offset {} ms (the fleet runs on the wall clock)", instance.clock_offset_ms));
+            }
+            if !why.is_empty() {
+                self.instance_mismatch.insert(index, format!("{} declares {}", instance.name, why.join(" and ")));
+            }
+        }
+        if !spec.use_demo {
+            self.global_mismatch.push("the scenario does not `use demo`: the fleet holds whatever it was seeded with".into());
+        }
+        if !spec.notes.is_empty() && self.store.is_none() {
+            self.global_mismatch
+                .push("the scenario declares its own notes; the fleet holds what it was seeded with (pass --reseed to seed them)".into());
+        }
+        if !spec.principals.is_empty() {
+            self.global_mismatch.push("the scenario declares its own principals; the fleet has its deployment's".into());
+        }
+        if spec.replay_capacity.is_some() || spec.replay_grace_ms.is_some() {
+            self.global_mismatch.push("the scenario declares replay-store bounds; the fleet's store has its own".into());
+        }
+        let demo_ttl_ms = Deployment::demo().state_ttl_secs * 1000;
+        if spec.state_ttl_ms.is_some_and(|ttl| ttl != demo_ttl_ms && ttl != DEFAULT_STATE_TTL_MS) {
+            self.global_mismatch.push("the scenario declares a state TTL other than the fleet's default".into());
+        }
+    }
+
+    fn url_of(&self, instance: usize) -> String {
+        self.fleet.urls[instance].clone()
+    }
+
+    fn token_of(&self, client: usize) -> String {
+        let principal = &self.scenario.cluster.clients[client].principal;
+        self.fleet.tokens.get(principal).cloned().expect("checked before the run")
+    }
+
+    /// Records what was sent and what came back.
+    fn record(&mut self, outgoing: &Outgoing, response: Option<Value>) -> OperationId {
+        let id = OperationId(self.history.operations.len());
+        let client = &self.scenario.cluster.clients[outgoing.client];
+        let exact = String::from_utf8_lossy(&outgoing.bytes).into_owned();
+        let value = match &outgoing.value {
+            Some(value) => Some(value.clone()),
+            None => serde_json::from_slice::<Value>(&outgoing.bytes).ok(),
+        };
+        let request_exact = match &value {
+            Some(value) if serde_json::to_string(value).ok().as_deref() == Some(exact.as_str()) => None,
+            _ => Some(exact),
+        };
+        let outcome = match response {
+            Some(value) => Outcome::Answered { value: Arc::new(value), at_ms: 0, delivery: id.0 + 1 },
+            None => Outcome::NoResponse(NoResponse::Notification),
+        };
+        self.history.operations.push(Operation {
+            id,
+            client: client.name.clone(),
+            principal: client.principal.clone(),
+            instance: self.scenario.cluster.instances[outgoing.instance].name.clone(),
+            step: outgoing.step,
+            name: outgoing.name.clone(),
+            request_value: value.map(Arc::new),
+            request_exact,
+            notification: outgoing.notification,
+            sent_at_ms: 0,
+            outcome,
+        });
+        id
+    }
+
+    fn store(&self) -> Result<&ScenarioStore<'a>, String> {
+        self.store
+            .as_ref()
+            .ok_or_else(|| "it reads the store; pass --reseed SPEC (the fleet's --store) to re-seed it and evaluate this".into())
+    }
+}
+
+fn unreadable(spec: &StoreSpec) -> impl Fn(StoreError) -> String + '_ {
+    move |error| format!("cannot read the store {spec}: {error}")
+}
+
+impl World for LiveWorld<'_> {
+    fn label(&self) -> &'static str {
+        "live"
+    }
+
+    fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        let (url, token) = (self.url_of(outgoing.instance), self.token_of(outgoing.client));
+        let response = self.runtime.block_on(post(&self.http, &url, &token, &outgoing)).map_err(Refused::Failed)?;
+        Ok(self.record(&outgoing, response))
+    }
+
+    fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused> {
+        let mut sends = Vec::new();
+        for item in items {
+            match item {
+                Item::Send(outgoing) => sends.push(outgoing),
+                // The admin change races the clients in the simulator; live it cannot happen at all.
+                Item::Admin(_) => {
+                    return Err(Refused::Unsupported("its admin change races the clients, which live mode cannot arrange".into()))
+                }
+            }
+        }
+        let mut flights = Vec::new();
+        for outgoing in &sends {
+            let (http, url, token, outgoing) =
+                (self.http.clone(), self.url_of(outgoing.instance), self.token_of(outgoing.client), outgoing.clone());
+            flights.push(self.runtime.spawn(async move { post(&http, &url, &token, &outgoing).await }));
+        }
+        let mut results = Vec::new();
+        for (outgoing, flight) in sends.iter().zip(flights) {
+            let answer = match self.runtime.block_on(flight) {
+                Ok(result) => result,
+                Err(join) => Err(format!("the request task failed: {join}")),
+            };
+            results.push(match answer {
+                Ok(response) => Ok(self.record(outgoing, response)),
+                Err(why) => Err(Refused::Failed(why)),
+            });
+        }
+        Ok(results)
+    }
+
+    fn admin(&mut self, action: &AdminAction) -> Result<(), Refused> {
+        let note_change = matches!(action, AdminAction::DeleteNote { .. } | AdminAction::MoveNote { .. } | AdminAction::RenameNote { .. });
+        match (action, &self.store) {
+            (AdminAction::Revoke { .. }, _) => {
+                Err(Refused::Unsupported("a revocation changes the servers' configuration (edit --config and restart them)".into()))
+            }
+            (_, None) if note_change => {
+                Err(Refused::Unsupported("admin changes need the store; pass --reseed SPEC (the fleet's --store) to make them live".into()))
+            }
+            (_, Some(ScenarioStore { store, .. })) if note_change => {
+                // Made in the fleet's store behind the servers' backs, as the simulator's admin makes it in its store.
+                let admin = store.stores.admin.clone();
+                let (note_id, done) = match action {
+                    AdminAction::DeleteNote { note_id } => (note_id, self.runtime.block_on(admin.remove(note_id))),
+                    AdminAction::MoveNote { note_id, uri } => (note_id, self.runtime.block_on(admin.move_to(note_id, uri))),
+                    AdminAction::RenameNote { note_id, title } => (note_id, self.runtime.block_on(admin.rename(note_id, title))),
+                    _ => unreachable!("a note change"),
+                };
+                match done {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(Refused::Differs(format!("the store held no note {note_id}"))),
+                    Err(error) => Err(Refused::Failed(format!("the store {} failed: {error}", store.spec))),
+                }
+            }
+            _ => Err(Refused::Unsupported("this admin change needs the simulator's gateway world".into())),
+        }
+    }
+
+    fn advance(&mut self, _duration_ms: u64) -> Result<(), Refused> {
+        Err(Refused::Unsupported("the fleet runs on the wall clock, which cannot be advanced".into()))
+    }
+
+    fn crash(&mut self, instance: usize, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
+        let name = &self.scenario.cluster.instances[instance].name;
+        Err(Refused::Unsupported(match trigger {
+            None => format!("live mode does not stop processes; requests to {name} are skipped until `restart`"),
+            Some(_) => "a crash at a precise store operation needs the simulator's network".into(),
+        }))
+    }
+
+    fn restart(&mut self, instance: usize) -> Result<(), Refused> {
+        Err(Refused::Unsupported(format!("the live {} was never stopped", self.scenario.cluster.instances[instance].name)))
+    }
+
+    fn rotate(&mut self, _instances: &[usize], _key_id: &str, _secret: Vec<u8>) -> Result<(), Refused> {
+        Err(Refused::Unsupported("key rotation needs the servers' key ring (restart them with a new --key-file)".into()))
+    }
+
+    fn retire(&mut self, _instances: &[usize], _key_id: &str) -> Result<(), Refused> {
+        Err(Refused::Unsupported("key rotation needs the servers' key ring (restart them with a new --key-file)".into()))
+    }
+
+    fn history(&self) -> &History {
+        &self.history
+    }
+
+    fn notes(&self) -> Result<Vec<Note>, String> {
+        let ScenarioStore { store, .. } = self.store()?;
+        self.runtime.block_on(store.stores.admin.list()).map_err(unreadable(&store.spec))
+    }
+
+    fn consumed(&self) -> Result<Consumed, String> {
+        let ScenarioStore { store, nonces_before } = self.store()?;
+        let now = self.runtime.block_on(store.stores.admin.nonce_count()).map_err(unreadable(&store.spec))?;
+        let count = usize::try_from(now.saturating_sub(*nonces_before)).unwrap_or(usize::MAX);
+        Ok(Consumed { count, listing: format!("{now} held now, {nonces_before} when the scenario started") })
+    }
+
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {
+        let ScenarioStore { store, .. } = self.store()?;
+        self.runtime.block_on(store.stores.admin.nonce_record(nonce)).map_err(unreadable(&store.spec))
+    }
+
+    fn exports(&self) -> Result<Vec<ExportRecord>, String> {
+        Err("exports are recorded inside the gateway's backends, which live mode cannot read".into())
+    }
+
+    fn global_caveat(&self) -> Option<String> {
+        self.global_mismatch.first().cloned()
+    }
+
+    fn caveat(&self, instance: usize) -> Option<String> {
+        self.instance_mismatch.get(&instance).cloned()
+    }
+}
+
+/// One conforming POST of `outgoing` with its routing headers. `Ok(None)`: answered 202 with no body (a
+/// notification). `Err`: the exchange failed at the transport (refused connection, timeout, a body that is
+/// not a JSON-RPC message).
+async fn post(http: &reqwest::Client, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, String> {
+    let notification = outgoing.notification;
+    let mut request = http
+        .post(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream");
+    for (name, value) in outgoing.headers.pairs() {
+        request = request.header(name, value);
+    }
+    let bytes = &outgoing.bytes;
+    let response = request.body(bytes.clone()).send().await.map_err(|e| {
+        let hint = if e.is_connect() { "; is the fleet running there? (mcpsim serve --http ADDR --instances N)" } else { "" };
+        format!("POST {url} failed: {}{hint}", with_causes(&e))
+    })?;
+    let status = response.status().as_u16();
+    let streamed = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    let body = response.bytes().await.map_err(|e| format!("reading the answer from {url} failed: {e}"))?;
+    if body.len() > LIVE_RESPONSE_BYTES_MAX {
+        return Err(format!("{url} answered {} bytes, more than {LIVE_RESPONSE_BYTES_MAX}", body.len()));
+    }
+    if status == 202 && body.is_empty() {
+        return Ok(None);
+    }
+    // An SSE answer ends with the response as its last `data:` event.
+    let text = String::from_utf8_lossy(&body);
+    let json = if streamed {
+        text.lines().filter_map(|l| l.strip_prefix("data:")).next_back().map(str::trim).unwrap_or("").to_string()
+    } else {
+        text.into_owned()
+    };
+    match serde_json::from_str::<Value>(&json) {
+        Ok(value) => Ok(Some(value)),
+        Err(_) if notification => Ok(None),
+        Err(e) => {
+            Err(format!("{url} answered HTTP {status} with a body that is not JSON ({e}): {}", json.chars().take(200).collect::<String>()))
+        }
+    }
+}
+
+/// An error and its causes, one after another (reqwest's own message names only the outermost).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    // Bounded: an error chain is short, but nothing guarantees it.
+    for _ in 0..8 {
+        let Some(next) = cause else { break };
+        text.push_str(&format!(": {next}"));
+        cause = next.source();
+    }
+    text
+}
+
+/// The report as text: the mapping, configuration notes, the parity table, expectations, a summary line.
+pub fn render(report: &LiveReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mapping: Vec<String> = report.mapping.iter().map(|(name, url)| format!("{name}={url}")).collect();
+    let _ = writeln!(out, "# mcpsim live: {}  seed {}  {}", report.scenario, report.seed, mapping.join("  "));
+    for note in &report.store_notes {
+        let _ = writeln!(out, "store: {note}");
+    }
+    for note in &report.configuration_notes {
+        let _ = writeln!(out, "configuration mismatch: {note}");
+    }
+    for note in &report.simulator_notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    let cell = |text: &str, width: usize| -> String {
+        if text.chars().count() <= width {
+            format!("{text:<width$}")
+        } else {
+            format!("{}…", text.chars().take(width - 1).collect::<String>())
+        }
+    };
+    let _ = writeln!(out, "{:>5}  {}  {}  {}  match", "line", cell("step", 44), cell("simulator", 40), cell("live", 40));
+    for row in &report.rows {
+        let verdict = match &row.verdict {
+            Verdict::Match => "yes".to_string(),
+            Verdict::Mismatch => "NO".to_string(),
+            Verdict::NotCompared(why) => format!("not compared: {why}"),
+            Verdict::Skipped(why) => format!("SKIPPED: {why}"),
+        };
+        let _ = writeln!(
+            out,
+            "{:>5}  {}  {}  {}  {verdict}",
+            row.line,
+            cell(&row.statement, 44),
+            cell(&row.simulator, 40),
+            cell(&row.live, 40)
+        );
+    }
+    for row in report.rows.iter().filter(|r| matches!(r.verdict, Verdict::Mismatch)) {
+        let _ = writeln!(out, "  line {} differs:\n    simulator: {}\n    live:      {}", row.line, row.simulator, row.live);
+    }
+    for (line, text, result) in &report.expectations {
+        let _ = match result {
+            ExpectationResult::Held => writeln!(out, "   ok    line {line}: {text}"),
+            ExpectationResult::Failed(why) => writeln!(out, "   FAIL  line {line}: {text}: {why}"),
+            ExpectationResult::NotEvaluated(why) => writeln!(out, "   --    line {line}: {text}: not evaluated: {why}"),
+        };
+    }
+    for error in &report.errors {
+        let _ = writeln!(out, "   ERROR {error}");
+    }
+    let _ = writeln!(out, "{}", summary(report));
+    out
+}
+
+/// One line: steps compared, matched, differing, not compared, skipped; expectations held, failed, not evaluated.
+pub fn summary(report: &LiveReport) -> String {
+    let matched = report.count(|v| *v == Verdict::Match);
+    let differ = report.count(|v| *v == Verdict::Mismatch);
+    let not_compared = report.count(|v| matches!(v, Verdict::NotCompared(_)));
+    let skipped = report.count(|v| matches!(v, Verdict::Skipped(_)));
+    let held = report.expectations.iter().filter(|(_, _, r)| *r == ExpectationResult::Held).count();
+    let not_evaluated = report.expectations.iter().filter(|(_, _, r)| matches!(r, ExpectationResult::NotEvaluated(_))).count();
+    format!(
+        "{}: steps {matched} match, {differ} differ, {not_compared} not compared, {skipped} skipped; expectations {held} held, {} failed, {not_evaluated} not evaluated; {} error(s)",
+        if report.passed() { "PASS" } else { "FAIL" },
+        report.expectations_failed(),
+        report.errors.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::play::parity::outcome_of_response;
+    use serde_json::json;
+
+    #[test]
+    fn outcomes_name_result_types_codes_and_reasons() {
+        assert_eq!(outcome_of_response(&json!({"result": {"resultType": "input_required", "requestState": "s1"}})), "input_required");
+        assert_eq!(
+            outcome_of_response(&json!({"result": {"resultType": "complete", "structuredContent": {"deleted": true}}})),
+            "complete {\"deleted\":true}"
+        );
+        assert_eq!(
+            outcome_of_response(&json!({"error": {"code": -32602, "data": {"reason": "state_consumed"}}})),
+            "error -32602 state_consumed"
+        );
+        assert_eq!(outcome_of_response(&json!({"error": {"code": -32601}})), "error -32601");
+    }
+
+    #[test]
+    fn more_instances_than_urls_is_refused_before_anything_is_sent() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let text = "use demo\ninstance i1\ninstance i2\nclient alice principal alice\n";
+        let scenario = crate::scenario::parse("x.sim", "x", text).unwrap();
+        let fleet = LiveFleet::with_demo_tokens(vec!["http://127.0.0.1:9/mcp".into()], BTreeMap::new());
+        let error = run_live(&scenario, &fleet, 1, None, &runtime).expect_err("refused");
+        assert!(error.to_string().contains("declares 2 instance(s) (i1, i2) but --live names 1 URL(s)"), "{error}");
+        let text = "use demo\ninstance i1\nprincipal carol workspaces \"file:///c\"\nclient carol principal carol\n";
+        let scenario = crate::scenario::parse("y.sim", "y", text).unwrap();
+        let error = run_live(&scenario, &fleet, 1, None, &runtime).expect_err("refused");
+        assert!(error.to_string().contains("--token carol=TOKEN"), "{error}");
+    }
+}

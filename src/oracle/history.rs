@@ -1,0 +1,180 @@
+//! What happened in a run, as the checker needs it: every client operation (invoked → answered / no
+//! answer) and every effect the stores committed, each attributed to the client operation that caused it.
+//!
+//! Attribution follows the tasks: a store call made while handling a request inherits that request's
+//! operation, and the replay store's nested call to the note store inherits the nonce being claimed.
+
+use crate::framework::ports::Note;
+use crate::policy::authorization::Authorizations;
+use crate::scenario::template::{at, preview};
+use crate::servers::gateway::backends::ExportRecord;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// One client request (or notification) as the history knows it; index into the run's operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OperationId(pub usize);
+
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    pub operations: Vec<Operation>,
+    pub effects: Vec<Effect>,
+    /// Authorizations at the start; `Effect::Revoked` entries change them over time.
+    pub initial_authorizations: Authorizations,
+    /// Operations that are not a client's first attempt: its retries, and copies the network made. Every
+    /// other operation is a first attempt.
+    pub attempts: BTreeMap<OperationId, Attempt>,
+    /// Whether clients retried lost requests (faults on): only then can every request be expected to get an
+    /// answer, which the liveness property judges.
+    pub clients_retry: bool,
+    /// First attempts whose client found no live instance of the kind to retry on (the scenario stopped them
+    /// all for good): liveness promises nothing for them.
+    pub stranded: BTreeSet<OperationId>,
+    /// Every export the gateway's backends recorded, as the run ended (empty without a gateway).
+    pub exports: Vec<ExportRecord>,
+}
+
+/// How an operation relates to the client request it repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// The client sent the request of `of` again (same bytes, same state); `number` counts from 1.
+    Retry { of: OperationId, number: u32 },
+    /// The network delivered a copy of `of`'s request; the client never sees its answer.
+    Duplicate { of: OperationId },
+}
+
+impl History {
+    /// The first attempt of the request `id` repeats (itself if it is one).
+    pub fn first_attempt(&self, id: OperationId) -> OperationId {
+        match self.attempts.get(&id) {
+            Some(Attempt::Retry { of, .. } | Attempt::Duplicate { of }) => *of,
+            None => id,
+        }
+    }
+
+    pub fn is_duplicate(&self, id: OperationId) -> bool {
+        matches!(self.attempts.get(&id), Some(Attempt::Duplicate { .. }))
+    }
+
+    /// The client's attempts at the request `first` (itself, then its retries in order; no network copies).
+    pub fn attempts_of(&self, first: OperationId) -> Vec<OperationId> {
+        let retries = self.attempts.iter().filter_map(|(id, attempt)| match attempt {
+            Attempt::Retry { of, .. } if *of == first => Some(*id),
+            _ => None,
+        });
+        std::iter::once(first).chain(retries).collect()
+    }
+
+    /// What the client finally learned of the request `first`: its last attempt that was answered.
+    pub fn settled(&self, first: OperationId) -> &Operation {
+        let attempts = self.attempts_of(first);
+        let answered = attempts.iter().rev().find(|id| self.operations[id.0].response().is_some());
+        &self.operations[answered.unwrap_or(&first).0]
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub id: OperationId,
+    pub client: String,
+    pub principal: String,
+    pub instance: String,
+    /// Index of the scenario step that sent it.
+    pub step: usize,
+    /// The name the scenario gave its answer (`as NAME`), if any.
+    pub name: Option<String>,
+    /// The request as a JSON value (absent when the bytes sent were not JSON).
+    pub request_value: Option<Arc<Value>>,
+    /// The exact text sent, kept only when it is not the compact serialization of `request_value`.
+    pub request_exact: Option<String>,
+    pub notification: bool,
+    pub sent_at_ms: u64,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Still in flight.
+    Pending,
+    /// `delivery` is the sequence number of the delivery that brought the response.
+    Answered { value: Arc<Value>, at_ms: u64, delivery: usize },
+    /// Nothing came back: a notification (never answered), or a request lost to a crash.
+    NoResponse(NoResponse),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoResponse {
+    Notification,
+    Lost,
+}
+
+impl Operation {
+    pub fn response(&self) -> Option<&Value> {
+        match &self.outcome {
+            Outcome::Answered { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// `params` of the request, when it was a JSON object.
+    pub fn params(&self) -> Option<&Value> {
+        self.request_value.as_deref()?.get("params")
+    }
+
+    /// One line on what an operation got: `complete {...}`, `error -32602 state_consumed: …`, `no response (lost)`.
+    pub fn describe(&self) -> String {
+        match &self.outcome {
+            Outcome::Pending => "nothing yet (still in flight)".into(),
+            Outcome::NoResponse(NoResponse::Notification) => "no response (a notification)".into(),
+            Outcome::NoResponse(NoResponse::Lost) => "no response (lost)".into(),
+            Outcome::Answered { value, .. } => {
+                if let Some(result) = value.get("result") {
+                    let result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
+                    match result.get("structuredContent") {
+                        Some(content) => format!("{result_type} {content}"),
+                        None => result_type.to_string(),
+                    }
+                } else if let Some(error) = value.get("error") {
+                    let code = error.get("code").map(Value::to_string).unwrap_or_default();
+                    let reason = at(error, &["data", "reason"]).and_then(Value::as_str).map(|r| format!(" {r}")).unwrap_or_default();
+                    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+                    format!("error {code}{reason}: {message}")
+                } else {
+                    preview(value)
+                }
+            }
+        }
+    }
+
+    /// The form answer's action (`accept`, `decline`, `cancel`), if this request answered one.
+    pub fn answer_action(&self) -> Option<&str> {
+        let responses = self.params()?.get("inputResponses")?.as_object()?;
+        responses.values().next()?.get("action")?.as_str()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Effect {
+    pub at_ms: u64,
+    /// Deliveries made when it happened: an effect during delivery `d` has `d`; a configuration change
+    /// made between steps has the number of the last delivery before it.
+    pub delivery: usize,
+    /// The client operation that caused it; `None` for the admin.
+    pub operation: Option<OperationId>,
+    pub kind: EffectKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectKind {
+    /// The note store listed these notes (a read of everything it returned).
+    NotesListed { notes: Arc<Vec<Note>> },
+    /// The note store deleted this note, on behalf of a claim of `nonce` (if any).
+    NoteDeleted { note: Note, nonce: Option<String> },
+    /// The replay store consumed `nonce` with this record.
+    NonceConsumed { nonce: String, record: Value },
+    /// The admin changed a note (`existed` says whether it was there).
+    AdminChanged { description: String, existed: bool },
+    /// The admin revoked a principal's workspace.
+    Revoked { principal: String, workspace: String },
+}

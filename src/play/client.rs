@@ -1,0 +1,186 @@
+//! A client actor: a host that sends JSON-RPC requests and answers forms as the scenario says.
+//!
+//! Every request carries this client's `_meta` (protocol version, the capabilities it declares *in this
+//! request*, and self-reported client info), unless the scenario wrote `_meta` itself. A client remembers
+//! the last form it was shown, so a scenario can say "answer it" without repeating anything. It does not
+//! validate its own answers: the server must, because a client controls everything it sends.
+
+use crate::oracle::history::Operation;
+use crate::scenario::model::{Answer, AnswerAction};
+use crate::sim::engine::message::OperationId;
+use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION};
+use crate::wire::PROTOCOL_VERSION;
+use serde_json::{json, Map, Value};
+
+pub struct Client {
+    pub name: String,
+    /// The principal the transport authenticates this client as (never taken from the message).
+    pub principal: String,
+    /// Declared in every request's `_meta`.
+    pub capabilities: Value,
+    next_request_id: i64,
+    /// The last response of this client that asked for input.
+    pub last_form: Option<OperationId>,
+}
+
+/// How the user answered a form.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FormAction {
+    Accept(Option<Value>),
+    Decline,
+    Cancel,
+}
+
+impl FormAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            FormAction::Accept(_) => "accept",
+            FormAction::Decline => "decline",
+            FormAction::Cancel => "cancel",
+        }
+    }
+}
+
+impl Client {
+    pub fn new(name: &str, principal: &str, capabilities: Value) -> Client {
+        Client { name: name.into(), principal: principal.into(), capabilities, next_request_id: 1, last_form: None }
+    }
+
+    pub fn meta(&self) -> Value {
+        json!({
+            KEY_PROTOCOL_VERSION: PROTOCOL_VERSION,
+            KEY_CLIENT_CAPABILITIES: self.capabilities,
+            KEY_CLIENT_INFO: { "name": self.name, "version": "1.0.0" },
+        })
+    }
+
+    /// A JSON-RPC request (or, with `notification`, a notification) with this client's `_meta` added to
+    /// `params` unless `params` already has one. Returns the exact bytes to send, and the message they encode.
+    pub fn request(&mut self, method: &str, params: Value, notification: bool) -> Result<(Vec<u8>, Value), String> {
+        let Value::Object(mut params) = params else {
+            return Err(format!("the params of {method} must be a JSON object"));
+        };
+        params.entry("_meta").or_insert_with(|| self.meta());
+        let mut message = Map::new();
+        message.insert("jsonrpc".into(), json!("2.0"));
+        if !notification {
+            message.insert("id".into(), json!(self.next_request_id));
+            self.next_request_id += 1;
+        }
+        message.insert("method".into(), json!(method));
+        message.insert("params".into(), Value::Object(params));
+        let message = Value::Object(message);
+        Ok((serde_json::to_vec(&message).expect("a JSON value serializes"), message))
+    }
+}
+
+/// The bytes a scenario's `raw` step sends for its resolved `message` (a string is sent as its text, anything
+/// else as compact JSON), the JSON they parse to (if any), and whether that is a notification. Shared by the
+/// simulator and live mode, so both send the same bytes.
+pub fn raw_message(message: &Value) -> (Vec<u8>, Option<Value>, bool) {
+    let bytes = match message {
+        Value::String(text) => text.clone().into_bytes(),
+        other => serde_json::to_vec(other).expect("a JSON value serializes"),
+    };
+    let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+    let notification = parsed.as_ref().is_some_and(|v| v.is_object() && v.get("id").is_none());
+    (bytes, parsed, notification)
+}
+
+/// The retry a scenario's `answer` step sends for the form `form` was shown: the step's action, its
+/// replacement arguments and state resolved with `lookup`, then [`answer_params`]. The simulator and live mode
+/// both build answers here, so a live answer is byte for byte the simulator's.
+pub fn scenario_answer<'v>(
+    answer: &Answer,
+    form: &Operation,
+    lookup: &dyn Fn(&str) -> Result<&'v Value, String>,
+) -> Result<(String, Value), String> {
+    let request = form.request_value.as_deref().ok_or("the form's request was not JSON")?;
+    let response = form.response().ok_or("the form's request got no response")?;
+    let action = match &answer.action {
+        AnswerAction::Accept(content) => FormAction::Accept(content.as_ref().map(|c| c.resolve(lookup)).transpose()?),
+        AnswerAction::Decline => FormAction::Decline,
+        AnswerAction::Cancel => FormAction::Cancel,
+    };
+    let arguments = answer.arguments.as_ref().map(|a| a.resolve(lookup)).transpose()?;
+    let state = answer.state.as_ref().map(|s| s.resolve(lookup)).transpose()?;
+    answer_params(request, response, &action, arguments, state)
+}
+
+/// The retry that answers a form: the original request's method and params (its `name` and `arguments`),
+/// plus `inputResponses` for the form's one input request and the echoed `requestState`.
+/// `arguments` and `state` replace the original ones (to show what the server does with changed ones).
+pub fn answer_params(
+    form_request: &Value,
+    form_response: &Value,
+    action: &FormAction,
+    arguments: Option<Value>,
+    state: Option<Value>,
+) -> Result<(String, Value), String> {
+    let method = form_request.get("method").and_then(Value::as_str).ok_or("the form's request has no method")?.to_string();
+    let result = form_response.get("result").ok_or("the answer named has no result: it did not ask for input")?;
+    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        return Err("the answer named is not input_required: there is no form to answer".into());
+    }
+    let requests = result.get("inputRequests").and_then(Value::as_object).ok_or("the result has no inputRequests")?;
+    let mut keys = requests.keys();
+    let (Some(key), None) = (keys.next(), keys.next()) else {
+        return Err(format!("the result asks {} questions; this client answers exactly one", requests.len()));
+    };
+    let mut params = match form_request.get("params") {
+        Some(Value::Object(params)) => params.clone(),
+        _ => Map::new(),
+    };
+    params.remove("_meta");
+    if let Some(arguments) = arguments {
+        params.insert("arguments".into(), arguments);
+    }
+    let mut response = Map::new();
+    response.insert("action".into(), json!(action.name()));
+    if let FormAction::Accept(Some(content)) = action {
+        response.insert("content".into(), content.clone());
+    }
+    params.insert("inputResponses".into(), json!({ key.clone(): Value::Object(response) }));
+    match state.or_else(|| result.get("requestState").cloned()) {
+        Some(state) => params.insert("requestState".into(), state),
+        None => params.remove("requestState"),
+    };
+    Ok((method, Value::Object(params)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_carry_meta_and_consecutive_ids() {
+        let mut client = Client::new("alice", "alice", json!({"elicitation": {"form": {}}}));
+        let (bytes, first) = client.request("tools/list", json!({}), false).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), first, "the bytes encode the message");
+        let (_, second) = client.request("tools/list", json!({}), false).unwrap();
+        assert_eq!((first["id"].clone(), second["id"].clone()), (json!(1), json!(2)));
+        assert_eq!(first["params"]["_meta"][KEY_CLIENT_CAPABILITIES], json!({"elicitation": {"form": {}}}));
+        let (_, note) = client.request("tools/call", json!({"_meta": {}}), true).unwrap();
+        assert!(note.get("id").is_none());
+        assert_eq!(note["params"]["_meta"], json!({}), "a scenario's own _meta is sent as written");
+        assert!(client.request("tools/list", json!([1]), false).is_err());
+    }
+
+    #[test]
+    fn an_answer_repeats_the_call_with_responses_and_state() {
+        let request = json!({"method": "tools/call", "params": {"name": "notes_delete", "arguments": {"title": "x"}, "_meta": {}}});
+        let response = json!({"result": {"resultType": "input_required", "requestState": "s1.k", "inputRequests": {"pick": {}}}});
+        let (method, params) = answer_params(&request, &response, &FormAction::Accept(Some(json!({"a": 1}))), None, None).unwrap();
+        assert_eq!(method, "tools/call");
+        assert_eq!(
+            params,
+            json!({"name": "notes_delete", "arguments": {"title": "x"}, "requestState": "s1.k",
+                   "inputResponses": {"pick": {"action": "accept", "content": {"a": 1}}}})
+        );
+        let (_, params) = answer_params(&request, &response, &FormAction::Cancel, Some(json!({})), Some(json!("forged"))).unwrap();
+        assert_eq!(params["inputResponses"]["pick"], json!({"action": "cancel"}));
+        assert_eq!((params["arguments"].clone(), params["requestState"].clone()), (json!({}), json!("forged")));
+        let complete = json!({"result": {"resultType": "complete"}});
+        assert!(answer_params(&request, &complete, &FormAction::Decline, None, None).is_err());
+    }
+}

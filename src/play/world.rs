@@ -1,0 +1,153 @@
+//! A world is where a scenario is played: the simulated cluster, a live fleet, someone else's server. The
+//! interpreter ([`super::play`]) walks the statements once and asks the world to carry each one out; a world
+//! does what it can and says why it cannot do the rest.
+
+use crate::framework::ports::Note;
+use crate::oracle::history::{History, OperationId};
+use crate::scenario::model::{AdminAction, TriggerSpec};
+use crate::servers::gateway::backends::ExportRecord;
+use crate::wire::headers::RoutingHeaders;
+use serde_json::Value;
+
+/// One request (or notification) to put on the wire.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// The sending client, by its position among the scenario's clients.
+    pub client: usize,
+    /// The instance the scenario sends it to, by its position among the scenario's instances.
+    pub instance: usize,
+    /// The exact bytes.
+    pub bytes: Vec<u8>,
+    /// What the bytes encode, when the client built them (a raw step's bytes are the world's to parse).
+    pub value: Option<Value>,
+    pub notification: bool,
+    /// The HTTP routing headers sent with it: the ones a conforming client derives from the message, or the
+    /// scenario's own (`headers {…}`).
+    pub headers: RoutingHeaders,
+    /// Whether the scenario wrote `headers` itself (then transcripts say what was sent).
+    pub headers_written: bool,
+    /// Index of the scenario step that sends it.
+    pub step: usize,
+    /// `as NAME`.
+    pub name: Option<String>,
+}
+
+/// One item of a `parallel` block.
+#[derive(Debug, Clone)]
+pub enum Item {
+    Send(Outgoing),
+    Admin(AdminAction),
+}
+
+/// Why a world did not carry a step out as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// This world cannot do it at all (a live fleet cannot advance the wall clock): the step is skipped.
+    Unsupported(String),
+    /// It was done, but the world was not as the scenario assumed (the store held no such note): what
+    /// follows may differ from the scenario's intent.
+    Differs(String),
+    /// It was attempted and failed (a request the transport could not deliver, a key the ring refused).
+    Failed(String),
+    /// The world stopped and cannot continue (a runaway simulation, a diverged replay).
+    Stopped(String),
+}
+
+impl Refused {
+    /// What the world said.
+    pub fn reason(&self) -> &str {
+        match self {
+            Refused::Unsupported(why) | Refused::Differs(why) | Refused::Failed(why) | Refused::Stopped(why) => why,
+        }
+    }
+}
+
+/// How a consumed-nonce count was found, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub count: usize,
+    /// What was counted (the records, or how the count was taken).
+    pub listing: String,
+}
+
+/// What the interpreter tells a world's transcript as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Annotation {
+    /// A step begins (`number` counts the steps that act, from 1).
+    Step { number: usize, line: usize, text: String },
+    /// One item of a `parallel` block.
+    Substep { line: usize, text: String },
+    /// An expectation, judged (`failure` is why it did not hold).
+    Check { line: usize, text: String, failure: Option<String> },
+    /// Anything else worth a line.
+    Note { text: String },
+}
+
+/// A world the interpreter can play a scenario in. Instances and clients are named by their position in
+/// the scenario's declarations.
+pub trait World {
+    /// How messages name this world: "live", "in the simulator".
+    fn label(&self) -> &'static str;
+
+    /// Sends one request and lets the world settle (everything it caused is answered or lost).
+    fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused>;
+
+    /// Puts every item in flight at once, then lets the world settle. Each send's own result, in order;
+    /// `Err` for the whole block when the world cannot race it at all.
+    fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused>;
+
+    /// An admin change, made behind every client's back; the world settles after it.
+    fn admin(&mut self, action: &AdminAction) -> Result<(), Refused>;
+
+    fn advance(&mut self, duration_ms: u64) -> Result<(), Refused>;
+
+    /// Stops an instance now, or (`trigger`) at the moment the trigger names.
+    fn crash(&mut self, instance: usize, trigger: Option<&TriggerSpec>) -> Result<(), Refused>;
+
+    fn restart(&mut self, instance: usize) -> Result<(), Refused>;
+
+    /// Makes `key_id` (with `secret`) the signing key of these instances; earlier keys still verify.
+    fn rotate(&mut self, instances: &[usize], key_id: &str, secret: Vec<u8>) -> Result<(), Refused>;
+
+    /// Forgets `key_id` on these instances.
+    fn retire(&mut self, instances: &[usize], key_id: &str) -> Result<(), Refused>;
+
+    /// Every operation and effect so far.
+    fn history(&self) -> &History;
+
+    /// The notes the store holds now (`Err`: why this world cannot read them).
+    fn notes(&self) -> Result<Vec<Note>, String>;
+
+    /// Nonces consumed since the scenario began.
+    fn consumed(&self) -> Result<Consumed, String>;
+
+    /// The record a nonce was consumed with (`None`: unused).
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String>;
+
+    /// Exports the gateway's backends recorded.
+    fn exports(&self) -> Result<Vec<ExportRecord>, String>;
+
+    /// Why any answer of this world may differ from what the scenario describes (the scenario declares its
+    /// own principals, and the world has its deployment's), if it may.
+    fn global_caveat(&self) -> Option<String> {
+        None
+    }
+
+    /// Why answers from `instance` may differ from what the scenario describes (it is configured otherwise
+    /// than the scenario declares), if they may.
+    fn caveat(&self, instance: usize) -> Option<String> {
+        let _ = instance;
+        None
+    }
+
+    /// `Err(why)` when expectations are shown but not judged in this world (under faults, a client's flow may
+    /// go another way than the scenario wrote).
+    fn expectations_judged(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// A line for the world's transcript (worlds without one ignore it).
+    fn annotate(&mut self, annotation: Annotation) {
+        let _ = annotation;
+    }
+}

@@ -1,0 +1,267 @@
+//! The scenario model: what a parsed scenario file says. The parser builds it; the runner executes it.
+
+use crate::scenario::template::Template;
+use serde_json::Value;
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The file stem (`retry-on-another-instance`).
+    pub name: String,
+    /// Where it came from, for messages (`scenarios/….sim`).
+    pub origin: String,
+    /// The opening comment: which guarantee the scenario teaches.
+    pub summary: Vec<String>,
+    pub cluster: ClusterSpec,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSpec {
+    /// Start from the embedded demo deployment (principals, workspaces, notes, state TTL).
+    pub use_demo: bool,
+    pub principals: Vec<PrincipalSpec>,
+    pub notes: Vec<NoteSpec>,
+    pub keys: Vec<KeySpec>,
+    pub instances: Vec<InstanceSpec>,
+    pub clients: Vec<ClientSpec>,
+    pub state_ttl_ms: Option<u64>,
+    pub replay_capacity: Option<usize>,
+    pub replay_grace_ms: Option<u64>,
+    pub latency_ms: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PrincipalSpec {
+    pub name: String,
+    pub workspaces: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NoteSpec {
+    pub id: String,
+    pub title: String,
+    pub uri: String,
+    pub body: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct KeySpec {
+    pub id: String,
+    pub secret: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InstanceSpec {
+    pub name: String,
+    /// Key ids; the first signs, the rest only verify.
+    pub keys: Vec<String>,
+    pub clock_offset_ms: i64,
+    /// Declared with `gateway`: the security gateway in front of the backend actors.
+    pub gateway: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientSpec {
+    pub name: String,
+    pub principal: String,
+    pub capabilities: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub line: usize,
+    /// The statement as written (first line), for transcripts and failure messages.
+    pub text: String,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    Let {
+        name: String,
+        value: Template,
+    },
+    Send(Send),
+    /// Everything inside is put in flight at once; the scheduler interleaves it.
+    Parallel(Vec<ParallelItem>),
+    Admin(AdminAction),
+    Advance {
+        duration_ms: u64,
+    },
+    Crash {
+        instance: String,
+        trigger: Option<TriggerSpec>,
+    },
+    Restart {
+        instance: String,
+    },
+    Rotate {
+        instances: Vec<String>,
+        key: String,
+    },
+    Retire {
+        key: String,
+        instances: Vec<String>,
+    },
+    Expect(Expectation),
+}
+
+#[derive(Debug, Clone)]
+pub struct ParallelItem {
+    pub line: usize,
+    pub text: String,
+    pub item: ParallelAction,
+}
+
+#[derive(Debug, Clone)]
+pub enum ParallelAction {
+    Send(Send),
+    Admin(AdminAction),
+}
+
+#[derive(Debug, Clone)]
+pub struct TriggerSpec {
+    pub moment: Moment,
+    pub receiver: String,
+    pub label: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Send {
+    pub client: String,
+    pub instance: String,
+    pub request: Request,
+    /// `headers {…}`: HTTP routing headers sent with the request (`MCP-Protocol-Version`, `Mcp-Method`,
+    /// `Mcp-Name`), passed to the pipeline as the HTTP transport passes them.
+    pub headers: Option<Box<Template>>,
+    /// `as NAME`: how later steps refer to the answer.
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// A request (or notification) with this client's `_meta` added to `params`.
+    Call { method: String, params: Template, notification: bool },
+    /// Exactly this message: a JSON value is sent as compact JSON, a JSON string as its characters.
+    Raw { message: Template },
+    /// The retry answering a form.
+    Answer(Answer),
+}
+
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub action: AnswerAction,
+    /// The named answer whose form this answers; default: the client's last form.
+    pub form: Option<String>,
+    /// Replaces the original arguments.
+    pub arguments: Option<Template>,
+    /// Replaces the echoed `requestState`.
+    pub state: Option<Template>,
+}
+
+#[derive(Debug, Clone)]
+pub enum AnswerAction {
+    Accept(Option<Template>),
+    Decline,
+    Cancel,
+}
+
+#[derive(Debug, Clone)]
+pub enum Expectation {
+    Answer {
+        targets: Targets,
+        check: AnswerCheck,
+    },
+    NotePresent {
+        id: String,
+        present: bool,
+    },
+    NotesCount(usize),
+    ConsumedCount(usize),
+    /// Exports recorded by the gateway's notes backends (each export happens once per idempotency key).
+    ExportsCount(usize),
+    /// The nonce sealed in the named answer's `requestState`: consumed with this record, or (None) unused.
+    Nonce {
+        answer: String,
+        record: Option<Template>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub enum Targets {
+    One(String),
+    /// Exactly one of them passes.
+    ExactlyOne(Vec<String>),
+    /// Every one passes.
+    Each(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+pub enum AnswerCheck {
+    /// `result.resultType` is this.
+    ResultType(String),
+    /// `error.code` is this (and `error.data.reason`, if given).
+    Error {
+        code: i64,
+        reason: Option<String>,
+    },
+    /// No JSON-RPC response came back.
+    NoResponse,
+    Equals {
+        path: Vec<String>,
+        value: Template,
+    },
+    Absent {
+        path: Vec<String>,
+    },
+    Present {
+        path: Vec<String>,
+    },
+}
+
+/// Whether a crash trigger fires before the matching delivery (the envelope is then lost with the crash
+/// if it touches the crashed instance) or right after the receiver has run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    Before,
+    After,
+}
+
+/// Actor names the language reserves: the shared stores and the admin (instances and clients may not use them).
+pub const NOTE_STORE: &str = "notes";
+pub const REPLAY_STORE: &str = "replay";
+pub const ADMIN: &str = "admin";
+/// A gateway backend actor is named after its backend id with this suffix (`notes-backend`).
+pub const BACKEND_ACTOR_SUFFIX: &str = "-backend";
+
+/// A change made behind every client's back: by an operator, or by an adversary with the operator's reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminAction {
+    DeleteNote {
+        note_id: String,
+    },
+    MoveNote {
+        note_id: String,
+        uri: String,
+    },
+    RenameNote {
+        note_id: String,
+        title: String,
+    },
+    /// Removes the principal's grants at or below `workspace` on every instance.
+    Revoke {
+        principal: String,
+        workspace: String,
+    },
+    /// Changes what a gateway backend publishes (a message to the backend actor): `tool: Some` merges `fields`
+    /// into that descriptor (a rug pull), `None` publishes `fields` as one more descriptor.
+    Descriptor {
+        backend: String,
+        tool: Option<String>,
+        fields: serde_json::Value,
+    },
+    /// The operator reviews `backend.tool` and re-pins it to what the backend publishes now.
+    Approve {
+        tool: String,
+    },
+}

@@ -1,0 +1,191 @@
+//! What travels through the simulated network: client↔instance JSON-RPC bytes and store calls.
+//!
+//! Client↔instance payloads are the exact bytes a real transport would carry. Store calls are the store
+//! ports (`NoteStore`, `ReplayStore`) and the admin's data changes, reified as messages so that each one is
+//! a separate delivery the scheduler can interleave. Each message renders to a label and a JSON value (sorted
+//! keys) for transcripts.
+
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, StoreError};
+use crate::policy::containment::FileUri;
+use crate::servers::gateway::ports::{BackendError, ToolListing};
+use crate::wire::headers::RoutingHeaders;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+/// Index of an actor in the cluster (instances, stores, clients, admin).
+pub type ActorId = usize;
+
+/// A running piece of work inside an actor: one request being handled, or one store call being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(pub u64);
+
+pub use crate::oracle::history::OperationId;
+
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
+    /// `headers` are the HTTP routing headers the client sent (`None`: a transport without headers).
+    Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders> },
+    /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
+    /// exactly this value, so the client need not parse the bytes back).
+    Response { operation: OperationId, bytes: Vec<u8>, value: Arc<Value> },
+    /// A task (or the admin) → a store actor.
+    Call(StoreCall),
+    /// A store actor → the task (or admin) that called it; `call` is the call's label.
+    Return { call: &'static str, value: StoreReturn },
+}
+
+/// A store port call, or an admin change to the notes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreCall {
+    ListNotes,
+    DeleteIfInside {
+        note_id: String,
+        workspace: FileUri,
+    },
+    Claim {
+        claim: NonceClaim,
+    },
+    ClaimAndDelete {
+        claim: NonceClaim,
+        note_id: String,
+        workspace: FileUri,
+    },
+    /// Admin: delete a note behind everyone's back.
+    AdminDelete {
+        note_id: String,
+    },
+    /// Admin: move a note to another URI (for example out of its workspace).
+    AdminMove {
+        note_id: String,
+        uri: String,
+    },
+    /// Admin: rename a note.
+    AdminRename {
+        note_id: String,
+        title: String,
+    },
+    /// A gateway → a backend actor: the backend's current descriptors.
+    ListTools,
+    /// A gateway → a backend actor: one forwarded `tools/call`, in the backend's own names.
+    CallTool {
+        principal: String,
+        tool: String,
+        arguments: Map<String, Value>,
+        idempotency_key: Option<String>,
+    },
+    /// Admin → a backend actor: change what the backend publishes (a rug pull, a shadowing or poisoned
+    /// descriptor). `tool: Some` merges `fields` into that descriptor; `None` publishes `fields` as a new one.
+    AdminDescriptor {
+        tool: Option<String>,
+        fields: Value,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreReturn {
+    /// Shared with the history (and the transcript) rather than copied for each.
+    Notes(Arc<Vec<Note>>),
+    Guarded(GuardedDelete),
+    Claimed(ClaimOutcome),
+    ClaimedAndDeleted(ClaimAndDelete),
+    /// Whether the note (or descriptor) the admin named existed.
+    AdminDone {
+        existed: bool,
+    },
+    Listing(ToolListing),
+    ToolResult(Result<Value, BackendError>),
+    Failed(StoreError),
+}
+
+impl StoreCall {
+    /// The operation's name, as transcripts print it and `crash … receives <label>` matches it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            StoreCall::ListNotes => "list_notes",
+            StoreCall::DeleteIfInside { .. } => "delete_if_inside",
+            StoreCall::Claim { .. } => "claim",
+            StoreCall::ClaimAndDelete { .. } => "claim_and_delete",
+            StoreCall::AdminDelete { .. } => "admin_delete",
+            StoreCall::AdminMove { .. } => "admin_move",
+            StoreCall::AdminRename { .. } => "admin_rename",
+            StoreCall::ListTools => "list_tools",
+            StoreCall::CallTool { .. } => "call_tool",
+            StoreCall::AdminDescriptor { .. } => "admin_descriptor",
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        match self {
+            StoreCall::ListNotes => json!({}),
+            StoreCall::DeleteIfInside { note_id, workspace } => json!({ "noteId": note_id, "workspace": workspace.to_string() }),
+            StoreCall::Claim { claim } => json!({ "claim": claim_json(claim) }),
+            StoreCall::ClaimAndDelete { claim, note_id, workspace } => {
+                json!({ "claim": claim_json(claim), "noteId": note_id, "workspace": workspace.to_string() })
+            }
+            StoreCall::AdminDelete { note_id } => json!({ "noteId": note_id }),
+            StoreCall::AdminMove { note_id, uri } => json!({ "noteId": note_id, "uri": uri }),
+            StoreCall::AdminRename { note_id, title } => json!({ "noteId": note_id, "title": title }),
+            StoreCall::ListTools => json!({}),
+            StoreCall::CallTool { principal, tool, arguments, idempotency_key } => {
+                json!({ "principal": principal, "tool": tool, "arguments": arguments, "idempotencyKey": idempotency_key })
+            }
+            StoreCall::AdminDescriptor { tool, fields } => json!({ "tool": tool, "fields": fields }),
+        }
+    }
+
+    /// The nonce this call consumes, if any.
+    pub fn nonce(&self) -> Option<&str> {
+        match self {
+            StoreCall::Claim { claim } | StoreCall::ClaimAndDelete { claim, .. } => Some(&claim.nonce),
+            _ => None,
+        }
+    }
+}
+
+impl StoreReturn {
+    pub fn to_json(&self) -> Value {
+        match self {
+            StoreReturn::Notes(notes) => json!({ "notes": notes.iter().map(note_json).collect::<Vec<_>>() }),
+            StoreReturn::Guarded(GuardedDelete::Deleted(note)) => json!({ "deleted": note_json(note) }),
+            StoreReturn::Guarded(GuardedDelete::Gone) => json!({ "gone": true }),
+            StoreReturn::Guarded(GuardedDelete::OutsideWorkspace) => json!({ "outsideWorkspace": true }),
+            StoreReturn::Claimed(outcome) => match outcome {
+                ClaimOutcome::Claimed => json!({ "claimed": true }),
+                ClaimOutcome::AlreadyClaimed { record } => json!({ "alreadyClaimed": record }),
+                ClaimOutcome::Full => json!({ "full": true }),
+            },
+            StoreReturn::ClaimedAndDeleted(outcome) => match outcome {
+                ClaimAndDelete::Deleted(note) => json!({ "deleted": note_json(note) }),
+                ClaimAndDelete::NoteGone => json!({ "noteGone": true }),
+                ClaimAndDelete::NoteOutsideWorkspace => json!({ "noteOutsideWorkspace": true }),
+                ClaimAndDelete::AlreadyClaimed { record } => json!({ "alreadyClaimed": record }),
+                ClaimAndDelete::Full => json!({ "full": true }),
+            },
+            StoreReturn::AdminDone { existed } => json!({ "existed": existed }),
+            // Descriptors by name and digest: the full text is in the scenario; the digest shows any change.
+            StoreReturn::Listing(listing) => json!({
+                "serverName": listing.server_name,
+                "tools": listing.tools.iter().map(|d| json!({
+                    "name": d.get("name").cloned().unwrap_or(Value::Null),
+                    "digest": crate::policy::pinning::descriptor_digest(d).chars().take(DIGEST_CHARS_SHOWN).collect::<String>(),
+                })).collect::<Vec<_>>(),
+            }),
+            StoreReturn::ToolResult(Ok(result)) => json!({ "result": result.get("structuredContent").cloned().unwrap_or(Value::Null) }),
+            StoreReturn::ToolResult(Err(error)) => json!({ "failed": error.to_string() }),
+            StoreReturn::Failed(error) => json!({ "failed": error.to_string() }),
+        }
+    }
+}
+
+/// Leading hex digits of a descriptor digest shown in transcripts (enough to see that it changed).
+pub const DIGEST_CHARS_SHOWN: usize = 12;
+
+fn claim_json(claim: &NonceClaim) -> Value {
+    json!({ "nonce": claim.nonce, "expiresAtMs": claim.expires_at_ms, "record": claim.record })
+}
+
+/// A note as store messages show it (the body included: stores return it).
+pub fn note_json(note: &Note) -> Value {
+    json!({ "id": note.id, "title": note.title, "uri": note.uri, "body": note.body })
+}

@@ -1,0 +1,246 @@
+//! Exploration: one scenario under many seeds, each seed a different interleaving of its parallel blocks
+//! (and, with faults on, a different fault plan), every run judged by the properties and, without faults,
+//! by the scenario's expectations.
+//!
+//! Runs are independent and deterministic, so they can be spread over threads: seeds are cut into
+//! contiguous chunks, each thread runs its chunk, and the results are merged in seed order. The answer
+//! (counts, the first violating seed) is therefore the same for any number of jobs.
+
+pub mod exhaustive;
+pub mod mutants;
+pub mod reproducer;
+
+use crate::oracle::check::Property;
+use crate::scenario::Scenario;
+use crate::sim::engine::faults::{self, Fault, FaultKind, PlanShape};
+use crate::sim::runner::{self, Failure, FailureKind, RunOptions, ServerUnderTest};
+use crate::stores::memory::ReplayLimits;
+use std::ops::RangeInclusive;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most seeds one exploration runs.
+pub const EXPLORE_SEEDS_MAX: u64 = 10_000_000;
+/// Most threads one exploration uses.
+pub const JOBS_MAX: usize = 64;
+
+/// How one seed went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedOutcome {
+    Held,
+    /// A safety property broke (other failures may come with it).
+    Unsafe(Vec<Failure>),
+    /// Nothing unsafe happened, but something promised did not come about: under faults, the liveness
+    /// property; without faults, the scenario's own expectations.
+    NotLive(Vec<Failure>),
+    /// The simulator itself panicked.
+    Crashed(String),
+}
+
+/// What an exploration found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Exploration {
+    pub schedules: u64,
+    pub deliveries: u64,
+    pub unsafe_runs: u64,
+    /// Runs where liveness (under faults) or the expectations (without) failed and no safety property did.
+    pub not_live_runs: u64,
+    pub crashed_runs: u64,
+    /// The lowest seed that broke a safety property, and its failures.
+    pub first_unsafe: Option<(u64, Vec<Failure>)>,
+    /// The lowest seed that was not live (and broke no safety property).
+    pub first_not_live: Option<(u64, Vec<Failure>)>,
+    pub first_crash: Option<(u64, String)>,
+    /// Every property broken in some run.
+    pub properties_broken: Vec<Property>,
+}
+
+impl Exploration {
+    fn note_properties(&mut self, failures: &[Failure]) {
+        for property in failures.iter().filter_map(property_of) {
+            if !self.properties_broken.contains(&property) {
+                self.properties_broken.push(property);
+                self.properties_broken.sort();
+            }
+        }
+    }
+
+    fn add(&mut self, seed: u64, deliveries: usize, outcome: SeedOutcome) {
+        self.schedules += 1;
+        self.deliveries += deliveries as u64;
+        match outcome {
+            SeedOutcome::Held => {}
+            SeedOutcome::Unsafe(failures) => {
+                self.unsafe_runs += 1;
+                self.note_properties(&failures);
+                if self.first_unsafe.is_none() {
+                    self.first_unsafe = Some((seed, failures));
+                }
+            }
+            SeedOutcome::NotLive(failures) => {
+                self.note_properties(&failures);
+                self.not_live_runs += 1;
+                if self.first_not_live.is_none() {
+                    self.first_not_live = Some((seed, failures));
+                }
+            }
+            SeedOutcome::Crashed(message) => {
+                self.crashed_runs += 1;
+                if self.first_crash.is_none() {
+                    self.first_crash = Some((seed, message));
+                }
+            }
+        }
+    }
+}
+
+/// The fault plan of `seed` for this scenario: the kinds turned on, drawn for its instances, with clock
+/// skews within its replay store's grace period (the clock tolerance the design promises).
+pub fn fault_plan(scenario: &Scenario, seed: u64, kinds: &[FaultKind]) -> Vec<Fault> {
+    let grace_ms = scenario.cluster.replay_grace_ms.unwrap_or(ReplayLimits::default().retention_grace_ms);
+    faults::plan(seed, kinds, PlanShape { instances: scenario.cluster.instances.len(), skew_ms_max: grace_ms })
+}
+
+/// Runs one seed (with faults on when `faults` is not empty: its fault plan, clients retrying), catching a
+/// simulator panic as an outcome of its own. Under faults a client's flow may go another way than the
+/// scenario wrote (a retry lands elsewhere, a state expires), so the properties are judged, not expectations.
+pub fn run_seed_with(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: &[FaultKind]) -> (usize, SeedOutcome) {
+    let server = server.into();
+    let faulty = !faults.is_empty();
+    let options = RunOptions {
+        record_transcript: false,
+        factory: server.factory,
+        gateway_variant: server.gateway_variant,
+        check_statelessness: !faulty,
+        faults: faulty.then(|| fault_plan(scenario, seed, faults)),
+        ..RunOptions::seeded(seed)
+    };
+    run_options(scenario, &options, faulty)
+}
+
+/// Runs one seed without faults, catching a simulator panic as an outcome of its own.
+pub fn run_seed(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64) -> (usize, SeedOutcome) {
+    run_seed_with(scenario, server, seed, &[])
+}
+
+/// The property a failure broke, if it is one.
+fn property_of(failure: &Failure) -> Option<Property> {
+    match failure.kind {
+        FailureKind::Property(property) => Some(property),
+        _ => None,
+    }
+}
+
+fn run_options(scenario: &Scenario, options: &RunOptions, faulty: bool) -> (usize, SeedOutcome) {
+    match panic::catch_unwind(AssertUnwindSafe(|| runner::run(scenario, options))) {
+        Ok(report) => {
+            let mut failures = report.failures;
+            // A stopped simulation is the simulator's failure, never a held run, with faults or without.
+            if let Some(stopped) = failures.iter().find(|f| f.kind == FailureKind::Simulation) {
+                return (report.deliveries, SeedOutcome::Crashed(stopped.to_string()));
+            }
+            if faulty {
+                failures.retain(|f| property_of(f).is_some());
+            }
+            let outcome = if failures.is_empty() {
+                SeedOutcome::Held
+            } else if failures.iter().any(|f| property_of(f).is_some_and(Property::is_safety)) {
+                SeedOutcome::Unsafe(failures)
+            } else {
+                SeedOutcome::NotLive(failures)
+            };
+            (report.deliveries, outcome)
+        }
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic without a message".into());
+            (0, SeedOutcome::Crashed(message))
+        }
+    }
+}
+
+/// Progress as runs finish: (schedules done, runs so far that broke a property, safety or liveness, or without
+/// faults an expectation). Called from any thread.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// Explores `seeds` with `jobs` threads (faults on when `faults` is not empty). Each thread runs a contiguous
+/// chunk of seeds; the results are merged in seed order, so the answer is the same for any number of jobs.
+pub fn explore(
+    scenario: &Scenario,
+    server: impl Into<ServerUnderTest>,
+    seeds: RangeInclusive<u64>,
+    jobs: usize,
+    faults: &[FaultKind],
+    progress: Progress<'_>,
+) -> Exploration {
+    let server = server.into();
+    let (first, last) = (*seeds.start(), *seeds.end());
+    if first > last {
+        return Exploration::default();
+    }
+    let count = last - first + 1;
+    let jobs = (jobs.clamp(1, JOBS_MAX) as u64).min(count);
+    let done = AtomicU64::new(0);
+    let failing_so_far = AtomicU64::new(0);
+    let chunk = count.div_ceil(jobs);
+    let run_chunk = |start: u64, end: u64| -> Vec<(u64, usize, SeedOutcome)> {
+        let mut results = Vec::new();
+        for seed in start..=end {
+            let (deliveries, outcome) = run_seed_with(scenario, &server, seed, faults);
+            if matches!(outcome, SeedOutcome::Unsafe(_) | SeedOutcome::NotLive(_)) {
+                failing_so_far.fetch_add(1, Ordering::Relaxed);
+            }
+            let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+            progress(finished, failing_so_far.load(Ordering::Relaxed));
+            results.push((seed, deliveries, outcome));
+        }
+        results
+    };
+    let chunks: Vec<(u64, u64)> =
+        (0..jobs).map(|j| first + j * chunk).filter(|start| *start <= last).map(|start| (start, (start + chunk - 1).min(last))).collect();
+    let per_chunk: Vec<Vec<(u64, usize, SeedOutcome)>> = if chunks.len() == 1 {
+        vec![run_chunk(chunks[0].0, chunks[0].1)]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks.iter().map(|&(start, end)| scope.spawn(move || run_chunk(start, end))).collect();
+            handles.into_iter().map(|h| h.join().expect("each run catches its own panics")).collect()
+        })
+    };
+    let mut exploration = Exploration::default();
+    for (seed, deliveries, outcome) in per_chunk.into_iter().flatten() {
+        exploration.add(seed, deliveries, outcome);
+    }
+    exploration
+}
+
+/// The first seed in `seeds` that breaks a safety property, searched in order, with the property broken.
+pub fn first_violation(scenario: &Scenario, server: impl Into<ServerUnderTest>, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
+    let server = server.into();
+    for seed in seeds {
+        if let (_, SeedOutcome::Unsafe(failures)) = run_seed(scenario, &server, seed) {
+            return Some((seed, failures));
+        }
+    }
+    None
+}
+
+/// The first seed in `seeds` whose run fails at all (a property, or without faults an expectation),
+/// searched in order, with `faults` on if not empty. The gateway mutants are caught this way without faults
+/// (the scenario's expectations state the defence they lack); a mutant that only breaks liveness, with them.
+pub fn first_failure(
+    scenario: &Scenario,
+    server: impl Into<ServerUnderTest>,
+    seeds: RangeInclusive<u64>,
+    faults: &[FaultKind],
+) -> Option<(u64, Vec<Failure>)> {
+    let server = server.into();
+    for seed in seeds {
+        if let (_, SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures)) = run_seed_with(scenario, &server, seed, faults) {
+            return Some((seed, failures));
+        }
+    }
+    None
+}

@@ -1,0 +1,604 @@
+//! The mutant zoo: deliberately unsafe variants of the notes server, each breaking exactly one rule.
+//!
+//! They exist to prove the checker is not vacuous: every mutant must be caught by some scenario, while the
+//! real server passes the same runs. The last three are gateways, not notes servers: the variants of
+//! `sim::actors::gateway_mutants`, caught by the expectations of the gateway scenario that states the defence
+//! each one lacks (they break no notes property, so an expectation is what fails). They live here, in the simulator, and are reachable only through
+//! `RunOptions::factory` (`mcpsim run|explore --mutant NAME`), never from `serve`: the handlers in
+//! `src/handlers` are untouched. Each mutant is built one of two ways:
+//!
+//! * a **port wrapper**: the real `NotesServer` over a replay store that makes the mistake (a store per
+//!   instance, delete before claim, a re-check separated from the delete, no re-check, eviction);
+//! * a **service wrapper**: the real `NotesServer` behind a wrapper that re-makes exactly one decision the
+//!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
+//!   state by re-sealing it, cancel consuming, decline not consuming, remembered capabilities).
+
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
+use crate::framework::{RequestContext, Service};
+use crate::oracle::check::peek_claims;
+use crate::policy::containment::FileUri;
+use crate::scenario::{self, Scenario};
+use crate::servers::notes::{NotesServer, TOOL_NOTES_DELETE};
+use crate::sim::actors::gateway_mutants::GatewayVariant;
+use crate::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
+use crate::sim::library;
+use crate::sim::runner::ServerUnderTest;
+use crate::stores::memory::{MemoryReplayStore, ReplayLimits};
+use crate::wire::canonical::digest_hex;
+use crate::wire::RpcError;
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// One unsafe variant.
+pub struct Mutant {
+    pub name: &'static str,
+    /// The mistake it embodies, in one sentence.
+    pub mistake: &'static str,
+    /// The scenario that exposes it: a library file name, or a zoo scenario below.
+    pub exposed_by: &'static str,
+    build: Build,
+    /// It breaks only liveness: it is explored with faults on (clients retry), where liveness is judged.
+    pub liveness: bool,
+}
+
+/// Where the mistake is made.
+#[derive(Clone, Copy)]
+enum Build {
+    /// In the notes service every instance runs (the real gateway, if any, is unchanged).
+    Notes(fn(InstanceParts) -> Arc<dyn Service>),
+    /// In the gateway instances (the notes service is the real one).
+    Gateway(GatewayVariant),
+}
+
+impl Mutant {
+    /// The factory that builds this mutant's notes service on every instance (the real notes server for a
+    /// gateway mutant: use [`Mutant::server`] to get the gateway too).
+    pub fn factory(&self) -> ServiceFactory {
+        match self.build {
+            Build::Notes(build) => Arc::new(move |parts: InstanceParts| build(parts)),
+            Build::Gateway(_) => notes_server_factory(),
+        }
+    }
+
+    /// Everything this mutant changes: its notes service and the gateway variant.
+    pub fn server(&self) -> ServerUnderTest {
+        let gateway_variant = match self.build {
+            Build::Notes(_) => GatewayVariant::Real,
+            Build::Gateway(variant) => variant,
+        };
+        ServerUnderTest { factory: self.factory(), gateway_variant }
+    }
+
+    /// Whether it is caught by an expectation of its scenario rather than by a safety property.
+    pub fn caught_by_expectation(&self) -> bool {
+        matches!(self.build, Build::Gateway(_))
+    }
+
+    /// The parsed scenario that exposes it.
+    pub fn scenario(&self) -> Scenario {
+        scenario_named(self.exposed_by).expect("every mutant names a scenario that exists and parses")
+    }
+}
+
+/// Every mutant, in the order `mcpsim mutants` lists them.
+pub const MUTANTS: &[Mutant] = &[
+    Mutant {
+        name: "replay-per-instance",
+        mistake: "Each instance keeps its own replay store, so a confirmation used on one instance is still fresh on another.",
+        exposed_by: "05-accepts-race-for-different-candidates.sim",
+        build: Build::Notes(replay_per_instance),
+        liveness: false,
+    },
+    Mutant {
+        name: "prefix-containment",
+        mistake: "Authorizes a workspace when its URI merely starts with an authorized root as a string (Notes-evil passes as Notes).",
+        exposed_by: "20-prefix-confusion-workspace.sim",
+        build: Build::Notes(prefix_containment),
+        liveness: false,
+    },
+    Mutant {
+        name: "undecoded-containment",
+        mistake: "Compares the workspace URI by path segments before percent-decoding it, so %2e%2e climbs out after the check.",
+        exposed_by: "21-encoded-traversal-workspace.sim",
+        build: Build::Notes(undecoded_containment),
+        liveness: false,
+    },
+    Mutant {
+        name: "no-live-recheck",
+        mistake: "Deletes the chosen note without re-reading it, trusting where it was when the form was shown.",
+        exposed_by: "07-note-moved-out-after-the-form-was-shown.sim",
+        build: Build::Notes(no_live_recheck),
+        liveness: false,
+    },
+    Mutant {
+        name: "recheck-then-delete",
+        mistake: "Re-checks the live note and deletes it in two separate store operations, so a move can land in between.",
+        exposed_by: "zoo-move-races-the-accept",
+        build: Build::Notes(recheck_then_delete),
+        liveness: false,
+    },
+    Mutant {
+        name: "delete-then-claim",
+        mistake: "Deletes first and claims the nonce afterwards as a separate step, so two racing accepts both delete.",
+        exposed_by: "05-accepts-race-for-different-candidates.sim",
+        build: Build::Notes(delete_then_claim),
+        liveness: false,
+    },
+    Mutant {
+        name: "claim-then-delete",
+        mistake: "Claims the nonce, recording \"deleted\", and deletes in a separate step: a crash in between leaves a confirmation that says deleted while the note survives.",
+        exposed_by: "zoo-crash-between-claim-and-delete",
+        build: Build::Notes(claim_then_delete),
+        liveness: false,
+    },
+    Mutant {
+        name: "claim-without-outcome",
+        mistake: "Claims the nonce before deleting and never records how the claim ended, so every other attempt at the confirmation hears \"in progress\" forever.",
+        exposed_by: "04-accepts-race-for-one-note.sim",
+        build: Build::Notes(claim_without_outcome),
+        liveness: true,
+    },
+    Mutant {
+        name: "no-outcome-on-replay",
+        mistake: "Refuses a used confirmation without the outcome it recorded, so a client whose answer was lost can never learn whether its note was deleted.",
+        exposed_by: "16-crash-between-claim-and-delete.sim",
+        build: Build::Notes(no_outcome_on_replay),
+        liveness: false,
+    },
+    Mutant {
+        name: "state-unbound-arguments",
+        mistake: "Ignores the arguments digest sealed in the state, so an accept may continue a flow started with other arguments.",
+        exposed_by: "12-changed-title.sim",
+        build: Build::Notes(state_unbound_arguments),
+        liveness: false,
+    },
+    Mutant {
+        name: "state-unbound-principal",
+        mistake: "Ignores the principal sealed in the state, so another principal's client can answer someone else's form.",
+        exposed_by: "zoo-shared-workspace-state-stolen",
+        build: Build::Notes(state_unbound_principal),
+        liveness: false,
+    },
+    Mutant {
+        name: "unsigned-state",
+        mistake: "Reads the state's base64 payload without verifying its signature, so a client can add candidates.",
+        exposed_by: "zoo-forged-candidate",
+        build: Build::Notes(unsigned_state),
+        liveness: false,
+    },
+    Mutant {
+        name: "cancel-consumes",
+        mistake: "Consumes the confirmation on cancel, so dismissing the form uses it up.",
+        exposed_by: "09-cancel-then-accept-elsewhere.sim",
+        build: Build::Notes(cancel_consumes),
+        liveness: false,
+    },
+    Mutant {
+        name: "decline-not-consuming",
+        mistake: "Answers a decline without consuming the confirmation, so a replayed accept still deletes.",
+        exposed_by: "08-decline-then-replayed-accept.sim",
+        build: Build::Notes(decline_not_consuming),
+        liveness: false,
+    },
+    Mutant {
+        name: "evicting-replay-store",
+        mistake:
+            "A full replay store makes room instead of refusing: the confirmation it cannot remember is admitted and can be used again.",
+        exposed_by: "zoo-full-replay-store-reused",
+        build: Build::Notes(evicting_replay_store),
+        liveness: false,
+    },
+    Mutant {
+        name: "remembered-capabilities",
+        mistake: "Remembers a principal's form capability from an earlier request and sends forms to requests that did not declare it.",
+        exposed_by: "18-url-only-client.sim",
+        build: Build::Notes(remembered_capabilities),
+        liveness: false,
+    },
+    Mutant {
+        name: "description-only-pins",
+        mistake: "A gateway that judges a pinned tool by its description alone, so a changed schema behind the same description is served.",
+        exposed_by: "41-gateway-rug-pull-between-two-listings.sim",
+        build: Build::Gateway(GatewayVariant::DescriptionOnlyPins),
+        liveness: false,
+    },
+    Mutant {
+        name: "routes-by-header-after-authorizing-the-body",
+        mistake: "A gateway that authorizes the tool named in the body, then routes and runs the one named by the Mcp-Name header.",
+        exposed_by: "43-gateway-header-body-confusion.sim",
+        build: Build::Gateway(GatewayVariant::RoutesByHeader),
+        liveness: false,
+    },
+    Mutant {
+        name: "first-listed-backend-wins",
+        mistake: "A gateway that runs a bare tool name on the first backend, in configuration order, that lists it.",
+        exposed_by: "42-gateway-shadowed-search.sim",
+        build: Build::Gateway(GatewayVariant::FirstListedBackendWins),
+        liveness: false,
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Mutant> {
+    MUTANTS.iter().find(|mutant| mutant.name == name)
+}
+
+/// Scenarios written for the zoo: races and attacks that no library scenario happens to contain.
+pub const ZOO_SCENARIOS: &[(&str, &str)] = &[
+    (
+        "zoo-move-races-the-accept",
+        "# Guarantee taught: the live re-check and the delete are one store operation.\n\
+         # The admin moves note-7 out of the workspace while alice's accept is in flight.\n\
+         use demo\nkey k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         parallel {\n\
+           admin move note-7 to \"file:///Users/alice/Documents/Archive/tps-2024.md\"\n\
+           answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} as accept\n\
+         }\n",
+    ),
+    (
+        "zoo-crash-between-claim-and-delete",
+        "# Guarantee taught: what a used confirmation reports is what happened.\n\
+         # The instance serving the accept dies just before its delete reaches the note store; the client\n\
+         # retries on i2. With claim and delete as one store operation there is no such moment to die in.\n\
+         use demo\nkey k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         crash i1 before notes receives delete_if_inside\n\
+         answer alice -> i1 accept {\"note_id\": \"note-7\", \"confirm\": true} as lost\n\
+         restart i1\n\
+         answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} for round1 as retry\n\
+         expect note note-7 absent\n",
+    ),
+    (
+        "zoo-shared-workspace-state-stolen",
+        "# Guarantee taught: a state is bound to the principal it was issued to, even where both may act.\n\
+         use demo\nprincipal carol workspaces \"file:///Users/alice/Documents/Notes\"\n\
+         key k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\nclient carol principal carol\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         answer carol -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} for round1 as stolen\n\
+         expect stolen error -32602 state_mismatch\n",
+    ),
+    (
+        "zoo-forged-candidate",
+        "# Guarantee taught: the candidates are signed; a client cannot add one.\n\
+         use demo\nkey k1\ninstance i1 keys k1\nclient alice principal alice\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+         answer alice -> i1 accept {\"note_id\": \"note-99\", \"confirm\": true} state tamper($round1.result.requestState, \"candidates\", [\"note-3\", \"note-7\", \"note-14\", \"note-99\"]) as forged\n\
+         expect forged error -32602 state_signature\n\
+         expect note note-99 present\n",
+    ),
+    (
+        "zoo-full-replay-store-reused",
+        "# Guarantee taught: a full replay store refuses; it never admits a confirmation it cannot remember.\n\
+         use demo\nkey k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\nreplay capacity 1\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as first\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as second\n\
+         answer alice -> i1 accept {\"note_id\": \"note-3\", \"confirm\": true} for first as fills\n\
+         answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} for second as refused\n\
+         expect refused error -32603\n\
+         answer alice -> i1 accept {\"note_id\": \"note-14\", \"confirm\": true} for second as refused_again\n\
+         expect refused_again error -32603\n",
+    ),
+];
+
+/// A library scenario (by file name) or a zoo scenario (by name), parsed.
+pub fn scenario_named(name: &str) -> Option<Scenario> {
+    let (file, text) = library::SCENARIOS.iter().chain(ZOO_SCENARIOS.iter()).find(|(file, _)| *file == name)?;
+    scenario::parse(file, file.trim_end_matches(".sim"), text).ok()
+}
+
+fn server(parts: InstanceParts) -> NotesServer {
+    NotesServer { config: parts.config, notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces }
+}
+
+/// Containment that needs nothing: the root of the file system contains every file URI.
+fn everywhere() -> FileUri {
+    FileUri::parse("file:///").expect("the root is a file URI")
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Port wrappers: the real server over a replay store that makes one mistake.
+
+fn replay_per_instance(parts: InstanceParts) -> Arc<dyn Service> {
+    // Built per incarnation: a restart forgets too (it is memory in the instance's own process).
+    let own = Arc::new(MemoryReplayStore::new(parts.notes.clone(), parts.clock.clone(), ReplayLimits::default()));
+    Arc::new(NotesServer { replay: own, ..server(parts) })
+}
+
+#[derive(Clone, Copy)]
+enum ReplayMistake {
+    NoLiveRecheck,
+    RecheckThenDelete,
+    DeleteThenClaim,
+    ClaimThenDelete,
+    ClaimWithoutOutcome,
+    Evicting,
+}
+
+/// The shared replay store, reached through the real port, used the wrong way.
+struct MistakenReplay {
+    inner: Arc<dyn ReplayStore>,
+    notes: Arc<dyn NoteStore>,
+    mistake: ReplayMistake,
+}
+
+fn with_replay_mistake(parts: InstanceParts, mistake: ReplayMistake) -> Arc<dyn Service> {
+    let replay = Arc::new(MistakenReplay { inner: parts.replay.clone(), notes: parts.notes.clone(), mistake });
+    Arc::new(NotesServer { replay, ..server(parts) })
+}
+
+fn no_live_recheck(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::NoLiveRecheck)
+}
+
+fn recheck_then_delete(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::RecheckThenDelete)
+}
+
+fn delete_then_claim(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::DeleteThenClaim)
+}
+
+fn claim_then_delete(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::ClaimThenDelete)
+}
+
+fn claim_without_outcome(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::ClaimWithoutOutcome)
+}
+
+fn evicting_replay_store(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::Evicting)
+}
+
+fn guarded(outcome: GuardedDelete) -> ClaimAndDelete {
+    match outcome {
+        GuardedDelete::Deleted(note) => ClaimAndDelete::Deleted(note),
+        GuardedDelete::Gone => ClaimAndDelete::NoteGone,
+        GuardedDelete::OutsideWorkspace => ClaimAndDelete::NoteOutsideWorkspace,
+    }
+}
+
+#[async_trait]
+impl ReplayStore for MistakenReplay {
+    async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
+        match (self.mistake, self.inner.claim(claim).await?) {
+            // Making room: the claim is admitted, but nothing remembers it.
+            (ReplayMistake::Evicting, ClaimOutcome::Full) => Ok(ClaimOutcome::Claimed),
+            (_, outcome) => Ok(outcome),
+        }
+    }
+
+    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+        match self.mistake {
+            ReplayMistake::NoLiveRecheck => self.inner.claim_and_delete(claim, note_id, &everywhere()).await,
+            ReplayMistake::RecheckThenDelete => {
+                // Operation one: the re-check, on a listing.
+                let notes = self.notes.list_notes().await?;
+                let Some(note) = notes.iter().find(|note| note.id == note_id) else {
+                    return Ok(ClaimAndDelete::NoteGone);
+                };
+                if !FileUri::parse(&note.uri).is_ok_and(|uri| workspace.contains(&uri)) {
+                    return Ok(ClaimAndDelete::NoteOutsideWorkspace);
+                }
+                // Operation two: claim and delete, trusting the re-check above.
+                self.inner.claim_and_delete(claim, note_id, &everywhere()).await
+            }
+            ReplayMistake::DeleteThenClaim => {
+                let deleted = guarded(self.notes.delete_if_inside(note_id, workspace).await?);
+                if matches!(deleted, ClaimAndDelete::Deleted(_)) {
+                    // Too late to refuse: the note is gone whatever the claim says.
+                    self.inner.claim(claim).await?;
+                }
+                Ok(deleted)
+            }
+            ReplayMistake::ClaimThenDelete | ReplayMistake::ClaimWithoutOutcome => {
+                let claim = match self.mistake {
+                    // The outcome it means to have, recorded before it has it.
+                    ReplayMistake::ClaimThenDelete => claim,
+                    // "Pending", to be settled by a second write that never comes.
+                    _ => NonceClaim { record: json!({"outcome": "in_progress"}), ..claim },
+                };
+                match self.inner.claim(claim).await? {
+                    ClaimOutcome::Claimed => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+                    ClaimOutcome::AlreadyClaimed { record } => Ok(ClaimAndDelete::AlreadyClaimed { record }),
+                    ClaimOutcome::Full => Ok(ClaimAndDelete::Full),
+                }
+            }
+            ReplayMistake::Evicting => match self.inner.claim_and_delete(claim, note_id, workspace).await? {
+                ClaimAndDelete::Full => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+                outcome => Ok(outcome),
+            },
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Service wrappers: one decision re-made the wrong way, then the real server.
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    PrefixContainment,
+    UndecodedContainment,
+    UnboundArguments,
+    UnboundPrincipal,
+    Unsigned,
+    CancelConsumes,
+    DeclineNotConsuming,
+    RememberedCapabilities,
+    NoOutcomeOnReplay,
+}
+
+struct MistakenService {
+    inner: NotesServer,
+    decision: Decision,
+    /// Remembered form capabilities per principal (only `RememberedCapabilities` uses it).
+    remembered: Mutex<BTreeMap<String, Value>>,
+}
+
+fn with_decision(parts: InstanceParts, decision: Decision) -> Arc<dyn Service> {
+    Arc::new(MistakenService { inner: server(parts), decision, remembered: Mutex::new(BTreeMap::new()) })
+}
+
+fn prefix_containment(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::PrefixContainment)
+}
+fn undecoded_containment(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::UndecodedContainment)
+}
+fn state_unbound_arguments(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::UnboundArguments)
+}
+fn state_unbound_principal(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::UnboundPrincipal)
+}
+fn unsigned_state(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::Unsigned)
+}
+fn cancel_consumes(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::CancelConsumes)
+}
+fn decline_not_consuming(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::DeclineNotConsuming)
+}
+fn remembered_capabilities(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::RememberedCapabilities)
+}
+fn no_outcome_on_replay(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::NoOutcomeOnReplay)
+}
+
+fn is_notes_delete(method: &str, params: &Value) -> bool {
+    method == "tools/call" && params.get("name").and_then(Value::as_str) == Some(TOOL_NOTES_DELETE)
+}
+
+fn answer_action(params: &Value) -> Option<&str> {
+    params.pointer("/inputResponses/delete_choice/action").and_then(Value::as_str)
+}
+
+impl MistakenService {
+    /// The wrong authorization: a textual comparison of the raw workspace URI with each root. Where it
+    /// says yes and the real check says no, the request is served by a server that grants the workspace.
+    fn textually_authorized(&self, principal: &str, params: &Value) -> Option<NotesServer> {
+        let requested = params.pointer("/arguments/workspaceUri").and_then(Value::as_str)?;
+        let authorizations = &self.inner.config.authorizations;
+        if authorizations.authorize_workspace(principal, requested).is_ok() {
+            return None;
+        }
+        let passes = authorizations.roots(principal).iter().any(|root| {
+            let root = root.to_string();
+            match self.decision {
+                Decision::PrefixContainment => requested.starts_with(&root),
+                // Segment-aware, but on the undecoded text.
+                _ => requested == root || requested.starts_with(&format!("{}/", root.trim_end_matches('/'))),
+            }
+        });
+        if !passes {
+            return None;
+        }
+        let mut config = (*self.inner.config).clone();
+        config.authorizations.grant(principal, requested).ok()?;
+        Some(NotesServer { config: Arc::new(config), ..self.inner.clone() })
+    }
+
+    /// The wrong state check: reads the claims (verified or not), drops one binding by rewriting it to
+    /// match this request, and re-seals so the real server accepts it.
+    fn resealed(&self, principal: &str, params: &Value) -> Option<Value> {
+        let state = params.get("requestState").and_then(Value::as_str)?;
+        let key_ring = &self.inner.config.key_ring;
+        let mut claims = match self.decision {
+            Decision::Unsigned => peek_claims(state)?,
+            _ => key_ring.verify(state).ok()?,
+        };
+        match self.decision {
+            Decision::UnboundArguments => claims.arguments_digest = digest_hex(params.get("arguments")?),
+            Decision::UnboundPrincipal => claims.principal = principal.to_string(),
+            _ => {}
+        }
+        let mut params = params.clone();
+        params["requestState"] = json!(key_ring.seal(&claims));
+        Some(params)
+    }
+}
+
+#[async_trait]
+impl Service for MistakenService {
+    fn has_method(&self, method: &str) -> bool {
+        self.inner.has_method(method)
+    }
+
+    async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
+        if !is_notes_delete(method, params) {
+            return self.inner.call(context, method, params).await;
+        }
+        match self.decision {
+            Decision::PrefixContainment | Decision::UndecodedContainment => match self.textually_authorized(context.principal, params) {
+                Some(granting) => granting.call(context, method, params).await,
+                None => self.inner.call(context, method, params).await,
+            },
+            Decision::UnboundArguments | Decision::UnboundPrincipal | Decision::Unsigned => {
+                match self.resealed(context.principal, params) {
+                    Some(resealed) => self.inner.call(context, method, &resealed).await,
+                    None => self.inner.call(context, method, params).await,
+                }
+            }
+            Decision::CancelConsumes => {
+                let result = self.inner.call(context, method, params).await?;
+                if answer_action(params) == Some("cancel") {
+                    if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(peek_claims) {
+                        let claim = NonceClaim {
+                            nonce: claims.nonce,
+                            expires_at_ms: claims.expires_at_ms,
+                            record: json!({"outcome": "cancelled"}),
+                        };
+                        let _ = self.inner.replay.claim(claim).await;
+                    }
+                }
+                Ok(result)
+            }
+            Decision::DeclineNotConsuming => {
+                if answer_action(params) != Some("decline") {
+                    return self.inner.call(context, method, params).await;
+                }
+                // Served as a cancel (which consumes nothing), reported as a decline.
+                let mut as_cancel = params.clone();
+                as_cancel["inputResponses"]["delete_choice"] = json!({"action": "cancel"});
+                let mut result = self.inner.call(context, method, &as_cancel).await?;
+                if let Some(content) = result.get_mut("structuredContent") {
+                    *content = json!({"deleted": false, "outcome": "declined"});
+                }
+                Ok(result)
+            }
+            Decision::NoOutcomeOnReplay => self.inner.call(context, method, params).await.map_err(|mut error| {
+                if let Some(Value::Object(data)) = &mut error.data {
+                    data.remove("previousOutcome");
+                }
+                error
+            }),
+            Decision::RememberedCapabilities => {
+                let mut meta = context.meta.clone();
+                {
+                    let mut remembered = self.remembered.lock().expect("a mutant's memory is never poisoned");
+                    match context.meta.client_capabilities.get("elicitation") {
+                        Some(elicitation) if elicitation.get("form").is_some() => {
+                            remembered.insert(context.principal.to_string(), elicitation.clone());
+                        }
+                        _ => {
+                            if let Some(elicitation) = remembered.get(context.principal) {
+                                meta.client_capabilities.insert("elicitation".into(), elicitation.clone());
+                            }
+                        }
+                    }
+                }
+                let context = RequestContext { principal: context.principal, id: context.id, meta: &meta };
+                self.inner.call(context, method, params).await
+            }
+        }
+    }
+}

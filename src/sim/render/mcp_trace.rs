@@ -1,0 +1,138 @@
+//! A run's client traffic in the trace format of the independent validator (`mcp-trace-validator` 0.6.0,
+//! JSON Lines; what `mcp-trace-capture` writes), so a simulated exchange is judged exactly like a captured one:
+//! `mcpsim run FILE --format mcp-trace > trace.jsonl && mcp-trace-validator validate trace.jsonl`.
+//!
+//! One event per delivered JSON-RPC message between a client and an instance, in delivery order:
+//!
+//! ```text
+//! {"direction":"client-to-server","kind":"message","payload":{…the request…},"seq":0,"transport":"stdio"}
+//! {"direction":"server-to-client","kind":"message","payload":{…the response…},"seq":1,"transport":"stdio"}
+//! ```
+//!
+//! What is left out, and why:
+//! * Store calls and returns, gateway↔backend calls, faults and checks: not MCP traffic between a client and
+//!   a server (the text and JSON Lines transcripts keep them).
+//! * Dropped envelopes: the server never received them, as a capture in front of it would not have.
+//! * Requests whose bytes are not JSON (parse-error probes): the format carries JSON-RPC messages only. The
+//!   server's answer to them is kept.
+//! * HTTP: the simulated network carries messages, not HTTP exchanges (no status codes, no content
+//!   negotiation), so events declare the `stdio` transport and there are no `http` events. A scenario's
+//!   routing headers therefore do not appear; HTTP-level behaviour is judged on captures of the real
+//!   `serve --http` (`.ci/peers.sh`).
+//!
+//! Several clients of one scenario share the trace, interleaved as the scheduler delivered their messages.
+//! Output is byte-stable: same scenario and seed, same trace (no timestamps; keys sorted).
+
+use crate::sim::render::transcript::{Body, Entry, Kind, Transcript};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// The trace events of a transcript, one JSON object per line.
+pub fn render(transcript: &Transcript) -> String {
+    let mut out = String::new();
+    let mut seq = 0u64;
+    for entry in &transcript.entries {
+        let Entry::Delivery { message, .. } = entry else { continue };
+        let Body::Json(value) = &message.body else { continue };
+        let direction = match message.kind {
+            Kind::Request | Kind::Notify => "client-to-server",
+            Kind::Response => "server-to-client",
+            Kind::Call | Kind::Return => continue,
+        };
+        // A request that was not JSON is held as the string of its bytes: not a message the format can carry.
+        if !value.is_object() && message.exact.is_some() {
+            continue;
+        }
+        let event = json!({
+            "seq": seq,
+            "direction": direction,
+            "transport": "stdio",
+            "kind": "message",
+            "payload": value.as_ref(),
+        });
+        let _ = writeln!(out, "{event}");
+        seq += 1;
+    }
+    out
+}
+
+/// Parses a trace back into its events (for tests and tools that post-process an export).
+pub fn parse(trace: &str) -> Result<Vec<Value>, String> {
+    trace
+        .lines()
+        .enumerate()
+        .map(|(index, line)| serde_json::from_str(line).map_err(|error| format!("line {}: {error}", index + 1)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario;
+    use crate::sim::library;
+    use crate::sim::render::transcript::Message;
+    use crate::sim::runner::{self, RunOptions};
+
+    fn run_library_scenario(file: &str) -> Transcript {
+        let (_, text) = library::SCENARIOS.iter().find(|(name, _)| *name == file).expect("the scenario is in the library");
+        let parsed = scenario::parse(file, file.trim_end_matches(".sim"), text).expect("library scenarios parse");
+        let mut options = RunOptions::seeded(1);
+        options.record_transcript = true;
+        let report = runner::run(&parsed, &options);
+        assert!(report.passed(), "{file} passes");
+        report.transcript
+    }
+
+    #[test]
+    fn every_client_message_in_order_nothing_else() {
+        let transcript = run_library_scenario("01-lesson-exchange-on-one-instance.sim");
+        let events = parse(&render(&transcript)).unwrap();
+        let expected: Vec<(&str, Value)> = transcript
+            .entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Entry::Delivery { message: Message { kind: Kind::Request | Kind::Notify, body: Body::Json(value), .. }, .. } => {
+                    Some(("client-to-server", value.as_ref().clone()))
+                }
+                Entry::Delivery { message: Message { kind: Kind::Response, body: Body::Json(value), .. }, .. } => {
+                    Some(("server-to-client", value.as_ref().clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(expected.len() >= 4, "discover, list, two rounds at least: {expected:?}");
+        assert_eq!(events.len(), expected.len());
+        for (index, (event, (direction, payload))) in events.iter().zip(&expected).enumerate() {
+            assert_eq!(event["seq"], json!(index), "seq counts from 0 without gaps");
+            assert_eq!(event["direction"], *direction);
+            assert_eq!(event["kind"], "message");
+            assert_eq!(event["transport"], "stdio");
+            assert_eq!(event["payload"], *payload, "the message exactly as delivered");
+        }
+        let methods: Vec<&str> = events.iter().filter_map(|event| event["payload"]["method"].as_str()).collect();
+        assert!(methods.contains(&"tools/call"), "{methods:?}");
+        assert!(events.iter().all(|event| event["payload"]["method"] != "notes/list"), "store traffic never appears");
+    }
+
+    #[test]
+    fn the_export_is_byte_stable() {
+        let file = "04-accepts-race-for-one-note.sim";
+        assert_eq!(render(&run_library_scenario(file)), render(&run_library_scenario(file)));
+    }
+
+    #[test]
+    fn requests_that_are_not_json_are_left_out_but_their_answers_kept() {
+        let mut transcript = Transcript::default();
+        let garbage =
+            Message { kind: Kind::Request, body: Body::Json(Value::String("{not json".into()).into()), exact: Some("{not json".into()) };
+        let answer = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}});
+        let response = Message { kind: Kind::Response, body: Body::Json(answer.clone().into()), exact: None };
+        transcript.recording = true;
+        transcript.push(Entry::Delivery { seq: 1, time_ms: 0, from: 1, to: 0, message: garbage });
+        transcript.push(Entry::Delivery { seq: 2, time_ms: 1, from: 0, to: 1, message: response });
+        let events = parse(&render(&transcript)).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["seq"], 0);
+        assert_eq!(events[0]["payload"], answer);
+    }
+}

@@ -1,0 +1,160 @@
+//! The simulated cluster as a [`World`]: every step the scenario language has, carried out on the cluster,
+//! each followed by running the network until it is quiet (so sequential steps never race; only a
+//! `parallel` block puts several messages in flight for the scheduler to interleave).
+
+use super::engine::cluster::{Cluster, CrashTrigger, SimError};
+use crate::framework::ports::Note;
+use crate::oracle::history::{History, OperationId};
+use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, World};
+use crate::scenario::model::TriggerSpec;
+use crate::servers::gateway::backends::ExportRecord;
+use crate::sim::render::transcript::Entry;
+use serde_json::Value;
+
+/// Where each sequential request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// To the instance the scenario names.
+    AsWritten,
+    /// Rotated among the live instances of identical configuration, so that consecutive rounds of one
+    /// flow land on different instances (the statelessness comparison).
+    Shifted,
+}
+
+pub struct SimWorld {
+    pub cluster: Cluster,
+    routing: Routing,
+    /// Sequential requests sent so far (the rotation's position).
+    sequential: usize,
+}
+
+fn stopped(error: SimError) -> Refused {
+    Refused::Stopped(format!("the simulation stopped: {error}"))
+}
+
+impl SimWorld {
+    pub fn new(cluster: Cluster, routing: Routing) -> SimWorld {
+        SimWorld { cluster, routing, sequential: 0 }
+    }
+
+    /// Among the live instances configured like `index` (itself included, in instance order), the one
+    /// `steps` places after it, cyclically. With the request's position as `steps`, consecutive requests
+    /// written for one instance are spread over its equivalents.
+    fn equivalent_instance(&self, index: usize, steps: usize) -> usize {
+        let instances = self.cluster.instances();
+        if !instances[index].up {
+            return index;
+        }
+        let class: Vec<usize> =
+            (0..instances.len()).filter(|&other| instances[other].up && instances[other].same_configuration(&instances[index])).collect();
+        let position = class.iter().position(|&member| member == index).unwrap_or(0);
+        class[(position + steps) % class.len()]
+    }
+}
+
+impl World for SimWorld {
+    fn label(&self) -> &'static str {
+        "in the simulator"
+    }
+
+    fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        self.sequential += 1;
+        let target = match self.routing {
+            Routing::AsWritten => outgoing.instance,
+            Routing::Shifted => self.equivalent_instance(outgoing.instance, self.sequential),
+        };
+        let operation = self.cluster.send(outgoing, target).map_err(stopped)?;
+        self.cluster.run_until_quiet().map_err(stopped)?;
+        Ok(operation)
+    }
+
+    fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused> {
+        let mut sent = Vec::new();
+        for item in items {
+            match item {
+                Item::Send(outgoing) => {
+                    let instance = outgoing.instance;
+                    sent.push(Ok(self.cluster.send(outgoing, instance).map_err(stopped)?));
+                }
+                Item::Admin(action) => self.cluster.admin(&action).map_err(Refused::Failed)?,
+            }
+        }
+        self.cluster.run_until_quiet().map_err(stopped)?;
+        Ok(sent)
+    }
+
+    fn admin(&mut self, action: &crate::scenario::model::AdminAction) -> Result<(), Refused> {
+        self.cluster.admin(action).map_err(Refused::Failed)?;
+        self.cluster.run_until_quiet().map_err(stopped)
+    }
+
+    fn advance(&mut self, duration_ms: u64) -> Result<(), Refused> {
+        self.cluster.advance(duration_ms);
+        Ok(())
+    }
+
+    fn crash(&mut self, instance: usize, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
+        match trigger {
+            None => self.cluster.crash(instance),
+            Some(trigger) => {
+                let receiver = self.cluster.actor(&trigger.receiver).expect("the parser checked the receiver");
+                self.cluster.arm(CrashTrigger { instance, moment: trigger.moment, receiver, label: trigger.label.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self, instance: usize) -> Result<(), Refused> {
+        self.cluster.restart(instance);
+        Ok(())
+    }
+
+    fn rotate(&mut self, instances: &[usize], key_id: &str, secret: Vec<u8>) -> Result<(), Refused> {
+        self.cluster.rotate(instances, key_id, secret).map_err(Refused::Failed)
+    }
+
+    fn retire(&mut self, instances: &[usize], key_id: &str) -> Result<(), Refused> {
+        self.cluster.retire(instances, key_id).map_err(Refused::Failed)
+    }
+
+    fn history(&self) -> &History {
+        self.cluster.history()
+    }
+
+    fn notes(&self) -> Result<Vec<Note>, String> {
+        Ok(self.cluster.note_store().snapshot())
+    }
+
+    fn consumed(&self) -> Result<Consumed, String> {
+        let records: Vec<String> = self.cluster.replay_store().consumed().iter().map(|(_, record)| record.to_string()).collect();
+        Ok(Consumed { count: records.len(), listing: records.join(" ") })
+    }
+
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {
+        Ok(self.cluster.replay_store().record(nonce))
+    }
+
+    fn exports(&self) -> Result<Vec<ExportRecord>, String> {
+        Ok(self.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default())
+    }
+
+    fn expectations_judged(&self) -> Result<(), String> {
+        // Faults on (clients retry): a retry may take a flow another way than the scenario wrote, so
+        // expectations are shown but not judged; the properties are.
+        if self.cluster.history().clients_retry {
+            Err("not judged under faults".into())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn annotate(&mut self, annotation: Annotation) {
+        let entry = match annotation {
+            Annotation::Step { number, line, text } => Entry::Step { number, line, text },
+            Annotation::Substep { line, text } => Entry::Substep { line, text },
+            Annotation::Check { line, text, failure } => Entry::Check { line, text, failure },
+            Annotation::Note { text } => Entry::Note { text },
+        };
+        self.cluster.transcript_mut().push(entry);
+    }
+}
