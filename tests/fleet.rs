@@ -20,7 +20,7 @@ mod store_support;
 
 use base64::Engine;
 use e2e_support::*;
-use mcpsim::framework::ports::Note;
+use mcpsim::framework::ports::{ClaimRecord, Note};
 use mcpsim::policy::state::KeyRing;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::system::SystemClock;
@@ -97,8 +97,8 @@ struct Flow {
 }
 
 impl Flow {
-    fn deleted_record(&self) -> Value {
-        json!({ "outcome": "deleted", "noteId": self.note_id })
+    fn deleted_record(&self) -> ClaimRecord {
+        ClaimRecord::Deleted { note_id: self.note_id.clone() }
     }
 }
 
@@ -240,7 +240,7 @@ fn private_key_file(id: &str) -> TempConfig {
 fn assert_consumed_by_deletion(response: &Value, flow: &Flow) {
     assert_eq!(reason(response), "state_consumed", "{response}");
     assert_eq!(response["error"]["code"], -32602, "{response}");
-    assert_eq!(response["error"]["data"]["previousOutcome"], flow.deleted_record(), "{response}");
+    assert_eq!(response["error"]["data"]["previousOutcome"], flow.deleted_record().to_json(), "{response}");
 }
 
 /// A retry on another process, then ROUNDS rounds of one confirmation fired at every process at once.

@@ -1,4 +1,4 @@
-//! The security gateway, attacked. Every test plays the adversary of MISSION §4 — a poisoned or changed
+//! The security gateway, attacked. Every test plays the adversary of GUARANTEES.md §3 — a poisoned or changed
 //! descriptor, a look-alike publisher, a confused router, a client claiming capabilities as permissions, a
 //! tampered or replayed confirmation, a flood — and checks both the answer and what was *not* spent: backend
 //! calls (descriptor reads and tool calls are counted separately), rate-limit tokens, exports and audit.

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use mcpsim::framework::ports::Note;
+use mcpsim::framework::ports::{ClaimRecord, Note};
 use mcpsim::framework::Reply;
 use mcpsim::policy::containment::FileUri;
 use mcpsim::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
@@ -123,7 +123,7 @@ mod lesson_flow {
         assert!(text_of(&result).contains("note-7"), "{result}");
         assert!(result.get("ttlMs").is_none() && result.get("cacheScope").is_none(), "tools/call results are not cacheable");
         assert_eq!(h.note_ids(), demo_ids_without(&["note-7"]));
-        assert_eq!(h.replay.consumed(), vec![(claims_of(&state).nonce, json!({ "outcome": "deleted", "noteId": "note-7" }))]);
+        assert_eq!(h.replay.consumed(), vec![(claims_of(&state).nonce, ClaimRecord::Deleted { note_id: "note-7".into() })]);
     }
 
     #[tokio::test]
@@ -190,7 +190,7 @@ mod refusal {
         assert_eq!(result["structuredContent"], json!({ "deleted": false, "outcome": "declined" }));
         assert_eq!(result["isError"], false, "a refusal is an outcome, not an error");
         assert_eq!(h.note_ids(), DEMO_NOTE_IDS);
-        assert_eq!(h.replay.consumed(), vec![(claims_of(&state).nonce, json!({ "outcome": "declined" }))]);
+        assert_eq!(h.replay.consumed(), vec![(claims_of(&state).nonce, ClaimRecord::Declined { tool: None })]);
 
         let data = h.answer("alice", &lesson_arguments(), &state, accept("note-7")).await.invalid("state_consumed");
         assert_eq!(data["previousOutcome"], json!({ "outcome": "declined" }));

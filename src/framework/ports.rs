@@ -5,6 +5,7 @@
 
 use crate::policy::containment::FileUri;
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// One note: an id, a title, where it lives, and its (untrusted) body.
@@ -41,14 +42,58 @@ pub trait NoteStore: Send + Sync {
     async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError>;
 }
 
+/// What consuming a confirmation's nonce meant: kept with the nonce, and reported to every later claimant
+/// (the recovery rule: a client that lost its answer learns the outcome by retrying). On the wire (the
+/// `previousOutcome` of a `state_consumed` refusal) and in the databases it is a JSON object tagged by
+/// `outcome`: `{"outcome":"deleted","noteId":"note-7"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClaimRecord {
+    /// The notes server deleted this note.
+    Deleted {
+        #[serde(rename = "noteId")]
+        note_id: String,
+    },
+    /// The user declined: terminal, nothing ran. The gateway names the tool; the notes server does not.
+    Declined {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+    },
+    /// The gateway accepted a confirmation of exactly this call (its arguments digest); the call is run once,
+    /// with the nonce as its idempotency key, however often it is re-driven.
+    Confirmed {
+        tool: String,
+        #[serde(rename = "argumentsDigest")]
+        arguments_digest: String,
+    },
+    /// The claim is being carried out right now (a claim-and-delete in flight, or stranded by a crash until
+    /// its retention ends): whoever asks should retry later.
+    InProgress,
+    /// A dismissed form. Our servers never record one (a cancel consumes nothing); the variant exists so that
+    /// a store written by a server that does (a mutant of the zoo) still reads back.
+    Cancelled,
+}
+
+impl ClaimRecord {
+    /// As JSON: the shape clients read in `previousOutcome`, and the text the databases keep.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("a claim record serializes")
+    }
+
+    /// Reads a record back (`None`: not a record of ours).
+    pub fn from_json(value: &Value) -> Option<ClaimRecord> {
+        serde_json::from_value(value.clone()).ok()
+    }
+}
+
 /// A one-time nonce to consume, with what the consumption meant (returned to later claimants).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NonceClaim {
     pub nonce: String,
     /// When the state carrying this nonce expires; the entry is kept at least until then.
     pub expires_at_ms: u64,
-    /// What consuming it did, e.g. `{"outcome":"deleted","noteId":"note-7"}`.
-    pub record: Value,
+    /// What consuming it did.
+    pub record: ClaimRecord,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +101,7 @@ pub enum ClaimOutcome {
     Claimed,
     /// Already consumed (or being consumed right now); `record` says by what.
     AlreadyClaimed {
-        record: Value,
+        record: ClaimRecord,
     },
     /// Full of unexpired nonces: refused, never evicting (fail closed).
     Full,
@@ -67,7 +112,7 @@ pub enum ClaimAndDelete {
     Deleted(Note),
     NoteGone,
     NoteOutsideWorkspace,
-    AlreadyClaimed { record: Value },
+    AlreadyClaimed { record: ClaimRecord },
     Full,
 }
 
@@ -118,4 +163,31 @@ pub trait ChangeFeed: Send + Sync {
 pub trait ChangeSubscription: Send {
     /// Waits for the next change. `None` when the feed has shut down.
     async fn next_change(&mut self) -> Option<ListChanged>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn claim_records_keep_their_wire_shape() {
+        let cases = [
+            (ClaimRecord::Deleted { note_id: "note-7".into() }, json!({"outcome": "deleted", "noteId": "note-7"})),
+            (ClaimRecord::Declined { tool: None }, json!({"outcome": "declined"})),
+            (ClaimRecord::Declined { tool: Some("notes.export".into()) }, json!({"outcome": "declined", "tool": "notes.export"})),
+            (
+                ClaimRecord::Confirmed { tool: "notes.export".into(), arguments_digest: "ab".into() },
+                json!({"outcome": "confirmed", "tool": "notes.export", "argumentsDigest": "ab"}),
+            ),
+            (ClaimRecord::InProgress, json!({"outcome": "in_progress"})),
+        ];
+        for (record, wire) in cases {
+            assert_eq!(record.to_json(), wire);
+            assert_eq!(ClaimRecord::from_json(&wire), Some(record));
+        }
+        assert_eq!(ClaimRecord::from_json(&json!({"outcome": "exploded"})), None);
+        assert_eq!(ClaimRecord::from_json(&json!({"outcome": "deleted"})), None, "a deletion names its note");
+        assert_eq!(ClaimRecord::from_json(&json!({"outcome": "deleted", "noteId": "n", "extra": 1})), None);
+    }
 }

@@ -4,7 +4,7 @@
 //! One wording and one `data` shape for the notes server and the gateway, so clients (and the simulator's
 //! checker) read them the same way whichever server answered.
 
-use crate::framework::ports::StoreError;
+use crate::framework::ports::{ClaimRecord, StoreError};
 use crate::policy::state::{KeyRing, OpenError, StateClaims};
 use crate::wire::errors::{Reason, RpcError};
 use serde_json::{Map, Value};
@@ -31,13 +31,52 @@ pub fn round_two_fields(params: &Value) -> Result<RoundTwoFields<'_>, RpcError> 
     Ok(RoundTwoFields { request_state, input_responses })
 }
 
+/// `requestState` without `inputResponses`: the client echoed a state but answered nothing.
+pub fn state_without_responses(what_to_answer: &str) -> RpcError {
+    RpcError::invalid_params(
+        Reason::ContinuationUnpaired,
+        format!("requestState was sent without inputResponses; answer {what_to_answer}, or start over without requestState"),
+    )
+}
+
+/// `inputResponses` without `requestState`: answers to a question nobody can show was asked.
+pub fn responses_without_state() -> RpcError {
+    RpcError::invalid_params(Reason::ContinuationUnpaired, "inputResponses were sent without the requestState they answer")
+}
+
+/// A state that does not open: malformed, failing its tag, or expired. `issuer` is how refusals name this
+/// server ("server", "gateway"); `restart` says how to start over ("call notes_delete again without it to get
+/// a new form").
+pub fn unopenable(error: OpenError, issuer: &str, restart: &str) -> RpcError {
+    match error {
+        OpenError::Malformed => {
+            RpcError::invalid_params(Reason::StateMalformed, format!("requestState is not a state this {issuer} issued"))
+        }
+        OpenError::Signature => RpcError::invalid_params(
+            Reason::StateSignature,
+            format!("requestState failed verification (altered, or signed with a key this {issuer} does not hold)"),
+        ),
+        OpenError::Expired => expired(restart),
+    }
+}
+
+/// `state_expired`: the state's expiry has passed by this server's clock.
+pub fn expired(restart: &str) -> RpcError {
+    RpcError::invalid_params(Reason::StateExpired, format!("requestState has expired; {restart}"))
+}
+
+/// `state_mismatch`: the state continues another call (`whose` lists what it is bound to).
+pub fn state_mismatch(whose: &str) -> RpcError {
+    RpcError::invalid_params(Reason::StateMismatch, format!("requestState belongs to another {whose}"))
+}
+
 /// `state_consumed`, carrying what consuming the nonce did (the recovery rule: a retry learns the outcome).
-pub fn consumed(tool: &str, record: Value) -> RpcError {
+pub fn consumed(tool: &str, record: ClaimRecord) -> RpcError {
     RpcError::invalid_params(
         Reason::StateConsumed,
         format!("this confirmation was already used; call {tool} again without requestState to start over"),
     )
-    .with_detail("previousOutcome", record)
+    .with_detail("previousOutcome", record.to_json())
 }
 
 /// The shared replay store refused a new nonce because it is full of unexpired ones (fail closed).
@@ -69,25 +108,15 @@ pub struct Continuation<'a> {
 /// `-32602` with its reason; nothing is consumed by any of them.
 pub fn open_continuation(key_ring: &KeyRing, token: &str, now_ms: u64, expected: &Continuation<'_>) -> Result<StateClaims, RpcError> {
     let Continuation { issuer, tool, restart_hint, .. } = expected;
-    let claims = key_ring.open(token, now_ms).map_err(|error| match error {
-        OpenError::Malformed => {
-            RpcError::invalid_params(Reason::StateMalformed, format!("requestState is not a state this {issuer} issued"))
-        }
-        OpenError::Signature => RpcError::invalid_params(
-            Reason::StateSignature,
-            format!("requestState failed verification (altered, or signed with a key this {issuer} does not hold)"),
-        ),
-        OpenError::Expired => {
-            RpcError::invalid_params(Reason::StateExpired, format!("requestState has expired; call {tool} again without it {restart_hint}"))
-        }
-    })?;
+    let restart = format!("call {tool} again without it {restart_hint}");
+    let claims = key_ring.open(token, now_ms).map_err(|error| unopenable(error, issuer, &restart))?;
     let bound = claims.principal == expected.principal
         && claims.method == "tools/call"
         && claims.tool == expected.tool
         && claims.phase == expected.phase
         && claims.arguments_digest == expected.arguments_digest;
     if !bound {
-        return Err(RpcError::invalid_params(Reason::StateMismatch, "requestState belongs to another principal, tool or set of arguments"));
+        return Err(state_mismatch("principal, tool or set of arguments"));
     }
     Ok(claims)
 }

@@ -467,7 +467,10 @@ impl World for LiveWorld<'_> {
 
     fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {
         let ScenarioStore { store, .. } = self.store()?;
-        self.runtime.block_on(store.stores.admin.nonce_record(nonce)).map_err(unreadable(&store.spec))
+        self.runtime
+            .block_on(store.stores.admin.nonce_record(nonce))
+            .map(|record| record.map(|r| r.to_json()))
+            .map_err(unreadable(&store.spec))
     }
 
     fn exports(&self) -> Result<Vec<ExportRecord>, String> {

@@ -1,4 +1,4 @@
-//! Principal → authorized workspaces. A URI in the arguments authorizes nothing by itself (MISSION §3, layer 1).
+//! Principal → authorized workspaces. A URI in the arguments authorizes nothing by itself (GUARANTEES.md §1.1).
 
 use super::containment::{FileUri, UriError};
 use std::collections::BTreeMap;

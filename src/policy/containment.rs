@@ -1,6 +1,6 @@
 //! `file` URI normalization and path-segment containment.
 //!
-//! Rules (MISSION §3, layer 2): only the `file` scheme; the host must match (`localhost` is the empty host);
+//! Rules (GUARANTEES.md §1.2): only the `file` scheme; the host must match (`localhost` is the empty host);
 //! query and fragment are refused; the path is percent-decoded *before* dot segments are removed, so
 //! `%2e%2e` is a traversal and is resolved like `..`; a residue that still looks percent-encoded after one
 //! decode (double encoding) is refused rather than guessed at; climbing above the root is refused.

@@ -1,4 +1,4 @@
-//! Descriptor pins: what a person approved, exactly (MISSION §4, surfaces 2 and 7).
+//! Descriptor pins: what a person approved, exactly (GUARANTEES.md §3.2 and §3.7).
 //!
 //! A pin is keyed by the *qualified* tool name (`notes.export`) and holds the SHA-256 of the backend's **full**
 //! descriptor in canonical JSON (sorted keys, compact separators — [`crate::wire::canonical`]), the descriptor

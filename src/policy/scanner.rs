@@ -1,4 +1,4 @@
-//! Static scanner for tool descriptors: a tripwire for metadata poisoning (MISSION §4, surface 1).
+//! Static scanner for tool descriptors: a tripwire for metadata poisoning (GUARANTEES.md §3.1).
 //!
 //! It reads every object key and every string value of a descriptor (name, title, description, annotations,
 //! every corner of `inputSchema`/`outputSchema`, `_meta`) and reports phrases and shapes that have no business

@@ -126,12 +126,12 @@ impl World for SimWorld {
     }
 
     fn consumed(&self) -> Result<Consumed, String> {
-        let records: Vec<String> = self.cluster.replay_store().consumed().iter().map(|(_, record)| record.to_string()).collect();
+        let records: Vec<String> = self.cluster.replay_store().consumed().iter().map(|(_, record)| record.to_json().to_string()).collect();
         Ok(Consumed { count: records.len(), listing: records.join(" ") })
     }
 
     fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {
-        Ok(self.cluster.replay_store().record(nonce))
+        Ok(self.cluster.replay_store().record(nonce).map(|record| record.to_json()))
     }
 
     fn exports(&self) -> Result<Vec<ExportRecord>, String> {

@@ -4,10 +4,9 @@
 //! Every store kind implements it with the same meaning, so a test written against [`StoreAdmin`] holds for
 //! memory, SQLite and PostgreSQL alike.
 
-use crate::framework::ports::{Note, StoreError};
+use crate::framework::ports::{ClaimRecord, Note, StoreError};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore};
 use async_trait::async_trait;
-use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -59,7 +58,7 @@ pub trait StoreAdmin: Send + Sync {
     /// Nonces currently held (consumed, plus in-flight ones in memory).
     async fn nonce_count(&self) -> Result<u64, StoreError>;
     /// The record of a consumed nonce, if held.
-    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError>;
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<ClaimRecord>, StoreError>;
     /// What this store is, for logs and reports; never contains a password.
     fn describe(&self) -> String;
     /// When the database acknowledges this store's commits, read back from it (SQLite's `synchronous`,
@@ -204,7 +203,7 @@ impl StoreAdmin for MemoryAdmin {
         Ok(self.replay.len() as u64)
     }
 
-    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError> {
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<ClaimRecord>, StoreError> {
         Ok(self.replay.record(nonce))
     }
 

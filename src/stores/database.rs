@@ -1,7 +1,7 @@
 //! What the SQLite and PostgreSQL stores share: the migration list shape, value conversions, and the
 //! delete-time containment decision (the same one the memory store makes).
 
-use crate::framework::ports::StoreError;
+use crate::framework::ports::{ClaimRecord, StoreError};
 use crate::policy::containment::FileUri;
 use serde_json::Value;
 
@@ -87,12 +87,16 @@ pub(crate) fn prune_horizon_ms(now_ms: u64, grace_ms: u64) -> Option<i64> {
     now_ms.checked_sub(grace_ms).map(sql_ms)
 }
 
-pub(crate) fn encode_record(record: &Value) -> String {
-    record.to_string()
+/// A claim record as the databases keep it: its JSON, keys sorted (the text every version has written).
+pub(crate) fn encode_record(record: &ClaimRecord) -> String {
+    record.to_json().to_string()
 }
 
-pub(crate) fn decode_record(text: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Unavailable(format!("a stored nonce record is not JSON ({e}): {text:?}")))
+pub(crate) fn decode_record(text: &str) -> Result<ClaimRecord, StoreError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| StoreError::Unavailable(format!("a stored nonce record is not JSON ({e}): {text:?}")))?;
+    ClaimRecord::from_json(&value)
+        .ok_or_else(|| StoreError::Unavailable(format!("a stored nonce record is not one mcpsim writes: {text:?}")))
 }
 
 /// Whether the live note at `uri` may be deleted under `workspace`: an unparsable URI is outside.
@@ -122,9 +126,11 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_corruption_is_reported() {
-        let record = serde_json::json!({"outcome": "deleted", "noteId": "n1"});
+        let record = ClaimRecord::Deleted { note_id: "n1".into() };
+        assert_eq!(encode_record(&record), r#"{"noteId":"n1","outcome":"deleted"}"#);
         assert_eq!(decode_record(&encode_record(&record)), Ok(record));
         assert!(decode_record("{not json").is_err());
+        assert!(decode_record(r#"{"outcome":"vanished"}"#).is_err());
     }
 
     #[test]

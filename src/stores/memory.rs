@@ -7,10 +7,11 @@
 //! A claim stranded mid-delete (a crash) stays pending, refusing every retry, until its state's retention
 //! ends; then it is pruned like a consumed entry.
 
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{
+    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+};
 use crate::policy::containment::FileUri;
 use async_trait::async_trait;
-use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -100,7 +101,7 @@ impl Default for ReplayLimits {
 enum Entry {
     /// A claim-and-delete is in flight for this nonce.
     Pending,
-    Consumed(Value),
+    Consumed(ClaimRecord),
 }
 
 #[derive(Debug, Default)]
@@ -130,7 +131,7 @@ impl Ledger {
     fn reserve(&mut self, claim: &NonceClaim, entry: Entry, now_ms: u64, limits: ReplayLimits) -> Result<(), ClaimOutcome> {
         if let Some((_, existing)) = self.entries.get(&claim.nonce) {
             let record = match existing {
-                Entry::Pending => json!({ "outcome": "in_progress" }),
+                Entry::Pending => ClaimRecord::InProgress,
                 Entry::Consumed(record) => record.clone(),
             };
             return Err(ClaimOutcome::AlreadyClaimed { record });
@@ -174,7 +175,7 @@ impl MemoryReplayStore {
     }
 
     /// The record of a consumed nonce, if held.
-    pub fn record(&self, nonce: &str) -> Option<Value> {
+    pub fn record(&self, nonce: &str) -> Option<ClaimRecord> {
         match self.lock().entries.get(nonce) {
             Some((_, Entry::Consumed(record))) => Some(record.clone()),
             _ => None,
@@ -182,7 +183,7 @@ impl MemoryReplayStore {
     }
 
     /// Consumed nonces and their records, in nonce order (for inspection and transcripts).
-    pub fn consumed(&self) -> Vec<(String, Value)> {
+    pub fn consumed(&self) -> Vec<(String, ClaimRecord)> {
         self.lock()
             .entries
             .iter()
@@ -267,7 +268,7 @@ mod tests {
     }
 
     fn claim(nonce: &str, expires_at_ms: u64) -> NonceClaim {
-        NonceClaim { nonce: nonce.into(), expires_at_ms, record: json!({"outcome": "declined"}) }
+        NonceClaim { nonce: nonce.into(), expires_at_ms, record: ClaimRecord::Declined { tool: None } }
     }
 
     fn workspace() -> FileUri {
@@ -278,7 +279,10 @@ mod tests {
     async fn a_nonce_is_claimed_once() {
         let (_, _, replay) = fixture(10);
         assert_eq!(replay.claim(claim("x", 2_000)).await, Ok(ClaimOutcome::Claimed));
-        assert_eq!(replay.claim(claim("x", 2_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }));
+        assert_eq!(
+            replay.claim(claim("x", 2_000)).await,
+            Ok(ClaimOutcome::AlreadyClaimed { record: ClaimRecord::Declined { tool: None } })
+        );
     }
 
     #[tokio::test]
@@ -292,12 +296,15 @@ mod tests {
         assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Full));
         assert_eq!(
             replay.claim(claim("a", 2_000)).await,
-            Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }),
+            Ok(ClaimOutcome::AlreadyClaimed { record: ClaimRecord::Declined { tool: None } }),
             "an unexpired-plus-grace nonce is never evicted"
         );
         clock.0.store(2_100, Ordering::SeqCst);
         assert_eq!(replay.claim(claim("c", 9_000)).await, Ok(ClaimOutcome::Claimed));
-        assert_eq!(replay.claim(claim("b", 5_000)).await, Ok(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "declined"}) }));
+        assert_eq!(
+            replay.claim(claim("b", 5_000)).await,
+            Ok(ClaimOutcome::AlreadyClaimed { record: ClaimRecord::Declined { tool: None } })
+        );
         assert_eq!(replay.len(), 2);
     }
 
@@ -306,11 +313,11 @@ mod tests {
         let limits = ReplayLimits { capacity: 2, retention_grace_ms: 100 };
         let mut ledger = Ledger::default();
         ledger.reserve(&claim("stranded", 2_000), Entry::Pending, 1_000, limits).unwrap();
-        ledger.reserve(&claim("declined", 3_000), Entry::Consumed(json!({})), 1_000, limits).unwrap();
+        ledger.reserve(&claim("declined", 3_000), Entry::Consumed(ClaimRecord::Declined { tool: None }), 1_000, limits).unwrap();
         assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 2_099, limits), Err(ClaimOutcome::Full));
         assert_eq!(
             ledger.reserve(&claim("stranded", 2_000), Entry::Pending, 2_099, limits),
-            Err(ClaimOutcome::AlreadyClaimed { record: json!({"outcome": "in_progress"}) }),
+            Err(ClaimOutcome::AlreadyClaimed { record: ClaimRecord::InProgress }),
             "within its retention a stranded claim refuses every retry"
         );
         assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 3_100, limits), Ok(()));

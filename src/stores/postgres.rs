@@ -16,7 +16,9 @@
 //! then `COMMIT` or `ROLLBACK`: two round trips and three statements where one statement per step took four
 //! and four. (A conflict, the rare case, costs one more statement to read the holder's record.)
 
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{
+    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+};
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
 use crate::stores::database::{
@@ -26,7 +28,6 @@ use crate::stores::database::{
 use crate::stores::memory::ReplayLimits;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::config::{Host, SslMode};
@@ -140,7 +141,7 @@ pub struct PostgresStore {
 
 enum Reservation {
     Inserted,
-    AlreadyClaimed(Value),
+    AlreadyClaimed(ClaimRecord),
     Full,
 }
 
@@ -598,7 +599,7 @@ impl StoreAdmin for PostgresStore {
         Ok(u64::try_from(counted).unwrap_or(0))
     }
 
-    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError> {
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<ClaimRecord>, StoreError> {
         let client = self.client().await?;
         let row = client.query_opt("SELECT record FROM nonces WHERE nonce = $1", &[&nonce]).await.map_err(|e| self.error(&e))?;
         row.map(|row| decode_record(row.get(0))).transpose()

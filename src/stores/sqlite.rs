@@ -14,7 +14,9 @@
 //! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{
+    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+};
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
 use crate::stores::database::{
@@ -24,7 +26,6 @@ use crate::stores::database::{
 use crate::stores::memory::ReplayLimits;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -119,7 +120,7 @@ enum Access {
 /// What the replay reservation inside a transaction found.
 enum Reservation {
     Inserted,
-    AlreadyClaimed(Value),
+    AlreadyClaimed(ClaimRecord),
     Full,
 }
 
@@ -557,7 +558,7 @@ impl StoreAdmin for SqliteStore {
         .await
     }
 
-    async fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, StoreError> {
+    async fn nonce_record(&self, nonce: &str) -> Result<Option<ClaimRecord>, StoreError> {
         let nonce = nonce.to_string();
         self.run(Access::Read, move |connection, _| {
             let record: Option<String> =

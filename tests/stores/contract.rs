@@ -4,13 +4,12 @@
 
 use crate::support::TestClock;
 use async_trait::async_trait;
-use mcpsim::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note};
+use mcpsim::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, Note};
 use mcpsim::policy::containment::FileUri;
 use mcpsim::stores::database::Durability;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::spec::open_with_durability;
 use mcpsim::stores::{SeedReport, StoreSpec, Stores};
-use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// A kind of store, able to provide fresh empty locations.
@@ -41,15 +40,15 @@ pub fn workspace() -> FileUri {
     FileUri::parse("file:///w").unwrap()
 }
 
-pub fn declined() -> Value {
-    json!({"outcome": "declined"})
+pub fn declined() -> ClaimRecord {
+    ClaimRecord::Declined { tool: None }
 }
 
-pub fn deleted_record(note_id: &str) -> Value {
-    json!({"outcome": "deleted", "noteId": note_id})
+pub fn deleted_record(note_id: &str) -> ClaimRecord {
+    ClaimRecord::Deleted { note_id: note_id.to_string() }
 }
 
-pub fn claim(nonce: &str, expires_at_ms: u64, record: Value) -> NonceClaim {
+pub fn claim(nonce: &str, expires_at_ms: u64, record: ClaimRecord) -> NonceClaim {
     NonceClaim { nonce: nonce.into(), expires_at_ms, record }
 }
 
@@ -260,7 +259,7 @@ pub async fn racing_tasks_on_one_nonce_delete_once(kind: &dyn StoreKind) {
             // A racer arriving while the winner's claim is still pending sees `in_progress` (the memory store);
             // one arriving after the commit (or serialized behind it, as the databases do) sees `deleted`.
             ClaimAndDelete::AlreadyClaimed { record } => {
-                assert!(record["outcome"] == "deleted" || record["outcome"] == "in_progress", "a losing racer saw {record}")
+                assert!(matches!(record, ClaimRecord::Deleted { .. } | ClaimRecord::InProgress), "a losing racer saw {record:?}")
             }
             other => panic!("a racer got {other:?}"),
         }

@@ -50,7 +50,7 @@ async fn child() {
             Ok(ClaimAndDelete::NoteGone) => "gone".to_string(),
             Ok(ClaimAndDelete::NoteOutsideWorkspace) => "outside".to_string(),
             Ok(ClaimAndDelete::Full) => "full".to_string(),
-            Ok(ClaimAndDelete::AlreadyClaimed { record }) => format!("claimed {record}"),
+            Ok(ClaimAndDelete::AlreadyClaimed { record }) => format!("claimed {}", record.to_json()),
             Err(error) => format!("error {error}"),
         };
         println!("{MARK}{round} {answer}");
@@ -122,7 +122,7 @@ pub async fn processes_race(parent: &Opened, environment: &[(&str, String)], pro
         }
         let deleted: Vec<usize> = answers.iter().enumerate().filter(|(_, a)| *a == "deleted").map(|(i, _)| i).collect();
         assert_eq!(deleted.len(), 1, "round {round} ({mode}): exactly one deletion, got {answers:?}");
-        let expected_loss = if mode == "same" { format!("claimed {}", deleted_record(&note_id)) } else { "gone".to_string() };
+        let expected_loss = if mode == "same" { format!("claimed {}", deleted_record(&note_id).to_json()) } else { "gone".to_string() };
         for (index, answer) in answers.iter().enumerate().filter(|(i, _)| *i != deleted[0]) {
             assert_eq!(answer, &expected_loss, "round {round} ({mode}): child {index}");
         }

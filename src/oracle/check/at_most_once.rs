@@ -1,4 +1,4 @@
-//! **At most once** (GUARANTEES.md §1): a nonce is consumed at most once, and one confirmation (the nonce
+//! **At most once** (GUARANTEES.md §4.1): a nonce is consumed at most once, and one confirmation (the nonce
 //! inside the state the client sent) deletes at most once, however the server handles nonces.
 
 use super::*;

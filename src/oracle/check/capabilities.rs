@@ -1,4 +1,4 @@
-//! **Capabilities**: a form is only ever sent in answer to a request that declared form elicitation itself
+//! **Capabilities** (GUARANTEES.md §4.7): a form is only ever sent in answer to a request that declared form elicitation itself
 //! (an empty `elicitation` object means form, for older clients); nothing declared earlier counts.
 
 use super::*;

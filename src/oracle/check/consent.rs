@@ -1,4 +1,4 @@
-//! **Consent** (GUARANTEES.md §2): every deleted note was deleted on behalf of a request that accepted (with
+//! **Consent** (GUARANTEES.md §4.2): every deleted note was deleted on behalf of a request that accepted (with
 //! `confirm: true`) exactly that note, carrying a state sealed for that principal, tool and exact arguments,
 //! whose candidates include the note and which a server had shown to that principal.
 

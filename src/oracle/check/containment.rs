@@ -1,4 +1,4 @@
-//! **Containment** (GUARANTEES.md §3): every deleted note, every note offered in a form and every resource
+//! **Containment** (GUARANTEES.md §4.3): every deleted note, every note offered in a form and every resource
 //! listed or read lies inside a workspace the principal was authorized for at that moment.
 
 use super::*;

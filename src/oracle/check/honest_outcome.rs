@@ -1,4 +1,4 @@
-//! **Honest outcome**: an answer that reports a deletion (directly, or as the `previousOutcome` of a used
+//! **Honest outcome** (GUARANTEES.md §4.8): an answer that reports a deletion (directly, or as the `previousOutcome` of a used
 //! confirmation) matches a deletion made under that confirmation; a used confirmation's refusal reports the
 //! deletion it made (the recovery rule: a client that lost its answer learns it by retrying); and an answer
 //! that reports an export names one the backend recorded, for that principal, of those notes.

@@ -1,4 +1,4 @@
-//! **Liveness** (judged when clients retry, i.e. under faults): once faults stop, every request gets an
+//! **Liveness** (GUARANTEES.md §4.9; judged when clients retry, i.e. under faults): once faults stop, every request gets an
 //! answer, and no confirmation stays "in progress": a confirmed delete completes, exactly once (at most once
 //! is its own property), and its client learns that it did.
 

@@ -1,26 +1,9 @@
-//! The checker: a scenario's expectations, and the safety properties every run must keep (MISSION §6).
+//! The checker: the properties of `GUARANTEES.md` §4 every run must keep, one file each.
 //!
 //! Properties are judged from the [`History`] alone, by an independent reading of what clients sent and
-//! what the stores did; the checker never asks the handlers whether they behaved.
-//!
-//! * **At most once**: a nonce is consumed at most once, and one confirmation (the nonce inside the state
-//!   the client sent) deletes at most once, however the server handles nonces.
-//! * **Consent**: every deleted note was deleted on behalf of a request that accepted (with
-//!   `confirm: true`) exactly that note, carrying a state sealed for that principal, tool and exact
-//!   arguments, whose candidates include the note and which a server had shown to that principal.
-//! * **Containment**: every deleted note, every note offered in a form and every resource listed or read
-//!   lies inside a workspace the principal was authorized for at that moment.
-//! * **Refusal**: a decline or a cancel deletes nothing and is never answered with another form; a cancel
-//!   consumes nothing; once a decline is acknowledged, nothing is ever deleted under that confirmation.
-//! * **Honest outcome**: an answer that reports a deletion (directly, or as the `previousOutcome` of a used
-//!   confirmation) matches a deletion made under that confirmation; a used confirmation's refusal reports
-//!   the deletion it made (the recovery rule: a client that lost its answer learns it by retrying); and an
-//!   answer that reports an export names one the backend recorded, for that principal, of those notes.
-//! * **Liveness** (judged when clients retry, i.e. under faults): once faults stop, every request gets an
-//!   answer, and no confirmation stays "in progress": a confirmed delete completes, exactly once (at most once
-//!   is the property above), and its client learns that it did.
-//! * **Statelessness** is checked by the runner (a second run routes each request to another instance
-//!   of the same configuration and must see the same answers).
+//! what the stores did; the checker never asks the servers whether they behaved. Statelessness (§4.5) is
+//! judged by the simulator's runner, which plays the scenario a second time with rounds rerouted; the
+//! determinism of §4.6 by the tests that replay a run and compare its bytes.
 
 use crate::oracle::history::{Attempt, Effect, EffectKind, History, Operation, Outcome};
 use crate::policy::authorization::Authorizations;

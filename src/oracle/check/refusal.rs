@@ -1,4 +1,4 @@
-//! **Refusal** (GUARANTEES.md §4): a decline or a cancel deletes nothing and is never answered with another
+//! **Refusal** (GUARANTEES.md §4.4): a decline or a cancel deletes nothing and is never answered with another
 //! form; a cancel consumes nothing; once a decline is acknowledged, nothing is ever deleted under that
 //! confirmation.
 

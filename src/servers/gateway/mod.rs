@@ -1,4 +1,4 @@
-//! The security gateway (MISSION §4): one stateless handler in front of several backend MCP servers.
+//! The security gateway (GUARANTEES.md §3): one stateless handler in front of several backend MCP servers.
 //!
 //! A model reads descriptions to pick tools, a router reads names to pick backends, a user reads labels to
 //! approve; a malicious descriptor can aim at all three. So the gateway treats every descriptor, annotation,
@@ -47,7 +47,7 @@ use self::catalog::{evaluate_listing, judge, Catalog, CatalogEntry, Judgement, Q
 use self::policy::AccessPolicy;
 use self::ports::{AuditSink, Backend, BackendCall, BackendError, PinSource, RateDecision, RateLimiter};
 use crate::framework::pipeline::{handle_message, Reply, RequestContext, Service};
-use crate::framework::ports::{ClaimOutcome, Clock, NonceClaim, NonceSource, ReplayStore, StoreError};
+use crate::framework::ports::{ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, ReplayStore, StoreError};
 use crate::framework::refusals;
 use crate::policy::pinning::{is_backend_id, split_qualified, PinFile};
 use crate::policy::state::{KeyRing, StateClaims};
@@ -401,13 +401,8 @@ impl Gateway {
         match (request_state, input_responses) {
             (None, None) => Ok(self.ask(&call, draft)),
             (Some(state), Some(responses)) => self.answer(&call, state, responses, draft).await,
-            (Some(_), None) => Err(RpcError::invalid_params(
-                Reason::ContinuationUnpaired,
-                "requestState was sent without inputResponses; answer the form, or start over without requestState",
-            )),
-            (None, Some(_)) => {
-                Err(RpcError::invalid_params(Reason::ContinuationUnpaired, "inputResponses were sent without the requestState they answer"))
-            }
+            (Some(_), None) => Err(refusals::state_without_responses("the form")),
+            (None, Some(_)) => Err(refusals::responses_without_state()),
         }
     }
 
@@ -474,7 +469,7 @@ impl Gateway {
                 let claim = NonceClaim {
                     nonce: claims.nonce.clone(),
                     expires_at_ms: claims.expires_at_ms,
-                    record: json!({ "outcome": "declined", "tool": call.name }),
+                    record: ClaimRecord::Declined { tool: Some(call.name.to_string()) },
                 };
                 match self.ports.replay.claim(claim).await.map_err(store_failed)? {
                     ClaimOutcome::Claimed => {
@@ -490,7 +485,7 @@ impl Gateway {
             }
             Some("accept") => {
                 validate_confirmation(answer.get("content"))?;
-                let confirmed = json!({ "outcome": "confirmed", "tool": call.name, "argumentsDigest": call.arguments_digest });
+                let confirmed = ClaimRecord::Confirmed { tool: call.name.to_string(), arguments_digest: call.arguments_digest.clone() };
                 let claim = NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: confirmed.clone() };
                 match self.ports.replay.claim(claim).await.map_err(store_failed)? {
                     ClaimOutcome::Claimed => {}

@@ -1,13 +1,15 @@
 //! The stateless notes server: `server/discover`, `tools/list`, `tools/call notes_delete` (with MRTR
 //! confirmation), `resources/list` and `resources/read`.
 //!
-//! Two questions are kept apart (MISSION §3): *which workspace may this touch* is answered by configuration
+//! Two questions are kept apart (GUARANTEES.md §1, §2): *which workspace may this touch* is answered by configuration
 //! (authorization) and normalized path-segment containment; *which note did the user mean* is answered by the
 //! user through a form. Everything round 2 needs travels in the sealed `requestState`; the only shared state is
 //! the replay store and the notes themselves, so any instance can finish any retry.
 
 use crate::framework::pipeline::{RequestContext, Service};
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, Clock, NonceClaim, NonceSource, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{
+    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, Note, NoteStore, ReplayStore, StoreError,
+};
 use crate::framework::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
@@ -118,13 +120,8 @@ impl NotesServer {
         match (request_state, input_responses) {
             (None, None) => self.delete_round_one(context, &arguments).await,
             (Some(state), Some(responses)) => self.delete_round_two(context, &arguments, state, responses).await,
-            (Some(_), None) => Err(RpcError::invalid_params(
-                Reason::ContinuationUnpaired,
-                "requestState was sent without inputResponses; answer the form, or start over without requestState",
-            )),
-            (None, Some(_)) => {
-                Err(RpcError::invalid_params(Reason::ContinuationUnpaired, "inputResponses were sent without the requestState they answer"))
-            }
+            (Some(_), None) => Err(refusals::state_without_responses("the form")),
+            (None, Some(_)) => Err(refusals::responses_without_state()),
         }
     }
 
@@ -141,7 +138,7 @@ impl NotesServer {
 
     /// Round 1: authorize, contain, find candidates, ask the user to pick and confirm.
     async fn delete_round_one(&self, context: RequestContext<'_>, arguments: &DeleteArguments) -> Result<Value, RpcError> {
-        // Capability compatibility comes before authorization (MISSION §4): every delete asks the user.
+        // Capability compatibility comes before authorization (GUARANTEES.md §3.5): every delete asks the user.
         require_form_elicitation(context.meta)?;
         let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
         let notes = self.notes.list_notes().await.map_err(store_failed)?;
@@ -273,7 +270,7 @@ impl NotesServer {
 
     async fn decline(&self, claims: &StateClaims) -> Result<Value, RpcError> {
         let claim =
-            NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: json!({ "outcome": "declined" }) };
+            NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: ClaimRecord::Declined { tool: None } };
         match self.replay.claim(claim).await.map_err(store_failed)? {
             ClaimOutcome::Claimed => Ok(self.outcome(
                 json!({ "deleted": false, "outcome": "declined" }),
@@ -288,7 +285,7 @@ impl NotesServer {
         let claim = NonceClaim {
             nonce: claims.nonce.clone(),
             expires_at_ms: claims.expires_at_ms,
-            record: json!({ "outcome": "deleted", "noteId": note_id }),
+            record: ClaimRecord::Deleted { note_id: note_id.to_string() },
         };
         match self.replay.claim_and_delete(claim, note_id, workspace).await.map_err(store_failed)? {
             ClaimAndDelete::Deleted(note) => Ok(self.outcome(

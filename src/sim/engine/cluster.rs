@@ -16,7 +16,7 @@
 //! claim-and-delete reached the replay store loses only the answer.
 
 use crate::config::server_info;
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, Note};
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, Note};
 use crate::framework::Service;
 use crate::oracle::history::{Attempt, Effect, EffectKind, History, NoResponse, Operation, Outcome};
 use crate::play::world::Outgoing;
@@ -41,6 +41,7 @@ use crate::sim::engine::random::{self, Stream};
 use crate::sim::engine::scheduler::{Decision, DecisionLog, Divergence, Scheduler};
 use crate::sim::render::transcript::{Body, Entry, Kind, Message, Transcript};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use crate::wire::errors::Reason;
 use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -1079,7 +1080,7 @@ impl Cluster {
             }
             (Some(StoreCall::Claim { claim }), StoreReturn::Claimed(ClaimOutcome::Claimed))
             | (Some(StoreCall::ClaimAndDelete { claim, .. }), StoreReturn::ClaimedAndDeleted(ClaimAndDelete::Deleted(_))) => {
-                Some(EffectKind::NonceConsumed { nonce: claim.nonce.clone(), record: claim.record.clone() })
+                Some(EffectKind::NonceConsumed { nonce: claim.nonce.clone(), record: claim.record.to_json() })
             }
             (
                 Some(call @ (StoreCall::AdminDelete { .. } | StoreCall::AdminMove { .. } | StoreCall::AdminRename { .. })),
@@ -1104,8 +1105,8 @@ fn client_operation(envelope: &Envelope) -> Option<OperationId> {
 /// Whether an answer says the confirmation's claim is still pending (a retry will learn how it ended).
 fn claim_in_progress(response: &Value) -> bool {
     let data = at(response, &["error", "data"]);
-    data.and_then(|d| d.get("reason")).and_then(Value::as_str) == Some("state_consumed")
-        && data.and_then(|d| at(d, &["previousOutcome", "outcome"])).and_then(Value::as_str) == Some("in_progress")
+    data.and_then(|d| d.get("reason")).and_then(Value::as_str) == Some(Reason::StateConsumed.as_str())
+        && data.and_then(|d| d.get("previousOutcome")).and_then(ClaimRecord::from_json) == Some(ClaimRecord::InProgress)
 }
 
 /// The name a crash trigger matches: the store operation, or the JSON-RPC method of a request.

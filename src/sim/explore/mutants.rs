@@ -13,7 +13,7 @@
 //!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
 //!   state by re-sealing it, cancel consuming, decline not consuming, remembered capabilities).
 
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
 use crate::framework::{RequestContext, Service};
 use crate::oracle::check::peek_claims;
 use crate::policy::containment::FileUri;
@@ -403,7 +403,7 @@ impl ReplayStore for MistakenReplay {
                     // The outcome it means to have, recorded before it has it.
                     ReplayMistake::ClaimThenDelete => claim,
                     // "Pending", to be settled by a second write that never comes.
-                    _ => NonceClaim { record: json!({"outcome": "in_progress"}), ..claim },
+                    _ => NonceClaim { record: ClaimRecord::InProgress, ..claim },
                 };
                 match self.inner.claim(claim).await? {
                     ClaimOutcome::Claimed => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
@@ -552,11 +552,7 @@ impl Service for MistakenService {
                 let result = self.inner.call(context, method, params).await?;
                 if answer_action(params) == Some("cancel") {
                     if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(peek_claims) {
-                        let claim = NonceClaim {
-                            nonce: claims.nonce,
-                            expires_at_ms: claims.expires_at_ms,
-                            record: json!({"outcome": "cancelled"}),
-                        };
+                        let claim = NonceClaim { nonce: claims.nonce, expires_at_ms: claims.expires_at_ms, record: ClaimRecord::Cancelled };
                         let _ = self.inner.replay.claim(claim).await;
                     }
                 }
