@@ -43,6 +43,10 @@ pub enum Command {
     Mutants,
     /// Replay a counterexample written by `mcpsim explore`, byte for byte.
     Replay(explore::ReplayArgs),
+    /// List the scenario library (and the zoo's scenarios), each with the guarantee it teaches.
+    ///
+    /// Any name listed can be given to `mcpsim run` and `mcpsim explore` instead of a file path.
+    Scenarios,
 }
 
 pub fn main() -> ExitCode {
@@ -59,7 +63,10 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    if matches!(cli.command, Command::Run(_) | Command::Explore(_) | Command::Mutants | Command::Replay(_) | Command::Pins(_)) {
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Explore(_) | Command::Mutants | Command::Replay(_) | Command::Pins(_) | Command::Scenarios
+    ) {
         end_quietly_on_closed_pipe();
     }
     match cli.command {
@@ -71,6 +78,7 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => explore::run(args),
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
+        Command::Scenarios => run::list_scenarios(),
     }
 }
 

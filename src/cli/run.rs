@@ -3,11 +3,12 @@
 
 use super::live;
 use crate::scenario::{self, Scenario};
+use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::engine::faults::FaultKind;
-use crate::sim::explore;
+use crate::sim::explore::{self, mutants};
 use crate::sim::library;
 use crate::sim::render::transcript::Format;
-use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
+use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use crate::stores::StoreSpec;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -77,6 +78,10 @@ pub struct RunArgs {
     /// notes. Also read from MCPSIM_RESEED_STORE (keeps a database password out of the process list).
     #[arg(long, value_name = "SPEC", requires = "live", env = "MCPSIM_RESEED_STORE", hide_env_values = true)]
     pub reseed: Option<StoreSpec>,
+    /// Run a mutant of the zoo instead of the real servers (`mcpsim mutants` lists them): its transcript
+    /// shows how the checker catches it. The reproduce line names it.
+    #[arg(long, value_name = "NAME", conflicts_with = "live")]
+    pub mutant: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -149,10 +154,24 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let server = match args.mutant.as_deref() {
+        None => ServerUnderTest::from(&notes_server_factory()),
+        Some(name) => match mutants::find(name) {
+            Some(mutant) => mutant.server(),
+            None => {
+                let names: Vec<&str> = mutants::MUTANTS.iter().map(|m| m.name).collect();
+                eprintln!(
+                    "mcpsim run: no mutant is named {name:?}; the zoo: {} (`mcpsim mutants` says what each one gets wrong)",
+                    names.join(", ")
+                );
+                return ExitCode::from(2);
+            }
+        },
+    };
     let mut stdout = std::io::stdout().lock();
     let mut summaries = Vec::new();
     for item in &loaded {
-        let summary = run_seeds(item, &args, &faults, format, &mut stdout);
+        let summary = run_seeds(item, &args, &faults, &server, format, &mut stdout);
         summaries.push(summary);
     }
     // What the reproduction needs besides the file and the seed.
@@ -163,6 +182,9 @@ pub fn run(args: RunArgs) -> ExitCode {
     if !faults.is_empty() {
         let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
         flags.push_str(&format!(" --faults {}", kinds.join(",")));
+    }
+    if let Some(mutant) = &args.mutant {
+        flags.push_str(&format!(" --mutant {mutant}"));
     }
     let table = render_table(&summaries, &unreadable, &flags);
     if table_to_stderr {
@@ -180,14 +202,22 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-fn run_seeds(item: &Loaded, args: &RunArgs, faults: &[FaultKind], format: Option<Format>, out: &mut impl Write) -> Summary {
+fn run_seeds(
+    item: &Loaded,
+    args: &RunArgs,
+    faults: &[FaultKind],
+    server: &ServerUnderTest,
+    format: Option<Format>,
+    out: &mut impl Write,
+) -> Summary {
     let mut messages = 0;
     let mut orders = BTreeSet::new();
     let mut failed = None;
     let mut first = None;
     let last_seed = args.seed.saturating_add(args.seeds - 1);
     for seed in args.seed..=last_seed {
-        let mut options = RunOptions::seeded(seed);
+        let mut options =
+            RunOptions { factory: server.factory.clone(), gateway_variant: server.gateway_variant, ..RunOptions::seeded(seed) };
         options.scheduler = match args.scheduler {
             SchedulerArg::Random => SchedulerChoice::Random,
             SchedulerArg::Scripted => SchedulerChoice::Scripted,
@@ -238,6 +268,7 @@ fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
         return library::SCENARIOS.iter().filter_map(|(file, text)| parse(&format!("<embedded>/{file}"), file, text, unreadable)).collect();
     }
     let mut files = Vec::new();
+    let mut embedded = Vec::new();
     for path in paths {
         if path.is_dir() {
             match scenario_files(path) {
@@ -245,8 +276,19 @@ fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
                 Ok(found) => files.extend(found),
                 Err(error) => unreadable.push(format!("{}: cannot list the folder: {error}", path.display())),
             }
-        } else {
+        } else if path.is_file() {
             files.push(path.clone());
+        } else {
+            // Not a file here: a scenario of the library (or the zoo), as `mcpsim explore` accepts them.
+            let name = path.to_string_lossy();
+            match library_scenario(&name) {
+                Some((file, text)) => {
+                    if let Some(item) = parse(file, file, text, unreadable) {
+                        embedded.push(item);
+                    }
+                }
+                None => unreadable.push(not_found(&name)),
+            }
         }
     }
     let mut loaded = Vec::new();
@@ -262,7 +304,51 @@ fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
             Err(error) => unreadable.push(format!("{shown}: cannot read: {error}")),
         }
     }
+    loaded.extend(embedded);
     loaded
+}
+
+/// `mcpsim scenarios`: every library and zoo scenario, with the first line of the guarantee it teaches.
+pub fn list_scenarios() -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    let entries: Vec<(&str, &str)> = library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).copied().collect();
+    let width = entries.iter().map(|(file, _)| file.trim_end_matches(".sim").len()).max().unwrap_or(0);
+    for (file, text) in entries {
+        let lesson = text
+            .lines()
+            .filter_map(|line| line.strip_prefix('#'))
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .unwrap_or("")
+            .trim_start_matches("Guarantee taught:")
+            .trim();
+        let _ = writeln!(out, "{:<width$}  {lesson}", file.trim_end_matches(".sim"));
+    }
+    let _ = writeln!(out, "\nRun one: mcpsim run NAME   Explore one: mcpsim explore NAME --seeds 1000   (names work in place of paths)");
+    ExitCode::SUCCESS
+}
+
+/// The library or zoo scenario `name` names (with or without `.sim`): its file name and text.
+pub fn library_scenario(name: &str) -> Option<(&'static str, &'static str)> {
+    let name = name.strip_prefix("<embedded>/").unwrap_or(name);
+    let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
+    library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).find(|(f, _)| *f == file).copied()
+}
+
+/// "No such scenario", with the closest library name and where to find the rest.
+pub fn not_found(name: &str) -> String {
+    let stem = name.trim_end_matches(".sim");
+    let closest = library::SCENARIOS
+        .iter()
+        .chain(mutants::ZOO_SCENARIOS.iter())
+        .map(|(file, _)| file.trim_end_matches(".sim"))
+        .map(|candidate| (strsim::levenshtein(stem, candidate), candidate))
+        .min();
+    let hint = match closest {
+        Some((distance, candidate)) if distance <= stem.len().max(4) / 2 => format!("; did you mean {candidate}?"),
+        _ => String::new(),
+    };
+    format!("{name}: no such file, and no library scenario has that name{hint} (`mcpsim scenarios` lists the library)")
 }
 
 fn parse(path: &str, file_name: &str, text: &str, unreadable: &mut Vec<String>) -> Option<Loaded> {

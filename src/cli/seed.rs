@@ -39,7 +39,7 @@ pub struct SeedArgs {
     #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true)]
     pub store: StoreSpec,
 
-    /// Deployment file (TOML) whose [[notes]] to load [default: the embedded demo].
+    /// Deployment file (TOML) whose `[[notes]]` to load [default: the embedded demo].
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }

@@ -1,8 +1,8 @@
 //! `mcpsim serve`: the notes server for real, over stdio or streamable HTTP, alone or as a fleet.
 //!
 //! Wiring only: load the deployment and the signing keys, open the store, build the server with
-//! [`build_notes_server`] (or the conformance fixture with [`build_conformance_fixture`], or the security
-//! gateway with [`build_real_gateway`]), start one transport:
+//! [`real_notes_server`] (or the conformance fixture with [`real_conformance_fixture`], or the security
+//! gateway with [`real_gateway`]), start one transport:
 //! stdio, or N HTTP listeners serving the same server (one store, one key ring). On SIGTERM every listener
 //! stops accepting, finishes its requests in flight, and then the store is closed.
 
@@ -149,8 +149,8 @@ pub struct ServeArgs {
 
     /// With --http: a browser origin allowed to call the server (repeatable).
     ///
-    /// E.g. https://app.example.com. Without it, only pages served from this machine (localhost,
-    /// 127.0.0.1, [::1]) may; with it, exactly the listed origins. Requests without an Origin header
+    /// E.g. `https://app.example.com`. Without it, only pages served from this machine (localhost,
+    /// 127.0.0.1, `[::1]`) may; with it, exactly the listed origins. Requests without an Origin header
     /// (non-browser clients) are not affected.
     #[arg(long = "allow-origin", value_name = "ORIGIN", conflicts_with = "stdio")]
     pub allow_origins: Vec<String>,
@@ -211,10 +211,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(INSTANCES_MAX)), conflicts_with = "stdio")]
     pub instances: Option<u16>,
 
-    /// Signing keys shared by a fleet: a TOML file of [[keys]] tables (id, secret_base64).
+    /// Signing keys shared by a fleet: a TOML file of `[[keys]]` tables (id, secret_base64).
     ///
     /// The first key signs, the rest only verify (states sealed before a key rotation). Every process of a
-    /// fleet reads the same file; keep it private (chmod 600). Replaces [[keys]] in --config, which must
+    /// fleet reads the same file; keep it private (chmod 600). Replaces `[[keys]]` in --config, which must
     /// then have none.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,

@@ -191,7 +191,7 @@ struct KeyFile {
     keys: Vec<KeyConfig>,
 }
 
-/// Reads a key file (see [`KeyFile`]). It must name at least one key.
+/// Reads a key file (TOML `[[keys]]` tables). It must name at least one key.
 pub fn load_key_file(path: &Path) -> Result<KeyRing, ConfigError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;

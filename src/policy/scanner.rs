@@ -40,7 +40,7 @@ pub enum FindingLabel {
     /// Paths and names of secrets: `~/.ssh`, `.env`, API keys, tokens, passwords…
     SecretAccess,
     /// Raw IPs, punycode hosts, URL shorteners, known exfiltration endpoints, credentials in URLs, plain HTTP,
-    /// "send … to <somewhere>", base64 blobs and `data:` URIs.
+    /// `"send … to <somewhere>"`, base64 blobs and `data:` URIs.
     NetworkDestination,
     /// Text a person reviewing the descriptor would not see: zero-width and bidi controls, Unicode tag
     /// characters, HTML comments.

@@ -1,6 +1,6 @@
 //! `requestState` sealing and opening: HMAC-SHA256 over a base64url JSON payload, with a key id.
 //!
-//! Token form: `s1.<key id>.<payload, base64url>.<tag, base64url>`, tag = HMAC-SHA256(key, "s1.<key id>.<payload>").
+//! Token form: `s1.<key id>.<payload, base64url>.<tag, base64url>`, tag = `HMAC-SHA256(key, "s1.<key id>.<payload>")`.
 //! The tag is checked (in constant time, by `hmac`'s `verify_slice`) before the payload is even decoded,
 //! so a forged payload is never parsed. Keys rotate: the ring signs with one key and verifies with every key
 //! it still holds; retiring a key makes the states it signed fail closed.

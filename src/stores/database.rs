@@ -1,6 +1,9 @@
 //! What the SQLite and PostgreSQL stores share: the migration list shape, value conversions, and the
 //! delete-time containment decision (the same one the memory store makes).
 
+// The shared helpers serve the database stores; a build with neither has only the types below.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+
 use crate::framework::ports::{ClaimRecord, StoreError};
 use crate::policy::containment::FileUri;
 use serde_json::Value;

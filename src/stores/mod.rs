@@ -11,8 +11,10 @@ pub mod deterministic;
 pub mod feed;
 pub mod gateway;
 pub mod memory;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod spec;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod system;
 

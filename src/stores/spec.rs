@@ -5,9 +5,12 @@ use crate::framework::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
 use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
 use crate::stores::database::Durability;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+#[cfg(feature = "postgres")]
 use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
+#[cfg(feature = "sqlite")]
 use crate::stores::sqlite::SqliteStore;
 use crate::stores::system::SystemClock;
+#[cfg(feature = "sqlite")]
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -18,18 +21,22 @@ pub enum StoreSpec {
     /// Inside this process: every instance of one `mcpsim serve` shares it, other processes cannot.
     Memory,
     /// One SQLite file, shared by every process on this machine.
+    #[cfg(feature = "sqlite")]
     Sqlite(PathBuf),
     /// A PostgreSQL database, shared by processes on any machine that reaches it.
+    #[cfg(feature = "postgres")]
     Postgres(PostgresTarget),
 }
 
 /// A parsed PostgreSQL connection string. Its `Debug` and `Display` never show the password.
+#[cfg(feature = "postgres")]
 #[derive(Clone)]
 pub struct PostgresTarget {
     // Boxed: a connection config is large and a spec is passed around by value.
     config: Box<tokio_postgres::Config>,
 }
 
+#[cfg(feature = "postgres")]
 impl PostgresTarget {
     pub fn config(&self) -> &tokio_postgres::Config {
         &self.config
@@ -43,12 +50,14 @@ impl PostgresTarget {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl std::fmt::Display for PostgresTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&describe_config(&self.config))
     }
 }
 
+#[cfg(feature = "postgres")]
 impl std::fmt::Debug for PostgresTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PostgresTarget({self})")
@@ -79,7 +88,10 @@ impl FromStr for StoreSpec {
                     "sqlite::memory: would give every connection its own empty database; use `memory` for an in-process store".into(),
                 ));
             }
+            #[cfg(feature = "sqlite")]
             return Ok(StoreSpec::Sqlite(PathBuf::from(path)));
+            #[cfg(not(feature = "sqlite"))]
+            return Err(StoreSpecError("this mcpsim was built without the `sqlite` feature; rebuild with it to use a SQLite store".into()));
         }
         for scheme in ["postgres:", "postgresql:"] {
             if let Some(rest) = text.strip_prefix(scheme) {
@@ -88,8 +100,15 @@ impl FromStr for StoreSpec {
                 if connection.is_empty() {
                     return Err(StoreSpecError("postgres: needs a connection URL, e.g. postgres://mcpsim@127.0.0.1:5432/mcpsim".into()));
                 }
-                let config = parse_config(connection).map_err(|reason| StoreSpecError(format!("postgres store: {reason}")))?;
-                return Ok(StoreSpec::Postgres(PostgresTarget { config: Box::new(config) }));
+                #[cfg(feature = "postgres")]
+                {
+                    let config = parse_config(connection).map_err(|reason| StoreSpecError(format!("postgres store: {reason}")))?;
+                    return Ok(StoreSpec::Postgres(PostgresTarget { config: Box::new(config) }));
+                }
+                #[cfg(not(feature = "postgres"))]
+                return Err(StoreSpecError(
+                    "this mcpsim was built without the `postgres` feature; rebuild with it to use a PostgreSQL store".into(),
+                ));
             }
         }
         Err(StoreSpecError(format!("unknown store {text:?}: write {STORE_SPEC_HELP}")))
@@ -107,7 +126,9 @@ impl std::fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreSpec::Memory => f.write_str("memory"),
+            #[cfg(feature = "sqlite")]
             StoreSpec::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            #[cfg(feature = "postgres")]
             StoreSpec::Postgres(target) => write!(f, "postgres:{target}"),
         }
     }
@@ -156,12 +177,17 @@ pub async fn open_with_durability(
     limits: ReplayLimits,
     durability: Durability,
 ) -> Result<Stores, StoreError> {
+    // Only the database stores have commits to acknowledge.
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    let _ = durability;
     match spec {
         StoreSpec::Memory => Ok(Stores::in_memory(Vec::new(), clock, limits)),
+        #[cfg(feature = "sqlite")]
         StoreSpec::Sqlite(path) => {
             let store = Arc::new(SqliteStore::open_with_durability(path, clock, limits, durability).await?);
             Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
         }
+        #[cfg(feature = "postgres")]
         StoreSpec::Postgres(target) => {
             let store = Arc::new(PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?);
             Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
@@ -191,7 +217,7 @@ pub async fn seed(spec: &StoreSpec, notes: &[Note]) -> Result<SeedReport, SeedEr
     Ok(seeded?)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite", feature = "postgres"))]
 mod tests {
     use super::*;
 

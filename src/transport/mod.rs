@@ -7,6 +7,7 @@
 //!
 //! [`handle_message`]: crate::framework::handle_message
 
+#[cfg(feature = "http")]
 pub mod http;
 pub mod stdio;
 

@@ -1,7 +1,7 @@
 //! A server instance: the unchanged notes server behind the unchanged request pipeline.
 //!
 //! An instance owns configuration only (its key ring and clock offset; the authorizations and the state
-//! TTL are the deployment's). Everything else it needs comes through ports: the stores as [`StoreClient`]s,
+//! TTL are the deployment's). Everything else it needs comes through ports: the stores as [`StoreClient`](super::StoreClient)s,
 //! a skewed view of the virtual clock, and a nonce stream of its own. A crash drops its tasks; a restart
 //! builds a new incarnation from the same configuration, with a fresh nonce stream.
 

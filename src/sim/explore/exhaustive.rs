@@ -1,7 +1,7 @@
 //! Exhaustive exploration: every distinct delivery order of a scenario's concurrent parts, by stateless
 //! re-execution with sleep sets.
 //!
-//! A run is driven by a [`PrefixScheduler`]: it follows a prefix of choices at the *branching points*
+//! A run is driven by a `PrefixScheduler`: it follows a prefix of choices at the *branching points*
 //! (deliveries where more than one envelope is in flight), then always picks the first envelope, and
 //! records the envelopes in flight at every branching point. The depth-first search extends prefixes one
 //! choice at a time and re-executes the scenario for each.
@@ -113,7 +113,7 @@ fn run_choices(
     (trace, report)
 }
 
-/// Runs a schedule given by its choices at branching points (see [`run_choices`]), with a transcript.
+/// Runs a schedule given by its choices at branching points (see `run_choices`), with a transcript.
 pub fn run_schedule(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,

@@ -294,7 +294,8 @@ pub fn scenario_named(name: &str) -> Option<Scenario> {
 }
 
 fn server(parts: InstanceParts) -> NotesServer {
-    NotesServer { config: parts.config, notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces }
+    let ports = crate::assembly::NotesPorts { notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces };
+    crate::assembly::notes_server(parts.config, ports)
 }
 
 /// Containment that needs nothing: the root of the file system contains every file URI.
