@@ -74,7 +74,7 @@ pub fn in_memory_notes_server(
 
 /// The embedded demo over fresh in-memory stores with a random key, for tests of the transports.
 #[cfg(test)]
-pub(crate) fn demo_notes_server() -> NotesServer {
+pub fn demo_notes_server() -> NotesServer {
     let demo = Deployment::demo();
     let stores = Stores::in_memory(demo.notes(), Arc::new(SystemClock), ReplayLimits::default());
     real_notes_server(&demo, demo.key_ring_or_random().expect("the demo is valid"), &stores, None).expect("the demo is valid")
@@ -130,7 +130,7 @@ impl BuiltBackend {
     }
 
     /// The gateway's in-process port to it.
-    pub fn local_port(&self) -> LocalBackend {
+    pub(crate) fn local_port(&self) -> LocalBackend {
         let live: Arc<dyn LiveListing> = match self {
             BuiltBackend::Notes(server) => server.clone(),
             BuiltBackend::Issues(server) => server.clone(),

@@ -77,6 +77,7 @@ pub mod sim;
 #[cfg(feature = "http")]
 pub mod live;
 
+#[cfg(feature = "cli")]
 pub mod transport;
 
 #[cfg(feature = "cli")]

@@ -89,7 +89,38 @@ fn an_unparseable_scenario_reports_file_line_column_and_exits_2() {
     assert!(stdout.contains("error: typo.sim:4:12: expected `->` between the client and the instance, found `=`"), "{stdout}");
     let output = mcpsim(&scratch.0, &["run", "missing.sim"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(text(&output.stdout).contains("missing.sim: cannot read"));
+    assert!(text(&output.stdout).contains("missing.sim: no such file, and no library scenario has that name"), "{}", text(&output.stdout));
+}
+
+#[test]
+fn library_names_run_in_place_of_paths_and_typos_get_the_closest_name() {
+    let scratch = Scratch::new("library-names");
+    let output = mcpsim(&scratch.0, &["run", "04-accepts-race-for-one-note", "--seeds", "3"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("1 of 1 scenario(s) passed"), "{stdout}");
+    let output = mcpsim(&scratch.0, &["run", "04-acepts-race-for-one-note"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stdout).contains("did you mean 04-accepts-race-for-one-note?"), "{}", text(&output.stdout));
+    let output = mcpsim(&scratch.0, &["scenarios"]);
+    let listing = text(&output.stdout);
+    assert!(output.status.success());
+    for (file, _) in mcpsim::sim::library::SCENARIOS {
+        assert!(listing.contains(file.trim_end_matches(".sim")), "{file} is listed");
+    }
+}
+
+#[test]
+fn a_mutant_run_names_the_mutant_in_its_reproduce_line() {
+    let output = mcpsim(repo(), &["run", "05-accepts-race-for-different-candidates", "--seeds", "50", "--mutant", "replay-per-instance"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("property at-most-once violated"), "{stdout}");
+    let reproduce = stdout.lines().find(|l| l.contains("reproduce: mcpsim run")).expect("a reproduce line");
+    assert!(reproduce.contains("--mutant replay-per-instance"), "{reproduce}");
+    let output = mcpsim(repo(), &["run", "05-accepts-race-for-different-candidates", "--mutant", "no-such"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("no mutant is named \"no-such\""), "{}", text(&output.stderr));
 }
 
 #[test]

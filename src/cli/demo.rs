@@ -18,11 +18,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// 2026-07-28T09:00:00Z: the demo's clock never moves.
-pub const DEMO_NOW_MS: u64 = 1_785_229_200_000;
-pub const DEMO_NONCE_SEED: u64 = 20_260_728;
-pub const DEMO_KEY_ID: &str = "demo";
+pub(crate) const DEMO_NOW_MS: u64 = 1_785_229_200_000;
+pub(crate) const DEMO_NONCE_SEED: u64 = 20_260_728;
+pub(crate) const DEMO_KEY_ID: &str = "demo";
 /// A published key: fine for a walkthrough, never for a deployment (anyone could forge states with it).
-pub const DEMO_KEY: &[u8; 32] = b"mcpsim-demo-key-not-for-real-use";
+pub(crate) const DEMO_KEY: &[u8; 32] = b"mcpsim-demo-key-not-for-real-use";
 
 const WORKSPACE: &str = "file:///Users/alice/Documents/Notes";
 const TITLE: &str = "TPS report";
@@ -51,13 +51,13 @@ pub fn run(_args: DemoArgs) -> ExitCode {
 
 /// The printed exchange and whether every step got its expected outcome.
 #[derive(Debug, Clone)]
-pub struct Walkthrough {
+pub(crate) struct Walkthrough {
     pub text: String,
     pub succeeded: bool,
 }
 
 /// Builds the demo's notes server: the embedded deployment with the fixed key, clock and nonces.
-pub fn demo_server() -> NotesServer {
+pub(crate) fn demo_server() -> NotesServer {
     let key_ring = KeyRing::new(DEMO_KEY_ID, DEMO_KEY.to_vec()).expect("the demo key is 32 bytes");
     let clock = Arc::new(ManualClock::new(DEMO_NOW_MS));
     let nonces = Arc::new(SeededNonces::new(DEMO_NONCE_SEED));
@@ -65,7 +65,7 @@ pub fn demo_server() -> NotesServer {
     server
 }
 
-pub async fn walkthrough() -> Walkthrough {
+pub(crate) async fn walkthrough() -> Walkthrough {
     let mut script = Script { server: demo_server(), text: String::new() };
     let succeeded = script.play().await.is_ok();
     Walkthrough { text: script.text, succeeded }

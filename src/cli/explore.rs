@@ -18,14 +18,14 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub const EXIT_HELD: u8 = 0;
-pub const EXIT_UNSAFE: u8 = 1;
-pub const EXIT_NOT_LIVE: u8 = 2;
-pub const EXIT_CRASHED: u8 = 3;
-pub const EXIT_USAGE: u8 = 4;
+pub(crate) const EXIT_HELD: u8 = 0;
+pub(crate) const EXIT_UNSAFE: u8 = 1;
+pub(crate) const EXIT_NOT_LIVE: u8 = 2;
+pub(crate) const EXIT_CRASHED: u8 = 3;
+pub(crate) const EXIT_USAGE: u8 = 4;
 
 /// Seeds `--all-mutants` tries per mutant before declaring it survived.
-pub const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
+pub(crate) const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -87,7 +87,7 @@ pub struct ExploreArgs {
 }
 
 /// `mcpsim mutants`: the zoo, one sentence per mistake.
-pub fn list_mutants() -> ExitCode {
+pub(crate) fn list_mutants() -> ExitCode {
     let width = MUTANTS.iter().map(|m| m.name.len()).max().unwrap_or(0);
     println!("The mutant zoo: unsafe variants of single rules, simulator-only (`mcpsim explore --mutant NAME`).\n");
     for mutant in MUTANTS {

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// `--live` values: an `http://` URL; a bare `http://HOST:PORT` gets the MCP path.
-pub fn parse_url(text: &str) -> Result<String, String> {
+pub(crate) fn parse_url(text: &str) -> Result<String, String> {
     let mut url =
         reqwest::Url::parse(text.trim()).map_err(|e| format!("{text:?} is not a URL ({e}); write e.g. http://127.0.0.1:8080/mcp"))?;
     if url.scheme() != "http" {
@@ -26,7 +26,7 @@ pub fn parse_url(text: &str) -> Result<String, String> {
 }
 
 /// `--token` values: `PRINCIPAL=TOKEN`.
-pub fn parse_token(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_token(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((principal, token)) if !principal.trim().is_empty() && !token.is_empty() => {
             Ok((principal.trim().to_string(), token.to_string()))

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 /// Deterministic cluster simulator for stateless MCP 2026-07-28 servers, and the reference servers it simulates.
 #[derive(Debug, Parser)]
 #[command(name = "mcpsim", version, about, long_about = None, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }

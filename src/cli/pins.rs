@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Exit status when something needs review (or an approval was refused): like `diff`, 1 means "differences".
-pub const EXIT_NEEDS_REVIEW: u8 = 1;
+pub(crate) const EXIT_NEEDS_REVIEW: u8 = 1;
 /// Exit status for usage, configuration and file errors.
-pub const EXIT_ERROR: u8 = 2;
+pub(crate) const EXIT_ERROR: u8 = 2;
 
 #[derive(Debug, Args)]
 #[command(about = "Review and approve the tool descriptors the gateway pins (quarantined tools stay hidden and refused until approved)")]
@@ -94,7 +94,7 @@ fn gateway_file(path: Option<&Path>) -> Result<GatewayFile, ConfigError> {
 }
 
 /// The catalog as the gateway would judge it now: every configured backend's descriptors against `pins`.
-pub fn judge(file: &GatewayFile, pins: &PinFile) -> Vec<CatalogEntry> {
+pub(crate) fn judge(file: &GatewayFile, pins: &PinFile) -> Vec<CatalogEntry> {
     let memo = ScanMemo::default();
     let mut entries: Vec<CatalogEntry> = file
         .initial_listings()
@@ -114,7 +114,7 @@ pub fn review(args: &ReviewArgs) -> Result<(String, u8), ConfigError> {
     Ok(review_report(&entries, &pins, &pins_label))
 }
 
-pub fn review_report(entries: &[CatalogEntry], pins: &PinFile, pins_label: &str) -> (String, u8) {
+pub(crate) fn review_report(entries: &[CatalogEntry], pins: &PinFile, pins_label: &str) -> (String, u8) {
     let mut out = String::new();
     let flagged: Vec<&CatalogEntry> = entries.iter().filter(|e| !e.status.is_approved()).collect();
     let _ =

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 /// Most seeds one invocation runs per scenario.
 pub const SEEDS_MAX: u64 = 1_000_000;
 /// The scenario file extension.
-pub const EXTENSION: &str = "sim";
+pub(crate) const EXTENSION: &str = "sim";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -309,7 +309,7 @@ fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
 }
 
 /// `mcpsim scenarios`: every library and zoo scenario, with the first line of the guarantee it teaches.
-pub fn list_scenarios() -> ExitCode {
+pub(crate) fn list_scenarios() -> ExitCode {
     let mut out = std::io::stdout().lock();
     let entries: Vec<(&str, &str)> = library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).copied().collect();
     let width = entries.iter().map(|(file, _)| file.trim_end_matches(".sim").len()).max().unwrap_or(0);
@@ -329,14 +329,14 @@ pub fn list_scenarios() -> ExitCode {
 }
 
 /// The library or zoo scenario `name` names (with or without `.sim`): its file name and text.
-pub fn library_scenario(name: &str) -> Option<(&'static str, &'static str)> {
+pub(crate) fn library_scenario(name: &str) -> Option<(&'static str, &'static str)> {
     let name = name.strip_prefix("<embedded>/").unwrap_or(name);
     let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
     library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).find(|(f, _)| *f == file).copied()
 }
 
 /// "No such scenario", with the closest library name and where to find the rest.
-pub fn not_found(name: &str) -> String {
+pub(crate) fn not_found(name: &str) -> String {
     let stem = name.trim_end_matches(".sim");
     let closest = library::SCENARIOS
         .iter()

@@ -28,16 +28,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// Longest `requestState` lifetime `--state-ttl` accepts: a confirmation is meant to be answered soon.
-pub const STATE_TTL_SECS_MAX: u64 = 86_400;
+pub(crate) const STATE_TTL_SECS_MAX: u64 = 86_400;
 
 /// Most HTTP instances one `mcpsim serve` process runs (`--instances`).
-pub const INSTANCES_MAX: u16 = 64;
+pub(crate) const INSTANCES_MAX: u16 = 64;
 
 /// The principal every request acts for when a fixture is served (fixtures have no authentication).
-pub const FIXTURE_PRINCIPAL: &str = "anonymous";
+pub(crate) const FIXTURE_PRINCIPAL: &str = "anonymous";
 
 /// The environment variable `--store` may come from (keeps a database password out of the process list).
-pub const STORE_VARIABLE: &str = "MCPSIM_STORE";
+pub(crate) const STORE_VARIABLE: &str = "MCPSIM_STORE";
 
 /// Exit status for invalid arguments or configuration (as clap uses for usage errors).
 const EXIT_USAGE: u8 = 2;

@@ -86,7 +86,7 @@ impl Deployment {
         Deployment::from_toml(&text, &path.display().to_string())
     }
 
-    pub fn from_toml(text: &str, origin: &str) -> Result<Deployment, ConfigError> {
+    pub(crate) fn from_toml(text: &str, origin: &str) -> Result<Deployment, ConfigError> {
         let deployment: Deployment =
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
         deployment.authorizations()?;
@@ -117,7 +117,7 @@ impl Deployment {
     }
 
     /// The configured key ring, if any keys are configured.
-    pub fn configured_key_ring(&self) -> Result<Option<KeyRing>, ConfigError> {
+    pub(crate) fn configured_key_ring(&self) -> Result<Option<KeyRing>, ConfigError> {
         key_ring_of(&self.keys)
     }
 
@@ -149,7 +149,7 @@ impl Deployment {
 }
 
 /// Most keys one ring (a `[[keys]]` list) holds: the signing key plus those still verifying during rotations.
-pub const KEYS_MAX: usize = 16;
+pub(crate) const KEYS_MAX: usize = 16;
 
 /// The ring of a `[[keys]]` list: the first signs, the rest only verify. `None` for an empty list.
 fn key_ring_of(keys: &[KeyConfig]) -> Result<Option<KeyRing>, ConfigError> {

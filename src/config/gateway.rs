@@ -4,7 +4,7 @@
 //! [`crate::assembly`] builds the gateway and its backends from a file, for real processes and the simulator.
 
 use crate::config::ConfigError;
-use crate::policy::pinning::{qualify, Approval, PinFile, PublisherEvidence};
+use crate::policy::pinning::{PinFile, PublisherEvidence};
 use crate::servers::gateway::backends::{issues_descriptors, notes_descriptors, Issue, LiveDescriptors, DESCRIPTORS_MAX};
 use crate::servers::gateway::policy::AccessPolicy;
 use crate::servers::gateway::ports::ToolListing;
@@ -14,12 +14,9 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-pub const GATEWAY_DEMO_TOML: &str = include_str!("gateway_demo.toml");
+pub(crate) const GATEWAY_DEMO_TOML: &str = include_str!("gateway_demo.toml");
 /// Pins of the demo's `notes` and `issues` backends (not of `notes_mirror`, which stays unreviewed).
-pub const DEFAULT_PINS_JSON: &str = include_str!("gateway_pins.json");
-/// When the embedded pins were approved: 2026-07-28T00:00:00Z.
-pub const DEFAULT_PINS_APPROVED_AT_MS: u64 = 1_785_196_800_000;
-pub const DEFAULT_PINS_APPROVED_BY: &str = "mcpsim maintainers (embedded demo pins)";
+pub(crate) const DEFAULT_PINS_JSON: &str = include_str!("gateway_pins.json");
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,11 +78,11 @@ impl BackendConfig {
 }
 
 /// Where the gateway reaches an in-process backend (recorded in pins as publisher evidence).
-pub fn in_process_endpoint(id: &str) -> String {
+pub(crate) fn in_process_endpoint(id: &str) -> String {
     format!("in-process:{id}")
 }
 
-pub fn gateway_server_info() -> ServerInfo {
+pub(crate) fn gateway_server_info() -> ServerInfo {
     ServerInfo { name: "mcpsim-gateway".into(), version: env!("CARGO_PKG_VERSION").into() }
 }
 
@@ -111,7 +108,7 @@ impl GatewayFile {
         GatewayFile::from_toml(&text, &path.display().to_string())
     }
 
-    pub fn from_toml(text: &str, origin: &str) -> Result<GatewayFile, ConfigError> {
+    pub(crate) fn from_toml(text: &str, origin: &str) -> Result<GatewayFile, ConfigError> {
         let file: GatewayFile =
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
         file.policy.validate().map_err(|e| ConfigError::Invalid(format!("{origin}: policy: {e}")))?;
@@ -152,30 +149,35 @@ impl GatewayFile {
     }
 }
 
-/// Pins every tool of the given backends as they start (used to produce the embedded pins).
-pub fn pins_for_backends(file: &GatewayFile, backends: &[&str], approved_at_ms: u64, approved_by: &str) -> PinFile {
-    let mut pins = PinFile::default();
-    for (id, (publisher, listing)) in file.initial_listings() {
-        if !backends.contains(&id.as_str()) {
-            continue;
-        }
-        for descriptor in listing.tools.iter() {
-            let name = qualify(&id, descriptor["name"].as_str().unwrap_or_default());
-            let approval = Approval {
-                publisher: publisher.clone(),
-                approved_at_ms,
-                approved_by: approved_by.to_string(),
-                acknowledged_findings: Vec::new(),
-            };
-            pins.approve(&name, descriptor, approval).expect("demo tool names are qualified");
-        }
-    }
-    pins
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::pinning::{qualify, Approval};
+
+    /// When the embedded pins were approved: 2026-07-28T00:00:00Z.
+    const DEFAULT_PINS_APPROVED_AT_MS: u64 = 1_785_196_800_000;
+    const DEFAULT_PINS_APPROVED_BY: &str = "mcpsim maintainers (embedded demo pins)";
+
+    /// Pins every tool of the given backends as they start (used to produce the embedded pins).
+    fn pins_for_backends(file: &GatewayFile, backends: &[&str], approved_at_ms: u64, approved_by: &str) -> PinFile {
+        let mut pins = PinFile::default();
+        for (id, (publisher, listing)) in file.initial_listings() {
+            if !backends.contains(&id.as_str()) {
+                continue;
+            }
+            for descriptor in listing.tools.iter() {
+                let name = qualify(&id, descriptor["name"].as_str().unwrap_or_default());
+                let approval = Approval {
+                    publisher: publisher.clone(),
+                    approved_at_ms,
+                    approved_by: approved_by.to_string(),
+                    acknowledged_findings: Vec::new(),
+                };
+                pins.approve(&name, descriptor, approval).expect("demo tool names are qualified");
+            }
+        }
+        pins
+    }
 
     #[test]
     fn the_embedded_pins_pin_exactly_the_demo_notes_and_issues_tools() {

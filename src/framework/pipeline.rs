@@ -77,7 +77,7 @@ impl ServiceResponse {
         ServiceResponse { notifications: Vec::new(), result, feed: None }
     }
 
-    pub fn with_notifications(notifications: Vec<Value>, result: Value) -> ServiceResponse {
+    pub(crate) fn with_notifications(notifications: Vec<Value>, result: Value) -> ServiceResponse {
         ServiceResponse { notifications, result, feed: None }
     }
 }

@@ -81,7 +81,7 @@ impl ClaimRecord {
     }
 
     /// Reads a record back (`None`: not a record of ours).
-    pub fn from_json(value: &Value) -> Option<ClaimRecord> {
+    pub(crate) fn from_json(value: &Value) -> Option<ClaimRecord> {
         serde_json::from_value(value.clone()).ok()
     }
 }

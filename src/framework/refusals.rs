@@ -10,14 +10,14 @@ use crate::wire::errors::{Reason, RpcError};
 use serde_json::{Map, Value};
 
 /// The continuation fields of a `tools/call`, each optional.
-pub struct RoundTwoFields<'p> {
+pub(crate) struct RoundTwoFields<'p> {
     pub request_state: Option<&'p str>,
     pub input_responses: Option<&'p Map<String, Value>>,
 }
 
 /// Reads the continuation fields, typed when present: `requestState` a string, `inputResponses` an object.
 /// Wrong types are refused with the reason clients read.
-pub fn round_two_fields(params: &Value) -> Result<RoundTwoFields<'_>, RpcError> {
+pub(crate) fn round_two_fields(params: &Value) -> Result<RoundTwoFields<'_>, RpcError> {
     let request_state = match params.get("requestState") {
         None => None,
         Some(Value::String(state)) => Some(state.as_str()),
@@ -32,7 +32,7 @@ pub fn round_two_fields(params: &Value) -> Result<RoundTwoFields<'_>, RpcError> 
 }
 
 /// `requestState` without `inputResponses`: the client echoed a state but answered nothing.
-pub fn state_without_responses(what_to_answer: &str) -> RpcError {
+pub(crate) fn state_without_responses(what_to_answer: &str) -> RpcError {
     RpcError::invalid_params(
         Reason::ContinuationUnpaired,
         format!("requestState was sent without inputResponses; answer {what_to_answer}, or start over without requestState"),
@@ -40,14 +40,14 @@ pub fn state_without_responses(what_to_answer: &str) -> RpcError {
 }
 
 /// `inputResponses` without `requestState`: answers to a question nobody can show was asked.
-pub fn responses_without_state() -> RpcError {
+pub(crate) fn responses_without_state() -> RpcError {
     RpcError::invalid_params(Reason::ContinuationUnpaired, "inputResponses were sent without the requestState they answer")
 }
 
 /// A state that does not open: malformed, failing its tag, or expired. `issuer` is how refusals name this
 /// server ("server", "gateway"); `restart` says how to start over ("call notes_delete again without it to get
 /// a new form").
-pub fn unopenable(error: OpenError, issuer: &str, restart: &str) -> RpcError {
+pub(crate) fn unopenable(error: OpenError, issuer: &str, restart: &str) -> RpcError {
     match error {
         OpenError::Malformed => {
             RpcError::invalid_params(Reason::StateMalformed, format!("requestState is not a state this {issuer} issued"))
@@ -80,7 +80,7 @@ pub fn consumed(tool: &str, record: ClaimRecord) -> RpcError {
 }
 
 /// The shared replay store refused a new nonce because it is full of unexpired ones (fail closed).
-pub fn replay_full() -> RpcError {
+pub(crate) fn replay_full() -> RpcError {
     RpcError::internal(
         Reason::ReplayStoreFull,
         "the replay store is full of unexpired confirmations and refuses new ones; retry after some expire",
@@ -88,12 +88,12 @@ pub fn replay_full() -> RpcError {
 }
 
 /// A store failed; `consequence` says what that left undone (e.g. "nothing was changed").
-pub fn store_failed(error: StoreError, consequence: &str) -> RpcError {
+pub(crate) fn store_failed(error: StoreError, consequence: &str) -> RpcError {
     RpcError::internal(Reason::StoreUnavailable, format!("{error}; {consequence}"))
 }
 
 /// What a sealed state must continue: who asked, which tool, which question, which exact arguments.
-pub struct Continuation<'a> {
+pub(crate) struct Continuation<'a> {
     /// How refusals name this server ("server", "gateway").
     pub issuer: &'a str,
     pub principal: &'a str,
@@ -106,7 +106,12 @@ pub struct Continuation<'a> {
 
 /// Opens `token` (tag, then expiry) and checks it continues exactly this `tools/call`. Every failure is a
 /// `-32602` with its reason; nothing is consumed by any of them.
-pub fn open_continuation(key_ring: &KeyRing, token: &str, now_ms: u64, expected: &Continuation<'_>) -> Result<StateClaims, RpcError> {
+pub(crate) fn open_continuation(
+    key_ring: &KeyRing,
+    token: &str,
+    now_ms: u64,
+    expected: &Continuation<'_>,
+) -> Result<StateClaims, RpcError> {
     let Continuation { issuer, tool, restart_hint, .. } = expected;
     let restart = format!("call {tool} again without it {restart_hint}");
     let claims = key_ring.open(token, now_ms).map_err(|error| unopenable(error, issuer, &restart))?;

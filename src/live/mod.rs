@@ -48,15 +48,15 @@ pub use crate::play::expect::ExpectationResult;
 pub use crate::play::parity::{outcome_of, ParityRow, Verdict};
 
 /// How long one live request may take before it counts as a transport failure.
-pub const LIVE_REQUEST_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const LIVE_REQUEST_TIMEOUT_MS: u64 = 10_000;
 /// Most simulator seeds tried to find an interleaving of a scenario's races like the live one.
 pub const PARITY_SEEDS_MAX: u64 = 64;
 /// Largest response body read from a live server.
-pub const LIVE_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
+pub(crate) const LIVE_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// The fleet a scenario is played against.
 #[derive(Debug, Clone)]
-pub struct LiveFleet {
+pub(crate) struct LiveFleet {
     /// `http://HOST:PORT/mcp`, one per scenario instance, in declaration order.
     pub urls: Vec<String>,
     /// Principal → bearer token.
@@ -65,7 +65,7 @@ pub struct LiveFleet {
 
 impl LiveFleet {
     /// The embedded demo's tokens (`demo-alice`, `demo-bob`), overridden by `tokens` (principal → token).
-    pub fn with_demo_tokens(urls: Vec<String>, tokens: BTreeMap<String, String>) -> LiveFleet {
+    pub(crate) fn with_demo_tokens(urls: Vec<String>, tokens: BTreeMap<String, String>) -> LiveFleet {
         let mut all: BTreeMap<String, String> =
             Deployment::demo().tokens().into_iter().map(|(token, principal)| (principal, token)).collect();
         all.extend(tokens);
@@ -96,7 +96,7 @@ impl LiveReport {
         self.rows.iter().filter(|row| wanted(&row.verdict)).count()
     }
 
-    pub fn expectations_failed(&self) -> usize {
+    pub(crate) fn expectations_failed(&self) -> usize {
         self.expectations.iter().filter(|(_, _, r)| matches!(r, ExpectationResult::Failed(_))).count()
     }
 
@@ -107,7 +107,7 @@ impl LiveReport {
 
 /// Scenario problems found before anything is sent.
 #[derive(Debug, thiserror::Error)]
-pub enum LiveError {
+pub(crate) enum LiveError {
     #[error(
         "{scenario} declares {instances} instance(s) ({names}) but --live names {urls} URL(s); pass one URL per instance, in declaration order"
     )]
@@ -139,7 +139,7 @@ struct ScenarioStore<'a> {
 ///
 /// With `store` (the fleet's own), the store is first re-seeded with exactly the scenario's starting notes, and
 /// store expectations are evaluated against it.
-pub fn run_live(
+pub(crate) fn run_live(
     scenario: &Scenario,
     fleet: &LiveFleet,
     seed: u64,

@@ -46,19 +46,19 @@ pub enum Attempt {
 
 impl History {
     /// The first attempt of the request `id` repeats (itself if it is one).
-    pub fn first_attempt(&self, id: OperationId) -> OperationId {
+    pub(crate) fn first_attempt(&self, id: OperationId) -> OperationId {
         match self.attempts.get(&id) {
             Some(Attempt::Retry { of, .. } | Attempt::Duplicate { of }) => *of,
             None => id,
         }
     }
 
-    pub fn is_duplicate(&self, id: OperationId) -> bool {
+    pub(crate) fn is_duplicate(&self, id: OperationId) -> bool {
         matches!(self.attempts.get(&id), Some(Attempt::Duplicate { .. }))
     }
 
     /// The client's attempts at the request `first` (itself, then its retries in order; no network copies).
-    pub fn attempts_of(&self, first: OperationId) -> Vec<OperationId> {
+    pub(crate) fn attempts_of(&self, first: OperationId) -> Vec<OperationId> {
         let retries = self.attempts.iter().filter_map(|(id, attempt)| match attempt {
             Attempt::Retry { of, .. } if *of == first => Some(*id),
             _ => None,
@@ -123,7 +123,7 @@ impl Operation {
     }
 
     /// One line on what an operation got: `complete {...}`, `error -32602 state_consumed: …`, `no response (lost)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match &self.outcome {
             Outcome::Pending => "nothing yet (still in flight)".into(),
             Outcome::NoResponse(NoResponse::Notification) => "no response (a notification)".into(),
@@ -148,7 +148,7 @@ impl Operation {
     }
 
     /// The form answer's action (`accept`, `decline`, `cancel`), if this request answered one.
-    pub fn answer_action(&self) -> Option<&str> {
+    pub(crate) fn answer_action(&self) -> Option<&str> {
         let responses = self.params()?.get("inputResponses")?.as_object()?;
         responses.values().next()?.get("action")?.as_str()
     }

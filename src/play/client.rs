@@ -25,7 +25,7 @@ pub struct Client {
 
 /// How the user answered a form.
 #[derive(Debug, Clone, PartialEq)]
-pub enum FormAction {
+pub(crate) enum FormAction {
     Accept(Option<Value>),
     Decline,
     Cancel,
@@ -77,7 +77,7 @@ impl Client {
 /// The bytes a scenario's `raw` step sends for its resolved `message` (a string is sent as its text, anything
 /// else as compact JSON), the JSON they parse to (if any), and whether that is a notification. Shared by the
 /// simulator and live mode, so both send the same bytes.
-pub fn raw_message(message: &Value) -> (Vec<u8>, Option<Value>, bool) {
+pub(crate) fn raw_message(message: &Value) -> (Vec<u8>, Option<Value>, bool) {
     let bytes = match message {
         Value::String(text) => text.clone().into_bytes(),
         other => serde_json::to_vec(other).expect("a JSON value serializes"),
@@ -90,7 +90,7 @@ pub fn raw_message(message: &Value) -> (Vec<u8>, Option<Value>, bool) {
 /// The retry a scenario's `answer` step sends for the form `form` was shown: the step's action, its
 /// replacement arguments and state resolved with `lookup`, then [`answer_params`]. The simulator and live mode
 /// both build answers here, so a live answer is byte for byte the simulator's.
-pub fn scenario_answer<'v>(
+pub(crate) fn scenario_answer<'v>(
     answer: &Answer,
     form: &Operation,
     lookup: &dyn Fn(&str) -> Result<&'v Value, String>,
@@ -110,7 +110,7 @@ pub fn scenario_answer<'v>(
 /// The retry that answers a form: the original request's method and params (its `name` and `arguments`),
 /// plus `inputResponses` for the form's one input request and the echoed `requestState`.
 /// `arguments` and `state` replace the original ones (to show what the server does with changed ones).
-pub fn answer_params(
+pub(crate) fn answer_params(
     form_request: &Value,
     form_response: &Value,
     action: &FormAction,

@@ -23,7 +23,7 @@ pub enum ExpectationResult {
 }
 
 /// What an expectation is judged against.
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     pub history: &'a History,
     pub answers: &'a BTreeMap<String, OperationId>,
     /// Named answers that were not sent, and why.
@@ -37,7 +37,7 @@ pub struct Context<'a> {
 }
 
 /// Judges `expectation`: its result, the named answers it read, and whether it read the store.
-pub fn judge(expectation: &Expectation, context: &Context<'_>) -> (ExpectationResult, Vec<(String, OperationId)>, bool) {
+pub(crate) fn judge(expectation: &Expectation, context: &Context<'_>) -> (ExpectationResult, Vec<(String, OperationId)>, bool) {
     let label = context.world.label();
     match expectation {
         Expectation::Answer { targets, check } => {
@@ -168,7 +168,7 @@ pub fn answer<'v>(
 }
 
 /// `expect note ID present|absent`.
-pub fn note_present(notes: &[Note], id: &str, present: bool) -> Result<(), String> {
+pub(crate) fn note_present(notes: &[Note], id: &str, present: bool) -> Result<(), String> {
     let found = notes.iter().any(|note| note.id == id);
     match (found, present) {
         (true, true) | (false, false) => Ok(()),
@@ -178,7 +178,7 @@ pub fn note_present(notes: &[Note], id: &str, present: bool) -> Result<(), Strin
 }
 
 /// `expect notes count N`.
-pub fn notes_count(notes: &[Note], expected: usize) -> Result<(), String> {
+pub(crate) fn notes_count(notes: &[Note], expected: usize) -> Result<(), String> {
     if notes.len() == expected {
         Ok(())
     } else {
@@ -188,7 +188,7 @@ pub fn notes_count(notes: &[Note], expected: usize) -> Result<(), String> {
 }
 
 /// `expect consumed N`: `found` consumed nonces, described by `listing`.
-pub fn consumed_count(found: usize, expected: usize, listing: &str) -> Result<(), String> {
+pub(crate) fn consumed_count(found: usize, expected: usize, listing: &str) -> Result<(), String> {
     if found == expected {
         Ok(())
     } else {
@@ -197,7 +197,7 @@ pub fn consumed_count(found: usize, expected: usize, listing: &str) -> Result<()
 }
 
 /// The nonce sealed in the `requestState` of the answer named `answer`.
-pub fn nonce_of(answer: &str, answers: &BTreeMap<String, OperationId>, history: &History) -> Result<String, String> {
+pub(crate) fn nonce_of(answer: &str, answers: &BTreeMap<String, OperationId>, history: &History) -> Result<String, String> {
     let id = answers.get(answer).ok_or_else(|| format!("no answer is named {answer}"))?;
     // A request the client retried (a fault) is judged by its answered attempt.
     let operation = history.settled(*id);

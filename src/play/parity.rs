@@ -57,7 +57,7 @@ pub fn outcome_of(operation: &Operation) -> String {
     }
 }
 
-pub fn outcome_of_response(value: &Value) -> String {
+pub(crate) fn outcome_of_response(value: &Value) -> String {
     if let Some(result) = value.get("result") {
         let result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
         return match result.get("structuredContent") {

@@ -10,7 +10,7 @@ pub struct Authorizations {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AuthorizationError {
+pub(crate) enum AuthorizationError {
     #[error("the workspace URI is not acceptable: {0}")]
     Uri(UriError),
     #[error("the workspace is not authorized for this principal")]
@@ -49,7 +49,7 @@ impl Authorizations {
 
     /// Accepts `requested` only if it normalizes to an authorized root or a folder inside one.
     /// Returns the normalized requested workspace.
-    pub fn authorize_workspace(&self, principal: &str, requested: &str) -> Result<FileUri, AuthorizationError> {
+    pub(crate) fn authorize_workspace(&self, principal: &str, requested: &str) -> Result<FileUri, AuthorizationError> {
         let requested = FileUri::parse(requested).map_err(AuthorizationError::Uri)?;
         if self.roots(principal).iter().any(|root| root.contains(&requested)) {
             Ok(requested)
@@ -59,7 +59,7 @@ impl Authorizations {
     }
 
     /// Whether `principal` may read the (normalized) `target` at all.
-    pub fn may_access(&self, principal: &str, target: &FileUri) -> bool {
+    pub(crate) fn may_access(&self, principal: &str, target: &FileUri) -> bool {
         self.roots(principal).iter().any(|root| root.contains(target))
     }
 }

@@ -9,7 +9,7 @@
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
 
 /// Longest URI we will look at; longer input is refused, not truncated.
-pub const URI_CHARS_MAX: usize = 4096;
+pub(crate) const URI_CHARS_MAX: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum UriError {
@@ -95,7 +95,8 @@ impl FileUri {
             && self.segments.iter().zip(&other.segments).all(|(a, b)| a == b)
     }
 
-    pub fn segments(&self) -> &[String] {
+    #[cfg(test)]
+    pub(crate) fn segments(&self) -> &[String] {
         &self.segments
     }
 
@@ -138,7 +139,8 @@ fn looks_percent_encoded(text: &str) -> bool {
 }
 
 /// Normalizes both and answers whether `target` lies inside `root`.
-pub fn is_inside(root: &str, target: &str) -> Result<bool, UriError> {
+#[cfg(test)]
+pub(crate) fn is_inside(root: &str, target: &str) -> Result<bool, UriError> {
     Ok(FileUri::parse(root)?.contains(&FileUri::parse(target)?))
 }
 

@@ -11,15 +11,10 @@
 
 use crate::wire::errors::RpcError;
 use std::collections::BTreeSet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 /// Longest Host or Origin value looked at.
-pub const HOST_CHARS_MAX: usize = 255;
-
-/// Whether `address` is a loopback address (127.0.0.0/8 or ::1): the only binds an unauthenticated server accepts.
-pub fn is_loopback_bind(address: &SocketAddr) -> bool {
-    address.ip().is_loopback()
-}
+pub(crate) const HOST_CHARS_MAX: usize = 255;
 
 /// `Ok` when `host` (the Host header) names a loopback host and `origin` (the Origin header), if sent, is
 /// `http://` or `https://` on a loopback host. Otherwise `-32600` with HTTP 403 and what was refused.
@@ -59,7 +54,7 @@ pub enum OriginPolicy {
 impl OriginPolicy {
     /// The policy for a list of configured origins (e.g. `--allow-origin` values): empty means
     /// [`OriginPolicy::Loopback`]. A trailing `/` is forgiven; anything else that is not an origin is refused.
-    pub fn from_allowed(origins: &[String]) -> Result<OriginPolicy, String> {
+    pub(crate) fn from_allowed(origins: &[String]) -> Result<OriginPolicy, String> {
         if origins.is_empty() {
             return Ok(OriginPolicy::Loopback);
         }
@@ -127,7 +122,7 @@ pub fn normalize_origin(text: &str) -> Option<String> {
 }
 
 /// `host[:port]` where host is `localhost`, an IPv4 loopback address or `[::1]`, and port is 1 to 5 digits.
-pub fn is_loopback_authority(authority: &str) -> bool {
+pub(crate) fn is_loopback_authority(authority: &str) -> bool {
     if authority.is_empty() || authority.len() > HOST_CHARS_MAX {
         return false;
     }
@@ -205,14 +200,6 @@ mod tests {
             let error = check_local_request(host, origin).unwrap_err();
             assert_eq!((error.code, error.http_status), (crate::wire::errors::INVALID_REQUEST, 403), "{host:?} {origin:?}");
         }
-    }
-
-    #[test]
-    fn only_loopback_binds_count() {
-        assert!(is_loopback_bind(&"127.0.0.1:0".parse().unwrap()));
-        assert!(is_loopback_bind(&"[::1]:0".parse().unwrap()));
-        assert!(!is_loopback_bind(&"0.0.0.0:0".parse().unwrap()));
-        assert!(!is_loopback_bind(&"192.168.1.2:80".parse().unwrap()));
     }
 
     #[test]

@@ -19,14 +19,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-pub const PIN_FILE_FORMAT: u32 = 1;
+pub(crate) const PIN_FILE_FORMAT: u32 = 1;
 /// Most pins one file may hold.
-pub const PINS_MAX: usize = 10_000;
+pub(crate) const PINS_MAX: usize = 10_000;
 /// Largest pin file read.
-pub const PIN_FILE_BYTES_MAX: usize = 16 * 1024 * 1024;
-pub const BACKEND_ID_CHARS_MAX: usize = 32;
+pub(crate) const PIN_FILE_BYTES_MAX: usize = 16 * 1024 * 1024;
+pub(crate) const BACKEND_ID_CHARS_MAX: usize = 32;
 /// From the spec's tool-name guidance (SPEC-TOOLS, descriptor table).
-pub const TOOL_NAME_CHARS_MAX: usize = 128;
+pub(crate) const TOOL_NAME_CHARS_MAX: usize = 128;
 
 /// Who published a descriptor, as far as the gateway can tell. The configured backend id and endpoint are the
 /// operator's statement of where the gateway reaches the backend; `server_name`/`server_version` are the
@@ -43,7 +43,7 @@ pub struct PublisherEvidence {
 impl PublisherEvidence {
     /// The same publisher, for pinning purposes: same configured backend and endpoint, same self-reported
     /// server name. A version bump alone is not a new publisher (the descriptor digest guards the content).
-    pub fn same_publisher(&self, other: &PublisherEvidence) -> bool {
+    pub(crate) fn same_publisher(&self, other: &PublisherEvidence) -> bool {
         self.backend == other.backend && self.endpoint == other.endpoint && self.server_name == other.server_name
     }
 }
@@ -114,28 +114,28 @@ pub enum PinCheck {
 }
 
 /// The digest pins use: lower-case hex SHA-256 of the canonical descriptor.
-pub fn descriptor_digest(descriptor: &Value) -> String {
+pub(crate) fn descriptor_digest(descriptor: &Value) -> String {
     digest_hex(descriptor)
 }
 
 /// `backend.tool`, with a backend id of `a-z 0-9 _ -` (no dot, so the split is unambiguous) and a tool name of
 /// the spec's `A-Z a-z 0-9 _ - .`.
-pub fn split_qualified(name: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_qualified(name: &str) -> Option<(&str, &str)> {
     let (backend, tool) = name.split_once('.')?;
     (is_backend_id(backend) && is_tool_name(tool)).then_some((backend, tool))
 }
 
-pub fn qualify(backend: &str, tool: &str) -> String {
+pub(crate) fn qualify(backend: &str, tool: &str) -> String {
     format!("{backend}.{tool}")
 }
 
-pub fn is_backend_id(id: &str) -> bool {
+pub(crate) fn is_backend_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= BACKEND_ID_CHARS_MAX
         && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
-pub fn is_tool_name(name: &str) -> bool {
+pub(crate) fn is_tool_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= TOOL_NAME_CHARS_MAX
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
@@ -291,7 +291,7 @@ fn diff_into(before: &Value, after: &Value, path: &mut String, out: &mut Vec<Cha
 }
 
 /// Milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds (`2026-07-28T09:30:00.000Z`).
-pub fn format_utc_ms(ms: u64) -> String {
+pub(crate) fn format_utc_ms(ms: u64) -> String {
     let seconds = ms / 1000;
     let (days, second_of_day) = (seconds / 86_400, seconds % 86_400);
     let (year, month, day) = civil_from_days(days as i64);

@@ -23,7 +23,7 @@ pub const TEXT_BYTES_MAX: usize = 16 * 1024;
 /// Most findings kept per descriptor; more make the report incomplete.
 pub const FINDINGS_MAX: usize = 64;
 /// Shortest run of base64 alphabet reported as an encoded blob.
-pub const BASE64_BLOB_CHARS_MIN: usize = 40;
+pub(crate) const BASE64_BLOB_CHARS_MIN: usize = 40;
 /// How many words may sit between an exfiltration verb and its "to".
 const EXFILTRATION_GAP_WORDS_MAX: usize = 6;
 
@@ -110,7 +110,8 @@ pub struct ScanReport {
 }
 
 impl ScanReport {
-    pub fn is_clean(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_clean(&self) -> bool {
         self.complete && self.findings.is_empty()
     }
 }
@@ -189,7 +190,7 @@ fn scan_into(text: &str, path: &str, in_key: bool, report: &mut ScanReport) {
 
 /// A match in one string.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct TextMatch {
+pub(crate) struct TextMatch {
     pub start: usize,
     pub end: usize,
     pub label: FindingLabel,
@@ -197,7 +198,7 @@ pub struct TextMatch {
 }
 
 /// Scans one string. Spans are byte offsets into `text`.
-pub fn scan_text(text: &str) -> Vec<TextMatch> {
+pub(crate) fn scan_text(text: &str) -> Vec<TextMatch> {
     let lower = text.to_ascii_lowercase();
     let words = tokenize(&lower);
     let mut found = Vec::new();

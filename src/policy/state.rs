@@ -22,8 +22,8 @@ type HmacSha256 = Hmac<Sha256>;
 const FORMAT: &str = "s1";
 /// Longest `requestState` we will look at.
 pub const STATE_CHARS_MAX: usize = 8192;
-pub const KEY_ID_CHARS_MAX: usize = 32;
-pub const KEY_BYTES_MIN: usize = 32;
+pub(crate) const KEY_ID_CHARS_MAX: usize = 32;
+pub(crate) const KEY_BYTES_MIN: usize = 32;
 
 /// What a sealed state asserts. Field names are the JSON payload's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,7 +45,7 @@ pub struct StateClaims {
 }
 
 impl StateClaims {
-    pub fn is_expired(&self, now_ms: u64) -> bool {
+    pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at_ms <= now_ms
     }
 }
@@ -105,7 +105,7 @@ impl KeyRing {
     }
 
     /// Adds a key that verifies but does not sign.
-    pub fn add_verify_only(&mut self, id: &str, key: Vec<u8>) -> Result<(), KeyError> {
+    pub(crate) fn add_verify_only(&mut self, id: &str, key: Vec<u8>) -> Result<(), KeyError> {
         check_key(id, &key)?;
         self.keys.insert(id.to_string(), key);
         Ok(())
@@ -131,7 +131,7 @@ impl KeyRing {
         &self.signing_key_id
     }
 
-    pub fn key_ids(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn key_ids(&self) -> impl Iterator<Item = &str> {
         self.keys.keys().map(String::as_str)
     }
 
@@ -148,7 +148,7 @@ impl KeyRing {
     /// Seals any claims type in the same token format with the same keys. Each claims type must refuse
     /// the others' payloads (`deny_unknown_fields` and distinct required fields), so a state issued for
     /// one flow never opens as another's.
-    pub fn seal_claims<C: Serialize>(&self, claims: &C) -> String {
+    pub(crate) fn seal_claims<C: Serialize>(&self, claims: &C) -> String {
         let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).expect("claims serialize"));
         let signed_part = format!("{FORMAT}.{}.{payload}", self.signing_key_id);
         let tag = Self::mac(&self.keys[&self.signing_key_id], &signed_part).finalize().into_bytes();
@@ -170,7 +170,7 @@ impl KeyRing {
     }
 
     /// [`KeyRing::verify`] for any claims type sealed with [`KeyRing::seal_claims`]. Expiry is the caller's.
-    pub fn verify_claims<C: DeserializeOwned>(&self, token: &str) -> Result<C, OpenError> {
+    pub(crate) fn verify_claims<C: DeserializeOwned>(&self, token: &str) -> Result<C, OpenError> {
         if token.len() > STATE_CHARS_MAX {
             return Err(OpenError::Malformed);
         }

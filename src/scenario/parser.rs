@@ -14,16 +14,16 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 
 /// Largest scenario file we read.
-pub const SCENARIO_BYTES_MAX: usize = 1 << 20;
+pub(crate) const SCENARIO_BYTES_MAX: usize = 1 << 20;
 /// Most statements (steps and declarations) in one scenario.
-pub const STATEMENTS_MAX: usize = 2_000;
+pub(crate) const STATEMENTS_MAX: usize = 2_000;
 /// Most messages in one `parallel` block.
-pub const PARALLEL_ITEMS_MAX: usize = 64;
+pub(crate) const PARALLEL_ITEMS_MAX: usize = 64;
 /// Deepest JSON nesting accepted in a scenario.
-pub const JSON_DEPTH_MAX: usize = 64;
-pub const INSTANCES_MAX: usize = 16;
-pub const CLIENTS_MAX: usize = 16;
-pub const NOTES_MAX: usize = 1_000;
+pub(crate) const JSON_DEPTH_MAX: usize = 64;
+pub(crate) const INSTANCES_MAX: usize = 16;
+pub(crate) const CLIENTS_MAX: usize = 16;
+pub(crate) const NOTES_MAX: usize = 1_000;
 
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 10] = ["use", "principal", "note", "key", "instance", "gateway", "client", "state-ttl", "replay", "latency"];
@@ -41,7 +41,7 @@ pub struct ParseError {
 
 /// The secret of a key declared without one: derived from its id, so scenarios need no secrets.
 /// (Only for simulation: real deployments configure random keys.)
-pub fn derived_key_secret(id: &str) -> Vec<u8> {
+pub(crate) fn derived_key_secret(id: &str) -> Vec<u8> {
     Sha256::digest(format!("mcpsim scenario key {id}").as_bytes()).to_vec()
 }
 

@@ -41,7 +41,7 @@ impl std::fmt::Display for Reference {
 
 impl Template {
     /// Collapses a template with no references into a literal.
-    pub fn simplify(self) -> Template {
+    pub(crate) fn simplify(self) -> Template {
         match self {
             Template::Object(members) => {
                 let members: Vec<(String, Template)> = members.into_iter().map(|(k, v)| (k, v.simplify())).collect();
@@ -79,7 +79,7 @@ impl Template {
     }
 
     /// Every reference inside, in order.
-    pub fn references(&self) -> Vec<&Reference> {
+    pub(crate) fn references(&self) -> Vec<&Reference> {
         let mut found = Vec::new();
         self.collect_references(&mut found);
         found
@@ -100,7 +100,7 @@ impl Template {
 
     /// The value, with references looked up by `lookup` (which answers the whole value bound to a name;
     /// only the part a path selects is copied).
-    pub fn resolve<'v>(&self, lookup: &dyn Fn(&str) -> Result<&'v Value, String>) -> Result<Value, String> {
+    pub(crate) fn resolve<'v>(&self, lookup: &dyn Fn(&str) -> Result<&'v Value, String>) -> Result<Value, String> {
         match self {
             Template::Literal(value) => Ok(value.clone()),
             Template::Object(members) => {
@@ -144,7 +144,7 @@ pub fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
 }
 
 /// Rewrites claim `field` of a sealed state, keeping its signature (so verification must fail).
-pub fn tamper(state: &str, field: &str, value: Value) -> Result<String, String> {
+pub(crate) fn tamper(state: &str, field: &str, value: Value) -> Result<String, String> {
     let parts: Vec<&str> = state.split('.').collect();
     let [format, key_id, payload, tag] = parts.as_slice() else {
         return Err("tamper() needs a sealed state of the form s1.<key>.<payload>.<tag>".into());
@@ -162,7 +162,7 @@ pub fn tamper(state: &str, field: &str, value: Value) -> Result<String, String> 
 }
 
 /// A short rendering of a value for messages.
-pub fn preview(value: &Value) -> String {
+pub(crate) fn preview(value: &Value) -> String {
     let text = value.to_string();
     if text.chars().count() > 160 {
         format!("{}…", text.chars().take(160).collect::<String>())

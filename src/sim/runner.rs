@@ -199,7 +199,7 @@ fn scheduler(choice: &SchedulerChoice, seed: u64) -> Box<dyn Scheduler> {
 }
 
 /// The cluster a scenario declares.
-pub fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup {
+pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup {
     let spec = &scenario.cluster;
     let demo = spec.use_demo.then(Deployment::demo);
     let mut authorizations = demo.as_ref().and_then(|d| d.authorizations().ok()).unwrap_or_else(Authorizations::new);
@@ -240,11 +240,7 @@ pub fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup 
             }
         })
         .collect();
-    let clients = spec
-        .clients
-        .iter()
-        .map(|c| ClientSetup { name: c.name.clone(), principal: c.principal.clone(), capabilities: c.capabilities.clone() })
-        .collect();
+    let clients = spec.clients.iter().map(|c| ClientSetup { name: c.name.clone(), principal: c.principal.clone() }).collect();
     let defaults = ReplayLimits::default();
     let (latency_ms_min, latency_ms_max) = spec.latency_ms.unwrap_or((LATENCY_MS_MIN_DEFAULT, LATENCY_MS_MAX_DEFAULT));
     ClusterSetup {

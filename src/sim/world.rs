@@ -13,7 +13,7 @@ use serde_json::Value;
 
 /// Where each sequential request goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Routing {
+pub(crate) enum Routing {
     /// To the instance the scenario names.
     AsWritten,
     /// Rotated among the live instances of identical configuration, so that consecutive rounds of one
@@ -21,7 +21,7 @@ pub enum Routing {
     Shifted,
 }
 
-pub struct SimWorld {
+pub(crate) struct SimWorld {
     pub cluster: Cluster,
     routing: Routing,
     /// Sequential requests sent so far (the rotation's position).

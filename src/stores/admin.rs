@@ -155,7 +155,7 @@ fn upserts_give_order(current: &[Note], target: &[Note], seed: &[Note]) -> bool 
 }
 
 /// The admin handle of the in-memory stores.
-pub struct MemoryAdmin {
+pub(crate) struct MemoryAdmin {
     pub notes: Arc<MemoryNoteStore>,
     pub replay: Arc<MemoryReplayStore>,
 }

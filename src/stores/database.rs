@@ -41,7 +41,7 @@ pub enum Durability {
     Relaxed,
 }
 
-pub const DURABILITY_HELP: &str = "durable | relaxed";
+pub(crate) const DURABILITY_HELP: &str = "durable | relaxed";
 
 impl std::str::FromStr for Durability {
     type Err = String;

@@ -27,7 +27,7 @@ pub struct MemoryAuditSink {
     capacity: usize,
 }
 
-pub const MEMORY_AUDIT_RECORDS_MAX: usize = 1_000_000;
+pub(crate) const MEMORY_AUDIT_RECORDS_MAX: usize = 1_000_000;
 
 impl Default for MemoryAuditSink {
     fn default() -> Self {
@@ -87,10 +87,6 @@ impl JsonLinesAuditSink {
     pub fn stderr() -> Self {
         JsonLinesAuditSink { label: PathBuf::from("<stderr>"), file: Mutex::new(Box::new(std::io::stderr())) }
     }
-
-    pub fn path(&self) -> &Path {
-        &self.label
-    }
 }
 
 #[async_trait]
@@ -108,7 +104,7 @@ impl AuditSink for JsonLinesAuditSink {
 }
 
 /// Most (principal, tool, window) counters held at once.
-pub const RATE_COUNTERS_MAX: usize = 100_000;
+pub(crate) const RATE_COUNTERS_MAX: usize = 100_000;
 
 /// Fixed-window counters keyed on (principal, tool, window index), shared by every gateway instance that
 /// holds this object. Windows that have ended are pruned when room is needed.
@@ -163,7 +159,7 @@ impl RateLimiter for MemoryRateLimiter {
 }
 
 /// Most idempotency keys the export ledger holds.
-pub const EXPORT_KEYS_MAX: usize = 100_000;
+pub(crate) const EXPORT_KEYS_MAX: usize = 100_000;
 
 /// The notes backend's exports: key → record, and the archive contents in export order.
 #[derive(Debug)]

@@ -35,12 +35,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 /// Connections one process keeps to the database at most.
-pub const POSTGRES_CONNECTIONS_MAX: usize = 16;
+pub(crate) const POSTGRES_CONNECTIONS_MAX: usize = 16;
 /// How long an operation waits for a free connection, or for a new one to be established.
-pub const POSTGRES_CONNECT_TIMEOUT_MS: u64 = 5_000;
+pub(crate) const POSTGRES_CONNECT_TIMEOUT_MS: u64 = 5_000;
 /// How often a claim retries when the conflicting nonce vanished between its insert and its read (pruned
 /// by another instance with a faster clock). Bounded: after that the store reports itself unavailable.
-pub const POSTGRES_RESERVE_ATTEMPTS_MAX: usize = 3;
+pub(crate) const POSTGRES_RESERVE_ATTEMPTS_MAX: usize = 3;
 /// Claims the nonce and counts it, in one statement: one row (the new count) if the nonce was inserted, none on
 /// a conflict. A concurrent inserter of the same nonce waits for ours to commit or roll back.
 const INSERT_AND_COUNT_SQL: &str = "WITH inserted AS (
@@ -99,7 +99,7 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
 }];
 
 /// Parses a connection URL or `key=value` string, refusing what this build cannot honour.
-pub fn parse_config(text: &str) -> Result<tokio_postgres::Config, String> {
+pub(crate) fn parse_config(text: &str) -> Result<tokio_postgres::Config, String> {
     let config: tokio_postgres::Config = text.parse().map_err(|e| format!("not a PostgreSQL connection string: {e}"))?;
     if config.get_ssl_mode() == SslMode::Require {
         return Err("sslmode=require needs TLS, which this build of mcpsim does not include; connect over a trusted network or a tunnel (sslmode=disable or prefer)".into());
@@ -111,7 +111,7 @@ pub fn parse_config(text: &str) -> Result<tokio_postgres::Config, String> {
 }
 
 /// `user@host:port/db`, for logs; never the password.
-pub fn describe_config(config: &tokio_postgres::Config) -> String {
+pub(crate) fn describe_config(config: &tokio_postgres::Config) -> String {
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()

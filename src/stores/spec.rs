@@ -64,7 +64,7 @@ impl std::fmt::Debug for PostgresTarget {
     }
 }
 
-pub const STORE_SPEC_HELP: &str =
+pub(crate) const STORE_SPEC_HELP: &str =
     "memory | sqlite:PATH | postgres:URL (e.g. sqlite:/var/lib/mcpsim/fleet.db, postgres://mcpsim:secret@db.internal:5432/mcpsim)";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -150,13 +150,13 @@ pub struct Stores {
 
 impl Stores {
     /// In-process stores over `notes` (the replay store joins claim and delete through it).
-    pub fn from_memory(notes: Arc<MemoryNoteStore>, replay: Arc<MemoryReplayStore>) -> Stores {
+    pub(crate) fn from_memory(notes: Arc<MemoryNoteStore>, replay: Arc<MemoryReplayStore>) -> Stores {
         let admin = Arc::new(MemoryAdmin { notes: notes.clone(), replay: replay.clone() });
         Stores { notes, replay, admin }
     }
 
     /// Fresh in-process stores holding `notes`.
-    pub fn in_memory(notes: Vec<Note>, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Stores {
+    pub(crate) fn in_memory(notes: Vec<Note>, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Stores {
         let notes = Arc::new(MemoryNoteStore::new(notes));
         let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock, limits));
         Stores::from_memory(notes, replay)

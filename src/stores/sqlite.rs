@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 /// How long a writer waits for another process's transaction before reporting the store unavailable.
-pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
+pub(crate) const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// While waiting for the write lock, the n-th retry sleeps n × this, up to [`SQLITE_BUSY_SLEEP_MAX_US`].
 /// A claim holds the lock for about a millisecond, so waits start far below that. (SQLite's own busy
 /// timeout sleeps 1, 2, 5, 10 … 100 ms: with several processes writing, that alone put p99 near 100 ms.)

@@ -67,15 +67,15 @@ use tracing::Instrument;
 /// The one MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
 /// The realm named in `WWW-Authenticate` challenges.
-pub const AUTH_REALM: &str = "mcpsim";
+pub(crate) const AUTH_REALM: &str = "mcpsim";
 /// Requests read, handled or streamed at once; more are refused with 503 rather than queued.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 64;
 /// Events buffered between a stream's producer and the socket; a slow reader holds the producer back.
-pub const STREAM_EVENTS_BUFFERED_MAX: usize = 16;
+pub(crate) const STREAM_EVENTS_BUFFERED_MAX: usize = 16;
 /// How often an open subscription stream sends a `:` comment, so a client that vanished is noticed.
 pub const STREAM_KEEPALIVE_MS: u64 = 15_000;
 /// After a shutdown signal, how long in-flight requests may still run before the process stops anyway.
-pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
+pub(crate) const SHUTDOWN_GRACE_MS: u64 = 10_000;
 /// Longest `Origin` value repeated back in a refusal.
 const ECHO_CHARS_MAX: usize = 100;
 
@@ -172,7 +172,11 @@ pub fn router(
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish (for at most
 /// [`SHUTDOWN_GRACE_MS`]).
-pub async fn serve_http(listener: TcpListener, router: Router, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub(crate) async fn serve_http(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let (stop_sender, mut stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -200,7 +204,7 @@ pub async fn serve_http(listener: TcpListener, router: Router, shutdown: impl Fu
 /// poll, so a signal arriving right after startup is never lost to the default action (immediate exit).
 /// Must be called inside a tokio runtime.
 #[cfg(unix)]
-pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+pub(crate) fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -215,7 +219,7 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 's
 
 /// A future resolving on ctrl-c. Must be called inside a tokio runtime.
 #[cfg(not(unix))]
-pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+pub(crate) fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     Ok(async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
@@ -472,7 +476,7 @@ fn check_content_negotiation(headers: &HeaderMap, principal: &str) -> Option<Han
 }
 
 /// `application/json`, optionally with parameters; a `charset` parameter must say UTF-8 (JSON is UTF-8).
-pub fn is_json_content_type(value: &str) -> bool {
+pub(crate) fn is_json_content_type(value: &str) -> bool {
     let mut parts = value.split(';');
     if !parts.next().unwrap_or("").trim().eq_ignore_ascii_case("application/json") {
         return false;

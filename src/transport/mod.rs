@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// Longest method or tool name a log line repeats; longer ones are cut (they come from the client).
-pub const LOG_FIELD_CHARS_MAX: usize = 64;
+pub(crate) const LOG_FIELD_CHARS_MAX: usize = 64;
 
 /// What the request log may say about a message: its method and, for `tools/call`, the tool name.
 /// Never tokens, never `requestState`, never argument values.

@@ -17,14 +17,14 @@ use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 /// Serves `service` for `principal` on the process's stdin and stdout until stdin ends.
-pub async fn serve_stdio<S: Service + ?Sized>(service: &S, principal: &str) -> std::io::Result<()> {
+pub(crate) async fn serve_stdio<S: Service + ?Sized>(service: &S, principal: &str) -> std::io::Result<()> {
     serve_lines(service, principal, BufReader::new(tokio::io::stdin()), tokio::io::stdout()).await
 }
 
 /// Serves newline-delimited JSON-RPC from `input` to `output` until `input` ends.
 ///
 /// A closed `output` (the client went away) also ends the server cleanly; other I/O errors are returned.
-pub async fn serve_lines<S, R, W>(service: &S, principal: &str, input: R, mut output: W) -> std::io::Result<()>
+pub(crate) async fn serve_lines<S, R, W>(service: &S, principal: &str, input: R, mut output: W) -> std::io::Result<()>
 where
     S: Service + ?Sized,
     R: AsyncBufRead + Unpin,

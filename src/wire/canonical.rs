@@ -7,11 +7,11 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub fn canonical_bytes(value: &Value) -> Vec<u8> {
+pub(crate) fn canonical_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("serializing a serde_json::Value cannot fail")
 }
 
-pub fn canonical_string(value: &Value) -> String {
+pub(crate) fn canonical_string(value: &Value) -> String {
     String::from_utf8(canonical_bytes(value)).expect("serde_json emits UTF-8")
 }
 
@@ -20,7 +20,7 @@ pub fn digest_hex(value: &Value) -> String {
     hex(&Sha256::digest(canonical_bytes(value)))
 }
 
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for byte in bytes {

@@ -6,14 +6,14 @@
 
 use serde_json::{json, Map, Value};
 
-pub const PARSE_ERROR: i64 = -32700;
-pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-pub const INTERNAL_ERROR: i64 = -32603;
-pub const HEADER_MISMATCH: i64 = -32020;
-pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub(crate) const PARSE_ERROR: i64 = -32700;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+pub(crate) const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// Why a request was refused. Serialized in snake_case into `error.data.reason`.
 ///
@@ -146,11 +146,6 @@ impl Reason {
     pub fn parse(text: &str) -> Option<Reason> {
         Reason::ALL.into_iter().find(|reason| reason.as_str() == text)
     }
-
-    /// Whether the state involved may still be retried after this failure (nothing was consumed).
-    pub fn consumes_nothing(self) -> bool {
-        !matches!(self, Reason::StateConsumed)
-    }
 }
 
 impl std::fmt::Display for Reason {
@@ -180,25 +175,25 @@ impl RpcError {
         RpcError { code, message: message.into(), data: None, http_status }
     }
 
-    pub fn with_data(mut self, data: Value) -> Self {
+    pub(crate) fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
     }
 
-    pub fn with_status(mut self, http_status: u16) -> Self {
+    pub(crate) fn with_status(mut self, http_status: u16) -> Self {
         self.http_status = http_status;
         self
     }
 
-    pub fn parse_error(detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn parse_error(detail: impl std::fmt::Display) -> Self {
         RpcError::new(PARSE_ERROR, format!("Parse error: {detail}"))
     }
 
-    pub fn invalid_request(detail: impl Into<String>) -> Self {
+    pub(crate) fn invalid_request(detail: impl Into<String>) -> Self {
         RpcError::new(INVALID_REQUEST, format!("Invalid request: {}", detail.into()))
     }
 
-    pub fn method_not_found(method: &str) -> Self {
+    pub(crate) fn method_not_found(method: &str) -> Self {
         if method == "initialize" {
             // A legacy client has no fall-forward: this error is all it can show its user, so name what we speak.
             return RpcError::new(
@@ -223,7 +218,7 @@ impl RpcError {
         RpcError::invalid_params(Reason::MetaInvalid, message).with_status(400)
     }
 
-    pub fn internal(reason: Reason, message: impl Into<String>) -> Self {
+    pub(crate) fn internal(reason: Reason, message: impl Into<String>) -> Self {
         RpcError::new(INTERNAL_ERROR, message).with_data(json!({ "reason": reason.as_str() }))
     }
 
@@ -232,18 +227,18 @@ impl RpcError {
     }
 
     /// `-32022`; `data` is exactly `{"supported":[...],"requested":"..."}`.
-    pub fn unsupported_version(requested: &str) -> Self {
+    pub(crate) fn unsupported_version(requested: &str) -> Self {
         RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
             .with_data(json!({ "supported": [super::PROTOCOL_VERSION], "requested": requested }))
     }
 
     /// `-32021`; `data.requiredCapabilities` is a `ClientCapabilities` object.
-    pub fn missing_capability(required: Value, message: impl Into<String>) -> Self {
+    pub(crate) fn missing_capability(required: Value, message: impl Into<String>) -> Self {
         RpcError::new(MISSING_REQUIRED_CLIENT_CAPABILITY, message).with_data(json!({ "requiredCapabilities": required }))
     }
 
     /// Adds a field to `data` (which must already be an object, as every reason-carrying error is).
-    pub fn with_detail(mut self, key: &str, value: Value) -> Self {
+    pub(crate) fn with_detail(mut self, key: &str, value: Value) -> Self {
         match &mut self.data {
             Some(Value::Object(map)) => {
                 map.insert(key.to_string(), value);

@@ -16,7 +16,7 @@ pub struct RoutingHeaders {
 }
 
 /// Methods whose target travels in `Mcp-Name`, and the params field it mirrors.
-pub fn named_target_field(method: &str) -> Option<&'static str> {
+pub(crate) fn named_target_field(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
@@ -30,7 +30,7 @@ impl RoutingHeaders {
     /// is a string). A value that is not printable ASCII travels base64-wrapped (`=?base64?…?=`), as
     /// SPEC-HTTP-13 asks. The one builder of these headers: the simulator's clients, live mode and every HTTP
     /// client of ours use it, so all worlds take the pipeline's header check the same way.
-    pub fn for_message(message: &Value) -> RoutingHeaders {
+    pub(crate) fn for_message(message: &Value) -> RoutingHeaders {
         let text = |value: Option<&Value>| value.and_then(Value::as_str).map(encode_header_value);
         let params = message.get("params");
         let method = message.get("method").and_then(Value::as_str);
@@ -59,7 +59,7 @@ impl RoutingHeaders {
 }
 
 /// A header value as a client sends it: as is when it is printable ASCII, base64-wrapped otherwise.
-pub fn encode_header_value(text: &str) -> String {
+pub(crate) fn encode_header_value(text: &str) -> String {
     if text.chars().all(|c| c.is_ascii() && !c.is_control()) {
         text.to_string()
     } else {
@@ -68,7 +68,12 @@ pub fn encode_header_value(text: &str) -> String {
 }
 
 /// `-32020` (HTTP 400) if a required header is missing, malformed, or disagrees with the body.
-pub fn check_routing_headers(headers: &RoutingHeaders, body_version: &str, method: &str, params: Option<&Value>) -> Result<(), RpcError> {
+pub(crate) fn check_routing_headers(
+    headers: &RoutingHeaders,
+    body_version: &str,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(), RpcError> {
     let version = require(&headers.protocol_version, "MCP-Protocol-Version")?;
     if version != body_version {
         return Err(mismatch("MCP-Protocol-Version", &version, body_version));
@@ -94,7 +99,7 @@ fn require(value: &Option<String>, header: &str) -> Result<String, RpcError> {
 
 /// Decodes the `=?base64?…?=` sentinel; refuses control characters, raw non-ASCII (which clients must send
 /// base64-wrapped, SPEC-HTTP-13) and invalid base64.
-pub fn decode_header_value(raw: &str) -> Option<String> {
+pub(crate) fn decode_header_value(raw: &str) -> Option<String> {
     if raw.chars().any(|c| c.is_control() || !c.is_ascii()) {
         return None;
     }

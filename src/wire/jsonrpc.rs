@@ -22,7 +22,7 @@ impl RequestId {
     }
 
     /// Reads an id; anything but an integer (fitting i64) or a string is `None`.
-    pub fn from_json(value: &Value) -> Option<RequestId> {
+    pub(crate) fn from_json(value: &Value) -> Option<RequestId> {
         match value {
             Value::String(s) => Some(RequestId::String(s.clone())),
             Value::Number(n) => n.as_i64().map(RequestId::Number),
@@ -65,7 +65,7 @@ impl Incoming {
 
 /// A refusal to parse: the error and the id to answer with (`None` serializes as `null`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rejected {
+pub(crate) struct Rejected {
     pub id: Option<RequestId>,
     pub error: RpcError,
 }
@@ -83,7 +83,7 @@ pub fn payload_too_large(bytes_received: Option<usize>) -> RpcError {
 }
 
 /// Parses exactly one JSON-RPC request or notification.
-pub fn parse_message(bytes: &[u8]) -> Result<Incoming, Rejected> {
+pub(crate) fn parse_message(bytes: &[u8]) -> Result<Incoming, Rejected> {
     let reject = |id: Option<RequestId>, error: RpcError| Rejected { id, error };
     if bytes.len() > MESSAGE_BYTES_MAX {
         return Err(reject(None, payload_too_large(Some(bytes.len()))));
@@ -135,7 +135,7 @@ fn parse_object(mut object: Map<String, Value>) -> Result<Incoming, Rejected> {
 }
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}`.
-pub fn result_response(id: &RequestId, result: Value) -> Value {
+pub(crate) fn result_response(id: &RequestId, result: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id.to_json(), "result": result })
 }
 
@@ -145,7 +145,7 @@ pub fn notification(method: &str, params: Value) -> Value {
 }
 
 /// `{"jsonrpc":"2.0","id":…|null,"error":{…}}`.
-pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
+pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
     let id = id.map(RequestId::to_json).unwrap_or(Value::Null);
     json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
 }

@@ -10,12 +10,12 @@ pub const KEY_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion"
 pub const KEY_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub const KEY_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const KEY_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-pub const KEY_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-pub const KEY_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) const KEY_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub(crate) const KEY_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The syslog severities of `notifications/message`, least severe first (the derived order is severity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
+pub(crate) enum LogLevel {
     Debug,
     Info,
     Notice,
@@ -58,7 +58,7 @@ impl LogLevel {
 
 /// The request's opt-in to log messages (`_meta["io.modelcontextprotocol/logLevel"]`, deprecated logging).
 /// Absent: the server must send no `notifications/message` for this request. Unknown: `-32602` (SPEC-META-11).
-pub fn read_log_level(params: &Value) -> Result<Option<LogLevel>, RpcError> {
+pub(crate) fn read_log_level(params: &Value) -> Result<Option<LogLevel>, RpcError> {
     match params.get("_meta").and_then(|meta| meta.get(KEY_LOG_LEVEL)) {
         None => Ok(None),
         Some(Value::String(level)) => match LogLevel::parse(level) {
@@ -84,7 +84,7 @@ pub struct RequestMeta {
 /// Reads `params._meta`. A missing or wrong-typed required field is `-32602` with HTTP 400.
 ///
 /// A non-string version is treated like a missing one (SPEC-META-5): `-32022` echoes `requested` as a string.
-pub fn read_meta(params: Option<&Value>) -> Result<RequestMeta, RpcError> {
+pub(crate) fn read_meta(params: Option<&Value>) -> Result<RequestMeta, RpcError> {
     let params = match params {
         Some(Value::Object(params)) => params,
         Some(_) => return Err(RpcError::meta_invalid("params must be an object carrying _meta")),
@@ -124,7 +124,7 @@ fn invalid_field(key: &str, problem: &str) -> RpcError {
 }
 
 /// `-32022` unless the request's version is the one we implement.
-pub fn check_version(meta: &RequestMeta) -> Result<(), RpcError> {
+pub(crate) fn check_version(meta: &RequestMeta) -> Result<(), RpcError> {
     if meta.protocol_version == PROTOCOL_VERSION {
         Ok(())
     } else {
@@ -134,7 +134,7 @@ pub fn check_version(meta: &RequestMeta) -> Result<(), RpcError> {
 
 /// Form elicitation is declared by `{"elicitation":{}}` (compatibility form) or `{"elicitation":{"form":{}}}`.
 /// URL-only (`{"elicitation":{"url":{}}}`) does not declare it.
-pub fn supports_form_elicitation(capabilities: &Map<String, Value>) -> bool {
+pub(crate) fn supports_form_elicitation(capabilities: &Map<String, Value>) -> bool {
     match capabilities.get("elicitation") {
         Some(Value::Object(elicitation)) => elicitation.is_empty() || elicitation.get("form").is_some_and(Value::is_object),
         _ => false,
@@ -142,7 +142,7 @@ pub fn supports_form_elicitation(capabilities: &Map<String, Value>) -> bool {
 }
 
 /// `-32021` with `requiredCapabilities` exactly `{"elicitation":{"form":{}}}` when form elicitation is undeclared.
-pub fn require_form_elicitation(meta: &RequestMeta) -> Result<(), RpcError> {
+pub(crate) fn require_form_elicitation(meta: &RequestMeta) -> Result<(), RpcError> {
     if supports_form_elicitation(&meta.client_capabilities) {
         Ok(())
     } else {

@@ -14,4 +14,4 @@ pub use errors::{Reason, RpcError};
 pub use jsonrpc::{Incoming, RequestId};
 
 /// The one protocol revision this crate speaks.
-pub const PROTOCOL_VERSION: &str = "2026-07-28";
+pub(crate) const PROTOCOL_VERSION: &str = "2026-07-28";

@@ -18,7 +18,7 @@ impl ServerInfo {
 
 /// Cache hint for the six cacheable methods' complete results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheScope {
+pub(crate) enum CacheScope {
     Public,
     Private,
 }
@@ -38,7 +38,7 @@ pub fn complete(fields: Value, server_info: &ServerInfo) -> Value {
 }
 
 /// A complete result carrying `ttlMs` and `cacheScope`.
-pub fn complete_cacheable(fields: Value, ttl_ms: u64, scope: CacheScope, server_info: &ServerInfo) -> Value {
+pub(crate) fn complete_cacheable(fields: Value, ttl_ms: u64, scope: CacheScope, server_info: &ServerInfo) -> Value {
     let mut result = complete(fields, server_info);
     result["ttlMs"] = json!(ttl_ms);
     result["cacheScope"] = json!(scope.as_str());

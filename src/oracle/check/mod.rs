@@ -55,7 +55,7 @@ impl Property {
 
     /// Whether breaking it is a safety failure (something bad happened) rather than a liveness one
     /// (something good never did).
-    pub fn is_safety(self) -> bool {
+    pub(crate) fn is_safety(self) -> bool {
         self != Property::Liveness
     }
 }
@@ -83,7 +83,7 @@ pub struct Violation {
 }
 
 /// Reads a sealed state's claims without verifying it (the checker is an omniscient observer, not a server).
-pub fn peek_claims(state: &str) -> Option<StateClaims> {
+pub(crate) fn peek_claims(state: &str) -> Option<StateClaims> {
     let payload = state.split('.').nth(2)?;
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
 }

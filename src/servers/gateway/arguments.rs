@@ -10,17 +10,17 @@
 use serde_json::{Map, Value};
 
 /// Largest arguments object forwarded, in canonical bytes.
-pub const ARGUMENTS_BYTES_MAX: usize = 16 * 1024;
-pub const ARGUMENT_COUNT_MAX: usize = 32;
+pub(crate) const ARGUMENTS_BYTES_MAX: usize = 16 * 1024;
+pub(crate) const ARGUMENT_COUNT_MAX: usize = 32;
 /// Longest string argument, whatever the schema's `maxLength` says.
-pub const ARGUMENT_STRING_CHARS_MAX: usize = 4096;
+pub(crate) const ARGUMENT_STRING_CHARS_MAX: usize = 4096;
 
 const ROOT_KEYWORDS: [&str; 7] = ["type", "properties", "required", "additionalProperties", "description", "title", "$schema"];
 const PROPERTY_KEYWORDS: [&str; 10] =
     ["type", "description", "title", "minLength", "maxLength", "enum", "minimum", "maximum", "default", "format"];
 
 /// Checks `arguments` against the approved schema. The error says what to fix.
-pub fn check_arguments(schema: &Value, arguments: &Map<String, Value>) -> Result<(), String> {
+pub(crate) fn check_arguments(schema: &Value, arguments: &Map<String, Value>) -> Result<(), String> {
     let Some(schema) = schema.as_object() else { return Err("the approved inputSchema is not an object".into()) };
     if let Some(keyword) = schema.keys().find(|k| !ROOT_KEYWORDS.contains(&k.as_str())) {
         return Err(unenforceable(keyword));

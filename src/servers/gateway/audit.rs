@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use sha2::Sha256;
 
 /// Longest tool name copied into a record (a hostile client chooses it).
-pub const RECORDED_NAME_CHARS_MAX: usize = 160;
+pub(crate) const RECORDED_NAME_CHARS_MAX: usize = 160;
 
 /// The pipeline stage that decided, in pipeline order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -103,19 +103,19 @@ impl AuditRecord {
 }
 
 /// `hmac-sha256:<hex>` of the canonical value under the audit key.
-pub fn keyed_digest(key: &[u8], value: &Value) -> String {
+pub(crate) fn keyed_digest(key: &[u8], value: &Value) -> String {
     keyed_digest_bytes(key, &canonical_bytes(value))
 }
 
 /// [`keyed_digest`] of bytes already in canonical form.
-pub fn keyed_digest_bytes(key: &[u8], canonical: &[u8]) -> String {
+pub(crate) fn keyed_digest_bytes(key: &[u8], canonical: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(canonical);
     format!("hmac-sha256:{}", hex(&mac.finalize().into_bytes()))
 }
 
 /// A client-chosen name, bounded.
-pub fn recorded_name(name: &str) -> String {
+pub(crate) fn recorded_name(name: &str) -> String {
     if name.chars().count() <= RECORDED_NAME_CHARS_MAX {
         name.to_string()
     } else {
@@ -137,7 +137,7 @@ pub fn outcome_of(result: &Result<Value, crate::wire::errors::RpcError>) -> Valu
 }
 
 /// `data.reason`, or the name of a protocol error that carries none.
-pub fn reason_of(error: &crate::wire::errors::RpcError) -> String {
+pub(crate) fn reason_of(error: &crate::wire::errors::RpcError) -> String {
     use crate::wire::errors::*;
     if let Some(reason) = error.reason() {
         return reason.as_str().to_string();

@@ -25,17 +25,17 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-pub const TOOL_SEARCH: &str = "search";
-pub const TOOL_EXPORT: &str = "export";
-pub const QUERY_CHARS_MAX: usize = 200;
-pub const SEARCH_RESULTS_MAX: usize = 50;
+pub(crate) const TOOL_SEARCH: &str = "search";
+pub(crate) const TOOL_EXPORT: &str = "export";
+pub(crate) const QUERY_CHARS_MAX: usize = 200;
+pub(crate) const SEARCH_RESULTS_MAX: usize = 50;
 /// Most notes one export bundles.
-pub const EXPORT_NOTES_MAX: usize = 500;
-pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 128;
+pub(crate) const EXPORT_NOTES_MAX: usize = 500;
+pub(crate) const IDEMPOTENCY_KEY_CHARS_MAX: usize = 128;
 /// Most descriptors a backend publishes.
-pub const DESCRIPTORS_MAX: usize = 64;
-pub const BACKEND_TOOLS_TTL_MS: u64 = 300_000;
-pub const BACKEND_DISCOVER_TTL_MS: u64 = 3_600_000;
+pub(crate) const DESCRIPTORS_MAX: usize = 64;
+pub(crate) const BACKEND_TOOLS_TTL_MS: u64 = 300_000;
+pub(crate) const BACKEND_DISCOVER_TTL_MS: u64 = 3_600_000;
 
 const METHODS: [&str; 3] = ["server/discover", "tools/list", "tools/call"];
 
@@ -61,7 +61,7 @@ impl LiveDescriptors {
     }
 
     /// Replaces every descriptor (keeping at most [`DESCRIPTORS_MAX`]).
-    pub fn replace_all(&self, mut tools: Vec<Value>) {
+    pub(crate) fn replace_all(&self, mut tools: Vec<Value>) {
         tools.truncate(DESCRIPTORS_MAX);
         tools.sort_by(|a, b| name_of(a).cmp(name_of(b)));
         *self.lock() = Arc::new(tools);
@@ -363,7 +363,7 @@ impl Service for IssuesBackend {
 
 /// The issues backend's standard descriptor. Its bare name collides with the notes backend's `search` on
 /// purpose: the gateway must keep them apart by qualified name, never by discovery order.
-pub fn issues_descriptors() -> Vec<Value> {
+pub(crate) fn issues_descriptors() -> Vec<Value> {
     vec![json!({
         "name": TOOL_SEARCH,
         "title": "Search issues",

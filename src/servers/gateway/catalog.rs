@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 /// Largest descriptor accepted, in canonical bytes.
 pub const DESCRIPTOR_BYTES_MAX: usize = 64 * 1024;
 /// Scan reports remembered by digest; the memo is emptied when full.
-pub const SCAN_MEMO_ENTRIES_MAX: usize = 1024;
+pub(crate) const SCAN_MEMO_ENTRIES_MAX: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolStatus {
@@ -65,7 +65,7 @@ impl ToolStatus {
         }
     }
 
-    pub fn is_approved(&self) -> bool {
+    pub(crate) fn is_approved(&self) -> bool {
         matches!(self, ToolStatus::Approved)
     }
 
@@ -142,7 +142,7 @@ pub struct CatalogEntry {
 
 impl CatalogEntry {
     /// The descriptor as clients of the gateway see it: the backend's, under the qualified name.
-    pub fn public_descriptor(&self) -> Value {
+    pub(crate) fn public_descriptor(&self) -> Value {
         let mut descriptor = self.descriptor.clone();
         descriptor["name"] = json!(self.name);
         descriptor
@@ -165,7 +165,7 @@ impl Catalog {
 /// Scan reports by descriptor digest. A pure memo: the digest fixes the bytes, so the report is the same
 /// whether remembered or recomputed, and no outcome depends on what is in here.
 #[derive(Debug, Default)]
-pub struct ScanMemo {
+pub(crate) struct ScanMemo {
     reports: Mutex<BTreeMap<String, Arc<ScanReport>>>,
 }
 
@@ -205,7 +205,7 @@ impl std::io::Write for HashingWriter {
 }
 
 /// Judges every descriptor of one backend's listing.
-pub fn evaluate_listing(backend: &str, endpoint: &str, listing: &ToolListing, pins: &PinFile, memo: &ScanMemo) -> Vec<CatalogEntry> {
+pub(crate) fn evaluate_listing(backend: &str, endpoint: &str, listing: &ToolListing, pins: &PinFile, memo: &ScanMemo) -> Vec<CatalogEntry> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for descriptor in listing.tools.iter() {
         if let Some(name) = descriptor.get("name").and_then(Value::as_str) {
@@ -225,7 +225,7 @@ pub fn evaluate_listing(backend: &str, endpoint: &str, listing: &ToolListing, pi
 
 /// Judges one descriptor and keeps it in the entry (for listings and reviews).
 #[allow(clippy::too_many_arguments)] // Each input is a distinct fact of the decision; a struct would only rename them.
-pub fn evaluate(
+pub(crate) fn evaluate(
     backend: &str,
     endpoint: &str,
     listing: &ToolListing,
@@ -242,7 +242,7 @@ pub fn evaluate(
 
 /// The decision about one descriptor, without a copy of it (what a call needs).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Judgement {
+pub(crate) struct Judgement {
     pub name: String,
     pub backend_tool: String,
     pub digest: String,
@@ -253,7 +253,7 @@ pub struct Judgement {
 
 /// Judges one descriptor (see the module documentation for the order).
 #[allow(clippy::too_many_arguments)] // As for `evaluate`.
-pub fn judge(
+pub(crate) fn judge(
     backend: &str,
     endpoint: &str,
     listing: &ToolListing,

@@ -65,13 +65,13 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// The `inputRequests` key of the confirmation form, and the phase sealed into its state.
-pub const INPUT_CONFIRM: &str = "confirm";
+pub(crate) const INPUT_CONFIRM: &str = "confirm";
 /// The catalog can change under a listing (quarantine, rug pull), so listings are fresh briefly.
-pub const GATEWAY_TOOLS_TTL_MS: u64 = 30_000;
-pub const GATEWAY_DISCOVER_TTL_MS: u64 = 3_600_000;
-pub const DEFAULT_STATE_TTL_MS: u64 = 300_000;
-pub const AUDIT_KEY_BYTES_MIN: usize = 32;
-pub const INSTANCE_NAME_CHARS_MAX: usize = 64;
+pub(crate) const GATEWAY_TOOLS_TTL_MS: u64 = 30_000;
+pub(crate) const GATEWAY_DISCOVER_TTL_MS: u64 = 3_600_000;
+pub(crate) const DEFAULT_STATE_TTL_MS: u64 = 300_000;
+pub(crate) const AUDIT_KEY_BYTES_MIN: usize = 32;
+pub(crate) const INSTANCE_NAME_CHARS_MAX: usize = 64;
 
 const METHODS: [&str; 3] = ["server/discover", "tools/list", "tools/call"];
 

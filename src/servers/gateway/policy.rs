@@ -9,8 +9,8 @@ use crate::servers::gateway::ports::RateLimit;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub const POLICY_VERSION_CHARS_MAX: usize = 64;
-pub const DEFAULT_RATE_LIMIT: RateLimit = RateLimit { calls: 60, window_ms: 60_000 };
+pub(crate) const POLICY_VERSION_CHARS_MAX: usize = 64;
+pub(crate) const DEFAULT_RATE_LIMIT: RateLimit = RateLimit { calls: 60, window_ms: 60_000 };
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

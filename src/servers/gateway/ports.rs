@@ -18,9 +18,9 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 /// The `_meta` key that carries an idempotency key on a forwarded `tools/call`.
-pub const IDEMPOTENCY_KEY_META: &str = "io.mcpsim/idempotencyKey";
+pub(crate) const IDEMPOTENCY_KEY_META: &str = "io.mcpsim/idempotencyKey";
 /// The principal name the gateway uses for its own requests (descriptor listings), which act for nobody.
-pub const GATEWAY_PRINCIPAL: &str = "mcpsim-gateway";
+pub(crate) const GATEWAY_PRINCIPAL: &str = "mcpsim-gateway";
 
 /// A backend's answer to `tools/list`: its self-reported identity and its descriptors exactly as published.
 /// The descriptors are shared, not copied: the gateway reads one per call.
@@ -150,7 +150,7 @@ pub struct RateLimit {
 }
 
 /// The fixed window `now_ms` falls in, and how long until it ends.
-pub fn rate_window(now_ms: u64, window_ms: u64) -> (u64, u64) {
+pub(crate) fn rate_window(now_ms: u64, window_ms: u64) -> (u64, u64) {
     let window_ms = window_ms.max(1);
     let index = now_ms / window_ms;
     (index, (index + 1) * window_ms - now_ms)

@@ -24,18 +24,18 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-pub const TOOL_NOTES_DELETE: &str = "notes_delete";
+pub(crate) const TOOL_NOTES_DELETE: &str = "notes_delete";
 /// The `inputRequests` key of the delete confirmation form, and the phase sealed into its state.
-pub const INPUT_DELETE_CHOICE: &str = "delete_choice";
-pub const TITLE_CHARS_MAX: usize = 200;
+pub(crate) const INPUT_DELETE_CHOICE: &str = "delete_choice";
+pub(crate) const TITLE_CHARS_MAX: usize = 200;
 /// Most notes one confirmation form offers. More matches get a request for a narrower title: a longer list is
 /// no real choice for a user, and every candidate id travels in the sealed state, which is itself bounded.
 pub const CANDIDATES_MAX: usize = 20;
-pub const DISCOVER_TTL_MS: u64 = 3_600_000;
-pub const TOOLS_TTL_MS: u64 = 300_000;
+pub(crate) const DISCOVER_TTL_MS: u64 = 3_600_000;
+pub(crate) const TOOLS_TTL_MS: u64 = 300_000;
 /// Notes change underneath clients (deletes, moves), so resource results are fresh for a short time only.
-pub const RESOURCES_TTL_MS: u64 = 5_000;
-pub const DEFAULT_STATE_TTL_MS: u64 = 300_000;
+pub(crate) const RESOURCES_TTL_MS: u64 = 5_000;
+pub(crate) const DEFAULT_STATE_TTL_MS: u64 = 300_000;
 
 const METHODS: [&str; 5] = ["server/discover", "tools/list", "tools/call", "resources/list", "resources/read"];
 
@@ -348,7 +348,7 @@ impl NotesServer {
 }
 
 /// The descriptor of `notes_delete`: a closed input schema with explicit scope.
-pub fn notes_delete_descriptor() -> Value {
+pub(crate) fn notes_delete_descriptor() -> Value {
     json!({
         "name": TOOL_NOTES_DELETE,
         "title": "Delete a note",

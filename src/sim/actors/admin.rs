@@ -8,7 +8,7 @@ use crate::scenario::model::AdminAction;
 use crate::sim::engine::message::StoreCall;
 
 /// The message to a store or backend actor, for actions that change data.
-pub fn store_call(action: &AdminAction) -> Option<StoreCall> {
+pub(crate) fn store_call(action: &AdminAction) -> Option<StoreCall> {
     match action {
         AdminAction::DeleteNote { note_id } => Some(StoreCall::AdminDelete { note_id: note_id.clone() }),
         AdminAction::MoveNote { note_id, uri } => Some(StoreCall::AdminMove { note_id: note_id.clone(), uri: uri.clone() }),

@@ -33,7 +33,7 @@ use std::sync::Arc;
 /// The audit key of simulated gateways: fixed, so audit digests are the same in every run.
 const SIM_AUDIT_KEY: &[u8; 32] = b"mcpsim-simulated-gateway-audit!!";
 /// Who approves descriptors in a simulation (`admin approve`).
-pub const SIM_APPROVER: &str = "admin (simulated operator)";
+pub(crate) const SIM_APPROVER: &str = "admin (simulated operator)";
 
 /// Everything the gateway instances of one cluster share.
 pub struct GatewayWorld {
@@ -140,7 +140,7 @@ impl GatewayWorld {
 
     /// Audit records appended since the last call, as transcript lines (the fields a reader needs; the
     /// argument digests are omitted as noise).
-    pub fn new_audit_lines(&mut self) -> Vec<String> {
+    pub(crate) fn new_audit_lines(&mut self) -> Vec<String> {
         if self.audit.len() == self.audit_shown {
             return Vec::new();
         }
@@ -175,7 +175,7 @@ fn audit_line(record: &Value) -> String {
 
 /// The task that handles one request on a gateway instance: [`Gateway::handle`], as the HTTP transport calls it
 /// (through the variant's front when the world runs a broken variant).
-pub fn handle_request(
+pub(crate) fn handle_request(
     world: &GatewayWorld,
     gateway: Gateway,
     principal: String,

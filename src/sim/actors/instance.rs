@@ -16,7 +16,7 @@ use crate::stores::deterministic::SeededNonces;
 use std::sync::Arc;
 
 /// Nonces of one instance incarnation: its own ChaCha stream of the run's seed.
-pub fn incarnation_nonces(seed: u64, instance: u16, incarnation: u16) -> SeededNonces {
+pub(crate) fn incarnation_nonces(seed: u64, instance: u16, incarnation: u16) -> SeededNonces {
     SeededNonces::from_rng(random::stream(seed, Stream::Nonces { instance, incarnation }))
 }
 
@@ -60,7 +60,7 @@ pub struct Instance {
 
 impl Instance {
     /// Whether two instances would answer every request identically (same keys, same clock).
-    pub fn same_configuration(&self, other: &Instance) -> bool {
+    pub(crate) fn same_configuration(&self, other: &Instance) -> bool {
         self.key_ring == other.key_ring
             && self.clock_offset_ms == other.clock_offset_ms
             && self.gateway.is_some() == other.gateway.is_some()
@@ -69,7 +69,7 @@ impl Instance {
 
 /// The task that handles one request on an instance: `handle_message`, exactly as the real transports call it
 /// (with the routing headers the client sent, as over HTTP; without any, as over stdio).
-pub fn handle_request(
+pub(crate) fn handle_request(
     service: Arc<dyn Service>,
     principal: String,
     bytes: Vec<u8>,

@@ -41,7 +41,7 @@ pub enum TaskOutput {
 }
 
 /// A task's work: polled only by the cluster, one poll per delivery, never by an async runtime.
-pub type TaskFuture = Pin<Box<dyn Future<Output = TaskOutput> + Send>>;
+pub(crate) type TaskFuture = Pin<Box<dyn Future<Output = TaskOutput> + Send>>;
 
 /// A store call a task made while it was being polled; the cluster turns it into an envelope.
 #[derive(Debug)]
@@ -72,16 +72,16 @@ impl ExchangeHandle {
     }
 
     /// Marks `task` as the one being polled (or none).
-    pub fn set_current(&self, task: Option<TaskId>) {
+    pub(crate) fn set_current(&self, task: Option<TaskId>) {
         self.lock().current = task;
     }
 
-    pub fn take_outbox(&self) -> Vec<Outgoing> {
+    pub(crate) fn take_outbox(&self) -> Vec<Outgoing> {
         std::mem::take(&mut self.lock().outbox)
     }
 
     /// Hands a store's return to the task waiting for it.
-    pub fn put_return(&self, task: TaskId, value: StoreReturn) {
+    pub(crate) fn put_return(&self, task: TaskId, value: StoreReturn) {
         self.lock().returns.insert(task, value);
     }
 

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 /// 2026-07-28T00:00:00Z, the protocol revision's date. Virtual time starts here so sealed states carry
 /// plausible timestamps; transcripts print time relative to it.
-pub const VIRTUAL_EPOCH_MS: u64 = 1_785_196_800_000;
+pub(crate) const VIRTUAL_EPOCH_MS: u64 = 1_785_196_800_000;
 
 /// The shared virtual clock. Cloning shares it. Time only moves forward.
 #[derive(Debug, Clone, Default)]
-pub struct VirtualClock {
+pub(crate) struct VirtualClock {
     elapsed_ms: Arc<AtomicU64>,
 }
 
@@ -24,22 +24,22 @@ impl VirtualClock {
     }
 
     /// Milliseconds since the start of the simulation.
-    pub fn elapsed_ms(&self) -> u64 {
+    pub(crate) fn elapsed_ms(&self) -> u64 {
         // One thread runs a simulation; the atomic only satisfies the `Clock: Sync` bound.
         self.elapsed_ms.load(Ordering::Relaxed)
     }
 
     /// Moves time forward to `elapsed_ms`; never backwards.
-    pub fn advance_to(&self, elapsed_ms: u64) {
+    pub(crate) fn advance_to(&self, elapsed_ms: u64) {
         self.elapsed_ms.fetch_max(elapsed_ms, Ordering::Relaxed);
     }
 
-    pub fn advance_by(&self, duration_ms: u64) {
+    pub(crate) fn advance_by(&self, duration_ms: u64) {
         self.advance_to(self.elapsed_ms().saturating_add(duration_ms));
     }
 
     /// The view of one instance (or store) whose clock is `offset_ms` ahead (negative: behind).
-    pub fn with_offset(&self, offset_ms: i64) -> SkewedClock {
+    pub(crate) fn with_offset(&self, offset_ms: i64) -> SkewedClock {
         SkewedClock { clock: self.clone(), offset_ms }
     }
 }
@@ -52,15 +52,9 @@ impl Clock for VirtualClock {
 
 /// Virtual time as one actor reads it: the shared clock plus a fixed skew.
 #[derive(Debug, Clone)]
-pub struct SkewedClock {
+pub(crate) struct SkewedClock {
     clock: VirtualClock,
     offset_ms: i64,
-}
-
-impl SkewedClock {
-    pub fn offset_ms(&self) -> i64 {
-        self.offset_ms
-    }
 }
 
 impl Clock for SkewedClock {

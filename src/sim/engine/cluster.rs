@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 /// Most deliveries one `run_until_quiet` may make before the run is declared a runaway.
-pub const STEP_DELIVERIES_MAX: usize = 10_000;
+pub(crate) const STEP_DELIVERIES_MAX: usize = 10_000;
 
 pub use crate::scenario::model::{ADMIN, NOTE_STORE, REPLAY_STORE};
 
@@ -61,10 +61,10 @@ pub struct InstanceSetup {
     pub gateway: bool,
 }
 
+/// A client as the cluster knows it: an actor acting for a principal (what it sends is the interpreter's).
 pub struct ClientSetup {
     pub name: String,
     pub principal: String,
-    pub capabilities: Value,
 }
 
 /// Everything needed to build a cluster.
@@ -122,7 +122,7 @@ struct Task {
 
 /// "Crash `instance` before/after `receiver` receives `label`": fires once, at the first matching delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CrashTrigger {
+pub(crate) struct CrashTrigger {
     pub instance: usize,
     pub moment: Moment,
     pub receiver: ActorId,
@@ -302,20 +302,12 @@ impl Cluster {
         self.names.iter().position(|n| n == name)
     }
 
-    pub fn actor_name(&self, actor: ActorId) -> &str {
-        &self.names[actor]
-    }
-
-    pub fn instance_actor(&self, index: usize) -> ActorId {
+    pub(crate) fn instance_actor(&self, index: usize) -> ActorId {
         index
     }
 
     pub fn instances(&self) -> &[Instance] {
         &self.instances
-    }
-
-    pub fn clients(&self) -> &[ClientSetup] {
-        &self.clients
     }
 
     fn client_actor(&self, index: usize) -> ActorId {
@@ -326,7 +318,7 @@ impl Cluster {
         &self.notes
     }
 
-    pub fn replay_store(&self) -> &MemoryReplayStore {
+    pub(crate) fn replay_store(&self) -> &MemoryReplayStore {
         &self.replay
     }
 
@@ -339,15 +331,7 @@ impl Cluster {
         &self.history
     }
 
-    pub fn operation(&self, id: OperationId) -> &Operation {
-        &self.history.operations[id.0]
-    }
-
-    pub fn transcript(&self) -> &Transcript {
-        &self.transcript
-    }
-
-    pub fn transcript_mut(&mut self) -> &mut Transcript {
+    pub(crate) fn transcript_mut(&mut self) -> &mut Transcript {
         &mut self.transcript
     }
 
@@ -355,20 +339,8 @@ impl Cluster {
         (self.transcript, self.history, self.decisions)
     }
 
-    pub fn decisions(&self) -> &DecisionLog {
-        &self.decisions
-    }
-
     pub fn deliveries(&self) -> usize {
         self.deliveries
-    }
-
-    pub fn elapsed_ms(&self) -> u64 {
-        self.clock.elapsed_ms()
-    }
-
-    pub fn authorizations(&self) -> &Authorizations {
-        &self.authorizations
     }
 
     // ----- instances: incarnations and configuration -----
@@ -478,7 +450,7 @@ impl Cluster {
         self.event(Some(actor), format!("restart (incarnation {incarnation}, fresh nonce stream)"));
     }
 
-    pub fn arm(&mut self, trigger: CrashTrigger) {
+    pub(crate) fn arm(&mut self, trigger: CrashTrigger) {
         let text = format!(
             "armed: crash {} {} {} receives {}",
             self.instances[trigger.instance].name,
@@ -621,7 +593,7 @@ impl Cluster {
     // ----- the delivery loop -----
 
     /// Delivers until nothing is in flight. Requests that got no answer are then marked as such.
-    pub fn run_until_quiet(&mut self) -> Result<(), SimError> {
+    pub(crate) fn run_until_quiet(&mut self) -> Result<(), SimError> {
         let mut delivered = 0;
         while !self.network.is_empty() {
             if delivered >= STEP_DELIVERIES_MAX {
@@ -658,7 +630,7 @@ impl Cluster {
 
     /// Turns faults on: clients retry what gets lost from now on, and `faults` fire at their delivery
     /// points (a clock skew at once). Faults naming an instance that does not exist are ignored.
-    pub fn enable_faults(&mut self, faults: &[Fault]) {
+    pub(crate) fn enable_faults(&mut self, faults: &[Fault]) {
         self.history.clients_retry = true;
         let count = self.instances.len();
         for fault in faults {
@@ -1038,8 +1010,7 @@ impl Cluster {
         match (task.reply_to, output) {
             (ReplyTo::Client { actor, operation }, TaskOutput::Reply(reply)) => match reply.response {
                 Some(response) => {
-                    let bytes = serde_json::to_vec(&response).expect("a JSON value serializes");
-                    let payload = Payload::Response { operation, bytes, value: Arc::new(response) };
+                    let payload = Payload::Response { operation, value: Arc::new(response) };
                     self.network.send(task.actor, actor, now_ms, None, None, payload)?;
                 }
                 None => {

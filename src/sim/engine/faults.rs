@@ -23,17 +23,17 @@ use serde::{Deserialize, Serialize};
 /// Deliveries within which faults are planned (the scenarios' runs are a few dozen deliveries long).
 pub const FAULT_DELIVERY_WINDOW: u64 = 40;
 /// Most faults of one kind in one plan.
-pub const FAULTS_PER_KIND_MAX: u64 = 2;
+pub(crate) const FAULTS_PER_KIND_MAX: u64 = 2;
 /// Retries one client request may make after its first attempt. More than the faults that can lose an
 /// attempt in one plan (crashes and drops), so every request has at least one attempt no fault touches.
-pub const RETRIES_MAX: u32 = 2 * FAULTS_PER_KIND_MAX as u32 + 2;
+pub(crate) const RETRIES_MAX: u32 = 2 * FAULTS_PER_KIND_MAX as u32 + 2;
 /// Virtual time a client waits before retrying (its timeout).
-pub const RETRY_TIMEOUT_MS: u64 = 1_000;
+pub(crate) const RETRY_TIMEOUT_MS: u64 = 1_000;
 /// Bounds of a delayed message's extra latency, and how many other deliveries overtake it at most.
-pub const DELAY_MS_MAX: u64 = 5_000;
-pub const OVERTAKEN_BY_MAX: u64 = 4;
+pub(crate) const DELAY_MS_MAX: u64 = 5_000;
+pub(crate) const OVERTAKEN_BY_MAX: u64 = 4;
 /// Bound of a slow store's extra latency per answer.
-pub const SLOW_STORE_MS_MAX: u64 = 2_000;
+pub(crate) const SLOW_STORE_MS_MAX: u64 = 2_000;
 
 /// The kinds of fault `--faults` can turn on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -165,7 +165,7 @@ impl Fault {
     }
 
     /// The same fault, recorded at the delivery where it fired.
-    pub fn fired_at(&self, delivery: usize) -> Fault {
+    pub(crate) fn fired_at(&self, delivery: usize) -> Fault {
         let mut fired = self.clone();
         match &mut fired {
             Fault::Crash { at, .. }
@@ -180,7 +180,7 @@ impl Fault {
     }
 
     /// One line for transcripts and reports; `instance` names an instance by index.
-    pub fn describe(&self, instance: &dyn Fn(usize) -> String) -> String {
+    pub(crate) fn describe(&self, instance: &dyn Fn(usize) -> String) -> String {
         match self {
             Fault::Crash { at, instance: i } => format!("crash and restart {} before delivery {at}", instance(*i)),
             Fault::Drop { at } => format!("drop the client message chosen at delivery {at}"),

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 /// Index of an actor in the cluster (instances, stores, clients, admin).
-pub type ActorId = usize;
+pub(crate) type ActorId = usize;
 
 /// A running piece of work inside an actor: one request being handled, or one store call being served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -22,13 +22,13 @@ pub struct TaskId(pub u64);
 pub use crate::oracle::history::OperationId;
 
 #[derive(Debug, Clone)]
-pub enum Payload {
+pub(crate) enum Payload {
     /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
     /// `headers` are the HTTP routing headers the client sent (`None`: a transport without headers).
     Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders> },
     /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
     /// exactly this value, so the client need not parse the bytes back).
-    Response { operation: OperationId, bytes: Vec<u8>, value: Arc<Value> },
+    Response { operation: OperationId, value: Arc<Value> },
     /// A task (or the admin) → a store actor.
     Call(StoreCall),
     /// A store actor → the task (or admin) that called it; `call` is the call's label.
@@ -179,13 +179,13 @@ impl StoreReturn {
 }
 
 /// Leading hex digits of a descriptor digest shown in transcripts (enough to see that it changed).
-pub const DIGEST_CHARS_SHOWN: usize = 12;
+pub(crate) const DIGEST_CHARS_SHOWN: usize = 12;
 
 fn claim_json(claim: &NonceClaim) -> Value {
     json!({ "nonce": claim.nonce, "expiresAtMs": claim.expires_at_ms, "record": claim.record })
 }
 
 /// A note as store messages show it (the body included: stores return it).
-pub fn note_json(note: &Note) -> Value {
+pub(crate) fn note_json(note: &Note) -> Value {
     json!({ "id": note.id, "title": note.title, "uri": note.uri, "body": note.body })
 }

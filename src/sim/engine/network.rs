@@ -11,19 +11,18 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 
 /// Most envelopes in flight at once. A scenario that exceeds it is a runaway: the run stops with an error.
-pub const IN_FLIGHT_MAX: usize = 4_096;
+pub(crate) const IN_FLIGHT_MAX: usize = 4_096;
 
 /// Default bounds of a link's one-way latency.
-pub const LATENCY_MS_MIN_DEFAULT: u64 = 1;
-pub const LATENCY_MS_MAX_DEFAULT: u64 = 10;
+pub(crate) const LATENCY_MS_MIN_DEFAULT: u64 = 1;
+pub(crate) const LATENCY_MS_MAX_DEFAULT: u64 = 10;
 
 #[derive(Debug, Clone)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     /// Assigned in send order; unique within a run.
     pub id: u64,
     pub from: ActorId,
     pub to: ActorId,
-    pub sent_at_ms: u64,
     pub deliver_at_ms: u64,
     /// The task that sent it (store calls); its reply goes back to this task.
     pub from_task: Option<TaskId>,
@@ -36,7 +35,7 @@ pub struct Envelope {
 
 /// When a held-back envelope becomes eligible for delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Hold {
+pub(crate) enum Hold {
     /// Eligible now.
     Free,
     /// Eligible from this delivery number on, or earlier if nothing else is eligible.
@@ -58,7 +57,7 @@ pub struct Ready {
 #[error("more than {IN_FLIGHT_MAX} envelopes in flight: the scenario runs away")]
 pub struct NetworkFull;
 
-pub struct Network {
+pub(crate) struct Network {
     in_flight: BTreeMap<u64, Envelope>,
     next_id: u64,
     actor_count: usize,
@@ -74,7 +73,7 @@ impl Network {
         Network { in_flight: BTreeMap::new(), next_id: 1, actor_count, latency_ms }
     }
 
-    pub fn latency_ms(&self, from: ActorId, to: ActorId) -> u64 {
+    pub(crate) fn latency_ms(&self, from: ActorId, to: ActorId) -> u64 {
         self.latency_ms[from * self.actor_count + to]
     }
 
@@ -94,12 +93,12 @@ impl Network {
         self.next_id += 1;
         let deliver_at_ms = now_ms.saturating_add(self.latency_ms(from, to));
         let hold = Hold::Free;
-        self.in_flight.insert(id, Envelope { id, from, to, sent_at_ms: now_ms, deliver_at_ms, from_task, to_task, payload, hold });
+        self.in_flight.insert(id, Envelope { id, from, to, deliver_at_ms, from_task, to_task, payload, hold });
         Ok(id)
     }
 
     /// Holds an envelope in flight back: it arrives `delay_ms` later and is eligible only as `hold` says.
-    pub fn hold(&mut self, id: u64, delay_ms: u64, hold: Hold) {
+    pub(crate) fn hold(&mut self, id: u64, delay_ms: u64, hold: Hold) {
         if let Some(envelope) = self.in_flight.get_mut(&id) {
             envelope.deliver_at_ms = envelope.deliver_at_ms.saturating_add(delay_ms);
             envelope.hold = hold;
@@ -133,17 +132,13 @@ impl Network {
     }
 
     /// Removes and returns (in id order) every envelope to or from `actor`.
-    pub fn remove_touching(&mut self, actor: ActorId) -> Vec<Envelope> {
+    pub(crate) fn remove_touching(&mut self, actor: ActorId) -> Vec<Envelope> {
         let ids: Vec<u64> = self.in_flight.values().filter(|e| e.from == actor || e.to == actor).map(|e| e.id).collect();
         ids.into_iter().filter_map(|id| self.in_flight.remove(&id)).collect()
     }
 
     pub fn is_empty(&self) -> bool {
         self.in_flight.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.in_flight.len()
     }
 }
 

@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 /// Most executions one exhaustive exploration runs before reporting that it stopped short.
-pub const EXHAUSTIVE_EXECUTIONS_MAX: u64 = 1_000_000;
+pub(crate) const EXHAUSTIVE_EXECUTIONS_MAX: u64 = 1_000_000;
 
 /// One envelope in flight at a branching point: its id and its receiver.
 type Transition = (u64, ActorId);

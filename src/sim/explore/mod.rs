@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Most seeds one exploration runs.
 pub const EXPLORE_SEEDS_MAX: u64 = 10_000_000;
 /// Most threads one exploration uses.
-pub const JOBS_MAX: usize = 64;
+pub(crate) const JOBS_MAX: usize = 64;
 
 /// How one seed went.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,7 +164,7 @@ fn run_options(scenario: &Scenario, options: &RunOptions, faulty: bool) -> (usiz
 
 /// Progress as runs finish: (schedules done, runs so far that broke a property, safety or liveness, or without
 /// faults an expectation). Called from any thread.
-pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+pub(crate) type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// Explores `seeds` with `jobs` threads (faults on when `faults` is not empty). Each thread runs a contiguous
 /// chunk of seeds; the results are merged in seed order, so the answer is the same for any number of jobs.

@@ -225,7 +225,7 @@ pub fn find(name: &str) -> Option<&'static Mutant> {
 }
 
 /// Scenarios written for the zoo: races and attacks that no library scenario happens to contain.
-pub const ZOO_SCENARIOS: &[(&str, &str)] = &[
+pub(crate) const ZOO_SCENARIOS: &[(&str, &str)] = &[
     (
         "zoo-move-races-the-accept",
         "# Guarantee taught: the live re-check and the delete are one store operation.\n\

@@ -26,9 +26,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// `requestState` values longer than this are abbreviated in text.
-pub const STATE_PREFIX_CHARS: usize = 12;
+pub(crate) const STATE_PREFIX_CHARS: usize = 12;
 /// Note bodies longer than this are abbreviated in text.
-pub const BODY_CHARS_SHOWN: usize = 24;
+pub(crate) const BODY_CHARS_SHOWN: usize = 24;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -72,7 +72,7 @@ pub enum Body {
 }
 
 impl Message {
-    pub fn from_payload(payload: &Payload) -> Message {
+    pub(crate) fn from_payload(payload: &Payload) -> Message {
         match payload {
             Payload::Request { bytes, .. } => {
                 let (value, exact) = parse_exact(bytes);
@@ -354,7 +354,7 @@ impl Transcript {
         out
     }
 
-    pub fn to_mermaid(&self) -> String {
+    pub(crate) fn to_mermaid(&self) -> String {
         let mut out = String::from("sequenceDiagram\n");
         let mut used = vec![false; self.actors.len()];
         for entry in &self.entries {
@@ -448,7 +448,7 @@ fn text_message(message: &Message) -> String {
 }
 
 /// The value with `requestState` tokens and long note bodies shortened (text form only).
-pub fn abbreviate(value: &Value) -> Value {
+pub(crate) fn abbreviate(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
