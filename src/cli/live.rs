@@ -14,15 +14,18 @@ use std::sync::Arc;
 
 /// `--live` values: an `http://` URL; a bare `http://HOST:PORT` gets the MCP path.
 pub(crate) fn parse_url(text: &str) -> Result<String, String> {
-    let mut url =
-        reqwest::Url::parse(text.trim()).map_err(|e| format!("{text:?} is not a URL ({e}); write e.g. http://127.0.0.1:8080/mcp"))?;
-    if url.scheme() != "http" {
+    let uri: hyper::Uri = text.trim().parse().map_err(|e| format!("{text:?} is not a URL ({e}); write e.g. http://127.0.0.1:8080/mcp"))?;
+    if uri.scheme_str() != Some("http") {
         return Err(format!("{text:?}: only http:// URLs are supported (put a TLS-terminating proxy's plain side here)"));
     }
-    if url.path() == "/" {
-        url.set_path(MCP_PATH);
-    }
-    Ok(url.to_string())
+    let Some(authority) = uri.authority() else {
+        return Err(format!("{text:?} names no host; write e.g. http://127.0.0.1:8080/mcp"));
+    };
+    let path = match uri.path_and_query().map(|p| p.as_str()) {
+        None | Some("" | "/") => MCP_PATH,
+        Some(path) => path,
+    };
+    Ok(format!("http://{authority}{path}"))
 }
 
 /// `--token` values: `PRINCIPAL=TOKEN`.

@@ -631,13 +631,21 @@ fn config_hint(error: ConfigError) -> String {
 
 fn init_logging() {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MCPSIM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    // `MCPSIM_LOG=warn` or `MCPSIM_LOG=info,mcpsim::request=off`: a default level and per-target levels.
+    let default = || Targets::new().with_default(tracing::Level::INFO);
+    let filter = match std::env::var("MCPSIM_LOG") {
+        Err(_) => default(),
+        Ok(text) => text.parse::<Targets>().unwrap_or_else(|error| {
+            eprintln!("warning: MCPSIM_LOG={text:?} is not a log filter ({error}); logging at info. Write e.g. MCPSIM_LOG=warn or MCPSIM_LOG=info,mcpsim::request=off");
+            default()
+        }),
+    };
     // Stdout belongs to JSON-RPC on stdio: logs only ever go to stderr.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
-        .try_init();
+    let subscriber =
+        tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).finish().with(filter);
+    let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@
 //! nothing else), and its store expectations are read from the real store: notes as they are, consumed nonces
 //! counted from the scenario's start (consumed confirmations are never erased, so earlier runs stay replay-safe).
 
+pub mod http_client;
+
+use self::http_client::HttpClient;
 use crate::config::Deployment;
 use crate::framework::ports::{Note, StoreError};
 use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcome};
@@ -114,8 +117,6 @@ pub(crate) enum LiveError {
     TooFewUrls { scenario: String, instances: usize, names: String, urls: usize },
     #[error("{scenario}: client {client} acts as principal {principal}, which has no bearer token; pass --token {principal}=TOKEN")]
     NoToken { scenario: String, client: String, principal: String },
-    #[error("cannot build the HTTP client: {0}")]
-    Client(String),
     #[error("{scenario}: cannot re-seed the store {store}: {reason}")]
     Reseed { scenario: String, store: String, reason: String },
 }
@@ -165,10 +166,7 @@ pub(crate) fn run_live(
             });
         }
     }
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_millis(LIVE_REQUEST_TIMEOUT_MS))
-        .build()
-        .map_err(|e| LiveError::Client(e.to_string()))?;
+    let http = HttpClient::new(Duration::from_millis(LIVE_REQUEST_TIMEOUT_MS), LIVE_RESPONSE_BYTES_MAX);
     // The simulator's answers for the same scenario: under `seed`, and under the next seeds too, so that a live
     // race can be matched with an interleaving the simulator also produces (without parallel blocks every seed
     // answers alike, and one run is enough).
@@ -230,7 +228,7 @@ pub(crate) fn run_live(
 struct LiveWorld<'a> {
     scenario: &'a Scenario,
     fleet: &'a LiveFleet,
-    http: reqwest::Client,
+    http: HttpClient,
     runtime: &'a tokio::runtime::Runtime,
     history: History,
     /// Instances declared differently from the fleet (one shared key ring, the wall clock).
@@ -245,7 +243,7 @@ impl<'a> LiveWorld<'a> {
     fn new(
         scenario: &'a Scenario,
         fleet: &'a LiveFleet,
-        http: reqwest::Client,
+        http: HttpClient,
         runtime: &'a tokio::runtime::Runtime,
         store: Option<ScenarioStore<'a>>,
     ) -> LiveWorld<'a> {
@@ -489,32 +487,21 @@ impl World for LiveWorld<'_> {
 /// One conforming POST of `outgoing` with its routing headers. `Ok(None)`: answered 202 with no body (a
 /// notification). `Err`: the exchange failed at the transport (refused connection, timeout, a body that is
 /// not a JSON-RPC message).
-async fn post(http: &reqwest::Client, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, String> {
-    let notification = outgoing.notification;
-    let mut request = http
-        .post(url)
-        .header("Authorization", format!("Bearer {token}"))
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream");
-    for (name, value) in outgoing.headers.pairs() {
-        request = request.header(name, value);
-    }
-    let bytes = &outgoing.bytes;
-    let response = request.body(bytes.clone()).send().await.map_err(|e| {
-        let hint = if e.is_connect() { "; is the fleet running there? (mcpsim serve --http ADDR --instances N)" } else { "" };
-        format!("POST {url} failed: {}{hint}", with_causes(&e))
-    })?;
-    let status = response.status().as_u16();
-    let streamed = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
-    let body = response.bytes().await.map_err(|e| format!("reading the answer from {url} failed: {e}"))?;
-    if body.len() > LIVE_RESPONSE_BYTES_MAX {
-        return Err(format!("{url} answered {} bytes, more than {LIVE_RESPONSE_BYTES_MAX}", body.len()));
-    }
-    if status == 202 && body.is_empty() {
+async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, String> {
+    let authorization = format!("Bearer {token}");
+    let mut headers = vec![
+        ("Authorization", authorization.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    headers.extend(outgoing.headers.pairs());
+    let answer = http.post(url, &headers, outgoing.bytes.clone()).await?;
+    if answer.status == 202 && answer.body.is_empty() {
         return Ok(None);
     }
+    let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
     // An SSE answer ends with the response as its last `data:` event.
-    let text = String::from_utf8_lossy(&body);
+    let text = String::from_utf8_lossy(&answer.body);
     let json = if streamed {
         text.lines().filter_map(|l| l.strip_prefix("data:")).next_back().map(str::trim).unwrap_or("").to_string()
     } else {
@@ -522,24 +509,13 @@ async fn post(http: &reqwest::Client, url: &str, token: &str, outgoing: &Outgoin
     };
     match serde_json::from_str::<Value>(&json) {
         Ok(value) => Ok(Some(value)),
-        Err(_) if notification => Ok(None),
-        Err(e) => {
-            Err(format!("{url} answered HTTP {status} with a body that is not JSON ({e}): {}", json.chars().take(200).collect::<String>()))
-        }
+        Err(_) if outgoing.notification => Ok(None),
+        Err(e) => Err(format!(
+            "{url} answered HTTP {} with a body that is not JSON ({e}): {}",
+            answer.status,
+            json.chars().take(200).collect::<String>()
+        )),
     }
-}
-
-/// An error and its causes, one after another (reqwest's own message names only the outermost).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    // Bounded: an error chain is short, but nothing guarantees it.
-    for _ in 0..8 {
-        let Some(next) = cause else { break };
-        text.push_str(&format!(": {next}"));
-        cause = next.source();
-    }
-    text
 }
 
 /// The report as text: the mapping, configuration notes, the parity table, expectations, a summary line.

@@ -1,0 +1,76 @@
+//! The HTTP client live mode is: plain HTTP/1.1 POSTs over hyper (already compiled in for the server side),
+//! each bounded in time and in the size of what it reads back.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::time::Duration;
+
+/// A pooled HTTP/1.1 client (connections are kept alive between the requests of a run).
+#[derive(Clone)]
+pub struct HttpClient {
+    client: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+    body_bytes_max: usize,
+}
+
+/// What came back.
+#[derive(Debug, Clone)]
+pub struct HttpAnswer {
+    pub status: u16,
+    /// `Content-Type`, when it was text.
+    pub content_type: Option<String>,
+    pub body: Bytes,
+}
+
+impl HttpClient {
+    /// Each exchange (connect, send, read the whole answer) must end within `timeout`; an answer longer than
+    /// `body_bytes_max` is refused rather than read.
+    pub fn new(timeout: Duration, body_bytes_max: usize) -> HttpClient {
+        HttpClient { client: Client::builder(TokioExecutor::new()).build_http(), timeout, body_bytes_max }
+    }
+
+    /// POSTs `body` to `url` with `headers`. The error says what failed, in words for the person running it.
+    pub async fn post(&self, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<HttpAnswer, String> {
+        let mut request = hyper::Request::post(url);
+        for (name, value) in headers {
+            let value = hyper::header::HeaderValue::from_str(value)
+                .map_err(|_| format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)"))?;
+            request = request.header(*name, value);
+        }
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| format!("POST {url}: not a request: {e}"))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                let hint = if e.is_connect() { "; is the fleet running there? (mcpsim serve --http ADDR --instances N)" } else { "" };
+                format!("POST {url} failed: {}{hint}", with_causes(&e))
+            })?;
+            let status = response.status().as_u16();
+            let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let body = Limited::new(response.into_body(), self.body_bytes_max)
+                .collect()
+                .await
+                .map_err(|e| format!("reading the answer from {url} failed: {e} (at most {} bytes are read)", self.body_bytes_max))?
+                .to_bytes();
+            Ok(HttpAnswer { status, content_type, body })
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!("POST {url} got no complete answer within {} ms", self.timeout.as_millis())),
+        }
+    }
+}
+
+/// An error and its causes, one after another (a client error's own message names only the outermost).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    // Bounded: an error chain is short, but nothing guarantees it.
+    for _ in 0..8 {
+        let Some(next) = cause else { break };
+        text.push_str(&format!(": {next}"));
+        cause = next.source();
+    }
+    text
+}
