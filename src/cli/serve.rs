@@ -643,8 +643,13 @@ fn init_logging() {
         }),
     };
     // Stdout belongs to JSON-RPC on stdio: logs only ever go to stderr.
-    let subscriber =
-        tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).finish().with(filter);
+    // The builder's own ceiling is INFO; lift it so that `filter` alone decides (`mcpsim::request=debug`).
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .finish()
+        .with(filter);
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
