@@ -157,24 +157,30 @@ fn per_instance_session_state_breaks_statelessness() {
     assert!(properties_hold(&runner::run(&scenario, &RunOptions::seeded(1))));
 }
 
-/// Honest outcome reads the backend's export ledger: the real gateway's answers in scenario 48 (an export
-/// retried after a crash) all name the export the backend recorded; the same answers judged against a ledger
-/// that lost the export, or recorded other notes, are caught.
+/// Honest outcome reads the exports the backends made (effects of the history): the real gateway's answers in
+/// scenario 48 (an export retried after a crash) all name the export the backend made; the same answers judged
+/// against a history that lost the export, or recorded other notes, are caught.
 #[test]
 fn an_export_answer_must_name_an_export_the_backend_recorded() {
     use mcpsim::oracle::check::check_properties;
+    use mcpsim::oracle::history::EffectKind;
     let report = runner::run(&load("48-gateway-crash-between-claim-and-export.sim"), &RunOptions::seeded(1));
     assert!(report.passed(), "{:?}", report.failures);
-    assert!(!report.history.exports.is_empty(), "the scenario exports");
+    let is_export = |kind: &EffectKind| matches!(kind, EffectKind::Exported(_));
+    assert_eq!(report.history.effects.iter().filter(|e| is_export(&e.kind)).count(), 1, "the scenario exports, once");
     let honest = |history: &mcpsim::oracle::history::History| {
         check_properties(history).into_iter().filter(|v| v.property == Property::HonestOutcome).map(|v| v.message).collect::<Vec<_>>()
     };
     assert_eq!(honest(&report.history), Vec::<String>::new());
     let mut lost = report.history.clone();
-    lost.exports.clear();
+    lost.effects.retain(|e| !is_export(&e.kind));
     let caught = honest(&lost);
-    assert!(!caught.is_empty() && caught.iter().all(|m| m.contains("the backend recorded no such export")), "{caught:?}");
+    assert!(!caught.is_empty() && caught.iter().all(|m| m.contains("the backend made no such export")), "{caught:?}");
     let mut other_notes = report.history.clone();
-    other_notes.exports[0].note_ids.pop();
+    for effect in &mut other_notes.effects {
+        if let EffectKind::Exported(export) = &mut effect.kind {
+            export.note_ids.pop();
+        }
+    }
     assert!(!honest(&other_notes).is_empty());
 }

@@ -268,8 +268,9 @@ mod replay {
         let (first, second) =
             join!(h.answer("alice", &arguments, &state, accept("note-7")), h.answer("alice", &arguments, &state, accept("note-3")));
         assert_eq!(first.outcome(), json!({ "deleted": true, "noteId": "note-7", "outcome": "deleted" }));
-        let data = second.invalid("state_consumed");
-        assert_eq!(data["previousOutcome"], json!({ "outcome": "in_progress" }), "the loser arrived while the winner was deleting");
+        // The loser arrived while the winner was deleting: told "in progress, retry", never "already used".
+        let data = second.refused(-32603, "claim_in_progress");
+        assert!(data.get("previousOutcome").is_none(), "{data}");
         assert_eq!(h.note_ids(), demo_ids_without(&["note-7"]));
         let data = h.answer("alice", &arguments, &state, accept("note-3")).await.invalid("state_consumed");
         assert_eq!(data["previousOutcome"], json!({ "outcome": "deleted", "noteId": "note-7" }));
@@ -1036,9 +1037,9 @@ mod replay_store_bounds {
         let h = Harness::new();
         let state = h.lesson_state().await;
         crash_between_claim_and_delete(&h, &state, "note-7").await;
+        // The stranded claim is still pending: "in progress" (it ends when its retention does), never a second delete.
         for id in ["note-7", "note-3"] {
-            let data = h.answer("alice", &lesson_arguments(), &state, accept(id)).await.invalid("state_consumed");
-            assert_eq!(data["previousOutcome"], json!({ "outcome": "in_progress" }));
+            h.answer("alice", &lesson_arguments(), &state, accept(id)).await.refused(-32603, "claim_in_progress");
         }
         assert_eq!(h.note_ids(), DEMO_NOTE_IDS, "at most once: the retry may not delete a second note");
     }

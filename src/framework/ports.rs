@@ -105,6 +105,10 @@ pub enum ClaimOutcome {
     },
     /// Full of unexpired nonces: refused, never evicting (fail closed).
     Full,
+    /// The state's expiry plus the store's grace period has passed by the store's own clock (or the store has
+    /// already pruned nonces that old): it can no longer tell whether this nonce was used, so it refuses it.
+    /// Clock skew beyond the grace costs availability this way, never at-most-once.
+    Expired,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -112,8 +116,12 @@ pub enum ClaimAndDelete {
     Deleted(Note),
     NoteGone,
     NoteOutsideWorkspace,
-    AlreadyClaimed { record: ClaimRecord },
+    AlreadyClaimed {
+        record: ClaimRecord,
+    },
     Full,
+    /// See [`ClaimOutcome::Expired`]; nothing was deleted.
+    Expired,
 }
 
 /// The replay store shared by every instance. Bounded, TTL-pruned, never evicts an unexpired nonce.

@@ -70,13 +70,33 @@ pub fn state_mismatch(whose: &str) -> RpcError {
     RpcError::invalid_params(Reason::StateMismatch, format!("requestState belongs to another {whose}"))
 }
 
-/// `state_consumed`, carrying what consuming the nonce did (the recovery rule: a retry learns the outcome).
+/// `state_consumed`, carrying what consuming the nonce did (the recovery rule: a retry learns the outcome) —
+/// or, while another request's claim is still being carried out, `claim_in_progress`: "already used" would
+/// tell the client to start over about a confirmation that may yet be released, or may yet delete.
 pub fn consumed(tool: &str, record: ClaimRecord) -> RpcError {
+    if record == ClaimRecord::InProgress {
+        return RpcError::internal(
+            Reason::ClaimInProgress,
+            "this confirmation is being carried out by another request right now; retry the same request shortly to learn how it ended",
+        );
+    }
     RpcError::invalid_params(
         Reason::StateConsumed,
         format!("this confirmation was already used; call {tool} again without requestState to start over"),
     )
     .with_detail("previousOutcome", record.to_json())
+}
+
+/// `replay_window_closed`: the replay store refused a claim it can no longer judge (see
+/// [`ClaimOutcome::Expired`](super::ports::ClaimOutcome::Expired)). Nothing was consumed or changed.
+pub fn replay_window_closed(tool: &str) -> RpcError {
+    RpcError::invalid_params(
+        Reason::ReplayWindowClosed,
+        format!(
+            "this confirmation is older than the replay store keeps confirmations (its expiry plus the grace period has passed by the store's clock; \
+             is this instance's clock behind?); nothing was done; call {tool} again without requestState to start over"
+        ),
+    )
 }
 
 /// The shared replay store refused a new nonce because it is full of unexpired ones (fail closed).

@@ -563,6 +563,7 @@ pub fn render(report: &LiveReport) -> String {
     for (line, text, result) in &report.expectations {
         let _ = match result {
             ExpectationResult::Held => writeln!(out, "   ok    line {line}: {text}"),
+            ExpectationResult::HeldVacuously(why) => writeln!(out, "   ok    line {line}: {text} ({why})"),
             ExpectationResult::Failed(why) => writeln!(out, "   FAIL  line {line}: {text}: {why}"),
             ExpectationResult::NotEvaluated(why) => writeln!(out, "   --    line {line}: {text}: not evaluated: {why}"),
         };
@@ -580,7 +581,7 @@ pub fn summary(report: &LiveReport) -> String {
     let differ = report.count(|v| *v == Verdict::Mismatch);
     let not_compared = report.count(|v| matches!(v, Verdict::NotCompared(_)));
     let skipped = report.count(|v| matches!(v, Verdict::Skipped(_)));
-    let held = report.expectations.iter().filter(|(_, _, r)| *r == ExpectationResult::Held).count();
+    let held = report.expectations.iter().filter(|(_, _, r)| r.held()).count();
     let not_evaluated = report.expectations.iter().filter(|(_, _, r)| matches!(r, ExpectationResult::NotEvaluated(_))).count();
     format!(
         "{}: steps {matched} match, {differ} differ, {not_compared} not compared, {skipped} skipped; expectations {held} held, {} failed, {not_evaluated} not evaluated; {} error(s)",

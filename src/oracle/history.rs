@@ -4,10 +4,9 @@
 //! Attribution follows the tasks: a store call made while handling a request inherits that request's
 //! operation, and the replay store's nested call to the note store inherits the nonce being claimed.
 
+use super::grants::Grants;
 use crate::framework::ports::Note;
-use crate::policy::authorization::Authorizations;
 use crate::scenario::template::{at, preview};
-use crate::servers::gateway::backends::ExportRecord;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,8 +19,10 @@ pub struct OperationId(pub usize);
 pub struct History {
     pub operations: Vec<Operation>,
     pub effects: Vec<Effect>,
-    /// Authorizations at the start; `Effect::Revoked` entries change them over time.
-    pub initial_authorizations: Authorizations,
+    /// Who could use which workspace at the start (the oracle's own model); `Effect::Revoked` entries narrow it.
+    pub initial_grants: Grants,
+    /// The notes the world started with (what a response may show is judged against every note known).
+    pub initial_notes: Vec<Note>,
     /// Operations that are not a client's first attempt: its retries, and copies the network made. Every
     /// other operation is a first attempt.
     pub attempts: BTreeMap<OperationId, Attempt>,
@@ -31,8 +32,6 @@ pub struct History {
     /// First attempts whose client found no live instance of the kind to retry on (the scenario stopped them
     /// all for good): liveness promises nothing for them.
     pub stranded: BTreeSet<OperationId>,
-    /// Every export the gateway's backends recorded, as the run ended (empty without a gateway).
-    pub exports: Vec<ExportRecord>,
 }
 
 /// How an operation relates to the client request it repeats.
@@ -146,12 +145,6 @@ impl Operation {
             }
         }
     }
-
-    /// The form answer's action (`accept`, `decline`, `cancel`), if this request answered one.
-    pub(crate) fn answer_action(&self) -> Option<&str> {
-        let responses = self.params()?.get("inputResponses")?.as_object()?;
-        responses.values().next()?.get("action")?.as_str()
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -177,4 +170,17 @@ pub enum EffectKind {
     AdminChanged { description: String, existed: bool },
     /// The admin revoked a principal's workspace.
     Revoked { principal: String, workspace: String },
+    /// A backend exported notes somewhere: an externally visible effect like a deletion.
+    Exported(Export),
+}
+
+/// One export, as the backend recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    pub export_id: String,
+    /// The idempotency key the gateway passed (the confirmation's nonce).
+    pub key: String,
+    pub principal: String,
+    pub destination: String,
+    pub note_ids: Vec<String>,
 }

@@ -7,8 +7,8 @@
 
 use super::world::World;
 use crate::framework::ports::Note;
-use crate::oracle::check::peek_claims;
 use crate::oracle::history::{History, Operation, OperationId, Outcome};
+use crate::oracle::reading::state_nonce;
 use crate::scenario::model::{AnswerCheck, Expectation, Targets};
 use crate::scenario::template::{at, follow, preview, Template};
 use serde_json::Value;
@@ -18,8 +18,17 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExpectationResult {
     Held,
+    /// An `if` whose condition did not hold, so its consequence was not judged (why the condition failed).
+    HeldVacuously(String),
     Failed(String),
     NotEvaluated(String),
+}
+
+impl ExpectationResult {
+    /// Held, vacuously or not.
+    pub fn held(&self) -> bool {
+        matches!(self, ExpectationResult::Held | ExpectationResult::HeldVacuously(_))
+    }
 }
 
 /// What an expectation is judged against.
@@ -40,13 +49,28 @@ pub(crate) struct Context<'a> {
 pub(crate) fn judge(expectation: &Expectation, context: &Context<'_>) -> (ExpectationResult, Vec<(String, OperationId)>, bool) {
     let label = context.world.label();
     match expectation {
+        Expectation::If { condition, consequence } => {
+            let (first, mut reads, mut reads_store) = judge(condition, context);
+            match first {
+                ExpectationResult::Held | ExpectationResult::HeldVacuously(_) => {
+                    let (then, more_reads, more_store) = judge(consequence, context);
+                    reads.extend(more_reads);
+                    reads_store |= more_store;
+                    (then, reads, reads_store)
+                }
+                ExpectationResult::Failed(why) => {
+                    (ExpectationResult::HeldVacuously(format!("the condition did not hold: {why}")), reads, reads_store)
+                }
+                not_evaluated => (not_evaluated, reads, reads_store),
+            }
+        }
         Expectation::Answer { targets, check } => {
             let mut names: Vec<&String> = match targets {
                 Targets::One(name) => vec![name],
-                Targets::ExactlyOne(names) | Targets::Each(names) => names.iter().collect(),
+                Targets::Some { names, .. } => names.iter().collect(),
             };
-            if let AnswerCheck::Equals { value, .. } = check {
-                names.extend(value.references().into_iter().map(|r| &r.name));
+            for template in check.templates() {
+                names.extend(template.references().into_iter().map(|r| &r.name));
             }
             let reads: Vec<(String, OperationId)> =
                 names.iter().filter_map(|name| context.answers.get(*name).map(|id| ((*name).clone(), *id))).collect();
@@ -121,7 +145,7 @@ fn on_store(expectation: &Expectation, context: &Context<'_>) -> ExpectationResu
                 let actual = world.nonce_record(&nonce)?;
                 nonce_record(answer, expected.as_ref(), actual.as_ref())
             }
-            Expectation::Answer { .. } | Expectation::ExportsCount(_) => unreachable!("judged by `judge`"),
+            Expectation::Answer { .. } | Expectation::ExportsCount(_) | Expectation::If { .. } => unreachable!("judged by `judge`"),
         })
     })();
     match checked {
@@ -144,14 +168,13 @@ pub fn answer<'v>(
     };
     match targets {
         Targets::One(name) => check_answer(operation(name)?, check, lookup),
-        Targets::ExactlyOne(names) | Targets::Each(names) => {
+        Targets::Some { names, quantity } => {
             let mut results = Vec::new();
             for name in names {
                 results.push((name, check_answer(operation(name)?, check, lookup)));
             }
             let passed = results.iter().filter(|(_, r)| r.is_ok()).count();
-            let required_all = matches!(targets, Targets::Each(_));
-            if (required_all && passed == names.len()) || (!required_all && passed == 1) {
+            if quantity.holds(passed, names.len()) {
                 return Ok(());
             }
             let each: Vec<String> = results
@@ -161,8 +184,7 @@ pub fn answer<'v>(
                     Err(why) => format!("{name}: {why}"),
                 })
                 .collect();
-            let wanted = if required_all { "every one to pass".to_string() } else { "exactly one to pass".to_string() };
-            Err(format!("expected {wanted}, {passed} of {} did; {}", names.len(), each.join("; ")))
+            Err(format!("expected {}, {passed} of {} did; {}", quantity.describe(), names.len(), each.join("; ")))
         }
     }
 }
@@ -206,7 +228,7 @@ pub(crate) fn nonce_of(answer: &str, answers: &BTreeMap<String, OperationId>, hi
         .and_then(|r| at(r, &["result", "requestState"]))
         .and_then(Value::as_str)
         .ok_or_else(|| format!("{answer} carries no requestState (it was {})", operation.describe()))?;
-    peek_claims(state).map(|claims| claims.nonce).ok_or_else(|| format!("{answer}'s requestState cannot be read"))
+    state_nonce(state).ok_or_else(|| format!("{answer}'s requestState cannot be read"))
 }
 
 /// `expect nonce of ANSWER unused|consumed RECORD`: `expected` None for unused; `actual` the stored record.
@@ -224,6 +246,16 @@ pub fn nonce_record(answer: &str, expected: Option<&Value>, actual: Option<&Valu
 
 fn check_answer<'v>(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(&str) -> Result<&'v Value, String>) -> Result<(), String> {
     let got = || format!("got {}", operation.describe());
+    if let AnswerCheck::Any(alternatives) = check {
+        let mut misses = Vec::new();
+        for alternative in alternatives {
+            match check_answer(operation, alternative, lookup) {
+                Ok(()) => return Ok(()),
+                Err(why) => misses.push(why),
+            }
+        }
+        return Err(misses.join("; and "));
+    }
     if let AnswerCheck::NoResponse = check {
         return match operation.outcome {
             Outcome::NoResponse(_) => Ok(()),
@@ -269,6 +301,6 @@ fn check_answer<'v>(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(
             Some(_) => Ok(()),
             None => Err(format!("expected {} present, it is absent; {}", path.join("."), got())),
         },
-        AnswerCheck::NoResponse => unreachable!("handled above"),
+        AnswerCheck::NoResponse | AnswerCheck::Any(_) => unreachable!("handled above"),
     }
 }

@@ -259,6 +259,12 @@ impl Interpreter<'_, '_> {
                         self.play.judged += 1;
                         self.world.annotate(Annotation::Check { line, text: text.into(), failure: None });
                     }
+                    ExpectationResult::HeldVacuously(why) => {
+                        self.play.judged += 1;
+                        let text =
+                            format!("{text} (its condition did not hold: {})", why.trim_start_matches("the condition did not hold: "));
+                        self.world.annotate(Annotation::Check { line, text, failure: None });
+                    }
                     ExpectationResult::Failed(why) => {
                         self.play.judged += 1;
                         self.fail(FailureKind::Expectation, line, text, why.clone());

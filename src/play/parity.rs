@@ -218,7 +218,7 @@ impl Comparison<'_> {
 
     fn expectation(&mut self, record: &super::ExpectationRecord) {
         let mut result = record.result.clone();
-        if matches!(result, ExpectationResult::Held | ExpectationResult::Failed(_)) {
+        if matches!(result, ExpectationResult::Held | ExpectationResult::HeldVacuously(_) | ExpectationResult::Failed(_)) {
             if let Some((name, why)) = record.reads.iter().find_map(|(name, op)| self.caveats.get(op).map(|why| (name, why))) {
                 result = ExpectationResult::NotEvaluated(format!("{name} is not comparable ({why})"));
             } else if let (true, Some(why)) = (record.reads_store, &self.diverged_since) {

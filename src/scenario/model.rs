@@ -13,6 +13,8 @@ pub struct Scenario {
     pub summary: Vec<String>,
     pub cluster: ClusterSpec,
     pub steps: Vec<Step>,
+    /// What the parser suspects the author did not mean (an instance clock beyond the replay grace); shown, not refused.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -185,15 +187,66 @@ pub enum Expectation {
         answer: String,
         record: Option<Template>,
     },
+    /// `if CONDITION then CONSEQUENCE`: the consequence is judged only when the condition holds (a race may
+    /// be won by either side: "if the decline won, nothing was exported").
+    If {
+        condition: Box<Expectation>,
+        consequence: Box<Expectation>,
+    },
 }
 
 #[derive(Debug, Clone)]
 pub enum Targets {
     One(String),
-    /// Exactly one of them passes.
-    ExactlyOne(Vec<String>),
-    /// Every one passes.
-    Each(Vec<String>),
+    /// How many of these must pass: `one of` (exactly one), `each of`, `none of`, `N of`, `at most N of`,
+    /// `at least N of`.
+    Some {
+        names: Vec<String>,
+        quantity: Quantity,
+    },
+}
+
+impl AnswerCheck {
+    /// The JSON templates the check compares with (what its `$references` may name).
+    pub fn templates(&self) -> Vec<&Template> {
+        match self {
+            AnswerCheck::Equals { value, .. } => vec![value],
+            AnswerCheck::Any(alternatives) => alternatives.iter().flat_map(AnswerCheck::templates).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// How many of a set of answers an expectation wants to pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantity {
+    Exactly(usize),
+    AtMost(usize),
+    AtLeast(usize),
+    /// All of them, however many.
+    Each,
+}
+
+impl Quantity {
+    pub fn holds(self, passed: usize, of: usize) -> bool {
+        match self {
+            Quantity::Exactly(n) => passed == n,
+            Quantity::AtMost(n) => passed <= n,
+            Quantity::AtLeast(n) => passed >= n,
+            Quantity::Each => passed == of,
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            Quantity::Exactly(0) => "none to pass".into(),
+            Quantity::Exactly(1) => "exactly one to pass".into(),
+            Quantity::Exactly(n) => format!("exactly {n} to pass"),
+            Quantity::AtMost(n) => format!("at most {n} to pass"),
+            Quantity::AtLeast(n) => format!("at least {n} to pass"),
+            Quantity::Each => "every one to pass".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -217,6 +270,8 @@ pub enum AnswerCheck {
     Present {
         path: Vec<String>,
     },
+    /// `CHECK or CHECK …`: any one of them.
+    Any(Vec<AnswerCheck>),
 }
 
 /// Whether a crash trigger fires before the matching delivery (the envelope is then lost with the crash

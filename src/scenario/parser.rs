@@ -45,6 +45,26 @@ pub(crate) fn derived_key_secret(id: &str) -> Vec<u8> {
     Sha256::digest(format!("mcpsim scenario key {id}").as_bytes()).to_vec()
 }
 
+/// What a scenario may mean but probably does not: an instance clock further off than the replay store's
+/// grace. Such a run is legitimate (it shows skew costing availability), so it is a warning, not an error.
+fn warnings(cluster: &ClusterSpec) -> Vec<String> {
+    let grace_ms = cluster.replay_grace_ms.unwrap_or(crate::stores::memory::ReplayLimits::default().retention_grace_ms);
+    cluster
+        .instances
+        .iter()
+        // Behind only: an instance ahead of the store expires states early, which the store never has to judge.
+        .filter(|instance| instance.clock_offset_ms < 0 && instance.clock_offset_ms.unsigned_abs() > grace_ms)
+        .map(|instance| {
+            format!(
+                "instance {}'s clock is {} ms behind, beyond the replay store's {grace_ms} ms grace: confirmations it takes for unexpired \
+                 may be refused by the store (replay_window_closed) — availability lost, at-most-once kept",
+                instance.name,
+                instance.clock_offset_ms.unsigned_abs()
+            )
+        })
+        .collect()
+}
+
 /// Parses one scenario. `origin` names it in errors; `name` is its short name (the file stem).
 pub fn parse(origin: &str, name: &str, text: &str) -> Result<Scenario, ParseError> {
     let mut parser = Parser {
@@ -67,7 +87,8 @@ pub fn parse(origin: &str, name: &str, text: &str) -> Result<Scenario, ParseErro
     }
     let summary = leading_comment(text);
     parser.parse_all()?;
-    Ok(Scenario { name: name.to_string(), origin: origin.to_string(), summary, cluster: parser.cluster, steps: parser.steps })
+    let warnings = warnings(&parser.cluster);
+    Ok(Scenario { name: name.to_string(), origin: origin.to_string(), summary, cluster: parser.cluster, steps: parser.steps, warnings })
 }
 
 /// The comment lines at the top of the file, `#` removed: what the scenario teaches.
@@ -1099,27 +1120,29 @@ impl<'a> Parser<'a> {
                     _ => Err(self.expected("`consumed RECORD` or `unused`")),
                 }
             }
-            Some(word @ ("one" | "each")) => {
-                let exactly_one = word == "one";
+            Some("if") => {
+                let condition = self.expectation()?;
+                self.expect_keyword("then", "after the condition of `expect if`")?;
+                let consequence = self.expectation()?;
+                Ok(Expectation::If { condition: Box::new(condition), consequence: Box::new(consequence) })
+            }
+            Some(word @ ("one" | "each" | "none" | "at")) => {
+                let quantity = match word {
+                    "one" => Quantity::Exactly(1),
+                    "each" => Quantity::Each,
+                    "none" => Quantity::Exactly(0),
+                    _ => match self.one_of(&["most", "least"], "`most` or `least` after `expect at`")? {
+                        "most" => Quantity::AtMost(self.count("how many at most")?),
+                        _ => Quantity::AtLeast(self.count("how many at least")?),
+                    },
+                };
                 self.expect_keyword("of", &format!("after `expect {word}`"))?;
-                let mut names = vec![self.answer_name()?];
-                loop {
-                    self.skip_blank();
-                    match self.peek() {
-                        Some(',') => {
-                            self.bump();
-                            names.push(self.answer_name()?);
-                        }
-                        Some(':') => {
-                            self.bump();
-                            break;
-                        }
-                        _ => return Err(self.expected("`,` and another answer, or `:` and the check")),
-                    }
-                }
-                let check = self.answer_check()?;
-                let targets = if exactly_one { Targets::ExactlyOne(names) } else { Targets::Each(names) };
-                Ok(Expectation::Answer { targets, check })
+                self.quantified(quantity)
+            }
+            Some(number) if number.chars().all(|c| c.is_ascii_digit()) => {
+                let n: usize = number.parse().map_err(|_| self.expected("a count of answers"))?;
+                self.expect_keyword("of", &format!("after `expect {number}`"))?;
+                self.quantified(Quantity::Exactly(n))
             }
             _ => {
                 self.cursor = saved;
@@ -1129,14 +1152,63 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// `A, B, …: CHECK` after a quantifier's `of`.
+    fn quantified(&mut self, quantity: Quantity) -> Result<Expectation, ParseError> {
+        let mut names = vec![self.answer_name()?];
+        loop {
+            self.skip_blank();
+            match self.peek() {
+                Some(',') => {
+                    self.bump();
+                    names.push(self.answer_name()?);
+                }
+                Some(':') => {
+                    self.bump();
+                    break;
+                }
+                _ => return Err(self.expected("`,` and another answer, or `:` and the check")),
+            }
+        }
+        let check = self.answer_check()?;
+        Ok(Expectation::Answer { targets: Targets::Some { names, quantity }, check })
+    }
+
+    /// One check, or several joined by `or` (any of them).
     fn answer_check(&mut self) -> Result<AnswerCheck, ParseError> {
+        let first = self.single_check()?;
+        let mut alternatives = vec![first];
+        loop {
+            let saved = self.cursor;
+            match self.word() {
+                Some((w, _)) if w == "or" => alternatives.push(self.single_check()?),
+                _ => {
+                    self.cursor = saved;
+                    break;
+                }
+            }
+        }
+        Ok(if alternatives.len() == 1 { alternatives.remove(0) } else { AnswerCheck::Any(alternatives) })
+    }
+
+    /// Whether the clause ends here: the line does, or a word that continues the statement follows.
+    fn at_clause_end(&mut self) -> bool {
+        if self.at_line_end() {
+            return true;
+        }
+        let saved = self.cursor;
+        let next = self.word().map(|(w, _)| w);
+        self.cursor = saved;
+        matches!(next.as_deref(), Some("or" | "then"))
+    }
+
+    fn single_check(&mut self) -> Result<AnswerCheck, ParseError> {
         let saved = self.cursor;
         match self.word().map(|(w, _)| w).as_deref() {
             Some("complete") => return Ok(AnswerCheck::ResultType("complete".into())),
             Some("input_required") => return Ok(AnswerCheck::ResultType("input_required".into())),
             Some("error") => {
                 let code = self.integer("the JSON-RPC error code")?;
-                let reason = if self.at_line_end() { None } else { Some(self.word().ok_or_else(|| self.expected("a reason"))?.0) };
+                let reason = if self.at_clause_end() { None } else { Some(self.word().ok_or_else(|| self.expected("a reason"))?.0) };
                 return Ok(AnswerCheck::Error { code, reason });
             }
             Some("no") => {
@@ -1412,5 +1484,37 @@ mod tests {
     fn comment_stripping_respects_strings() {
         assert_eq!(strip_comment(r##"send a -> b x {"t": "#1"} # why"##), r##"send a -> b x {"t": "#1"} "##);
         assert_eq!(strip_comment(r##"x "a\"#" # c"##), r##"x "a\"#" "##);
+    }
+    #[test]
+    fn quantified_alternative_and_conditional_expectations_parse() {
+        let text = format!(
+            "{CLUSTER}send alice -> i1 tools/list {{}} as a\nsend alice -> i2 tools/list {{}} as b\n\
+             expect none of a, b: error -32602\n\
+             expect at most 1 of a, b: input_required\n\
+             expect at least 2 of a, b: complete\n\
+             expect 2 of a, b: complete or error -32603 claim_in_progress\n\
+             expect if a complete then b result.resultType = \"complete\"\n\
+             expect if a error -32602 then notes count 7\n"
+        );
+        let scenario = parse("s.sim", "s", &text).unwrap();
+        let expectations: Vec<&Expectation> =
+            scenario.steps.iter().filter_map(|s| if let Action::Expect(e) = &s.action { Some(e) } else { None }).collect();
+        let quantity = |e: &Expectation| match e {
+            Expectation::Answer { targets: Targets::Some { quantity, .. }, .. } => Some(*quantity),
+            _ => None,
+        };
+        assert_eq!(quantity(expectations[0]), Some(Quantity::Exactly(0)));
+        assert_eq!(quantity(expectations[1]), Some(Quantity::AtMost(1)));
+        assert_eq!(quantity(expectations[2]), Some(Quantity::AtLeast(2)));
+        assert!(matches!(expectations[3], Expectation::Answer { check: AnswerCheck::Any(alternatives), .. } if alternatives.len() == 2));
+        assert!(matches!(expectations[4], Expectation::If { .. }));
+        let Expectation::If { condition, consequence } = expectations[5] else { panic!("an if") };
+        assert!(
+            matches!(**condition, Expectation::Answer { check: AnswerCheck::Error { code: -32602, reason: None }, .. }),
+            "`then` is no reason"
+        );
+        assert!(matches!(**consequence, Expectation::NotesCount(7)));
+        let error = with_cluster("send alice -> i1 tools/list {} as a\nexpect if a complete notes count 7\n");
+        assert!(error.contains("`then`"), "{error}");
     }
 }

@@ -8,6 +8,7 @@ use super::world::{Routing, SimWorld};
 use crate::config::Deployment;
 use crate::framework::ports::Note;
 use crate::oracle::check::{self, Property, Violation};
+use crate::oracle::grants::Grants;
 use crate::oracle::history::{History, OperationId};
 use crate::play::{self, StepOutcome};
 use crate::policy::authorization::Authorizations;
@@ -203,10 +204,18 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
     let spec = &scenario.cluster;
     let demo = spec.use_demo.then(Deployment::demo);
     let mut authorizations = demo.as_ref().and_then(|d| d.authorizations().ok()).unwrap_or_else(Authorizations::new);
+    // The oracle's own copy, from the same declarations, as written: it judges with its own URI model.
+    let mut grants = Grants::default();
+    for (principal, config) in demo.iter().flat_map(|d| d.principals.iter()) {
+        for workspace in &config.workspaces {
+            grants.grant(principal, workspace);
+        }
+    }
     for principal in &spec.principals {
         for workspace in &principal.workspaces {
             // The parser checked every URI.
             let _ = authorizations.grant(&principal.name, workspace);
+            grants.grant(&principal.name, workspace);
         }
     }
     let mut notes: Vec<Note> = demo.as_ref().map(Deployment::notes).unwrap_or_default();
@@ -249,6 +258,7 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
         instances,
         clients,
         authorizations,
+        grants,
         notes,
         state_ttl_ms: spec.state_ttl_ms.or(demo.as_ref().map(|d| d.state_ttl_secs * 1000)).unwrap_or(DEFAULT_STATE_TTL_MS),
         replay_limits: ReplayLimits {
@@ -268,6 +278,9 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
     if let Some(faults) = &options.faults {
         cluster.enable_faults(faults);
     }
+    for warning in &scenario.warnings {
+        cluster.transcript_mut().push(Entry::Note { text: format!("warning: {warning}") });
+    }
     let mut world = SimWorld::new(cluster, routing);
     let played = play::play(scenario, &mut world);
     let cluster = world.cluster;
@@ -275,9 +288,7 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
     let final_consumed = cluster.replay_store().consumed().len();
     let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
     let deliveries = cluster.deliveries();
-    let exports = cluster.gateway_world().map(|world| world.exports()).unwrap_or_default();
-    let (transcript, mut history, decisions) = cluster.into_parts();
-    history.exports = exports;
+    let (transcript, history, decisions) = cluster.into_parts();
     // Each sequential request as sent, and whether it went elsewhere than the scenario wrote.
     let sequential = played
         .steps

@@ -82,6 +82,14 @@ impl NoteStore for MemoryNoteStore {
     }
 }
 
+/// Whether a claim of a state expiring at `expires_at_ms` comes too late for the replay store to judge: its
+/// retention (expiry plus grace) has ended by the store's clock, or nonces that old were already pruned. The
+/// one rule every store applies (memory, SQLite, PostgreSQL), so a claimant whose clock lags cannot get a
+/// pruned nonce accepted again.
+pub fn past_retention(expires_at_ms: u64, store_now_ms: u64, grace_ms: u64, pruned_through_ms: u64) -> bool {
+    expires_at_ms.saturating_add(grace_ms) <= store_now_ms || expires_at_ms <= pruned_through_ms
+}
+
 /// Bounds of the replay store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayLimits {
@@ -108,6 +116,9 @@ enum Entry {
 struct Ledger {
     entries: BTreeMap<String, (u64, Entry)>,
     by_expiry: BTreeSet<(u64, String)>,
+    /// The latest expiry pruned so far: a claim of a state expiring at or before it may have been pruned
+    /// after it was used, so it is refused whatever the claimant's clock says.
+    pruned_through_ms: u64,
 }
 
 impl Ledger {
@@ -125,6 +136,7 @@ impl Ledger {
             }
             self.by_expiry.pop_first();
             self.entries.remove(&nonce);
+            self.pruned_through_ms = self.pruned_through_ms.max(expires_at_ms);
         }
     }
 
@@ -135,6 +147,9 @@ impl Ledger {
                 Entry::Consumed(record) => record.clone(),
             };
             return Err(ClaimOutcome::AlreadyClaimed { record });
+        }
+        if past_retention(claim.expires_at_ms, now_ms, limits.retention_grace_ms, self.pruned_through_ms) {
+            return Err(ClaimOutcome::Expired);
         }
         if self.entries.len() >= limits.capacity {
             self.prune(now_ms, limits.retention_grace_ms);
@@ -216,7 +231,8 @@ impl ReplayStore for MemoryReplayStore {
             return Ok(match refused {
                 ClaimOutcome::AlreadyClaimed { record } => ClaimAndDelete::AlreadyClaimed { record },
                 ClaimOutcome::Full => ClaimAndDelete::Full,
-                ClaimOutcome::Claimed => unreachable!("reserve refuses only with AlreadyClaimed or Full"),
+                ClaimOutcome::Expired => ClaimAndDelete::Expired,
+                ClaimOutcome::Claimed => unreachable!("reserve refuses only with AlreadyClaimed, Expired or Full"),
             });
         }
         let deleted = self.notes.delete_if_inside(note_id, workspace).await;

@@ -25,7 +25,7 @@ use crate::stores::database::{
     decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability, Migration,
     MigrationReport,
 };
-use crate::stores::memory::ReplayLimits;
+use crate::stores::memory::{past_retention, ReplayLimits};
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
 use std::sync::Arc;
@@ -48,7 +48,7 @@ const INSERT_AND_COUNT_SQL: &str = "WITH inserted AS (
         ON CONFLICT (nonce) DO NOTHING RETURNING nonce
     )
     UPDATE replay_counter SET nonce_count = nonce_count + 1
-    WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count";
+    WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms";
 /// Claims the nonce, counts it and deletes the note, in one statement (one row back): the count and the deleted
 /// note, both NULL on a conflict; the note NULL if it is gone. Locks are taken in the order nonce, counter,
 /// note (the delete needs the count first), as the step-by-step path takes them.
@@ -58,12 +58,12 @@ const CLAIM_AND_DELETE_SQL: &str = "WITH inserted AS (
     ),
     counted AS (
         UPDATE replay_counter SET nonce_count = nonce_count + 1
-        WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count
+        WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms
     ),
     deleted AS (
         DELETE FROM notes WHERE id = $4 AND EXISTS (SELECT 1 FROM counted) RETURNING id, title, uri, body
     )
-    SELECT counted.nonce_count, deleted.id, deleted.title, deleted.uri, deleted.body
+    SELECT counted.nonce_count, deleted.id, deleted.title, deleted.uri, deleted.body, counted.pruned_through_ms
     FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN deleted ON true";
 const SELECT_RECORD_SQL: &str = "SELECT record FROM nonces WHERE nonce = $1";
 const DELETE_NOTE_SQL: &str = "DELETE FROM notes WHERE id = $1 RETURNING id, title, uri, body";
@@ -71,10 +71,11 @@ const DELETE_NOTE_SQL: &str = "DELETE FROM notes WHERE id = $1 RETURNING id, tit
 const MIGRATION_LOCK_KEY: i64 = 0x6d63_7073_696d_0001;
 
 /// The schema, oldest first. Never edit a released step: add a new one.
-pub const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "notes in listing order, consumed nonces, and the nonce count the capacity bound reads",
-    sql: "
+pub const POSTGRES_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "notes in listing order, consumed nonces, and the nonce count the capacity bound reads",
+        sql: "
         CREATE TABLE notes (
             id TEXT PRIMARY KEY,
             position BIGINT NOT NULL UNIQUE,
@@ -96,7 +97,13 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
         );
         INSERT INTO replay_counter (id, nonce_count) VALUES (1, 0);
     ",
-}];
+    },
+    Migration {
+        version: 2,
+        description: "the expiry the nonces have been pruned through: claims of states that old are refused on any clock",
+        sql: "ALTER TABLE replay_counter ADD COLUMN pruned_through_ms BIGINT NOT NULL DEFAULT 0;",
+    },
+];
 
 /// Parses a connection URL or `key=value` string, refusing what this build cannot honour.
 pub(crate) fn parse_config(text: &str) -> Result<tokio_postgres::Config, String> {
@@ -143,6 +150,8 @@ enum Reservation {
     Inserted,
     AlreadyClaimed(ClaimRecord),
     Full,
+    /// Past the replay window (see [`past_retention`]); the insert is to be rolled back.
+    Expired,
 }
 
 impl PostgresStore {
@@ -273,7 +282,7 @@ impl PostgresStore {
         let record = encode_record(&claim.record);
         for _ in 0..POSTGRES_RESERVE_ATTEMPTS_MAX {
             if let Some(row) = transaction.query_opt(&insert_and_count, &[&claim.nonce, &expires_at_ms, &record]).await.map_err(step)? {
-                return self.within_capacity(transaction, claim, row.get(0)).await;
+                return self.within_capacity(transaction, claim, row.get(0), row.get(1)).await;
             }
             if let Some(row) = transaction.query_opt(&select, &[&claim.nonce]).await.map_err(step)? {
                 return Ok(Reservation::AlreadyClaimed(decode_record(row.get(0))?));
@@ -296,18 +305,28 @@ impl PostgresStore {
         transaction: &impl GenericClient,
         claim: &NonceClaim,
         mut count: i64,
+        pruned_through: i64,
     ) -> Result<Reservation, StoreError> {
         let step = |e: tokio_postgres::Error| self.error(&e);
+        let now_ms = self.clock.now_ms();
+        // Every process judges by its own clock, and the watermark is shared: one whose clock lags can never get
+        // a nonce another process pruned accepted again. (The caller rolls the insert back.)
+        if past_retention(claim.expires_at_ms, now_ms, self.limits.retention_grace_ms, u64::try_from(pruned_through).unwrap_or(0)) {
+            return Ok(Reservation::Expired);
+        }
         let capacity = i64::try_from(self.limits.capacity).unwrap_or(i64::MAX);
         if count > capacity {
-            if let Some(horizon) = prune_horizon_ms(self.clock.now_ms(), self.limits.retention_grace_ms) {
+            if let Some(horizon) = prune_horizon_ms(now_ms, self.limits.retention_grace_ms) {
                 let pruned = transaction
                     .execute("DELETE FROM nonces WHERE expires_at_ms <= $1 AND nonce <> $2", &[&horizon, &claim.nonce])
                     .await
                     .map_err(step)?;
                 let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
                 transaction
-                    .execute("UPDATE replay_counter SET nonce_count = nonce_count - $1 WHERE id = 1", &[&pruned])
+                    .execute(
+                        "UPDATE replay_counter SET nonce_count = nonce_count - $1, pruned_through_ms = GREATEST(pruned_through_ms, $2) WHERE id = 1",
+                        &[&pruned, &horizon],
+                    )
                     .await
                     .map_err(step)?;
                 count -= pruned;
@@ -341,9 +360,9 @@ impl PostgresStore {
         // A failed BEGIN is the cause; the statement then only reports it.
         begun.map_err(step)?;
         let row = claimed.map_err(step)?;
-        let (counted, deleted): (Option<i64>, Option<String>) = (row.get(0), row.get(1));
+        let (counted, deleted, pruned_through): (Option<i64>, Option<String>, Option<i64>) = (row.get(0), row.get(1), row.get(5));
         let reservation = match counted {
-            Some(count) => self.within_capacity(client, claim, count).await?,
+            Some(count) => self.within_capacity(client, claim, count, pruned_through.unwrap_or(0)).await?,
             None => {
                 // A conflict: the nonce is held (this statement waited for its holder to commit), and nothing was
                 // deleted. A new statement sees the committed record.
@@ -360,6 +379,7 @@ impl PostgresStore {
             Reservation::Inserted => {}
             Reservation::AlreadyClaimed(record) => return Ok((ClaimAndDelete::AlreadyClaimed { record }, false)),
             Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
+            Reservation::Expired => return Ok((ClaimAndDelete::Expired, false)),
         }
         let Some(id) = deleted else {
             return Ok((ClaimAndDelete::NoteGone, false));
@@ -379,6 +399,7 @@ impl PostgresStore {
             Reservation::Inserted => {}
             Reservation::AlreadyClaimed(record) => return Ok((ClaimAndDelete::AlreadyClaimed { record }, false)),
             Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
+            Reservation::Expired => return Ok((ClaimAndDelete::Expired, false)),
         }
         let delete = client.prepare_cached(DELETE_NOTE_SQL).await.map_err(|e| self.error(&e))?;
         match client.query_opt(&delete, &[&note_id]).await.map_err(|e| self.error(&e))? {
@@ -508,6 +529,7 @@ impl ReplayStore for PostgresStore {
             Ok(Reservation::Inserted) => Ok((ClaimOutcome::Claimed, true)),
             Ok(Reservation::AlreadyClaimed(record)) => Ok((ClaimOutcome::AlreadyClaimed { record }, false)),
             Ok(Reservation::Full) => Ok((ClaimOutcome::Full, false)),
+            Ok(Reservation::Expired) => Ok((ClaimOutcome::Expired, false)),
             Err(error) => Err(error),
         };
         let commit = matches!(decided, Ok((_, true)));

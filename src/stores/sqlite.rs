@@ -23,7 +23,7 @@ use crate::stores::database::{
     decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability, Migration,
     MigrationReport,
 };
-use crate::stores::memory::ReplayLimits;
+use crate::stores::memory::{past_retention, ReplayLimits};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -44,10 +44,11 @@ pub const SQLITE_BUSY_SLEEP_MAX_US: u64 = 1_000;
 pub const SQLITE_CONNECTIONS_MAX: usize = 8;
 
 /// The schema, oldest first. Never edit a released step: add a new one.
-pub const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "notes in listing order, consumed nonces, and the nonce count the capacity bound reads",
-    sql: "
+pub const SQLITE_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "notes in listing order, consumed nonces, and the nonce count the capacity bound reads",
+        sql: "
         CREATE TABLE notes (
             id TEXT PRIMARY KEY NOT NULL,
             position INTEGER NOT NULL UNIQUE,
@@ -68,7 +69,13 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
         ) STRICT;
         INSERT INTO replay_counter (id, nonce_count) VALUES (1, 0);
     ",
-}];
+    },
+    Migration {
+        version: 2,
+        description: "the expiry the nonces have been pruned through: claims of states that old are refused on any clock",
+        sql: "ALTER TABLE replay_counter ADD COLUMN pruned_through_ms INTEGER NOT NULL DEFAULT 0;",
+    },
+];
 
 /// Both ports and the admin handle over one SQLite file. Cheap to clone; clones share the connection pool.
 #[derive(Clone)]
@@ -122,6 +129,8 @@ enum Reservation {
     Inserted,
     AlreadyClaimed(ClaimRecord),
     Full,
+    /// Past the replay window (see [`past_retention`]); the insert is to be rolled back.
+    Expired,
 }
 
 impl SqliteStore {
@@ -355,16 +364,24 @@ fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limit
             transaction.prepare_cached("SELECT record FROM nonces WHERE nonce = ?1")?.query_row([&claim.nonce], |row| row.get(0))?;
         return Ok(Reservation::AlreadyClaimed(decode_record(&record)?));
     }
-    let mut count: i64 = transaction
-        .prepare_cached("UPDATE replay_counter SET nonce_count = nonce_count + 1 WHERE id = 1 RETURNING nonce_count")?
-        .query_row([], |row| row.get(0))?;
+    let (mut count, pruned_through): (i64, i64) = transaction
+        .prepare_cached("UPDATE replay_counter SET nonce_count = nonce_count + 1 WHERE id = 1 RETURNING nonce_count, pruned_through_ms")?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    // Every process judges by its own clock, and the watermark is shared: one whose clock lags can never get a
+    // nonce another process pruned accepted again. (The caller rolls the insert back.)
+    if past_retention(claim.expires_at_ms, now_ms, limits.retention_grace_ms, u64::try_from(pruned_through).unwrap_or(0)) {
+        return Ok(Reservation::Expired);
+    }
     let capacity = i64::try_from(limits.capacity).unwrap_or(i64::MAX);
     if count > capacity {
         if let Some(horizon) = prune_horizon_ms(now_ms, limits.retention_grace_ms) {
             let pruned =
                 transaction.execute("DELETE FROM nonces WHERE expires_at_ms <= ?1 AND nonce <> ?2", params![horizon, claim.nonce])?;
             let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
-            transaction.execute("UPDATE replay_counter SET nonce_count = nonce_count - ?1 WHERE id = 1", [pruned])?;
+            transaction.execute(
+                "UPDATE replay_counter SET nonce_count = nonce_count - ?1, pruned_through_ms = MAX(pruned_through_ms, ?2) WHERE id = 1",
+                params![pruned, horizon],
+            )?;
             count -= pruned;
         }
         if count > capacity {
@@ -437,6 +454,7 @@ impl ReplayStore for SqliteStore {
                 // Dropping the transaction rolls it back: a refused claim leaves no trace.
                 Reservation::AlreadyClaimed(record) => Ok(ClaimOutcome::AlreadyClaimed { record }),
                 Reservation::Full => Ok(ClaimOutcome::Full),
+                Reservation::Expired => Ok(ClaimOutcome::Expired),
             }
         })
         .await
@@ -452,6 +470,7 @@ impl ReplayStore for SqliteStore {
                 Reservation::Inserted => {}
                 Reservation::AlreadyClaimed(record) => return Ok(ClaimAndDelete::AlreadyClaimed { record }),
                 Reservation::Full => return Ok(ClaimAndDelete::Full),
+                Reservation::Expired => return Ok(ClaimAndDelete::Expired),
             }
             // Each refusal below returns before commit: the transaction rolls back and the nonce is released.
             let Some(note) = read_note(&transaction, &note_id)? else {

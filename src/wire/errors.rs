@@ -44,6 +44,12 @@ pub enum Reason {
     StateExpired,
     /// `requestState` is genuine but its one-time nonce was already used.
     StateConsumed,
+    /// `requestState` is genuine and its confirmation is being carried out right now (another request's claim
+    /// is in flight): retry to learn how it ended. Nothing was done by this request.
+    ClaimInProgress,
+    /// The state expired beyond the replay store's grace by the store's own clock (or the store already pruned
+    /// nonces that old): it cannot tell whether the confirmation was used, so it refuses it. Nothing done.
+    ReplayWindowClosed,
     /// `requestState` is genuine but bound to another principal, method, tool, arguments or phase.
     StateMismatch,
     /// `requestState` without `inputResponses`, or `inputResponses` without `requestState`.
@@ -79,7 +85,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 30] = [
         Reason::MetaInvalid,
         Reason::PayloadTooLarge,
         Reason::ArgumentsInvalid,
@@ -92,6 +98,8 @@ impl Reason {
         Reason::StateSignature,
         Reason::StateExpired,
         Reason::StateConsumed,
+        Reason::ClaimInProgress,
+        Reason::ReplayWindowClosed,
         Reason::StateMismatch,
         Reason::ContinuationUnpaired,
         Reason::ResponseInvalid,
@@ -124,6 +132,8 @@ impl Reason {
             Reason::StateSignature => "state_signature",
             Reason::StateExpired => "state_expired",
             Reason::StateConsumed => "state_consumed",
+            Reason::ClaimInProgress => "claim_in_progress",
+            Reason::ReplayWindowClosed => "replay_window_closed",
             Reason::StateMismatch => "state_mismatch",
             Reason::ContinuationUnpaired => "continuation_unpaired",
             Reason::ResponseInvalid => "response_invalid",

@@ -183,6 +183,55 @@ pub async fn full_store_fails_closed_until_entries_expire(kind: &dyn StoreKind) 
     assert_eq!(store.stores.admin.nonce_record("a").await, Ok(None), "a was pruned");
 }
 
+/// A claim the store can no longer judge is refused, by the store's own clock: its state's expiry plus the grace
+/// has passed (the nonce, had it been used, may already be pruned). A nonce still held answers as held.
+pub async fn claims_past_the_replay_window_are_refused(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let replay = &store.stores.replay;
+    assert_eq!(replay.claim(claim("used", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    store.clock.set(2_100);
+    assert_eq!(replay.claim(claim("late", 2_000, declined())).await, Ok(ClaimOutcome::Expired), "2000 + grace 100 <= 2100");
+    assert_eq!(replay.claim_and_delete(claim("late", 2_000, deleted_record("n1")), "n1", &workspace()).await, Ok(ClaimAndDelete::Expired));
+    assert_eq!(replay.claim(claim("just", 2_001, declined())).await, Ok(ClaimOutcome::Claimed), "2001 + 100 > 2100");
+    assert_eq!(
+        replay.claim(claim("used", 2_000, declined())).await,
+        Ok(ClaimOutcome::AlreadyClaimed { record: declined() }),
+        "a nonce still held says what it did, however late"
+    );
+    assert_eq!(store.ids().await, ["n1", "n2", "n3"], "a refused claim deletes nothing");
+    assert_eq!(store.nonce_count().await, 2, "a refused claim consumes nothing");
+}
+
+/// Once nonces expiring up to some time were pruned, no handle may claim a state expiring by then, whatever
+/// its own clock says: a process whose clock lags cannot get a pruned (used) confirmation accepted again.
+pub async fn pruned_nonces_stay_refused_for_a_lagging_clock(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 1).await;
+    let replay = &store.stores.replay;
+    assert_eq!(
+        replay.claim_and_delete(claim("first", 2_000, deleted_record("n1")), "n1", &workspace()).await,
+        Ok(ClaimAndDelete::Deleted(fixture_notes()[0].clone()))
+    );
+    store.clock.set(2_200);
+    // The only slot holds "first", past its window: claiming another prunes it.
+    assert_eq!(replay.claim(claim("second", 9_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(store.stores.admin.nonce_record("first").await, Ok(None), "first was pruned");
+    // Another handle whose clock is far behind (for databases, another process's connections).
+    let lagging_clock = Arc::new(crate::support::TestClock::at(1_500));
+    let lagging = match &store.spec {
+        StoreSpec::Memory => {
+            store.clock.set(1_500);
+            store.stores.clone()
+        }
+        spec => open_with_durability(spec, lagging_clock, store.limits, store.durability).await.expect("reopen"),
+    };
+    assert_eq!(
+        lagging.replay.claim_and_delete(claim("first", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        Ok(ClaimAndDelete::Expired),
+        "by its own clock the state is unexpired, but the store pruned its nonce: refused"
+    );
+    assert_eq!(store.ids().await, ["n2", "n3"], "one confirmation, one deletion");
+}
+
 pub async fn delete_if_inside_rechecks_the_live_note(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 10).await;
     let notes = &store.stores.notes;
@@ -330,6 +379,8 @@ macro_rules! contract_tests {
             claim_and_delete_consumes_only_when_it_deletes,
             moved_and_prefix_sibling_notes_are_outside,
             full_store_fails_closed_until_entries_expire,
+            claims_past_the_replay_window_are_refused,
+            pruned_nonces_stay_refused_for_a_lagging_clock,
             delete_if_inside_rechecks_the_live_note,
             listing_order_is_stable,
             seed_is_idempotent_and_restores,

@@ -50,6 +50,7 @@ async fn child() {
             Ok(ClaimAndDelete::NoteGone) => "gone".to_string(),
             Ok(ClaimAndDelete::NoteOutsideWorkspace) => "outside".to_string(),
             Ok(ClaimAndDelete::Full) => "full".to_string(),
+            Ok(ClaimAndDelete::Expired) => "expired".to_string(),
             Ok(ClaimAndDelete::AlreadyClaimed { record }) => format!("claimed {}", record.to_json()),
             Err(error) => format!("error {error}"),
         };

@@ -64,31 +64,52 @@ fn clock() -> Arc<TestClock> {
     Arc::new(TestClock::at(contract::START_MS))
 }
 
-const SECOND_STEP: Migration = Migration { version: 2, description: "a later step", sql: "CREATE TABLE later_step (x INTEGER) STRICT;" };
-static WITH_SECOND_STEP: [Migration; 2] = [SQLITE_MIGRATIONS[0], SECOND_STEP];
+/// A step after every real one, standing for a newer mcpsim.
+const NEXT_STEP: Migration = Migration { version: 3, description: "a later step", sql: "CREATE TABLE later_step (x INTEGER) STRICT;" };
+static WITH_NEXT_STEP: [Migration; 3] = [SQLITE_MIGRATIONS[0], SQLITE_MIGRATIONS[1], NEXT_STEP];
 
 #[tokio::test]
 async fn migrations_run_once_and_newer_schemas_are_refused() {
     let directory = TempDir::new();
     let path = directory.path().join("fleet.db");
     let limits = ReplayLimits::default();
-    let (_, first) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
+    // A database written by the first release, with a consumed nonce in it.
+    let (old, first) = SqliteStore::open_with_migrations(&path, clock(), limits, &SQLITE_MIGRATIONS[..1]).await.unwrap();
     assert_eq!(first, MigrationReport { version_before: 0, version_after: 1 });
+    drop(old);
+    {
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        connection
+            .execute("INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ('old', 1, '{\"outcome\":\"declined\"}')", [])
+            .unwrap();
+        connection.execute("UPDATE replay_counter SET nonce_count = 1", []).unwrap();
+    }
+    let (upgraded, current) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
+    assert_eq!(current, MigrationReport { version_before: 1, version_after: 2 }, "only the new step runs");
+    assert_eq!(upgraded.nonce_count().await, Ok(1), "the data of step 1 is untouched");
+    assert_eq!(upgraded.claim(claim_at("new", u64::MAX >> 12)).await, Ok(ClaimOutcome::Claimed), "the upgraded schema takes claims");
     let (_, again) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(again, MigrationReport { version_before: 1, version_after: 1 }, "a restart applies nothing");
-    let (upgraded, later) = SqliteStore::open_with_migrations(&path, clock(), limits, &WITH_SECOND_STEP).await.unwrap();
-    assert_eq!(later, MigrationReport { version_before: 1, version_after: 2 }, "only the new step runs");
-    assert_eq!(upgraded.nonce_count().await, Ok(0), "the data of step 1 is untouched");
+    assert_eq!(again, MigrationReport { version_before: 2, version_after: 2 }, "a restart applies nothing");
+    let (_, later) = SqliteStore::open_with_migrations(&path, clock(), limits, &WITH_NEXT_STEP).await.unwrap();
+    assert_eq!(later, MigrationReport { version_before: 2, version_after: 3 });
     let versions: Vec<(i64, String)> = {
         let connection = rusqlite::Connection::open(&path).unwrap();
         let mut statement = connection.prepare("SELECT version, description FROM schema_version ORDER BY version").unwrap();
         statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
     };
-    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3]);
     let Err(StoreError::Unavailable(refusal)) = SqliteStore::open(&path, clock(), limits).await else {
         panic!("an older mcpsim must refuse a newer schema");
     };
-    assert!(refusal.contains("version 2") && refusal.contains("upgrade mcpsim"), "{refusal}");
+    assert!(refusal.contains("version 3") && refusal.contains("upgrade mcpsim"), "{refusal}");
+}
+
+fn claim_at(nonce: &str, expires_at_ms: u64) -> mcpsim::framework::ports::NonceClaim {
+    mcpsim::framework::ports::NonceClaim {
+        nonce: nonce.into(),
+        expires_at_ms,
+        record: mcpsim::framework::ports::ClaimRecord::Declined { tool: None },
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,23 +1,21 @@
-//! **Capabilities** (GUARANTEES.md §4.7): a form is only ever sent in answer to a request that declared form elicitation itself
-//! (an empty `elicitation` object means form, for older clients); nothing declared earlier counts.
+//! **Capabilities** (GUARANTEES.md §4.7): a form is only ever sent in answer to a request that declared form
+//! elicitation itself (an empty `elicitation` object means form, for older clients); nothing declared earlier
+//! counts.
 
 use super::*;
 
-/// **Capabilities**: a form is only ever sent in answer to a request that declared form elicitation
-/// itself (an empty `elicitation` object means form, for older clients); nothing declared earlier counts.
-pub(super) fn capabilities(history: &History, violations: &mut Vec<Violation>) {
+pub(super) fn capabilities(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
+    let history = reading.history;
     for operation in &history.operations {
         let Some(value) = operation.response() else { continue };
-        let Some(requests) = at(value, &["result", "inputRequests"]).and_then(Value::as_object) else { continue };
-        let asks_form = requests.values().any(|request| at(request, &["params", "mode"]).and_then(Value::as_str) == Some("form"));
+        let Some(requests) = reading::at(value, &["result", "inputRequests"]).and_then(Value::as_object) else { continue };
+        let asks_form = requests.values().any(|request| reading::text(request, &["params", "mode"]) == Some("form"));
         if !asks_form {
             continue;
         }
         let declared = operation
             .params()
-            .and_then(|params| params.get("_meta"))
-            .and_then(|meta| meta.get("io.modelcontextprotocol/clientCapabilities"))
-            .and_then(|capabilities| capabilities.get("elicitation"))
+            .and_then(|params| reading::at(params, &["_meta", "io.modelcontextprotocol/clientCapabilities", "elicitation"]))
             .and_then(Value::as_object)
             .is_some_and(|elicitation| elicitation.is_empty() || elicitation.get("form").is_some_and(Value::is_object));
         if !declared {

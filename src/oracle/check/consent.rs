@@ -1,72 +1,80 @@
-//! **Consent** (GUARANTEES.md §4.2): every deleted note was deleted on behalf of a request that accepted (with
-//! `confirm: true`) exactly that note, carrying a state sealed for that principal, tool and exact arguments,
-//! whose candidates include the note and which a server had shown to that principal.
+//! **Consent** (GUARANTEES.md §4.2): nothing is deleted or exported without a validated `accept` bound to that
+//! principal, tool and exact arguments, and (for a deletion) to a candidate a server showed that principal.
+//!
+//! Judged from what was observed, not from inside the state: the request that mutated must have answered
+//! `accept` with `confirm: true` (and the deleted note's id) to the question its state asked, and that very
+//! state must have been issued by a server to the same principal, in answer to a call of the same tool with
+//! the same arguments, with a form that offered the note. A state nobody issued — tampered, forged, re-sealed —
+//! consents to nothing.
 
 use super::*;
 
-pub(super) fn consent(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
-    // Which answers carried which state: where each state was shown, and to whom.
-    let mut issued: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
-    for operation in &history.operations {
-        if let Some(state) = operation.response().and_then(|r| at(r, &["result", "requestState"])).and_then(Value::as_str) {
-            issued.entry(state).or_default().push(operation);
-        }
-    }
-    for effect in &history.effects {
-        let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
+pub(super) fn consent(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
+    let history = reading.history;
+    for (effect, mutation) in mutations(history) {
+        let what = match &mutation {
+            Mutation::Deleted { note_id, .. } => format!("{note_id} was deleted"),
+            Mutation::Exported(export) => format!("{} was exported", export.note_ids.join(", ")),
+        };
         let mut fail = |why: String| {
             violations.push(Violation {
                 property: Property::Consent,
-                message: format!("{} was deleted for {} without consent: {why}", note.id, label(history, effect.operation)),
+                message: format!("{what} for {} without consent: {why}", label(history, effect.operation)),
             })
         };
-        let Some(operation) = effect.operation.map(|id| &history.operations[id.0]) else {
+        let Some(id) = effect.operation else {
             fail("no client request caused it".into());
             continue;
         };
+        let operation = reading.operation(id);
         let Some(params) = operation.params() else {
             fail("the request had no params".into());
             continue;
         };
-        if params.get("name").and_then(Value::as_str) != Some(TOOL_NOTES_DELETE) {
-            fail("the request was not a notes_delete call".into());
-            continue;
-        }
-        let answer = params.get("inputResponses").and_then(Value::as_object).filter(|r| r.len() == 1).and_then(|r| r.values().next());
-        let accepted = answer.is_some_and(|a| {
-            a.get("action").and_then(Value::as_str) == Some("accept")
-                && at(a, &["content", "confirm"]) == Some(&Value::Bool(true))
-                && at(a, &["content", "note_id"]).and_then(Value::as_str) == Some(note.id.as_str())
+        let accepted = reading.answer(id).is_some_and(|answer| {
+            answer.get("action").and_then(Value::as_str) == Some("accept")
+                && reading::at(&Value::Object(answer.clone()), &["content", "confirm"]) == Some(&Value::Bool(true))
+                && match &mutation {
+                    Mutation::Deleted { note_id, .. } => {
+                        reading::text(&Value::Object(answer.clone()), &["content", "note_id"]) == Some(*note_id)
+                    }
+                    Mutation::Exported(_) => true,
+                }
         });
         if !accepted {
-            fail("the request did not accept this note with confirm: true".into());
+            let which = match &mutation {
+                Mutation::Deleted { .. } => "this note",
+                Mutation::Exported(_) => "this export",
+            };
+            fail(format!("the request did not accept {which} with confirm: true"));
             continue;
         }
-        let Some(state) = params.get("requestState").and_then(Value::as_str) else {
+        let Some(continuation) = reading.continuation(id) else {
             fail("the request carried no requestState".into());
             continue;
         };
-        let Some(claims) = &sent[operation.id.0] else {
-            fail("its requestState is unreadable".into());
-            continue;
-        };
-        let arguments_digest = params.get("arguments").map(digest_hex).unwrap_or_default();
-        let bound = claims.principal == operation.principal
-            && claims.tool == TOOL_NOTES_DELETE
-            && claims.arguments_digest == arguments_digest
-            && claims.candidates.contains(&note.id);
-        if !bound {
-            fail(format!(
-                "its state is not bound to this principal ({}), tool, exact arguments and a candidate set holding the note",
-                operation.principal
-            ));
+        let issues = reading.issues(continuation.token);
+        if issues.is_empty() {
+            fail("no server ever issued the requestState it carried".into());
             continue;
         }
-        let shown = issued.get(state).is_some_and(|answers| {
-            answers.iter().any(|earlier| earlier.principal == operation.principal && offered_ids(earlier).iter().any(|id| id == &note.id))
+        let tool = params.get("name").and_then(Value::as_str);
+        let arguments = params.get("arguments");
+        let bound = issues.iter().any(|issue| {
+            issue.principal == operation.principal
+                && issue.tool.as_deref() == tool
+                && issue.arguments.as_ref() == arguments
+                && match &mutation {
+                    Mutation::Deleted { note_id, .. } => issue.offered.iter().any(|offered| offered == note_id),
+                    Mutation::Exported(_) => true,
+                }
         });
-        if !shown {
-            fail("no server ever showed this principal a form offering it with this state".into());
+        if !bound {
+            fail(format!(
+                "its state was never issued to {} for this tool with these exact arguments{}",
+                operation.principal,
+                if matches!(mutation, Mutation::Deleted { .. }) { " and a form offering the note" } else { "" }
+            ));
         }
     }
 }

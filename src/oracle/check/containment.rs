@@ -1,46 +1,82 @@
-//! **Containment** (GUARANTEES.md §4.3): every deleted note, every note offered in a form and every resource
-//! listed or read lies inside a workspace the principal was authorized for at that moment.
+//! **Containment** (GUARANTEES.md §4.3): nothing outside a workspace the principal was authorized for at that
+//! moment is read, shown or mutated.
+//!
+//! Judged with the oracle's own URI model and grants: every deleted note, every exported note, and every note
+//! URI any answer shows (in a form, a resource listing or read, a tool result, an error message) must lie
+//! inside one of the principal's workspaces as of that delivery. What an answer discloses is read from the
+//! answer itself: an id is not a location, so a form that says a candidate is "no longer in this workspace"
+//! discloses nothing about where it went, and echoing a URI the request itself sent discloses nothing either.
 
 use super::*;
+use crate::framework::ports::Note;
 
-pub(super) fn containment(history: &History, violations: &mut Vec<Violation>) {
+pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
+    let history = reading.history;
+    // Every note location known so far, in the order the world revealed them (the start, then each listing).
+    let mut known: Vec<(usize, &Note)> = history.initial_notes.iter().map(|note| (0, note)).collect();
     for effect in &history.effects {
-        let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
-        let Some(operation) = effect.operation.map(|id| &history.operations[id.0]) else { continue };
-        if !inside(&authorizations_at(history, effect.delivery), &operation.principal, &note.uri) {
+        if let EffectKind::NotesListed { notes } = &effect.kind {
+            known.extend(notes.iter().map(|note| (effect.delivery, note)));
+        }
+    }
+    let location_at = |note_id: &str, delivery: usize| -> Option<&str> {
+        known.iter().rev().find(|(at, note)| *at <= delivery && note.id == note_id).map(|(_, note)| note.uri.as_str())
+    };
+    for (effect, mutation) in mutations(history) {
+        let Some(operation) = effect.operation.map(|id| reading.operation(id)) else { continue };
+        let grants = grants_at(history, effect.delivery);
+        let outside: Vec<String> = match &mutation {
+            Mutation::Deleted { note_id, uri } => {
+                if grants.may_access(&operation.principal, uri) {
+                    Vec::new()
+                } else {
+                    vec![format!("{note_id} ({uri})")]
+                }
+            }
+            Mutation::Exported(export) => export
+                .note_ids
+                .iter()
+                .filter_map(|id| match location_at(id, effect.delivery) {
+                    Some(uri) if grants.may_access(&operation.principal, uri) => None,
+                    Some(uri) => Some(format!("{id} ({uri})")),
+                    None => Some(format!("{id} (a note the world never showed)")),
+                })
+                .collect(),
+        };
+        for note in outside {
+            let verb = if matches!(mutation, Mutation::Deleted { .. }) { "deleted" } else { "exported" };
             violations.push(Violation {
                 property: Property::Containment,
                 message: format!(
-                    "{} ({}) was deleted for {}, outside every workspace {} may use",
-                    note.id,
-                    note.uri,
+                    "{note} was {verb} for {}, outside every workspace {} may use",
                     label(history, effect.operation),
                     operation.principal
                 ),
             });
         }
     }
+    // What each answer shows: any known note location it names.
+    let mut uris: Vec<&str> = known.iter().map(|(_, note)| note.uri.as_str()).collect();
+    uris.sort_unstable();
+    uris.dedup();
     for operation in &history.operations {
-        let Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
-        let authorizations = authorizations_at(history, *delivery);
-        let mut exposed: Vec<String> = Vec::new();
-        for key in ["resources", "contents"] {
-            if let Some(items) = at(value, &["result", key]).and_then(Value::as_array) {
-                exposed.extend(items.iter().filter_map(|item| item.get("uri").and_then(Value::as_str)).map(str::to_string));
-            }
+        let super::super::history::Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
+        let strings = reading::strings(value);
+        // Echoing what the client itself sent discloses nothing.
+        let sent = operation.request_value.as_deref().map(reading::strings).unwrap_or_default();
+        let shown: Vec<&str> = uris
+            .iter()
+            .copied()
+            .filter(|uri| {
+                strings.iter().any(|text| reading::shows_uri(text, uri)) && !sent.iter().any(|text| reading::shows_uri(text, uri))
+            })
+            .collect();
+        if shown.is_empty() {
+            continue;
         }
-        let offered = offered_ids(operation);
-        if !offered.is_empty() {
-            let listed = history.effects.iter().rev().find_map(|e| match &e.kind {
-                EffectKind::NotesListed { notes } if e.operation == Some(operation.id) => Some(notes),
-                _ => None,
-            });
-            if let Some(notes) = listed {
-                exposed.extend(offered.iter().filter_map(|id| notes.iter().find(|n| &n.id == id)).map(|n| n.uri.clone()));
-            }
-        }
-        for uri in exposed {
-            if !inside(&authorizations, &operation.principal, &uri) {
+        let grants = grants_at(history, *delivery);
+        for uri in shown {
+            if !grants.may_access(&operation.principal, uri) {
                 violations.push(Violation {
                     property: Property::Containment,
                     message: format!(

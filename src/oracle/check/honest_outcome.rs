@@ -1,87 +1,104 @@
-//! **Honest outcome** (GUARANTEES.md §4.8): an answer that reports a deletion (directly, or as the `previousOutcome` of a used
-//! confirmation) matches a deletion made under that confirmation; a used confirmation's refusal reports the
-//! deletion it made (the recovery rule: a client that lost its answer learns it by retrying); and an answer
-//! that reports an export names one the backend recorded, for that principal, of those notes.
+//! **Honest outcome** (GUARANTEES.md §4.8): what an answer says its confirmation did is what happened.
+//!
+//! * An answer that reports a deletion (directly, or as the `previousOutcome` of a used confirmation) matches a
+//!   deletion made under that confirmation; one that reports an export names an export the backend made, for
+//!   that principal, to that destination, of those notes.
+//! * A used confirmation's refusal (`state_consumed`) reports what it did — the recovery rule: a client that
+//!   lost its answer learns it by retrying — and never calls a claim still in flight "already used" (that is
+//!   `claim_in_progress`: the claim may yet be released, or may yet delete).
+//! * No answer denies a use that happened: once a confirmation has mutated something, an answer about it that
+//!   says it was not used (`note_gone`, `note_outside_workspace`) or that it was declined is false.
 
 use super::*;
 
-/// An answer saying an export happened must name one the backend recorded: the same id, principal,
-/// destination and notes (a retry of the same confirmation is told the first export, never a second).
-pub(super) fn honest_exports(history: &History, violations: &mut Vec<Violation>) {
+pub(super) fn honest_outcome(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
+    let history = reading.history;
+    let by_confirmation = mutations_by_confirmation(reading);
+    let exports: Vec<&Export> = mutations(history)
+        .into_iter()
+        .filter_map(|(_, mutation)| if let Mutation::Exported(export) = mutation { Some(export) } else { None })
+        .collect();
     for operation in &history.operations {
+        // A copy the network made is answered to nobody; what the client hears is what counts.
         if history.is_duplicate(operation.id) {
             continue;
         }
-        let Some(content) = operation.response().and_then(|r| at(r, &["result", "structuredContent"])) else { continue };
-        if content.get("exported") != Some(&Value::Bool(true)) {
-            continue;
-        }
-        let id = content.get("exportId").and_then(Value::as_str).unwrap_or("");
-        let recorded = history.exports.iter().find(|record| record.export_id == id);
-        let matches = recorded.is_some_and(|record| {
-            record.principal == operation.principal
-                && content.get("destination").and_then(Value::as_str) == Some(record.destination.as_str())
-                && content
-                    .get("noteIds")
-                    .and_then(Value::as_array)
-                    .is_some_and(|ids| ids.iter().map(Value::as_str).eq(record.note_ids.iter().map(|n| Some(n.as_str()))))
-        });
-        if !matches {
-            let actual = match recorded {
-                None => "the backend recorded no such export".to_string(),
-                Some(record) => {
-                    format!("the backend recorded it for {} to {} of {}", record.principal, record.destination, record.note_ids.join(", "))
-                }
-            };
-            violations.push(Violation {
-                property: Property::HonestOutcome,
-                message: format!("{} was told {} happened ({}), but {actual}", label(history, Some(operation.id)), id, preview(content)),
-            });
-        }
-    }
-}
-
-pub(super) fn honest_outcome(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
-    honest_exports(history, violations);
-    let deleted = deleted_by_confirmation(history, sent);
-    for operation in &history.operations {
-        // A copy the network made is answered to nobody; what the client hears is what counts.
-        if history.is_duplicate(operation.id)
-            || operation.params().and_then(|p| p.get("name")).and_then(Value::as_str) != Some(TOOL_NOTES_DELETE)
-        {
-            continue;
-        }
-        let (Some(response), Some(nonce)) = (operation.response(), confirmation_nonce(sent, operation.id)) else { continue };
-        let made = deleted.get(nonce).map(Vec::as_slice).unwrap_or_default();
+        let super::super::history::Outcome::Answered { value: response, delivery, .. } = &operation.outcome else { continue };
         let mut fail = |why: String| {
             violations
                 .push(Violation { property: Property::HonestOutcome, message: format!("{} {why}", label(history, Some(operation.id))) })
         };
-        match reported(response) {
+        let report = reported(response);
+        if let Some(Reported::Export(Some(id))) = report {
+            let content = reading::at(response, &["result", "structuredContent"]);
+            let recorded = exports.iter().find(|export| export.export_id == id);
+            let matches = recorded.is_some_and(|export| {
+                export.principal == operation.principal
+                    && content.and_then(|c| c.get("destination")).and_then(Value::as_str) == Some(export.destination.as_str())
+                    && content
+                        .and_then(|c| c.get("noteIds"))
+                        .and_then(Value::as_array)
+                        .is_some_and(|ids| ids.iter().map(Value::as_str).eq(export.note_ids.iter().map(|n| Some(n.as_str()))))
+            });
+            if !matches {
+                let actual = match recorded {
+                    None => "the backend made no such export".to_string(),
+                    Some(export) => {
+                        format!("the backend made it for {} to {} of {}", export.principal, export.destination, export.note_ids.join(", "))
+                    }
+                };
+                fail(format!("was told {id} happened ({}), but {actual}", content.map(show).unwrap_or_default()));
+            }
+            continue;
+        }
+        let Some(confirmation) = reading.confirmation(operation.id) else { continue };
+        let made = by_confirmation.get(confirmation).map(Vec::as_slice).unwrap_or_default();
+        let shown = confirmation.trim_start_matches("state ");
+        let deleted_ids = |until: usize| -> Vec<&str> {
+            made.iter()
+                .filter(|m| m.delivery <= until)
+                .filter_map(|m| if let Mutation::Deleted { note_id, .. } = m.mutation { Some(note_id) } else { None })
+                .collect()
+        };
+        match report {
             Some(Reported::Deletion(note)) => {
+                let deleted = deleted_ids(usize::MAX);
                 let matches = match note {
-                    Some(note) => made.contains(&note),
-                    None => !made.is_empty(),
+                    Some(note) => deleted.contains(&note),
+                    None => !deleted.is_empty(),
                 };
                 if !matches {
-                    let note = note.unwrap_or("a note");
-                    let actual = if made.is_empty() {
+                    let actual = if deleted.is_empty() {
                         "nothing was deleted under it".to_string()
                     } else {
-                        format!("it deleted {}", made.join(", "))
+                        format!("it deleted {}", deleted.join(", "))
                     };
-                    fail(format!("was told {note} was deleted under confirmation {nonce}, but {actual}"));
+                    fail(format!("was told {} was deleted under confirmation {shown}, but {actual}", note.unwrap_or("a note")));
                 }
             }
-            Some(Reported::Consumed(previous)) if !made.is_empty() => {
-                let still_pending = previous.and_then(|p| p.get("outcome")).and_then(Value::as_str) == Some("in_progress");
-                // Pending is a true answer while the claim is in flight; only a retrying client must get past it.
-                if !still_pending {
-                    let said = previous.map(preview).unwrap_or_else(|| "no previous outcome".into());
-                    fail(format!("was refused a used confirmation ({nonce}) with {said}, but it had deleted {}", made.join(", ")));
+            Some(Reported::Consumed(previous)) => {
+                let outcome = previous.and_then(|p| p.get("outcome")).and_then(Value::as_str);
+                if outcome == Some("in_progress") {
+                    fail(format!(
+                        "was told confirmation {shown} was already used while its claim was still in progress (that is claim_in_progress: it may yet be released)"
+                    ));
+                } else if let Some(first) = made.iter().find(|m| m.delivery < *delivery) {
+                    let said = previous.map(show).unwrap_or_else(|| "no previous outcome".into());
+                    let fits = matches!(
+                        (&first.mutation, outcome),
+                        (Mutation::Deleted { .. }, Some("deleted")) | (Mutation::Exported(_), Some("confirmed" | "exported"))
+                    );
+                    if !fits {
+                        fail(format!("was refused a used confirmation ({shown}) with {said}, but it had {}", first.mutation.describe()));
+                    }
                 }
             }
-            _ => {}
+            Some(Reported::Unused(what)) => {
+                if let Some(first) = made.iter().find(|m| m.delivery < *delivery) {
+                    fail(format!("was told {what} about confirmation {shown}, which had already {}", first.mutation.describe()));
+                }
+            }
+            Some(Reported::InProgress) | Some(Reported::Export(_)) | None => {}
         }
     }
 }

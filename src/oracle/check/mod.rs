@@ -5,18 +5,10 @@
 //! judged by the simulator's runner, which plays the scenario a second time with rounds rerouted; the
 //! determinism of §4.6 by the tests that replay a run and compare its bytes.
 
-use crate::oracle::history::{Attempt, Effect, EffectKind, History, Operation, Outcome};
-use crate::policy::authorization::Authorizations;
-use crate::policy::containment::FileUri;
-use crate::policy::state::StateClaims;
-use crate::scenario::template::{at, preview};
-use crate::servers::notes::TOOL_NOTES_DELETE;
-use crate::sim::engine::message::OperationId;
-use crate::wire::canonical::digest_hex;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
+use super::history::{Attempt, Effect, EffectKind, Export, History, OperationId};
+use super::reading::{self, Reading};
+use crate::scenario::template::preview;
 use serde_json::Value;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 mod at_most_once;
@@ -82,75 +74,112 @@ pub struct Violation {
     pub message: String,
 }
 
-/// Reads a sealed state's claims without verifying it (the checker is an omniscient observer, not a server).
-pub(crate) fn peek_claims(state: &str) -> Option<StateClaims> {
-    let payload = state.split('.').nth(2)?;
-    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
-}
-
 /// Every safety property violated by this history (empty when all hold).
 pub fn check_properties(history: &History) -> Vec<Violation> {
-    // The claims of the state each operation sent back, read once.
-    let sent: Vec<Option<StateClaims>> = history
-        .operations
-        .iter()
-        .map(|op| op.params().and_then(|p| p.get("requestState")).and_then(Value::as_str).and_then(peek_claims))
-        .collect();
+    let reading = Reading::new(history);
     let mut violations = Vec::new();
-    at_most_once::at_most_once(history, &sent, &mut violations);
-    consent::consent(history, &sent, &mut violations);
-    containment::containment(history, &mut violations);
-    refusal::refusal(history, &sent, &mut violations);
-    capabilities::capabilities(history, &mut violations);
-    honest_outcome::honest_outcome(history, &sent, &mut violations);
+    at_most_once::at_most_once(&reading, &mut violations);
+    consent::consent(&reading, &mut violations);
+    containment::containment(&reading, &mut violations);
+    refusal::refusal(&reading, &mut violations);
+    capabilities::capabilities(&reading, &mut violations);
+    honest_outcome::honest_outcome(&reading, &mut violations);
     if history.clients_retry {
-        liveness::liveness(history, &mut violations);
+        liveness::liveness(&reading, &mut violations);
     }
     violations
 }
 
-/// The notes deleted under each confirmation (by the nonce inside the state the deleting request sent).
-fn deleted_by_confirmation<'h>(history: &'h History, sent: &'h [Option<StateClaims>]) -> BTreeMap<&'h str, Vec<&'h str>> {
-    let mut deleted: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for effect in &history.effects {
-        if let EffectKind::NoteDeleted { note, .. } = &effect.kind {
-            if let Some(nonce) = effect.operation.and_then(|id| confirmation_nonce(sent, id)) {
-                deleted.entry(nonce).or_default().push(note.id.as_str());
-            }
+/// What the world changed that anyone outside could see: a deleted note or an export.
+pub(crate) enum Mutation<'h> {
+    Deleted { note_id: &'h str, uri: &'h str },
+    Exported(&'h Export),
+}
+
+impl Mutation<'_> {
+    fn describe(&self) -> String {
+        match self {
+            Mutation::Deleted { note_id, .. } => format!("deleted {note_id}"),
+            Mutation::Exported(export) => format!("exported {} ({})", export.note_ids.join(", "), export.export_id),
         }
     }
-    deleted
 }
 
-/// What an answer to a notes_delete says its confirmation did: `Some(note)` if it reports a deletion,
-/// `None` if it reports none. Only answers that report an outcome at all are returned.
-enum Reported<'v> {
+/// Every mutation, with the effect that records it.
+pub(crate) fn mutations(history: &History) -> Vec<(&Effect, Mutation<'_>)> {
+    history
+        .effects
+        .iter()
+        .filter_map(|effect| match &effect.kind {
+            EffectKind::NoteDeleted { note, .. } => Some((effect, Mutation::Deleted { note_id: &note.id, uri: &note.uri })),
+            EffectKind::Exported(export) => Some((effect, Mutation::Exported(export))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One mutation as attributed to a confirmation.
+pub(crate) struct Made<'h> {
+    pub delivery: usize,
+    pub operation: Option<OperationId>,
+    pub mutation: Mutation<'h>,
+}
+
+/// The mutations made under each confirmation (by the requests that continued it), in order.
+pub(crate) fn mutations_by_confirmation<'r>(reading: &'r Reading<'_>) -> BTreeMap<&'r str, Vec<Made<'r>>> {
+    let mut made: BTreeMap<&str, Vec<Made<'_>>> = BTreeMap::new();
+    for (effect, mutation) in mutations(reading.history) {
+        if let Some(confirmation) = effect.operation.and_then(|id| reading.confirmation(id)) {
+            made.entry(confirmation).or_default().push(Made { delivery: effect.delivery, operation: effect.operation, mutation });
+        }
+    }
+    made
+}
+
+/// What an answer says its confirmation did, read from the answer alone.
+pub(crate) enum Reported<'v> {
     /// "deleted" (the note id, when the answer names one).
     Deletion(Option<&'v str>),
-    /// A used confirmation, with the outcome it recorded (absent when the server did not say).
+    /// "exported" (the export id, when named).
+    Export(Option<&'v str>),
+    /// `state_consumed`, with the outcome it reports (absent when the server did not say).
     Consumed(Option<&'v Value>),
+    /// `claim_in_progress`: someone else's claim of it is being carried out.
+    InProgress,
+    /// The confirmation was not used by this answer and may still be (`note_gone`, `note_outside_workspace`),
+    /// or was used by it without effect (`declined`).
+    Unused(&'v str),
 }
 
-fn reported(response: &Value) -> Option<Reported<'_>> {
-    if let Some(content) = at(response, &["result", "structuredContent"]) {
+pub(crate) fn reported(response: &Value) -> Option<Reported<'_>> {
+    if let Some(content) = reading::at(response, &["result", "structuredContent"]) {
         if content.get("deleted") == Some(&Value::Bool(true)) {
             return Some(Reported::Deletion(content.get("noteId").and_then(Value::as_str)));
         }
-        return None;
-    }
-    let data = at(response, &["error", "data"])?;
-    if data.get("reason").and_then(Value::as_str) != Some("state_consumed") {
-        return None;
-    }
-    match data.get("previousOutcome") {
-        Some(previous) if previous.get("outcome").and_then(Value::as_str) == Some("deleted") => {
-            Some(Reported::Deletion(previous.get("noteId").and_then(Value::as_str)))
+        if content.get("exported") == Some(&Value::Bool(true)) {
+            return Some(Reported::Export(content.get("exportId").and_then(Value::as_str)));
         }
-        previous => Some(Reported::Consumed(previous)),
+        if content.get("outcome").and_then(Value::as_str) == Some("declined") {
+            return Some(Reported::Unused("declined"));
+        }
+        return None;
+    }
+    match reading::reason(response)? {
+        reading::STATE_CONSUMED => {
+            let previous = reading::at(response, &["error", "data", "previousOutcome"]);
+            match previous.and_then(|p| p.get("outcome")).and_then(Value::as_str) {
+                Some("deleted") => Some(Reported::Deletion(previous.and_then(|p| p.get("noteId")).and_then(Value::as_str))),
+                _ => Some(Reported::Consumed(previous)),
+            }
+        }
+        reading::CLAIM_IN_PROGRESS => Some(Reported::InProgress),
+        reason @ (reading::NOTE_GONE | reading::NOTE_OUTSIDE_WORKSPACE) => Some(Reported::Unused(reason)),
+        _ => None,
     }
 }
 
-fn label(history: &History, operation: Option<OperationId>) -> String {
+/// `alice's request id 3 to i2 (retry 1)`.
+pub(crate) fn label(history: &History, operation: Option<OperationId>) -> String {
     match operation {
         Some(id) => {
             let op = &history.operations[id.0];
@@ -166,43 +195,19 @@ fn label(history: &History, operation: Option<OperationId>) -> String {
     }
 }
 
-/// The nonce of the confirmation an operation answered: read from the state it sent, as an observer would.
-fn confirmation_nonce(sent: &[Option<StateClaims>], operation: OperationId) -> Option<&str> {
-    sent[operation.0].as_ref().map(|claims| claims.nonce.as_str())
-}
-
-/// The note ids a form in this operation's response offered.
-fn offered_ids(operation: &Operation) -> Vec<String> {
-    let Some(requests) = operation.response().and_then(|r| at(r, &["result", "inputRequests"])).and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    requests
-        .values()
-        .filter_map(|request| at(request, &["params", "requestedSchema", "properties", "note_id", "enum"]).and_then(Value::as_array))
-        .flatten()
-        .filter_map(|id| id.as_str().map(str::to_string))
-        .collect()
-}
-
-/// Authorizations as they were when `delivery` happened (revocations made after an earlier delivery apply).
-fn authorizations_at(history: &History, delivery: usize) -> Cow<'_, Authorizations> {
-    let revoked = |e: &Effect| matches!(e.kind, EffectKind::Revoked { .. }) && e.delivery < delivery;
-    if !history.effects.iter().any(revoked) {
-        return Cow::Borrowed(&history.initial_authorizations);
-    }
-    let mut authorizations = history.initial_authorizations.clone();
+/// The grants as they were when `delivery` happened (revocations made after an earlier delivery apply).
+pub(crate) fn grants_at(history: &History, delivery: usize) -> super::grants::Grants {
+    let mut grants = history.initial_grants.clone();
     for effect in &history.effects {
         if let EffectKind::Revoked { principal, workspace } = &effect.kind {
             if effect.delivery < delivery {
-                if let Ok(root) = FileUri::parse(workspace) {
-                    authorizations.revoke(principal, &root);
-                }
+                grants.revoke(principal, workspace);
             }
         }
     }
-    Cow::Owned(authorizations)
+    grants
 }
 
-fn inside(authorizations: &Authorizations, principal: &str, uri: &str) -> bool {
-    FileUri::parse(uri).is_ok_and(|uri| authorizations.may_access(principal, &uri))
+pub(crate) fn show(value: &Value) -> String {
+    preview(value)
 }

@@ -1,12 +1,14 @@
-//! **Refusal** (GUARANTEES.md §4.4): a decline or a cancel deletes nothing and is never answered with another
-//! form; a cancel consumes nothing; once a decline is acknowledged, nothing is ever deleted under that
-//! confirmation.
+//! **Refusal** (GUARANTEES.md §4.4): a decline or a cancel mutates nothing and is never answered with another
+//! form, nor as a deletion or an export; a cancel consumes nothing; once a decline is acknowledged, nothing is
+//! ever mutated under that confirmation.
 
 use super::*;
 
-pub(super) fn refusal(history: &History, sent: &[Option<StateClaims>], violations: &mut Vec<Violation>) {
+pub(super) fn refusal(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
+    let history = reading.history;
+    let by_confirmation = mutations_by_confirmation(reading);
     for operation in &history.operations {
-        let Some(action) = operation.answer_action() else { continue };
+        let Some(action) = reading.action(operation.id) else { continue };
         if action != "decline" && action != "cancel" {
             continue;
         }
@@ -14,6 +16,7 @@ pub(super) fn refusal(history: &History, sent: &[Option<StateClaims>], violation
         for effect in history.effects.iter().filter(|e| e.operation == Some(operation.id)) {
             let broken = match &effect.kind {
                 EffectKind::NoteDeleted { note, .. } => Some(format!("a {action} deleted {}", note.id)),
+                EffectKind::Exported(export) => Some(format!("a {action} exported {} ({})", export.note_ids.join(", "), export.export_id)),
                 EffectKind::NonceConsumed { nonce, .. } if action == "cancel" => Some(format!("a cancel consumed nonce {nonce}")),
                 _ => None,
             };
@@ -22,30 +25,31 @@ pub(super) fn refusal(history: &History, sent: &[Option<StateClaims>], violation
             }
         }
         let Some(response) = operation.response() else { continue };
-        if at(response, &["result", "resultType"]).and_then(Value::as_str) == Some("input_required") {
+        if reading::text(response, &["result", "resultType"]) == Some("input_required") {
             violations
                 .push(Violation { property: Property::Refusal, message: format!("a {action} was answered with another form ({who})") });
         }
-        if at(response, &["result", "structuredContent", "deleted"]) == Some(&Value::Bool(true)) {
-            violations.push(Violation { property: Property::Refusal, message: format!("a {action} was answered deleted: true ({who})") });
-        }
-        // A decline the server acknowledged ends the flow: nothing may be deleted under that confirmation later.
-        let acknowledged = at(response, &["result", "structuredContent", "outcome"]).and_then(Value::as_str) == Some("declined");
-        if let (true, Some(declined)) = (acknowledged, confirmation_nonce(sent, operation.id)) {
-            for effect in &history.effects {
-                let EffectKind::NoteDeleted { note, .. } = &effect.kind else { continue };
-                let later = effect.operation.and_then(|id| confirmation_nonce(sent, id));
-                if later == Some(declined) {
-                    violations.push(Violation {
-                        property: Property::Refusal,
-                        message: format!(
-                            "{} was deleted for {} under a confirmation declined by {who}",
-                            note.id,
-                            label(history, effect.operation)
-                        ),
-                    });
-                }
+        for (field, said) in [("deleted", "deleted: true"), ("exported", "exported: true")] {
+            if reading::at(response, &["result", "structuredContent", field]) == Some(&Value::Bool(true)) {
+                violations.push(Violation { property: Property::Refusal, message: format!("a {action} was answered {said} ({who})") });
             }
+        }
+        // A decline the server acknowledged ends the flow: nothing may be mutated under that confirmation later.
+        let acknowledged = reading::text(response, &["result", "structuredContent", "outcome"]) == Some("declined");
+        let (true, Some(declined), super::super::history::Outcome::Answered { delivery, .. }) =
+            (acknowledged, reading.confirmation(operation.id), &operation.outcome)
+        else {
+            continue;
+        };
+        for made in by_confirmation.get(declined).into_iter().flatten().filter(|m| m.delivery > *delivery) {
+            violations.push(Violation {
+                property: Property::Refusal,
+                message: format!(
+                    "{} for {} under a confirmation declined by {who}",
+                    made.mutation.describe(),
+                    label(history, made.operation)
+                ),
+            });
         }
     }
 }

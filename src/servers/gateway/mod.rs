@@ -15,8 +15,12 @@
 //! | 6 | capability compatibility (a confirmation needs form elicitation) | -32021 (400) | nothing |
 //! | 7 | authorization: principal's grant, the approved pin, arguments against the *approved* closed schema, destination | `tool_unauthorized`, `tool_quarantined`, `arguments_invalid`, `destination_unauthorized` | nothing |
 //! | 8 | catalog: the backend's *current* descriptor re-checked (pin, publisher, scanner) | `tool_quarantined`, `tool_blocked` | one descriptor read |
-//! | 9 | rate limit on (principal, tool, window) | `rate_limited` (429) | nothing (a refusal counts nothing) |
+//! | 9 | rate limit on (principal, tool, window): a tool that runs at once counts each call; a confirmed tool counts each confirmation once, when it is asked for | `rate_limited` (429) | nothing (a refusal counts nothing) |
 //! | 10 | execute, or ask the user (MRTR) and, on a validated accept, claim the nonce and execute | | the call |
+//!
+//! A confirmed tool's round 2 (and every retry or re-drive of it) counts nothing: the confirmation was counted
+//! when it was asked for, and it runs at most once. So a quota of N a minute allows N confirmations a minute,
+//! and a client that lost its answer and retries learns what happened instead of hitting its own quota.
 //!
 //! Capabilities are compatibility declarations (stage 6), never permissions (stage 7). Every `tools/call`
 //! that reaches stage 5 — and, through [`Service::refused`], every one the shared pipeline refuses at
@@ -375,34 +379,48 @@ impl Gateway {
             return Err(refusal);
         }
 
-        draft.stage = Stage::RateLimit;
-        let limit = self.config.policy.rate_limit(name);
-        let now_ms = self.ports.clock.now_ms();
-        match self.ports.rate_limiter.acquire(context.principal, name, limit, now_ms).await.map_err(store_failed)? {
-            RateDecision::Allowed { .. } => {}
-            RateDecision::Limited { retry_after_ms } => {
-                return Err(RpcError::invalid_params(
-                    Reason::RateLimited,
-                    format!(
-                        "{name}: your quota of {} call(s) per {} ms is spent; retry in {retry_after_ms} ms. Nothing ran.",
-                        limit.calls, limit.window_ms
-                    ),
-                )
-                .with_detail("retryAfterMs", json!(retry_after_ms))
-                .with_status(429));
-            }
-        }
-
         let call = Call { context, name, backend, backend_tool, arguments, arguments_digest: hex(&Sha256::digest(&argument_bytes)) };
         if !rule.confirm {
+            self.spend_quota(&call, draft).await?;
             return self.execute(&call, None, draft).await;
         }
-        draft.stage = Stage::Confirmation;
         match (request_state, input_responses) {
-            (None, None) => Ok(self.ask(&call, draft)),
-            (Some(state), Some(responses)) => self.answer(&call, state, responses, draft).await,
-            (Some(_), None) => Err(refusals::state_without_responses("the form")),
-            (None, Some(_)) => Err(refusals::responses_without_state()),
+            (None, None) => {
+                self.spend_quota(&call, draft).await?;
+                draft.stage = Stage::Confirmation;
+                Ok(self.ask(&call, draft))
+            }
+            (Some(state), Some(responses)) => {
+                draft.stage = Stage::Confirmation;
+                self.answer(&call, state, responses, draft).await
+            }
+            (Some(_), None) => {
+                draft.stage = Stage::Confirmation;
+                Err(refusals::state_without_responses("the form"))
+            }
+            (None, Some(_)) => {
+                draft.stage = Stage::Confirmation;
+                Err(refusals::responses_without_state())
+            }
+        }
+    }
+
+    /// Stage 9: counts one call of the quota on (principal, tool, window), or refuses with nothing counted.
+    async fn spend_quota(&self, call: &Call<'_>, draft: &mut Draft) -> Result<(), RpcError> {
+        draft.stage = Stage::RateLimit;
+        let limit = self.config.policy.rate_limit(call.name);
+        let now_ms = self.ports.clock.now_ms();
+        match self.ports.rate_limiter.acquire(call.context.principal, call.name, limit, now_ms).await.map_err(store_failed)? {
+            RateDecision::Allowed { .. } => Ok(()),
+            RateDecision::Limited { retry_after_ms } => Err(RpcError::invalid_params(
+                Reason::RateLimited,
+                format!(
+                    "{}: your quota of {} call(s) per {} ms is spent; retry in {retry_after_ms} ms. Nothing ran.",
+                    call.name, limit.calls, limit.window_ms
+                ),
+            )
+            .with_detail("retryAfterMs", json!(retry_after_ms))
+            .with_status(429)),
         }
     }
 
@@ -481,6 +499,7 @@ impl Gateway {
                     }
                     ClaimOutcome::AlreadyClaimed { record } => Err(refusals::consumed(call.name, record)),
                     ClaimOutcome::Full => Err(refusals::replay_full()),
+                    ClaimOutcome::Expired => Err(refusals::replay_window_closed(call.name)),
                 }
             }
             Some("accept") => {
@@ -494,6 +513,7 @@ impl Gateway {
                     ClaimOutcome::AlreadyClaimed { record } if record == confirmed => draft.redriven = true,
                     ClaimOutcome::AlreadyClaimed { record } => return Err(refusals::consumed(call.name, record)),
                     ClaimOutcome::Full => return Err(refusals::replay_full()),
+                    ClaimOutcome::Expired => return Err(refusals::replay_window_closed(call.name)),
                 }
                 draft.approved_by = Some(call.context.principal.to_string());
                 self.execute(call, Some(&claims.nonce), draft).await

@@ -278,6 +278,7 @@ impl NotesServer {
             )),
             ClaimOutcome::AlreadyClaimed { record } => Err(refusals::consumed(TOOL_NOTES_DELETE, record)),
             ClaimOutcome::Full => Err(refusals::replay_full()),
+            ClaimOutcome::Expired => Err(refusals::replay_window_closed(TOOL_NOTES_DELETE)),
         }
     }
 
@@ -304,6 +305,7 @@ impl NotesServer {
             .with_detail("noteId", json!(note_id))),
             ClaimAndDelete::AlreadyClaimed { record } => Err(refusals::consumed(TOOL_NOTES_DELETE, record)),
             ClaimAndDelete::Full => Err(refusals::replay_full()),
+            ClaimAndDelete::Expired => Err(refusals::replay_window_closed(TOOL_NOTES_DELETE)),
         }
     }
 

@@ -16,9 +16,10 @@
 //! claim-and-delete reached the replay store loses only the answer.
 
 use crate::config::server_info;
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, Note};
+use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, Note};
 use crate::framework::Service;
-use crate::oracle::history::{Attempt, Effect, EffectKind, History, NoResponse, Operation, Outcome};
+use crate::oracle::grants::Grants;
+use crate::oracle::history::{Attempt, Effect, EffectKind, Export, History, NoResponse, Operation, Outcome};
 use crate::play::world::Outgoing;
 use crate::policy::authorization::Authorizations;
 use crate::policy::containment::FileUri;
@@ -74,6 +75,8 @@ pub struct ClusterSetup {
     pub instances: Vec<InstanceSetup>,
     pub clients: Vec<ClientSetup>,
     pub authorizations: Authorizations,
+    /// The same grants in the oracle's own model, for the history.
+    pub grants: Grants,
     pub notes: Vec<Note>,
     pub state_ttl_ms: u64,
     pub replay_limits: ReplayLimits,
@@ -179,6 +182,8 @@ pub struct Cluster {
     is_gateway: Vec<bool>,
     /// The actor of each backend of the gateway world, in its order.
     backend_actors: Vec<ActorId>,
+    /// Exports each backend's ledger held when the history last looked (new ones become effects).
+    exports_seen: Vec<usize>,
 }
 
 /// A client request as sent, to send again.
@@ -217,7 +222,7 @@ impl Cluster {
             names.push(format!("{}{BACKEND_ACTOR_SUFFIX}", backend.id));
         }
         let clock = VirtualClock::new();
-        let notes = Arc::new(MemoryNoteStore::new(setup.notes));
+        let notes = Arc::new(MemoryNoteStore::new(setup.notes.clone()));
         let replay = Arc::new(MemoryReplayStore::new(
             Arc::new(StoreClient::new(exchange.clone(), note_store_actor)),
             Arc::new(clock.with_offset(0)),
@@ -257,7 +262,7 @@ impl Cluster {
             })
             .collect();
         let clients = setup.clients;
-        let history = History { initial_authorizations: setup.authorizations.clone(), ..History::default() };
+        let history = History { initial_grants: setup.grants.clone(), initial_notes: setup.notes.clone(), ..History::default() };
         let mut cluster = Cluster {
             seed: setup.seed,
             roles,
@@ -288,6 +293,7 @@ impl Cluster {
             admin_actor,
             gateway_world,
             is_gateway,
+            exports_seen: vec![0; backend_actors.len()],
             backend_actors,
         };
         for index in 0..instance_count {
@@ -991,6 +997,9 @@ impl Cluster {
                 self.event(Some(task.actor), line);
             }
         }
+        if let Role::Backend(backend) = self.roles[task.actor] {
+            self.record_exports(backend, task.cause.operation);
+        }
         let sent_anything = !outgoing.is_empty();
         for call in outgoing {
             self.network.send(task.actor, call.to, now_ms, Some(call.from_task), None, Payload::Call(call.call))?;
@@ -1041,6 +1050,24 @@ impl Cluster {
         Ok(())
     }
 
+    /// Exports a backend made while one of its tasks ran: effects of the request that task serves.
+    fn record_exports(&mut self, backend: usize, operation: Option<OperationId>) {
+        let Some(ledger) = self.gateway_world.as_ref().and_then(|world| world.backends[backend].ledger.clone()) else { return };
+        let exports = ledger.exports();
+        let at_ms = self.clock.elapsed_ms();
+        for record in exports.iter().skip(self.exports_seen[backend]) {
+            let export = Export {
+                export_id: record.export_id.clone(),
+                key: record.key.clone(),
+                principal: record.principal.clone(),
+                destination: record.destination.clone(),
+                note_ids: record.note_ids.clone(),
+            };
+            self.history.effects.push(Effect { at_ms, delivery: self.deliveries, operation, kind: EffectKind::Exported(export) });
+        }
+        self.exports_seen[backend] = exports.len();
+    }
+
     fn record_effects(&mut self, task: &Task, value: &StoreReturn) {
         let at_ms = self.clock.elapsed_ms();
         let operation = task.cause.operation;
@@ -1075,9 +1102,7 @@ fn client_operation(envelope: &Envelope) -> Option<OperationId> {
 
 /// Whether an answer says the confirmation's claim is still pending (a retry will learn how it ended).
 fn claim_in_progress(response: &Value) -> bool {
-    let data = at(response, &["error", "data"]);
-    data.and_then(|d| d.get("reason")).and_then(Value::as_str) == Some(Reason::StateConsumed.as_str())
-        && data.and_then(|d| d.get("previousOutcome")).and_then(ClaimRecord::from_json) == Some(ClaimRecord::InProgress)
+    at(response, &["error", "data", "reason"]).and_then(Value::as_str) == Some(Reason::ClaimInProgress.as_str())
 }
 
 /// The name a crash trigger matches: the store operation, or the JSON-RPC method of a request.

@@ -154,6 +154,7 @@ impl StoreReturn {
                 ClaimOutcome::Claimed => json!({ "claimed": true }),
                 ClaimOutcome::AlreadyClaimed { record } => json!({ "alreadyClaimed": record }),
                 ClaimOutcome::Full => json!({ "full": true }),
+                ClaimOutcome::Expired => json!({ "expired": true }),
             },
             StoreReturn::ClaimedAndDeleted(outcome) => match outcome {
                 ClaimAndDelete::Deleted(note) => json!({ "deleted": note_json(note) }),
@@ -161,6 +162,7 @@ impl StoreReturn {
                 ClaimAndDelete::NoteOutsideWorkspace => json!({ "noteOutsideWorkspace": true }),
                 ClaimAndDelete::AlreadyClaimed { record } => json!({ "alreadyClaimed": record }),
                 ClaimAndDelete::Full => json!({ "full": true }),
+                ClaimAndDelete::Expired => json!({ "expired": true }),
             },
             StoreReturn::AdminDone { existed } => json!({ "existed": existed }),
             // Descriptors by name and digest: the full text is in the scenario; the digest shows any change.

@@ -15,8 +15,8 @@
 
 use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
 use crate::framework::{RequestContext, Service};
-use crate::oracle::check::peek_claims;
 use crate::policy::containment::FileUri;
+use crate::policy::state::read_unverified;
 use crate::scenario::{self, Scenario};
 use crate::servers::notes::{NotesServer, TOOL_NOTES_DELETE};
 use crate::sim::actors::gateway_mutants::GatewayVariant;
@@ -410,6 +410,7 @@ impl ReplayStore for MistakenReplay {
                     ClaimOutcome::Claimed => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
                     ClaimOutcome::AlreadyClaimed { record } => Ok(ClaimAndDelete::AlreadyClaimed { record }),
                     ClaimOutcome::Full => Ok(ClaimAndDelete::Full),
+                    ClaimOutcome::Expired => Ok(ClaimAndDelete::Expired),
                 }
             }
             ReplayMistake::Evicting => match self.inner.claim_and_delete(claim, note_id, workspace).await? {
@@ -514,7 +515,7 @@ impl MistakenService {
         let state = params.get("requestState").and_then(Value::as_str)?;
         let key_ring = &self.inner.config.key_ring;
         let mut claims = match self.decision {
-            Decision::Unsigned => peek_claims(state)?,
+            Decision::Unsigned => read_unverified(state)?,
             _ => key_ring.verify(state).ok()?,
         };
         match self.decision {
@@ -552,7 +553,7 @@ impl Service for MistakenService {
             Decision::CancelConsumes => {
                 let result = self.inner.call(context, method, params).await?;
                 if answer_action(params) == Some("cancel") {
-                    if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(peek_claims) {
+                    if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(read_unverified) {
                         let claim = NonceClaim { nonce: claims.nonce, expires_at_ms: claims.expires_at_ms, record: ClaimRecord::Cancelled };
                         let _ = self.inner.replay.claim(claim).await;
                     }

@@ -1,0 +1,205 @@
+//! How the oracle reads what went over the wire, in its own words: which confirmation a request answered,
+//! where a state was issued and for what, what an answer reports, and which note URIs a response shows.
+//! Nothing here comes from the servers' code: the field names and reasons are the protocol's and the ones
+//! `GUARANTEES.md` documents, spelled once, here.
+
+use super::history::{History, Operation, OperationId};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The reasons the oracle reads in `error.data.reason`.
+pub const STATE_CONSUMED: &str = "state_consumed";
+pub const CLAIM_IN_PROGRESS: &str = "claim_in_progress";
+pub const NOTE_GONE: &str = "note_gone";
+pub const NOTE_OUTSIDE_WORKSPACE: &str = "note_outside_workspace";
+pub const STATE_EXPIRED: &str = "state_expired";
+pub const REPLAY_WINDOW_CLOSED: &str = "replay_window_closed";
+
+/// A path into a JSON value.
+pub fn at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |value, key| value.get(key))
+}
+
+pub fn text<'v>(value: &'v Value, path: &[&str]) -> Option<&'v str> {
+    at(value, path).and_then(Value::as_str)
+}
+
+/// The `error.data.reason` of an answer.
+pub fn reason(response: &Value) -> Option<&str> {
+    text(response, &["error", "data", "reason"])
+}
+
+/// The nonce inside a state token of mcpsim's documented form `s1.<key>.<payload>.<tag>` (payload: base64url
+/// JSON with a `nonce`), read without verifying anything: the oracle observes, it does not serve. Other
+/// servers' states are opaque: `None`.
+pub fn state_nonce(token: &str) -> Option<String> {
+    let mut parts = token.split('.');
+    let (Some("s1"), Some(_key), Some(payload), Some(_tag), None) = (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    claims.get("nonce").and_then(Value::as_str).map(str::to_string)
+}
+
+/// What a request presented to continue a flow, and what it answered.
+pub struct Continuation<'h> {
+    pub token: &'h str,
+    /// Which confirmation this is: the nonce when the state is readable, the token itself when it is opaque.
+    pub confirmation: String,
+}
+
+/// Where each state token was issued, and the form it came with.
+#[derive(Debug, Clone)]
+pub struct Issue {
+    pub operation: OperationId,
+    pub principal: String,
+    /// `params.name` of the request that was answered with the state.
+    pub tool: Option<String>,
+    /// `params.arguments` of that request.
+    pub arguments: Option<Value>,
+    /// The keys of `inputRequests`: the questions the state's flow asked.
+    pub asked: Vec<String>,
+    /// Note ids a form offered (`requestedSchema.properties.note_id.enum`).
+    pub offered: Vec<String>,
+}
+
+/// The history, read once for every property.
+pub struct Reading<'h> {
+    pub history: &'h History,
+    /// Per operation: the continuation it sent, if it sent a `requestState`.
+    continuations: Vec<Option<Continuation<'h>>>,
+    /// Token → every answer that carried it as `result.requestState`, in operation order.
+    issued: BTreeMap<&'h str, Vec<Issue>>,
+}
+
+impl<'h> Reading<'h> {
+    pub fn new(history: &'h History) -> Reading<'h> {
+        let continuations = history
+            .operations
+            .iter()
+            .map(|op| {
+                let token = op.params().and_then(|p| p.get("requestState")).and_then(Value::as_str)?;
+                Some(Continuation { token, confirmation: state_nonce(token).unwrap_or_else(|| format!("state {token}")) })
+            })
+            .collect();
+        let mut issued: BTreeMap<&str, Vec<Issue>> = BTreeMap::new();
+        for operation in &history.operations {
+            let Some(response) = operation.response() else { continue };
+            let Some(token) = text(response, &["result", "requestState"]) else { continue };
+            let requests = at(response, &["result", "inputRequests"]).and_then(Value::as_object);
+            let offered = requests
+                .into_iter()
+                .flat_map(|requests| requests.values())
+                .filter_map(|request| {
+                    at(request, &["params", "requestedSchema", "properties", "note_id", "enum"]).and_then(Value::as_array)
+                })
+                .flatten()
+                .filter_map(|id| id.as_str().map(str::to_string))
+                .collect();
+            issued.entry(token).or_default().push(Issue {
+                operation: operation.id,
+                principal: operation.principal.clone(),
+                tool: operation.params().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_string),
+                arguments: operation.params().and_then(|p| p.get("arguments")).cloned(),
+                asked: requests.map(|r| r.keys().cloned().collect()).unwrap_or_default(),
+                offered,
+            });
+        }
+        Reading { history, continuations, issued }
+    }
+
+    pub fn operation(&self, id: OperationId) -> &'h Operation {
+        &self.history.operations[id.0]
+    }
+
+    pub fn continuation(&self, id: OperationId) -> Option<&Continuation<'h>> {
+        self.continuations[id.0].as_ref()
+    }
+
+    /// The confirmation an operation answered, if it continued one.
+    pub fn confirmation(&self, id: OperationId) -> Option<&str> {
+        self.continuation(id).map(|c| c.confirmation.as_str())
+    }
+
+    /// Every answer that issued `token`.
+    pub fn issues(&self, token: &str) -> &[Issue] {
+        self.issued.get(token).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// The answer a request gave to the question its state asked: the `inputResponses` entry under a key the
+    /// issuing form asked (extra, unrequested keys are ignored, as servers ignore them). For a state nobody
+    /// issued, the one entry if there is exactly one.
+    pub fn answer(&self, id: OperationId) -> Option<&'h Map<String, Value>> {
+        let operation = self.operation(id);
+        let responses = operation.params()?.get("inputResponses")?.as_object()?;
+        let asked: Vec<&String> = match self.continuation(id) {
+            Some(c) => self.issues(c.token).iter().flat_map(|issue| issue.asked.iter()).collect(),
+            None => Vec::new(),
+        };
+        let entry = if asked.is_empty() {
+            let mut values = responses.values();
+            match (values.next(), values.next()) {
+                (Some(only), None) => Some(only),
+                _ => None,
+            }
+        } else {
+            asked.iter().find_map(|key| responses.get(*key))
+        };
+        entry?.as_object()
+    }
+
+    /// The answer's action: `accept`, `decline`, `cancel`.
+    pub fn action(&self, id: OperationId) -> Option<&'h str> {
+        self.answer(id)?.get("action")?.as_str()
+    }
+
+    /// `label` of an operation, for messages: `alice's request id 3 to i2 (retry 1)`.
+    pub fn label(&self, operation: Option<OperationId>) -> String {
+        super::check::label(self.history, operation)
+    }
+}
+
+/// Every string inside a JSON value.
+pub fn strings(value: &Value) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::String(text) => found.push(text.as_str()),
+            Value::Array(items) => pending.extend(items.iter()),
+            Value::Object(map) => pending.extend(map.values()),
+            _ => {}
+        }
+    }
+    found
+}
+
+/// Whether `text` shows `uri` as a whole URI (not as the start of a longer one).
+pub fn shows_uri(text: &str, uri: &str) -> bool {
+    let continues = |c: char| c.is_ascii_alphanumeric() || "-._~%/".contains(c);
+    text.match_indices(uri).any(|(start, _)| !text[start + uri.len()..].starts_with(continues))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uri_is_shown_whole_or_not_at_all() {
+        assert!(shows_uri("note-7: TPS (file:///w/a.md)", "file:///w/a.md"));
+        assert!(shows_uri("file:///w/a.md", "file:///w/a.md"));
+        assert!(!shows_uri("file:///w/a.md.bak", "file:///w/a.md"));
+        assert!(!shows_uri("file:///w/a.mdx", "file:///w/a.md"));
+    }
+
+    #[test]
+    fn nonces_are_read_from_documented_tokens_only() {
+        let payload = URL_SAFE_NO_PAD.encode(br#"{"nonce":"n-1","principal":"alice"}"#);
+        assert_eq!(state_nonce(&format!("s1.k1.{payload}.tag")).as_deref(), Some("n-1"));
+        assert_eq!(state_nonce("opaque-state-of-another-server"), None);
+        assert_eq!(state_nonce(&format!("s1.k1.{payload}")), None);
+    }
+}
