@@ -261,7 +261,6 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             faults: &faults,
             flags: &flags,
             seeds: (first_seed, last_seed),
-            jobs: args.jobs,
         };
         match write_report(&report, &exploration, coverage, shrunk.as_ref()) {
             Ok(()) => println!("report written to {}", folder.join("index.html").display()),
@@ -288,7 +287,6 @@ struct Report<'a> {
     /// `--mutant …` and `--faults …` as the commands that reproduce need them.
     flags: &'a str,
     seeds: (u64, u64),
-    jobs: usize,
 }
 
 /// `--mutant NAME --faults a,b` as given, for reproduce lines.
@@ -342,9 +340,9 @@ fn write_report(report: &Report<'_>, exploration: &Exploration, coverage: &Cover
         None => None,
     };
     let (first_seed, last_seed) = report.seeds;
-    let jobs = if report.jobs > 1 { format!(" --jobs {}", report.jobs) } else { String::new() };
+    // No --jobs: the answer is the same for any number, and so is the report.
     let reproduce = format!(
-        "mcpsim explore {} --seed-range {first_seed}..{last_seed}{}{jobs} --report {}",
+        "mcpsim explore {} --seed-range {first_seed}..{last_seed}{} --report {}",
         report.argument,
         report.flags,
         report.folder.display()

@@ -204,7 +204,9 @@ pub fn run(args: RunArgs) -> ExitCode {
     if matches!(args.scheduler, SchedulerArg::Scripted) {
         flags.push_str(" --scheduler scripted");
     }
-    if !faults.is_empty() {
+    if faults == FaultKind::ALL {
+        flags.push_str(" --faults all");
+    } else if !faults.is_empty() {
         let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
         flags.push_str(&format!(" --faults {}", kinds.join(",")));
     }
