@@ -303,7 +303,7 @@ fn a_page_makes_no_request_and_has_one_element_per_transcript_message() {
         let url = browser.open(file);
         // Step through every message too: selecting one must not load anything either.
         browser.press("End");
-        assert_eq!(browser.requests(), [url.clone()], "{}: the document itself and nothing else", file.display());
+        assert_eq!(browser.requests(), [url], "{}: the document itself and nothing else", file.display());
         assert_eq!(browser.eval("window.__cspViolations"), serde_json::json!([]), "{}: nothing was blocked", file.display());
         assert_eq!(browser.errors(), Vec::<String>::new(), "{}", file.display());
     }
