@@ -288,6 +288,23 @@ fn coverage_json_says_which_fault_kinds_fired_and_the_report_warns_of_the_rest()
 }
 
 #[test]
+fn a_counterexample_page_marks_the_step_and_the_delivery_where_the_property_broke() {
+    let scratch = Scratch::new("counterexample-bytes");
+    let report = mutant_report(&scratch);
+    let page = std::fs::read_to_string(report.join("counterexample.html")).unwrap();
+    assert_eq!(page.matches("class=\"row step failing\"").count(), 1, "one failing step");
+    assert!(page.contains("<div class=\"row step failing\" id=\"step-2\">"), "the parallel block");
+    assert_eq!(page.matches("at-most-once broke here").count(), 1);
+    assert!(page.contains("id=\"reproduce\">mcpsim replay "), "the replay command");
+    let index = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert!(index.contains("href=\"counterexample.html\""), "the summary links the counterexample");
+    assert!(index.contains("unsafe: at-most-once"), "an outcome class of the unsafe runs");
+    // The mutant's page for the same seed, run as the exploration ran it, and linked from its class.
+    assert!(index.contains("href=\"runs/seed-1.html\""), "{index}");
+    assert!(report.join("runs/seed-1.html").exists());
+}
+
+#[test]
 #[ignore = "needs /usr/bin/chromium"]
 fn a_page_makes_no_request_and_has_one_element_per_transcript_message() {
     let scratch = Scratch::new("requests");
