@@ -32,13 +32,31 @@ fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
     }
 }
 
+/// Also CI's coverage gate: across these explorations every fault kind fires (a kind that never fired
+/// would make "safe under every fault" an empty claim), and every race scenario's parallel block races.
 #[test]
 fn the_real_design_stays_safe_and_live_over_ten_thousand_schedules_with_every_fault_on() {
+    let mut fired = std::collections::BTreeMap::new();
     for name in RACE_SCENARIOS {
         let scenario = mutants::scenario_named(name).unwrap();
-        let found = explore::explore(&scenario, &notes_server_factory(), 1..=FAULTY_RACE_SCHEDULES, 2, &FaultKind::ALL, &|_, _| {});
+        let (found, coverage) =
+            explore::explore_with_coverage(&scenario, &notes_server_factory(), 1..=FAULTY_RACE_SCHEDULES, 2, &FaultKind::ALL, &|_, _| {});
         assert_eq!(found.schedules, FAULTY_RACE_SCHEDULES);
         assert_eq!((found.unsafe_runs, found.not_live_runs, found.crashed_runs), (0, 0, 0), "{name}: {found:?}");
+        assert_eq!(coverage.runs, FAULTY_RACE_SCHEDULES);
+        for (kind, reached) in &coverage.faults {
+            *fired.entry(kind.as_str()).or_insert(0) += reached.times;
+        }
+        let parallel = coverage.steps.values().filter(|step| step.text.starts_with("parallel")).collect::<Vec<_>>();
+        assert!(!parallel.is_empty() && parallel.iter().all(|step| step.raced_runs > 0), "{name}: {parallel:?}");
+        println!("{name}: faults fired {:?}", coverage.faults.iter().map(|(k, r)| (k.as_str(), r.times)).collect::<Vec<_>>());
+    }
+    for kind in FaultKind::ALL {
+        assert!(
+            fired.get(kind.as_str()).copied().unwrap_or(0) > 0,
+            "{} never fired across the race explorations: {fired:?}",
+            kind.as_str()
+        );
     }
 }
 

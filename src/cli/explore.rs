@@ -5,13 +5,15 @@ use crate::oracle::check::Property;
 use crate::scenario::{self, Scenario};
 use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::engine::faults::{Fault, FaultKind, RETRIES_MAX};
+use crate::sim::explore::coverage::Coverage;
 use crate::sim::explore::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
 use crate::sim::explore::mutants::{self, MUTANTS};
 use crate::sim::explore::reproducer::Reproducer;
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
 use crate::sim::library;
+use crate::sim::render::html::{self, CounterexampleLink, ExampleRun, ExplorationInput, RunInput};
 use crate::sim::render::transcript::Format;
-use crate::sim::runner::{Failure, FailureKind, ServerUnderTest};
+use crate::sim::runner::{Failure, FailureKind, RunReport, ServerUnderTest};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::ops::RangeInclusive;
@@ -52,6 +54,7 @@ scenario (`zoo-move-races-the-accept`; see `mcpsim mutants`).
 Examples:
   mcpsim explore 04-accepts-race-for-one-note --seeds 10000 --jobs 2
   mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim
+  mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ --coverage-json coverage.json
   mcpsim explore --all-mutants")]
 pub struct ExploreArgs {
     /// The scenario to explore (not needed with --all-mutants).
@@ -80,6 +83,14 @@ pub struct ExploreArgs {
     /// Threads to spread the seeds over; the answer is the same for any number.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
+    /// Write an HTML report into DIR: DIR/index.html (outcome classes with an example run each, the shrunk
+    /// counterexample, coverage: faults fired, refusal reasons and outcomes reached, distinct delivery
+    /// orders and end states, steps raced) and the pages it links to.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["exhaustive", "all_mutants"])]
+    pub report: Option<PathBuf>,
+    /// Write the coverage as JSON to FILE (for CI to gate on: e.g. `faultsNeverFired` must be empty).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["exhaustive", "all_mutants"])]
+    pub coverage_json: Option<PathBuf>,
     /// Run every mutant against the scenario that exposes it and print a table (each with the faults it
     /// needs: none, or all of them for a mutant that breaks only liveness).
     #[arg(long, conflicts_with_all = ["scenario", "mutant", "faults"])]
@@ -199,14 +210,21 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         }
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
-    let exploration = explore::explore(&scenario, &server, seeds, args.jobs, &faults, &on_progress);
+    let covered = args.report.is_some() || args.coverage_json.is_some();
+    let (exploration, coverage) = if covered {
+        let (exploration, coverage) = explore::explore_with_coverage(&scenario, &server, seeds, args.jobs, &faults, &on_progress);
+        (exploration, Some(coverage))
+    } else {
+        (explore::explore(&scenario, &server, seeds, args.jobs, &faults, &on_progress), None)
+    };
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let server = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
-    let run = Explored { scenario: &scenario.name, argument: name, server: &server, mutant: args.mutant.as_deref(), faults: &faults };
+    let server_name = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
+    let run = Explored { scenario: &scenario.name, argument: name, server: &server_name, mutant: args.mutant.as_deref(), faults: &faults };
     let code = summarize(&run, first_seed, last_seed, &exploration);
     let first = exploration.first_unsafe.as_ref().or(exploration.first_not_live.as_ref());
+    let mut shrunk = None;
     if let Some((seed, failures)) = first {
         let property = failures.iter().find_map(|f| match f.kind {
             FailureKind::Property(property) => Some(property),
@@ -214,10 +232,141 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         });
         if let Some(property) = property {
             let plan = (!faults.is_empty()).then(|| explore::fault_plan(&scenario, *seed, &faults));
-            counterexample(&scenario, &text, args.mutant.as_deref(), *seed, plan.as_deref(), property, args.save.as_deref());
+            shrunk = counterexample(&scenario, &text, args.mutant.as_deref(), *seed, plan.as_deref(), property, args.save.as_deref());
+        }
+    }
+    let flags = explore_flags(args.mutant.as_deref(), &faults);
+    if let (Some(path), Some(coverage)) = (&args.coverage_json, &coverage) {
+        let mut json = coverage.to_json();
+        if let Some(object) = json.as_object_mut() {
+            object.insert("scenario".into(), scenario.name.clone().into());
+            object.insert("server".into(), server_name.clone().into());
+            object.insert("firstSeed".into(), first_seed.into());
+            object.insert("lastSeed".into(), last_seed.into());
+        }
+        let text = serde_json::to_string_pretty(&json).expect("JSON serializes") + "\n";
+        if let Err(error) = std::fs::write(path, text) {
+            eprintln!("mcpsim explore: cannot write {}: {error}", path.display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+        println!("coverage written to {}", path.display());
+    }
+    if let (Some(folder), Some(coverage)) = (&args.report, &coverage) {
+        let report = Report {
+            folder,
+            scenario: &scenario,
+            argument: name,
+            server: &server,
+            server_name: &server_name,
+            faults: &faults,
+            flags: &flags,
+            seeds: (first_seed, last_seed),
+        };
+        match write_report(&report, &exploration, coverage, shrunk.as_ref()) {
+            Ok(()) => println!("report written to {}", folder.join("index.html").display()),
+            Err(error) => {
+                eprintln!("mcpsim explore: cannot write the report into {}: {error}", folder.display());
+                return ExitCode::from(EXIT_USAGE);
+            }
         }
     }
     code
+}
+
+/// Most outcome classes whose example run gets a page of its own in a report (the most frequent first).
+const EXAMPLE_PAGES_MAX: usize = 24;
+
+/// What a report is written of, besides the exploration's results.
+struct Report<'a> {
+    folder: &'a Path,
+    scenario: &'a Scenario,
+    argument: &'a str,
+    server: &'a ServerUnderTest,
+    server_name: &'a str,
+    faults: &'a [FaultKind],
+    /// `--mutant …` and `--faults …` as the commands that reproduce need them.
+    flags: &'a str,
+    seeds: (u64, u64),
+}
+
+/// `--mutant NAME --faults a,b` as given, for reproduce lines.
+fn explore_flags(mutant: Option<&str>, faults: &[FaultKind]) -> String {
+    let mut flags = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default();
+    if faults == FaultKind::ALL {
+        flags.push_str(" --faults all");
+    } else if !faults.is_empty() {
+        flags.push_str(&format!(" --faults {}", faults.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(",")));
+    }
+    flags
+}
+
+/// DIR/index.html, a page per example run under DIR/runs/, and DIR/counterexample.html.
+fn write_report(report: &Report<'_>, exploration: &Exploration, coverage: &Coverage, shrunk: Option<&Shrunk>) -> std::io::Result<()> {
+    let runs = report.folder.join("runs");
+    std::fs::create_dir_all(&runs)?;
+    let mut examples = Vec::new();
+    for (_, class) in coverage.classes_by_frequency().into_iter().take(EXAMPLE_PAGES_MAX) {
+        let seed = class.example_seed;
+        let run = explore::run_report(report.scenario, report.server, seed, report.faults);
+        let reproduce = format!("mcpsim run {} --seed {seed}{}", report.argument, report.flags);
+        let input = RunInput {
+            report: &run,
+            scenario: report.scenario,
+            reproduce: &reproduce,
+            server: report.server_name,
+            faults_on: report.faults,
+            up: Some(("../index.html", "the exploration")),
+            note: None,
+        };
+        let file = format!("seed-{seed}.html");
+        std::fs::write(runs.join(&file), html::run_page(&input))?;
+        examples.push(ExampleRun { seed, href: format!("runs/{file}") });
+    }
+    let counterexample = match shrunk {
+        Some(shrunk) => {
+            let replay = format!("mcpsim replay {}", shrunk.path.display());
+            let input = RunInput {
+                report: &shrunk.report,
+                scenario: report.scenario,
+                reproduce: &replay,
+                server: report.server_name,
+                faults_on: report.faults,
+                up: Some(("index.html", "the exploration")),
+                note: Some(&shrunk.summary),
+            };
+            std::fs::write(report.folder.join("counterexample.html"), html::run_page(&input))?;
+            Some(CounterexampleLink { href: "counterexample.html".into(), summary: shrunk.summary.clone(), replay })
+        }
+        None => None,
+    };
+    let (first_seed, last_seed) = report.seeds;
+    // No --jobs: the answer is the same for any number, and so is the report.
+    let reproduce = format!(
+        "mcpsim explore {} --seed-range {first_seed}..{last_seed}{} --report {}",
+        report.argument,
+        report.flags,
+        report.folder.display()
+    );
+    let input = ExplorationInput {
+        scenario: &report.scenario.name,
+        server: report.server_name,
+        faults_on: report.faults,
+        first_seed,
+        last_seed,
+        exploration,
+        coverage,
+        examples: &examples,
+        counterexample,
+        reproduce: &reproduce,
+    };
+    std::fs::write(report.folder.join("index.html"), html::exploration_page(&input))
+}
+
+/// A shrunk counterexample, replayed: its run, what it is, and where its reproducer was written.
+struct Shrunk {
+    report: RunReport,
+    summary: String,
+    path: PathBuf,
 }
 
 /// What was explored, for the summary.
@@ -230,7 +379,7 @@ struct Explored<'a> {
     faults: &'a [FaultKind],
 }
 
-/// Shrinks the first violating run, prints its transcript and writes the reproducer.
+/// Shrinks the first violating run, prints its transcript and writes the reproducer; returns the replayed run.
 fn counterexample(
     scenario: &Scenario,
     text: &str,
@@ -239,16 +388,16 @@ fn counterexample(
     faults: Option<&[Fault]>,
     property: Property,
     save: Option<&Path>,
-) {
+) -> Option<Shrunk> {
     let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, faults, property) else {
         println!("\n(the violation needs the statelessness re-run; no single-run counterexample to shrink)");
-        return;
+        return None;
     };
     let report = match reproducer.replay() {
         Ok(report) => report,
         Err(message) => {
             println!("\n(the shrunk counterexample could not be replayed: {message})");
-            return;
+            return None;
         }
     };
     let default_path = format!("counterexample-{}-seed{seed}.json", scenario.name);
@@ -260,16 +409,18 @@ fn counterexample(
         (true, []) => "faults on (clients retry) but none needed".to_string(),
         (true, fired) => fired.iter().map(|fault| fault.describe(&instance)).collect::<Vec<_>>().join("; "),
     };
-    println!(
-        "\nminimal counterexample: property {} broken; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight; {faults}",
+    let summary = format!(
+        "minimal counterexample: property {} broken; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight; {faults}",
         property.as_str(),
         reproducer.choices.len()
     );
+    println!("\n{summary}");
     print!("{}", report.transcript.render(Format::Text));
     match std::fs::write(&path, reproducer.to_json()) {
         Ok(()) => println!("reproduce byte for byte: mcpsim replay {}", path.display()),
         Err(error) => println!("could not write the reproducer to {}: {error}", path.display()),
     }
+    Some(Shrunk { report, summary, path })
 }
 
 #[derive(Debug, clap::Args)]

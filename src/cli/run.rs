@@ -7,6 +7,7 @@ use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::engine::faults::FaultKind;
 use crate::sim::explore::{self, mutants};
 use crate::sim::library;
+use crate::sim::render::html::{self, RunInput};
 use crate::sim::render::transcript::Format;
 use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use crate::stores::StoreSpec;
@@ -33,6 +34,9 @@ Examples:
   mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp scenarios/02-retry-lands-on-another-instance.sim
   mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl
                                                # then: mcp-trace-validator validate trace.jsonl
+  mcpsim run scenarios/04-accepts-race-for-one-note.sim --format html > run.html
+                                               # one page, opened from disk: timeline, inspector, checks
+  mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
@@ -56,6 +60,10 @@ pub struct RunArgs {
     /// Print each scenario's transcript in this format (printed by default when a single file is run).
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
+    /// Write one HTML page per scenario into DIR (the failing seed's run, else the first seed's), and
+    /// DIR/index.html linking them; the summary table is still printed.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["live", "format"])]
+    pub html_out: Option<PathBuf>,
     /// Which scheduler picks the next delivery: seeded random (explores) or scripted (network order).
     #[arg(long, value_enum, default_value_t = SchedulerArg::Random)]
     pub scheduler: SchedulerArg,
@@ -94,15 +102,20 @@ pub enum FormatArg {
     Mermaid,
     /// The client↔instance messages as an mcp-trace-validator trace (JSON Lines); one scenario at a time.
     McpTrace,
+    /// One self-contained HTML page: the timeline, a message inspector, the checks where they were judged;
+    /// one scenario at a time (--html-out DIR for several).
+    Html,
 }
 
-impl From<FormatArg> for Format {
-    fn from(format: FormatArg) -> Format {
-        match format {
-            FormatArg::Text => Format::Text,
-            FormatArg::Jsonl => Format::Jsonl,
-            FormatArg::Mermaid => Format::Mermaid,
-            FormatArg::McpTrace => Format::McpTrace,
+impl FormatArg {
+    /// The transcript format, or `None` for HTML (a page of the whole run, not a transcript rendering).
+    fn transcript(self) -> Option<Format> {
+        match self {
+            FormatArg::Text => Some(Format::Text),
+            FormatArg::Jsonl => Some(Format::Jsonl),
+            FormatArg::Mermaid => Some(Format::Mermaid),
+            FormatArg::McpTrace => Some(Format::McpTrace),
+            FormatArg::Html => None,
         }
     }
 }
@@ -127,6 +140,16 @@ struct Summary {
     messages: usize,
     interleavings: usize,
     failed: Option<RunReport>,
+    /// The first seed's run, kept when a page is written of a scenario that did not fail.
+    first: Option<RunReport>,
+}
+
+/// What is printed or written besides the table.
+#[derive(Clone, Copy)]
+struct Output {
+    format: Option<Format>,
+    /// An HTML page is made of each scenario (`--format html`, `--html-out`).
+    pages: bool,
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
@@ -137,14 +160,22 @@ pub fn run(args: RunArgs) -> ExitCode {
         return live::run(&args, scenarios, &unreadable);
     }
     let single_file = args.paths.len() == 1 && args.paths[0].is_file();
-    let format = args.format.map(Format::from).or(single_file.then_some(Format::Text));
-    // Machine-readable transcripts keep stdout to themselves; the table goes to stderr.
-    let table_to_stderr = matches!(format, Some(Format::Jsonl | Format::Mermaid | Format::McpTrace));
+    let html = args.format == Some(FormatArg::Html);
+    let format = match args.format {
+        Some(format) => format.transcript(),
+        None => (single_file && args.html_out.is_none()).then_some(Format::Text),
+    };
+    // Machine-readable transcripts and pages keep stdout to themselves; the table goes to stderr.
+    let table_to_stderr = html || matches!(format, Some(Format::Jsonl | Format::Mermaid | Format::McpTrace));
     // A trace is one document (its seq counts from 0): two scenarios' events in one stream would not be one.
     if format == Some(Format::McpTrace) && loaded.len() > 1 {
         eprintln!(
             "mcpsim run: --format mcp-trace writes one scenario's trace; name one file, e.g. mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl"
         );
+        return ExitCode::from(2);
+    }
+    if html && loaded.len() > 1 {
+        eprintln!("mcpsim run: --format html writes one scenario's page; name one file, or write a folder of pages with --html-out DIR");
         return ExitCode::from(2);
     }
     let faults = match FaultKind::parse_list(&args.faults) {
@@ -168,23 +199,46 @@ pub fn run(args: RunArgs) -> ExitCode {
             }
         },
     };
-    let mut stdout = std::io::stdout().lock();
-    let mut summaries = Vec::new();
-    for item in &loaded {
-        let summary = run_seeds(item, &args, &faults, &server, format, &mut stdout);
-        summaries.push(summary);
-    }
     // What the reproduction needs besides the file and the seed.
     let mut flags = String::new();
     if matches!(args.scheduler, SchedulerArg::Scripted) {
         flags.push_str(" --scheduler scripted");
     }
-    if !faults.is_empty() {
+    if faults == FaultKind::ALL {
+        flags.push_str(" --faults all");
+    } else if !faults.is_empty() {
         let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
         flags.push_str(&format!(" --faults {}", kinds.join(",")));
     }
     if let Some(mutant) = &args.mutant {
         flags.push_str(&format!(" --mutant {mutant}"));
+    }
+    let output = Output { format, pages: html || args.html_out.is_some() };
+    let mut stdout = std::io::stdout().lock();
+    let mut summaries = Vec::new();
+    for item in &loaded {
+        let summary = run_seeds(item, &args, &faults, &server, output, &mut stdout);
+        summaries.push(summary);
+    }
+    let page = |summary: &Summary, item: &Loaded, up: Option<(&str, &str)>| {
+        summary.failed.as_ref().or(summary.first.as_ref()).map(|report| {
+            let reproduce = format!("mcpsim run {} --seed {}{flags}", summary.path, report.seed);
+            let server = args.mutant.as_ref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
+            let input =
+                RunInput { report, scenario: &item.scenario, reproduce: &reproduce, server: &server, faults_on: &faults, up, note: None };
+            html::run_page(&input)
+        })
+    };
+    if html {
+        if let Some(text) = summaries.first().zip(loaded.first()).and_then(|(summary, item)| page(summary, item, None)) {
+            let _ = stdout.write_all(text.as_bytes());
+        }
+    }
+    if let Some(folder) = &args.html_out {
+        if let Err(error) = write_pages(folder, &summaries, &loaded, &unreadable, &page) {
+            eprintln!("mcpsim run: cannot write the pages into {}: {error}", folder.display());
+            return ExitCode::from(2);
+        }
     }
     let table = render_table(&summaries, &unreadable, &flags);
     if table_to_stderr {
@@ -202,12 +256,43 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The page of a scenario's run, linking up to the given page.
+type PageOf<'a> = dyn Fn(&Summary, &Loaded, Option<(&str, &str)>) -> Option<String> + 'a;
+
+/// A folder of pages: one per scenario (a name used twice gets a numbered page), and an index of them.
+fn write_pages(folder: &Path, summaries: &[Summary], loaded: &[Loaded], unreadable: &[String], page: &PageOf<'_>) -> std::io::Result<()> {
+    std::fs::create_dir_all(folder)?;
+    let mut rows = Vec::new();
+    let mut taken = BTreeSet::new();
+    for (summary, item) in summaries.iter().zip(loaded) {
+        let mut file = format!("{}.html", summary.name);
+        let mut copy = 1;
+        while !taken.insert(file.clone()) {
+            copy += 1;
+            file = format!("{}-{copy}.html", summary.name);
+        }
+        if let Some(text) = page(summary, item, Some(("index.html", "all scenarios"))) {
+            std::fs::write(folder.join(&file), text)?;
+        }
+        rows.push(html::IndexRow {
+            scenario: summary.name.clone(),
+            href: file,
+            seeds: summary.seeds,
+            messages: summary.messages,
+            interleavings: summary.interleavings,
+            result: summary.failed.as_ref().map_or_else(|| "ok".to_string(), |report| format!("FAIL (seed {})", report.seed)),
+            failed: summary.failed.is_some(),
+        });
+    }
+    std::fs::write(folder.join("index.html"), html::index_page("mcpsim run", &rows, unreadable))
+}
+
 fn run_seeds(
     item: &Loaded,
     args: &RunArgs,
     faults: &[FaultKind],
     server: &ServerUnderTest,
-    format: Option<Format>,
+    output: Output,
     out: &mut impl Write,
 ) -> Summary {
     let mut messages = 0;
@@ -222,7 +307,7 @@ fn run_seeds(
             SchedulerArg::Random => SchedulerChoice::Random,
             SchedulerArg::Scripted => SchedulerChoice::Scripted,
         };
-        options.record_transcript = format.is_some() || seed == args.seed;
+        options.record_transcript = output.format.is_some() || output.pages || seed == args.seed;
         if !faults.is_empty() {
             options.faults = Some(explore::fault_plan(&item.scenario, seed, faults));
             options.check_statelessness = false;
@@ -238,7 +323,7 @@ fn run_seeds(
             first = Some(report);
         }
     }
-    if let Some(format) = format {
+    if let Some(format) = output.format {
         // The failing run is the one worth reading; otherwise the first seed's.
         if let Some(report) = failed.as_ref().or(first.as_ref()) {
             let _ = write!(out, "{}", report.transcript.render(format));
@@ -253,6 +338,7 @@ fn run_seeds(
         seeds: failed.as_ref().map_or(args.seeds, |f| f.seed - args.seed + 1),
         messages,
         interleavings: orders.len(),
+        first: if output.pages && failed.is_none() { first } else { None },
         failed,
     }
 }

@@ -655,9 +655,12 @@ impl Cluster {
 
     fn record_fault(&mut self, fault: &Fault, delivery: usize) {
         let fired = fault.fired_at(delivery);
-        let text = format!("fault: {}", fired.describe(&|i| self.instances[i].name.clone()));
+        if self.transcript.recording {
+            let text = format!("fault: {}", fired.describe(&|i| self.instances[i].name.clone()));
+            let time_ms = self.clock.elapsed_ms();
+            self.transcript.push(Entry::Fault { time_ms, fault: fired.clone(), text });
+        }
         self.decisions.faults.push(fired);
-        self.event(None, text);
     }
 
     /// Fires the faults due before delivery `next` that do not depend on which envelope is chosen.
@@ -859,6 +862,8 @@ impl Cluster {
                 from: envelope.from,
                 to: envelope.to,
                 message: self.message_of(&envelope),
+                cause: self.cause_of(&envelope),
+                in_flight: ready.len(),
             };
             self.transcript.push(entry);
         }
@@ -901,6 +906,17 @@ impl Cluster {
         Message::from_payload(&envelope.payload)
     }
 
+    /// The client operation an envelope belongs to: its own request or response, or the request whose handling
+    /// made the store or backend call (or awaits the return). Only transcripts need it (the HTML report groups
+    /// each confirmation's messages by it); the history attributes effects the same way.
+    fn cause_of(&self, envelope: &Envelope) -> Option<OperationId> {
+        match &envelope.payload {
+            Payload::Request { operation, .. } | Payload::Response { operation, .. } => Some(*operation),
+            Payload::Call(_) => envelope.from_task.and_then(|task| self.tasks.get(&task)).and_then(|t| t.cause.operation),
+            Payload::Return { .. } => envelope.to_task.and_then(|task| self.tasks.get(&task)).and_then(|t| t.cause.operation),
+        }
+    }
+
     fn record_drop(&mut self, envelope: &Envelope, reason: String) {
         if self.transcript.recording {
             let entry = Entry::Dropped {
@@ -909,6 +925,7 @@ impl Cluster {
                 to: envelope.to,
                 message: self.message_of(envelope),
                 reason,
+                cause: self.cause_of(envelope),
             };
             self.transcript.push(entry);
         }

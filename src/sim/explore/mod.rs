@@ -6,6 +6,7 @@
 //! contiguous chunks, each thread runs its chunk, and the results are merged in seed order. The answer
 //! (counts, the first violating seed) is therefore the same for any number of jobs.
 
+pub mod coverage;
 pub mod exhaustive;
 pub mod mutants;
 pub mod reproducer;
@@ -15,6 +16,7 @@ use crate::scenario::Scenario;
 use crate::sim::engine::faults::{self, Fault, FaultKind, PlanShape};
 use crate::sim::runner::{self, Failure, FailureKind, RunOptions, ServerUnderTest};
 use crate::stores::memory::ReplayLimits;
+use coverage::Coverage;
 use std::ops::RangeInclusive;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,17 +107,37 @@ pub fn fault_plan(scenario: &Scenario, seed: u64, kinds: &[FaultKind]) -> Vec<Fa
 /// simulator panic as an outcome of its own. Under faults a client's flow may go another way than the
 /// scenario wrote (a retry lands elsewhere, a state expires), so the properties are judged, not expectations.
 pub fn run_seed_with(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: &[FaultKind]) -> (usize, SeedOutcome) {
-    let server = server.into();
+    let (deliveries, outcome, _) = run_seed_covered(scenario, &server.into(), seed, faults, false);
+    (deliveries, outcome)
+}
+
+/// [`run_seed_with`], and with `cover` what the run reached (its transcript is recorded for that).
+fn run_seed_covered(
+    scenario: &Scenario,
+    server: &ServerUnderTest,
+    seed: u64,
+    faults: &[FaultKind],
+    cover: bool,
+) -> (usize, SeedOutcome, Option<coverage::RunCoverage>) {
+    run_options(scenario, &seed_options(scenario, server, seed, faults, cover), !faults.is_empty(), cover)
+}
+
+/// The options an exploration runs `seed` with (statelessness compared only without faults).
+fn seed_options(scenario: &Scenario, server: &ServerUnderTest, seed: u64, faults: &[FaultKind], record_transcript: bool) -> RunOptions {
     let faulty = !faults.is_empty();
-    let options = RunOptions {
-        record_transcript: false,
-        factory: server.factory,
+    RunOptions {
+        record_transcript,
+        factory: server.factory.clone(),
         gateway_variant: server.gateway_variant,
         check_statelessness: !faulty,
         faults: faulty.then(|| fault_plan(scenario, seed, faults)),
         ..RunOptions::seeded(seed)
-    };
-    run_options(scenario, &options, faulty)
+    }
+}
+
+/// One seed of an exploration again, exactly as the exploration ran it, with its transcript (for a report).
+pub fn run_report(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: &[FaultKind]) -> runner::RunReport {
+    runner::run(scenario, &seed_options(scenario, &server.into(), seed, faults, true))
 }
 
 /// Runs one seed without faults, catching a simulator panic as an outcome of its own.
@@ -131,25 +153,17 @@ fn property_of(failure: &Failure) -> Option<Property> {
     }
 }
 
-fn run_options(scenario: &Scenario, options: &RunOptions, faulty: bool) -> (usize, SeedOutcome) {
+fn run_options(
+    scenario: &Scenario,
+    options: &RunOptions,
+    faulty: bool,
+    cover: bool,
+) -> (usize, SeedOutcome, Option<coverage::RunCoverage>) {
     match panic::catch_unwind(AssertUnwindSafe(|| runner::run(scenario, options))) {
         Ok(report) => {
-            let mut failures = report.failures;
-            // A stopped simulation is the simulator's failure, never a held run, with faults or without.
-            if let Some(stopped) = failures.iter().find(|f| f.kind == FailureKind::Simulation) {
-                return (report.deliveries, SeedOutcome::Crashed(stopped.to_string()));
-            }
-            if faulty {
-                failures.retain(|f| property_of(f).is_some());
-            }
-            let outcome = if failures.is_empty() {
-                SeedOutcome::Held
-            } else if failures.iter().any(|f| property_of(f).is_some_and(Property::is_safety)) {
-                SeedOutcome::Unsafe(failures)
-            } else {
-                SeedOutcome::NotLive(failures)
-            };
-            (report.deliveries, outcome)
+            let outcome = seed_outcome(&report.failures, faulty);
+            let covered = cover.then(|| coverage::of_run(&report, &outcome));
+            (report.deliveries, outcome, covered)
         }
         Err(payload) => {
             let message = payload
@@ -157,8 +171,27 @@ fn run_options(scenario: &Scenario, options: &RunOptions, faulty: bool) -> (usiz
                 .cloned()
                 .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "a panic without a message".into());
-            (0, SeedOutcome::Crashed(message))
+            (0, SeedOutcome::Crashed(message), None)
         }
+    }
+}
+
+/// How a run with these failures is classed. A stopped simulation is the simulator's failure, never a held run,
+/// with faults or without; under faults only the properties are judged.
+pub(crate) fn seed_outcome(failures: &[Failure], faulty: bool) -> SeedOutcome {
+    if let Some(stopped) = failures.iter().find(|f| f.kind == FailureKind::Simulation) {
+        return SeedOutcome::Crashed(stopped.to_string());
+    }
+    let mut failures = failures.to_vec();
+    if faulty {
+        failures.retain(|f| property_of(f).is_some());
+    }
+    if failures.is_empty() {
+        SeedOutcome::Held
+    } else if failures.iter().any(|f| property_of(f).is_some_and(Property::is_safety)) {
+        SeedOutcome::Unsafe(failures)
+    } else {
+        SeedOutcome::NotLive(failures)
     }
 }
 
@@ -176,32 +209,64 @@ pub fn explore(
     faults: &[FaultKind],
     progress: Progress<'_>,
 ) -> Exploration {
-    let server = server.into();
+    explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, false).0
+}
+
+/// [`explore`], and what the runs reached ([`Coverage`]). Each run records its transcript, which coverage is
+/// read from, so this is slower than [`explore`]; the answer is still the same for any number of jobs.
+pub fn explore_with_coverage(
+    scenario: &Scenario,
+    server: impl Into<ServerUnderTest>,
+    seeds: RangeInclusive<u64>,
+    jobs: usize,
+    faults: &[FaultKind],
+    progress: Progress<'_>,
+) -> (Exploration, Coverage) {
+    let (exploration, coverage) = explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, true);
+    (exploration, coverage.unwrap_or_else(|| Coverage::new(faults)))
+}
+
+/// One thread's seeds: each seed's deliveries and outcome, in seed order, and what they reached.
+type Chunk = (Vec<(u64, usize, SeedOutcome)>, Option<Coverage>);
+
+fn explore_seeds(
+    scenario: &Scenario,
+    server: &ServerUnderTest,
+    seeds: RangeInclusive<u64>,
+    jobs: usize,
+    faults: &[FaultKind],
+    progress: Progress<'_>,
+    cover: bool,
+) -> (Exploration, Option<Coverage>) {
     let (first, last) = (*seeds.start(), *seeds.end());
     if first > last {
-        return Exploration::default();
+        return (Exploration::default(), cover.then(|| Coverage::new(faults)));
     }
     let count = last - first + 1;
     let jobs = (jobs.clamp(1, JOBS_MAX) as u64).min(count);
     let done = AtomicU64::new(0);
     let failing_so_far = AtomicU64::new(0);
     let chunk = count.div_ceil(jobs);
-    let run_chunk = |start: u64, end: u64| -> Vec<(u64, usize, SeedOutcome)> {
+    let run_chunk = |start: u64, end: u64| -> Chunk {
         let mut results = Vec::new();
+        let mut covered = cover.then(|| Coverage::new(faults));
         for seed in start..=end {
-            let (deliveries, outcome) = run_seed_with(scenario, &server, seed, faults);
+            let (deliveries, outcome, run) = run_seed_covered(scenario, server, seed, faults, cover);
             if matches!(outcome, SeedOutcome::Unsafe(_) | SeedOutcome::NotLive(_)) {
                 failing_so_far.fetch_add(1, Ordering::Relaxed);
             }
             let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
             progress(finished, failing_so_far.load(Ordering::Relaxed));
+            if let (Some(covered), Some(run)) = (covered.as_mut(), run) {
+                covered.add(seed, run);
+            }
             results.push((seed, deliveries, outcome));
         }
-        results
+        (results, covered)
     };
     let chunks: Vec<(u64, u64)> =
         (0..jobs).map(|j| first + j * chunk).filter(|start| *start <= last).map(|start| (start, (start + chunk - 1).min(last))).collect();
-    let per_chunk: Vec<Vec<(u64, usize, SeedOutcome)>> = if chunks.len() == 1 {
+    let per_chunk: Vec<Chunk> = if chunks.len() == 1 {
         vec![run_chunk(chunks[0].0, chunks[0].1)]
     } else {
         std::thread::scope(|scope| {
@@ -210,10 +275,16 @@ pub fn explore(
         })
     };
     let mut exploration = Exploration::default();
-    for (seed, deliveries, outcome) in per_chunk.into_iter().flatten() {
-        exploration.add(seed, deliveries, outcome);
+    let mut coverage = cover.then(|| Coverage::new(faults));
+    for (results, covered) in per_chunk {
+        for (seed, deliveries, outcome) in results {
+            exploration.add(seed, deliveries, outcome);
+        }
+        if let (Some(coverage), Some(covered)) = (coverage.as_mut(), covered) {
+            coverage.merge(covered);
+        }
     }
-    exploration
+    (exploration, coverage)
 }
 
 /// The first seed in `seeds` that breaks a safety property, searched in order, with the property broken.

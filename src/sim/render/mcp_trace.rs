@@ -128,8 +128,8 @@ mod tests {
         let answer = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}});
         let response = Message { kind: Kind::Response, body: Body::Json(answer.clone().into()), exact: None };
         transcript.recording = true;
-        transcript.push(Entry::Delivery { seq: 1, time_ms: 0, from: 1, to: 0, message: garbage });
-        transcript.push(Entry::Delivery { seq: 2, time_ms: 1, from: 0, to: 1, message: response });
+        transcript.push(Entry::Delivery { seq: 1, time_ms: 0, from: 1, to: 0, message: garbage, cause: None, in_flight: 1 });
+        transcript.push(Entry::Delivery { seq: 2, time_ms: 1, from: 0, to: 1, message: response, cause: None, in_flight: 1 });
         let events = parse(&render(&transcript)).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0]["seq"], 0);

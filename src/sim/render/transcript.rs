@@ -19,7 +19,8 @@
 //! likewise. JSON Lines keep everything exact, including the original bytes of any message that was not
 //! canonical JSON.
 
-use crate::sim::engine::message::{ActorId, Payload, StoreCall, StoreReturn};
+use crate::sim::engine::faults::Fault;
+use crate::sim::engine::message::{ActorId, OperationId, Payload, StoreCall, StoreReturn};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -197,6 +198,11 @@ pub enum Entry {
         from: ActorId,
         to: ActorId,
         message: Message,
+        /// The client operation it belongs to (its own request or response, or the request whose handling
+        /// made this store call); not printed in text, JSON Lines or Mermaid.
+        cause: Option<OperationId>,
+        /// How many envelopes were in flight when the scheduler chose this one (more than 1: a race).
+        in_flight: usize,
     },
     Dropped {
         time_ms: u64,
@@ -204,10 +210,17 @@ pub enum Entry {
         to: ActorId,
         message: Message,
         reason: String,
+        cause: Option<OperationId>,
     },
     Event {
         time_ms: u64,
         actor: Option<ActorId>,
+        text: String,
+    },
+    /// A fault of the run's plan firing: printed as an event (`** fault: …`), kept typed for reports.
+    Fault {
+        time_ms: u64,
+        fault: Fault,
         text: String,
     },
     Check {
@@ -275,7 +288,7 @@ impl Transcript {
                 Entry::Note { text } => {
                     let _ = writeln!(out, "   --    {text}");
                 }
-                Entry::Delivery { seq, time_ms, from, to, message } => {
+                Entry::Delivery { seq, time_ms, from, to, message, .. } => {
                     let _ = writeln!(
                         out,
                         " {seq:>seq_width$}  {}  {:<name_width$} -> {:<name_width$}  {:<8} {}",
@@ -286,7 +299,7 @@ impl Transcript {
                         text_message(message)
                     );
                 }
-                Entry::Dropped { time_ms, from, to, message, reason } => {
+                Entry::Dropped { time_ms, from, to, message, reason, .. } => {
                     let _ = writeln!(
                         out,
                         " {:>seq_width$}  {}  {:<name_width$} -x {:<name_width$}  dropped ({reason}) {} {}",
@@ -301,6 +314,9 @@ impl Transcript {
                 Entry::Event { time_ms, actor, text } => {
                     let actor = actor.map(|a| self.name(a)).unwrap_or("");
                     let _ = writeln!(out, " {:>seq_width$}  {}  {actor:<name_width$}    ** {text}", "", time(*time_ms));
+                }
+                Entry::Fault { time_ms, text, .. } => {
+                    let _ = writeln!(out, " {:>seq_width$}  {}  {:<name_width$}    ** {text}", "", time(*time_ms), "");
                 }
                 Entry::Check { text, failure, .. } => match failure {
                     None => {
@@ -324,7 +340,7 @@ impl Transcript {
                 Entry::Step { number, line, text } => json!({ "type": "step", "step": number, "line": line, "text": text }),
                 Entry::Substep { line, text } => json!({ "type": "substep", "line": line, "text": text }),
                 Entry::Note { text } => json!({ "type": "note", "text": text }),
-                Entry::Delivery { seq, time_ms, from, to, message } => {
+                Entry::Delivery { seq, time_ms, from, to, message, .. } => {
                     let mut value = message_json(message);
                     value.insert("type".into(), json!("delivery"));
                     value.insert("seq".into(), json!(seq));
@@ -333,7 +349,7 @@ impl Transcript {
                     value.insert("to".into(), json!(self.name(*to)));
                     Value::Object(value)
                 }
-                Entry::Dropped { time_ms, from, to, message, reason } => {
+                Entry::Dropped { time_ms, from, to, message, reason, .. } => {
                     let mut value = message_json(message);
                     value.insert("type".into(), json!("dropped"));
                     value.insert("timeMs".into(), json!(time_ms));
@@ -345,6 +361,7 @@ impl Transcript {
                 Entry::Event { time_ms, actor, text } => {
                     json!({ "type": "event", "timeMs": time_ms, "actor": actor.map(|a| self.name(a)), "text": text })
                 }
+                Entry::Fault { time_ms, text, .. } => json!({ "type": "event", "timeMs": time_ms, "actor": null, "text": text }),
                 Entry::Check { line, text, failure } => {
                     json!({ "type": "check", "line": line, "text": text, "ok": failure.is_none(), "failure": failure })
                 }
@@ -398,7 +415,7 @@ impl Transcript {
                 Entry::Event { actor: Some(actor), text, .. } => {
                     let _ = writeln!(out, "    Note over {}: {}", self.name(*actor), mermaid_text(text));
                 }
-                Entry::Event { actor: None, text, .. } => {
+                Entry::Event { actor: None, text, .. } | Entry::Fault { text, .. } => {
                     if let (Some(first), Some(last)) = (&first, &last) {
                         let _ = writeln!(out, "    Note over {first},{last}: {}", mermaid_text(text));
                     }
@@ -417,7 +434,9 @@ impl Transcript {
 
 fn entry_time(entry: &Entry) -> Option<u64> {
     match entry {
-        Entry::Delivery { time_ms, .. } | Entry::Dropped { time_ms, .. } | Entry::Event { time_ms, .. } => Some(*time_ms),
+        Entry::Delivery { time_ms, .. } | Entry::Dropped { time_ms, .. } | Entry::Event { time_ms, .. } | Entry::Fault { time_ms, .. } => {
+            Some(*time_ms)
+        }
         _ => None,
     }
 }
@@ -522,6 +541,8 @@ mod tests {
                 from: 1,
                 to: 0,
                 message: Message { kind: Kind::Response, body: Body::Json(Arc::new(value.clone())), exact: None },
+                cause: None,
+                in_flight: 1,
             }],
         };
         assert!(transcript.to_jsonl().contains(&state));
