@@ -318,15 +318,15 @@ fn end_state(report: &RunReport) -> [u8; 32] {
     use crate::oracle::history::EffectKind;
     let mut deleted = Vec::new();
     let mut consumed = Vec::new();
+    let mut exports = Vec::new();
     for effect in &report.history.effects {
         match &effect.kind {
             EffectKind::NoteDeleted { note, .. } => deleted.push(note.id.clone()),
             EffectKind::NonceConsumed { record, .. } => consumed.push(record.to_string()),
+            EffectKind::Exported(e) => exports.push(format!("{} {} {:?}", e.principal, e.destination, e.note_ids)),
             _ => {}
         }
     }
-    let mut exports: Vec<String> =
-        report.history.exports.iter().map(|e| format!("{} {} {:?}", e.principal, e.destination, e.note_ids)).collect();
     deleted.sort();
     consumed.sort();
     exports.sort();
