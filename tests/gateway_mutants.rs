@@ -1,7 +1,8 @@
 //! The gateway scenarios can fail: each deliberately broken gateway variant (built around the unchanged
 //! gateway, see `sim::actors::gateway_mutants`) is caught by the scenario that teaches the defence it lacks,
 //! at the expectation that states that defence — while the real gateway passes the same runs, and a
-//! variant is not caught by scenarios about defences it keeps.
+//! variant is not caught by scenarios about defences it keeps. (That each is also caught by a property is
+//! `tests/mutants.rs`'s table.)
 
 use mcpsim::scenario::{self, Scenario};
 use mcpsim::sim::actors::gateway_mutants::GatewayVariant;
@@ -22,8 +23,7 @@ fn failed_expectations(scenario: &Scenario, variant: GatewayVariant) -> Vec<(usi
     for seed in 1..=SEEDS {
         let options = RunOptions { gateway_variant: variant, record_transcript: false, ..RunOptions::seeded(seed) };
         let report = runner::run(scenario, &options);
-        for failure in &report.failures {
-            assert_eq!(failure.kind, FailureKind::Expectation, "{}: {} seed {seed}: {failure:?}", variant.name(), scenario.name);
+        for failure in report.failures.iter().filter(|f| f.kind == FailureKind::Expectation) {
             if !failed.iter().any(|(line, _)| *line == failure.line) {
                 failed.push((failure.line, failure.statement.clone()));
             }

@@ -37,7 +37,13 @@ fn every_mutant_is_caught_and_the_real_server_is_clean_on_the_same_seeds() {
             let check_statelessness = !mutant.liveness;
             let real = runner::run(
                 &scenario,
-                &RunOptions { record_transcript: false, faults: faults.clone(), check_statelessness, ..RunOptions::seeded(seed) },
+                &RunOptions {
+                    record_transcript: false,
+                    faults: faults.clone(),
+                    check_statelessness,
+                    check_determinism: true,
+                    ..RunOptions::seeded(seed)
+                },
             );
             assert!(broken(&real).is_empty(), "the real server broke {:?} on {} seed {seed}", broken(&real), mutant.exposed_by);
             if mutant.caught_by_expectation() {
@@ -50,6 +56,7 @@ fn every_mutant_is_caught_and_the_real_server_is_clean_on_the_same_seeds() {
                 gateway_variant: server.gateway_variant,
                 faults,
                 check_statelessness,
+                check_determinism: true,
                 ..RunOptions::seeded(seed)
             };
             let report = runner::run(&scenario, &options);

@@ -67,6 +67,7 @@ scenario_snapshots! {
     prefix_confusion_workspace => "20-prefix-confusion-workspace.sim",
     encoded_traversal_workspace => "21-encoded-traversal-workspace.sim",
     admin_changes_between_rounds => "22-admin-changes-between-rounds.sim",
+    clock_behind_beyond_the_grace => "23-clock-behind-beyond-the-grace.sim",
     gateway_poisoned_description => "40-gateway-poisoned-description.sim",
     gateway_rug_pull_between_two_listings => "41-gateway-rug-pull-between-two-listings.sim",
     gateway_shadowed_search => "42-gateway-shadowed-search.sim",
@@ -78,6 +79,9 @@ scenario_snapshots! {
     gateway_crash_between_claim_and_export => "48-gateway-crash-between-claim-and-export.sim",
     gateway_crash_during_export => "49-gateway-crash-during-export.sim",
     gateway_quota_follows_the_principal => "50-gateway-quota-follows-the-principal.sim",
+    gateway_decline_ends_the_export_on_every_instance => "51-gateway-decline-ends-the-export-on-every-instance.sim",
+    gateway_revocation_reaches_the_backends => "52-gateway-revocation-reaches-the-backends.sim",
+    gateway_body_names_the_tool_even_when_both_would_run => "53-gateway-body-names-the-tool-even-when-both-would-run.sim",
 }
 
 #[test]

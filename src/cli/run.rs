@@ -301,8 +301,12 @@ fn run_seeds(
     let mut first = None;
     let last_seed = args.seed.saturating_add(args.seeds - 1);
     for seed in args.seed..=last_seed {
-        let mut options =
-            RunOptions { factory: server.factory.clone(), gateway_variant: server.gateway_variant, ..RunOptions::seeded(seed) };
+        let mut options = RunOptions {
+            factory: server.factory.clone(),
+            gateway_variant: server.gateway_variant,
+            check_determinism: true,
+            ..RunOptions::seeded(seed)
+        };
         options.scheduler = match args.scheduler {
             SchedulerArg::Random => SchedulerChoice::Random,
             SchedulerArg::Scripted => SchedulerChoice::Scripted,

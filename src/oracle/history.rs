@@ -23,6 +23,8 @@ pub struct History {
     pub initial_grants: Grants,
     /// The notes the world started with (what a response may show is judged against every note known).
     pub initial_notes: Vec<Note>,
+    /// A gateway's approved descriptors at the start, by qualified tool name (`Effect::Approved` adds to them).
+    pub initial_pins: BTreeMap<String, Value>,
     /// Operations that are not a client's first attempt: its retries, and copies the network made. Every
     /// other operation is a first attempt.
     pub attempts: BTreeMap<OperationId, Attempt>,
@@ -172,6 +174,10 @@ pub enum EffectKind {
     Revoked { principal: String, workspace: String },
     /// A backend exported notes somewhere: an externally visible effect like a deletion.
     Exported(Export),
+    /// A gateway called `tool` on backend `backend`, which published `descriptor` for it at that moment.
+    BackendCalled { backend: String, tool: String, descriptor: Option<Value> },
+    /// The operator approved `tool` (qualified) as `descriptor`.
+    Approved { tool: String, descriptor: Value },
 }
 
 /// One export, as the backend recorded it.

@@ -26,6 +26,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("20-prefix-confusion-workspace.sim", include_str!("../../scenarios/20-prefix-confusion-workspace.sim")),
     ("21-encoded-traversal-workspace.sim", include_str!("../../scenarios/21-encoded-traversal-workspace.sim")),
     ("22-admin-changes-between-rounds.sim", include_str!("../../scenarios/22-admin-changes-between-rounds.sim")),
+    ("23-clock-behind-beyond-the-grace.sim", include_str!("../../scenarios/23-clock-behind-beyond-the-grace.sim")),
     ("40-gateway-poisoned-description.sim", include_str!("../../scenarios/40-gateway-poisoned-description.sim")),
     ("41-gateway-rug-pull-between-two-listings.sim", include_str!("../../scenarios/41-gateway-rug-pull-between-two-listings.sim")),
     ("42-gateway-shadowed-search.sim", include_str!("../../scenarios/42-gateway-shadowed-search.sim")),
@@ -37,4 +38,13 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("48-gateway-crash-between-claim-and-export.sim", include_str!("../../scenarios/48-gateway-crash-between-claim-and-export.sim")),
     ("49-gateway-crash-during-export.sim", include_str!("../../scenarios/49-gateway-crash-during-export.sim")),
     ("50-gateway-quota-follows-the-principal.sim", include_str!("../../scenarios/50-gateway-quota-follows-the-principal.sim")),
+    (
+        "51-gateway-decline-ends-the-export-on-every-instance.sim",
+        include_str!("../../scenarios/51-gateway-decline-ends-the-export-on-every-instance.sim"),
+    ),
+    ("52-gateway-revocation-reaches-the-backends.sim", include_str!("../../scenarios/52-gateway-revocation-reaches-the-backends.sim")),
+    (
+        "53-gateway-body-names-the-tool-even-when-both-would-run.sim",
+        include_str!("../../scenarios/53-gateway-body-names-the-tool-even-when-both-would-run.sim"),
+    ),
 ];

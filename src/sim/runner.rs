@@ -66,6 +66,8 @@ pub struct RunOptions {
     /// Faults on (clients retry what gets lost, liveness is judged) with this plan; `None` for a run without
     /// faults (an exploration with `--faults` draws a plan per seed; a replay repeats the recorded one).
     pub faults: Option<Vec<Fault>>,
+    /// Also run the same seed a second time and require the same bytes everywhere (`GUARANTEES.md` §4.6).
+    pub check_determinism: bool,
 }
 
 impl RunOptions {
@@ -78,6 +80,7 @@ impl RunOptions {
             factory: notes_server_factory(),
             gateway_variant: GatewayVariant::Real,
             faults: None,
+            check_determinism: false,
         }
     }
 }
@@ -157,6 +160,12 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
         Statelessness::NotChecked | Statelessness::Violated => {}
     }
     violations.extend(differences.into_iter().map(|message| Violation { property: Property::Statelessness, message }));
+    if options.check_determinism {
+        let again = execute(scenario, &RunOptions { check_determinism: false, ..options.clone() }, Routing::AsWritten);
+        if let Some(difference) = first_difference(&outcome.history, &again.history) {
+            violations.push(Violation { property: Property::Determinism, message: format!("the same seed ran twice and {difference}") });
+        }
+    }
     for Violation { property, message } in violations {
         let text = format!("property {}", property.as_str());
         outcome.transcript.push(Entry::Check { line: 0, text, failure: Some(message.clone()) });
@@ -362,6 +371,52 @@ fn compare_rerouted(scenario: &Scenario, options: &RunOptions, original: &Execut
         (Statelessness::Held { rerouted, compared }, differences)
     } else {
         (Statelessness::Violated, differences)
+    }
+}
+
+/// Where two runs of the same seed first differ: a request or answer (byte for byte), or an effect.
+fn first_difference(a: &History, b: &History) -> Option<String> {
+    let bytes = |op: &crate::oracle::history::Operation| {
+        let request = op.request_exact.clone().or_else(|| op.request_value.as_ref().map(|v| v.to_string())).unwrap_or_default();
+        let response = op.response().map(Value::to_string).unwrap_or_else(|| op.describe());
+        (request, response)
+    };
+    for (index, (x, y)) in a.operations.iter().zip(&b.operations).enumerate() {
+        let ((request_x, response_x), (request_y, response_y)) = (bytes(x), bytes(y));
+        if request_x != request_y {
+            return Some(format!(
+                "request {} ({}'s) differed: {} then {}",
+                index + 1,
+                x.client,
+                preview_text(&request_x),
+                preview_text(&request_y)
+            ));
+        }
+        if response_x != response_y {
+            let (before, after) = differing_parts(&response_x, &response_y);
+            return Some(format!("the answer to request {} ({}'s to {}) differed: {before} then {after}", index + 1, x.client, x.instance));
+        }
+    }
+    if a.operations.len() != b.operations.len() {
+        return Some(format!("made {} requests, then {}", a.operations.len(), b.operations.len()));
+    }
+    let effects = |h: &History| h.effects.iter().map(|e| format!("{:?}", e.kind)).collect::<Vec<_>>();
+    (effects(a) != effects(b)).then(|| "the stores' effects differed".to_string())
+}
+
+/// The two texts from a little before where they first differ.
+fn differing_parts(a: &str, b: &str) -> (String, String) {
+    let common = a.char_indices().zip(b.chars()).find(|((_, x), y)| x != y).map_or(a.len().min(b.len()), |((i, _), _)| i);
+    let start = a[..common].char_indices().rev().nth(24).map_or(0, |(i, _)| i);
+    let excerpt = |text: &str| format!("…{}", preview_text(&text[start..]));
+    (excerpt(a), excerpt(b))
+}
+
+fn preview_text(text: &str) -> String {
+    const SHOWN: usize = 100;
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
     }
 }
 

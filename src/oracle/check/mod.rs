@@ -17,6 +17,7 @@ mod consent;
 mod containment;
 mod honest_outcome;
 mod liveness;
+mod mediation;
 mod refusal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -29,6 +30,8 @@ pub enum Property {
     Capabilities,
     HonestOutcome,
     Liveness,
+    Mediation,
+    Determinism,
 }
 
 impl Property {
@@ -42,6 +45,8 @@ impl Property {
             Property::Capabilities => "capabilities",
             Property::HonestOutcome => "honest-outcome",
             Property::Liveness => "liveness",
+            Property::Mediation => "mediation",
+            Property::Determinism => "determinism",
         }
     }
 
@@ -65,6 +70,9 @@ pub fn judged(history: &History) -> Vec<Property> {
     if history.clients_retry {
         properties.push(Property::Liveness);
     }
+    if !history.initial_pins.is_empty() {
+        properties.push(Property::Mediation);
+    }
     properties
 }
 
@@ -87,6 +95,7 @@ pub fn check_properties(history: &History) -> Vec<Violation> {
     if history.clients_retry {
         liveness::liveness(&reading, &mut violations);
     }
+    mediation::mediation(&reading, &mut violations);
     violations
 }
 

@@ -22,7 +22,8 @@ use crate::framework::ports::{Clock, NonceSource, NoteStore, ReplayStore};
 use crate::policy::authorization::Authorizations;
 use crate::policy::pinning::{qualify, Approval, PublisherEvidence};
 use crate::policy::state::KeyRing;
-use crate::servers::gateway::ports::Backend;
+use crate::servers::gateway::backends::NotesBackend;
+use crate::servers::gateway::ports::{Backend, LocalBackend};
 use crate::servers::gateway::{BackendHandle, Gateway, GatewayPorts};
 use crate::sim::engine::message::ActorId;
 use crate::stores::gateway::{MemoryAuditSink, MemoryExportLedger, MemoryRateLimiter, SharedPins};
@@ -72,6 +73,30 @@ impl GatewayWorld {
         }
     }
 
+    /// A revocation reaches every actor holding authorizations: each notes backend is rebuilt with the new
+    /// grants over the same ledger, note store and descriptors (what it published stays what it publishes).
+    /// A variant that forgets to is the zoo's revoke-ignoring backend.
+    pub fn reauthorize(&mut self, exchange: &ExchangeHandle, note_store: ActorId, authorizations: &Authorizations) {
+        if self.variant == GatewayVariant::RevokeIgnoringBackend {
+            return;
+        }
+        for backend in &mut self.backends {
+            let (Some(config), Some(ledger)) = (self.file.backends.get(&backend.id), backend.ledger.clone()) else { continue };
+            let notes: Arc<dyn NoteStore> = Arc::new(StoreClient::new(exchange.clone(), note_store));
+            let BuiltBackend::Notes(server) = assembly::backend(&self.file, config, authorizations, notes, ledger.clone()) else {
+                continue;
+            };
+            let server = Arc::new(NotesBackend { descriptors: backend.descriptors.clone(), ..(*server).clone() });
+            let port = LocalBackend::with_live_listing(server.clone(), server);
+            *backend = Arc::new(BackendActor {
+                id: backend.id.clone(),
+                server: port,
+                descriptors: backend.descriptors.clone(),
+                ledger: Some(ledger),
+            });
+        }
+    }
+
     pub fn backend(&self, id: &str) -> Option<&Arc<BackendActor>> {
         self.backends.iter().find(|b| b.id == id)
     }
@@ -110,8 +135,8 @@ impl GatewayWorld {
     }
 
     /// The operator reviews and re-pins `backend.tool` to what the backend publishes right now. Returns the
-    /// new digest, or why nothing was pinned.
-    pub fn approve(&self, qualified: &str, now_ms: u64) -> Result<String, String> {
+    /// new digest and the descriptor approved, or why nothing was pinned.
+    pub fn approve(&self, qualified: &str, now_ms: u64) -> Result<(String, Value), String> {
         let (backend_id, tool) = crate::policy::pinning::split_qualified(qualified)
             .ok_or_else(|| format!("{qualified:?} is not a qualified tool name backend.tool"))?;
         let backend = self.backend(backend_id).ok_or_else(|| format!("no backend {backend_id}"))?;
@@ -135,7 +160,7 @@ impl GatewayWorld {
         let mut pins = crate::servers::gateway::ports::PinSource::pins(self.pins.as_ref()).as_ref().clone();
         let digest = pins.approve(&qualify(backend_id, tool), descriptor, approval).map_err(|e| e.to_string())?.digest.clone();
         self.pins.replace(pins);
-        Ok(digest)
+        Ok((digest, descriptor.clone()))
     }
 
     /// Audit records appended since the last call, as transcript lines (the fields a reader needs; the

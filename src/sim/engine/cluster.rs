@@ -262,7 +262,13 @@ impl Cluster {
             })
             .collect();
         let clients = setup.clients;
-        let history = History { initial_grants: setup.grants.clone(), initial_notes: setup.notes.clone(), ..History::default() };
+        let initial_pins = gateway_world
+            .iter()
+            .flat_map(|world| crate::servers::gateway::ports::PinSource::pins(world.pins.as_ref()).pins.clone())
+            .map(|(name, pin)| (name, pin.descriptor))
+            .collect();
+        let history =
+            History { initial_grants: setup.grants.clone(), initial_notes: setup.notes.clone(), initial_pins, ..History::default() };
         let mut cluster = Cluster {
             seed: setup.seed,
             roles,
@@ -557,7 +563,10 @@ impl Cluster {
         if let AdminAction::Approve { tool } = action {
             let now_ms = crate::framework::ports::Clock::now_ms(&self.clock);
             let world = self.gateway_world.as_ref().ok_or("admin approve needs a gateway: declare `gateway NAME`")?;
-            let digest = world.approve(tool, now_ms)?;
+            let (digest, descriptor) = world.approve(tool, now_ms)?;
+            let at_ms = self.clock.elapsed_ms();
+            let kind = EffectKind::Approved { tool: tool.clone(), descriptor };
+            self.history.effects.push(Effect { at_ms, delivery: self.deliveries, operation: None, kind });
             let shown: String = digest.chars().take(crate::sim::engine::message::DIGEST_CHARS_SHOWN).collect();
             self.event(Some(self.admin_actor), format!("approved {tool}: pinned to its current descriptor {shown}"));
             return Ok(());
@@ -581,6 +590,9 @@ impl Cluster {
         if let AdminAction::Revoke { principal, workspace } = action {
             let root = FileUri::parse(workspace).map_err(|e| format!("cannot revoke {workspace:?}: {e}"))?;
             self.authorizations.revoke(principal, &root);
+            if let Some(world) = self.gateway_world.as_mut() {
+                world.reauthorize(&self.exchange, self.note_store_actor, &self.authorizations);
+            }
             for index in 0..self.instances.len() {
                 self.rebuild_service(index);
             }
@@ -947,6 +959,15 @@ impl Cluster {
             (Role::Backend(index), Payload::Call(call)) => {
                 let cause = from_task.and_then(|task| self.tasks.get(&task)).map(|t| t.cause.clone()).unwrap_or_default();
                 let Some(actor) = self.gateway_world.as_ref().map(|world| world.backends[index].clone()) else { return Ok(()) };
+                if let StoreCall::CallTool { tool, .. } = &call {
+                    // What the backend publishes for the tool as the call reaches it: the oracle compares it with what
+                    // was approved.
+                    let descriptor =
+                        actor.descriptors.current().iter().find(|d| d.get("name").and_then(Value::as_str) == Some(tool)).cloned();
+                    let kind = EffectKind::BackendCalled { backend: actor.id.clone(), tool: tool.clone(), descriptor };
+                    let at_ms = self.clock.elapsed_ms();
+                    self.history.effects.push(Effect { at_ms, delivery: self.deliveries, operation: cause.operation, kind });
+                }
                 self.spawn(to, cause, ReplyTo::Caller { actor: from, task: from_task }, Some(call.clone()), backend::serve(actor, call))
             }
             (Role::Client(_), Payload::Response { operation, value, .. }) => {

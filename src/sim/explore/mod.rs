@@ -122,6 +122,10 @@ fn run_seed_covered(
     run_options(scenario, &seed_options(scenario, server, seed, faults, cover), !faults.is_empty(), cover)
 }
 
+/// An exploration judges determinism on seed 1 and on every seed divisible by this (a second run of the seed
+/// must match byte for byte): a server that is nondeterministic at all is caught at little cost.
+pub const DETERMINISM_EVERY: u64 = 64;
+
 /// The options an exploration runs `seed` with (statelessness compared only without faults).
 fn seed_options(scenario: &Scenario, server: &ServerUnderTest, seed: u64, faults: &[FaultKind], record_transcript: bool) -> RunOptions {
     let faulty = !faults.is_empty();
@@ -131,6 +135,7 @@ fn seed_options(scenario: &Scenario, server: &ServerUnderTest, seed: u64, faults
         gateway_variant: server.gateway_variant,
         check_statelessness: !faulty,
         faults: faulty.then(|| fault_plan(scenario, seed, faults)),
+        check_determinism: seed == 1 || seed % DETERMINISM_EVERY == 0,
         ..RunOptions::seeded(seed)
     }
 }

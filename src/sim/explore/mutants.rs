@@ -198,6 +198,20 @@ pub const MUTANTS: &[Mutant] = &[
         liveness: false,
     },
     Mutant {
+        name: "admits-past-retention",
+        mistake: "A replay store that takes the claimant's word for a state's expiry, so a lagging instance gets a pruned, used nonce accepted again.",
+        exposed_by: "zoo-lagging-instance-past-the-grace",
+        build: Build::Notes(admits_past_retention),
+        liveness: false,
+    },
+    Mutant {
+        name: "hash-ordered-candidates",
+        mistake: "Collects a form's candidates in a hash map and serializes its iteration order, so the same run answers differently each time.",
+        exposed_by: "01-lesson-exchange-on-one-instance.sim",
+        build: Build::Notes(hash_ordered),
+        liveness: false,
+    },
+    Mutant {
         name: "description-only-pins",
         mistake: "A gateway that judges a pinned tool by its description alone, so a changed schema behind the same description is served.",
         exposed_by: "41-gateway-rug-pull-between-two-listings.sim",
@@ -216,6 +230,20 @@ pub const MUTANTS: &[Mutant] = &[
         mistake: "A gateway that runs a bare tool name on the first backend, in configuration order, that lists it.",
         exposed_by: "42-gateway-shadowed-search.sim",
         build: Build::Gateway(GatewayVariant::FirstListedBackendWins),
+        liveness: false,
+    },
+    Mutant {
+        name: "exports-on-decline",
+        mistake: "A gateway that runs the export when the user declines, then answers \"declined\".",
+        exposed_by: "51-gateway-decline-ends-the-export-on-every-instance.sim",
+        build: Build::Gateway(GatewayVariant::ExportsOnDecline),
+        liveness: false,
+    },
+    Mutant {
+        name: "revoke-ignoring-backend",
+        mistake: "A gateway whose notes backend keeps the grants it started with: a revocation never reaches it.",
+        exposed_by: "52-gateway-revocation-reaches-the-backends.sim",
+        build: Build::Gateway(GatewayVariant::RevokeIgnoringBackend),
         liveness: false,
     },
 ];
@@ -285,6 +313,21 @@ pub(crate) const ZOO_SCENARIOS: &[(&str, &str)] = &[
          answer alice -> i1 accept {\"note_id\": \"note-14\", \"confirm\": true} for second as refused_again\n\
          expect refused_again error -32603\n",
     ),
+    (
+        "zoo-lagging-instance-past-the-grace",
+        "# Guarantee taught: the replay store judges expiry by its own clock, never by the claimant's.\n\
+         # An instance ten minutes behind replays a used confirmation after the store pruned its nonce.\n\
+         use demo\nkey k1\ninstance fresh keys k1\ninstance lagging keys k1 clock -10m\nclient alice principal alice\n\
+         state-ttl 2m\nreplay capacity 1 grace 30s\n\
+         let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+         send alice -> fresh tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as first\n\
+         answer alice -> fresh accept {\"note_id\": \"note-3\", \"confirm\": true} for first as used\n\
+         advance 3m\n\
+         send alice -> fresh tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as second\n\
+         answer alice -> fresh decline for second as takes_the_slot\n\
+         answer alice -> lagging accept {\"note_id\": \"note-7\", \"confirm\": true} for first as replayed\n\
+         expect note note-7 present\n",
+    ),
 ];
 
 /// A library scenario (by file name) or a zoo scenario (by name), parsed.
@@ -320,6 +363,7 @@ enum ReplayMistake {
     ClaimThenDelete,
     ClaimWithoutOutcome,
     Evicting,
+    AdmitsPastRetention,
 }
 
 /// The shared replay store, reached through the real port, used the wrong way.
@@ -358,6 +402,10 @@ fn evicting_replay_store(parts: InstanceParts) -> Arc<dyn Service> {
     with_replay_mistake(parts, ReplayMistake::Evicting)
 }
 
+fn admits_past_retention(parts: InstanceParts) -> Arc<dyn Service> {
+    with_replay_mistake(parts, ReplayMistake::AdmitsPastRetention)
+}
+
 fn guarded(outcome: GuardedDelete) -> ClaimAndDelete {
     match outcome {
         GuardedDelete::Deleted(note) => ClaimAndDelete::Deleted(note),
@@ -372,6 +420,8 @@ impl ReplayStore for MistakenReplay {
         match (self.mistake, self.inner.claim(claim).await?) {
             // Making room: the claim is admitted, but nothing remembers it.
             (ReplayMistake::Evicting, ClaimOutcome::Full) => Ok(ClaimOutcome::Claimed),
+            // The claimant's clock says the state is alive; the store takes its word.
+            (ReplayMistake::AdmitsPastRetention, ClaimOutcome::Expired) => Ok(ClaimOutcome::Claimed),
             (_, outcome) => Ok(outcome),
         }
     }
@@ -417,6 +467,10 @@ impl ReplayStore for MistakenReplay {
                 ClaimAndDelete::Full => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
                 outcome => Ok(outcome),
             },
+            ReplayMistake::AdmitsPastRetention => match self.inner.claim_and_delete(claim, note_id, workspace).await? {
+                ClaimAndDelete::Expired => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+                outcome => Ok(outcome),
+            },
         }
     }
 }
@@ -435,6 +489,7 @@ enum Decision {
     DeclineNotConsuming,
     RememberedCapabilities,
     NoOutcomeOnReplay,
+    HashOrdered,
 }
 
 struct MistakenService {
@@ -474,6 +529,26 @@ fn remembered_capabilities(parts: InstanceParts) -> Arc<dyn Service> {
 }
 fn no_outcome_on_replay(parts: InstanceParts) -> Arc<dyn Service> {
     with_decision(parts, Decision::NoOutcomeOnReplay)
+}
+fn hash_ordered(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::HashOrdered)
+}
+
+/// The form's candidates in the order a `HashMap` (randomly seeded per map) iterates them: what a server gets
+/// when it collects candidates into a hash map and serializes that.
+fn hash_ordered_candidates(mut result: Value) -> Value {
+    let reorder = |ids: &mut Vec<Value>| {
+        let set: std::collections::HashMap<String, ()> = ids.iter().filter_map(|id| id.as_str().map(|s| (s.to_string(), ()))).collect();
+        *ids = set.into_keys().map(Value::String).collect();
+    };
+    if let Some(requests) = result.get_mut("inputRequests").and_then(Value::as_object_mut) {
+        for request in requests.values_mut() {
+            if let Some(Value::Array(ids)) = request.pointer_mut("/params/requestedSchema/properties/note_id/enum") {
+                reorder(ids);
+            }
+        }
+    }
+    result
 }
 
 fn is_notes_delete(method: &str, params: &Value) -> bool {
@@ -573,6 +648,7 @@ impl Service for MistakenService {
                 }
                 Ok(result)
             }
+            Decision::HashOrdered => self.inner.call(context, method, params).await.map(hash_ordered_candidates),
             Decision::NoOutcomeOnReplay => self.inner.call(context, method, params).await.map_err(|mut error| {
                 if let Some(Value::Object(data)) = &mut error.data {
                     data.remove("previousOutcome");
