@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod explore;
+pub mod keygen;
 pub mod live;
 pub mod pins;
 pub mod run;
@@ -37,6 +38,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Load a deployment's notes into a shared store (sqlite:PATH or postgres:URL); idempotent.
     Seed(seed::SeedArgs),
+    /// Make a new signing key for a fleet's shared key file (`serve --key-file`).
+    Keygen(keygen::KeygenArgs),
     /// Explore one scenario under many seeds (interleavings), against the real server or a mutant.
     Explore(explore::ExploreArgs),
     /// List the mutant zoo: deliberately unsafe servers the checker must catch (simulator only).
@@ -75,6 +78,7 @@ pub fn main() -> ExitCode {
         Command::Pins(args) => pins::run(args),
         Command::Run(args) => run::run(args),
         Command::Seed(args) => seed::run(args),
+        Command::Keygen(args) => keygen::run(args),
         Command::Explore(args) => explore::run(args),
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
