@@ -28,13 +28,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Lines are wrapped to this many columns.
-pub(crate) const WIDTH: usize = 120;
+pub const WIDTH: usize = 120;
 /// Strings longer than this are shortened.
-pub(crate) const STRING_CHARS_MAX: usize = 60;
+pub const STRING_CHARS_MAX: usize = 60;
 /// How much of a shortened string is shown.
-pub(crate) const STRING_CHARS_SHOWN: usize = 48;
+pub const STRING_CHARS_SHOWN: usize = 48;
 /// Arrays longer than this show only their first items.
-pub(crate) const ARRAY_ITEMS_SHOWN: usize = 3;
+pub const ARRAY_ITEMS_SHOWN: usize = 3;
 
 /// The compact text form of `transcript`.
 pub(crate) fn render(transcript: &Transcript) -> String {
