@@ -1,6 +1,7 @@
 //! `mcpsim explore` and `mcpsim mutants`: one scenario under many interleavings, optionally against a
 //! deliberately unsafe server from the mutant zoo.
 
+use super::run::{extension, format_name, TranscriptFormat};
 use crate::oracle::check::Property;
 use crate::scenario::{self, Scenario};
 use crate::sim::actors::instance::notes_server_factory;
@@ -13,7 +14,6 @@ use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
 use crate::sim::library;
 use crate::sim::render::html::{self, CounterexampleLink, ExampleRun, ExplorationInput, RunInput};
 use crate::sim::render::transcript::Format;
-use super::run::{extension, format_name, TranscriptFormat};
 use crate::sim::runner::{Failure, FailureKind, RunReport, ServerUnderTest};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
