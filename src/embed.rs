@@ -124,12 +124,7 @@ impl Options {
 
     fn run_options(&self, scenario: &Scenario, seed: u64) -> RunOptions {
         let server = self.server();
-        let mut options = RunOptions {
-            factory: server.factory,
-            gateway_variant: server.gateway_variant,
-            check_determinism: true,
-            ..RunOptions::seeded(seed)
-        };
+        let mut options = RunOptions { check_determinism: true, ..RunOptions::seeded(seed).with_server(&server) };
         options.scheduler = match self.scheduler {
             Scheduler::Random => SchedulerChoice::Random,
             Scheduler::Scripted => SchedulerChoice::Scripted,

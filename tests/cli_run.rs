@@ -150,3 +150,124 @@ fn help_explains_the_exit_status_and_the_defaults() {
         assert!(stdout.contains(expected), "{expected:?} missing from:\n{stdout}");
     }
 }
+
+#[test]
+fn a_failing_scenarios_final_block_lists_every_failure() {
+    let scratch = Scratch::new("every-failure");
+    let file = scratch.write(
+        "three.sim",
+        &format!(
+            "{CLUSTER}send alice -> i1 tools/list {{}} as tools\nexpect tools input_required\nexpect tools error -32602\nexpect note note-7 absent\n"
+        ),
+    );
+    let output = mcpsim(&scratch.0, &["run", &file]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    let block = &stdout[stdout.find("\nFAIL three.sim (seed 1)").expect("a final block")..];
+    for line in ["line 5: expect tools input_required", "line 6: expect tools error -32602", "line 7: expect note note-7 absent"] {
+        assert!(block.contains(line), "{line:?} missing from the final block:\n{block}");
+    }
+}
+
+#[test]
+fn a_transcript_header_names_the_mutant_and_the_faults_in_force() {
+    let output = mcpsim(repo(), &["run", "05-accepts-race-for-different-candidates", "--mutant", "delete-then-claim", "--format", "text"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    let header = stdout.lines().next().unwrap();
+    assert!(header.contains("MUTANT delete-then-claim (a deliberately unsafe server, not the real one)"), "{header}");
+    let output = mcpsim(repo(), &["run", "scenarios/02-retry-lands-on-another-instance.sim", "--seed", "23", "--faults", "drop"]);
+    let header = text(&output.stdout).lines().next().unwrap().to_string();
+    assert!(header.contains("faults on: drop the client message chosen at delivery"), "{header}");
+    // JSON Lines and Mermaid say it too; a run of the real servers without faults says nothing more than before.
+    let output = mcpsim(repo(), &["run", "05-accepts-race-for-different-candidates", "--mutant", "delete-then-claim", "--format", "jsonl"]);
+    assert!(text(&output.stdout).lines().next().unwrap().contains(r#""mutant":"delete-then-claim""#));
+    let output =
+        mcpsim(repo(), &["run", "05-accepts-race-for-different-candidates", "--mutant", "delete-then-claim", "--format", "mermaid"]);
+    assert!(text(&output.stdout).contains("MUTANT delete-then-claim"), "{}", text(&output.stdout));
+    let output = mcpsim(repo(), &["run", "scenarios/02-retry-lands-on-another-instance.sim"]);
+    assert_eq!(
+        text(&output.stdout).lines().next(),
+        Some("# mcpsim transcript: 02-retry-lands-on-another-instance  seed 1  scheduler random")
+    );
+}
+
+#[test]
+fn out_writes_one_diagram_per_scenario_and_one_stream_refuses_several() {
+    let scratch = Scratch::new("diagrams");
+    let output = mcpsim(repo(), &["run", "scenarios/", "--format", "mermaid"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("writes one diagram per scenario"), "{}", text(&output.stderr));
+    let out = scratch.0.join("diagrams");
+    let output = mcpsim(repo(), &["run", "scenarios/", "--format", "mermaid", "--out", out.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let count = std::fs::read_dir(repo().join("scenarios")).unwrap().count();
+    let files: Vec<PathBuf> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), count, "{files:?}");
+    for file in &files {
+        assert!(file.extension().is_some_and(|e| e == "mmd"), "{}", file.display());
+        assert!(std::fs::read_to_string(file).unwrap().starts_with("sequenceDiagram\n"), "{}", file.display());
+    }
+    assert!(stdout.contains(&format!("{count} of {count} scenario(s) passed")) && stdout.contains("transcripts written to"), "{stdout}");
+}
+
+#[test]
+fn compact_is_for_terminals_and_text_stays_the_full_form() {
+    let file = "scenarios/02-retry-lands-on-another-instance.sim";
+    let compact = text(&mcpsim(repo(), &["run", file, "--format", "compact"]).stdout);
+    let full = text(&mcpsim(repo(), &["run", file]).stdout);
+    assert_eq!(full, text(&mcpsim(repo(), &["run", file, "--format", "text"]).stdout), "not a terminal: text by default");
+    assert!(compact.contains("#   Guarantee taught: statelessness"), "the lesson on top:\n{compact}");
+    let ink = |text: &str| text.chars().filter(|c| !c.is_whitespace()).count();
+    assert!(ink(&compact) < ink(&full), "compact says less: {} against {} characters", ink(&compact), ink(&full));
+    assert!(compact.lines().all(|line| line.chars().count() <= 120), "wrapped at 120 columns:\n{compact}");
+    assert!(full.lines().any(|line| line.chars().count() > 500), "the full form keeps whole messages on a line");
+    // On a terminal (a pseudo-terminal from script(1)), compact is the default.
+    let command = format!("{} run {file}", env!("CARGO_BIN_EXE_mcpsim"));
+    let output = Command::new("script").args(["-qec", &command, "/dev/null"]).current_dir(repo()).output().expect("script(1) runs");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("# (compact: _meta shown once per sender"), "{}", text(&output.stdout));
+}
+
+#[test]
+fn explore_counts_agree_with_the_failures_listed_and_replay_says_what_it_replays() {
+    let scratch = Scratch::new("explore-counts");
+    let save = scratch.0.join("ce.json");
+    let save = save.to_str().unwrap();
+    let output = mcpsim(
+        &scratch.0,
+        &[
+            "explore",
+            "05-accepts-race-for-different-candidates",
+            "--mutant",
+            "delete-then-claim",
+            "--seeds",
+            "5",
+            "--save",
+            save,
+            "--format",
+            "mermaid",
+        ],
+    );
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("  broke safety           5\n  expectations failed    5  (5 of them broke safety too)"), "{stdout}");
+    let listed = stdout.split("SAFETY VIOLATED").nth(1).unwrap().lines().filter(|l| l.starts_with("  line ")).count();
+    assert!(listed > 0, "expectation failures listed under a count that is not 0:\n{stdout}");
+    // The counterexample's diagram is written beside the reproducer.
+    let diagram = std::fs::read_to_string(scratch.0.join("ce.mmd")).expect("the diagram beside the reproducer");
+    assert!(diagram.starts_with("sequenceDiagram\n") && diagram.contains("MUTANT delete-then-claim"), "{diagram}");
+    let output = mcpsim(&scratch.0, &["replay", save]);
+    let replayed = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{replayed}");
+    assert!(
+        replayed.starts_with(&format!(
+            "replaying {save}: 05-accepts-race-for-different-candidates seed 1 against MUTANT delete-then-claim (a deliberately unsafe server from the zoo, not the real one); no faults; recorded as breaking at-most-once\n"
+        )),
+        "{replayed}"
+    );
+    let output = mcpsim(&scratch.0, &["replay", save, "--format", "mermaid"]);
+    assert!(text(&output.stdout).starts_with("sequenceDiagram\n"), "the diagram alone on stdout");
+    assert!(text(&output.stderr).starts_with("replaying "), "the verdict on stderr");
+}

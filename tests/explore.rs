@@ -129,6 +129,10 @@ fn exit_codes_distinguish_held_unsafe_not_live_and_usage() {
     assert_eq!(mcpsim(&["explore", "--help"]).0, 0);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--mutant", "no-such-mutant"]).0, 4);
     assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--seed-range", "9..3"]).0, 4);
+    let typo = Command::new(env!("CARGO_BIN_EXE_mcpsim")).args(["explore", "04-acepts-race-for-one-note"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert_eq!(typo.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("did you mean 04-accepts-race-for-one-note?"), "a typo gets the closest name: {stderr}");
 }
 
 #[test]

@@ -188,6 +188,14 @@ fn a_live_answer_unlike_the_simulators_fails_the_run() {
     assert!(row(&output, 19).ends_with("NO"), "{output}");
     assert!(output.contains("line 19 differs:\n    simulator: complete {\"deleted\":true,\"noteId\":\"note-3\""), "{output}");
     assert!(output.contains("FAIL scenarios/") || output.contains("FAIL /"), "{output}");
+    // The final block lists every failure of the scenario, not only the last one.
+    let differing = output.lines().filter(|l| l.starts_with("    ") && l.ends_with("NO")).count()
+        + output.lines().filter(|l| l.starts_with("  ") && l.trim_end().ends_with("NO")).count();
+    let block = &output[output.rfind("\nFAIL ").expect("a FAIL block")..];
+    let failed_expectations = output.lines().filter(|l| l.starts_with("   FAIL  line ")).count();
+    assert!(differing > 0 && failed_expectations > 0, "{output}");
+    assert_eq!(block.matches(" differs: simulator ").count(), output.lines().filter(|l| l.ends_with("  NO")).count(), "{block}");
+    assert_eq!(block.lines().filter(|l| l.starts_with("  line ") && !l.contains(" differs: ")).count(), failed_expectations, "{block}");
 
     // A token the fleet does not know: every answer is the transport's 401 refusal, never a pass.
     fleet.seed();
@@ -334,4 +342,65 @@ expect done complete
     assert!(row(&stdout, 14).contains("SKIPPED: i1 is crashed at this point of the scenario"), "{stdout}");
     assert!(stdout.contains("expect done complete: not evaluated: done is not comparable (after skipped line 14"), "{stdout}");
     assert!(stdout.contains("0 error(s)"), "{stdout}");
+}
+
+#[test]
+fn a_scenario_that_compares_no_request_is_not_comparable_never_matched() {
+    let fleet = Fleet::start();
+    // A gateway scenario against a fleet of notes servers: its answers are shown, none is compared, even where
+    // both sides happen to refuse alike; it passes, but is counted apart from the scenarios that matched.
+    let scenarios: Vec<String> = ["01-lesson-exchange-on-one-instance.sim", "43-gateway-header-body-confusion.sim"]
+        .iter()
+        .map(|file| format!("{}/scenarios/{file}", env!("CARGO_MANIFEST_DIR")))
+        .collect();
+    let urls = fleet.urls();
+    let mut args = vec!["run", "--live", &urls];
+    args.extend(scenarios.iter().map(String::as_str));
+    let (code, stdout, stderr) = run_with_env(&args, &[]);
+    assert_eq!(code, Some(0), "not comparable is not a failure:\n{stdout}{stderr}");
+    assert!(stdout.contains("NOT COMPARABLE (no request was compared: g1 declares a gateway"), "{stdout}");
+    assert!(stdout.contains("steps 0 match, 0 differ, 4 not compared"), "{stdout}");
+    let gateway_row = stdout.lines().find(|l| l.starts_with("43-gateway-header-body-confusion")).expect("a table row");
+    assert!(gateway_row.ends_with("not comparable"), "{gateway_row}");
+    assert!(stdout.contains("1 of 2 scenario(s) matched the simulator live; 1 not comparable; 0 step(s) skipped"), "{stdout}");
+    assert!(stdout.contains("  43-gateway-header-body-confusion: g1 declares a gateway"), "the reason is listed:\n{stdout}");
+}
+
+#[test]
+fn a_fleet_that_is_not_running_is_one_error_saying_what_to_start() {
+    // Two ports nothing listens on (bound once to find them free, then released).
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let urls = format!("http://127.0.0.1:{}/mcp,http://127.0.0.1:{}/mcp", free(), free());
+    let path = format!("{}/scenarios", env!("CARGO_MANIFEST_DIR"));
+    let (code, stdout, stderr) = run_with_env(&["run", "--live", &urls, &path], &[]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert_eq!(stderr.matches("nothing answers").count(), 1, "one error, not one per request:\n{stderr}");
+    assert_eq!(stderr.matches("Connection refused").count(), 2, "each URL once:\n{stderr}");
+    assert!(stderr.contains("mcpsim serve --http 127.0.0.1:") && stderr.contains("--instances 2"), "{stderr}");
+    assert!(stdout.is_empty(), "no scenario ran:\n{stdout}");
+}
+
+#[test]
+fn a_fleet_that_stops_answering_ends_the_run_with_one_error() {
+    let fleet = Fleet::start();
+    // The second URL accepts exactly one connection (live mode's check that something listens) and then
+    // nothing: the first request sent there finds no one, as if the fleet had gone away mid-run.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let once = std::thread::spawn(move || drop(listener.accept()));
+    let urls = format!("{},http://127.0.0.1:{port}/mcp", fleet.server.urls[0]);
+    let scenarios: Vec<String> = ["02-retry-lands-on-another-instance.sim", "01-lesson-exchange-on-one-instance.sim"]
+        .iter()
+        .map(|file| format!("{}/scenarios/{file}", env!("CARGO_MANIFEST_DIR")))
+        .collect();
+    let mut args = vec!["run", "--live", &urls];
+    args.extend(scenarios.iter().map(String::as_str));
+    let (code, stdout, stderr) = run_with_env(&args, &[]);
+    once.join().unwrap();
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    // Round 1 went to the fleet; round 2 found no one: the scenario stops there, the next one is not run.
+    let errors: Vec<&str> = stdout.lines().filter(|l| l.starts_with("   ERROR")).collect();
+    assert!(errors.len() == 1 && errors[0].contains("line 19") && errors[0].contains("nothing answers there"), "{stdout}");
+    assert!(stdout.contains("01-lesson-exchange-on-one-instance: not run: the fleet stopped answering"), "{stdout}");
+    assert!(stdout.contains("0 of 2 scenario(s) matched the simulator live; 1 failed; 1 not run"), "{stdout}");
 }

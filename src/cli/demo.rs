@@ -30,6 +30,13 @@ const CHOSEN_NOTE: &str = "note-7";
 
 /// Options of `mcpsim demo` (none yet: the walkthrough is fixed so its output is stable).
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  mcpsim demo                    # every message of the lesson exchange, with what each step shows
+  mcpsim demo | less             # the same, to read at leisure
+
+The same exchange on a simulated cluster of two instances: mcpsim run 02-retry-lands-on-another-instance
+Exit status: 0 when every step got the expected outcome; 1 otherwise.")]
 pub struct DemoArgs {}
 
 pub fn run(_args: DemoArgs) -> ExitCode {

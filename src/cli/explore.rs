@@ -1,6 +1,7 @@
 //! `mcpsim explore` and `mcpsim mutants`: one scenario under many interleavings, optionally against a
 //! deliberately unsafe server from the mutant zoo.
 
+use super::run::{extension, format_name, TranscriptFormat};
 use crate::oracle::check::Property;
 use crate::scenario::{self, Scenario};
 use crate::sim::actors::instance::notes_server_factory;
@@ -95,6 +96,11 @@ pub struct ExploreArgs {
     /// needs: none, or all of them for a mutant that breaks only liveness).
     #[arg(long, conflicts_with_all = ["scenario", "mutant", "faults"])]
     pub all_mutants: bool,
+    /// The format of the minimal counterexample's transcript: text and compact are printed (default: compact on
+    /// a terminal, text otherwise); jsonl, mermaid and mcp-trace are written beside the reproducer
+    /// (counterexample-SCENARIO-seedN.mmd, …) and named. (--report DIR writes its HTML page.)
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<TranscriptFormat>,
 }
 
 /// `mcpsim mutants`: the zoo, one sentence per mistake.
@@ -127,7 +133,7 @@ fn load_scenario(name: &str) -> Result<(Scenario, String), String> {
     let text = library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).find(|(f, _)| *f == file).map(|(_, text)| text.to_string());
     match (mutants::scenario_named(&file), text) {
         (Some(scenario), Some(text)) => Ok((scenario, text)),
-        _ => Err(format!("no scenario file or library scenario is named {name:?}; try `mcpsim run --help` or `mcpsim mutants`")),
+        _ => Err(super::run::not_found(name)),
     }
 }
 
@@ -232,7 +238,9 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         });
         if let Some(property) = property {
             let plan = (!faults.is_empty()).then(|| explore::fault_plan(&scenario, *seed, &faults));
-            shrunk = counterexample(&scenario, &text, args.mutant.as_deref(), *seed, plan.as_deref(), property, args.save.as_deref());
+            let format = TranscriptFormat::or_default(args.format);
+            let found = Found { mutant: args.mutant.as_deref(), seed: *seed, faults: plan.as_deref(), property };
+            shrunk = counterexample(&scenario, &text, &found, args.save.as_deref(), format);
         }
     }
     let flags = explore_flags(args.mutant.as_deref(), &faults);
@@ -379,16 +387,18 @@ struct Explored<'a> {
     faults: &'a [FaultKind],
 }
 
-/// Shrinks the first violating run, prints its transcript and writes the reproducer; returns the replayed run.
-fn counterexample(
-    scenario: &Scenario,
-    text: &str,
-    mutant: Option<&str>,
+/// The first violating run: what ran, under which seed and faults, and what it broke.
+struct Found<'a> {
+    mutant: Option<&'a str>,
     seed: u64,
-    faults: Option<&[Fault]>,
+    faults: Option<&'a [Fault]>,
     property: Property,
-    save: Option<&Path>,
-) -> Option<Shrunk> {
+}
+
+/// Shrinks the first violating run, prints its transcript (or writes it, in a machine-readable `format`) and
+/// writes the reproducer; returns the replayed run.
+fn counterexample(scenario: &Scenario, text: &str, found: &Found<'_>, save: Option<&Path>, format: Format) -> Option<Shrunk> {
+    let Found { mutant, seed, faults, property } = *found;
     let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, faults, property) else {
         println!("\n(the violation needs the statelessness re-run; no single-run counterexample to shrink)");
         return None;
@@ -415,7 +425,15 @@ fn counterexample(
         reproducer.choices.len()
     );
     println!("\n{summary}");
-    print!("{}", report.transcript.render(Format::Text));
+    if matches!(format, Format::Text | Format::Compact) {
+        print!("{}", report.transcript.render(format));
+    } else {
+        let transcript = path.with_extension(extension(format));
+        match std::fs::write(&transcript, report.transcript.render(format)) {
+            Ok(()) => println!("its transcript ({}): {}", format_name(format), transcript.display()),
+            Err(error) => println!("could not write the transcript to {}: {error}", transcript.display()),
+        }
+    }
     match std::fs::write(&path, reproducer.to_json()) {
         Ok(()) => println!("reproduce byte for byte: mcpsim replay {}", path.display()),
         Err(error) => println!("could not write the reproducer to {}: {error}", path.display()),
@@ -425,10 +443,22 @@ fn counterexample(
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Exit status: 0 the run held; 1 it broke a safety property or an expectation; 2 it broke only liveness; \
-4 the file cannot be used.")]
+4 the file cannot be used.
+
+The first line says what is replayed: the scenario, the seed, and whether it ran against a MUTANT of the zoo
+(a deliberately unsafe server) or the real one, with which faults. The transcript's header says it too.
+
+Examples:
+  mcpsim explore zoo-move-races-the-accept --seeds 100 --mutant recheck-then-delete   # writes the file below
+  mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json
+  mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json --format mermaid > counterexample.mmd")]
 pub struct ReplayArgs {
     /// A reproducer written by `mcpsim explore` (JSON: scenario text, mutant, seed, decision log).
     pub file: PathBuf,
+    /// The transcript's format (default: compact on a terminal, text otherwise). With jsonl, mermaid or
+    /// mcp-trace, stdout carries the transcript alone and the verdict goes to stderr.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<TranscriptFormat>,
 }
 
 /// `mcpsim replay FILE`: the recorded schedule again, its transcript and what it broke.
@@ -437,17 +467,41 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
         Ok(text) => text,
         Err(error) => return usage_of("replay", &format!("cannot read {}: {error}", args.file.display())),
     };
-    let report = match Reproducer::from_json(&text).and_then(|r| r.replay()) {
+    let reproducer = match Reproducer::from_json(&text) {
+        Ok(reproducer) => reproducer,
+        Err(message) => return usage_of("replay", &message),
+    };
+    let report = match reproducer.replay() {
         Ok(report) => report,
         Err(message) => return usage_of("replay", &message),
     };
-    print!("{}", report.transcript.render(Format::Text));
+    let format = TranscriptFormat::or_default(args.format);
+    let readable = matches!(format, Format::Text | Format::Compact);
+    // The verdict shares stdout with a readable transcript; a machine-readable one keeps stdout to itself.
+    let say = |line: String| if readable { println!("{line}") } else { eprintln!("{line}") };
+    let against = match &reproducer.mutant {
+        Some(mutant) => format!("MUTANT {mutant} (a deliberately unsafe server from the zoo, not the real one)"),
+        None => "the real server".to_string(),
+    };
+    let faults = match (reproducer.faults_on, reproducer.decisions.faults.len()) {
+        (false, _) => "no faults".to_string(),
+        (true, 0) => "faults on (clients retry), none needed".to_string(),
+        (true, n) => format!("faults on: {n} recorded in the file (listed in the header)"),
+    };
+    say(format!(
+        "replaying {}: {} seed {} against {against}; {faults}; recorded as breaking {}",
+        args.file.display(),
+        reproducer.scenario_name,
+        reproducer.seed,
+        reproducer.property
+    ));
+    print!("{}", report.transcript.render(format));
     if report.failures.is_empty() {
-        println!("the run held");
+        say("the run held".into());
         return ExitCode::from(EXIT_HELD);
     }
     for failure in &report.failures {
-        println!("{}", failure);
+        say(failure.to_string());
     }
     let only_liveness = report.failures.iter().all(|f| f.kind == FailureKind::Property(Property::Liveness));
     ExitCode::from(if only_liveness { EXIT_NOT_LIVE } else { EXIT_UNSAFE })
@@ -470,7 +524,10 @@ fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &
     if faulty {
         println!("  broke liveness         {}", exploration.not_live_runs);
     } else {
-        println!("  expectations failed    {}", exploration.not_live_runs);
+        // Every run with a failed expectation, those that broke safety too: the count agrees with what is listed.
+        let overlap = exploration.expectation_runs.saturating_sub(exploration.not_live_runs);
+        let also = if overlap > 0 { format!("  ({overlap} of them broke safety too)") } else { String::new() };
+        println!("  expectations failed    {}{also}", exploration.expectation_runs);
     }
     println!("  simulator crashed      {}", exploration.crashed_runs);
     let mutant_flag = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default()
@@ -488,7 +545,8 @@ fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &
         }
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
         if mutant.is_none() {
-            println!("  transcript: mcpsim run <the scenario file> --seed {seed} --format text");
+            let faults = if faulty { format!(" --faults {}", kinds.join(",")) } else { String::new() };
+            println!("  transcript: mcpsim run {argument} --seed {seed}{faults}");
         }
         return ExitCode::from(EXIT_UNSAFE);
     }

@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod explore;
+pub mod keygen;
 pub mod live;
 pub mod pins;
 pub mod run;
@@ -37,15 +38,28 @@ pub enum Command {
     Run(run::RunArgs),
     /// Load a deployment's notes into a shared store (sqlite:PATH or postgres:URL); idempotent.
     Seed(seed::SeedArgs),
+    /// Make a new signing key for a fleet's shared key file (`serve --key-file`).
+    Keygen(keygen::KeygenArgs),
     /// Explore one scenario under many seeds (interleavings), against the real server or a mutant.
     Explore(explore::ExploreArgs),
     /// List the mutant zoo: deliberately unsafe servers the checker must catch (simulator only).
+    #[command(after_help = "\
+Examples:
+  mcpsim mutants                                                         # each mutant, its mistake, its scenario
+  mcpsim explore zoo-move-races-the-accept --seeds 100 --mutant recheck-then-delete   # catch one, shrunk
+  mcpsim run 05-accepts-race-for-different-candidates --mutant delete-then-claim      # read how it breaks
+  mcpsim explore --all-mutants                                           # every one caught, the real server clean")]
     Mutants,
     /// Replay a counterexample written by `mcpsim explore`, byte for byte.
     Replay(explore::ReplayArgs),
     /// List the scenario library (and the zoo's scenarios), each with the guarantee it teaches.
     ///
     /// Any name listed can be given to `mcpsim run` and `mcpsim explore` instead of a file path.
+    #[command(after_help = "\
+Examples:
+  mcpsim scenarios                                    # the names, each with the guarantee it teaches
+  mcpsim run 02-retry-lands-on-another-instance       # one of them: its transcript, then the table
+  mcpsim explore 04-accepts-race-for-one-note --seeds 1000")]
     Scenarios,
 }
 
@@ -75,6 +89,7 @@ pub fn main() -> ExitCode {
         Command::Pins(args) => pins::run(args),
         Command::Run(args) => run::run(args),
         Command::Seed(args) => seed::run(args),
+        Command::Keygen(args) => keygen::run(args),
         Command::Explore(args) => explore::run(args),
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
@@ -89,5 +104,72 @@ fn end_quietly_on_closed_pipe() {
     // SAFETY: restoring the default disposition of SIGPIPE before any thread is started touches no memory.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The `mcpsim …` lines under "Examples:" in `help`, each as its words up to a pipe, redirection, `&&` or
+    /// comment (continuation lines joined).
+    fn examples(help: &str) -> Vec<Vec<String>> {
+        let mut lines = Vec::new();
+        let mut in_examples = false;
+        let mut pending = String::new();
+        for line in help.lines() {
+            if line.trim_end().ends_with("Examples:") {
+                in_examples = true;
+                continue;
+            }
+            if in_examples && !line.starts_with(' ') && !line.is_empty() {
+                in_examples = false;
+            }
+            let text = line.trim();
+            if !(in_examples && (text.starts_with("mcpsim ") || !pending.is_empty())) {
+                continue;
+            }
+            let text = text.split(" #").next().unwrap_or("").trim_end();
+            match text.strip_suffix('\\') {
+                Some(start) => pending.push_str(start),
+                None => {
+                    pending.push_str(text);
+                    lines.push(std::mem::take(&mut pending));
+                }
+            }
+        }
+        lines
+            .iter()
+            .map(|line| line.split_whitespace().take_while(|w| !matches!(*w, "|" | ">" | "&&" | "&")).map(str::to_string).collect())
+            .collect()
+    }
+
+    #[test]
+    fn every_subcommand_shows_examples_and_every_example_parses() {
+        let command = Cli::command();
+        let mut checked = Vec::new();
+        // Every subcommand, and every subcommand of a group (pins review, pins approve).
+        let mut subcommands: Vec<clap::Command> = Vec::new();
+        for sub in command.get_subcommands() {
+            subcommands.push(sub.clone());
+            subcommands.extend(sub.get_subcommands().cloned());
+        }
+        for mut sub in subcommands {
+            let name = sub.get_name().to_string();
+            let help = sub.render_long_help().to_string();
+            let found = examples(&help);
+            assert!(!found.is_empty(), "`mcpsim {name} --help` shows no example:\n{help}");
+            for words in found {
+                if let Err(error) = Cli::try_parse_from(&words) {
+                    panic!("the example `{}` in `mcpsim {name} --help` does not parse:\n{error}", words.join(" "));
+                }
+                checked.push(words[1].clone());
+            }
+        }
+        for name in ["demo", "serve", "pins", "run", "seed", "keygen", "explore", "mutants", "replay", "scenarios"] {
+            assert!(checked.iter().any(|checked| checked == name), "no example of `mcpsim {name}` was checked: {checked:?}");
+        }
+        assert!(checked.len() >= 30, "only {} examples found", checked.len());
     }
 }

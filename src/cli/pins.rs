@@ -23,7 +23,15 @@ pub(crate) const EXIT_NEEDS_REVIEW: u8 = 1;
 pub(crate) const EXIT_ERROR: u8 = 2;
 
 #[derive(Debug, Args)]
-#[command(about = "Review and approve the tool descriptors the gateway pins (quarantined tools stay hidden and refused until approved)")]
+#[command(
+    about = "Review and approve the tool descriptors the gateway pins (quarantined tools stay hidden and refused until approved)",
+    after_help = "\
+Examples:
+  mcpsim pins review                                   # what the demo gateway quarantines or blocks, and why
+  mcpsim pins approve notes_mirror.search --pins pins.json --by alice   # writes pins.json (from the embedded pins)
+  mcpsim pins review --pins pins.json                  # the same review against that file
+  mcpsim serve --http 127.0.0.1:8080 --gateway --pins pins.json"
+)]
 pub struct PinsArgs {
     #[command(subcommand)]
     pub command: PinsCommand,
@@ -34,9 +42,12 @@ pub enum PinsCommand {
     /// Show every quarantined or blocked tool with its evidence: the diff against its pin, the full
     /// descriptor of a never-reviewed tool, the publisher and each scanner finding.
     /// Exits 0 when every tool is approved, 1 when something needs review, 2 on errors.
+    #[command(after_help = "Examples:\n  mcpsim pins review\n  mcpsim pins review --pins pins.json --gateway-config gateway.toml")]
     Review(ReviewArgs),
     /// Pin NAME (e.g. notes.export) to the descriptor its backend publishes now, recording the approval
     /// time, who approved and the publisher evidence. Read `mcpsim pins review` first.
+    #[command(after_help = "Examples:\n  mcpsim pins approve notes_mirror.search --pins pins.json --by alice\n  \
+                            mcpsim pins approve notes.export --pins pins.json --accept-findings   # only after reading every finding")]
     Approve(ApproveArgs),
 }
 

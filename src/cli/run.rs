@@ -12,7 +12,7 @@ use crate::sim::render::transcript::Format;
 use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use crate::stores::StoreSpec;
 use std::collections::BTreeSet;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -57,9 +57,14 @@ pub struct RunArgs {
     /// How many consecutive seeds to run per scenario (each one a different interleaving of parallel blocks).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=SEEDS_MAX))]
     pub seeds: u64,
-    /// Print each scenario's transcript in this format (printed by default when a single file is run).
+    /// Print each scenario's transcript in this format (printed by default when one scenario is run: compact
+    /// on a terminal, text otherwise).
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
+    /// Write each scenario's transcript to its own file in DIR (NAME.txt, .jsonl, .mmd or .trace.jsonl, by
+    /// --format; default text) instead of printing it: one Mermaid diagram or trace per file.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["live", "html_out"])]
+    pub out: Option<PathBuf>,
     /// Write one HTML page per scenario into DIR (the failing seed's run, else the first seed's), and
     /// DIR/index.html linking them; the summary table is still printed.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["live", "format"])]
@@ -94,8 +99,12 @@ pub struct RunArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FormatArg {
-    /// Column-aligned text, long requestState tokens abbreviated.
+    /// Column-aligned, every message whole (requestState tokens and note bodies abbreviated): the snapshot
+    /// format, and the default when stdout is not a terminal.
     Text,
+    /// For reading in a terminal (the default there): the scenario's lesson on top, _meta shown once per
+    /// sender, long strings and lists shortened, lines wrapped at 120 columns.
+    Compact,
     /// One JSON object per line, every message exact.
     Jsonl,
     /// A Mermaid sequence diagram.
@@ -112,11 +121,72 @@ impl FormatArg {
     fn transcript(self) -> Option<Format> {
         match self {
             FormatArg::Text => Some(Format::Text),
+            FormatArg::Compact => Some(Format::Compact),
             FormatArg::Jsonl => Some(Format::Jsonl),
             FormatArg::Mermaid => Some(Format::Mermaid),
             FormatArg::McpTrace => Some(Format::McpTrace),
             FormatArg::Html => None,
         }
+    }
+}
+
+/// The format of one transcript (`explore --format`, `replay --format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TranscriptFormat {
+    /// Every message whole: the snapshot format (the default when stdout is not a terminal).
+    Text,
+    /// For reading in a terminal (the default there).
+    Compact,
+    /// One JSON object per line, every message exact.
+    Jsonl,
+    /// A Mermaid sequence diagram.
+    Mermaid,
+    /// The client↔instance messages as an mcp-trace-validator trace.
+    McpTrace,
+}
+
+impl TranscriptFormat {
+    /// `format` if given, else compact on a terminal and text otherwise.
+    pub(crate) fn or_default(format: Option<TranscriptFormat>) -> Format {
+        match format {
+            Some(TranscriptFormat::Text) => Format::Text,
+            Some(TranscriptFormat::Compact) => Format::Compact,
+            Some(TranscriptFormat::Jsonl) => Format::Jsonl,
+            Some(TranscriptFormat::Mermaid) => Format::Mermaid,
+            Some(TranscriptFormat::McpTrace) => Format::McpTrace,
+            None => readable_default(),
+        }
+    }
+}
+
+/// How a transcript is printed when no format was asked for: compact on a terminal, the full text otherwise
+/// (so pipes, files and tests get the snapshot format's bytes).
+pub(crate) fn readable_default() -> Format {
+    if std::io::stdout().is_terminal() {
+        Format::Compact
+    } else {
+        Format::Text
+    }
+}
+
+/// The file extension of a transcript written in `format`.
+pub(crate) fn extension(format: Format) -> &'static str {
+    match format {
+        Format::Text | Format::Compact => "txt",
+        Format::Jsonl => "jsonl",
+        Format::Mermaid => "mmd",
+        Format::McpTrace => "trace.jsonl",
+    }
+}
+
+/// The `--format` value naming `format`.
+pub(crate) fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Text => "text",
+        Format::Compact => "compact",
+        Format::Jsonl => "jsonl",
+        Format::Mermaid => "mermaid",
+        Format::McpTrace => "mcp-trace",
     }
 }
 
@@ -159,20 +229,39 @@ pub fn run(args: RunArgs) -> ExitCode {
         let scenarios = loaded.into_iter().map(|item| (item.scenario, item.path)).collect();
         return live::run(&args, scenarios, &unreadable);
     }
-    let single_file = args.paths.len() == 1 && args.paths[0].is_file();
+    // One scenario named (a file or a library name): its transcript is printed without asking.
+    let single = args.paths.len() == 1 && !args.paths[0].is_dir() && loaded.len() == 1;
     let html = args.format == Some(FormatArg::Html);
-    let format = match args.format {
-        Some(format) => format.transcript(),
-        None => (single_file && args.html_out.is_none()).then_some(Format::Text),
+    if html && args.out.is_some() {
+        eprintln!("mcpsim run: --out DIR writes transcripts; for a folder of HTML pages use --html-out DIR");
+        return ExitCode::from(2);
+    }
+    let format = match (&args.out, args.format) {
+        (Some(_), format) => Some(format.and_then(FormatArg::transcript).unwrap_or(Format::Text)),
+        (None, Some(format)) => format.transcript(),
+        (None, None) => (single && args.html_out.is_none()).then(readable_default),
     };
     // Machine-readable transcripts and pages keep stdout to themselves; the table goes to stderr.
-    let table_to_stderr = html || matches!(format, Some(Format::Jsonl | Format::Mermaid | Format::McpTrace));
-    // A trace is one document (its seq counts from 0): two scenarios' events in one stream would not be one.
-    if format == Some(Format::McpTrace) && loaded.len() > 1 {
-        eprintln!(
-            "mcpsim run: --format mcp-trace writes one scenario's trace; name one file, e.g. mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl"
-        );
-        return ExitCode::from(2);
+    let table_to_stderr = args.out.is_none() && (html || matches!(format, Some(Format::Jsonl | Format::Mermaid | Format::McpTrace)));
+    // A trace or a diagram is one document: two scenarios' in one stream would not be one.
+    if args.out.is_none() && loaded.len() > 1 {
+        let one = match format {
+            Some(Format::McpTrace) => Some(("trace", "mcp-trace", "trace.jsonl")),
+            Some(Format::Mermaid) => Some(("diagram", "mermaid", "diagram.mmd")),
+            _ => None,
+        };
+        if let Some((what, name, file)) = one {
+            eprintln!(
+                "mcpsim run: --format {name} writes one {what} per scenario: name one (mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format {name} > {file}), or pass --out DIR for one file each"
+            );
+            return ExitCode::from(2);
+        }
+    }
+    if let Some(dir) = &args.out {
+        if let Err(error) = std::fs::create_dir_all(dir) {
+            eprintln!("mcpsim run: --out {}: cannot create the folder: {error}", dir.display());
+            return ExitCode::from(2);
+        }
     }
     if html && loaded.len() > 1 {
         eprintln!("mcpsim run: --format html writes one scenario's page; name one file, or write a folder of pages with --html-out DIR");
@@ -216,8 +305,23 @@ pub fn run(args: RunArgs) -> ExitCode {
     let output = Output { format, pages: html || args.html_out.is_some() };
     let mut stdout = std::io::stdout().lock();
     let mut summaries = Vec::new();
+    let mut written = Vec::new();
     for item in &loaded {
-        let summary = run_seeds(item, &args, &faults, &server, output, &mut stdout);
+        let summary = match &args.out {
+            None => run_seeds(item, &args, &faults, &server, output, &mut stdout),
+            Some(dir) => {
+                let format = format.unwrap_or(Format::Text);
+                let mut transcript = Vec::new();
+                let summary = run_seeds(item, &args, &faults, &server, output, &mut transcript);
+                let path = dir.join(format!("{}.{}", item.scenario.name, extension(format)));
+                if let Err(error) = std::fs::write(&path, transcript) {
+                    eprintln!("mcpsim run: cannot write {}: {error}", path.display());
+                    return ExitCode::from(2);
+                }
+                written.push(path);
+                summary
+            }
+        };
         summaries.push(summary);
     }
     let page = |summary: &Summary, item: &Loaded, up: Option<(&str, &str)>| {
@@ -240,7 +344,12 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let table = render_table(&summaries, &unreadable, &flags);
+    let mut table = render_table(&summaries, &unreadable, &flags);
+    if let (Some(dir), Some(first)) = (&args.out, written.first()) {
+        let name = first.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let more = if written.len() > 1 { format!(" and {} more", written.len() - 1) } else { String::new() };
+        table.push_str(&format!("transcripts written to {}: {name}{more}\n", dir.display()));
+    }
     if table_to_stderr {
         eprint!("{table}");
     } else {
@@ -301,12 +410,7 @@ fn run_seeds(
     let mut first = None;
     let last_seed = args.seed.saturating_add(args.seeds - 1);
     for seed in args.seed..=last_seed {
-        let mut options = RunOptions {
-            factory: server.factory.clone(),
-            gateway_variant: server.gateway_variant,
-            check_determinism: true,
-            ..RunOptions::seeded(seed)
-        };
+        let mut options = RunOptions { check_determinism: true, ..RunOptions::seeded(seed).with_server(server) };
         options.scheduler = match args.scheduler {
             SchedulerArg::Random => SchedulerChoice::Random,
             SchedulerArg::Scripted => SchedulerChoice::Scripted,
@@ -331,7 +435,7 @@ fn run_seeds(
         // The failing run is the one worth reading; otherwise the first seed's.
         if let Some(report) = failed.as_ref().or(first.as_ref()) {
             let _ = write!(out, "{}", report.transcript.render(format));
-            if format == Format::Text {
+            if matches!(format, Format::Text | Format::Compact) {
                 let _ = writeln!(out);
             }
         }

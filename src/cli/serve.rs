@@ -79,13 +79,15 @@ A --config file is TOML:
     secret_base64 = "..."                 # at least 32 bytes once decoded
 
 A fleet: instances that share one store and one key ring, so any of them finishes any retry and a
-confirmation is used at most once across all of them.
-    mcpsim seed --store sqlite:/var/lib/mcpsim/fleet.db --config deployment.toml     # once
+confirmation is used at most once across all of them (examples/deployment.toml in the repository is the
+demo deployment written out, to start from):
+    mcpsim keygen --out keys.toml                                               # once: the shared key file
+    mcpsim seed --store sqlite:./fleet.db --config deployment.toml              # once; idempotent
     mcpsim serve --http 127.0.0.1:8080 --instances 3 \
-        --store sqlite:/var/lib/mcpsim/fleet.db --config deployment.toml --key-file keys.toml
+        --store sqlite:./fleet.db --config deployment.toml --key-file keys.toml
   More processes (on this machine for sqlite:, on any machine for postgres:) join the same fleet by
-  naming the same --store and --key-file. A --key-file holds only [[keys]] tables, as above; create
-  a key with `head -c 32 /dev/urandom | base64` and keep the file private (chmod 600).
+  naming the same --store and --key-file. A --key-file holds only [[keys]] tables, as above: make one
+  with `mcpsim keygen --out keys.toml` (created private, mode 600).
   With a shared store the notes live in the store: [[notes]] of --config are loaded by `mcpsim seed`,
   not by serve. The memory store (the default) is this process's alone, loaded from --config.
 
@@ -102,6 +104,13 @@ only tools whose full descriptor matches a reviewed pin listed or callable (see 
 notes.export confirmed by the user through a form, per-principal rate limits, and one redacted audit
 record per tools/call (JSON Lines, to --audit-log FILE or stderr). Same tokens, same transport rules.
 
+Examples:
+    mcpsim serve --http 127.0.0.1:8080                          # the demo over HTTP, tokens demo-alice, demo-bob
+    mcpsim serve --stdio --principal alice                      # for an MCP client that starts it itself
+    mcpsim serve --http 127.0.0.1:0 --instances 3 --store sqlite:./fleet.db --key-file keys.toml
+    mcpsim serve --http 127.0.0.1:3000 --fixture conformance    # the conformance suite's fixture
+    mcpsim serve --http 127.0.0.1:8080 --gateway                # the security gateway in front of its backends
+
 Exit status: 0 after end of input (stdio) or ctrl-c / SIGTERM (HTTP); 1 if serving failed (e.g. the
 address is in use, the store is unreachable); 2 for invalid arguments or configuration."#;
 
@@ -110,7 +119,11 @@ address is in use, the store is unreachable); 2 for invalid arguments or configu
 #[command(
     group(clap::ArgGroup::new("transport").required(true).args(["stdio", "http"])),
     after_long_help = AFTER_HELP,
-    after_help = "Run `mcpsim serve --help` for how to point an MCP client at it and the --config format."
+    after_help = "Examples:
+  mcpsim serve --http 127.0.0.1:8080             # the demo over HTTP: POST http://127.0.0.1:8080/mcp
+  mcpsim serve --stdio --principal alice         # newline-delimited JSON-RPC on stdin/stdout
+
+Run `mcpsim serve --help` for how to point an MCP client at it, a fleet, and the --config format."
 )]
 pub struct ServeArgs {
     /// Serve newline-delimited JSON-RPC on stdin/stdout.

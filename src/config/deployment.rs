@@ -222,6 +222,14 @@ pub fn server_info() -> ServerInfo {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_example_deployment_is_the_embedded_demo() {
+        // examples/deployment.toml is what README's fleet recipes pass to --config: the demo, written out.
+        let example = Deployment::from_toml(include_str!("../../examples/deployment.toml"), "examples/deployment.toml").unwrap();
+        assert_eq!(format!("{example:?}"), format!("{:?}", Deployment::demo()));
+    }
+
     use super::*;
 
     #[test]

@@ -16,6 +16,26 @@ pub struct HttpClient {
     body_bytes_max: usize,
 }
 
+/// Why an exchange failed, in words for the person running it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostError {
+    pub message: String,
+    /// Nothing answered at the address at all (refused, unreachable): the fleet is not running there.
+    pub unreachable: bool,
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<String> for PostError {
+    fn from(message: String) -> PostError {
+        PostError { message, unreachable: false }
+    }
+}
+
 /// What came back.
 #[derive(Debug, Clone)]
 pub struct HttpAnswer {
@@ -33,31 +53,33 @@ impl HttpClient {
     }
 
     /// POSTs `body` to `url` with `headers`. The error says what failed, in words for the person running it.
-    pub async fn post(&self, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<HttpAnswer, String> {
+    pub async fn post(&self, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<HttpAnswer, PostError> {
         let mut request = hyper::Request::post(url);
         for (name, value) in headers {
             let value = hyper::header::HeaderValue::from_str(value)
-                .map_err(|_| format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)"))?;
+                .map_err(|_| PostError::from(format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)")))?;
             request = request.header(*name, value);
         }
-        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| format!("POST {url}: not a request: {e}"))?;
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| PostError::from(format!("POST {url}: not a request: {e}")))?;
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
-                let hint = if e.is_connect() { "; is the fleet running there? (mcpsim serve --http ADDR --instances N)" } else { "" };
-                format!("POST {url} failed: {}{hint}", with_causes(&e))
-            })?;
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| PostError { message: format!("POST {url} failed: {}", with_causes(&e)), unreachable: e.is_connect() })?;
             let status = response.status().as_u16();
             let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
             let body = Limited::new(response.into_body(), self.body_bytes_max)
                 .collect()
                 .await
-                .map_err(|e| format!("reading the answer from {url} failed: {e} (at most {} bytes are read)", self.body_bytes_max))?
+                .map_err(|e| format!("reading the answer from {url} failed: {e} (at most {} bytes are read)", self.body_bytes_max))
+                .map_err(PostError::from)?
                 .to_bytes();
             Ok(HttpAnswer { status, content_type, body })
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(answer) => answer,
-            Err(_) => Err(format!("POST {url} got no complete answer within {} ms", self.timeout.as_millis())),
+            Err(_) => Err(format!("POST {url} got no complete answer within {} ms", self.timeout.as_millis()).into()),
         }
     }
 }

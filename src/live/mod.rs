@@ -29,7 +29,7 @@
 
 pub mod http_client;
 
-use self::http_client::HttpClient;
+use self::http_client::{HttpClient, PostError};
 use crate::config::Deployment;
 use crate::framework::ports::{Note, StoreError};
 use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcome};
@@ -92,6 +92,11 @@ pub struct LiveReport {
     pub simulator_notes: Vec<String>,
     /// Steps that could not be carried out at all (a reference to a skipped answer, a transport failure).
     pub errors: Vec<String>,
+    /// Request steps whose live answer was compared with the simulator's (matched or differed): a scenario
+    /// that compared none is not comparable, however many of its answers were shown.
+    pub requests_compared: usize,
+    /// Nothing answered at a URL any more: the scenario stopped there, and so should a run of several.
+    pub fleet_unreachable: Option<String>,
 }
 
 impl LiveReport {
@@ -105,6 +110,21 @@ impl LiveReport {
 
     pub fn passed(&self) -> bool {
         self.errors.is_empty() && self.expectations_failed() == 0 && self.count(|v| *v == Verdict::Mismatch) == 0
+    }
+
+    /// Why a scenario that passed compared no request at all (`None` when it compared some, or failed): the
+    /// first configuration mismatch, or the first reason a request was not compared or skipped.
+    pub fn not_comparable(&self) -> Option<String> {
+        if !self.passed() || self.requests_compared > 0 {
+            return None;
+        }
+        let why = self.configuration_notes.first().cloned().or_else(|| {
+            self.rows.iter().find_map(|row| match &row.verdict {
+                Verdict::NotCompared(why) | Verdict::Skipped(why) => Some(format!("line {}: {why}", row.line)),
+                Verdict::Match | Verdict::Mismatch => None,
+            })
+        });
+        Some(why.unwrap_or_else(|| "it sends no request".into()))
     }
 }
 
@@ -200,6 +220,14 @@ pub(crate) fn run_live(
     let played = play::play(scenario, &mut world);
     let compared = parity::compare(scenario, &played, &world.history, &runs, world.global_mismatch.first().map(String::as_str));
     let mapping = instances.iter().zip(&fleet.urls).map(|(i, url)| (i.name.clone(), url.clone())).collect();
+    // The lines of request steps: only their rows compare an answer (an admin step's row says it was done).
+    let request_lines: std::collections::BTreeSet<usize> =
+        scenario.steps.iter().filter(|s| matches!(s.action, Action::Send(_) | Action::Parallel(_))).map(|s| s.line).collect();
+    let requests_compared = compared
+        .rows
+        .iter()
+        .filter(|row| request_lines.contains(&row.line) && matches!(row.verdict, Verdict::Match | Verdict::Mismatch))
+        .count();
     Ok(LiveReport {
         scenario: scenario.name.clone(),
         seed,
@@ -220,6 +248,8 @@ pub(crate) fn run_live(
             .filter(|f| f.kind != FailureKind::Expectation)
             .map(|f| format!("line {}: {}: {}", f.line, f.statement, f.message))
             .collect(),
+        requests_compared,
+        fleet_unreachable: world.unreachable,
     })
 }
 
@@ -237,6 +267,8 @@ struct LiveWorld<'a> {
     global_mismatch: Vec<String>,
     /// The fleet's store, when live mode has it.
     store: Option<ScenarioStore<'a>>,
+    /// The first exchange to which nothing answered: the play stops there.
+    unreachable: Option<String>,
 }
 
 impl<'a> LiveWorld<'a> {
@@ -256,6 +288,7 @@ impl<'a> LiveWorld<'a> {
             instance_mismatch: BTreeMap::new(),
             global_mismatch: Vec::new(),
             store,
+            unreachable: None,
         };
         world.find_configuration_mismatches();
         world
@@ -342,6 +375,16 @@ impl<'a> LiveWorld<'a> {
         id
     }
 
+    /// A failed exchange as a refusal: one to which nothing answered stops the play (every later request of
+    /// the scenario would fail the same way), any other fails its step.
+    fn refusal(&mut self, error: PostError) -> Refused {
+        if !error.unreachable {
+            return Refused::Failed(error.message);
+        }
+        self.unreachable.get_or_insert_with(|| error.message.clone());
+        Refused::Stopped(format!("{}: nothing answers there, so the rest of the scenario is not played", error.message))
+    }
+
     fn store(&self) -> Result<&ScenarioStore<'a>, String> {
         self.store
             .as_ref()
@@ -360,7 +403,7 @@ impl World for LiveWorld<'_> {
 
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
         let (url, token) = (self.url_of(outgoing.instance), self.token_of(outgoing.client));
-        let response = self.runtime.block_on(post(&self.http, &url, &token, &outgoing)).map_err(Refused::Failed)?;
+        let response = self.runtime.block_on(post(&self.http, &url, &token, &outgoing)).map_err(|e| self.refusal(e))?;
         Ok(self.record(&outgoing, response))
     }
 
@@ -381,15 +424,22 @@ impl World for LiveWorld<'_> {
                 (self.http.clone(), self.url_of(outgoing.instance), self.token_of(outgoing.client), outgoing.clone());
             flights.push(self.runtime.spawn(async move { post(&http, &url, &token, &outgoing).await }));
         }
-        let mut results = Vec::new();
-        for (outgoing, flight) in sends.iter().zip(flights) {
-            let answer = match self.runtime.block_on(flight) {
+        let mut answers = Vec::new();
+        for flight in flights {
+            answers.push(match self.runtime.block_on(flight) {
                 Ok(result) => result,
-                Err(join) => Err(format!("the request task failed: {join}")),
-            };
+                Err(join) => Err(PostError::from(format!("the request task failed: {join}"))),
+            });
+        }
+        // Nothing answering at all stops the play, as a lone request would.
+        if let Some(Err(error)) = answers.iter().find(|answer| matches!(answer, Err(e) if e.unreachable)) {
+            return Err(self.refusal(error.clone()));
+        }
+        let mut results = Vec::new();
+        for (outgoing, answer) in sends.iter().zip(answers) {
             results.push(match answer {
                 Ok(response) => Ok(self.record(outgoing, response)),
-                Err(why) => Err(Refused::Failed(why)),
+                Err(error) => Err(self.refusal(error)),
             });
         }
         Ok(results)
@@ -487,7 +537,7 @@ impl World for LiveWorld<'_> {
 /// One conforming POST of `outgoing` with its routing headers. `Ok(None)`: answered 202 with no body (a
 /// notification). `Err`: the exchange failed at the transport (refused connection, timeout, a body that is
 /// not a JSON-RPC message).
-async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, String> {
+async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, PostError> {
     let authorization = format!("Bearer {token}");
     let mut headers = vec![
         ("Authorization", authorization.as_str()),
@@ -510,11 +560,11 @@ async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) ->
     match serde_json::from_str::<Value>(&json) {
         Ok(value) => Ok(Some(value)),
         Err(_) if outgoing.notification => Ok(None),
-        Err(e) => Err(format!(
+        Err(e) => Err(PostError::from(format!(
             "{url} answered HTTP {} with a body that is not JSON ({e}): {}",
             answer.status,
             json.chars().take(200).collect::<String>()
-        )),
+        ))),
     }
 }
 
@@ -583,9 +633,14 @@ pub fn summary(report: &LiveReport) -> String {
     let skipped = report.count(|v| matches!(v, Verdict::Skipped(_)));
     let held = report.expectations.iter().filter(|(_, _, r)| r.held()).count();
     let not_evaluated = report.expectations.iter().filter(|(_, _, r)| matches!(r, ExpectationResult::NotEvaluated(_))).count();
+    // A scenario that compared no request passed nothing: it says so instead of PASS.
+    let verdict = match (report.passed(), report.not_comparable()) {
+        (true, None) => "PASS".to_string(),
+        (true, Some(why)) => format!("NOT COMPARABLE (no request was compared: {why})"),
+        (false, _) => "FAIL".to_string(),
+    };
     format!(
-        "{}: steps {matched} match, {differ} differ, {not_compared} not compared, {skipped} skipped; expectations {held} held, {} failed, {not_evaluated} not evaluated; {} error(s)",
-        if report.passed() { "PASS" } else { "FAIL" },
+        "{verdict}: steps {matched} match, {differ} differ, {not_compared} not compared, {skipped} skipped; expectations {held} held, {} failed, {not_evaluated} not evaluated; {} error(s)",
         report.expectations_failed(),
         report.errors.len()
     )

@@ -181,12 +181,15 @@ impl Comparison<'_> {
                 } else {
                     simulated_outcomes(&runs[candidates[0]].1, step.index)
                 };
+                // An answer that may legitimately differ is never judged: if it differs, the difference does not
+                // count, and if it is the same, that is a coincidence, not a comparison (a gateway scenario
+                // against a notes fleet would otherwise "match" wherever both refuse alike).
                 let verdict = match reason {
-                    _ if simulator == live => Verdict::Match,
+                    None if simulator == live => Verdict::Match,
                     Some(why) => {
                         // An answer that went differently may have changed the store differently (a misconfigured
                         // instance that deleted what the simulator's refused): nothing after it can be judged.
-                        if self.diverged_since.is_none() {
+                        if simulator != live && self.diverged_since.is_none() {
                             self.diverged_since = Some(format!("line {line} ({text}), which went differently live"));
                         }
                         Verdict::NotCompared(why)

@@ -1146,7 +1146,19 @@ impl<'a> Parser<'a> {
             }
             _ => {
                 self.cursor = saved;
-                let name = self.answer_name()?;
+                let name = self.answer_name().map_err(|mut error| {
+                    // Not an answer's name: perhaps a misspelt form of `expect` (`expect nots count 3`).
+                    let meant = closest_keywords(first.as_deref().unwrap_or(""), &EXPECT_FORMS.map(|(keyword, _)| keyword));
+                    let forms: Vec<String> = EXPECT_FORMS
+                        .iter()
+                        .filter(|(keyword, _)| meant.contains(keyword))
+                        .map(|(_, form)| format!("`expect {form}`"))
+                        .collect();
+                    if !forms.is_empty() {
+                        error.message = format!("{}; or did you mean {}?", error.message, forms.join(" or "));
+                    }
+                    error
+                })?;
                 Ok(Expectation::Answer { targets: Targets::One(name), check: self.answer_check()? })
             }
         }
@@ -1219,19 +1231,70 @@ impl<'a> Parser<'a> {
         }
         self.skip_blank();
         if !matches!(self.peek(), Some(c) if c.is_ascii_alphanumeric() || c == '"' || c == '_') {
-            return Err(self.expected("a check: complete, input_required, error CODE [REASON], no response, or PATH = JSON"));
+            return Err(self.expected(CHECKS));
         }
+        let start = self.cursor;
         let path = self.path()?;
         self.skip_blank();
         if self.peek() == Some('=') {
             self.bump();
             return Ok(AnswerCheck::Equals { path, value: self.json("the value expected there")? });
         }
+        if let ([word], false) = (path.as_slice(), matches!(self.peek_word().as_deref(), Some("absent" | "present"))) {
+            // A lone word that is no path check: a misspelt check keyword (`compete`), not a path.
+            let meant: Vec<String> = closest_keywords(word, &["complete", "input_required", "error", "no"])
+                .into_iter()
+                .map(|keyword| format!("`{}`", if keyword == "no" { "no response" } else { keyword }))
+                .collect();
+            if !meant.is_empty() {
+                let meant = meant.join(" or ");
+                return Err(self.error_at(start, format!("`{word}` is not a check: did you mean {meant}? (expected {CHECKS})")));
+            }
+        }
         match self.one_of(&["absent", "present"], "`= JSON`, `absent` or `present` after the path")? {
             "absent" => Ok(AnswerCheck::Absent { path }),
             _ => Ok(AnswerCheck::Present { path }),
         }
     }
+}
+
+/// What may follow `expect ANSWER`, for messages.
+const CHECKS: &str = "a check: complete, input_required, error CODE [REASON], no response, or PATH = JSON";
+
+/// The forms of `expect` that start with a keyword rather than an answer's name.
+const EXPECT_FORMS: [(&str, &str); 7] = [
+    ("note", "note ID present|absent"),
+    ("notes", "notes count N"),
+    ("exports", "exports count N"),
+    ("consumed", "consumed count N"),
+    ("nonce", "nonce of ANSWER consumed {…}|unused"),
+    ("one", "one of A, B: CHECK"),
+    ("each", "each of A, B: CHECK"),
+];
+
+/// The keywords `word` is most likely a typo of (all of those equally close): within two edits, and fewer than
+/// half its letters.
+fn closest_keywords(word: &str, keywords: &[&'static str]) -> Vec<&'static str> {
+    let distances: Vec<(usize, &'static str)> = keywords.iter().map(|keyword| (edit_distance(word, keyword), *keyword)).collect();
+    let Some(best) = distances.iter().map(|(distance, _)| *distance).min() else { return Vec::new() };
+    if best == 0 || best > 2 || best * 2 >= word.chars().count() {
+        return Vec::new();
+    }
+    distances.into_iter().filter(|(distance, _)| *distance == best).map(|(_, keyword)| keyword).collect()
+}
+
+/// Levenshtein distance (insertions, deletions and substitutions of characters).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            current.push((previous[j] + usize::from(ca != *cb)).min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
 fn strip_comment(line: &str) -> &str {
@@ -1392,6 +1455,23 @@ mod tests {
             "s.sim:8:20: expected the value expected there (JSON, or a $reference), found `=`"
         );
         assert_eq!(with_cluster("expect note note-7 gone\n"), "s.sim:7:20: expected `present` or `absent`, found `gone`");
+        // A misspelt check keyword is named as such, not read as a path into the answer.
+        let answered = |check: &str| with_cluster(&format!("send alice -> i1 tools/list {{}} as x\nexpect x {check}\n"));
+        assert_eq!(answered("compete"), format!("s.sim:8:10: `compete` is not a check: did you mean `complete`? (expected {CHECKS})"));
+        assert!(answered("input_requird").contains("did you mean `input_required`?"), "{}", answered("input_requird"));
+        assert!(answered("eror -32602").contains("did you mean `error`?"), "{}", answered("eror -32602"));
+        assert!(answered("complet").contains("did you mean `complete`?"), "{}", answered("complet"));
+        // A real one-word path stays a path: `expect x result present` parses.
+        assert!(parse("s.sim", "s", &format!("{CLUSTER}send alice -> i1 tools/list {{}} as x\nexpect x result present\n")).is_ok());
+        assert_eq!(
+            answered("resultt"),
+            "s.sim:8:17: expected `= JSON`, `absent` or `present` after the path, found the end of the line",
+            "a word like no keyword is still read as a path"
+        );
+        assert_eq!(
+            with_cluster("expect nots count 3\n"),
+            "s.sim:7:8: no earlier answer is named nots (name one with `as nots`); or did you mean `expect note ID present|absent` or `expect notes count N`?"
+        );
         assert_eq!(
             with_cluster("advance soon\n"),
             "s.sim:7:9: expected how far to move the clock (a duration such as 250ms, 30s, 5m or 1h), found `soon`"

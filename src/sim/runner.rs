@@ -68,6 +68,9 @@ pub struct RunOptions {
     pub faults: Option<Vec<Fault>>,
     /// Also run the same seed a second time and require the same bytes everywhere (`GUARANTEES.md` §4.6).
     pub check_determinism: bool,
+    /// The name of the zoo mutant `factory` and `gateway_variant` build, if they build one: the transcript's
+    /// header says so, so nobody reads a mutant's failure as the real server's.
+    pub mutant: Option<&'static str>,
 }
 
 impl RunOptions {
@@ -81,7 +84,13 @@ impl RunOptions {
             gateway_variant: GatewayVariant::Real,
             faults: None,
             check_determinism: false,
+            mutant: None,
         }
+    }
+
+    /// These options with `server` running in the instances (and named in the transcript if it is a mutant).
+    pub fn with_server(self, server: &ServerUnderTest) -> RunOptions {
+        RunOptions { factory: server.factory.clone(), gateway_variant: server.gateway_variant, mutant: server.mutant, ..self }
     }
 }
 
@@ -91,12 +100,14 @@ impl RunOptions {
 pub struct ServerUnderTest {
     pub factory: ServiceFactory,
     pub gateway_variant: GatewayVariant,
+    /// The zoo mutant's name, when this is one.
+    pub mutant: Option<&'static str>,
 }
 
 impl From<&ServiceFactory> for ServerUnderTest {
     /// A notes service alongside the real gateway.
     fn from(factory: &ServiceFactory) -> ServerUnderTest {
-        ServerUnderTest { factory: factory.clone(), gateway_variant: GatewayVariant::Real }
+        ServerUnderTest { factory: factory.clone(), gateway_variant: GatewayVariant::Real, mutant: None }
     }
 }
 
@@ -297,7 +308,14 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
     let final_consumed = cluster.replay_store().consumed().len();
     let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
     let deliveries = cluster.deliveries();
-    let (transcript, history, decisions) = cluster.into_parts();
+    let (mut transcript, history, decisions) = cluster.into_parts();
+    // What ran, when it is not the real servers without faults: the header names it.
+    transcript.mutant = options.mutant.map(str::to_string);
+    transcript.summary = if transcript.recording { scenario.summary.clone() } else { Vec::new() };
+    transcript.faults = options.faults.as_ref().map(|plan| {
+        let instance = |index: usize| scenario.cluster.instances.get(index).map_or_else(|| format!("instance {index}"), |i| i.name.clone());
+        plan.iter().map(|fault| fault.describe(&instance)).collect()
+    });
     // Each sequential request as sent, and whether it went elsewhere than the scenario wrote.
     let sequential = played
         .steps

@@ -13,4 +13,4 @@ impl StoreKind for MemoryKind {
     }
 }
 
-contract_tests!(Some(MemoryKind));
+contract_tests!(MemoryKind);

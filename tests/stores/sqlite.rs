@@ -38,15 +38,15 @@ impl StoreKind for SqliteKind {
     }
 }
 
-contract_tests!(Some(SqliteKind::new()));
-persistent_contract_tests!(Some(SqliteKind::new()));
+contract_tests!(SqliteKind::new());
+persistent_contract_tests!(SqliteKind::new());
 
 /// `--durability relaxed` (synchronous=NORMAL) changes only when a commit reaches the disk: the same contract.
 mod relaxed {
     use super::*;
 
-    contract_tests!(Some(SqliteKind::relaxed()));
-    persistent_contract_tests!(Some(SqliteKind::relaxed()));
+    contract_tests!(SqliteKind::relaxed());
+    persistent_contract_tests!(SqliteKind::relaxed());
 }
 
 /// `--durability` reaches the database: each pooled session reports the synchronous level it was opened with.

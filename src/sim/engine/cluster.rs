@@ -244,6 +244,9 @@ impl Cluster {
                 .collect(),
             recording: setup.record_transcript,
             entries: Vec::new(),
+            mutant: None,
+            faults: None,
+            summary: Vec::new(),
         };
         let instances = setup
             .instances

@@ -63,7 +63,9 @@ pub struct Exhaustive {
     pub executions: u64,
     /// Distinct end states: what every client was answered and which notes were deleted.
     pub end_states: usize,
+    /// Schedules that broke a property.
     pub unsafe_runs: u64,
+    /// Schedules in which an expectation failed (or a step could not run), those that broke a property too.
     pub expectation_runs: u64,
     /// The first schedule (its choices at branching points) that broke a property, and its failures.
     pub first_unsafe: Option<(Vec<u32>, Vec<Failure>)>,
@@ -102,11 +104,9 @@ fn run_choices(
     let options = RunOptions {
         record_transcript,
         check_statelessness: false,
-        factory: server.factory.clone(),
-        gateway_variant: server.gateway_variant,
         scheduler: SchedulerChoice::Custom(build),
         faults: faults.map(<[Fault]>::to_vec),
-        ..RunOptions::seeded(seed)
+        ..RunOptions::seeded(seed).with_server(server)
     };
     let report = runner::run(scenario, &options);
     let trace = std::mem::take(&mut *seen.lock().expect("the run is over"));
@@ -219,11 +219,15 @@ impl Search<'_> {
             _ => None,
         }));
         self.end_states.insert(state.join("\n"));
-        if report.failures.iter().any(|f| matches!(f.kind, FailureKind::Property(_))) {
+        let broke_property = report.failures.iter().any(|f| matches!(f.kind, FailureKind::Property(_)));
+        // Counted wherever one failed, also beside a broken property: the count agrees with the failures listed.
+        if report.failures.iter().any(|f| !matches!(f.kind, FailureKind::Property(_))) {
+            self.result.expectation_runs += 1;
+        }
+        if broke_property {
             self.result.unsafe_runs += 1;
             self.result.first_unsafe.get_or_insert((choices, report.failures.clone()));
         } else if !report.failures.is_empty() {
-            self.result.expectation_runs += 1;
             self.result.first_expectation.get_or_insert((choices, report.failures.clone()));
         }
     }

@@ -47,6 +47,9 @@ pub struct Exploration {
     pub unsafe_runs: u64,
     /// Runs where liveness (under faults) or the expectations (without) failed and no safety property did.
     pub not_live_runs: u64,
+    /// Runs (without faults: with them expectations are not judged) in which an expectation failed or a step
+    /// could not run, whether or not a property broke too; what the summary's "expectations failed" counts.
+    pub expectation_runs: u64,
     pub crashed_runs: u64,
     /// The lowest seed that broke a safety property, and its failures.
     pub first_unsafe: Option<(u64, Vec<Failure>)>,
@@ -70,6 +73,11 @@ impl Exploration {
     fn add(&mut self, seed: u64, deliveries: usize, outcome: SeedOutcome) {
         self.schedules += 1;
         self.deliveries += deliveries as u64;
+        if let SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures) = &outcome {
+            if failures.iter().any(|f| property_of(f).is_none()) {
+                self.expectation_runs += 1;
+            }
+        }
         match outcome {
             SeedOutcome::Held => {}
             SeedOutcome::Unsafe(failures) => {
@@ -131,12 +139,10 @@ fn seed_options(scenario: &Scenario, server: &ServerUnderTest, seed: u64, faults
     let faulty = !faults.is_empty();
     RunOptions {
         record_transcript,
-        factory: server.factory.clone(),
-        gateway_variant: server.gateway_variant,
         check_statelessness: !faulty,
         faults: faulty.then(|| fault_plan(scenario, seed, faults)),
         check_determinism: seed == 1 || seed % DETERMINISM_EVERY == 0,
-        ..RunOptions::seeded(seed)
+        ..RunOptions::seeded(seed).with_server(server)
     }
 }
 

@@ -68,7 +68,7 @@ impl Mutant {
             Build::Notes(_) => GatewayVariant::Real,
             Build::Gateway(variant) => variant,
         };
-        ServerUnderTest { factory: self.factory(), gateway_variant }
+        ServerUnderTest { factory: self.factory(), gateway_variant, mutant: Some(self.name) }
     }
 
     /// Whether it is caught by an expectation of its scenario rather than by a safety property.

@@ -61,10 +61,8 @@ impl Reproducer {
             let options = RunOptions {
                 record_transcript: false,
                 check_statelessness: false,
-                factory: server.factory.clone(),
-                gateway_variant: server.gateway_variant,
                 faults: faults.map(<[Fault]>::to_vec),
-                ..RunOptions::seeded(seed)
+                ..RunOptions::seeded(seed).with_server(&server)
             };
             let report = runner::run(scenario, &options);
             report.failures.iter().any(|f| f.kind == FailureKind::Property(property)).then_some(report)
@@ -128,11 +126,9 @@ impl Reproducer {
         let options = RunOptions {
             record_transcript: true,
             check_statelessness: false,
-            factory: server.factory,
-            gateway_variant: server.gateway_variant,
             scheduler: SchedulerChoice::Replay(self.decisions.clone()),
             faults: self.faults_on.then(|| self.decisions.faults.clone()),
-            ..RunOptions::seeded(self.seed)
+            ..RunOptions::seeded(self.seed).with_server(&server)
         };
         Ok(runner::run(&scenario, &options))
     }

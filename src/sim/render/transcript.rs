@@ -246,6 +246,12 @@ pub struct Transcript {
     pub diagram_order: Vec<ActorId>,
     pub recording: bool,
     pub entries: Vec<Entry>,
+    /// The zoo mutant that ran instead of the real servers, if one did.
+    pub mutant: Option<String>,
+    /// With faults on, the faults of the run's plan (empty: faults on, none drawn); `None` without faults.
+    pub faults: Option<Vec<String>>,
+    /// The scenario's opening comment (what it teaches), shown at the top of the compact form.
+    pub summary: Vec<String>,
 }
 
 impl Transcript {
@@ -255,6 +261,23 @@ impl Transcript {
         }
     }
 
+    /// The first line of the text forms: scenario, seed, scheduler, and what ran if it was not the real servers
+    /// without faults (a mutant, the faults in force).
+    pub(crate) fn header(&self) -> String {
+        let mut header = format!("# mcpsim transcript: {}  seed {}  scheduler {}", self.scenario, self.seed, self.scheduler);
+        if let Some(mutant) = &self.mutant {
+            let _ = write!(header, "  MUTANT {mutant} (a deliberately unsafe server, not the real one)");
+        }
+        match self.faults.as_deref() {
+            None => {}
+            Some([]) => header.push_str("  faults on (none drawn for this seed; clients retry)"),
+            Some(faults) => {
+                let _ = write!(header, "  faults on: {}", faults.join("; "));
+            }
+        }
+        header
+    }
+
     fn name(&self, actor: ActorId) -> &str {
         self.actors.get(actor).map(String::as_str).unwrap_or("?")
     }
@@ -262,6 +285,7 @@ impl Transcript {
     pub fn render(&self, format: Format) -> String {
         match format {
             Format::Text => self.to_text(),
+            Format::Compact => crate::sim::render::compact::render(self),
             Format::Jsonl => self.to_jsonl(),
             Format::Mermaid => self.to_mermaid(),
             Format::McpTrace => crate::sim::render::mcp_trace::render(self),
@@ -276,7 +300,7 @@ impl Transcript {
         let time_width = format!("+{last_time}ms").len();
         let time = |ms: u64| format!("{:>time_width$}", format!("+{ms}ms"));
         let mut out = String::new();
-        let _ = writeln!(out, "# mcpsim transcript: {}  seed {}  scheduler {}", self.scenario, self.seed, self.scheduler);
+        let _ = writeln!(out, "{}", self.header());
         for entry in &self.entries {
             match entry {
                 Entry::Step { number, line, text } => {
@@ -333,7 +357,13 @@ impl Transcript {
 
     pub fn to_jsonl(&self) -> String {
         let mut out = String::new();
-        let header = json!({ "type": "run", "scenario": self.scenario, "seed": self.seed, "scheduler": self.scheduler });
+        let mut header = json!({ "type": "run", "scenario": self.scenario, "seed": self.seed, "scheduler": self.scheduler });
+        if let Some(mutant) = &self.mutant {
+            header["mutant"] = json!(mutant);
+        }
+        if let Some(faults) = &self.faults {
+            header["faults"] = json!(faults);
+        }
         let _ = writeln!(out, "{header}");
         for entry in &self.entries {
             let value = match entry {
@@ -391,6 +421,10 @@ impl Transcript {
         }
         let first = shown.first().map(|a| self.name(*a).to_string());
         let last = shown.last().map(|a| self.name(*a).to_string());
+        if let (Some(first), Some(last), true) = (&first, &last, self.mutant.is_some() || self.faults.is_some()) {
+            let header = self.header();
+            let _ = writeln!(out, "    Note over {first},{last}: {}", mermaid_text(header.trim_start_matches("# mcpsim transcript: ")));
+        }
         for entry in &self.entries {
             match entry {
                 Entry::Step { number, text, .. } => {
@@ -510,7 +544,11 @@ fn mermaid_text(text: &str) -> String {
 /// How a transcript is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// Every message whole (compact JSON, `requestState` tokens and note bodies abbreviated): the snapshot format.
     Text,
+    /// For reading in a terminal: `_meta` once per sender, long values shortened, lines wrapped (see
+    /// [`crate::sim::render::compact`]).
+    Compact,
     Jsonl,
     Mermaid,
     /// The independent validator's trace format (see [`crate::sim::render::mcp_trace`]).
@@ -535,6 +573,9 @@ mod tests {
             actors: vec!["alice".into(), "i1".into()],
             diagram_order: Vec::new(),
             recording: true,
+            mutant: None,
+            faults: None,
+            summary: Vec::new(),
             entries: vec![Entry::Delivery {
                 seq: 1,
                 time_ms: 5,

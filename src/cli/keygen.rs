@@ -1,0 +1,124 @@
+//! `mcpsim keygen`: a fresh signing key as a key file (`[[keys]]` TOML), for `serve --key-file`.
+//!
+//! The secret comes from the operating system's CSPRNG (the same source the servers draw nonces from), and the
+//! id is random too, so two keys made for a rotation never share one. With `--out FILE` the file is created
+//! readable by its owner only and never overwritten: every process of a fleet must keep sharing the same one.
+
+use crate::stores::system::random_key;
+use base64::Engine;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit status when the file cannot be written (or already exists).
+const EXIT_FAILED: u8 = 1;
+
+const AFTER_HELP: &str = "\
+Examples:
+  mcpsim keygen --out keys.toml          # a new key file, readable by you only (refuses to overwrite one)
+  mcpsim keygen > keys.toml && chmod 600 keys.toml
+  mcpsim serve --http 127.0.0.1:8080 --instances 3 --store sqlite:./fleet.db --key-file keys.toml
+
+Rotation: make a new key, put its [[keys]] table first in the key file (it signs from then on) and keep the
+old one after it (it still verifies the states it sealed until they expire); restart every process of the
+fleet with the new file. Exit status: 0 when the key was written; 1 if the file could not be written.";
+
+/// Make a new signing key for a fleet's shared key file (`serve --key-file`).
+#[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct KeygenArgs {
+    /// Write the key file here (created with mode 600; an existing file is never overwritten) instead of
+    /// printing it.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The key's id (1–32 of A-Z a-z 0-9 _ -), sealed into every requestState it signs [default: random].
+    #[arg(long, value_parser = parse_id)]
+    pub id: Option<String>,
+}
+
+fn parse_id(text: &str) -> Result<String, String> {
+    let valid = (1..=32).contains(&text.len()) && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if valid {
+        Ok(text.to_string())
+    } else {
+        Err("a key id is 1 to 32 of A-Z a-z 0-9 _ -".into())
+    }
+}
+
+/// The key file text for a fresh key named `id` (random when `None`).
+pub(crate) fn key_file(id: Option<&str>) -> String {
+    let id = id.map(str::to_string).unwrap_or_else(|| {
+        let bytes = random_key();
+        format!("k-{}", bytes[..4].iter().map(|b| format!("{b:02x}")).collect::<String>())
+    });
+    let secret = base64::engine::general_purpose::STANDARD.encode(random_key());
+    format!(
+        "# A signing key for `mcpsim serve --key-file` (made by `mcpsim keygen`). Keep this file private.\n\
+         # The first [[keys]] table signs; tables after it only verify (keep an old key there while rotating).\n\
+         [[keys]]\n\
+         id = \"{id}\"\n\
+         secret_base64 = \"{secret}\"\n"
+    )
+}
+
+pub fn run(args: KeygenArgs) -> ExitCode {
+    let text = key_file(args.id.as_deref());
+    let Some(path) = args.out else {
+        let mut stdout = std::io::stdout().lock();
+        return match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("mcpsim keygen: cannot write the key: {error}");
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let written = options.open(&path).and_then(|mut file| file.write_all(text.as_bytes()).and_then(|()| file.sync_all()));
+    match written {
+        Ok(()) => {
+            eprintln!(
+                "wrote a new signing key to {} (readable by you only); give it to every process: --key-file {}",
+                path.display(),
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            eprintln!(
+                "mcpsim keygen: {} exists already; it is not overwritten (every process of a fleet must keep sharing one key file). Remove it first to start over, or name another --out",
+                path.display()
+            );
+            ExitCode::from(EXIT_FAILED)
+        }
+        Err(error) => {
+            eprintln!("mcpsim keygen: cannot write {}: {error}", path.display());
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_key_file_loads_as_a_key_ring_and_no_two_are_alike() {
+        let directory = std::env::temp_dir().join(format!("mcpsim-keygen-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("keys.toml");
+        std::fs::write(&path, key_file(Some("2026-07"))).unwrap();
+        let ring = crate::config::load_key_file(&path).expect("keygen's output is a key file");
+        assert_eq!(ring.signing_key_id(), "2026-07");
+        let _ = std::fs::remove_dir_all(&directory);
+        assert_ne!(key_file(None), key_file(None), "a random id and secret each time");
+        assert!(key_file(None).contains("id = \"k-"), "{}", key_file(None));
+        assert!(parse_id("bad id!").is_err() && parse_id("k1").is_ok());
+    }
+}
