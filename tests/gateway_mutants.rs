@@ -60,6 +60,20 @@ fn first_listed_backend_wins_resolves_a_bare_name() {
 }
 
 #[test]
+fn exporting_on_a_decline_is_caught_where_the_decline_is_stated() {
+    caught_by(GatewayVariant::ExportsOnDecline, "51-gateway-decline-ends-the-export-on-every-instance.sim", "expect exports count 0");
+}
+
+#[test]
+fn a_backend_deaf_to_revocation_still_finds_the_revoked_notes() {
+    caught_by(
+        GatewayVariant::RevokeIgnoringBackend,
+        "52-gateway-revocation-reaches-the-backends.sim",
+        "expect after result.structuredContent.results = []",
+    );
+}
+
+#[test]
 fn each_mutant_keeps_the_defences_it_does_not_break() {
     // A description-only gateway still refuses a poisoned description (the scanner), and no mutant changes
     // confirmation: two gateways racing one export still export once.

@@ -68,6 +68,7 @@ scenario_snapshots! {
     encoded_traversal_workspace => "21-encoded-traversal-workspace.sim",
     admin_changes_between_rounds => "22-admin-changes-between-rounds.sim",
     clock_behind_beyond_the_grace => "23-clock-behind-beyond-the-grace.sim",
+    an_attack_battery_across_three_instances => "24-an-attack-battery-across-three-instances.sim",
     gateway_poisoned_description => "40-gateway-poisoned-description.sim",
     gateway_rug_pull_between_two_listings => "41-gateway-rug-pull-between-two-listings.sim",
     gateway_shadowed_search => "42-gateway-shadowed-search.sim",
@@ -82,6 +83,7 @@ scenario_snapshots! {
     gateway_decline_ends_the_export_on_every_instance => "51-gateway-decline-ends-the-export-on-every-instance.sim",
     gateway_revocation_reaches_the_backends => "52-gateway-revocation-reaches-the-backends.sim",
     gateway_body_names_the_tool_even_when_both_would_run => "53-gateway-body-names-the-tool-even-when-both-would-run.sim",
+    gateway_an_operators_week => "54-gateway-an-operators-week.sim",
 }
 
 #[test]

@@ -9,8 +9,8 @@ use crate::config::Deployment;
 use crate::framework::ports::Note;
 use crate::oracle::check::{self, Property, Violation};
 use crate::oracle::grants::Grants;
-use crate::oracle::history::{History, OperationId};
-use crate::play::{self, StepOutcome};
+use crate::oracle::history::History;
+use crate::play;
 use crate::policy::authorization::Authorizations;
 use crate::policy::state::KeyRing;
 use crate::scenario::model::{Action, Scenario};
@@ -203,9 +203,6 @@ struct Execution {
     failures: Vec<Failure>,
     deliveries: usize,
     expectations: usize,
-    /// For each sequential request step (by step index): its operation and whether it was rerouted.
-    sequential: Vec<(usize, OperationId, bool)>,
-    has_parallel: bool,
     final_notes: Vec<String>,
     final_consumed: usize,
 }
@@ -306,7 +303,6 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
     let cluster = world.cluster;
     let final_notes = cluster.note_store().snapshot().into_iter().map(|n| n.id).collect();
     let final_consumed = cluster.replay_store().consumed().len();
-    let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
     let deliveries = cluster.deliveries();
     let (mut transcript, history, decisions) = cluster.into_parts();
     // What ran, when it is not the real servers without faults: the header names it.
@@ -316,23 +312,6 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
         let instance = |index: usize| scenario.cluster.instances.get(index).map_or_else(|| format!("instance {index}"), |i| i.name.clone());
         plan.iter().map(|fault| fault.describe(&instance)).collect()
     });
-    // Each sequential request as sent, and whether it went elsewhere than the scenario wrote.
-    let sequential = played
-        .steps
-        .iter()
-        .filter(|step| matches!(scenario.steps[step.index].action, Action::Send(_)))
-        .filter_map(|step| match &step.outcome {
-            StepOutcome::Performed { operations, .. } => operations.first().map(|operation| (step.index, *operation)),
-            _ => None,
-        })
-        .map(|(index, operation)| {
-            let written = match &scenario.steps[index].action {
-                Action::Send(send) => send.instance.as_str(),
-                _ => unreachable!("filtered to sends"),
-            };
-            (index, operation, history.operations[operation.0].instance != written)
-        })
-        .collect();
     Execution {
         transcript,
         history,
@@ -340,56 +319,85 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
         failures: played.failures,
         deliveries,
         expectations: played.judged,
-        sequential,
-        has_parallel,
         final_notes,
         final_consumed,
     }
 }
 
-/// Statelessness: re-run with the sequential requests rotated over the live instances of the same
-/// configuration (so the rounds of a flow are served by different instances); the answers (with `requestState` tokens masked, as they carry per-instance nonces) and,
-/// when nothing ran in parallel, the final store contents must be the same.
+/// Statelessness: re-run the same interleaving (the original run's decision log) with the requests rotated
+/// over the live instances of the same configuration, so the rounds of a flow, sequential or racing in a
+/// `parallel` block, are served by different instances. Every answer (with `requestState` tokens masked, as
+/// they carry per-instance nonces) and the final stores must be the same. A stateless server gives the
+/// rerouted run nothing to tell apart: it even makes the same store calls in the same order, so the recorded
+/// decisions fit it; a run that stops fitting them is itself a difference.
 fn compare_rerouted(scenario: &Scenario, options: &RunOptions, original: &Execution) -> (Statelessness, Vec<String>) {
-    let triggered = scenario.steps.iter().any(|s| matches!(&s.action, Action::Crash { trigger: Some(_), .. }));
-    if triggered {
-        let why = "a crash trigger names the instance that must receive the request".into();
-        return (Statelessness::NotApplicable(why), Vec::new());
-    }
-    let quiet = RunOptions { record_transcript: false, check_statelessness: false, ..options.clone() };
-    let shifted = execute(scenario, &quiet, Routing::Shifted);
-    let rerouted = shifted.sequential.iter().filter(|(_, _, moved)| *moved).count();
+    let quiet = RunOptions {
+        record_transcript: false,
+        check_statelessness: false,
+        check_determinism: false,
+        scheduler: SchedulerChoice::Replay(original.decisions.clone()),
+        ..options.clone()
+    };
+    let pinned = crash_pinned(scenario);
+    let pinned_names: Vec<&str> = pinned.iter().map(|&index| scenario.cluster.instances[index].name.as_str()).collect();
+    let shifted = execute(scenario, &quiet, Routing::Shifted { pinned });
+    let (before, after) = (&original.history.operations, &shifted.history.operations);
+    let rerouted = before.iter().zip(after).filter(|(a, b)| a.instance != b.instance).count();
     if rerouted == 0 {
-        let why = "no request has another live instance of the same configuration to go to".into();
+        let mut why = String::from("no request has another live instance of the same configuration to go to");
+        if !pinned_names.is_empty() {
+            why += &format!(" (a crash trigger names {}, so it keeps its requests)", pinned_names.join(" and "));
+        }
         return (Statelessness::NotApplicable(why), Vec::new());
     }
-    let first_parallel = scenario.steps.iter().position(|s| matches!(s.action, Action::Parallel(_))).unwrap_or(scenario.steps.len());
     let mut compared = 0;
     let mut differences = Vec::new();
-    for ((step, a, _), (_, b, moved)) in original.sequential.iter().zip(&shifted.sequential) {
-        if *step > first_parallel {
-            break;
+    for (a, b) in before.iter().zip(after) {
+        let (left, right) = (masked(a.response()), masked(b.response()));
+        if left.is_some() || right.is_some() {
+            compared += 1;
         }
-        compared += 1;
-        let left = masked(original.history.operations[a.0].response());
-        let right = masked(shifted.history.operations[b.0].response());
         if left != right {
-            let line = scenario.steps[*step].line;
-            let moved = if *moved { format!(" (rerouted to {})", shifted.history.operations[b.0].instance) } else { String::new() };
+            let line = scenario.steps[a.step].line;
+            let moved = if a.instance != b.instance { format!(" (rerouted from {} to {})", a.instance, b.instance) } else { String::new() };
             differences.push(format!("line {line}{moved}: {} became {}", show(&left), show(&right)));
         }
     }
-    if !original.has_parallel && (original.final_notes != shifted.final_notes || original.final_consumed != shifted.final_consumed) {
+    let stopped = |execution: &Execution| execution.failures.iter().find(|f| f.kind == FailureKind::Simulation).map(|f| f.message.clone());
+    if let (None, Some(why)) = (stopped(original), stopped(&shifted)) {
+        differences.push(format!("the rerouted run did not follow the same course: {why}"));
+    } else if before.len() != after.len() {
+        differences.push(format!("the rerouted run made {} requests, the original {}", after.len(), before.len()));
+    }
+    if original.final_notes != shifted.final_notes || original.final_consumed != shifted.final_consumed {
         differences.push(format!(
             "the stores ended differently: notes {:?} / {} consumed, versus {:?} / {} consumed",
             original.final_notes, original.final_consumed, shifted.final_notes, shifted.final_consumed
         ));
     }
-    if differences.is_empty() {
-        (Statelessness::Held { rerouted, compared }, differences)
-    } else {
+    if !differences.is_empty() {
         (Statelessness::Violated, differences)
+    } else if compared == 0 {
+        (Statelessness::NotApplicable("no request was answered, so no answer could be compared".into()), differences)
+    } else {
+        (Statelessness::Held { rerouted, compared }, differences)
     }
+}
+
+/// The instances a crash trigger names (the one that crashes, and the receiver if it is an instance): the
+/// rerouted run leaves them where the scenario put them.
+fn crash_pinned(scenario: &Scenario) -> std::collections::BTreeSet<usize> {
+    let index = |name: &str| scenario.cluster.instances.iter().position(|instance| instance.name == name);
+    scenario
+        .steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            Action::Crash { instance, trigger: Some(trigger) } => Some([index(instance), index(&trigger.receiver)]),
+            _ => None,
+        })
+        .flatten()
+        .flatten()
+        .collect()
 }
 
 /// Where two runs of the same seed first differ: a request or answer (byte for byte), or an effect.

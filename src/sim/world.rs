@@ -12,20 +12,22 @@ use crate::sim::render::transcript::Entry;
 use serde_json::Value;
 
 /// Where each sequential request goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Routing {
     /// To the instance the scenario names.
     AsWritten,
     /// Rotated among the live instances of identical configuration, so that consecutive rounds of one
-    /// flow land on different instances (the statelessness comparison).
-    Shifted,
+    /// flow land on different instances (the statelessness comparison). Instances a crash step names stay
+    /// out of the rotation: their requests go where written and nothing else is sent to them, so every
+    /// crash happens to the same request as in the original run.
+    Shifted { pinned: std::collections::BTreeSet<usize> },
 }
 
 pub(crate) struct SimWorld {
     pub cluster: Cluster,
     routing: Routing,
-    /// Sequential requests sent so far (the rotation's position).
-    sequential: usize,
+    /// Requests sent so far, sequential and parallel (the rotation's position).
+    sent: usize,
 }
 
 fn stopped(error: SimError) -> Refused {
@@ -34,21 +36,33 @@ fn stopped(error: SimError) -> Refused {
 
 impl SimWorld {
     pub fn new(cluster: Cluster, routing: Routing) -> SimWorld {
-        SimWorld { cluster, routing, sequential: 0 }
+        SimWorld { cluster, routing, sent: 0 }
     }
 
     /// Among the live instances configured like `index` (itself included, in instance order), the one
     /// `steps` places after it, cyclically. With the request's position as `steps`, consecutive requests
     /// written for one instance are spread over its equivalents.
-    fn equivalent_instance(&self, index: usize, steps: usize) -> usize {
+    fn equivalent_instance(&self, index: usize, steps: usize, pinned: &std::collections::BTreeSet<usize>) -> usize {
         let instances = self.cluster.instances();
-        if !instances[index].up {
+        if !instances[index].up || pinned.contains(&index) {
             return index;
         }
-        let class: Vec<usize> =
-            (0..instances.len()).filter(|&other| instances[other].up && instances[other].same_configuration(&instances[index])).collect();
+        let class: Vec<usize> = (0..instances.len())
+            .filter(|&other| instances[other].up && !pinned.contains(&other) && instances[other].same_configuration(&instances[index]))
+            .collect();
         let position = class.iter().position(|&member| member == index).unwrap_or(0);
         class[(position + steps) % class.len()]
+    }
+}
+
+impl SimWorld {
+    /// Where a request written for `instance` goes under this world's routing.
+    fn target(&mut self, instance: usize) -> usize {
+        self.sent += 1;
+        match &self.routing {
+            Routing::AsWritten => instance,
+            Routing::Shifted { pinned } => self.equivalent_instance(instance, self.sent, pinned),
+        }
     }
 }
 
@@ -58,11 +72,7 @@ impl World for SimWorld {
     }
 
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
-        self.sequential += 1;
-        let target = match self.routing {
-            Routing::AsWritten => outgoing.instance,
-            Routing::Shifted => self.equivalent_instance(outgoing.instance, self.sequential),
-        };
+        let target = self.target(outgoing.instance);
         let operation = self.cluster.send(outgoing, target).map_err(stopped)?;
         self.cluster.run_until_quiet().map_err(stopped)?;
         Ok(operation)
@@ -73,7 +83,7 @@ impl World for SimWorld {
         for item in items {
             match item {
                 Item::Send(outgoing) => {
-                    let instance = outgoing.instance;
+                    let instance = self.target(outgoing.instance);
                     sent.push(Ok(self.cluster.send(outgoing, instance).map_err(stopped)?));
                 }
                 Item::Admin(action) => self.cluster.admin(&action).map_err(Refused::Failed)?,

@@ -4,11 +4,15 @@
 //! view of the pins it is given, or a front that rewrites the request before the gateway sees it — so that
 //! what the gateway *does* is exactly what a gateway with that bug would do, observed from outside.
 //!
-//! | Variant | Bug it reproduces | Scenario that catches it |
-//! |---|---|---|
-//! | [`GatewayVariant::DescriptionOnlyPins`] | pins compare only the description | `41-gateway-rug-pull-between-two-listings` |
-//! | [`GatewayVariant::RoutesByHeader`] | authorizes the body's tool, then routes by `Mcp-Name` | `43-gateway-header-body-confusion` |
-//! | [`GatewayVariant::FirstListedBackendWins`] | a bare tool name goes to the first backend listing it | `42-gateway-shadowed-search` |
+//! | Variant | Bug it reproduces | Scenario that exposes it | Property that catches it |
+//! |---|---|---|---|
+//! | [`GatewayVariant::DescriptionOnlyPins`] | pins compare only the description | `41-gateway-rug-pull-between-two-listings` | mediation |
+//! | [`GatewayVariant::RoutesByHeader`] | authorizes the body's tool, then routes by `Mcp-Name` | `53-gateway-body-names-the-tool-even-when-both-would-run` (`43` states the rule) | mediation |
+//! | [`GatewayVariant::FirstListedBackendWins`] | a bare tool name goes to the first backend listing it | `42-gateway-shadowed-search` | mediation |
+//! | [`GatewayVariant::ExportsOnDecline`] | runs the export on a decline, then answers "declined" | `51-gateway-decline-ends-the-export-on-every-instance` | consent, refusal |
+//! | [`GatewayVariant::RevokeIgnoringBackend`] | the notes backend keeps the grants it started with | `52-gateway-revocation-reaches-the-backends` | containment |
+//!
+//! Each is caught again in `54-gateway-an-operators-week`, a scenario written for none of them.
 
 use crate::framework::Reply;
 use crate::policy::pinning::{descriptor_digest, split_qualified, PinFile};

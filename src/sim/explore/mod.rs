@@ -141,7 +141,8 @@ fn seed_options(scenario: &Scenario, server: &ServerUnderTest, seed: u64, faults
         record_transcript,
         check_statelessness: !faulty,
         faults: faulty.then(|| fault_plan(scenario, seed, faults)),
-        check_determinism: seed == 1 || seed % DETERMINISM_EVERY == 0,
+        // Hunting a mutant, every seed is also run twice: a nondeterministic one may differ on any of them.
+        check_determinism: seed == 1 || seed % DETERMINISM_EVERY == 0 || server.mutant.is_some(),
         ..RunOptions::seeded(seed).with_server(server)
     }
 }

@@ -1,11 +1,12 @@
 //! The mutant zoo: deliberately unsafe variants of the notes server, each breaking exactly one rule.
 //!
-//! They exist to prove the checker is not vacuous: every mutant must be caught by some scenario, while the
-//! real server passes the same runs. The last three are gateways, not notes servers: the variants of
-//! `sim::actors::gateway_mutants`, caught by the expectations of the gateway scenario that states the defence
-//! each one lacks (they break no notes property, so an expectation is what fails). They live here, in the simulator, and are reachable only through
-//! `RunOptions::factory` (`mcpsim run|explore --mutant NAME`), never from `serve`: the handlers in
-//! `src/handlers` are untouched. Each mutant is built one of two ways:
+//! They exist to prove the checker is not vacuous: every mutant must be caught by a safety property in the
+//! scenario that exposes it and again in a library scenario written for another lesson (`also_caught_by`),
+//! while the real server passes the same runs. The last five are gateways: the variants of
+//! `sim::actors::gateway_mutants`, each the real gateway with one defence removed, caught by mediation,
+//! consent, refusal or containment. They live here, in the simulator, and are reachable only through
+//! `RunOptions::factory` (`mcpsim run|explore --mutant NAME`), never from `serve`: the servers in
+//! `src/servers` are untouched. Each notes mutant is built one of two ways:
 //!
 //! * a **port wrapper**: the real `NotesServer` over a replay store that makes the mistake (a store per
 //!   instance, delete before claim, a re-check separated from the delete, no re-check, eviction);
@@ -38,6 +39,9 @@ pub struct Mutant {
     pub mistake: &'static str,
     /// The scenario that exposes it: a library file name, or a zoo scenario below.
     pub exposed_by: &'static str,
+    /// A library scenario written for another lesson where a safety property catches it too: evidence that
+    /// the properties, not one tailored scenario, are what catch the mistake.
+    pub also_caught_by: &'static str,
     build: Build,
     /// It breaks only liveness: it is explored with faults on (clients retry), where liveness is judged.
     pub liveness: bool,
@@ -71,8 +75,8 @@ impl Mutant {
         ServerUnderTest { factory: self.factory(), gateway_variant, mutant: Some(self.name) }
     }
 
-    /// Whether it is caught by an expectation of its scenario rather than by a safety property.
-    pub fn caught_by_expectation(&self) -> bool {
+    /// Whether it is a gateway variant (the notes service is the real one).
+    pub fn is_gateway(&self) -> bool {
         matches!(self.build, Build::Gateway(_))
     }
 
@@ -88,6 +92,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "replay-per-instance",
         mistake: "Each instance keeps its own replay store, so a confirmation used on one instance is still fresh on another.",
         exposed_by: "05-accepts-race-for-different-candidates.sim",
+        also_caught_by: "02-retry-lands-on-another-instance.sim",
         build: Build::Notes(replay_per_instance),
         liveness: false,
     },
@@ -95,6 +100,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "prefix-containment",
         mistake: "Authorizes a workspace when its URI merely starts with an authorized root as a string (Notes-evil passes as Notes).",
         exposed_by: "20-prefix-confusion-workspace.sim",
+        also_caught_by: "21-encoded-traversal-workspace.sim",
         build: Build::Notes(prefix_containment),
         liveness: false,
     },
@@ -102,6 +108,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "undecoded-containment",
         mistake: "Compares the workspace URI by path segments before percent-decoding it, so %2e%2e climbs out after the check.",
         exposed_by: "21-encoded-traversal-workspace.sim",
+        also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(undecoded_containment),
         liveness: false,
     },
@@ -109,6 +116,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "no-live-recheck",
         mistake: "Deletes the chosen note without re-reading it, trusting where it was when the form was shown.",
         exposed_by: "07-note-moved-out-after-the-form-was-shown.sim",
+        also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(no_live_recheck),
         liveness: false,
     },
@@ -116,6 +124,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "recheck-then-delete",
         mistake: "Re-checks the live note and deletes it in two separate store operations, so a move can land in between.",
         exposed_by: "zoo-move-races-the-accept",
+        also_caught_by: "04-accepts-race-for-one-note.sim",
         build: Build::Notes(recheck_then_delete),
         liveness: false,
     },
@@ -123,6 +132,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "delete-then-claim",
         mistake: "Deletes first and claims the nonce afterwards as a separate step, so two racing accepts both delete.",
         exposed_by: "05-accepts-race-for-different-candidates.sim",
+        also_caught_by: "08-decline-then-replayed-accept.sim",
         build: Build::Notes(delete_then_claim),
         liveness: false,
     },
@@ -130,6 +140,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "claim-then-delete",
         mistake: "Claims the nonce, recording \"deleted\", and deletes in a separate step: a crash in between leaves a confirmation that says deleted while the note survives.",
         exposed_by: "zoo-crash-between-claim-and-delete",
+        also_caught_by: "06-note-deleted-after-the-form-was-shown.sim",
         build: Build::Notes(claim_then_delete),
         liveness: false,
     },
@@ -137,6 +148,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "claim-without-outcome",
         mistake: "Claims the nonce before deleting and never records how the claim ended, so every other attempt at the confirmation hears \"in progress\" forever.",
         exposed_by: "04-accepts-race-for-one-note.sim",
+        also_caught_by: "02-retry-lands-on-another-instance.sim",
         build: Build::Notes(claim_without_outcome),
         liveness: true,
     },
@@ -144,6 +156,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "no-outcome-on-replay",
         mistake: "Refuses a used confirmation without the outcome it recorded, so a client whose answer was lost can never learn whether its note was deleted.",
         exposed_by: "16-crash-between-claim-and-delete.sim",
+        also_caught_by: "02-retry-lands-on-another-instance.sim",
         build: Build::Notes(no_outcome_on_replay),
         liveness: false,
     },
@@ -151,6 +164,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "state-unbound-arguments",
         mistake: "Ignores the arguments digest sealed in the state, so an accept may continue a flow started with other arguments.",
         exposed_by: "12-changed-title.sim",
+        also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(state_unbound_arguments),
         liveness: false,
     },
@@ -158,6 +172,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "state-unbound-principal",
         mistake: "Ignores the principal sealed in the state, so another principal's client can answer someone else's form.",
         exposed_by: "zoo-shared-workspace-state-stolen",
+        also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(state_unbound_principal),
         liveness: false,
     },
@@ -165,6 +180,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "unsigned-state",
         mistake: "Reads the state's base64 payload without verifying its signature, so a client can add candidates.",
         exposed_by: "zoo-forged-candidate",
+        also_caught_by: "11-tampered-state.sim",
         build: Build::Notes(unsigned_state),
         liveness: false,
     },
@@ -172,6 +188,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "cancel-consumes",
         mistake: "Consumes the confirmation on cancel, so dismissing the form uses it up.",
         exposed_by: "09-cancel-then-accept-elsewhere.sim",
+        also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(cancel_consumes),
         liveness: false,
     },
@@ -179,6 +196,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "decline-not-consuming",
         mistake: "Answers a decline without consuming the confirmation, so a replayed accept still deletes.",
         exposed_by: "08-decline-then-replayed-accept.sim",
+        also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(decline_not_consuming),
         liveness: false,
     },
@@ -187,6 +205,7 @@ pub const MUTANTS: &[Mutant] = &[
         mistake:
             "A full replay store makes room instead of refusing: the confirmation it cannot remember is admitted and can be used again.",
         exposed_by: "zoo-full-replay-store-reused",
+        also_caught_by: "17-full-replay-store-fails-closed.sim",
         build: Build::Notes(evicting_replay_store),
         liveness: false,
     },
@@ -194,6 +213,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "remembered-capabilities",
         mistake: "Remembers a principal's form capability from an earlier request and sends forms to requests that did not declare it.",
         exposed_by: "18-url-only-client.sim",
+        also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(remembered_capabilities),
         liveness: false,
     },
@@ -201,6 +221,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "admits-past-retention",
         mistake: "A replay store that takes the claimant's word for a state's expiry, so a lagging instance gets a pruned, used nonce accepted again.",
         exposed_by: "zoo-lagging-instance-past-the-grace",
+        also_caught_by: "23-clock-behind-beyond-the-grace.sim",
         build: Build::Notes(admits_past_retention),
         liveness: false,
     },
@@ -208,6 +229,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "hash-ordered-candidates",
         mistake: "Collects a form's candidates in a hash map and serializes its iteration order, so the same run answers differently each time.",
         exposed_by: "01-lesson-exchange-on-one-instance.sim",
+        also_caught_by: "02-retry-lands-on-another-instance.sim",
         build: Build::Notes(hash_ordered),
         liveness: false,
     },
@@ -215,13 +237,15 @@ pub const MUTANTS: &[Mutant] = &[
         name: "description-only-pins",
         mistake: "A gateway that judges a pinned tool by its description alone, so a changed schema behind the same description is served.",
         exposed_by: "41-gateway-rug-pull-between-two-listings.sim",
+        also_caught_by: "54-gateway-an-operators-week.sim",
         build: Build::Gateway(GatewayVariant::DescriptionOnlyPins),
         liveness: false,
     },
     Mutant {
         name: "routes-by-header-after-authorizing-the-body",
         mistake: "A gateway that authorizes the tool named in the body, then routes and runs the one named by the Mcp-Name header.",
-        exposed_by: "43-gateway-header-body-confusion.sim",
+        exposed_by: "53-gateway-body-names-the-tool-even-when-both-would-run.sim",
+        also_caught_by: "54-gateway-an-operators-week.sim",
         build: Build::Gateway(GatewayVariant::RoutesByHeader),
         liveness: false,
     },
@@ -229,6 +253,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "first-listed-backend-wins",
         mistake: "A gateway that runs a bare tool name on the first backend, in configuration order, that lists it.",
         exposed_by: "42-gateway-shadowed-search.sim",
+        also_caught_by: "54-gateway-an-operators-week.sim",
         build: Build::Gateway(GatewayVariant::FirstListedBackendWins),
         liveness: false,
     },
@@ -236,6 +261,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "exports-on-decline",
         mistake: "A gateway that runs the export when the user declines, then answers \"declined\".",
         exposed_by: "51-gateway-decline-ends-the-export-on-every-instance.sim",
+        also_caught_by: "54-gateway-an-operators-week.sim",
         build: Build::Gateway(GatewayVariant::ExportsOnDecline),
         liveness: false,
     },
@@ -243,6 +269,7 @@ pub const MUTANTS: &[Mutant] = &[
         name: "revoke-ignoring-backend",
         mistake: "A gateway whose notes backend keeps the grants it started with: a revocation never reaches it.",
         exposed_by: "52-gateway-revocation-reaches-the-backends.sim",
+        also_caught_by: "54-gateway-an-operators-week.sim",
         build: Build::Gateway(GatewayVariant::RevokeIgnoringBackend),
         liveness: false,
     },
