@@ -271,3 +271,28 @@ fn explore_counts_agree_with_the_failures_listed_and_replay_says_what_it_replays
     assert!(text(&output.stdout).starts_with("sequenceDiagram\n"), "the diagram alone on stdout");
     assert!(text(&output.stderr).starts_with("replaying "), "the verdict on stderr");
 }
+
+#[test]
+fn an_exploration_where_only_an_expectation_fails_writes_a_shrunk_reproducer_too() {
+    // A scenario that assumes one racer always wins: true for some interleavings, not others. No property
+    // breaks (the server is right either way); the expectation is what the reproducer keeps failing.
+    let scratch = Scratch::new("explore-expectation");
+    let scenario = "use demo\nkey k1\ninstance i1 keys k1\ninstance i2 keys k1\nclient alice principal alice\n\
+        let delete_tps = {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}\n\
+        send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": $delete_tps} as round1\n\
+        parallel {\n  answer alice -> i1 accept {\"note_id\": \"note-7\", \"confirm\": true} for round1 as first\n  \
+        answer alice -> i2 accept {\"note_id\": \"note-7\", \"confirm\": true} for round1 as second\n}\n\
+        expect first complete\n";
+    std::fs::write(scratch.0.join("assumes-a-winner.sim"), scenario).unwrap();
+    let save = scratch.0.join("ce.json");
+    let output = mcpsim(&scratch.0, &["explore", "assumes-a-winner.sim", "--seeds", "40", "--save", save.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("EXPECTATIONS FAILED (no safety property broke)"), "{stdout}");
+    assert!(stdout.contains("minimal counterexample: expectation at line 12 failed"), "{stdout}");
+    let output = mcpsim(&scratch.0, &["replay", save.to_str().unwrap()]);
+    let replayed = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{replayed}");
+    assert!(replayed.contains("recorded as breaking expectation at line 12\n"), "{replayed}");
+    assert!(replayed.contains("FAIL  expect first complete"), "{replayed}");
+}

@@ -10,6 +10,7 @@
 mod browser;
 
 use browser::Browser;
+use mcpsim::sim::engine::faults::FaultKind;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -236,11 +237,11 @@ fn coverage_json_says_which_fault_kinds_fired_and_the_report_warns_of_the_rest()
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
     let coverage: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(coverage["runs"], 1);
-    assert_eq!(coverage["faultsOn"].as_array().unwrap().len(), 7);
+    assert_eq!(coverage["faultsOn"].as_array().unwrap().len(), FaultKind::ALL.len());
     let never: Vec<&str> = coverage["faultsNeverFired"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
     let fired_zero: Vec<&str> =
         coverage["faults"].as_object().unwrap().iter().filter(|(_, f)| f["fired"] == 0).map(|(kind, _)| kind.as_str()).collect();
-    assert!(!never.is_empty() && never.len() < 7, "one seed fires some kinds, not all: {never:?}");
+    assert!(!never.is_empty() && never.len() < FaultKind::ALL.len(), "one seed fires some kinds, not all: {never:?}");
     let mut sorted = never.clone();
     sorted.sort();
     assert_eq!(sorted, fired_zero);

@@ -69,6 +69,8 @@ scenario_snapshots! {
     admin_changes_between_rounds => "22-admin-changes-between-rounds.sim",
     clock_behind_beyond_the_grace => "23-clock-behind-beyond-the-grace.sim",
     an_attack_battery_across_three_instances => "24-an-attack-battery-across-three-instances.sim",
+    crash_of_one_racer_at_the_store => "25-crash-of-one-racer-at-the-store.sim",
+    store_outage_between_claim_and_delete => "26-store-outage-between-claim-and-delete.sim",
     gateway_poisoned_description => "40-gateway-poisoned-description.sim",
     gateway_rug_pull_between_two_listings => "41-gateway-rug-pull-between-two-listings.sim",
     gateway_shadowed_search => "42-gateway-shadowed-search.sim",

@@ -9,7 +9,7 @@ use crate::sim::engine::faults::{Fault, FaultKind, RETRIES_MAX};
 use crate::sim::explore::coverage::Coverage;
 use crate::sim::explore::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
 use crate::sim::explore::mutants::{self, MUTANTS};
-use crate::sim::explore::reproducer::Reproducer;
+use crate::sim::explore::reproducer::{Breaks, Reproducer};
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
 use crate::sim::library;
 use crate::sim::render::html::{self, CounterexampleLink, ExampleRun, ExplorationInput, RunInput};
@@ -232,14 +232,12 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let first = exploration.first_unsafe.as_ref().or(exploration.first_not_live.as_ref());
     let mut shrunk = None;
     if let Some((seed, failures)) = first {
-        let property = failures.iter().find_map(|f| match f.kind {
-            FailureKind::Property(property) => Some(property),
-            _ => None,
-        });
-        if let Some(property) = property {
+        // A property broken, or else (a run that broke none) its first failed expectation: either way a
+        // shrunk reproducer.
+        if let Some(breaks) = Breaks::of(failures) {
             let plan = (!faults.is_empty()).then(|| explore::fault_plan(&scenario, *seed, &faults));
             let format = TranscriptFormat::or_default(args.format);
-            let found = Found { mutant: args.mutant.as_deref(), seed: *seed, faults: plan.as_deref(), property };
+            let found = Found { mutant: args.mutant.as_deref(), seed: *seed, faults: plan.as_deref(), breaks };
             shrunk = counterexample(&scenario, &text, &found, args.save.as_deref(), format);
         }
     }
@@ -392,14 +390,14 @@ struct Found<'a> {
     mutant: Option<&'a str>,
     seed: u64,
     faults: Option<&'a [Fault]>,
-    property: Property,
+    breaks: Breaks,
 }
 
 /// Shrinks the first violating run, prints its transcript (or writes it, in a machine-readable `format`) and
 /// writes the reproducer; returns the replayed run.
 fn counterexample(scenario: &Scenario, text: &str, found: &Found<'_>, save: Option<&Path>, format: Format) -> Option<Shrunk> {
-    let Found { mutant, seed, faults, property } = *found;
-    let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, faults, property) else {
+    let Found { mutant, seed, faults, breaks } = *found;
+    let Some(reproducer) = Reproducer::shrunk(scenario, text, mutant, seed, faults, breaks) else {
         println!("\n(the violation needs the statelessness re-run; no single-run counterexample to shrink)");
         return None;
     };
@@ -420,8 +418,8 @@ fn counterexample(scenario: &Scenario, text: &str, found: &Found<'_>, save: Opti
         (true, fired) => fired.iter().map(|fault| fault.describe(&instance)).collect::<Vec<_>>().join("; "),
     };
     let summary = format!(
-        "minimal counterexample: property {} broken; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight; {faults}",
-        property.as_str(),
+        "minimal counterexample: {}; seed {seed}, {} branching choice(s), {nondefault} of them not the first envelope in flight; {faults}",
+        breaks.describe(),
         reproducer.choices.len()
     );
     println!("\n{summary}");
@@ -493,7 +491,7 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
         args.file.display(),
         reproducer.scenario_name,
         reproducer.seed,
-        reproducer.property
+        reproducer.breaks
     ));
     print!("{}", report.transcript.render(format));
     if report.failures.is_empty() {

@@ -178,6 +178,28 @@ pub(crate) fn run_live(
         });
     }
     for client in &scenario.cluster.clients {
+        let declared_here = scenario.cluster.principals.iter().any(|p| p.name == client.principal);
+        if !fleet.tokens.contains_key(&client.principal) && declared_here {
+            // A principal the scenario itself declares is not one the fleet's deployment holds: nothing of
+            // this scenario can be compared, which is a finding about the scenario, not a failure.
+            let why = format!(
+                "it declares principal {0}, and no bearer token was given for it (pass --token {0}=TOKEN if the fleet's deployment holds {0})",
+                client.principal
+            );
+            return Ok(LiveReport {
+                scenario: scenario.name.clone(),
+                seed,
+                mapping: Vec::new(),
+                configuration_notes: vec![why],
+                store_notes: Vec::new(),
+                rows: Vec::new(),
+                expectations: Vec::new(),
+                simulator_notes: Vec::new(),
+                errors: Vec::new(),
+                requests_compared: 0,
+                fleet_unreachable: None,
+            });
+        }
         if !fleet.tokens.contains_key(&client.principal) {
             return Err(LiveError::NoToken {
                 scenario: scenario.name.clone(),
@@ -676,7 +698,16 @@ mod tests {
         assert!(error.to_string().contains("declares 2 instance(s) (i1, i2) but --live names 1 URL(s)"), "{error}");
         let text = "use demo\ninstance i1\nprincipal carol workspaces \"file:///c\"\nclient carol principal carol\n";
         let scenario = crate::scenario::parse("y.sim", "y", text).unwrap();
-        let error = run_live(&scenario, &fleet, 1, None, &runtime).expect_err("refused");
-        assert!(error.to_string().contains("--token carol=TOKEN"), "{error}");
+        // A principal the scenario declares itself, with no token: not comparable, said why, nothing sent.
+        let report = run_live(&scenario, &fleet, 1, None, &runtime).expect("a report");
+        assert_eq!(report.requests_compared, 0);
+        assert!(report.configuration_notes[0].contains("--token carol=TOKEN"), "{:?}", report.configuration_notes);
+        // A principal of the fleet's own deployment (the demo's) is the fleet's: its token is needed, and the
+        // error says so.
+        let text = "use demo\ninstance i1\nclient alice principal alice\n";
+        let scenario = crate::scenario::parse("z.sim", "z", text).unwrap();
+        let tokenless = LiveFleet { urls: fleet.urls.clone(), tokens: BTreeMap::new() };
+        let error = run_live(&scenario, &tokenless, 1, None, &runtime).expect_err("refused");
+        assert!(error.to_string().contains("--token alice=TOKEN"), "{error}");
     }
 }

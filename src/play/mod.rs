@@ -333,6 +333,11 @@ impl Interpreter<'_, '_> {
                 let result = self.world.retire(&positions, key);
                 self.performed(index, line, text, result);
             }
+            Action::StoreUnavailable { store, calls } => {
+                self.header(line, text);
+                let result = self.world.store_unavailable(store, *calls);
+                self.performed(index, line, text, result);
+            }
         }
     }
 

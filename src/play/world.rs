@@ -106,6 +106,11 @@ pub trait World {
 
     fn restart(&mut self, instance: usize) -> Result<(), Refused>;
 
+    /// The store (`notes` or `replay`) refuses its next `calls` calls as unavailable, doing nothing they ask.
+    fn store_unavailable(&mut self, store: &str, _calls: u32) -> Result<(), Refused> {
+        Err(Refused::Unsupported(format!("the {store} store of this world cannot be made unavailable on command")))
+    }
+
     /// Makes `key_id` (with `secret`) the signing key of these instances; earlier keys still verify.
     fn rotate(&mut self, instances: &[usize], key_id: &str, secret: Vec<u8>) -> Result<(), Refused>;
 

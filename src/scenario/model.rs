@@ -105,6 +105,11 @@ pub enum Action {
         key: String,
         instances: Vec<String>,
     },
+    /// `store notes|replay unavailable for N calls`: an outage of one store, for its next `calls` calls.
+    StoreUnavailable {
+        store: String,
+        calls: u32,
+    },
     Expect(Expectation),
 }
 
@@ -126,6 +131,8 @@ pub struct TriggerSpec {
     pub moment: Moment,
     pub receiver: String,
     pub label: String,
+    /// `from SENDER`: only a message this actor sends fires it (one instance's own call, in a race).
+    pub sender: Option<String>,
 }
 
 #[derive(Debug, Clone)]

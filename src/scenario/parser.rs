@@ -24,11 +24,13 @@ pub(crate) const JSON_DEPTH_MAX: usize = 64;
 pub(crate) const INSTANCES_MAX: usize = 16;
 pub(crate) const CLIENTS_MAX: usize = 16;
 pub(crate) const NOTES_MAX: usize = 1_000;
+/// Most calls one `store … unavailable` step refuses.
+pub(crate) const STORE_OUTAGE_CALLS_MAX: usize = 100;
 
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 10] = ["use", "principal", "note", "key", "instance", "gateway", "client", "state-ttl", "replay", "latency"];
-const STEPS: [&str; 12] =
-    ["let", "send", "notify", "answer", "admin", "advance", "crash", "restart", "rotate", "retire", "parallel", "expect"];
+const STEPS: [&str; 13] =
+    ["let", "send", "notify", "answer", "admin", "advance", "crash", "restart", "rotate", "retire", "store", "parallel", "expect"];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}:{line}:{column}: {message}")]
@@ -810,7 +812,17 @@ impl<'a> Parser<'a> {
                         }
                         self.expect_keyword("receives", "after the receiver")?;
                         let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a store operation or a method)"))?;
-                        Some(TriggerSpec { moment, receiver, label })
+                        let sender = if self.peek_word().as_deref() == Some("from") {
+                            self.word();
+                            let (sender, at) = self.name("who sends it (an instance or a client)")?;
+                            if !self.instances.contains(&sender) && !self.clients.contains(&sender) {
+                                return Err(self.error_at(at, format!("`{sender}` is not an instance or a client of this scenario")));
+                            }
+                            Some(sender)
+                        } else {
+                            None
+                        };
+                        Some(TriggerSpec { moment, receiver, label, sender })
                     }
                     _ => None,
                 };
@@ -833,6 +845,17 @@ impl<'a> Parser<'a> {
                     instances.push(self.instance()?);
                 }
                 Action::Retire { key, instances }
+            }
+            "store" => {
+                let store = self.one_of(&[NOTE_STORE, REPLAY_STORE], "which store: `notes` or `replay`")?.to_string();
+                self.expect_keyword("unavailable", "after the store (`store replay unavailable for 1 call`)")?;
+                self.expect_keyword("for", "and how many calls it refuses")?;
+                let calls = self.count("how many calls it refuses")?;
+                if calls == 0 || calls > STORE_OUTAGE_CALLS_MAX {
+                    return Err(self.expected(&format!("between 1 and {STORE_OUTAGE_CALLS_MAX} calls")));
+                }
+                self.one_of(&["call", "calls"], "`call` or `calls`")?;
+                Action::StoreUnavailable { store, calls: calls as u32 }
             }
             "parallel" => self.parallel()?,
             "expect" => Action::Expect(self.expectation()?),
@@ -1343,7 +1366,7 @@ mod tests {
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, state-ttl, replay, latency) or a step (let, send, notify, answer, admin, advance, crash, restart, rotate, retire, parallel, expect)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, state-ttl, replay, latency) or a step (let, send, notify, answer, admin, advance, crash, restart, rotate, retire, store, parallel, expect)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),

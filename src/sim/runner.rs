@@ -392,7 +392,9 @@ fn crash_pinned(scenario: &Scenario) -> std::collections::BTreeSet<usize> {
         .steps
         .iter()
         .filter_map(|step| match &step.action {
-            Action::Crash { instance, trigger: Some(trigger) } => Some([index(instance), index(&trigger.receiver)]),
+            Action::Crash { instance, trigger: Some(trigger) } => {
+                Some([index(instance), index(&trigger.receiver), trigger.sender.as_deref().and_then(index)])
+            }
             _ => None,
         })
         .flatten()

@@ -3,6 +3,7 @@
 //! `parallel` block puts several messages in flight for the scheduler to interleave).
 
 use super::engine::cluster::{Cluster, CrashTrigger, SimError};
+use super::engine::faults::StoreName;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, OperationId};
 use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, World};
@@ -108,7 +109,8 @@ impl World for SimWorld {
             None => self.cluster.crash(instance),
             Some(trigger) => {
                 let receiver = self.cluster.actor(&trigger.receiver).expect("the parser checked the receiver");
-                self.cluster.arm(CrashTrigger { instance, moment: trigger.moment, receiver, label: trigger.label.clone() });
+                let sender = trigger.sender.as_ref().map(|name| self.cluster.actor(name).expect("the parser checked the sender"));
+                self.cluster.arm(CrashTrigger { instance, moment: trigger.moment, receiver, label: trigger.label.clone(), sender });
             }
         }
         Ok(())
@@ -116,6 +118,12 @@ impl World for SimWorld {
 
     fn restart(&mut self, instance: usize) -> Result<(), Refused> {
         self.cluster.restart(instance);
+        Ok(())
+    }
+
+    fn store_unavailable(&mut self, store: &str, calls: u32) -> Result<(), Refused> {
+        let store = if store == crate::scenario::model::NOTE_STORE { StoreName::Notes } else { StoreName::Replay };
+        self.cluster.outage(store, calls);
         Ok(())
     }
 

@@ -131,6 +131,8 @@ pub(crate) struct CrashTrigger {
     pub receiver: ActorId,
     /// A store operation (`claim_and_delete`) or a JSON-RPC method (`tools/call`).
     pub label: String,
+    /// Only a message from this actor fires it (`from SENDER`); any sender if `None`.
+    pub sender: Option<ActorId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -168,6 +170,9 @@ pub struct Cluster {
     planned_faults: Vec<Fault>,
     /// Stores answering late since a slow-store fault fired: which, and by how much.
     slow_stores: Vec<(StoreName, u64)>,
+    /// Stores in an outage (a store-unavailable fault, or a scenario's `store … unavailable`): which, and
+    /// how many more calls each refuses.
+    outages: Vec<(StoreName, u32)>,
     /// What each first attempt sent, kept while clients retry (a retry sends the same bytes again).
     requests: BTreeMap<OperationId, SentRequest>,
     history: History,
@@ -293,6 +298,7 @@ impl Cluster {
             triggers: Vec::new(),
             planned_faults: Vec::new(),
             slow_stores: Vec::new(),
+            outages: Vec::new(),
             requests: BTreeMap::new(),
             history,
             transcript,
@@ -465,9 +471,18 @@ impl Cluster {
         self.event(Some(actor), format!("restart (incarnation {incarnation}, fresh nonce stream)"));
     }
 
+    /// An outage: `store` refuses its next `calls` calls as unavailable (a scenario's `store … unavailable`).
+    pub(crate) fn outage(&mut self, store: StoreName, calls: u32) {
+        let actor =
+            self.actor(if store == StoreName::Notes { crate::scenario::model::NOTE_STORE } else { crate::scenario::model::REPLAY_STORE });
+        self.event(actor, format!("outage: refuses its next {calls} call(s) as unavailable"));
+        self.outages.push((store, calls));
+    }
+
     pub(crate) fn arm(&mut self, trigger: CrashTrigger) {
+        let from = trigger.sender.map(|sender| format!(" from {}", self.names[sender])).unwrap_or_default();
         let text = format!(
-            "armed: crash {} {} {} receives {}",
+            "armed: crash {} {} {} receives {}{from}",
             self.instances[trigger.instance].name,
             if trigger.moment == Moment::Before { "before" } else { "after" },
             self.names[trigger.receiver],
@@ -680,7 +695,10 @@ impl Cluster {
 
     /// Fires the faults due before delivery `next` that do not depend on which envelope is chosen.
     fn fire_point_faults(&mut self, next: usize) {
-        let due = |f: &Fault| matches!(f, Fault::Crash { .. } | Fault::RotateKey { .. } | Fault::SlowStore { .. }) && f.at() <= next;
+        let due = |f: &Fault| {
+            matches!(f, Fault::Crash { .. } | Fault::RotateKey { .. } | Fault::SlowStore { .. } | Fault::StoreUnavailable { .. })
+                && f.at() <= next
+        };
         while let Some(position) = self.planned_faults.iter().position(due) {
             let fault = self.planned_faults.remove(position);
             self.record_fault(&fault, next);
@@ -699,6 +717,7 @@ impl Cluster {
                     }
                 }
                 Fault::SlowStore { store, delay_ms, .. } => self.slow_stores.push((store, delay_ms)),
+                Fault::StoreUnavailable { store, calls, .. } => self.outages.push((store, calls)),
                 _ => {}
             }
         }
@@ -857,7 +876,7 @@ impl Cluster {
             // A trigger's crash took it.
             return Ok(true);
         };
-        let receiver = envelope.to;
+        let (receiver, sender) = (envelope.to, envelope.from);
         if let Role::Instance(index) = self.roles[receiver] {
             if !self.instances[index].up {
                 let reason = format!("{} is down", self.names[receiver]);
@@ -884,19 +903,22 @@ impl Cluster {
         }
         self.dispatch(envelope)?;
         if let Some(label) = label {
-            self.fire_matching(Moment::After, receiver, &label);
+            self.fire_matching(Moment::After, receiver, sender, &label);
         }
         Ok(true)
     }
 
     fn fire_triggers(&mut self, moment: Moment, envelope: u64) {
         let Some(found) = self.network.get(envelope) else { return };
-        let (receiver, label) = (found.to, envelope_label(found));
-        self.fire_matching(moment, receiver, &label);
+        let (receiver, sender, label) = (found.to, found.from, envelope_label(found));
+        self.fire_matching(moment, receiver, sender, &label);
     }
 
-    fn fire_matching(&mut self, moment: Moment, receiver: ActorId, label: &str) {
-        let position = self.triggers.iter().position(|t| t.moment == moment && t.receiver == receiver && t.label == label);
+    fn fire_matching(&mut self, moment: Moment, receiver: ActorId, sender: ActorId, label: &str) {
+        let position = self
+            .triggers
+            .iter()
+            .position(|t| t.moment == moment && t.receiver == receiver && t.label == label && t.sender.is_none_or(|s| s == sender));
         if let Some(position) = position {
             let trigger = self.triggers.remove(position);
             let when = if moment == Moment::Before { "before" } else { "after" };
@@ -975,11 +997,12 @@ impl Cluster {
             }
             (Role::Client(_), Payload::Response { operation, value, .. }) => {
                 let at_ms = self.clock.elapsed_ms();
-                let in_progress = self.history.clients_retry && claim_in_progress(&value);
+                let transient = if self.history.clients_retry { transient(&value) } else { None };
                 self.history.operations[operation.0].outcome = Outcome::Answered { value, at_ms, delivery: self.deliveries };
-                if in_progress {
-                    // The confirmation's claim is still pending somewhere: ask again later to learn how it ended.
-                    self.lost(operation, "answered \"in progress\"");
+                if let Some(why) = transient {
+                    // The confirmation's claim is still pending somewhere, or a store was down: ask again later
+                    // to learn how it ended.
+                    self.lost(operation, why);
                 }
                 Ok(())
             }
@@ -987,6 +1010,19 @@ impl Cluster {
                 let mut cause = from_task.and_then(|task| self.tasks.get(&task)).map(|t| t.cause.clone()).unwrap_or_default();
                 if let Some(nonce) = call.nonce() {
                     cause.nonce = Some(nonce.to_string());
+                }
+                let store = if role == Role::NoteStore { StoreName::Notes } else { StoreName::Replay };
+                if let Some(outage) = self.outages.iter_mut().find(|(name, calls)| *name == store && *calls > 0) {
+                    // An outage: the call is refused before the store does anything it asks.
+                    outage.1 -= 1;
+                    self.outages.retain(|(_, calls)| *calls > 0);
+                    self.event(Some(to), format!("unavailable: refuses {}", call.label()));
+                    let why = format!("an outage of the {}", store.describe());
+                    let refused: TaskFuture =
+                        Box::pin(
+                            async move { TaskOutput::Return(StoreReturn::Failed(crate::framework::ports::StoreError::Unavailable(why))) },
+                        );
+                    return self.spawn(to, cause, ReplyTo::Caller { actor: from, task: from_task }, Some(call), refused);
                 }
                 let future = match role {
                     Role::NoteStore => note_store::serve(self.notes.clone(), call.clone()),
@@ -1142,8 +1178,14 @@ fn client_operation(envelope: &Envelope) -> Option<OperationId> {
 }
 
 /// Whether an answer says the confirmation's claim is still pending (a retry will learn how it ended).
-fn claim_in_progress(response: &Value) -> bool {
-    at(response, &["error", "data", "reason"]).and_then(Value::as_str) == Some(Reason::ClaimInProgress.as_str())
+/// An answer a retrying client asks again after: the claim is still pending, or a store was unavailable
+/// (nothing was changed; the same request may succeed once it is back).
+fn transient(response: &Value) -> Option<&'static str> {
+    match at(response, &["error", "data", "reason"]).and_then(Value::as_str) {
+        Some(reason) if reason == Reason::ClaimInProgress.as_str() => Some("answered \"in progress\""),
+        Some(reason) if reason == Reason::StoreUnavailable.as_str() => Some("answered \"store unavailable\""),
+        _ => None,
+    }
 }
 
 /// The name a crash trigger matches: the store operation, or the JSON-RPC method of a request.

@@ -25,8 +25,9 @@ pub const FAULT_DELIVERY_WINDOW: u64 = 40;
 /// Most faults of one kind in one plan.
 pub(crate) const FAULTS_PER_KIND_MAX: u64 = 2;
 /// Retries one client request may make after its first attempt. More than the faults that can lose an
-/// attempt in one plan (crashes and drops), so every request has at least one attempt no fault touches.
-pub(crate) const RETRIES_MAX: u32 = 2 * FAULTS_PER_KIND_MAX as u32 + 2;
+/// attempt in one plan (crashes, drops, and every call the store outages refuse), so every request has at
+/// least one attempt no fault touches.
+pub(crate) const RETRIES_MAX: u32 = (2 + UNAVAILABLE_CALLS_MAX as u32) * FAULTS_PER_KIND_MAX as u32 + 2;
 /// Virtual time a client waits before retrying (its timeout).
 pub(crate) const RETRY_TIMEOUT_MS: u64 = 1_000;
 /// Bounds of a delayed message's extra latency, and how many other deliveries overtake it at most.
@@ -34,6 +35,8 @@ pub(crate) const DELAY_MS_MAX: u64 = 5_000;
 pub(crate) const OVERTAKEN_BY_MAX: u64 = 4;
 /// Bound of a slow store's extra latency per answer.
 pub(crate) const SLOW_STORE_MS_MAX: u64 = 2_000;
+/// Most calls one outage of a store refuses.
+pub(crate) const UNAVAILABLE_CALLS_MAX: u64 = 2;
 
 /// The kinds of fault `--faults` can turn on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,10 +48,11 @@ pub enum FaultKind {
     SlowStore,
     ClockSkew,
     RotateKey,
+    StoreUnavailable,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Crash,
         FaultKind::Drop,
         FaultKind::Duplicate,
@@ -56,6 +60,7 @@ impl FaultKind {
         FaultKind::SlowStore,
         FaultKind::ClockSkew,
         FaultKind::RotateKey,
+        FaultKind::StoreUnavailable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +72,7 @@ impl FaultKind {
             FaultKind::SlowStore => "slow-store",
             FaultKind::ClockSkew => "clock-skew",
             FaultKind::RotateKey => "rotate-key",
+            FaultKind::StoreUnavailable => "store-unavailable",
         }
     }
 
@@ -80,6 +86,7 @@ impl FaultKind {
             FaultKind::SlowStore => "the note or replay store answers late, behind other traffic",
             FaultKind::ClockSkew => "an instance's clock runs ahead or behind, within the replay store's grace period",
             FaultKind::RotateKey => "every instance starts signing with a new key mid-flow (old states still verify)",
+            FaultKind::StoreUnavailable => "the note or replay store refuses its next calls as unavailable (an outage), then recovers",
         }
     }
 
@@ -106,12 +113,21 @@ impl FaultKind {
     }
 }
 
-/// Which store a slow-store fault slows.
+/// Which store a slow-store or store-unavailable fault affects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StoreName {
     Notes,
     Replay,
+}
+
+impl StoreName {
+    pub fn describe(self) -> &'static str {
+        match self {
+            StoreName::Notes => "note store",
+            StoreName::Replay => "replay store",
+        }
+    }
 }
 
 /// One fault, planned at (or, once fired, recorded at) delivery `at`.
@@ -136,6 +152,9 @@ pub enum Fault {
     /// Just before delivery `at`, every instance starts signing with a new key `key_id`; the keys it had still
     /// verify.
     RotateKey { at: usize, key_id: String },
+    /// From delivery `at` on, `store` refuses the next `calls` calls it receives as unavailable, doing nothing
+    /// they ask; then it serves again.
+    StoreUnavailable { at: usize, store: StoreName, calls: u32 },
 }
 
 impl Fault {
@@ -148,6 +167,7 @@ impl Fault {
             Fault::SlowStore { .. } => FaultKind::SlowStore,
             Fault::ClockSkew { .. } => FaultKind::ClockSkew,
             Fault::RotateKey { .. } => FaultKind::RotateKey,
+            Fault::StoreUnavailable { .. } => FaultKind::StoreUnavailable,
         }
     }
 
@@ -159,6 +179,7 @@ impl Fault {
             | Fault::Duplicate { at, .. }
             | Fault::Delay { at, .. }
             | Fault::SlowStore { at, .. }
+            | Fault::StoreUnavailable { at, .. }
             | Fault::RotateKey { at, .. } => *at,
             Fault::ClockSkew { .. } => 0,
         }
@@ -173,6 +194,7 @@ impl Fault {
             | Fault::Duplicate { at, .. }
             | Fault::Delay { at, .. }
             | Fault::SlowStore { at, .. }
+            | Fault::StoreUnavailable { at, .. }
             | Fault::RotateKey { at, .. } => *at = delivery,
             Fault::ClockSkew { .. } => {}
         }
@@ -189,11 +211,10 @@ impl Fault {
                 format!("delay the message chosen at delivery {at} by {delay_ms}ms, behind {overtaken_by} other deliveries")
             }
             Fault::SlowStore { at, store, delay_ms } => {
-                let store = match store {
-                    StoreName::Notes => "note store",
-                    StoreName::Replay => "replay store",
-                };
-                format!("the {store} answers {delay_ms}ms late from delivery {at} on")
+                format!("the {} answers {delay_ms}ms late from delivery {at} on", store.describe())
+            }
+            Fault::StoreUnavailable { at, store, calls } => {
+                format!("the {} refuses its next {calls} call(s) as unavailable from delivery {at} on", store.describe())
             }
             Fault::ClockSkew { instance: i, offset_ms } => format!("{}'s clock is skewed by {offset_ms:+}ms", instance(*i)),
             Fault::RotateKey { at, key_id } => format!("every instance signs with new key {key_id} before delivery {at}"),
@@ -252,6 +273,11 @@ pub fn plan(seed: u64, kinds: &[FaultKind], shape: PlanShape) -> Vec<Fault> {
                     Fault::ClockSkew { instance, offset_ms }
                 }
                 FaultKind::RotateKey => Fault::RotateKey { at, key_id: format!("rotated-{}", number + 1) },
+                FaultKind::StoreUnavailable => Fault::StoreUnavailable {
+                    at,
+                    store: if random::below(draws, 2) == 0 { StoreName::Notes } else { StoreName::Replay },
+                    calls: 1 + random::below(draws, UNAVAILABLE_CALLS_MAX) as u32,
+                },
             };
             if kinds.contains(&kind) {
                 faults.push(fault);
@@ -286,7 +312,14 @@ mod tests {
         let mut seen = Vec::new();
         for seed in 0..500 {
             let faults = plan(seed, &FaultKind::ALL, SHAPE);
-            let losing = faults.iter().filter(|f| matches!(f, Fault::Crash { .. } | Fault::Drop { .. })).count();
+            let losing: usize = faults
+                .iter()
+                .map(|f| match f {
+                    Fault::Crash { .. } | Fault::Drop { .. } => 1,
+                    Fault::StoreUnavailable { calls, .. } => *calls as usize,
+                    _ => 0,
+                })
+                .sum();
             assert!(losing < RETRIES_MAX as usize, "seed {seed}: the retry budget outlasts the faults that lose attempts");
             for fault in &faults {
                 seen.push(fault.kind());
@@ -303,6 +336,7 @@ mod tests {
                         assert!((1..=DELAY_MS_MAX).contains(delay_ms) && (1..=OVERTAKEN_BY_MAX as usize).contains(overtaken_by));
                     }
                     Fault::SlowStore { delay_ms, .. } => assert!((1..=SLOW_STORE_MS_MAX).contains(delay_ms)),
+                    Fault::StoreUnavailable { calls, .. } => assert!((1..=UNAVAILABLE_CALLS_MAX as u32).contains(calls)),
                     Fault::Drop { .. } | Fault::RotateKey { .. } => {}
                 }
             }

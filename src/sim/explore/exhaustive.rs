@@ -14,7 +14,6 @@
 //! this simulator and the clock only moves forwards, so swapping can change the virtual time a delivery
 //! observes by a few milliseconds; no scenario here depends on that, and the seed's latencies are fixed.)
 
-use crate::oracle::check::Property;
 use crate::oracle::history::EffectKind;
 use crate::scenario::Scenario;
 use crate::sim::engine::faults::Fault;
@@ -141,12 +140,12 @@ pub fn shrink(
     seed: u64,
     faults: Option<&[Fault]>,
     choices: &[u32],
-    property: Property,
+    target: crate::sim::explore::reproducer::Breaks,
 ) -> Vec<u32> {
     let server = server.into();
     let breaks = |candidate: &[u32]| {
         let (_, report) = run_choices(scenario, &server, seed, faults, candidate, false);
-        report.failures.iter().any(|f| f.kind == FailureKind::Property(property))
+        target.in_failures(&report.failures)
     };
     let mut current = choices.to_vec();
     let mut executions = 0;

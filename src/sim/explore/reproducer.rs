@@ -12,10 +12,10 @@ use crate::sim::engine::faults::Fault;
 use crate::sim::engine::scheduler::DecisionLog;
 use crate::sim::explore::exhaustive::{choices_of, run_schedule, shrink};
 use crate::sim::explore::mutants;
-use crate::sim::runner::{self, FailureKind, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
+use crate::sim::runner::{self, Failure, FailureKind, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use serde::{Deserialize, Serialize};
 
-pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/2";
+pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/3";
 /// Largest reproducer file read.
 pub const REPRODUCER_BYTES_MAX: usize = 4 * 1024 * 1024;
 
@@ -27,14 +27,54 @@ pub struct Reproducer {
     pub scenario_text: String,
     pub mutant: Option<String>,
     pub seed: u64,
-    /// The property the run breaks.
-    pub property: String,
+    /// What the run breaks: a property's name, or `expectation at line N`.
+    pub breaks: String,
     /// Choices at branching points (0 = the first envelope in flight), after shrinking.
     pub choices: Vec<u32>,
     /// Whether faults were on (clients retry, liveness is judged); the faults themselves, after shrinking,
     /// are in `decisions.faults`.
     pub faults_on: bool,
     pub decisions: DecisionLog,
+}
+
+/// What a counterexample breaks, and is shrunk to keep breaking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breaks {
+    Property(Property),
+    /// The expectation on this line of the scenario (a run that broke no property).
+    Expectation(usize),
+}
+
+impl Breaks {
+    /// What to shrink toward in a failed run: the first property it broke, else its first failed expectation.
+    pub fn of(failures: &[Failure]) -> Option<Breaks> {
+        let property = failures.iter().find_map(|f| match f.kind {
+            FailureKind::Property(property) => Some(Breaks::Property(property)),
+            _ => None,
+        });
+        property.or_else(|| failures.iter().find(|f| f.kind == FailureKind::Expectation).map(|f| Breaks::Expectation(f.line)))
+    }
+
+    pub fn in_failures(&self, failures: &[Failure]) -> bool {
+        failures.iter().any(|f| match *self {
+            Breaks::Property(property) => f.kind == FailureKind::Property(property),
+            Breaks::Expectation(line) => f.kind == FailureKind::Expectation && f.line == line,
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Breaks::Property(property) => format!("property {} broken", property.as_str()),
+            Breaks::Expectation(line) => format!("expectation at line {line} failed"),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Breaks::Property(property) => property.as_str().to_string(),
+            Breaks::Expectation(line) => format!("expectation at line {line}"),
+        }
+    }
 }
 
 fn server_for(mutant: Option<&str>) -> Result<ServerUnderTest, String> {
@@ -54,10 +94,10 @@ impl Reproducer {
         mutant: Option<&str>,
         seed: u64,
         faults: Option<&[Fault]>,
-        property: Property,
+        breaks: Breaks,
     ) -> Option<Reproducer> {
         let server = server_for(mutant).ok()?;
-        let breaks = |faults: Option<&[Fault]>| {
+        let fails = |faults: Option<&[Fault]>| {
             let options = RunOptions {
                 record_transcript: false,
                 check_statelessness: false,
@@ -65,9 +105,9 @@ impl Reproducer {
                 ..RunOptions::seeded(seed).with_server(&server)
             };
             let report = runner::run(scenario, &options);
-            report.failures.iter().any(|f| f.kind == FailureKind::Property(property)).then_some(report)
+            breaks.in_failures(&report.failures).then_some(report)
         };
-        breaks(faults)?;
+        fails(faults)?;
         // The fault plan shrinks first, one fault at a time: a fault the violation does not need is not
         // shown (the faults that fired stay in plan order, so the rest keep their delivery points).
         let mut plan: Option<Vec<Fault>> = faults.map(<[Fault]>::to_vec);
@@ -76,15 +116,15 @@ impl Reproducer {
             while index < faults.len() {
                 let mut fewer = faults.clone();
                 fewer.remove(index);
-                if breaks(Some(&fewer)).is_some() {
+                if fails(Some(&fewer)).is_some() {
                     *faults = fewer;
                 } else {
                     index += 1;
                 }
             }
         }
-        let original = breaks(plan.as_deref())?;
-        let choices = shrink(scenario, &server, seed, plan.as_deref(), &choices_of(&original), property);
+        let original = fails(plan.as_deref())?;
+        let choices = shrink(scenario, &server, seed, plan.as_deref(), &choices_of(&original), breaks);
         let decisions = run_schedule(scenario, &server, seed, plan.as_deref(), &choices).decisions;
         Some(Reproducer {
             format: REPRODUCER_FORMAT.into(),
@@ -92,7 +132,7 @@ impl Reproducer {
             scenario_text: text.to_string(),
             mutant: mutant.map(str::to_string),
             seed,
-            property: property.as_str().into(),
+            breaks: breaks.label(),
             choices,
             faults_on: plan.is_some(),
             decisions,

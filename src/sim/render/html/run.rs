@@ -323,8 +323,12 @@ fn fault_lanes(fault: &Fault, transcript: &crate::sim::render::transcript::Trans
     match fault {
         // Instances are the first actors, in declaration order.
         Fault::Crash { instance, .. } | Fault::ClockSkew { instance, .. } => lane_x.get(instance).copied().into_iter().collect(),
-        Fault::SlowStore { store: StoreName::Notes, .. } => by_name(crate::scenario::model::NOTE_STORE).into_iter().collect(),
-        Fault::SlowStore { store: StoreName::Replay, .. } => by_name(crate::scenario::model::REPLAY_STORE).into_iter().collect(),
+        Fault::SlowStore { store: StoreName::Notes, .. } | Fault::StoreUnavailable { store: StoreName::Notes, .. } => {
+            by_name(crate::scenario::model::NOTE_STORE).into_iter().collect()
+        }
+        Fault::SlowStore { store: StoreName::Replay, .. } | Fault::StoreUnavailable { store: StoreName::Replay, .. } => {
+            by_name(crate::scenario::model::REPLAY_STORE).into_iter().collect()
+        }
         Fault::RotateKey { .. } => {
             // The instances are the actors before the note store.
             let instances = transcript.actors.iter().position(|a| a == crate::scenario::model::NOTE_STORE).unwrap_or(0);
