@@ -20,8 +20,12 @@ use crate::stores::memory::ReplayLimits;
 use crate::stores::spec::{open_with_durability, STORE_SPEC_HELP};
 use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
-use crate::transport::http::{self, Authentication, HttpOptions, Tokens, MCP_PATH};
+use crate::transport::http::{
+    self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS,
+    MCP_PATH, PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
+};
 use crate::transport::stdio::serve_stdio;
+use crate::wire::jsonrpc::MESSAGE_BYTES_MAX;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -114,11 +118,31 @@ Examples:
 Exit status: 0 after end of input (stdio) or ctrl-c / SIGTERM (HTTP); 1 if serving failed (e.g. the
 address is in use, the store is unreachable); 2 for invalid arguments or configuration."#;
 
+/// File descriptors kept free of HTTP connections for everything else a process opens (its store, its logs).
+const FILES_RESERVED: usize = 64;
+
+/// The long help: [`AFTER_HELP`], then the HTTP limits as the named constants say them.
+fn after_long_help() -> String {
+    format!(
+        "{AFTER_HELP}
+
+HTTP limits (each refusal carries a JSON-RPC error body; README lists every check in order):
+  headers      within {HEADER_READ_TIMEOUT_MS} ms of connecting or of the previous response (an idle keep-alive
+               connection closes then too), else the connection is closed
+  body         within {BODY_READ_TIMEOUT_MS} ms of its headers and at most {MESSAGE_BYTES_MAX} bytes, else 408 (the
+               connection closes) or 413
+  connections  {CONNECTIONS_MAX} open at once per process, over all its --instances (fewer if ulimit -n is
+               lower); one more is answered 503 (Retry-After: 1) and closed
+  in flight    {REQUESTS_IN_FLIGHT_MAX} requests per listener, of which {PRINCIPAL_REQUESTS_IN_FLIGHT_MAX} per principal; beyond, 503 or 429
+               (Retry-After: 1), never a queue"
+    )
+}
+
 /// Run the notes server for real, over stdio or streamable HTTP, alone or as a fleet of instances.
 #[derive(Debug, clap::Args)]
 #[command(
     group(clap::ArgGroup::new("transport").required(true).args(["stdio", "http"])),
-    after_long_help = AFTER_HELP,
+    after_long_help = after_long_help(),
     after_help = "Examples:
   mcpsim serve --http 127.0.0.1:8080             # the demo over HTTP: POST http://127.0.0.1:8080/mcp
   mcpsim serve --stdio --principal alice         # newline-delimited JSON-RPC on stdin/stdout
@@ -231,6 +255,34 @@ pub struct ServeArgs {
     /// then have none.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
+
+    /// Test settings of the HTTP limits (hidden: the defaults are the documented ones). Short deadlines and
+    /// small bounds let a test attack them in seconds.
+    #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "stdio")]
+    pub http_header_timeout_ms: Option<u64>,
+    #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "stdio")]
+    pub http_body_timeout_ms: Option<u64>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_connections_max: Option<u32>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_requests_max: Option<u32>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_principal_requests_max: Option<u32>,
+}
+
+impl ServeArgs {
+    /// The HTTP limits: the documented defaults, unless a (hidden) test setting says otherwise.
+    fn http_limits(&self) -> HttpLimits {
+        let defaults = HttpLimits::default();
+        let count = |value: Option<u32>, default: usize| value.map_or(default, |n| n as usize);
+        HttpLimits {
+            header_read_timeout_ms: self.http_header_timeout_ms.unwrap_or(defaults.header_read_timeout_ms),
+            body_read_timeout_ms: self.http_body_timeout_ms.unwrap_or(defaults.body_read_timeout_ms),
+            connections_max: count(self.http_connections_max, defaults.connections_max),
+            requests_in_flight_max: count(self.http_requests_max, defaults.requests_in_flight_max),
+            principal_requests_in_flight_max: count(self.http_principal_requests_max, defaults.principal_requests_in_flight_max),
+        }
+    }
 }
 
 /// The fixtures `--fixture` can serve.
@@ -336,6 +388,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         None => Plan::Notes(plan_notes_server(&args)?),
     };
     let origins = OriginPolicy::from_allowed(&args.allow_origins).map_err(|error| Failure::usage(format!("--allow-origin {error}")))?;
+    let limits = args.http_limits();
     let addresses =
         args.http.map(|address| instance_addresses(address, args.instances.unwrap_or(1))).transpose().map_err(Failure::usage)?;
     let runtime = match addresses {
@@ -352,7 +405,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         };
         let result = match addresses {
             None => run_stdio(&served).await,
-            Some(addresses) => run_http(&served, addresses, origins).await,
+            Some(addresses) => run_http(&served, addresses, origins, limits).await,
         };
         if let Some(stores) = &served.stores {
             // After the last request: every committed change is durable already; this only releases connections.
@@ -518,10 +571,21 @@ async fn run_stdio(served: &Served) -> Result<(), Failure> {
 }
 
 /// Serves one listener per address until SIGTERM or ctrl-c (or until one of them fails, which stops all).
-async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPolicy) -> Result<(), Failure> {
+async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPolicy, mut limits: HttpLimits) -> Result<(), Failure> {
     if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
         tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
     }
+    if let Some(files_max) = open_files_max() {
+        let room = files_max.saturating_sub(FILES_RESERVED).max(1);
+        if limits.connections_max > room {
+            tracing::warn!(
+                "this process may open {files_max} files (ulimit -n), too few for {} connections: allowing {room} (raise the limit to allow more)",
+                limits.connections_max
+            );
+            limits.connections_max = room;
+        }
+    }
+    let connections = ConnectionSlots::new(limits.connections_max);
     let count = addresses.len();
     let mut instances = Vec::with_capacity(count);
     for (index, address) in addresses.into_iter().enumerate() {
@@ -532,7 +596,7 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
             ))
         })?;
         let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
-        let options = HttpOptions { origins: origins.clone(), ..HttpOptions::default() };
+        let options = HttpOptions { origins: origins.clone(), limits };
         let router = http::router(served.service.clone(), served.authentication.clone(), options, local).map_err(Failure::usage)?;
         instances.push((listener, router, local));
     }
@@ -540,6 +604,7 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
         tracing::warn!("listening on a non-loopback address: bearer tokens travel in clear text; put TLS and network policy in front");
     }
     tracing::info!("{}{}", if count == 1 { String::new() } else { format!("{count} instances; ") }, served.summary);
+    tracing::info!("HTTP limits: {limits}");
     let shutdown =
         http::shutdown_signal().map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -551,7 +616,8 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
         let until_stopped = async move {
             let _ = stopped.wait_for(|stopping| *stopping).await;
         };
-        running.spawn(async move { (local, http::serve_http(listener, router, until_stopped).await) });
+        let connections = connections.clone();
+        running.spawn(async move { (local, http::serve_http(listener, router, connections, limits, until_stopped).await) });
     }
     let mut failure = None;
     tokio::select! {
@@ -570,6 +636,20 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
             Ok(())
         }
     }
+}
+
+/// The soft limit on open files (`ulimit -n`), when the system says.
+#[cfg(unix)]
+fn open_files_max() -> Option<usize> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given, which lives for the whole call.
+    let status = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    (status == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+}
+
+#[cfg(not(unix))]
+fn open_files_max() -> Option<usize> {
+    None
 }
 
 /// How an instance that ended is reported: only a clean end after the stop signal is no failure.

@@ -56,7 +56,7 @@ use crate::framework::refusals;
 use crate::policy::pinning::{is_backend_id, split_qualified, PinFile};
 use crate::policy::state::{KeyRing, StateClaims};
 use crate::wire::canonical::{canonical_string, hex};
-use crate::wire::errors::{Reason, RpcError, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
+use crate::wire::errors::{echo, Reason, RpcError, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::RequestId;
 use crate::wire::meta::{require_form_elicitation, KEY_SERVER_INFO};
@@ -317,7 +317,10 @@ impl Gateway {
 
         draft.stage = Stage::Route;
         let unknown = || {
-            RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {name} (tools are named backend.tool; see tools/list)"))
+            RpcError::invalid_params(
+                Reason::UnknownTool,
+                format!("Unknown tool: {} (tools are named backend.tool; see tools/list)", echo(name)),
+            )
         };
         let (backend_id, backend_tool) = split_qualified(name).ok_or_else(unknown)?;
         let backend = self.backends.iter().find(|backend| backend.id == backend_id).ok_or_else(unknown)?;
@@ -327,7 +330,7 @@ impl Gateway {
         if !rule.confirm && (request_state.is_some() || input_responses.is_some()) {
             return Err(RpcError::invalid_params(
                 Reason::StateMismatch,
-                format!("{name} never asks for input: send the call without requestState and inputResponses"),
+                format!("{} never asks for input: send the call without requestState and inputResponses", echo(name)),
             ));
         }
 
@@ -338,9 +341,8 @@ impl Gateway {
 
         draft.stage = Stage::Authorization;
         let Some(grant) = self.config.policy.grant(context.principal, name) else {
-            return Err(
-                RpcError::invalid_params(Reason::ToolUnauthorized, format!("you are not granted {name}")).with_detail("tool", json!(name))
-            );
+            return Err(RpcError::invalid_params(Reason::ToolUnauthorized, format!("you are not granted {}", echo(name)))
+                .with_detail("tool", json!(echo(name))));
         };
         let pins = self.ports.pins.pins();
         let Some(pin) = pins.get(name) else {

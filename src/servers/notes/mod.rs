@@ -15,7 +15,7 @@ use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
 use crate::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
 use crate::wire::canonical::digest_hex;
-use crate::wire::errors::{Reason, RpcError};
+use crate::wire::errors::{echo, Reason, RpcError};
 use crate::wire::meta::{require_form_elicitation, RequestMeta};
 use crate::wire::result::{complete, complete_cacheable, input_required, CacheScope, ServerInfo};
 use crate::wire::PROTOCOL_VERSION;
@@ -113,7 +113,7 @@ impl NotesServer {
             _ => return Err(RpcError::invalid_params(Reason::ArgumentsInvalid, "tools/call needs params.name, a string")),
         };
         if name != TOOL_NOTES_DELETE {
-            return Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {name}")));
+            return Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {}", echo(name))));
         }
         let arguments = parse_delete_arguments(params.get("arguments"))?;
         let refusals::RoundTwoFields { request_state, input_responses } = refusals::round_two_fields(params)?;
@@ -334,7 +334,8 @@ impl NotesServer {
         };
         let uri =
             FileUri::parse(requested).map_err(|e| RpcError::invalid_params(Reason::UriInvalid, format!("uri is not acceptable: {e}")))?;
-        let not_found = || RpcError::invalid_params(Reason::ResourceNotFound, "Resource not found").with_detail("uri", json!(requested));
+        let not_found =
+            || RpcError::invalid_params(Reason::ResourceNotFound, "Resource not found").with_detail("uri", json!(echo(requested)));
         if !self.config.authorizations.may_access(principal, &uri) {
             return Err(not_found());
         }
@@ -384,7 +385,7 @@ fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, 
         return Err(invalid("notes_delete needs arguments {workspaceUri, title}".into()));
     };
     if let Some(unknown) = map.keys().find(|key| *key != "workspaceUri" && *key != "title") {
-        return Err(invalid(format!("unknown argument {unknown:?}: notes_delete takes only workspaceUri and title")));
+        return Err(invalid(format!("unknown argument {:?}: notes_delete takes only workspaceUri and title", echo(unknown))));
     }
     let workspace_uri = match map.get("workspaceUri") {
         Some(Value::String(uri)) => uri.clone(),
@@ -444,7 +445,7 @@ fn validate_accept(content: Option<&Value>, candidates: &[String]) -> Result<Str
         return Err(invalid("accept without content is not consent: content {note_id, confirm} is required"));
     };
     if let Some(unknown) = content.keys().find(|key| *key != "note_id" && *key != "confirm") {
-        return Err(invalid(&format!("the form has no field {unknown:?}")));
+        return Err(invalid(&format!("the form has no field {:?}", echo(unknown))));
     }
     let note_id = match content.get("note_id") {
         Some(Value::String(id)) => id.clone(),
@@ -455,8 +456,8 @@ fn validate_accept(content: Option<&Value>, candidates: &[String]) -> Result<Str
         _ => return Err(invalid("content.confirm is required and must be a boolean")),
     };
     if !candidates.contains(&note_id) {
-        return Err(RpcError::invalid_params(Reason::NotACandidate, format!("{note_id:?} was not one of the notes offered"))
-            .with_detail("noteId", json!(note_id)));
+        return Err(RpcError::invalid_params(Reason::NotACandidate, format!("{:?} was not one of the notes offered", echo(&note_id)))
+            .with_detail("noteId", json!(echo(&note_id))));
     }
     if !confirm {
         return Err(RpcError::invalid_params(
