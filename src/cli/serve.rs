@@ -11,13 +11,14 @@ use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
 use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
+use crate::policy::pinning::PinFile;
 use crate::policy::state::KeyRing;
 use crate::servers::fixture::DEFAULT_STATE_TTL_MS;
 use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::ReplayLimits;
-use crate::stores::spec::{open_with_durability, STORE_SPEC_HELP};
+use crate::stores::spec::{open_for_gateway, open_with_durability, STORE_SPEC_HELP};
 use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{
@@ -107,6 +108,9 @@ With --gateway it serves the security gateway instead: backends notes, issues an
 only tools whose full descriptor matches a reviewed pin listed or callable (see `mcpsim pins --help`),
 notes.export confirmed by the user through a form, per-principal rate limits, and one redacted audit
 record per tools/call (JSON Lines, to --audit-log FILE or stderr). Same tokens, same transport rules.
+Gateway processes given the same [[keys]] and --store sqlite:PATH or postgres:URL are one deployment: the
+replay ledger, the rate counters and the export ledgers live in that store, so a confirmation exports at
+most once, a decline is terminal, and a quota holds across all of them.
 
 Examples:
     mcpsim serve --http 127.0.0.1:8080                          # the demo over HTTP, tokens demo-alice, demo-bob
@@ -358,8 +362,7 @@ struct NotesPlan {
 /// What a process serves, decided before the runtime starts.
 enum Plan {
     Fixture,
-    /// The gateway holds its own in-process state: it is built at once.
-    Gateway(Served),
+    Gateway(GatewayPlan),
     Notes(NotesPlan),
 }
 
@@ -381,10 +384,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
             refuse_store("--fixture")?;
             Plan::Fixture
         }
-        None if args.gateway => {
-            refuse_store("--gateway")?;
-            Plan::Gateway(gateway_server(&args)?)
-        }
+        None if args.gateway => Plan::Gateway(plan_gateway(&args)?),
         None => Plan::Notes(plan_notes_server(&args)?),
     };
     let origins = OriginPolicy::from_allowed(&args.allow_origins).map_err(|error| Failure::usage(format!("--allow-origin {error}")))?;
@@ -400,7 +400,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     runtime.block_on(async move {
         let served = match plan {
             Plan::Fixture => conformance_fixture(args.state_ttl),
-            Plan::Gateway(served) => served,
+            Plan::Gateway(plan) => open_gateway(plan, args.state_ttl).await?,
             Plan::Notes(plan) => open_notes_server(plan, args.state_ttl).await?,
         };
         let result = match addresses {
@@ -661,8 +661,22 @@ fn instance_failure(ended: Result<(SocketAddr, std::io::Result<()>), tokio::task
     }
 }
 
-/// The security gateway of the configured (or embedded demo) gateway file, over the deployment's principals.
-fn gateway_server(args: &ServeArgs) -> Result<Served, Failure> {
+/// The security gateway, decided before anything is opened: every argument and file is checked first.
+struct GatewayPlan {
+    deployment: Deployment,
+    file: GatewayFile,
+    pins: PinFile,
+    audit: Arc<dyn AuditSink>,
+    /// What the startup log says of the pins and the audit log.
+    pins_shown: String,
+    audit_shown: String,
+    store: StoreSpec,
+    durability: Durability,
+    stdio_principal: String,
+}
+
+/// Checks the gateway's arguments and files: deployment, gateway file, pins, audit log, store.
+fn plan_gateway(args: &ServeArgs) -> Result<GatewayPlan, Failure> {
     let deployment = load_deployment(args.config.as_ref())?;
     let file = match &args.gateway_config {
         None => GatewayFile::demo(),
@@ -675,29 +689,82 @@ fn gateway_server(args: &ServeArgs) -> Result<Served, Failure> {
             Failure::usage(format!("cannot open the audit log {}: {error}. Pass a writable file path.", path.display()))
         })?),
     };
-    let world = real_gateway(&file, &deployment, pins, audit, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
     let stdio_principal = args.principal.clone().unwrap_or_else(|| DEFAULT_PRINCIPAL.to_string());
     if args.http.is_none() && !deployment.principals.contains_key(&stdio_principal) {
         return Err(Failure::usage(format!(
             "unknown principal {stdio_principal:?}: pass one of the configuration's principals with --principal"
         )));
     }
-    let backends: Vec<String> = world.gateway.backends().iter().map(|b| b.id.clone()).collect();
+    if args.key_file.is_some() {
+        return Err(Failure::usage("--key-file serves the notes server; give a gateway its keys as [[keys]] in --config"));
+    }
+    let store = args.store.clone().unwrap_or(StoreSpec::Memory);
+    if args.durability.is_some() && !store.is_shared() {
+        return Err(Failure::usage("--durability applies to a sqlite: or postgres: store; a memory store writes nothing to disk"));
+    }
+    Ok(GatewayPlan {
+        deployment,
+        file,
+        pins,
+        audit,
+        pins_shown: args.pins.as_ref().map_or("embedded demo pins".to_string(), |p| p.display().to_string()),
+        audit_shown: args.audit_log.as_ref().map_or("stderr".to_string(), |p| p.display().to_string()),
+        store,
+        durability: args.durability.unwrap_or_default(),
+        stdio_principal,
+    })
+}
+
+/// The security gateway of the configured (or embedded demo) gateway file, over the deployment's principals,
+/// keeping its replay ledger, rate counters and export ledgers in the store (shared with every gateway process
+/// pointed at a `sqlite:` or `postgres:` store; this process's own in `memory`).
+async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>) -> Result<Served, Failure> {
+    let GatewayPlan { deployment, file, pins, audit, pins_shown, audit_shown, store, durability, stdio_principal } = plan;
+    let keys_shared = deployment.configured_key_ring().map_err(|error| Failure::usage(config_hint(error)))?.is_some();
+    let opened = open_for_gateway(&store, Arc::new(SystemClock), ReplayLimits::default(), durability)
+        .await
+        .map_err(|error| Failure::failed(format!("cannot open the store {store}: {error}. Check the path or URL ({STORE_SPEC_HELP}).")))?;
+    let (stores, shared) = opened.unzip();
+    let gateway = real_gateway(&file, &deployment, pins, audit, state_ttl_secs, shared.as_ref())
+        .map_err(|error| Failure::usage(config_hint(error)))?;
+    let state = match &stores {
+        Some(stores) => {
+            let note_count = stores.admin.list().await.map_err(|error| Failure::failed(format!("cannot read the store: {error}")))?.len();
+            if note_count == 0 {
+                tracing::warn!(
+                    "the store holds no notes; load the deployment's with `mcpsim seed --store {store}{}`",
+                    if deployment.notes.is_empty() { String::new() } else { " --config FILE".to_string() }
+                );
+            }
+            if !keys_shared {
+                tracing::warn!(
+                    "the store is shared, but this gateway signs with a random key of its own: other gateway processes cannot finish its confirmations (state_signature). Give every process the same [[keys]] in --config"
+                );
+            }
+            format!(
+                "confirmations, rate counters and exports in {} (shared with every gateway process using it), {note_count} notes",
+                stores.admin.describe()
+            )
+        }
+        None => {
+            if keys_shared {
+                // Shared keys make states portable, but this process's ledgers are its own: one confirmation
+                // could export once on each process, a decline here be accepted there, each quota be spent anew.
+                tracing::warn!(
+                    "the signing keys are shared, but this gateway keeps its replay ledger, rate counters and exports in memory: a confirmation declined or used here can be accepted again on another gateway process, and each process has its own quota. Point every gateway process at one --store sqlite:PATH or postgres:URL"
+                );
+            }
+            "confirmations, rate counters and exports in this process's memory".to_string()
+        }
+    };
+    let backends: Vec<String> = gateway.backends().iter().map(|b| b.id.clone()).collect();
     let summary = format!(
-        "security gateway; backends: {}; policy {}; pins: {}; audit log: {}",
+        "security gateway; backends: {}; policy {}; pins: {pins_shown}; audit log: {audit_shown}; {state}",
         backends.join(", "),
         file.policy.version,
-        args.pins.as_ref().map_or("embedded demo pins".to_string(), |p| p.display().to_string()),
-        args.audit_log.as_ref().map_or("stderr".to_string(), |p| p.display().to_string()),
     );
     let tokens = deployment.tokens();
-    Ok(Served {
-        service: Arc::new(world.gateway),
-        authentication: Authentication::Bearer(Tokens::new(tokens)),
-        stdio_principal,
-        summary,
-        stores: None,
-    })
+    Ok(Served { service: Arc::new(gateway), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary, stores })
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {

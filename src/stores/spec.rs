@@ -4,6 +4,7 @@
 use crate::framework::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
 use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
 use crate::stores::database::Durability;
+use crate::stores::gateway::GatewayStores;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 #[cfg(feature = "postgres")]
 use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
@@ -191,6 +192,48 @@ pub async fn open_with_durability(
         StoreSpec::Postgres(target) => {
             let store = Arc::new(PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?);
             Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
+        }
+    }
+}
+
+/// Opens a shared store (`sqlite:` or `postgres:`) for a gateway: the handler ports and admin handle as
+/// [`open_with_durability`] gives them, and the gateway's own shared state in the same database. `None` for
+/// `memory`, which a gateway keeps in its process (see `assembly::gateway_world`).
+pub async fn open_for_gateway(
+    spec: &StoreSpec,
+    clock: Arc<dyn Clock>,
+    limits: ReplayLimits,
+    durability: Durability,
+) -> Result<Option<(Stores, GatewayStores)>, StoreError> {
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    let _ = (clock, limits, durability);
+    match spec {
+        StoreSpec::Memory => Ok(None),
+        #[cfg(feature = "sqlite")]
+        StoreSpec::Sqlite(path) => {
+            let store = SqliteStore::open_with_durability(path, clock, limits, durability).await?;
+            let ledgers = store.clone();
+            let shared = Arc::new(store);
+            let gateway = GatewayStores {
+                notes: shared.clone(),
+                replay: shared.clone(),
+                rate_limiter: shared.clone(),
+                ledger: Arc::new(move |id| Arc::new(ledgers.export_ledger(id))),
+            };
+            Ok(Some((Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)))
+        }
+        #[cfg(feature = "postgres")]
+        StoreSpec::Postgres(target) => {
+            let store = PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?;
+            let ledgers = store.clone();
+            let shared = Arc::new(store);
+            let gateway = GatewayStores {
+                notes: shared.clone(),
+                replay: shared.clone(),
+                rate_limiter: shared.clone(),
+                ledger: Arc::new(move |id| Arc::new(ledgers.export_ledger(id))),
+            };
+            Ok(Some((Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)))
         }
     }
 }
