@@ -18,7 +18,7 @@ use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::ReplayLimits;
-use crate::stores::spec::{open_for_gateway, open_with_durability, STORE_SPEC_HELP};
+use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_text, STORE_SPEC_HELP};
 use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{
@@ -43,6 +43,26 @@ pub(crate) const FIXTURE_PRINCIPAL: &str = "anonymous";
 
 /// The environment variable `--store` may come from (keeps a database password out of the process list).
 pub(crate) const STORE_VARIABLE: &str = "MCPSIM_STORE";
+
+/// Parses a `--store` (or `MCPSIM_STORE`) value. clap's own error for a bad value repeats it whole, password
+/// included; this one repeats it with the password redacted ([`redact_store_text`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreSpecParser;
+
+impl clap::builder::TypedValueParser for StoreSpecParser {
+    type Value = StoreSpec;
+
+    fn parse_ref(&self, command: &clap::Command, arg: Option<&clap::Arg>, value: &std::ffi::OsStr) -> Result<StoreSpec, clap::Error> {
+        let flag = arg.and_then(clap::Arg::get_long).map_or("--store".to_string(), |long| format!("--{long}"));
+        let Some(text) = value.to_str() else {
+            return Err(clap::Error::raw(clap::error::ErrorKind::InvalidUtf8, format!("{flag} is not valid UTF-8\n")).with_cmd(command));
+        };
+        text.parse::<StoreSpec>().map_err(|error| {
+            let message = format!("invalid value {:?} for {flag}: {error}\n", redact_store_text(text));
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(command)
+        })
+    }
+}
 
 /// Exit status for invalid arguments or configuration (as clap uses for usage errors).
 const EXIT_USAGE: u8 = 2;
@@ -231,7 +251,7 @@ pub struct ServeArgs {
     /// postgres://mcpsim:secret@db.internal:5432/mcpsim). A shared store is created and migrated at start
     /// and loaded with `mcpsim seed --store SPEC`. Also read from MCPSIM_STORE, which keeps a database
     /// password out of the process list.
-    #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true)]
+    #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true, value_parser = StoreSpecParser)]
     pub store: Option<StoreSpec>,
 
     /// When a sqlite: or postgres: store acknowledges a commit: durable | relaxed [default: durable].
@@ -467,7 +487,7 @@ fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
         }
         (Some(path), None) => {
             let ring = load_key_file(path).map_err(|error| Failure::usage(key_file_hint(error)))?;
-            warn_if_readable_by_others(path);
+            warn_if_readable_by_others(path, "the key file", "holds signing keys");
             let keys = describe_ring(&ring, &format!("--key-file {}", path.display()));
             (ring, keys, true)
         }
@@ -494,20 +514,25 @@ fn describe_ring(ring: &KeyRing, source: &str) -> String {
     format!("key {:?} from {source} signs{also}", ring.signing_key_id())
 }
 
-/// A key file others can read lets them forge confirmations for every instance of the fleet.
+/// A key file (or a configuration holding keys or tokens) that others can read lets them forge confirmations
+/// for every instance of the fleet, or act as any principal.
 #[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path) {
+fn warn_if_readable_by_others(path: &Path, what: &str, holding: &str) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(metadata) = std::fs::metadata(path) {
         let mode = metadata.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            tracing::warn!("the key file {} is readable by other users (mode {mode:03o}); make it private: chmod 600", path.display());
+            tracing::warn!(
+                "{what} {} {holding} and is readable by other users (mode {mode:03o}); make it private: chmod 600 {}",
+                path.display(),
+                path.display()
+            );
         }
     }
 }
 
 #[cfg(not(unix))]
-fn warn_if_readable_by_others(_path: &Path) {}
+fn warn_if_readable_by_others(_path: &Path, _what: &str, _holding: &str) {}
 
 /// Opens the store and builds the notes server over it.
 async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Result<Served, Failure> {
@@ -770,7 +795,13 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>) -> Result<
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {
     match path {
         None => Ok(Deployment::demo()),
-        Some(path) => Deployment::load(path).map_err(|error| Failure::usage(config_hint(error))),
+        Some(path) => {
+            let deployment = Deployment::load(path).map_err(|error| Failure::usage(config_hint(error)))?;
+            if !deployment.keys.is_empty() || !deployment.tokens().is_empty() {
+                warn_if_readable_by_others(path, "the configuration", "holds signing keys or bearer tokens");
+            }
+            Ok(deployment)
+        }
     }
 }
 
