@@ -195,6 +195,8 @@ pub struct WorldOptions {
     pub audit_key: Vec<u8>,
     pub audit: Arc<dyn AuditSink>,
     pub pins: PinFile,
+    /// Bounds of the in-memory replay store (a shared store was opened with its own).
+    pub replay_limits: ReplayLimits,
 }
 
 /// A running gateway over in-memory stores, with handles on everything a test, an operator or an adversary
@@ -213,7 +215,7 @@ pub struct GatewayWorld {
 /// Wires `file`'s backends, in-memory stores seeded from `deployment`, and one gateway instance.
 pub fn gateway_world(file: &GatewayFile, deployment: &Deployment, options: WorldOptions) -> Result<GatewayWorld, ConfigError> {
     let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
-    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), options.clock.clone(), ReplayLimits::default()));
+    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), options.clock.clone(), options.replay_limits));
     let rate_limiter = Arc::new(MemoryRateLimiter::default());
     let pins = Arc::new(SharedPins::new(options.pins.clone()));
     let mut ledgers = BTreeMap::new();
@@ -279,6 +281,7 @@ pub fn real_gateway(
     pins: PinFile,
     audit: Arc<dyn AuditSink>,
     state_ttl_secs: Option<u64>,
+    replay_limits: ReplayLimits,
     shared: Option<&GatewayStores>,
 ) -> Result<Gateway, ConfigError> {
     let mut file = file.clone();
@@ -293,6 +296,7 @@ pub fn real_gateway(
         audit_key: random_key(),
         audit,
         pins,
+        replay_limits,
     };
     match shared {
         None => gateway_world(&file, deployment, options).map(|world| world.gateway),

@@ -430,3 +430,52 @@ fn echoed_client_strings_are_bounded() {
         assert!(!shown.contains(&"x".repeat(200)) && !shown.contains(&"y".repeat(200)), "{what}: {shown}");
     }
 }
+
+#[test]
+fn one_principal_filling_its_replay_share_leaves_the_others_confirming() {
+    // Four confirmations in all, two per principal (a hidden test setting and --replay-share 50).
+    let server = HttpServer::start(&["--replay-capacity", "4", "--replay-share", "50"]);
+    let title = |principal: &str| if principal == "demo-bob" { "TPS report bob" } else { "shopping list" };
+    let workspace = |principal: &str| {
+        if principal == "demo-bob" {
+            "file:///Users/bob/Notes"
+        } else {
+            e2e_support::ALICE_WORKSPACE
+        }
+    };
+    let mut serial = 0;
+    let mut decline = |token: &str| -> Answer {
+        serial += 1;
+        let round_one = request(
+            serial,
+            "tools/call",
+            json!({ "name": "notes_delete",
+            "arguments": { "workspaceUri": workspace(token), "title": title(token) } }),
+        );
+        let mut connection = Raw::connect(&server.address);
+        connection.send(&post(&round_one, token));
+        let asked = connection.answer();
+        let state = asked.body["result"]["requestState"].as_str().unwrap_or_else(|| panic!("round 1 asks: {asked:?}")).to_string();
+        let mut round_two = round_one.clone();
+        round_two["id"] = json!(serial + 1000);
+        round_two["params"]["requestState"] = json!(state);
+        round_two["params"]["inputResponses"] = json!({ "delete_choice": { "action": "decline" } });
+        connection.send(&post(&round_two, token));
+        connection.answer()
+    };
+    let outcome = |answer: &Answer| answer.body["result"]["structuredContent"]["outcome"].as_str().map(str::to_string);
+    let reason = |answer: &Answer| answer.body["error"]["data"]["reason"].as_str().map(str::to_string);
+    // bob declines as fast as he can: two go through, then his share is full.
+    for _ in 0..2 {
+        assert_eq!(outcome(&decline("demo-bob")).as_deref(), Some("declined"));
+    }
+    for _ in 0..3 {
+        assert_eq!(reason(&decline("demo-bob")).as_deref(), Some("replay_store_full"), "bob's share is full");
+    }
+    // alice is not bob: her confirmations still go through...
+    for _ in 0..2 {
+        assert_eq!(outcome(&decline("demo-alice")).as_deref(), Some("declined"), "alice keeps working");
+    }
+    // ...until the whole store's bound, which is kept.
+    assert_eq!(reason(&decline("demo-alice")).as_deref(), Some("replay_store_full"));
+}

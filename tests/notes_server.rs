@@ -1008,7 +1008,7 @@ mod replay_store_bounds {
 
     #[tokio::test]
     async fn a_full_replay_store_fails_closed_and_recovers_after_expiry_and_grace() {
-        let h = Harness::with_limits(ReplayLimits { capacity: 1, retention_grace_ms: GRACE_MS });
+        let h = Harness::with_limits(ReplayLimits { capacity: 1, principal_capacity: 1, retention_grace_ms: GRACE_MS });
         let first = h.lesson_state().await;
         assert_eq!(h.answer("alice", &lesson_arguments(), &first, decline()).await.outcome()["outcome"], "declined");
 
@@ -1046,7 +1046,7 @@ mod replay_store_bounds {
 
     #[tokio::test]
     async fn a_claim_stranded_by_a_crash_does_not_keep_the_replay_store_full_forever() {
-        let h = Harness::with_limits(ReplayLimits { capacity: 2, retention_grace_ms: GRACE_MS });
+        let h = Harness::with_limits(ReplayLimits { capacity: 2, principal_capacity: 2, retention_grace_ms: GRACE_MS });
         let stranded = h.lesson_state().await;
         crash_between_claim_and_delete(&h, &stranded, "note-7").await;
         h.clock.set(START_MS + 1_000);

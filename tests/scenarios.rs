@@ -68,6 +68,7 @@ scenario_snapshots! {
     encoded_traversal_workspace => "21-encoded-traversal-workspace.sim",
     admin_changes_between_rounds => "22-admin-changes-between-rounds.sim",
     clock_behind_beyond_the_grace => "23-clock-behind-beyond-the-grace.sim",
+    one_principal_fills_its_replay_share => "24-one-principal-fills-its-replay-share.sim",
     gateway_poisoned_description => "40-gateway-poisoned-description.sim",
     gateway_rug_pull_between_two_listings => "41-gateway-rug-pull-between-two-listings.sim",
     gateway_shadowed_search => "42-gateway-shadowed-search.sim",

@@ -17,7 +17,7 @@ use crate::servers::fixture::DEFAULT_STATE_TTL_MS;
 use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
-use crate::stores::memory::ReplayLimits;
+use crate::stores::memory::{ReplayLimits, REPLAY_CAPACITY, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS};
 use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_text, STORE_SPEC_HELP};
 use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
@@ -280,6 +280,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
 
+    /// The share of the replay store (100 000 confirmations) one principal may hold, in percent [default: 25].
+    ///
+    /// A principal that fills its share (declining confirmations as fast as it can, say) is refused with
+    /// replay_store_full while every other principal keeps working; the whole store's bound is kept too.
+    /// Every process of a fleet should use the same share.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100), conflicts_with = "fixture")]
+    pub replay_share: Option<u8>,
+
+    /// Test setting of the replay store's capacity (hidden: the default is the documented one), so a test
+    /// fills a principal's share in a few requests.
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "fixture")]
+    pub replay_capacity: Option<u32>,
+
     /// Test settings of the HTTP limits (hidden: the defaults are the documented ones). Short deadlines and
     /// small bounds let a test attack them in seconds.
     #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "stdio")]
@@ -295,6 +308,13 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The replay store's bounds: the documented capacity and grace, each principal's share as configured.
+    fn replay_limits(&self) -> ReplayLimits {
+        let share = self.replay_share.map_or(REPLAY_PRINCIPAL_SHARE_PERCENT, usize::from);
+        let capacity = self.replay_capacity.map_or(REPLAY_CAPACITY, |n| n as usize);
+        ReplayLimits::with_share(capacity, share, REPLAY_RETENTION_GRACE_MS)
+    }
+
     /// The HTTP limits: the documented defaults, unless a (hidden) test setting says otherwise.
     fn http_limits(&self) -> HttpLimits {
         let defaults = HttpLimits::default();
@@ -420,8 +440,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     runtime.block_on(async move {
         let served = match plan {
             Plan::Fixture => conformance_fixture(args.state_ttl),
-            Plan::Gateway(plan) => open_gateway(plan, args.state_ttl).await?,
-            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl).await?,
+            Plan::Gateway(plan) => open_gateway(plan, args.state_ttl, args.replay_limits()).await?,
+            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl, args.replay_limits()).await?,
         };
         let result = match addresses {
             None => run_stdio(&served).await,
@@ -535,12 +555,12 @@ fn warn_if_readable_by_others(path: &Path, what: &str, holding: &str) {
 fn warn_if_readable_by_others(_path: &Path, _what: &str, _holding: &str) {}
 
 /// Opens the store and builds the notes server over it.
-async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Result<Served, Failure> {
+async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>, replay_limits: ReplayLimits) -> Result<Served, Failure> {
     let NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal } = plan;
     let stores = match &store {
         // This process's own store, loaded from the deployment (as every start before shared stores did).
-        StoreSpec::Memory => Stores::in_memory(deployment.notes(), Arc::new(SystemClock), ReplayLimits::default()),
-        shared => open_with_durability(shared, Arc::new(SystemClock), ReplayLimits::default(), durability).await.map_err(|error| {
+        StoreSpec::Memory => Stores::in_memory(deployment.notes(), Arc::new(SystemClock), replay_limits),
+        shared => open_with_durability(shared, Arc::new(SystemClock), replay_limits, durability).await.map_err(|error| {
             Failure::failed(format!("cannot open the store {shared}: {error}. Check the path or URL ({STORE_SPEC_HELP})."))
         })?,
     };
@@ -574,8 +594,10 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Resu
         Err(error) => format!(" ({durability} commits; the database did not say how: {error})"),
     };
     let summary = format!(
-        "notes server; store: {}{commits}, {note_count} notes; principals with tokens: {}; {keys}; requestState lives {} s",
+        "notes server; store: {}{commits}, {note_count} notes, room for {} confirmations ({} per principal); principals with tokens: {}; {keys}; requestState lives {} s",
         stores.admin.describe(),
+        replay_limits.capacity,
+        replay_limits.principal_capacity,
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
         state_ttl_secs.unwrap_or(deployment.state_ttl_secs)
     );
@@ -743,14 +765,14 @@ fn plan_gateway(args: &ServeArgs) -> Result<GatewayPlan, Failure> {
 /// The security gateway of the configured (or embedded demo) gateway file, over the deployment's principals,
 /// keeping its replay ledger, rate counters and export ledgers in the store (shared with every gateway process
 /// pointed at a `sqlite:` or `postgres:` store; this process's own in `memory`).
-async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>) -> Result<Served, Failure> {
+async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_limits: ReplayLimits) -> Result<Served, Failure> {
     let GatewayPlan { deployment, file, pins, audit, pins_shown, audit_shown, store, durability, stdio_principal } = plan;
     let keys_shared = deployment.configured_key_ring().map_err(|error| Failure::usage(config_hint(error)))?.is_some();
-    let opened = open_for_gateway(&store, Arc::new(SystemClock), ReplayLimits::default(), durability)
+    let opened = open_for_gateway(&store, Arc::new(SystemClock), replay_limits, durability)
         .await
         .map_err(|error| Failure::failed(format!("cannot open the store {store}: {error}. Check the path or URL ({STORE_SPEC_HELP}).")))?;
     let (stores, shared) = opened.unzip();
-    let gateway = real_gateway(&file, &deployment, pins, audit, state_ttl_secs, shared.as_ref())
+    let gateway = real_gateway(&file, &deployment, pins, audit, state_ttl_secs, replay_limits, shared.as_ref())
         .map_err(|error| Failure::usage(config_hint(error)))?;
     let state = match &stores {
         Some(stores) => {
@@ -784,9 +806,11 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>) -> Result<
     };
     let backends: Vec<String> = gateway.backends().iter().map(|b| b.id.clone()).collect();
     let summary = format!(
-        "security gateway; backends: {}; policy {}; pins: {pins_shown}; audit log: {audit_shown}; {state}",
+        "security gateway; backends: {}; policy {}; pins: {pins_shown}; audit log: {audit_shown}; {state}; room for {} confirmations ({} per principal)",
         backends.join(", "),
         file.policy.version,
+        replay_limits.capacity,
+        replay_limits.principal_capacity,
     );
     let tokens = deployment.tokens();
     Ok(Served { service: Arc::new(gateway), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary, stores })

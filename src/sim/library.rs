@@ -27,6 +27,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("21-encoded-traversal-workspace.sim", include_str!("../../scenarios/21-encoded-traversal-workspace.sim")),
     ("22-admin-changes-between-rounds.sim", include_str!("../../scenarios/22-admin-changes-between-rounds.sim")),
     ("23-clock-behind-beyond-the-grace.sim", include_str!("../../scenarios/23-clock-behind-beyond-the-grace.sim")),
+    ("24-one-principal-fills-its-replay-share.sim", include_str!("../../scenarios/24-one-principal-fills-its-replay-share.sim")),
     ("40-gateway-poisoned-description.sim", include_str!("../../scenarios/40-gateway-poisoned-description.sim")),
     ("41-gateway-rug-pull-between-two-listings.sim", include_str!("../../scenarios/41-gateway-rug-pull-between-two-listings.sim")),
     ("42-gateway-shadowed-search.sim", include_str!("../../scenarios/42-gateway-shadowed-search.sim")),

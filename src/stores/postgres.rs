@@ -48,27 +48,38 @@ pub(crate) const POSTGRES_RESERVE_ATTEMPTS_MAX: usize = 3;
 /// Claims the nonce and counts it, in one statement: one row (the new count) if the nonce was inserted, none on
 /// a conflict. A concurrent inserter of the same nonce waits for ours to commit or roll back.
 const INSERT_AND_COUNT_SQL: &str = "WITH inserted AS (
-        INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
-        ON CONFLICT (nonce) DO NOTHING RETURNING nonce
-    )
-    UPDATE replay_counter SET nonce_count = nonce_count + 1
-    WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms";
-/// Claims the nonce, counts it and deletes the note, in one statement (one row back): the count and the deleted
-/// note, both NULL on a conflict; the note NULL if it is gone. Locks are taken in the order nonce, counter,
-/// note (the delete needs the count first), as the step-by-step path takes them.
-const CLAIM_AND_DELETE_SQL: &str = "WITH inserted AS (
-        INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
+        INSERT INTO nonces (nonce, expires_at_ms, record, principal) VALUES ($1, $2, $3, $4)
         ON CONFLICT (nonce) DO NOTHING RETURNING nonce
     ),
     counted AS (
         UPDATE replay_counter SET nonce_count = nonce_count + 1
         WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms
     ),
+    held AS (
+        INSERT INTO replay_principals (principal, nonce_count) SELECT $4, 1 WHERE EXISTS (SELECT 1 FROM inserted)
+        ON CONFLICT (principal) DO UPDATE SET nonce_count = replay_principals.nonce_count + 1 RETURNING nonce_count
+    )
+    SELECT counted.nonce_count, counted.pruned_through_ms, held.nonce_count FROM counted, held";
+/// Claims the nonce, counts it and deletes the note, in one statement (one row back): the count and the deleted
+/// note, both NULL on a conflict; the note NULL if it is gone. Locks are taken in the order nonce, counter,
+/// note (the delete needs the count first), as the step-by-step path takes them.
+const CLAIM_AND_DELETE_SQL: &str = "WITH inserted AS (
+        INSERT INTO nonces (nonce, expires_at_ms, record, principal) VALUES ($1, $2, $3, $5)
+        ON CONFLICT (nonce) DO NOTHING RETURNING nonce
+    ),
+    counted AS (
+        UPDATE replay_counter SET nonce_count = nonce_count + 1
+        WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms
+    ),
+    held AS (
+        INSERT INTO replay_principals (principal, nonce_count) SELECT $5, 1 WHERE EXISTS (SELECT 1 FROM inserted)
+        ON CONFLICT (principal) DO UPDATE SET nonce_count = replay_principals.nonce_count + 1 RETURNING nonce_count
+    ),
     deleted AS (
         DELETE FROM notes WHERE id = $4 AND EXISTS (SELECT 1 FROM counted) RETURNING id, title, uri, body
     )
-    SELECT counted.nonce_count, deleted.id, deleted.title, deleted.uri, deleted.body, counted.pruned_through_ms
-    FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN deleted ON true";
+    SELECT counted.nonce_count, deleted.id, deleted.title, deleted.uri, deleted.body, counted.pruned_through_ms, held.nonce_count
+    FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN deleted ON true LEFT JOIN held ON true";
 const SELECT_RECORD_SQL: &str = "SELECT record FROM nonces WHERE nonce = $1";
 const DELETE_NOTE_SQL: &str = "DELETE FROM notes WHERE id = $1 RETURNING id, title, uri, body";
 /// Serializes schema migration across processes starting at once (an arbitrary constant: "mcpsim" + 1).
@@ -109,8 +120,15 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
-        description: "the gateway's rate-limit counters and its notes backends' export ledgers, shared by every gateway process",
+        description: "each principal's share of the nonces; the gateway's rate-limit counters and its notes backends' export ledgers",
         sql: "
+        -- Nonces claimed before this step belong to no principal ('') and count against that share alone.
+        ALTER TABLE nonces ADD COLUMN principal TEXT NOT NULL DEFAULT '';
+        CREATE TABLE replay_principals (
+            principal TEXT PRIMARY KEY,
+            nonce_count BIGINT NOT NULL CHECK (nonce_count > 0)
+        );
+        INSERT INTO replay_principals (principal, nonce_count) SELECT '', COUNT(*) FROM nonces HAVING COUNT(*) > 0;
         CREATE TABLE rate_counters (
             principal TEXT NOT NULL,
             tool TEXT NOT NULL,
@@ -322,8 +340,9 @@ impl PostgresStore {
         let expires_at_ms = sql_ms(claim.expires_at_ms);
         let record = encode_record(&claim.record);
         for _ in 0..POSTGRES_RESERVE_ATTEMPTS_MAX {
-            if let Some(row) = transaction.query_opt(&insert_and_count, &[&claim.nonce, &expires_at_ms, &record]).await.map_err(step)? {
-                return self.within_capacity(transaction, claim, row.get(0), row.get(1)).await;
+            let parameters: [&(dyn ToSql + Sync); 4] = [&claim.nonce, &expires_at_ms, &record, &claim.principal];
+            if let Some(row) = transaction.query_opt(&insert_and_count, &parameters).await.map_err(step)? {
+                return self.within_capacity(transaction, claim, row.get(0), row.get(1), row.get(2)).await;
             }
             if let Some(row) = transaction.query_opt(&select, &[&claim.nonce]).await.map_err(step)? {
                 return Ok(Reservation::AlreadyClaimed(decode_record(row.get(0))?));
@@ -347,6 +366,7 @@ impl PostgresStore {
         claim: &NonceClaim,
         mut count: i64,
         pruned_through: i64,
+        mut held: i64,
     ) -> Result<Reservation, StoreError> {
         let step = |e: tokio_postgres::Error| self.error(&e);
         let now_ms = self.clock.now_ms();
@@ -356,13 +376,35 @@ impl PostgresStore {
             return Ok(Reservation::Expired);
         }
         let capacity = i64::try_from(self.limits.capacity).unwrap_or(i64::MAX);
-        if count > capacity {
+        let principal_capacity = i64::try_from(self.limits.principal_capacity).unwrap_or(i64::MAX);
+        // The principal's share, then the whole; pruned only when one is exceeded, and never an unexpired entry.
+        if count > capacity || held > principal_capacity {
             if let Some(horizon) = prune_horizon_ms(now_ms, self.limits.retention_grace_ms) {
-                let pruned = transaction
-                    .execute("DELETE FROM nonces WHERE expires_at_ms <= $1 AND nonce <> $2", &[&horizon, &claim.nonce])
+                let pruned_by = transaction
+                    .query(
+                        "WITH gone AS (DELETE FROM nonces WHERE expires_at_ms <= $1 AND nonce <> $2 RETURNING principal)
+                         SELECT principal, COUNT(*) FROM gone GROUP BY principal",
+                        &[&horizon, &claim.nonce],
+                    )
                     .await
                     .map_err(step)?;
-                let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
+                let mut pruned = 0;
+                for row in &pruned_by {
+                    let (principal, gone): (String, i64) = (row.get(0), row.get(1));
+                    pruned += gone;
+                    if principal == claim.principal {
+                        held -= gone;
+                    }
+                    // A principal left with none loses its row (the count is never 0); any other is decremented.
+                    transaction
+                        .execute("DELETE FROM replay_principals WHERE principal = $1 AND nonce_count <= $2", &[&principal, &gone])
+                        .await
+                        .map_err(step)?;
+                    transaction
+                        .execute("UPDATE replay_principals SET nonce_count = nonce_count - $1 WHERE principal = $2", &[&gone, &principal])
+                        .await
+                        .map_err(step)?;
+                }
                 transaction
                     .execute(
                         "UPDATE replay_counter SET nonce_count = nonce_count - $1, pruned_through_ms = GREATEST(pruned_through_ms, $2) WHERE id = 1",
@@ -372,7 +414,7 @@ impl PostgresStore {
                     .map_err(step)?;
                 count -= pruned;
             }
-            if count > capacity {
+            if count > capacity || held > principal_capacity {
                 return Ok(Reservation::Full);
             }
         }
@@ -395,15 +437,16 @@ impl PostgresStore {
         let claim_and_delete = client.prepare_cached(CLAIM_AND_DELETE_SQL).await.map_err(step)?;
         let expires_at_ms = sql_ms(claim.expires_at_ms);
         let record = encode_record(&claim.record);
-        let parameters: [&(dyn ToSql + Sync); 4] = [&claim.nonce, &expires_at_ms, &record, &note_id];
+        let parameters: [&(dyn ToSql + Sync); 5] = [&claim.nonce, &expires_at_ms, &record, &note_id, &claim.principal];
         // `biased`: polled first in this order, so sent in this order.
         let (begun, claimed) = tokio::join!(biased; client.batch_execute("BEGIN"), client.query_one(&claim_and_delete, &parameters));
         // A failed BEGIN is the cause; the statement then only reports it.
         begun.map_err(step)?;
         let row = claimed.map_err(step)?;
-        let (counted, deleted, pruned_through): (Option<i64>, Option<String>, Option<i64>) = (row.get(0), row.get(1), row.get(5));
+        let (counted, deleted, pruned_through, held): (Option<i64>, Option<String>, Option<i64>, Option<i64>) =
+            (row.get(0), row.get(1), row.get(5), row.get(6));
         let reservation = match counted {
-            Some(count) => self.within_capacity(client, claim, count, pruned_through.unwrap_or(0)).await?,
+            Some(count) => self.within_capacity(client, claim, count, pruned_through.unwrap_or(0), held.unwrap_or(1)).await?,
             None => {
                 // A conflict: the nonce is held (this statement waited for its holder to commit), and nothing was
                 // deleted. A new statement sees the committed record.

@@ -30,6 +30,7 @@ use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -81,8 +82,15 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
-        description: "the gateway's rate-limit counters and its notes backends' export ledgers, shared by every gateway process",
+        description: "each principal's share of the nonces; the gateway's rate-limit counters and its notes backends' export ledgers",
         sql: "
+        -- Nonces claimed before this step belong to no principal ('') and count against that share alone.
+        ALTER TABLE nonces ADD COLUMN principal TEXT NOT NULL DEFAULT '';
+        CREATE TABLE replay_principals (
+            principal TEXT PRIMARY KEY NOT NULL,
+            nonce_count INTEGER NOT NULL CHECK (nonce_count > 0)
+        ) STRICT, WITHOUT ROWID;
+        INSERT INTO replay_principals (principal, nonce_count) SELECT '', COUNT(*) FROM nonces HAVING COUNT(*) > 0;
         CREATE TABLE rate_counters (
             principal TEXT NOT NULL,
             tool TEXT NOT NULL,
@@ -389,8 +397,10 @@ fn migrate(connection: &mut Connection, migrations: &[Migration], now_ms: u64) -
 fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limits: ReplayLimits) -> Outcome<Reservation> {
     // Cached statements: the hot path parses no SQL after a connection's first claim.
     let inserted = transaction
-        .prepare_cached("INSERT INTO nonces (nonce, expires_at_ms, record) VALUES (?1, ?2, ?3) ON CONFLICT (nonce) DO NOTHING")?
-        .execute(params![claim.nonce, sql_ms(claim.expires_at_ms), encode_record(&claim.record)])?;
+        .prepare_cached(
+            "INSERT INTO nonces (nonce, expires_at_ms, record, principal) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (nonce) DO NOTHING",
+        )?
+        .execute(params![claim.nonce, sql_ms(claim.expires_at_ms), encode_record(&claim.record), claim.principal])?;
     if inserted == 0 {
         let record: String =
             transaction.prepare_cached("SELECT record FROM nonces WHERE nonce = ?1")?.query_row([&claim.nonce], |row| row.get(0))?;
@@ -404,19 +414,44 @@ fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limit
     if past_retention(claim.expires_at_ms, now_ms, limits.retention_grace_ms, u64::try_from(pruned_through).unwrap_or(0)) {
         return Ok(Reservation::Expired);
     }
+    let mut held: i64 = transaction
+        .prepare_cached(
+            "INSERT INTO replay_principals (principal, nonce_count) VALUES (?1, 1)
+             ON CONFLICT (principal) DO UPDATE SET nonce_count = nonce_count + 1 RETURNING nonce_count",
+        )?
+        .query_row([&claim.principal], |row| row.get(0))?;
     let capacity = i64::try_from(limits.capacity).unwrap_or(i64::MAX);
-    if count > capacity {
+    let principal_capacity = i64::try_from(limits.principal_capacity).unwrap_or(i64::MAX);
+    // The principal's share, then the whole; pruned only when one is exceeded, and never an unexpired entry.
+    if count > capacity || held > principal_capacity {
         if let Some(horizon) = prune_horizon_ms(now_ms, limits.retention_grace_ms) {
-            let pruned =
-                transaction.execute("DELETE FROM nonces WHERE expires_at_ms <= ?1 AND nonce <> ?2", params![horizon, claim.nonce])?;
-            let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
+            let mut pruned_by: BTreeMap<String, i64> = BTreeMap::new();
+            {
+                let mut prune =
+                    transaction.prepare_cached("DELETE FROM nonces WHERE expires_at_ms <= ?1 AND nonce <> ?2 RETURNING principal")?;
+                let mut rows = prune.query(params![horizon, claim.nonce])?;
+                while let Some(row) = rows.next()? {
+                    *pruned_by.entry(row.get(0)?).or_insert(0) += 1;
+                }
+            }
+            let pruned: i64 = pruned_by.values().sum();
             transaction.execute(
                 "UPDATE replay_counter SET nonce_count = nonce_count - ?1, pruned_through_ms = MAX(pruned_through_ms, ?2) WHERE id = 1",
                 params![pruned, horizon],
             )?;
+            for (principal, gone) in &pruned_by {
+                // A principal left with none loses its row (the count is never 0); any other is decremented.
+                transaction
+                    .execute("DELETE FROM replay_principals WHERE principal = ?1 AND nonce_count <= ?2", params![principal, gone])?;
+                transaction.execute(
+                    "UPDATE replay_principals SET nonce_count = nonce_count - ?1 WHERE principal = ?2",
+                    params![gone, principal],
+                )?;
+            }
             count -= pruned;
+            held -= pruned_by.get(&claim.principal).copied().unwrap_or(0);
         }
-        if count > capacity {
+        if count > capacity || held > principal_capacity {
             return Ok(Reservation::Full);
         }
     }

@@ -107,6 +107,7 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
 fn claim_at(nonce: &str, expires_at_ms: u64) -> mcpsim::framework::ports::NonceClaim {
     mcpsim::framework::ports::NonceClaim {
         nonce: nonce.into(),
+        principal: "alice".into(),
         expires_at_ms,
         record: mcpsim::framework::ports::ClaimRecord::Declined { tool: None },
     }

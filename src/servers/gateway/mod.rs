@@ -488,6 +488,7 @@ impl Gateway {
             Some("decline") => {
                 let claim = NonceClaim {
                     nonce: claims.nonce.clone(),
+                    principal: claims.principal.clone(),
                     expires_at_ms: claims.expires_at_ms,
                     record: ClaimRecord::Declined { tool: Some(call.name.to_string()) },
                 };
@@ -507,7 +508,12 @@ impl Gateway {
             Some("accept") => {
                 validate_confirmation(answer.get("content"))?;
                 let confirmed = ClaimRecord::Confirmed { tool: call.name.to_string(), arguments_digest: call.arguments_digest.clone() };
-                let claim = NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: confirmed.clone() };
+                let claim = NonceClaim {
+                    nonce: claims.nonce.clone(),
+                    principal: claims.principal.clone(),
+                    expires_at_ms: claims.expires_at_ms,
+                    record: confirmed.clone(),
+                };
                 match self.ports.replay.claim(claim).await.map_err(store_failed)? {
                     ClaimOutcome::Claimed => {}
                     // Claimed for this very call by an earlier attempt that may have crashed before (or while)

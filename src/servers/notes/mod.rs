@@ -269,8 +269,12 @@ impl NotesServer {
     }
 
     async fn decline(&self, claims: &StateClaims) -> Result<Value, RpcError> {
-        let claim =
-            NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: ClaimRecord::Declined { tool: None } };
+        let claim = NonceClaim {
+            nonce: claims.nonce.clone(),
+            principal: claims.principal.clone(),
+            expires_at_ms: claims.expires_at_ms,
+            record: ClaimRecord::Declined { tool: None },
+        };
         match self.replay.claim(claim).await.map_err(store_failed)? {
             ClaimOutcome::Claimed => Ok(self.outcome(
                 json!({ "deleted": false, "outcome": "declined" }),
@@ -285,6 +289,7 @@ impl NotesServer {
     async fn confirmed_delete(&self, claims: &StateClaims, note_id: &str, workspace: &FileUri) -> Result<Value, RpcError> {
         let claim = NonceClaim {
             nonce: claims.nonce.clone(),
+            principal: claims.principal.clone(),
             expires_at_ms: claims.expires_at_ms,
             record: ClaimRecord::Deleted { note_id: note_id.to_string() },
         };

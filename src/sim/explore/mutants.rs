@@ -629,7 +629,12 @@ impl Service for MistakenService {
                 let result = self.inner.call(context, method, params).await?;
                 if answer_action(params) == Some("cancel") {
                     if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(read_unverified) {
-                        let claim = NonceClaim { nonce: claims.nonce, expires_at_ms: claims.expires_at_ms, record: ClaimRecord::Cancelled };
+                        let claim = NonceClaim {
+                            nonce: claims.nonce,
+                            principal: claims.principal,
+                            expires_at_ms: claims.expires_at_ms,
+                            record: ClaimRecord::Cancelled,
+                        };
                         let _ = self.inner.replay.claim(claim).await;
                     }
                 }
