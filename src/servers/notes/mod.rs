@@ -14,7 +14,7 @@ use crate::framework::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
 use crate::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
-use crate::wire::canonical::digest_hex;
+use crate::wire::canonical::canonical_bytes;
 use crate::wire::errors::{echo, Reason, RpcError};
 use crate::wire::meta::{require_form_elicitation, RequestMeta};
 use crate::wire::result::{complete, complete_cacheable, input_required, CacheScope, ServerInfo};
@@ -80,8 +80,9 @@ impl Service for NotesServer {
 struct DeleteArguments {
     workspace_uri: String,
     title: String,
-    /// Digest of the canonical arguments object: any changed or added argument changes it.
-    digest: String,
+    /// The canonical arguments object: a state carries its keyed digest, which any changed or added
+    /// argument changes.
+    canonical: Vec<u8>,
 }
 
 impl NotesServer {
@@ -166,7 +167,7 @@ impl NotesServer {
             principal: context.principal.to_string(),
             method: "tools/call".into(),
             tool: TOOL_NOTES_DELETE.into(),
-            arguments_digest: arguments.digest.clone(),
+            arguments_digest: self.config.key_ring.signing_arguments_digest(&arguments.canonical),
             candidates: candidates.iter().map(|note| note.id.clone()).collect(),
             phase: INPUT_DELETE_CHOICE.into(),
             issued_at_ms: now_ms,
@@ -240,7 +241,7 @@ impl NotesServer {
             principal: context.principal,
             tool: TOOL_NOTES_DELETE,
             phase: INPUT_DELETE_CHOICE,
-            arguments_digest: &arguments.digest,
+            arguments: &arguments.canonical,
             restart_hint: "to get a new form",
         };
         refusals::open_continuation(&self.config.key_ring, state, self.clock.now_ms(), &expected)
@@ -400,7 +401,7 @@ fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, 
         Some(Value::String(title)) if !title.trim().is_empty() && title.chars().count() <= TITLE_CHARS_MAX => title.clone(),
         _ => return Err(invalid(format!("title is required: a non-blank string of at most {TITLE_CHARS_MAX} characters"))),
     };
-    Ok(DeleteArguments { workspace_uri, title, digest: digest_hex(&Value::Object(map.clone())) })
+    Ok(DeleteArguments { workspace_uri, title, canonical: canonical_bytes(&Value::Object(map.clone())) })
 }
 
 fn title_matches(title: &str, query: &str) -> bool {

@@ -24,7 +24,7 @@ use crate::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceF
 use crate::sim::library;
 use crate::sim::runner::ServerUnderTest;
 use crate::stores::memory::{MemoryReplayStore, ReplayLimits};
-use crate::wire::canonical::digest_hex;
+use crate::wire::canonical::canonical_bytes;
 use crate::wire::RpcError;
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -594,7 +594,9 @@ impl MistakenService {
             _ => key_ring.verify(state).ok()?,
         };
         match self.decision {
-            Decision::UnboundArguments => claims.arguments_digest = digest_hex(params.get("arguments")?),
+            Decision::UnboundArguments => {
+                claims.arguments_digest = key_ring.signing_arguments_digest(&canonical_bytes(params.get("arguments")?))
+            }
             Decision::UnboundPrincipal => claims.principal = principal.to_string(),
             _ => {}
         }
