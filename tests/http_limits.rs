@@ -13,7 +13,7 @@
 //!
 //! Deadlines are set short (hidden test flags) so each attack resolves in well under a second. The tests
 //! assert what happens, never how fast: every wait is bounded by [`WAIT`] only so a broken server fails the
-//! test instead of hanging it. How long things take is measured by `cargo bench --bench http_attack`.
+//! test instead of hanging it. How long things take is measured by `benches/http_attack.py` (README).
 
 mod e2e_support;
 
