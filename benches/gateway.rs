@@ -77,6 +77,7 @@ fn world(clock: Arc<BenchClock>) -> GatewayWorld {
         audit_key: vec![7; 32],
         audit: Arc::new(FormattingAuditSink),
         pins: default_pins(),
+        replay_limits: mcpsim::stores::memory::ReplayLimits::default(),
     };
     gateway_world(&file, &Deployment::demo(), options).unwrap()
 }

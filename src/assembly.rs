@@ -14,11 +14,12 @@ use crate::policy::pinning::PinFile;
 use crate::policy::state::KeyRing;
 use crate::servers::fixture::{ConformanceFixture, FixtureConfig};
 use crate::servers::gateway::backends::{ExportLedger, IssuesBackend, LiveDescriptors, NotesBackend, NotesBackendConfig};
+use crate::servers::gateway::ports::RateLimiter;
 use crate::servers::gateway::ports::{AuditSink, LiveListing, LocalBackend};
 use crate::servers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts};
 use crate::servers::notes::{NotesConfig, NotesServer};
 use crate::stores::feed::MemoryChangeFeed;
-use crate::stores::gateway::{MemoryExportLedger, MemoryRateLimiter, SharedPins};
+use crate::stores::gateway::{GatewayStores, MemoryExportLedger, MemoryRateLimiter, SharedPins};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use crate::stores::system::{random_key, OsNonces, SystemClock};
 use crate::stores::Stores;
@@ -194,6 +195,8 @@ pub struct WorldOptions {
     pub audit_key: Vec<u8>,
     pub audit: Arc<dyn AuditSink>,
     pub pins: PinFile,
+    /// Bounds of the in-memory replay store (a shared store was opened with its own).
+    pub replay_limits: ReplayLimits,
 }
 
 /// A running gateway over in-memory stores, with handles on everything a test, an operator or an adversary
@@ -211,50 +214,76 @@ pub struct GatewayWorld {
 
 /// Wires `file`'s backends, in-memory stores seeded from `deployment`, and one gateway instance.
 pub fn gateway_world(file: &GatewayFile, deployment: &Deployment, options: WorldOptions) -> Result<GatewayWorld, ConfigError> {
-    let authorizations = deployment.authorizations()?;
     let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
-    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), options.clock.clone(), ReplayLimits::default()));
+    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), options.clock.clone(), options.replay_limits));
     let rate_limiter = Arc::new(MemoryRateLimiter::default());
-    let pins = Arc::new(SharedPins::new(options.pins));
-    let mut handles = Vec::new();
+    let pins = Arc::new(SharedPins::new(options.pins.clone()));
+    let mut ledgers = BTreeMap::new();
+    let mut ledger = |id: &str| -> Arc<dyn ExportLedger> {
+        let ledger = Arc::new(MemoryExportLedger::default());
+        ledgers.insert(id.to_string(), ledger.clone());
+        ledger
+    };
+    let stores =
+        (notes.clone() as Arc<dyn NoteStore>, replay.clone() as Arc<dyn ReplayStore>, rate_limiter.clone() as Arc<dyn RateLimiter>);
+    let (gateway, built) = gateway_over(file, deployment, options, pins.clone(), stores, &mut ledger)?;
     let mut notes_backends = BTreeMap::new();
     let mut issues_backends = BTreeMap::new();
-    for (id, config) in &file.backends {
-        let ledger = Arc::new(MemoryExportLedger::default());
-        let built = backend(file, config, &authorizations, notes.clone(), ledger.clone());
-        match &built {
+    for (id, backend) in built {
+        match backend {
             BuiltBackend::Notes(server) => {
-                notes_backends.insert(id.clone(), (server.clone(), ledger));
+                let ledger = ledgers.remove(&id).expect("every notes backend was given a ledger");
+                notes_backends.insert(id, (server, ledger));
             }
             BuiltBackend::Issues(server) => {
-                issues_backends.insert(id.clone(), server.clone());
+                issues_backends.insert(id, server);
             }
         }
-        handles.push(BackendHandle { id: id.clone(), endpoint: in_process_endpoint(id), port: Arc::new(built.local_port()) });
     }
-    let ports = GatewayPorts {
-        pins: pins.clone(),
-        replay: replay.clone(),
-        rate_limiter: rate_limiter.clone(),
-        audit: options.audit,
-        clock: options.clock,
-        nonces: options.nonces,
-    };
+    Ok(GatewayWorld { gateway, notes, replay, rate_limiter, pins, notes_backends, issues_backends })
+}
+
+/// One gateway instance of `file` and its backends over `stores` (notes, replay ledger, rate counters),
+/// each notes backend recording its exports in the ledger `ledger` gives for its id.
+fn gateway_over(
+    file: &GatewayFile,
+    deployment: &Deployment,
+    options: WorldOptions,
+    pins: Arc<SharedPins>,
+    stores: (Arc<dyn NoteStore>, Arc<dyn ReplayStore>, Arc<dyn RateLimiter>),
+    ledger: &mut dyn FnMut(&str) -> Arc<dyn ExportLedger>,
+) -> Result<(Gateway, Vec<(String, BuiltBackend)>), ConfigError> {
+    let authorizations = deployment.authorizations()?;
+    let (notes, replay, rate_limiter) = stores;
+    let mut handles = Vec::new();
+    let mut built = Vec::new();
+    for (id, config) in &file.backends {
+        let backend = backend(file, config, &authorizations, notes.clone(), ledger(id));
+        handles.push(BackendHandle { id: id.clone(), endpoint: in_process_endpoint(id), port: Arc::new(backend.local_port()) });
+        built.push((id.clone(), backend));
+    }
+    let ports = GatewayPorts { pins, replay, rate_limiter, audit: options.audit, clock: options.clock, nonces: options.nonces };
     let state_ttl_ms = file.state_ttl_secs.saturating_mul(1000);
     let gateway = gateway(file, &options.instance, options.key_ring, state_ttl_ms, options.audit_key, handles, ports)?;
-    Ok(GatewayWorld { gateway, notes, replay, rate_limiter, pins, notes_backends, issues_backends })
+    Ok((gateway, built))
 }
 
 /// The gateway a real process runs: the deployment's notes and principals, this gateway file's backends and
 /// policy, the wall clock, OS nonces, the deployment's keys (or a random key of this process), a random audit
 /// key, and the given pins and audit sink. `state_ttl_secs` overrides the file's `state_ttl_secs`.
+///
+/// With `shared` (a SQLite or PostgreSQL store), the notes, the replay ledger, the rate counters and the export
+/// ledgers are the database's, shared with every other gateway process pointed at it; without, they are this
+/// process's own, in memory.
 pub fn real_gateway(
     file: &GatewayFile,
     deployment: &Deployment,
     pins: PinFile,
     audit: Arc<dyn AuditSink>,
     state_ttl_secs: Option<u64>,
-) -> Result<GatewayWorld, ConfigError> {
+    replay_limits: ReplayLimits,
+    shared: Option<&GatewayStores>,
+) -> Result<Gateway, ConfigError> {
     let mut file = file.clone();
     if let Some(secs) = state_ttl_secs {
         file.state_ttl_secs = secs;
@@ -267,8 +296,17 @@ pub fn real_gateway(
         audit_key: random_key(),
         audit,
         pins,
+        replay_limits,
     };
-    gateway_world(&file, deployment, options)
+    match shared {
+        None => gateway_world(&file, deployment, options).map(|world| world.gateway),
+        Some(stores) => {
+            let pins = Arc::new(SharedPins::new(options.pins.clone()));
+            let ports = (stores.notes.clone(), stores.replay.clone(), stores.rate_limiter.clone());
+            let mut ledger = |id: &str| (stores.ledger)(id);
+            gateway_over(&file, deployment, options, pins, ports, &mut ledger).map(|(gateway, _)| gateway)
+        }
+    }
 }
 
 #[cfg(test)]

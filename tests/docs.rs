@@ -350,6 +350,17 @@ impl Running {
     }
 }
 
+/// A server a failing recipe leaves running would hold its ports for every later run: killed on the way out,
+/// also when the test panics.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Holds the machine-wide lock for the README's fixed ports until dropped (closing the file releases it).
 struct PortLock {
     _file: std::fs::File,

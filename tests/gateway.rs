@@ -123,6 +123,7 @@ impl Harness {
             audit_key: vec![7; 32],
             audit: audit.clone(),
             pins: mcpsim::config::gateway::default_pins(),
+            replay_limits: mcpsim::stores::memory::ReplayLimits::default(),
         };
         let world = gateway_world(&GatewayFile::demo(), &Deployment::demo(), options).unwrap();
         let mut backends = BTreeMap::new();

@@ -290,3 +290,61 @@ async fn export_needs_form_elicitation_then_a_confirmation_and_exports_once() {
     assert_eq!(records[3]["approvedBy"], "alice");
     assert_eq!(records[4]["redriven"], true);
 }
+
+#[tokio::test]
+async fn refused_confirmations_spend_no_quota() {
+    // The demo allows alice 5 notes.export calls a minute. Round 2s refused for any reason (a tampered state, a
+    // state without answers, confirm=false, a used state) spend nothing: five confirmed exports still fit.
+    let server = HttpServer::start(&["--gateway"]);
+    let arguments = json!({ "query": "TPS", "destination": "archive" });
+    let mut id = 0;
+    let mut next = |message: Value| {
+        id += 1;
+        let mut message = message;
+        message["id"] = json!(id);
+        message
+    };
+    let accept = json!({ "confirm": { "action": "accept", "content": { "confirm": true } } });
+    let mut exported = Vec::new();
+    for flow in 0..5 {
+        let round_one = next(call(0, "notes.export", arguments.clone()));
+        let (status, response) = post(&server, &conforming(&round_one, ALICE), &round_one).await;
+        assert_eq!((status, response["result"]["resultType"].as_str()), (200, Some("input_required")), "flow {flow}: {response}");
+        let state = response["result"]["requestState"].as_str().unwrap().to_string();
+        let answer = |state: &str, responses: Option<Value>| {
+            let mut message = call(0, "notes.export", arguments.clone());
+            message["params"]["requestState"] = json!(state);
+            if let Some(responses) = responses {
+                message["params"]["inputResponses"] = responses;
+            }
+            message
+        };
+        let mut tampered = state.clone();
+        tampered.replace_range(20..21, if &state[20..21] == "A" { "B" } else { "A" });
+        let refusals = [
+            (answer(&tampered, Some(accept.clone())), "a tampered state"),
+            (answer(&state, None), "a state without answers"),
+            (answer(&state, Some(json!({ "confirm": { "action": "accept", "content": { "confirm": false } } }))), "confirm=false"),
+        ];
+        for (message, what) in refusals {
+            let message = next(message);
+            let (_, response) = post(&server, &conforming(&message, ALICE), &message).await;
+            assert!(response["error"].is_object(), "flow {flow}: {what} is refused: {response}");
+            assert_ne!(reason(&response), "rate_limited", "flow {flow}: {response}");
+        }
+        let message = next(answer(&state, Some(accept.clone())));
+        let (_, response) = post(&server, &conforming(&message, ALICE), &message).await;
+        assert_eq!(response["result"]["structuredContent"]["outcome"], "exported", "flow {flow}: {response}");
+        exported.push(response["result"]["structuredContent"]["exportId"].clone());
+        // The used state declined afterwards: refused as consumed, and it spends nothing either.
+        let message = next(answer(&state, Some(json!({ "confirm": { "action": "decline" } }))));
+        let (_, response) = post(&server, &conforming(&message, ALICE), &message).await;
+        assert_eq!(reason(&response), "state_consumed", "flow {flow}: {response}");
+    }
+    exported.dedup();
+    assert_eq!(exported.len(), 5, "five confirmations, five exports");
+    // The sixth call in the window is the one refused.
+    let sixth = next(call(0, "notes.export", arguments.clone()));
+    let (status, response) = post(&server, &conforming(&sixth, ALICE), &sixth).await;
+    assert_eq!((status, reason(&response)), (429, "rate_limited"), "{response}");
+}

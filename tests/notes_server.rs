@@ -103,7 +103,14 @@ mod lesson_flow {
         assert_eq!(claims.tool, "notes_delete");
         assert_eq!(claims.phase, "delete_choice");
         assert_eq!(claims.candidates, ["note-3", "note-7", "note-14"]);
-        assert_eq!(claims.arguments_digest, digest_hex(&lesson_arguments()));
+        // Keyed (HMAC-SHA256 under the sealing key, domain-separated), computed here independently: someone
+        // holding the state cannot test a guessed title against a plain digest.
+        assert_ne!(claims.arguments_digest, digest_hex(&lesson_arguments()), "not an unkeyed SHA-256 of the arguments");
+        let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(&KEY_BYTES).unwrap();
+        hmac::Mac::update(&mut mac, b"mcpsim arguments digest v1\0");
+        hmac::Mac::update(&mut mac, serde_json::to_string(&lesson_arguments()).unwrap().as_bytes());
+        let expected: String = hmac::Mac::finalize(mac).into_bytes().iter().map(|byte| format!("{byte:02x}")).collect();
+        assert_eq!(claims.arguments_digest, expected);
         assert_eq!(claims.issued_at_ms, START_MS);
         assert_eq!(claims.expires_at_ms, START_MS + STATE_TTL_MS);
         assert_eq!(claims.nonce, "bm9uY2UuLi4AAAAAAAAAAQ", "the first nonce of the counting source, base64url");
@@ -1008,7 +1015,7 @@ mod replay_store_bounds {
 
     #[tokio::test]
     async fn a_full_replay_store_fails_closed_and_recovers_after_expiry_and_grace() {
-        let h = Harness::with_limits(ReplayLimits { capacity: 1, retention_grace_ms: GRACE_MS });
+        let h = Harness::with_limits(ReplayLimits { capacity: 1, principal_capacity: 1, retention_grace_ms: GRACE_MS });
         let first = h.lesson_state().await;
         assert_eq!(h.answer("alice", &lesson_arguments(), &first, decline()).await.outcome()["outcome"], "declined");
 
@@ -1046,7 +1053,7 @@ mod replay_store_bounds {
 
     #[tokio::test]
     async fn a_claim_stranded_by_a_crash_does_not_keep_the_replay_store_full_forever() {
-        let h = Harness::with_limits(ReplayLimits { capacity: 2, retention_grace_ms: GRACE_MS });
+        let h = Harness::with_limits(ReplayLimits { capacity: 2, principal_capacity: 2, retention_grace_ms: GRACE_MS });
         let stranded = h.lesson_state().await;
         crash_between_claim_and_delete(&h, &stranded, "note-7").await;
         h.clock.set(START_MS + 1_000);

@@ -71,6 +71,7 @@ scenario_snapshots! {
     an_attack_battery_across_three_instances => "24-an-attack-battery-across-three-instances.sim",
     crash_of_one_racer_at_the_store => "25-crash-of-one-racer-at-the-store.sim",
     store_outage_between_claim_and_delete => "26-store-outage-between-claim-and-delete.sim",
+    one_principal_fills_its_replay_share => "27-one-principal-fills-its-replay-share.sim",
     gateway_poisoned_description => "40-gateway-poisoned-description.sim",
     gateway_rug_pull_between_two_listings => "41-gateway-rug-pull-between-two-listings.sim",
     gateway_shadowed_search => "42-gateway-shadowed-search.sim",

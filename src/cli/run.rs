@@ -89,7 +89,7 @@ pub struct RunArgs {
     /// scenario it is re-seeded with exactly the scenario's notes (other notes removed; consumed confirmations
     /// kept), and the scenario's store expectations are evaluated against it. For test fleets only: it deletes
     /// notes. Also read from MCPSIM_RESEED_STORE (keeps a database password out of the process list).
-    #[arg(long, value_name = "SPEC", requires = "live", env = "MCPSIM_RESEED_STORE", hide_env_values = true)]
+    #[arg(long, value_name = "SPEC", requires = "live", env = "MCPSIM_RESEED_STORE", hide_env_values = true, value_parser = crate::cli::serve::StoreSpecParser)]
     pub reseed: Option<StoreSpec>,
     /// Run a mutant of the zoo instead of the real servers (`mcpsim mutants` lists them): its transcript
     /// shows how the checker catches it. The reproduce line names it.

@@ -36,7 +36,7 @@ pub struct SeedArgs {
     /// Created (with its schema) if it does not exist yet. Also read from MCPSIM_STORE, which keeps a
     /// database password out of the process list. `memory` cannot be seeded: it lives inside one
     /// `mcpsim serve` process, which loads it from its --config at start.
-    #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true)]
+    #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true, value_parser = crate::cli::serve::StoreSpecParser)]
     pub store: StoreSpec,
 
     /// Deployment file (TOML) whose `[[notes]]` to load [default: the embedded demo].

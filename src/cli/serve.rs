@@ -11,17 +11,22 @@ use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
 use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
+use crate::policy::pinning::PinFile;
 use crate::policy::state::KeyRing;
 use crate::servers::fixture::DEFAULT_STATE_TTL_MS;
 use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
-use crate::stores::memory::ReplayLimits;
-use crate::stores::spec::{open_with_durability, STORE_SPEC_HELP};
+use crate::stores::memory::{ReplayLimits, REPLAY_CAPACITY, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS};
+use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_text, STORE_SPEC_HELP};
 use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
-use crate::transport::http::{self, Authentication, HttpOptions, Tokens, MCP_PATH};
+use crate::transport::http::{
+    self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS,
+    MCP_PATH, PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
+};
 use crate::transport::stdio::serve_stdio;
+use crate::wire::jsonrpc::MESSAGE_BYTES_MAX;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,6 +43,26 @@ pub(crate) const FIXTURE_PRINCIPAL: &str = "anonymous";
 
 /// The environment variable `--store` may come from (keeps a database password out of the process list).
 pub(crate) const STORE_VARIABLE: &str = "MCPSIM_STORE";
+
+/// Parses a `--store` (or `MCPSIM_STORE`) value. clap's own error for a bad value repeats it whole, password
+/// included; this one repeats it with the password redacted ([`redact_store_text`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreSpecParser;
+
+impl clap::builder::TypedValueParser for StoreSpecParser {
+    type Value = StoreSpec;
+
+    fn parse_ref(&self, command: &clap::Command, arg: Option<&clap::Arg>, value: &std::ffi::OsStr) -> Result<StoreSpec, clap::Error> {
+        let flag = arg.and_then(clap::Arg::get_long).map_or("--store".to_string(), |long| format!("--{long}"));
+        let Some(text) = value.to_str() else {
+            return Err(clap::Error::raw(clap::error::ErrorKind::InvalidUtf8, format!("{flag} is not valid UTF-8\n")).with_cmd(command));
+        };
+        text.parse::<StoreSpec>().map_err(|error| {
+            let message = format!("invalid value {:?} for {flag}: {error}\n", redact_store_text(text));
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(command)
+        })
+    }
+}
 
 /// Exit status for invalid arguments or configuration (as clap uses for usage errors).
 const EXIT_USAGE: u8 = 2;
@@ -103,6 +128,9 @@ With --gateway it serves the security gateway instead: backends notes, issues an
 only tools whose full descriptor matches a reviewed pin listed or callable (see `mcpsim pins --help`),
 notes.export confirmed by the user through a form, per-principal rate limits, and one redacted audit
 record per tools/call (JSON Lines, to --audit-log FILE or stderr). Same tokens, same transport rules.
+Gateway processes given the same [[keys]] and --store sqlite:PATH or postgres:URL are one deployment: the
+replay ledger, the rate counters and the export ledgers live in that store, so a confirmation exports at
+most once, a decline is terminal, and a quota holds across all of them.
 
 Examples:
     mcpsim serve --http 127.0.0.1:8080                          # the demo over HTTP, tokens demo-alice, demo-bob
@@ -114,11 +142,31 @@ Examples:
 Exit status: 0 after end of input (stdio) or ctrl-c / SIGTERM (HTTP); 1 if serving failed (e.g. the
 address is in use, the store is unreachable); 2 for invalid arguments or configuration."#;
 
+/// File descriptors kept free of HTTP connections for everything else a process opens (its store, its logs).
+const FILES_RESERVED: usize = 64;
+
+/// The long help: [`AFTER_HELP`], then the HTTP limits as the named constants say them.
+fn after_long_help() -> String {
+    format!(
+        "{AFTER_HELP}
+
+HTTP limits (each refusal carries a JSON-RPC error body; README lists every check in order):
+  headers      within {HEADER_READ_TIMEOUT_MS} ms of connecting or of the previous response (an idle keep-alive
+               connection closes then too), else the connection is closed
+  body         within {BODY_READ_TIMEOUT_MS} ms of its headers and at most {MESSAGE_BYTES_MAX} bytes, else 408 (the
+               connection closes) or 413
+  connections  {CONNECTIONS_MAX} open at once per process, over all its --instances (fewer if ulimit -n is
+               lower); one more is answered 503 (Retry-After: 1) and closed
+  in flight    {REQUESTS_IN_FLIGHT_MAX} requests per listener, of which {PRINCIPAL_REQUESTS_IN_FLIGHT_MAX} per principal; beyond, 503 or 429
+               (Retry-After: 1), never a queue"
+    )
+}
+
 /// Run the notes server for real, over stdio or streamable HTTP, alone or as a fleet of instances.
 #[derive(Debug, clap::Args)]
 #[command(
     group(clap::ArgGroup::new("transport").required(true).args(["stdio", "http"])),
-    after_long_help = AFTER_HELP,
+    after_long_help = after_long_help(),
     after_help = "Examples:
   mcpsim serve --http 127.0.0.1:8080             # the demo over HTTP: POST http://127.0.0.1:8080/mcp
   mcpsim serve --stdio --principal alice         # newline-delimited JSON-RPC on stdin/stdout
@@ -203,7 +251,7 @@ pub struct ServeArgs {
     /// postgres://mcpsim:secret@db.internal:5432/mcpsim). A shared store is created and migrated at start
     /// and loaded with `mcpsim seed --store SPEC`. Also read from MCPSIM_STORE, which keeps a database
     /// password out of the process list.
-    #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true)]
+    #[arg(long, value_name = "SPEC", env = STORE_VARIABLE, hide_env_values = true, value_parser = StoreSpecParser)]
     pub store: Option<StoreSpec>,
 
     /// When a sqlite: or postgres: store acknowledges a commit: durable | relaxed [default: durable].
@@ -231,6 +279,54 @@ pub struct ServeArgs {
     /// then have none.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
+
+    /// The share of the replay store (100 000 confirmations) one principal may hold, in percent [default: 25].
+    ///
+    /// A principal that fills its share (declining confirmations as fast as it can, say) is refused with
+    /// replay_store_full while every other principal keeps working; the whole store's bound is kept too.
+    /// Every process of a fleet should use the same share.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100), conflicts_with = "fixture")]
+    pub replay_share: Option<u8>,
+
+    /// Test setting of the replay store's capacity (hidden: the default is the documented one), so a test
+    /// fills a principal's share in a few requests.
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "fixture")]
+    pub replay_capacity: Option<u32>,
+
+    /// Test settings of the HTTP limits (hidden: the defaults are the documented ones). Short deadlines and
+    /// small bounds let a test attack them in seconds.
+    #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "stdio")]
+    pub http_header_timeout_ms: Option<u64>,
+    #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "stdio")]
+    pub http_body_timeout_ms: Option<u64>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_connections_max: Option<u32>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_requests_max: Option<u32>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_principal_requests_max: Option<u32>,
+}
+
+impl ServeArgs {
+    /// The replay store's bounds: the documented capacity and grace, each principal's share as configured.
+    fn replay_limits(&self) -> ReplayLimits {
+        let share = self.replay_share.map_or(REPLAY_PRINCIPAL_SHARE_PERCENT, usize::from);
+        let capacity = self.replay_capacity.map_or(REPLAY_CAPACITY, |n| n as usize);
+        ReplayLimits::with_share(capacity, share, REPLAY_RETENTION_GRACE_MS)
+    }
+
+    /// The HTTP limits: the documented defaults, unless a (hidden) test setting says otherwise.
+    fn http_limits(&self) -> HttpLimits {
+        let defaults = HttpLimits::default();
+        let count = |value: Option<u32>, default: usize| value.map_or(default, |n| n as usize);
+        HttpLimits {
+            header_read_timeout_ms: self.http_header_timeout_ms.unwrap_or(defaults.header_read_timeout_ms),
+            body_read_timeout_ms: self.http_body_timeout_ms.unwrap_or(defaults.body_read_timeout_ms),
+            connections_max: count(self.http_connections_max, defaults.connections_max),
+            requests_in_flight_max: count(self.http_requests_max, defaults.requests_in_flight_max),
+            principal_requests_in_flight_max: count(self.http_principal_requests_max, defaults.principal_requests_in_flight_max),
+        }
+    }
 }
 
 /// The fixtures `--fixture` can serve.
@@ -306,8 +402,7 @@ struct NotesPlan {
 /// What a process serves, decided before the runtime starts.
 enum Plan {
     Fixture,
-    /// The gateway holds its own in-process state: it is built at once.
-    Gateway(Served),
+    Gateway(GatewayPlan),
     Notes(NotesPlan),
 }
 
@@ -329,13 +424,11 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
             refuse_store("--fixture")?;
             Plan::Fixture
         }
-        None if args.gateway => {
-            refuse_store("--gateway")?;
-            Plan::Gateway(gateway_server(&args)?)
-        }
+        None if args.gateway => Plan::Gateway(plan_gateway(&args)?),
         None => Plan::Notes(plan_notes_server(&args)?),
     };
     let origins = OriginPolicy::from_allowed(&args.allow_origins).map_err(|error| Failure::usage(format!("--allow-origin {error}")))?;
+    let limits = args.http_limits();
     let addresses =
         args.http.map(|address| instance_addresses(address, args.instances.unwrap_or(1))).transpose().map_err(Failure::usage)?;
     let runtime = match addresses {
@@ -347,12 +440,12 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     runtime.block_on(async move {
         let served = match plan {
             Plan::Fixture => conformance_fixture(args.state_ttl),
-            Plan::Gateway(served) => served,
-            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl).await?,
+            Plan::Gateway(plan) => open_gateway(plan, args.state_ttl, args.replay_limits()).await?,
+            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl, args.replay_limits()).await?,
         };
         let result = match addresses {
             None => run_stdio(&served).await,
-            Some(addresses) => run_http(&served, addresses, origins).await,
+            Some(addresses) => run_http(&served, addresses, origins, limits).await,
         };
         if let Some(stores) = &served.stores {
             // After the last request: every committed change is durable already; this only releases connections.
@@ -414,7 +507,7 @@ fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
         }
         (Some(path), None) => {
             let ring = load_key_file(path).map_err(|error| Failure::usage(key_file_hint(error)))?;
-            warn_if_readable_by_others(path);
+            warn_if_readable_by_others(path, "the key file", "holds signing keys");
             let keys = describe_ring(&ring, &format!("--key-file {}", path.display()));
             (ring, keys, true)
         }
@@ -441,28 +534,33 @@ fn describe_ring(ring: &KeyRing, source: &str) -> String {
     format!("key {:?} from {source} signs{also}", ring.signing_key_id())
 }
 
-/// A key file others can read lets them forge confirmations for every instance of the fleet.
+/// A key file (or a configuration holding keys or tokens) that others can read lets them forge confirmations
+/// for every instance of the fleet, or act as any principal.
 #[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path) {
+fn warn_if_readable_by_others(path: &Path, what: &str, holding: &str) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(metadata) = std::fs::metadata(path) {
         let mode = metadata.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            tracing::warn!("the key file {} is readable by other users (mode {mode:03o}); make it private: chmod 600", path.display());
+            tracing::warn!(
+                "{what} {} {holding} and is readable by other users (mode {mode:03o}); make it private: chmod 600 {}",
+                path.display(),
+                path.display()
+            );
         }
     }
 }
 
 #[cfg(not(unix))]
-fn warn_if_readable_by_others(_path: &Path) {}
+fn warn_if_readable_by_others(_path: &Path, _what: &str, _holding: &str) {}
 
 /// Opens the store and builds the notes server over it.
-async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Result<Served, Failure> {
+async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>, replay_limits: ReplayLimits) -> Result<Served, Failure> {
     let NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal } = plan;
     let stores = match &store {
         // This process's own store, loaded from the deployment (as every start before shared stores did).
-        StoreSpec::Memory => Stores::in_memory(deployment.notes(), Arc::new(SystemClock), ReplayLimits::default()),
-        shared => open_with_durability(shared, Arc::new(SystemClock), ReplayLimits::default(), durability).await.map_err(|error| {
+        StoreSpec::Memory => Stores::in_memory(deployment.notes(), Arc::new(SystemClock), replay_limits),
+        shared => open_with_durability(shared, Arc::new(SystemClock), replay_limits, durability).await.map_err(|error| {
             Failure::failed(format!("cannot open the store {shared}: {error}. Check the path or URL ({STORE_SPEC_HELP})."))
         })?,
     };
@@ -496,8 +594,10 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>) -> Resu
         Err(error) => format!(" ({durability} commits; the database did not say how: {error})"),
     };
     let summary = format!(
-        "notes server; store: {}{commits}, {note_count} notes; principals with tokens: {}; {keys}; requestState lives {} s",
+        "notes server; store: {}{commits}, {note_count} notes, room for {} confirmations ({} per principal); principals with tokens: {}; {keys}; requestState lives {} s",
         stores.admin.describe(),
+        replay_limits.capacity,
+        replay_limits.principal_capacity,
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
         state_ttl_secs.unwrap_or(deployment.state_ttl_secs)
     );
@@ -518,10 +618,21 @@ async fn run_stdio(served: &Served) -> Result<(), Failure> {
 }
 
 /// Serves one listener per address until SIGTERM or ctrl-c (or until one of them fails, which stops all).
-async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPolicy) -> Result<(), Failure> {
+async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPolicy, mut limits: HttpLimits) -> Result<(), Failure> {
     if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
         tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
     }
+    if let Some(files_max) = open_files_max() {
+        let room = files_max.saturating_sub(FILES_RESERVED).max(1);
+        if limits.connections_max > room {
+            tracing::warn!(
+                "this process may open {files_max} files (ulimit -n), too few for {} connections: allowing {room} (raise the limit to allow more)",
+                limits.connections_max
+            );
+            limits.connections_max = room;
+        }
+    }
+    let connections = ConnectionSlots::new(limits.connections_max);
     let count = addresses.len();
     let mut instances = Vec::with_capacity(count);
     for (index, address) in addresses.into_iter().enumerate() {
@@ -532,7 +643,7 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
             ))
         })?;
         let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
-        let options = HttpOptions { origins: origins.clone(), ..HttpOptions::default() };
+        let options = HttpOptions { origins: origins.clone(), limits };
         let router = http::router(served.service.clone(), served.authentication.clone(), options, local).map_err(Failure::usage)?;
         instances.push((listener, router, local));
     }
@@ -540,6 +651,7 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
         tracing::warn!("listening on a non-loopback address: bearer tokens travel in clear text; put TLS and network policy in front");
     }
     tracing::info!("{}{}", if count == 1 { String::new() } else { format!("{count} instances; ") }, served.summary);
+    tracing::info!("HTTP limits: {limits}");
     let shutdown =
         http::shutdown_signal().map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -551,7 +663,8 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
         let until_stopped = async move {
             let _ = stopped.wait_for(|stopping| *stopping).await;
         };
-        running.spawn(async move { (local, http::serve_http(listener, router, until_stopped).await) });
+        let connections = connections.clone();
+        running.spawn(async move { (local, http::serve_http(listener, router, connections, limits, until_stopped).await) });
     }
     let mut failure = None;
     tokio::select! {
@@ -572,6 +685,20 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
     }
 }
 
+/// The soft limit on open files (`ulimit -n`), when the system says.
+#[cfg(unix)]
+fn open_files_max() -> Option<usize> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given, which lives for the whole call.
+    let status = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    (status == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+}
+
+#[cfg(not(unix))]
+fn open_files_max() -> Option<usize> {
+    None
+}
+
 /// How an instance that ended is reported: only a clean end after the stop signal is no failure.
 fn instance_failure(ended: Result<(SocketAddr, std::io::Result<()>), tokio::task::JoinError>) -> Option<Failure> {
     match ended {
@@ -581,8 +708,22 @@ fn instance_failure(ended: Result<(SocketAddr, std::io::Result<()>), tokio::task
     }
 }
 
-/// The security gateway of the configured (or embedded demo) gateway file, over the deployment's principals.
-fn gateway_server(args: &ServeArgs) -> Result<Served, Failure> {
+/// The security gateway, decided before anything is opened: every argument and file is checked first.
+struct GatewayPlan {
+    deployment: Deployment,
+    file: GatewayFile,
+    pins: PinFile,
+    audit: Arc<dyn AuditSink>,
+    /// What the startup log says of the pins and the audit log.
+    pins_shown: String,
+    audit_shown: String,
+    store: StoreSpec,
+    durability: Durability,
+    stdio_principal: String,
+}
+
+/// Checks the gateway's arguments and files: deployment, gateway file, pins, audit log, store.
+fn plan_gateway(args: &ServeArgs) -> Result<GatewayPlan, Failure> {
     let deployment = load_deployment(args.config.as_ref())?;
     let file = match &args.gateway_config {
         None => GatewayFile::demo(),
@@ -595,35 +736,96 @@ fn gateway_server(args: &ServeArgs) -> Result<Served, Failure> {
             Failure::usage(format!("cannot open the audit log {}: {error}. Pass a writable file path.", path.display()))
         })?),
     };
-    let world = real_gateway(&file, &deployment, pins, audit, args.state_ttl).map_err(|error| Failure::usage(config_hint(error)))?;
     let stdio_principal = args.principal.clone().unwrap_or_else(|| DEFAULT_PRINCIPAL.to_string());
     if args.http.is_none() && !deployment.principals.contains_key(&stdio_principal) {
         return Err(Failure::usage(format!(
             "unknown principal {stdio_principal:?}: pass one of the configuration's principals with --principal"
         )));
     }
-    let backends: Vec<String> = world.gateway.backends().iter().map(|b| b.id.clone()).collect();
+    if args.key_file.is_some() {
+        return Err(Failure::usage("--key-file serves the notes server; give a gateway its keys as [[keys]] in --config"));
+    }
+    let store = args.store.clone().unwrap_or(StoreSpec::Memory);
+    if args.durability.is_some() && !store.is_shared() {
+        return Err(Failure::usage("--durability applies to a sqlite: or postgres: store; a memory store writes nothing to disk"));
+    }
+    Ok(GatewayPlan {
+        deployment,
+        file,
+        pins,
+        audit,
+        pins_shown: args.pins.as_ref().map_or("embedded demo pins".to_string(), |p| p.display().to_string()),
+        audit_shown: args.audit_log.as_ref().map_or("stderr".to_string(), |p| p.display().to_string()),
+        store,
+        durability: args.durability.unwrap_or_default(),
+        stdio_principal,
+    })
+}
+
+/// The security gateway of the configured (or embedded demo) gateway file, over the deployment's principals,
+/// keeping its replay ledger, rate counters and export ledgers in the store (shared with every gateway process
+/// pointed at a `sqlite:` or `postgres:` store; this process's own in `memory`).
+async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_limits: ReplayLimits) -> Result<Served, Failure> {
+    let GatewayPlan { deployment, file, pins, audit, pins_shown, audit_shown, store, durability, stdio_principal } = plan;
+    let keys_shared = deployment.configured_key_ring().map_err(|error| Failure::usage(config_hint(error)))?.is_some();
+    let opened = open_for_gateway(&store, Arc::new(SystemClock), replay_limits, durability)
+        .await
+        .map_err(|error| Failure::failed(format!("cannot open the store {store}: {error}. Check the path or URL ({STORE_SPEC_HELP}).")))?;
+    let (stores, shared) = opened.unzip();
+    let gateway = real_gateway(&file, &deployment, pins, audit, state_ttl_secs, replay_limits, shared.as_ref())
+        .map_err(|error| Failure::usage(config_hint(error)))?;
+    let state = match &stores {
+        Some(stores) => {
+            let note_count = stores.admin.list().await.map_err(|error| Failure::failed(format!("cannot read the store: {error}")))?.len();
+            if note_count == 0 {
+                tracing::warn!(
+                    "the store holds no notes; load the deployment's with `mcpsim seed --store {store}{}`",
+                    if deployment.notes.is_empty() { String::new() } else { " --config FILE".to_string() }
+                );
+            }
+            if !keys_shared {
+                tracing::warn!(
+                    "the store is shared, but this gateway signs with a random key of its own: other gateway processes cannot finish its confirmations (state_signature). Give every process the same [[keys]] in --config"
+                );
+            }
+            format!(
+                "confirmations, rate counters and exports in {} (shared with every gateway process using it), {note_count} notes",
+                stores.admin.describe()
+            )
+        }
+        None => {
+            if keys_shared {
+                // Shared keys make states portable, but this process's ledgers are its own: one confirmation
+                // could export once on each process, a decline here be accepted there, each quota be spent anew.
+                tracing::warn!(
+                    "the signing keys are shared, but this gateway keeps its replay ledger, rate counters and exports in memory: a confirmation declined or used here can be accepted again on another gateway process, and each process has its own quota. Point every gateway process at one --store sqlite:PATH or postgres:URL"
+                );
+            }
+            "confirmations, rate counters and exports in this process's memory".to_string()
+        }
+    };
+    let backends: Vec<String> = gateway.backends().iter().map(|b| b.id.clone()).collect();
     let summary = format!(
-        "security gateway; backends: {}; policy {}; pins: {}; audit log: {}",
+        "security gateway; backends: {}; policy {}; pins: {pins_shown}; audit log: {audit_shown}; {state}; room for {} confirmations ({} per principal)",
         backends.join(", "),
         file.policy.version,
-        args.pins.as_ref().map_or("embedded demo pins".to_string(), |p| p.display().to_string()),
-        args.audit_log.as_ref().map_or("stderr".to_string(), |p| p.display().to_string()),
+        replay_limits.capacity,
+        replay_limits.principal_capacity,
     );
     let tokens = deployment.tokens();
-    Ok(Served {
-        service: Arc::new(world.gateway),
-        authentication: Authentication::Bearer(Tokens::new(tokens)),
-        stdio_principal,
-        summary,
-        stores: None,
-    })
+    Ok(Served { service: Arc::new(gateway), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary, stores })
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {
     match path {
         None => Ok(Deployment::demo()),
-        Some(path) => Deployment::load(path).map_err(|error| Failure::usage(config_hint(error))),
+        Some(path) => {
+            let deployment = Deployment::load(path).map_err(|error| Failure::usage(config_hint(error)))?;
+            if !deployment.keys.is_empty() || !deployment.tokens().is_empty() {
+                warn_if_readable_by_others(path, "the configuration", "holds signing keys or bearer tokens");
+            }
+            Ok(deployment)
+        }
     }
 }
 

@@ -73,6 +73,73 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+impl ConfigError {
+    /// A TOML file that does not parse as what it should be, said without any value from it: the parser's own
+    /// message quotes the offending line (`token = "…"`) and sometimes the value, and a configuration holds
+    /// tokens and keys. What is kept: the line, the column, the table and key there, and what was wrong.
+    pub(crate) fn parse(origin: &str, text: &str, error: &toml::de::Error) -> ConfigError {
+        let problem = redacted_problem(error.message());
+        let message = match error.span() {
+            Some(span) => format!("{}: {problem}", describe_position(text, span.start)),
+            None => problem,
+        };
+        ConfigError::Parse { path: origin.to_string(), message }
+    }
+}
+
+/// The parser's complaint, its first line only, with any quoted value taken out ("invalid type: integer
+/// `12345678`, expected a string" → "invalid type: integer, expected a string"; the same for a string in
+/// double quotes). Field and key names in other messages ("unknown field `tokn`") are kept: they are the
+/// file's structure, not its secrets.
+fn redacted_problem(message: &str) -> String {
+    let first = message.lines().next().unwrap_or("").trim();
+    if !(first.starts_with("invalid type") || first.starts_with("invalid value") || first.starts_with("invalid length")) {
+        return first.to_string();
+    }
+    // serde says "invalid type: {what was found}, expected {what}"; what was found may quote the value (and the
+    // value may itself contain ", expected", so the split is at the last one).
+    let (found, expected) = first.rsplit_once(", expected").map_or((first, None), |(found, expected)| (found, Some(expected)));
+    let found = found.split(['`', '"', '\'']).next().unwrap_or("").trim_end();
+    match expected {
+        Some(expected) => format!("{found}, expected{expected}"),
+        None => found.to_string(),
+    }
+}
+
+/// Longest table or key name repeated from a configuration file in an error.
+const CONFIG_NAME_CHARS_MAX: usize = 64;
+
+/// "line L, column C (in [table], key K)": where `offset` falls, naming the key of that line (the text before
+/// its `=`, never after) and the table it is in.
+pub(crate) fn describe_position(text: &str, offset: usize) -> String {
+    let offset = (0..=offset.min(text.len())).rev().find(|&at| text.is_char_boundary(at)).unwrap_or(0);
+    let before = &text[..offset];
+    let line_number = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |tail| tail.chars().count()) + 1;
+    let line = text.lines().nth(line_number - 1).unwrap_or("");
+    let name = |name: &str| -> Option<String> {
+        let name = name.trim();
+        (!name.is_empty() && name.chars().count() <= CONFIG_NAME_CHARS_MAX && !name.contains(['"', '\'', '='])
+            || name.starts_with('"') && name.ends_with('"') && name.len() <= CONFIG_NAME_CHARS_MAX)
+            .then(|| name.to_string())
+    };
+    let table = text
+        .lines()
+        .take(line_number)
+        .filter_map(|line| line.trim().strip_prefix('[').and_then(|rest| rest.split(']').next()))
+        .last()
+        .and_then(|table| name(table.trim_start_matches('[')));
+    let key = line.split_once('=').and_then(|(key, _)| name(key));
+    let mut position = format!("line {line_number}, column {column}");
+    match (table, key) {
+        (Some(table), Some(key)) => position.push_str(&format!(" (in [{table}], key {key})")),
+        (None, Some(key)) => position.push_str(&format!(" (key {key})")),
+        (Some(table), None) => position.push_str(&format!(" (in [{table}])")),
+        (None, None) => {}
+    }
+    position
+}
+
 impl Deployment {
     /// The embedded demo deployment. Parsed once per process: the simulator builds a cluster from it for
     /// every schedule it explores, and parsing the TOML each time was a quarter of that cost.
@@ -87,10 +154,13 @@ impl Deployment {
     }
 
     pub(crate) fn from_toml(text: &str, origin: &str) -> Result<Deployment, ConfigError> {
-        let deployment: Deployment =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
-        deployment.authorizations()?;
-        deployment.configured_key_ring()?;
+        let deployment: Deployment = toml::from_str(text).map_err(|e| ConfigError::parse(origin, text, &e))?;
+        let in_file = |error: ConfigError| match error {
+            ConfigError::Invalid(message) => ConfigError::Invalid(format!("{origin}: {message}")),
+            other => other,
+        };
+        deployment.authorizations().map_err(in_file)?;
+        deployment.configured_key_ring().map_err(in_file)?;
         let mut ids: Vec<&str> = deployment.notes.iter().map(|n| n.id.as_str()).collect();
         ids.sort();
         if ids.windows(2).any(|w| w[0] == w[1]) {
@@ -164,7 +234,9 @@ fn key_ring_of(keys: &[KeyConfig]) -> Result<Option<KeyRing>, ConfigError> {
     let mut keys = keys.iter();
     let Some(first) = keys.next() else { return Ok(None) };
     let decode = |k: &KeyConfig| {
-        base64::engine::general_purpose::STANDARD.decode(&k.secret_base64).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", k.id)))
+        base64::engine::general_purpose::STANDARD
+            .decode(&k.secret_base64)
+            .map_err(|_| ConfigError::Invalid(format!("key {}: secret_base64 is not valid base64 (make one with `mcpsim keygen`)", k.id)))
     };
     let mut ring = KeyRing::new(&first.id, decode(first)?).map_err(|e| ConfigError::Invalid(format!("key {}: {e}", first.id)))?;
     for key in keys {
@@ -198,7 +270,10 @@ pub fn load_key_file(path: &Path) -> Result<KeyRing, ConfigError> {
     // The parser's message can quote the offending line, which may hold a secret: say only where it is.
     let file: KeyFile = toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: origin.clone(),
-        message: format!("not a key file ({})", e.span().map_or("bad TOML".to_string(), |span| describe_span(&text, span))),
+        message: format!(
+            "not a key file ({}; expected [[keys]] tables with id and secret_base64 only)",
+            e.span().map_or("bad TOML".to_string(), |span| describe_position(&text, span.start))
+        ),
     })?;
     match key_ring_of(&file.keys) {
         Ok(Some(ring)) => Ok(ring),
@@ -206,14 +281,6 @@ pub fn load_key_file(path: &Path) -> Result<KeyRing, ConfigError> {
         Err(ConfigError::Invalid(message)) => Err(ConfigError::Invalid(format!("{origin}: {message}"))),
         Err(other) => Err(other),
     }
-}
-
-/// "line L, column C" of a byte offset, for errors that must not quote the text.
-fn describe_span(text: &str, span: std::ops::Range<usize>) -> String {
-    let before = &text[..span.start.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |tail| tail.chars().count()) + 1;
-    format!("error at line {line}, column {column}; expected [[keys]] tables with id and secret_base64 only")
 }
 
 pub fn server_info() -> ServerInfo {

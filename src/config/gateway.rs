@@ -109,8 +109,7 @@ impl GatewayFile {
     }
 
     pub(crate) fn from_toml(text: &str, origin: &str) -> Result<GatewayFile, ConfigError> {
-        let file: GatewayFile =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        let file: GatewayFile = toml::from_str(text).map_err(|e| ConfigError::parse(origin, text, &e))?;
         file.policy.validate().map_err(|e| ConfigError::Invalid(format!("{origin}: policy: {e}")))?;
         for (id, backend) in &file.backends {
             if !crate::policy::pinning::is_backend_id(id) {

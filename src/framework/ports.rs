@@ -90,6 +90,9 @@ impl ClaimRecord {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NonceClaim {
     pub nonce: String,
+    /// Whose confirmation it is: the replay store bounds each principal's share of its capacity, so one
+    /// principal filling its share leaves the others working.
+    pub principal: String,
     /// When the state carrying this nonce expires; the entry is kept at least until then.
     pub expires_at_ms: u64,
     /// What consuming it did.

@@ -5,7 +5,7 @@
 //! checker) read them the same way whichever server answered.
 
 use crate::framework::ports::{ClaimRecord, StoreError};
-use crate::policy::state::{KeyRing, OpenError, StateClaims};
+use crate::policy::state::{key_id_of, KeyRing, OpenError, StateClaims};
 use crate::wire::errors::{Reason, RpcError};
 use serde_json::{Map, Value};
 
@@ -119,7 +119,8 @@ pub(crate) struct Continuation<'a> {
     pub principal: &'a str,
     pub tool: &'a str,
     pub phase: &'a str,
-    pub arguments_digest: &'a str,
+    /// The canonical arguments of this call; the state must carry their digest under its own key.
+    pub arguments: &'a [u8],
     /// What calling the tool again without the state does, e.g. "to get a new form".
     pub restart_hint: &'a str,
 }
@@ -135,11 +136,12 @@ pub(crate) fn open_continuation(
     let Continuation { issuer, tool, restart_hint, .. } = expected;
     let restart = format!("call {tool} again without it {restart_hint}");
     let claims = key_ring.open(token, now_ms).map_err(|error| unopenable(error, issuer, &restart))?;
+    let digest = key_id_of(token).and_then(|key_id| key_ring.arguments_digest(key_id, expected.arguments));
     let bound = claims.principal == expected.principal
         && claims.method == "tools/call"
         && claims.tool == expected.tool
         && claims.phase == expected.phase
-        && claims.arguments_digest == expected.arguments_digest;
+        && digest.as_deref() == Some(claims.arguments_digest.as_str());
     if !bound {
         return Err(state_mismatch("principal, tool or set of arguments"));
     }

@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 type HmacSha256 = Hmac<Sha256>;
 
 const FORMAT: &str = "s1";
+/// Prefixes the bytes an arguments digest covers, so no digest is ever a valid state tag or the reverse.
+const ARGUMENTS_DIGEST_DOMAIN: &[u8] = b"mcpsim arguments digest v1\0";
 /// Longest `requestState` we will look at.
 pub const STATE_CHARS_MAX: usize = 8192;
 pub(crate) const KEY_ID_CHARS_MAX: usize = 32;
@@ -32,7 +34,9 @@ pub struct StateClaims {
     pub principal: String,
     pub method: String,
     pub tool: String,
-    /// Lower-case hex SHA-256 of the canonical `arguments` object.
+    /// Lower-case hex HMAC-SHA256 of the canonical `arguments` object under the key that sealed the state
+    /// ([`KeyRing::arguments_digest`]): keyed, so holding a state does not let anyone test guessed arguments
+    /// (a title, a query) against it.
     pub arguments_digest: String,
     /// Ids offered to the user in the form; a choice outside this set is refused.
     pub candidates: Vec<String>,
@@ -145,6 +149,21 @@ impl KeyRing {
         self.seal_claims(claims)
     }
 
+    /// The digest of canonical `arguments` bytes a state sealed with key `key_id` carries: HMAC-SHA256 under
+    /// that key, domain-separated from state tags. `None` if the ring does not hold the key.
+    pub(crate) fn arguments_digest(&self, key_id: &str, arguments: &[u8]) -> Option<String> {
+        let key = self.keys.get(key_id)?;
+        let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
+        mac.update(ARGUMENTS_DIGEST_DOMAIN);
+        mac.update(arguments);
+        Some(crate::wire::canonical::hex(&mac.finalize().into_bytes()))
+    }
+
+    /// [`KeyRing::arguments_digest`] under the signing key: what a state sealed now carries.
+    pub(crate) fn signing_arguments_digest(&self, arguments: &[u8]) -> String {
+        self.arguments_digest(&self.signing_key_id, arguments).expect("the ring holds its signing key")
+    }
+
     /// Seals any claims type in the same token format with the same keys. Each claims type must refuse
     /// the others' payloads (`deny_unknown_fields` and distinct required fields), so a state issued for
     /// one flow never opens as another's.
@@ -199,6 +218,11 @@ pub fn read_unverified(token: &str) -> Option<StateClaims> {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
 }
 
+/// The key id a token names (unverified: call after the token has been opened).
+pub(crate) fn key_id_of(token: &str) -> Option<&str> {
+    token.split('.').nth(1)
+}
+
 /// Length of `.<tag>` at the end of the token.
 fn tag_len(token: &str) -> usize {
     token.len() - token.rfind('.').expect("checked: four parts")
@@ -225,6 +249,21 @@ mod tests {
             expires_at_ms: 301_000,
             nonce: "bm9uY2Vub25jZW5vbmNl".into(),
         }
+    }
+
+    #[test]
+    fn arguments_digests_are_keyed_by_the_sealing_key() {
+        let mut r = ring();
+        let arguments = br#"{"title":"TPS report"}"#;
+        let digest = r.signing_arguments_digest(arguments);
+        assert_eq!(digest.len(), 64);
+        assert_ne!(digest, crate::wire::canonical::hex(&<Sha256 as sha2::Digest>::digest(arguments)), "not the plain SHA-256");
+        assert_ne!(digest, r.signing_arguments_digest(br#"{"title":"TPS report 2024"}"#));
+        let other = KeyRing::new("k1", vec![8u8; 32]).unwrap();
+        assert_ne!(digest, other.signing_arguments_digest(arguments), "another key, another digest");
+        r.rotate("k2", vec![9u8; 32]).unwrap();
+        assert_eq!(r.arguments_digest("k1", arguments), Some(digest), "an old key still digests its states' arguments");
+        assert_eq!(r.arguments_digest("k9", arguments), None);
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct ClusterSpec {
     pub clients: Vec<ClientSpec>,
     pub state_ttl_ms: Option<u64>,
     pub replay_capacity: Option<usize>,
+    /// Most nonces one principal may hold (`replay capacity N per-principal M`); the whole capacity if unsaid.
+    pub replay_principal_capacity: Option<usize>,
     pub replay_grace_ms: Option<u64>,
     pub latency_ms: Option<(u64, u64)>,
 }

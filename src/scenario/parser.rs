@@ -735,6 +735,13 @@ impl<'a> Parser<'a> {
                     return Err(self.error_here("a replay store of capacity 0 could never hold a nonce"));
                 }
                 self.cluster.replay_capacity = Some(capacity);
+                if self.keyword("per-principal") {
+                    let share = self.count("one principal's share of the replay store")?;
+                    if share == 0 || share > capacity {
+                        return Err(self.error_here("a principal's share is 1 to the replay store's capacity"));
+                    }
+                    self.cluster.replay_principal_capacity = Some(share);
+                }
                 if self.keyword("grace") {
                     self.cluster.replay_grace_ms = Some(self.unsigned_duration("the retention grace period")?);
                 }
@@ -1508,7 +1515,7 @@ mod tests {
              client bob principal bob capabilities {{\"elicitation\": {{\"url\": {{}}}}}}\n\
              principal carol workspaces \"file:///c\" \"file:///d\"\n\
              note n1 title \"T\" uri \"file:///c/n1.md\" body \"B\"\n\
-             state-ttl 2m\nreplay capacity 5 grace 10s\nlatency 2ms to 9ms\n\
+             state-ttl 2m\nreplay capacity 5 per-principal 3 grace 10s\nlatency 2ms to 9ms\n\
              let args = {{\"workspaceUri\": \"file:///c\", # a comment inside JSON\n   \"title\": \"T\"}}\n\
              send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": $args}} as r1\n\
              send alice -> i2 raw \"{{not json\" as raw\n\
@@ -1530,6 +1537,7 @@ mod tests {
         assert_eq!(cluster.clients[1].capabilities, serde_json::json!({"elicitation": {"url": {}}}));
         assert_eq!(cluster.principals[0].workspaces, ["file:///c", "file:///d"]);
         assert_eq!((cluster.state_ttl_ms, cluster.replay_capacity, cluster.replay_grace_ms), (Some(120_000), Some(5), Some(10_000)));
+        assert_eq!(cluster.replay_principal_capacity, Some(3));
         assert_eq!(cluster.latency_ms, Some((2, 9)));
         assert_eq!(cluster.keys[0].secret, derived_key_secret("k1"));
         assert_eq!(scenario.steps.len(), 22);

@@ -30,6 +30,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("24-an-attack-battery-across-three-instances.sim", include_str!("../../scenarios/24-an-attack-battery-across-three-instances.sim")),
     ("25-crash-of-one-racer-at-the-store.sim", include_str!("../../scenarios/25-crash-of-one-racer-at-the-store.sim")),
     ("26-store-outage-between-claim-and-delete.sim", include_str!("../../scenarios/26-store-outage-between-claim-and-delete.sim")),
+    ("27-one-principal-fills-its-replay-share.sim", include_str!("../../scenarios/27-one-principal-fills-its-replay-share.sim")),
     ("40-gateway-poisoned-description.sim", include_str!("../../scenarios/40-gateway-poisoned-description.sim")),
     ("41-gateway-rug-pull-between-two-listings.sim", include_str!("../../scenarios/41-gateway-rug-pull-between-two-listings.sim")),
     ("42-gateway-shadowed-search.sim", include_str!("../../scenarios/42-gateway-shadowed-search.sim")),

@@ -278,9 +278,13 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
         grants,
         notes,
         state_ttl_ms: spec.state_ttl_ms.or(demo.as_ref().map(|d| d.state_ttl_secs * 1000)).unwrap_or(DEFAULT_STATE_TTL_MS),
-        replay_limits: ReplayLimits {
-            capacity: spec.replay_capacity.unwrap_or(defaults.capacity),
-            retention_grace_ms: spec.replay_grace_ms.unwrap_or(defaults.retention_grace_ms),
+        replay_limits: match spec.replay_capacity {
+            None => ReplayLimits { retention_grace_ms: spec.replay_grace_ms.unwrap_or(defaults.retention_grace_ms), ..defaults },
+            Some(capacity) => ReplayLimits {
+                capacity,
+                principal_capacity: spec.replay_principal_capacity.unwrap_or(capacity),
+                retention_grace_ms: spec.replay_grace_ms.unwrap_or(defaults.retention_grace_ms),
+            },
         },
         latency_ms_min,
         latency_ms_max,

@@ -102,6 +102,16 @@ pub(crate) fn decode_record(text: &str) -> Result<ClaimRecord, StoreError> {
         .ok_or_else(|| StoreError::Unavailable(format!("a stored nonce record is not one mcpsim writes: {text:?}")))
 }
 
+/// An export's note ids as the databases keep them: a JSON array of strings.
+pub(crate) fn encode_note_ids(ids: &[String]) -> String {
+    Value::from(ids.to_vec()).to_string()
+}
+
+pub(crate) fn decode_note_ids(text: &str) -> Result<Vec<String>, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Unavailable(format!("a stored export's note ids are not a JSON list ({e}): {text:?}")))
+}
+
 /// Whether the live note at `uri` may be deleted under `workspace`: an unparsable URI is outside.
 pub(crate) fn still_inside(workspace: &FileUri, uri: &str) -> bool {
     FileUri::parse(uri).is_ok_and(|uri| workspace.contains(&uri))

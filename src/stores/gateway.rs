@@ -3,7 +3,7 @@
 //!
 //! Every one is bounded; a full store refuses (fails closed) rather than forgetting something that still matters.
 
-use crate::framework::ports::StoreError;
+use crate::framework::ports::{NoteStore, ReplayStore, StoreError};
 use crate::policy::pinning::PinFile;
 use crate::servers::gateway::audit::AuditRecord;
 use crate::servers::gateway::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
@@ -214,6 +214,21 @@ impl ExportLedger for MemoryExportLedger {
         records.insert(request.key, record.clone());
         Ok(ExportOutcome::Exported(record))
     }
+}
+
+/// The export ledger of a notes backend, by its id.
+pub type LedgerOf = Arc<dyn Fn(&str) -> Arc<dyn ExportLedger> + Send + Sync>;
+
+/// The state a gateway deployment shares among its processes: the notes its notes backends read, the replay
+/// ledger of confirmations, the rate counters and each notes backend's export ledger. In memory for one
+/// process; in SQLite or PostgreSQL for any number of them.
+#[derive(Clone)]
+pub struct GatewayStores {
+    pub notes: Arc<dyn NoteStore>,
+    pub replay: Arc<dyn ReplayStore>,
+    pub rate_limiter: Arc<dyn RateLimiter>,
+    /// The export ledger of the notes backend with this id.
+    pub ledger: LedgerOf,
 }
 
 /// The pins in force, replaced whole when an operator approves something.

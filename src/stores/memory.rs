@@ -90,18 +90,36 @@ pub fn past_retention(expires_at_ms: u64, store_now_ms: u64, grace_ms: u64, prun
     expires_at_ms.saturating_add(grace_ms) <= store_now_ms || expires_at_ms <= pruned_through_ms
 }
 
+/// Nonces the replay store holds at most, all principals together.
+pub const REPLAY_CAPACITY: usize = 100_000;
+/// The share of [`REPLAY_CAPACITY`] one principal may hold, in percent: a principal that fills its share (by
+/// declining confirmations as fast as it can, say) is refused while every other principal keeps working.
+pub const REPLAY_PRINCIPAL_SHARE_PERCENT: usize = 25;
+/// How long a nonce is kept past its state's expiry.
+pub const REPLAY_RETENTION_GRACE_MS: u64 = 60_000;
+
 /// Bounds of the replay store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayLimits {
-    /// Most nonces held at once (pending and consumed).
+    /// Most nonces held at once (pending and consumed), all principals together.
     pub capacity: usize,
+    /// Most nonces one principal's confirmations hold at once (at most `capacity`).
+    pub principal_capacity: usize,
     /// Kept past a state's expiry before pruning, to cover clock skew between instances and the store.
     pub retention_grace_ms: u64,
 }
 
+impl ReplayLimits {
+    /// `capacity` nonces, each principal allowed `share_percent` of them (at least one).
+    pub fn with_share(capacity: usize, share_percent: usize, retention_grace_ms: u64) -> ReplayLimits {
+        let principal_capacity = (capacity.saturating_mul(share_percent.min(100)) / 100).clamp(1, capacity.max(1));
+        ReplayLimits { capacity, principal_capacity, retention_grace_ms }
+    }
+}
+
 impl Default for ReplayLimits {
     fn default() -> Self {
-        ReplayLimits { capacity: 100_000, retention_grace_ms: 60_000 }
+        ReplayLimits::with_share(REPLAY_CAPACITY, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS)
     }
 }
 
@@ -114,7 +132,10 @@ enum Entry {
 
 #[derive(Debug, Default)]
 struct Ledger {
-    entries: BTreeMap<String, (u64, Entry)>,
+    /// nonce → (expiry, principal, entry).
+    entries: BTreeMap<String, (u64, String, Entry)>,
+    /// Nonces held per principal (only principals holding some).
+    held: BTreeMap<String, usize>,
     by_expiry: BTreeSet<(u64, String)>,
     /// The latest expiry pruned so far: a claim of a state expiring at or before it may have been pruned
     /// after it was used, so it is refused whatever the claimant's clock says.
@@ -135,13 +156,37 @@ impl Ledger {
                 break;
             }
             self.by_expiry.pop_first();
-            self.entries.remove(&nonce);
+            self.remove(&nonce);
             self.pruned_through_ms = self.pruned_through_ms.max(expires_at_ms);
         }
     }
 
+    fn insert(&mut self, claim: &NonceClaim, entry: Entry) {
+        let previous = self.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, claim.principal.clone(), entry));
+        if previous.is_none() {
+            *self.held.entry(claim.principal.clone()).or_insert(0) += 1;
+        }
+        self.by_expiry.insert((claim.expires_at_ms, claim.nonce.clone()));
+    }
+
+    /// Removes an entry (not its expiry index) and gives its principal's place back.
+    fn remove(&mut self, nonce: &str) {
+        if let Some((_, principal, _)) = self.entries.remove(nonce) {
+            if let Some(count) = self.held.get_mut(&principal) {
+                *count -= 1;
+                if *count == 0 {
+                    self.held.remove(&principal);
+                }
+            }
+        }
+    }
+
+    fn held_by(&self, principal: &str) -> usize {
+        self.held.get(principal).copied().unwrap_or(0)
+    }
+
     fn reserve(&mut self, claim: &NonceClaim, entry: Entry, now_ms: u64, limits: ReplayLimits) -> Result<(), ClaimOutcome> {
-        if let Some((_, existing)) = self.entries.get(&claim.nonce) {
+        if let Some((_, _, existing)) = self.entries.get(&claim.nonce) {
             let record = match existing {
                 Entry::Pending => ClaimRecord::InProgress,
                 Entry::Consumed(record) => record.clone(),
@@ -151,14 +196,16 @@ impl Ledger {
         if past_retention(claim.expires_at_ms, now_ms, limits.retention_grace_ms, self.pruned_through_ms) {
             return Err(ClaimOutcome::Expired);
         }
-        if self.entries.len() >= limits.capacity {
+        // The principal's share, then the whole: each pruned only when it is needed, never evicting.
+        let full =
+            |ledger: &Ledger| ledger.held_by(&claim.principal) >= limits.principal_capacity || ledger.entries.len() >= limits.capacity;
+        if full(self) {
             self.prune(now_ms, limits.retention_grace_ms);
-            if self.entries.len() >= limits.capacity {
+            if full(self) {
                 return Err(ClaimOutcome::Full);
             }
         }
-        self.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, entry));
-        self.by_expiry.insert((claim.expires_at_ms, claim.nonce.clone()));
+        self.insert(claim, entry);
         Ok(())
     }
 }
@@ -192,7 +239,7 @@ impl MemoryReplayStore {
     /// The record of a consumed nonce, if held.
     pub fn record(&self, nonce: &str) -> Option<ClaimRecord> {
         match self.lock().entries.get(nonce) {
-            Some((_, Entry::Consumed(record))) => Some(record.clone()),
+            Some((_, _, Entry::Consumed(record))) => Some(record.clone()),
             _ => None,
         }
     }
@@ -202,7 +249,7 @@ impl MemoryReplayStore {
         self.lock()
             .entries
             .iter()
-            .filter_map(|(nonce, (_, entry))| match entry {
+            .filter_map(|(nonce, (_, _, entry))| match entry {
                 Entry::Consumed(record) => Some((nonce.clone(), record.clone())),
                 Entry::Pending => None,
             })
@@ -241,13 +288,12 @@ impl ReplayStore for MemoryReplayStore {
             Ok(GuardedDelete::Deleted(note)) => {
                 // Re-index too: a delete slow enough to outlive its state's retention was pruned meanwhile,
                 // and its record must still expire like any other.
-                ledger.by_expiry.insert((claim.expires_at_ms, claim.nonce.clone()));
-                ledger.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, Entry::Consumed(claim.record)));
+                ledger.insert(&claim, Entry::Consumed(claim.record.clone()));
                 Ok(ClaimAndDelete::Deleted(note))
             }
             other => {
                 // Release: nothing was deleted, so nothing is consumed.
-                ledger.entries.remove(&claim.nonce);
+                ledger.remove(&claim.nonce);
                 ledger.by_expiry.remove(&(claim.expires_at_ms, claim.nonce.clone()));
                 match other {
                     Ok(GuardedDelete::Gone) => Ok(ClaimAndDelete::NoteGone),
@@ -279,12 +325,12 @@ mod tests {
     fn fixture(capacity: usize) -> (Arc<MemoryNoteStore>, Arc<TestClock>, MemoryReplayStore) {
         let notes = Arc::new(MemoryNoteStore::new(vec![note("n1", "file:///w/a.md"), note("n2", "file:///w/b.md")]));
         let clock = Arc::new(TestClock(AtomicU64::new(1_000)));
-        let replay = MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits { capacity, retention_grace_ms: 100 });
+        let replay = MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::with_share(capacity, 100, 100));
         (notes, clock, replay)
     }
 
     fn claim(nonce: &str, expires_at_ms: u64) -> NonceClaim {
-        NonceClaim { nonce: nonce.into(), expires_at_ms, record: ClaimRecord::Declined { tool: None } }
+        NonceClaim { nonce: nonce.into(), principal: "alice".into(), expires_at_ms, record: ClaimRecord::Declined { tool: None } }
     }
 
     fn workspace() -> FileUri {
@@ -326,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_stranded_pending_claim_neither_blocks_pruning_nor_outlives_its_retention() {
-        let limits = ReplayLimits { capacity: 2, retention_grace_ms: 100 };
+        let limits = ReplayLimits::with_share(2, 100, 100);
         let mut ledger = Ledger::default();
         ledger.reserve(&claim("stranded", 2_000), Entry::Pending, 1_000, limits).unwrap();
         ledger.reserve(&claim("declined", 3_000), Entry::Consumed(ClaimRecord::Declined { tool: None }), 1_000, limits).unwrap();
@@ -338,6 +384,30 @@ mod tests {
         );
         assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 3_100, limits), Ok(()));
         assert_eq!(ledger.entries.keys().collect::<Vec<_>>(), ["new"], "both expired entries were pruned");
+    }
+
+    #[tokio::test]
+    async fn a_principal_filling_its_share_leaves_the_others_working() {
+        let notes = Arc::new(MemoryNoteStore::new(vec![note("n1", "file:///w/a.md")]));
+        let clock = Arc::new(TestClock(AtomicU64::new(1_000)));
+        let limits = ReplayLimits::with_share(4, 50, 100);
+        assert_eq!(limits.principal_capacity, 2);
+        let replay = MemoryReplayStore::new(notes, clock.clone(), limits);
+        let of = |principal: &str, nonce: &str| NonceClaim { principal: principal.into(), ..claim(nonce, 2_000) };
+        assert_eq!(replay.claim(of("bob", "b1")).await, Ok(ClaimOutcome::Claimed));
+        assert_eq!(replay.claim(of("bob", "b2")).await, Ok(ClaimOutcome::Claimed));
+        assert_eq!(replay.claim(of("bob", "b3")).await, Ok(ClaimOutcome::Full), "bob's share is full");
+        assert_eq!(replay.claim(of("alice", "a1")).await, Ok(ClaimOutcome::Claimed), "alice is not bob");
+        assert_eq!(replay.claim(of("carol", "c1")).await, Ok(ClaimOutcome::Claimed));
+        assert_eq!(replay.claim(of("alice", "a2")).await, Ok(ClaimOutcome::Full), "the global bound is kept");
+        assert!(matches!(replay.claim(of("alice", "b1")).await, Ok(ClaimOutcome::AlreadyClaimed { .. })), "a held nonce is reported");
+        clock.0.store(2_100, Ordering::SeqCst);
+        assert_eq!(
+            replay.claim(NonceClaim { expires_at_ms: 9_000, ..of("bob", "b3") }).await,
+            Ok(ClaimOutcome::Claimed),
+            "expired entries give places back"
+        );
+        assert_eq!(replay.lock().held, BTreeMap::from([("bob".to_string(), 1)]), "counts follow the entries");
     }
 
     #[tokio::test]

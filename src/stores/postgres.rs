@@ -20,11 +20,15 @@ use crate::framework::ports::{
     ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
 };
 use crate::policy::containment::FileUri;
+use crate::servers::gateway::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
+use crate::servers::gateway::ports::{rate_window, RateDecision, RateLimit, RateLimiter};
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
+use crate::stores::database::{decode_note_ids, encode_note_ids};
 use crate::stores::database::{
     decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability, Migration,
     MigrationReport,
 };
+use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
@@ -44,27 +48,38 @@ pub(crate) const POSTGRES_RESERVE_ATTEMPTS_MAX: usize = 3;
 /// Claims the nonce and counts it, in one statement: one row (the new count) if the nonce was inserted, none on
 /// a conflict. A concurrent inserter of the same nonce waits for ours to commit or roll back.
 const INSERT_AND_COUNT_SQL: &str = "WITH inserted AS (
-        INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
-        ON CONFLICT (nonce) DO NOTHING RETURNING nonce
-    )
-    UPDATE replay_counter SET nonce_count = nonce_count + 1
-    WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms";
-/// Claims the nonce, counts it and deletes the note, in one statement (one row back): the count and the deleted
-/// note, both NULL on a conflict; the note NULL if it is gone. Locks are taken in the order nonce, counter,
-/// note (the delete needs the count first), as the step-by-step path takes them.
-const CLAIM_AND_DELETE_SQL: &str = "WITH inserted AS (
-        INSERT INTO nonces (nonce, expires_at_ms, record) VALUES ($1, $2, $3)
+        INSERT INTO nonces (nonce, expires_at_ms, record, principal) VALUES ($1, $2, $3, $4)
         ON CONFLICT (nonce) DO NOTHING RETURNING nonce
     ),
     counted AS (
         UPDATE replay_counter SET nonce_count = nonce_count + 1
         WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms
     ),
+    held AS (
+        INSERT INTO replay_principals (principal, nonce_count) SELECT $4, 1 WHERE EXISTS (SELECT 1 FROM inserted)
+        ON CONFLICT (principal) DO UPDATE SET nonce_count = replay_principals.nonce_count + 1 RETURNING nonce_count
+    )
+    SELECT counted.nonce_count, counted.pruned_through_ms, held.nonce_count FROM counted, held";
+/// Claims the nonce, counts it and deletes the note, in one statement (one row back): the count and the deleted
+/// note, both NULL on a conflict; the note NULL if it is gone. Locks are taken in the order nonce, counter,
+/// note (the delete needs the count first), as the step-by-step path takes them.
+const CLAIM_AND_DELETE_SQL: &str = "WITH inserted AS (
+        INSERT INTO nonces (nonce, expires_at_ms, record, principal) VALUES ($1, $2, $3, $5)
+        ON CONFLICT (nonce) DO NOTHING RETURNING nonce
+    ),
+    counted AS (
+        UPDATE replay_counter SET nonce_count = nonce_count + 1
+        WHERE id = 1 AND EXISTS (SELECT 1 FROM inserted) RETURNING nonce_count, pruned_through_ms
+    ),
+    held AS (
+        INSERT INTO replay_principals (principal, nonce_count) SELECT $5, 1 WHERE EXISTS (SELECT 1 FROM inserted)
+        ON CONFLICT (principal) DO UPDATE SET nonce_count = replay_principals.nonce_count + 1 RETURNING nonce_count
+    ),
     deleted AS (
         DELETE FROM notes WHERE id = $4 AND EXISTS (SELECT 1 FROM counted) RETURNING id, title, uri, body
     )
-    SELECT counted.nonce_count, deleted.id, deleted.title, deleted.uri, deleted.body, counted.pruned_through_ms
-    FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN deleted ON true";
+    SELECT counted.nonce_count, deleted.id, deleted.title, deleted.uri, deleted.body, counted.pruned_through_ms, held.nonce_count
+    FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN deleted ON true LEFT JOIN held ON true";
 const SELECT_RECORD_SQL: &str = "SELECT record FROM nonces WHERE nonce = $1";
 const DELETE_NOTE_SQL: &str = "DELETE FROM notes WHERE id = $1 RETURNING id, title, uri, body";
 /// Serializes schema migration across processes starting at once (an arbitrary constant: "mcpsim" + 1).
@@ -103,7 +118,51 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[
         description: "the expiry the nonces have been pruned through: claims of states that old are refused on any clock",
         sql: "ALTER TABLE replay_counter ADD COLUMN pruned_through_ms BIGINT NOT NULL DEFAULT 0;",
     },
+    Migration {
+        version: 3,
+        description: "each principal's share of the nonces; the gateway's rate-limit counters and its notes backends' export ledgers",
+        sql: "
+        -- Nonces claimed before this step belong to no principal ('') and count against that share alone.
+        ALTER TABLE nonces ADD COLUMN principal TEXT NOT NULL DEFAULT '';
+        CREATE TABLE replay_principals (
+            principal TEXT PRIMARY KEY,
+            nonce_count BIGINT NOT NULL CHECK (nonce_count > 0)
+        );
+        INSERT INTO replay_principals (principal, nonce_count) SELECT '', COUNT(*) FROM nonces HAVING COUNT(*) > 0;
+        CREATE TABLE rate_counters (
+            principal TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            window_ms BIGINT NOT NULL,
+            window_index BIGINT NOT NULL,
+            ends_at_ms BIGINT NOT NULL,
+            calls BIGINT NOT NULL CHECK (calls > 0),
+            PRIMARY KEY (principal, tool, window_ms, window_index)
+        );
+        CREATE INDEX rate_counters_by_end ON rate_counters (ends_at_ms);
+        -- One ledger per notes backend; position is the export's number in its ledger (export-1, export-2, …).
+        CREATE TABLE exports (
+            ledger TEXT NOT NULL,
+            key TEXT NOT NULL,
+            position BIGINT NOT NULL,
+            request_digest TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            note_ids TEXT NOT NULL,
+            PRIMARY KEY (ledger, key),
+            UNIQUE (ledger, position)
+        );
+    ",
+    },
 ];
+/// Counts one call if the window's counter is below the quota ($5), in one statement: a row (the new count)
+/// if counted, none if the quota is spent. A concurrent counter of the same key waits on ours.
+const RATE_ACQUIRE_SQL: &str = "INSERT INTO rate_counters (principal, tool, window_ms, window_index, ends_at_ms, calls)
+    VALUES ($1, $2, $3, $4, $6, 1)
+    ON CONFLICT (principal, tool, window_ms, window_index) DO UPDATE SET calls = rate_counters.calls + 1
+    WHERE rate_counters.calls < $5
+    RETURNING calls";
+/// The first key of the advisory lock that serializes the exports of one ledger (the second is its hash).
+const EXPORT_LOCK_CLASS: i32 = 0x6d63_0003;
 
 /// Parses a connection URL or `key=value` string, refusing what this build cannot honour.
 pub(crate) fn parse_config(text: &str) -> Result<tokio_postgres::Config, String> {
@@ -281,8 +340,9 @@ impl PostgresStore {
         let expires_at_ms = sql_ms(claim.expires_at_ms);
         let record = encode_record(&claim.record);
         for _ in 0..POSTGRES_RESERVE_ATTEMPTS_MAX {
-            if let Some(row) = transaction.query_opt(&insert_and_count, &[&claim.nonce, &expires_at_ms, &record]).await.map_err(step)? {
-                return self.within_capacity(transaction, claim, row.get(0), row.get(1)).await;
+            let parameters: [&(dyn ToSql + Sync); 4] = [&claim.nonce, &expires_at_ms, &record, &claim.principal];
+            if let Some(row) = transaction.query_opt(&insert_and_count, &parameters).await.map_err(step)? {
+                return self.within_capacity(transaction, claim, row.get(0), row.get(1), row.get(2)).await;
             }
             if let Some(row) = transaction.query_opt(&select, &[&claim.nonce]).await.map_err(step)? {
                 return Ok(Reservation::AlreadyClaimed(decode_record(row.get(0))?));
@@ -306,6 +366,7 @@ impl PostgresStore {
         claim: &NonceClaim,
         mut count: i64,
         pruned_through: i64,
+        mut held: i64,
     ) -> Result<Reservation, StoreError> {
         let step = |e: tokio_postgres::Error| self.error(&e);
         let now_ms = self.clock.now_ms();
@@ -315,13 +376,35 @@ impl PostgresStore {
             return Ok(Reservation::Expired);
         }
         let capacity = i64::try_from(self.limits.capacity).unwrap_or(i64::MAX);
-        if count > capacity {
+        let principal_capacity = i64::try_from(self.limits.principal_capacity).unwrap_or(i64::MAX);
+        // The principal's share, then the whole; pruned only when one is exceeded, and never an unexpired entry.
+        if count > capacity || held > principal_capacity {
             if let Some(horizon) = prune_horizon_ms(now_ms, self.limits.retention_grace_ms) {
-                let pruned = transaction
-                    .execute("DELETE FROM nonces WHERE expires_at_ms <= $1 AND nonce <> $2", &[&horizon, &claim.nonce])
+                let pruned_by = transaction
+                    .query(
+                        "WITH gone AS (DELETE FROM nonces WHERE expires_at_ms <= $1 AND nonce <> $2 RETURNING principal)
+                         SELECT principal, COUNT(*) FROM gone GROUP BY principal",
+                        &[&horizon, &claim.nonce],
+                    )
                     .await
                     .map_err(step)?;
-                let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
+                let mut pruned = 0;
+                for row in &pruned_by {
+                    let (principal, gone): (String, i64) = (row.get(0), row.get(1));
+                    pruned += gone;
+                    if principal == claim.principal {
+                        held -= gone;
+                    }
+                    // A principal left with none loses its row (the count is never 0); any other is decremented.
+                    transaction
+                        .execute("DELETE FROM replay_principals WHERE principal = $1 AND nonce_count <= $2", &[&principal, &gone])
+                        .await
+                        .map_err(step)?;
+                    transaction
+                        .execute("UPDATE replay_principals SET nonce_count = nonce_count - $1 WHERE principal = $2", &[&gone, &principal])
+                        .await
+                        .map_err(step)?;
+                }
                 transaction
                     .execute(
                         "UPDATE replay_counter SET nonce_count = nonce_count - $1, pruned_through_ms = GREATEST(pruned_through_ms, $2) WHERE id = 1",
@@ -331,7 +414,7 @@ impl PostgresStore {
                     .map_err(step)?;
                 count -= pruned;
             }
-            if count > capacity {
+            if count > capacity || held > principal_capacity {
                 return Ok(Reservation::Full);
             }
         }
@@ -354,15 +437,16 @@ impl PostgresStore {
         let claim_and_delete = client.prepare_cached(CLAIM_AND_DELETE_SQL).await.map_err(step)?;
         let expires_at_ms = sql_ms(claim.expires_at_ms);
         let record = encode_record(&claim.record);
-        let parameters: [&(dyn ToSql + Sync); 4] = [&claim.nonce, &expires_at_ms, &record, &note_id];
+        let parameters: [&(dyn ToSql + Sync); 5] = [&claim.nonce, &expires_at_ms, &record, &note_id, &claim.principal];
         // `biased`: polled first in this order, so sent in this order.
         let (begun, claimed) = tokio::join!(biased; client.batch_execute("BEGIN"), client.query_one(&claim_and_delete, &parameters));
         // A failed BEGIN is the cause; the statement then only reports it.
         begun.map_err(step)?;
         let row = claimed.map_err(step)?;
-        let (counted, deleted, pruned_through): (Option<i64>, Option<String>, Option<i64>) = (row.get(0), row.get(1), row.get(5));
+        let (counted, deleted, pruned_through, held): (Option<i64>, Option<String>, Option<i64>, Option<i64>) =
+            (row.get(0), row.get(1), row.get(5), row.get(6));
         let reservation = match counted {
-            Some(count) => self.within_capacity(client, claim, count, pruned_through.unwrap_or(0)).await?,
+            Some(count) => self.within_capacity(client, claim, count, pruned_through.unwrap_or(0), held.unwrap_or(1)).await?,
             None => {
                 // A conflict: the nonce is held (this statement waited for its holder to commit), and nothing was
                 // deleted. A new statement sees the committed record.
@@ -542,6 +626,150 @@ impl ReplayStore for PostgresStore {
         let decided = self.claim_and_delete_in(&transaction, &claim, note_id, workspace).await;
         let commit = matches!(decided, Ok((_, true)));
         transaction.finish(self, commit).await?;
+        decided.map(|(outcome, _)| outcome)
+    }
+}
+
+/// The gateway's rate counters in the database: every gateway process pointed at it counts against one quota.
+#[async_trait]
+impl RateLimiter for PostgresStore {
+    async fn acquire(&self, principal: &str, tool: &str, limit: RateLimit, now_ms: u64) -> Result<RateDecision, StoreError> {
+        let (index, retry_after_ms) = rate_window(now_ms, limit.window_ms);
+        if limit.calls == 0 {
+            return Ok(RateDecision::Limited { retry_after_ms });
+        }
+        let ends_at_ms = sql_ms((index + 1).saturating_mul(limit.window_ms.max(1)));
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let decided: Result<(RateDecision, bool), StoreError> = async {
+            let step = |e: tokio_postgres::Error| self.error(&e);
+            let (window_ms, window_index, calls) = (sql_ms(limit.window_ms), sql_ms(index), i64::from(limit.calls));
+            let params: [&(dyn ToSql + Sync); 6] = [&principal, &tool, &window_ms, &window_index, &calls, &ends_at_ms];
+            let Some(row) = transaction.query_opt(RATE_ACQUIRE_SQL, &params).await.map_err(step)? else {
+                return Ok((RateDecision::Limited { retry_after_ms }, false));
+            };
+            let used: i64 = row.get(0);
+            if used == 1 {
+                // A new counter: the bound on live counters, as the memory limiter keeps it.
+                let live: i64 = transaction.query_one("SELECT COUNT(*) FROM rate_counters", &[]).await.map_err(step)?.get(0);
+                if usize::try_from(live).unwrap_or(usize::MAX) > RATE_COUNTERS_MAX {
+                    transaction.execute("DELETE FROM rate_counters WHERE ends_at_ms <= $1", &[&sql_ms(now_ms)]).await.map_err(step)?;
+                    let live: i64 = transaction.query_one("SELECT COUNT(*) FROM rate_counters", &[]).await.map_err(step)?.get(0);
+                    if usize::try_from(live).unwrap_or(usize::MAX) > RATE_COUNTERS_MAX {
+                        return Err(StoreError::Unavailable("the rate limiter holds its maximum number of live counters".into()));
+                    }
+                }
+            }
+            let remaining = u32::try_from(calls - used).unwrap_or(0);
+            Ok((RateDecision::Allowed { remaining }, true))
+        }
+        .await;
+        let commit = matches!(decided, Ok((_, true)));
+        self.finish(transaction, commit).await?;
+        decided.map(|(decision, _)| decision)
+    }
+}
+
+impl PostgresStore {
+    /// The export ledger of the notes backend `ledger` (its id), in this database.
+    pub fn export_ledger(&self, ledger: &str) -> PostgresExportLedger {
+        PostgresExportLedger { store: self.clone(), ledger: ledger.to_string() }
+    }
+
+    async fn read_export(&self, client: &impl GenericClient, ledger: &str, key: &str) -> Result<Option<ExportRecord>, StoreError> {
+        let row = client
+            .query_opt(
+                "SELECT position, request_digest, principal, destination, note_ids FROM exports WHERE ledger = $1 AND key = $2",
+                &[&ledger, &key],
+            )
+            .await
+            .map_err(|e| self.error(&e))?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(ExportRecord {
+            export_id: format!("export-{}", row.get::<_, i64>(0)),
+            key: key.to_string(),
+            request_digest: row.get(1),
+            principal: row.get(2),
+            destination: row.get(3),
+            note_ids: decode_note_ids(row.get(4))?,
+        }))
+    }
+}
+
+/// One notes backend's export ledger in the database: key → record, written in the transaction that decides
+/// the export (the ledger's exports serialized by an advisory lock), so every process exports a key at most once.
+#[derive(Clone)]
+pub struct PostgresExportLedger {
+    store: PostgresStore,
+    ledger: String,
+}
+
+impl PostgresExportLedger {
+    /// Every export of this ledger, in order (for tests and operators).
+    pub async fn exports(&self) -> Result<Vec<ExportRecord>, StoreError> {
+        let store = &self.store;
+        let client = store.client().await?;
+        let rows = client
+            .query("SELECT key FROM exports WHERE ledger = $1 ORDER BY position", &[&self.ledger])
+            .await
+            .map_err(|e| store.error(&e))?;
+        let mut records = Vec::with_capacity(rows.len());
+        for row in rows {
+            records.extend(store.read_export(&client, &self.ledger, row.get(0)).await?);
+        }
+        Ok(records)
+    }
+}
+
+#[async_trait]
+impl ExportLedger for PostgresExportLedger {
+    async fn export_once(&self, request: ExportRequest) -> Result<ExportOutcome, StoreError> {
+        let store = &self.store;
+        let ledger = self.ledger.as_str();
+        let mut client = store.client().await?;
+        let transaction = client.transaction().await.map_err(|e| store.error(&e))?;
+        let decided: Result<(ExportOutcome, bool), StoreError> = async {
+            let step = |e: tokio_postgres::Error| store.error(&e);
+            transaction.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&EXPORT_LOCK_CLASS, &ledger]).await.map_err(step)?;
+            if let Some(existing) = store.read_export(&transaction, ledger, &request.key).await? {
+                let outcome = if existing.request_digest == request.request_digest {
+                    ExportOutcome::AlreadyExported(existing)
+                } else {
+                    ExportOutcome::KeyConflict
+                };
+                return Ok((outcome, false));
+            }
+            let count: i64 = transaction
+                .query_one("SELECT COALESCE(MAX(position), 0) FROM exports WHERE ledger = $1", &[&ledger])
+                .await
+                .map_err(step)?
+                .get(0);
+            if usize::try_from(count).unwrap_or(usize::MAX) >= EXPORT_KEYS_MAX {
+                return Ok((ExportOutcome::Full, false));
+            }
+            let position = count + 1;
+            let note_ids = encode_note_ids(&request.note_ids);
+            transaction
+                .execute(
+                    "INSERT INTO exports (ledger, key, position, request_digest, principal, destination, note_ids)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    &[&ledger, &request.key, &position, &request.request_digest, &request.principal, &request.destination, &note_ids],
+                )
+                .await
+                .map_err(step)?;
+            let record = ExportRecord {
+                export_id: format!("export-{position}"),
+                key: request.key.clone(),
+                request_digest: request.request_digest.clone(),
+                principal: request.principal.clone(),
+                destination: request.destination.clone(),
+                note_ids: request.note_ids.clone(),
+            };
+            Ok((ExportOutcome::Exported(record), true))
+        }
+        .await;
+        let commit = matches!(decided, Ok((_, true)));
+        store.finish(transaction, commit).await?;
         decided.map(|(outcome, _)| outcome)
     }
 }

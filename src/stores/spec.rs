@@ -4,6 +4,7 @@
 use crate::framework::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
 use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
 use crate::stores::database::Durability;
+use crate::stores::gateway::GatewayStores;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 #[cfg(feature = "postgres")]
 use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
@@ -111,8 +112,47 @@ impl FromStr for StoreSpec {
                 ));
             }
         }
-        Err(StoreSpecError(format!("unknown store {text:?}: write {STORE_SPEC_HELP}")))
+        Err(StoreSpecError(format!("unknown store {:?}: write {STORE_SPEC_HELP}", redact_store_text(text))))
     }
+}
+
+/// What a user wrote as a store, fit to repeat in an error even when it does not parse: the password of a
+/// URL's user info (`postgres://user:PASSWORD@host`) and any `password=` setting (`key=value` strings, URL
+/// query parameters) become `***`. Everything else is kept, so the user can see what was wrong.
+pub fn redact_store_text(text: &str) -> String {
+    let mut shown = text.to_string();
+    if let Some(scheme_end) = shown.find("://") {
+        let authority_start = scheme_end + 3;
+        let authority_end = shown[authority_start..].find(['/', '?']).map_or(shown.len(), |at| authority_start + at);
+        if let Some(at) = shown[authority_start..authority_end].rfind('@') {
+            let user_info = &shown[authority_start..authority_start + at];
+            if let Some(colon) = user_info.find(':') {
+                shown.replace_range(authority_start + colon + 1..authority_start + at, "***");
+            }
+        }
+    }
+    let mut redacted = String::with_capacity(shown.len());
+    let mut rest = shown.as_str();
+    while let Some(found) = rest.to_ascii_lowercase().find("password") {
+        let after_name = &rest[found + "password".len()..];
+        let trimmed = after_name.trim_start();
+        let Some(value) = trimmed.strip_prefix('=') else {
+            redacted.push_str(&rest[..found + "password".len()]);
+            rest = after_name;
+            continue;
+        };
+        let value = value.trim_start();
+        let end = if let Some(quoted) = value.strip_prefix('\'') {
+            quoted.find('\'').map_or(value.len(), |close| close + 2)
+        } else {
+            value.find([' ', '&', '\t']).unwrap_or(value.len())
+        };
+        redacted.push_str(&rest[..found]);
+        redacted.push_str("password=***");
+        rest = &value[end..];
+    }
+    redacted.push_str(rest);
+    redacted
 }
 
 impl StoreSpec {
@@ -195,6 +235,48 @@ pub async fn open_with_durability(
     }
 }
 
+/// Opens a shared store (`sqlite:` or `postgres:`) for a gateway: the handler ports and admin handle as
+/// [`open_with_durability`] gives them, and the gateway's own shared state in the same database. `None` for
+/// `memory`, which a gateway keeps in its process (see `assembly::gateway_world`).
+pub async fn open_for_gateway(
+    spec: &StoreSpec,
+    clock: Arc<dyn Clock>,
+    limits: ReplayLimits,
+    durability: Durability,
+) -> Result<Option<(Stores, GatewayStores)>, StoreError> {
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    let _ = (clock, limits, durability);
+    match spec {
+        StoreSpec::Memory => Ok(None),
+        #[cfg(feature = "sqlite")]
+        StoreSpec::Sqlite(path) => {
+            let store = SqliteStore::open_with_durability(path, clock, limits, durability).await?;
+            let ledgers = store.clone();
+            let shared = Arc::new(store);
+            let gateway = GatewayStores {
+                notes: shared.clone(),
+                replay: shared.clone(),
+                rate_limiter: shared.clone(),
+                ledger: Arc::new(move |id| Arc::new(ledgers.export_ledger(id))),
+            };
+            Ok(Some((Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)))
+        }
+        #[cfg(feature = "postgres")]
+        StoreSpec::Postgres(target) => {
+            let store = PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?;
+            let ledgers = store.clone();
+            let shared = Arc::new(store);
+            let gateway = GatewayStores {
+                notes: shared.clone(),
+                replay: shared.clone(),
+                rate_limiter: shared.clone(),
+                ledger: Arc::new(move |id| Arc::new(ledgers.export_ledger(id))),
+            };
+            Ok(Some((Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)))
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SeedError {
     #[error(
@@ -247,6 +329,25 @@ mod tests {
         assert!(parse("postgres:").unwrap_err().contains("connection URL"));
         assert!(parse("postgres://u@h/d?sslmode=require").unwrap_err().contains("TLS"));
         assert!(parse("postgres://u@h/d?bogus=1").unwrap_err().contains("not a PostgreSQL connection string"));
+    }
+
+    #[test]
+    fn store_text_is_repeated_without_its_password() {
+        let cases = [
+            ("postgres://u:hunter2@h:5432/d?bogus=1", "postgres://u:***@h:5432/d?bogus=1"),
+            ("postgresql://u:p@ss:w0rd@h/d", "postgresql://u:***@h/d"),
+            ("postgres://u@h/d?password=hunter2&sslmode=require", "postgres://u@h/d?password=***&sslmode=require"),
+            ("postgres:host=h user=u password=hunter2 dbname=d", "postgres:host=h user=u password=*** dbname=d"),
+            ("postgres:host=h PASSWORD = 'hunter 2' dbname=d", "postgres:host=h password=*** dbname=d"),
+            ("mysql://root:hunter2@db/x", "mysql://root:***@db/x"),
+            ("sqlite:./fleet.db", "sqlite:./fleet.db"),
+            ("postgres://u@h/d", "postgres://u@h/d"),
+        ];
+        for (written, shown) in cases {
+            assert_eq!(redact_store_text(written), shown, "{written}");
+        }
+        let unknown = parse("mysql://root:hunter2@db/x").unwrap_err();
+        assert!(!unknown.contains("hunter2") && unknown.contains("root:***@db"), "{unknown}");
     }
 
     #[tokio::test]

@@ -18,14 +18,19 @@ use crate::framework::ports::{
     ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
 };
 use crate::policy::containment::FileUri;
+use crate::servers::gateway::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
+use crate::servers::gateway::ports::{rate_window, RateDecision, RateLimit, RateLimiter};
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
+use crate::stores::database::{decode_note_ids, encode_note_ids};
 use crate::stores::database::{
     decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability, Migration,
     MigrationReport,
 };
+use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -74,6 +79,41 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         version: 2,
         description: "the expiry the nonces have been pruned through: claims of states that old are refused on any clock",
         sql: "ALTER TABLE replay_counter ADD COLUMN pruned_through_ms INTEGER NOT NULL DEFAULT 0;",
+    },
+    Migration {
+        version: 3,
+        description: "each principal's share of the nonces; the gateway's rate-limit counters and its notes backends' export ledgers",
+        sql: "
+        -- Nonces claimed before this step belong to no principal ('') and count against that share alone.
+        ALTER TABLE nonces ADD COLUMN principal TEXT NOT NULL DEFAULT '';
+        CREATE TABLE replay_principals (
+            principal TEXT PRIMARY KEY NOT NULL,
+            nonce_count INTEGER NOT NULL CHECK (nonce_count > 0)
+        ) STRICT, WITHOUT ROWID;
+        INSERT INTO replay_principals (principal, nonce_count) SELECT '', COUNT(*) FROM nonces HAVING COUNT(*) > 0;
+        CREATE TABLE rate_counters (
+            principal TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            window_ms INTEGER NOT NULL,
+            window_index INTEGER NOT NULL,
+            ends_at_ms INTEGER NOT NULL,
+            calls INTEGER NOT NULL CHECK (calls > 0),
+            PRIMARY KEY (principal, tool, window_ms, window_index)
+        ) STRICT, WITHOUT ROWID;
+        CREATE INDEX rate_counters_by_end ON rate_counters (ends_at_ms);
+        -- One ledger per notes backend; position is the export's number in its ledger (export-1, export-2, …).
+        CREATE TABLE exports (
+            ledger TEXT NOT NULL,
+            key TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            request_digest TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            note_ids TEXT NOT NULL,
+            PRIMARY KEY (ledger, key),
+            UNIQUE (ledger, position)
+        ) STRICT;
+    ",
     },
 ];
 
@@ -357,8 +397,10 @@ fn migrate(connection: &mut Connection, migrations: &[Migration], now_ms: u64) -
 fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limits: ReplayLimits) -> Outcome<Reservation> {
     // Cached statements: the hot path parses no SQL after a connection's first claim.
     let inserted = transaction
-        .prepare_cached("INSERT INTO nonces (nonce, expires_at_ms, record) VALUES (?1, ?2, ?3) ON CONFLICT (nonce) DO NOTHING")?
-        .execute(params![claim.nonce, sql_ms(claim.expires_at_ms), encode_record(&claim.record)])?;
+        .prepare_cached(
+            "INSERT INTO nonces (nonce, expires_at_ms, record, principal) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (nonce) DO NOTHING",
+        )?
+        .execute(params![claim.nonce, sql_ms(claim.expires_at_ms), encode_record(&claim.record), claim.principal])?;
     if inserted == 0 {
         let record: String =
             transaction.prepare_cached("SELECT record FROM nonces WHERE nonce = ?1")?.query_row([&claim.nonce], |row| row.get(0))?;
@@ -372,19 +414,44 @@ fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limit
     if past_retention(claim.expires_at_ms, now_ms, limits.retention_grace_ms, u64::try_from(pruned_through).unwrap_or(0)) {
         return Ok(Reservation::Expired);
     }
+    let mut held: i64 = transaction
+        .prepare_cached(
+            "INSERT INTO replay_principals (principal, nonce_count) VALUES (?1, 1)
+             ON CONFLICT (principal) DO UPDATE SET nonce_count = nonce_count + 1 RETURNING nonce_count",
+        )?
+        .query_row([&claim.principal], |row| row.get(0))?;
     let capacity = i64::try_from(limits.capacity).unwrap_or(i64::MAX);
-    if count > capacity {
+    let principal_capacity = i64::try_from(limits.principal_capacity).unwrap_or(i64::MAX);
+    // The principal's share, then the whole; pruned only when one is exceeded, and never an unexpired entry.
+    if count > capacity || held > principal_capacity {
         if let Some(horizon) = prune_horizon_ms(now_ms, limits.retention_grace_ms) {
-            let pruned =
-                transaction.execute("DELETE FROM nonces WHERE expires_at_ms <= ?1 AND nonce <> ?2", params![horizon, claim.nonce])?;
-            let pruned = i64::try_from(pruned).unwrap_or(i64::MAX);
+            let mut pruned_by: BTreeMap<String, i64> = BTreeMap::new();
+            {
+                let mut prune =
+                    transaction.prepare_cached("DELETE FROM nonces WHERE expires_at_ms <= ?1 AND nonce <> ?2 RETURNING principal")?;
+                let mut rows = prune.query(params![horizon, claim.nonce])?;
+                while let Some(row) = rows.next()? {
+                    *pruned_by.entry(row.get(0)?).or_insert(0) += 1;
+                }
+            }
+            let pruned: i64 = pruned_by.values().sum();
             transaction.execute(
                 "UPDATE replay_counter SET nonce_count = nonce_count - ?1, pruned_through_ms = MAX(pruned_through_ms, ?2) WHERE id = 1",
                 params![pruned, horizon],
             )?;
+            for (principal, gone) in &pruned_by {
+                // A principal left with none loses its row (the count is never 0); any other is decremented.
+                transaction
+                    .execute("DELETE FROM replay_principals WHERE principal = ?1 AND nonce_count <= ?2", params![principal, gone])?;
+                transaction.execute(
+                    "UPDATE replay_principals SET nonce_count = nonce_count - ?1 WHERE principal = ?2",
+                    params![gone, principal],
+                )?;
+            }
             count -= pruned;
+            held -= pruned_by.get(&claim.principal).copied().unwrap_or(0);
         }
-        if count > capacity {
+        if count > capacity || held > principal_capacity {
             return Ok(Reservation::Full);
         }
     }
@@ -484,6 +551,157 @@ impl ReplayStore for SqliteStore {
             Ok(ClaimAndDelete::Deleted(note))
         })
         .await
+    }
+}
+
+/// Inside a write transaction: counts one call on (principal, tool, window) if the quota allows, as the memory
+/// limiter does (ended windows pruned only when room is needed; full of live counters → fail closed).
+fn acquire_rate(transaction: &Transaction<'_>, principal: &str, tool: &str, limit: RateLimit, now_ms: u64) -> Outcome<RateDecision> {
+    let (index, retry_after_ms) = rate_window(now_ms, limit.window_ms);
+    let key = params![principal, tool, sql_ms(limit.window_ms), sql_ms(index)];
+    let used: Option<i64> = transaction
+        .prepare_cached("SELECT calls FROM rate_counters WHERE principal = ?1 AND tool = ?2 AND window_ms = ?3 AND window_index = ?4")?
+        .query_row(key, |row| row.get(0))
+        .optional()?;
+    let used = used.map_or(0, |calls| u32::try_from(calls).unwrap_or(u32::MAX));
+    if used >= limit.calls {
+        return Ok(RateDecision::Limited { retry_after_ms });
+    }
+    if used == 0 {
+        let live: i64 = transaction.prepare_cached("SELECT COUNT(*) FROM rate_counters")?.query_row([], |row| row.get(0))?;
+        if usize::try_from(live).unwrap_or(usize::MAX) >= RATE_COUNTERS_MAX {
+            transaction.prepare_cached("DELETE FROM rate_counters WHERE ends_at_ms <= ?1")?.execute([sql_ms(now_ms)])?;
+            let live: i64 = transaction.prepare_cached("SELECT COUNT(*) FROM rate_counters")?.query_row([], |row| row.get(0))?;
+            if usize::try_from(live).unwrap_or(usize::MAX) >= RATE_COUNTERS_MAX {
+                return Err(StoreError::Unavailable("the rate limiter holds its maximum number of live counters".into()).into());
+            }
+        }
+    }
+    let ends_at_ms = (index + 1).saturating_mul(limit.window_ms.max(1));
+    transaction
+        .prepare_cached(
+            "INSERT INTO rate_counters (principal, tool, window_ms, window_index, ends_at_ms, calls) VALUES (?1, ?2, ?3, ?4, ?5, 1)
+             ON CONFLICT (principal, tool, window_ms, window_index) DO UPDATE SET calls = calls + 1",
+        )?
+        .execute(params![principal, tool, sql_ms(limit.window_ms), sql_ms(index), sql_ms(ends_at_ms)])?;
+    Ok(RateDecision::Allowed { remaining: limit.calls - used - 1 })
+}
+
+/// The gateway's rate counters in the file: every gateway process pointed at it counts against one quota.
+#[async_trait]
+impl RateLimiter for SqliteStore {
+    async fn acquire(&self, principal: &str, tool: &str, limit: RateLimit, now_ms: u64) -> Result<RateDecision, StoreError> {
+        let (principal, tool) = (principal.to_string(), tool.to_string());
+        self.run(Access::Write, move |connection, _| {
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let decision = acquire_rate(&transaction, &principal, &tool, limit, now_ms)?;
+            if matches!(decision, RateDecision::Allowed { .. }) {
+                transaction.commit()?;
+            }
+            Ok(decision)
+        })
+        .await
+    }
+}
+
+impl SqliteStore {
+    /// The export ledger of the notes backend `ledger` (its id), in this file.
+    pub fn export_ledger(&self, ledger: &str) -> SqliteExportLedger {
+        SqliteExportLedger { store: self.clone(), ledger: ledger.to_string() }
+    }
+}
+
+/// One notes backend's export ledger in the file: key → record, written in the transaction that decides
+/// the export, so every process sharing the file exports a key at most once.
+#[derive(Clone)]
+pub struct SqliteExportLedger {
+    store: SqliteStore,
+    ledger: String,
+}
+
+fn read_export(transaction: &Transaction<'_>, ledger: &str, key: &str) -> Outcome<Option<ExportRecord>> {
+    let row: Option<(i64, String, String, String, String)> = transaction
+        .prepare_cached("SELECT position, request_digest, principal, destination, note_ids FROM exports WHERE ledger = ?1 AND key = ?2")?
+        .query_row([ledger, key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
+        .optional()?;
+    let Some((position, request_digest, principal, destination, note_ids)) = row else { return Ok(None) };
+    Ok(Some(ExportRecord {
+        export_id: format!("export-{position}"),
+        key: key.to_string(),
+        request_digest,
+        principal,
+        destination,
+        note_ids: decode_note_ids(&note_ids)?,
+    }))
+}
+
+#[async_trait]
+impl ExportLedger for SqliteExportLedger {
+    async fn export_once(&self, request: ExportRequest) -> Result<ExportOutcome, StoreError> {
+        let ledger = self.ledger.clone();
+        self.store
+            .run(Access::Write, move |connection, _| {
+                let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                if let Some(existing) = read_export(&transaction, &ledger, &request.key)? {
+                    return Ok(if existing.request_digest == request.request_digest {
+                        ExportOutcome::AlreadyExported(existing)
+                    } else {
+                        ExportOutcome::KeyConflict
+                    });
+                }
+                let count: i64 = transaction
+                    .prepare_cached("SELECT COALESCE(MAX(position), 0) FROM exports WHERE ledger = ?1")?
+                    .query_row([&ledger], |row| row.get(0))?;
+                if usize::try_from(count).unwrap_or(usize::MAX) >= EXPORT_KEYS_MAX {
+                    return Ok(ExportOutcome::Full);
+                }
+                let position = count + 1;
+                transaction
+                    .prepare_cached(
+                        "INSERT INTO exports (ledger, key, position, request_digest, principal, destination, note_ids)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(params![
+                        ledger,
+                        request.key,
+                        position,
+                        request.request_digest,
+                        request.principal,
+                        request.destination,
+                        encode_note_ids(&request.note_ids)
+                    ])?;
+                transaction.commit()?;
+                Ok(ExportOutcome::Exported(ExportRecord {
+                    export_id: format!("export-{position}"),
+                    key: request.key,
+                    request_digest: request.request_digest,
+                    principal: request.principal,
+                    destination: request.destination,
+                    note_ids: request.note_ids,
+                }))
+            })
+            .await
+    }
+}
+
+impl SqliteExportLedger {
+    /// Every export of this ledger, in order (for tests and operators).
+    pub async fn exports(&self) -> Result<Vec<ExportRecord>, StoreError> {
+        let ledger = self.ledger.clone();
+        self.store
+            .run(Access::Read, move |connection, _| {
+                let transaction = connection.transaction()?;
+                let keys: Vec<String> = transaction
+                    .prepare("SELECT key FROM exports WHERE ledger = ?1 ORDER BY position")?
+                    .query_map([&ledger], |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                let mut records = Vec::with_capacity(keys.len());
+                for key in keys {
+                    records.extend(read_export(&transaction, &ledger, &key)?);
+                }
+                Ok(records)
+            })
+            .await
     }
 }
 

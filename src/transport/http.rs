@@ -1,26 +1,54 @@
 //! Streamable HTTP, stateless: one endpoint, `POST /mcp`, one JSON-RPC message per request.
 //!
+//! # Deadlines and bounds
+//!
+//! Every resource a client can hold is bounded in time or in count, each by a named constant (shown in
+//! `mcpsim serve --help` and in README's table of HTTP checks):
+//!
+//! - **Headers**: a connection must deliver a request's complete headers within [`HEADER_READ_TIMEOUT_MS`] of
+//!   opening, or of the end of its previous response; otherwise hyper closes it. This one deadline also
+//!   ends an idle keep-alive connection: after a response, waiting for the next request is reading headers.
+//! - **Body**: once the headers are in, the whole body must arrive within [`BODY_READ_TIMEOUT_MS`] → else
+//!   `408` and the connection is closed. A total deadline, not one per chunk: a client dripping one byte at
+//!   a time cannot stretch it.
+//! - **Connections**: at most [`CONNECTIONS_MAX`] open at once per process (all its listeners together); one
+//!   more is answered `503` with `Retry-After` and closed. A connection holds a file descriptor, and a
+//!   process that runs out of them stops answering everyone.
+//! - **Requests in flight**: at most [`REQUESTS_IN_FLIGHT_MAX`] per listener are read, handled or streamed at
+//!   once, and at most [`PRINCIPAL_REQUESTS_IN_FLIGHT_MAX`] of them for one principal; beyond either, the
+//!   request is refused at once (`503` in total, `429` for the principal) rather than queued. So one
+//!   principal holding every request it may (its bodies stalled until their deadline) leaves the rest to
+//!   the others.
+//!
+//! The deadlines are hyper's own (the header-read timer) and tokio's (one timeout around the body read);
+//! the bounds are semaphores taken before anything is read.
+//!
 //! # The order of the HTTP-level checks
 //!
 //! Each step runs only if every earlier one passed, so a request refused early costs nothing later (no token
 //! lookup for a GET, no body read for an unauthenticated caller):
 //!
 //! 1. **Method**: anything but POST → `405` with `Allow: POST` (there is no GET stream and no session to DELETE).
-//! 2. **Host and Origin** (DNS-rebinding defence, SPEC-HTTP-2): when the server listens on a loopback address,
+//! 2. **Request target and Host**: the target must be in origin form (`/mcp`, never `http://host/mcp`: this is
+//!    an origin server, not a proxy, and an absolute target would name an authority the Host check never
+//!    sees), and there must be exactly one non-empty `Host` header (RFC 9112 §3.2) → else `400`.
+//! 3. **Host and Origin** (DNS-rebinding defence, SPEC-HTTP-2): when the server listens on a loopback address,
 //!    `Host` must name a loopback host ([`check_local_request`]); an `Origin` header, when present, must be
 //!    allowed by the [`OriginPolicy`] (loopback origins by default). Otherwise `403`.
-//! 3. **Authentication**: `Authorization: Bearer TOKEN`, mapped to a principal by the deployment's tokens.
+//! 4. **Authentication**: `Authorization: Bearer TOKEN`, mapped to a principal by the deployment's tokens.
 //!    Missing → `401` with `WWW-Authenticate: Bearer realm="mcpsim"`; unknown → `401` adding
 //!    `error="invalid_token"`. ([`Authentication::Anonymous`] skips this step; it exists only on loopback.)
-//! 4. **Content negotiation**: `Content-Type` must be `application/json` (a UTF-8 charset parameter is fine)
+//! 5. **Content negotiation**: `Content-Type` must be `application/json` (a UTF-8 charset parameter is fine)
 //!    → else `415`; `Accept` must admit both `application/json` and `text/event-stream` (wildcards count, `q=0`
 //!    refuses) → else `406`.
-//! 5. **Size**: a declared `Content-Length` over [`MESSAGE_BYTES_MAX`] → `413` before reading; a body that grows
+//! 6. **Size**: a declared `Content-Length` over [`MESSAGE_BYTES_MAX`] → `413` before reading; a body that grows
 //!    past it while being read (chunked) → `413` too, with reason `payload_too_large`.
-//! 6. **Capacity**: at most [`REQUESTS_IN_FLIGHT_MAX`] requests are read, handled or streamed at once; beyond
-//!    that → `503` with `Retry-After` (a bound, not a queue).
-//! 7. **Body**: the routing headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`; names case-insensitive,
-//!    values trimmed) and the body go to [`handle_exchange`], which applies the protocol's own order
+//! 7. **Capacity**: the principal's share of requests in flight ([`PRINCIPAL_REQUESTS_IN_FLIGHT_MAX`]) → else
+//!    `429`; then the listener's ([`REQUESTS_IN_FLIGHT_MAX`]) → else `503`; both with `Retry-After` (a bound,
+//!    not a queue).
+//! 8. **Body**: read within [`BODY_READ_TIMEOUT_MS`] → else `408`, `Connection: close`. Then the routing
+//!    headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`; names case-insensitive, values trimmed)
+//!    and the body go to [`handle_exchange`], which applies the protocol's own order
 //!    (-32700/-32600 → notification → `_meta` → -32020 → -32022 → -32601).
 //!
 //! Every refusal carries a JSON-RPC error body (id `null`, `-32600`, a message saying what to do next), so a
@@ -41,7 +69,7 @@
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
 use crate::framework::{handle_exchange, Exchange, Service};
 use crate::policy::origin::{check_local_request, OriginPolicy};
-use crate::wire::errors::RpcError;
+use crate::wire::errors::{echo, RpcError};
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
 use axum::body::{Body, Bytes};
@@ -50,6 +78,9 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode}
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -57,10 +88,11 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
@@ -68,16 +100,89 @@ use tracing::Instrument;
 pub const MCP_PATH: &str = "/mcp";
 /// The realm named in `WWW-Authenticate` challenges.
 pub(crate) const AUTH_REALM: &str = "mcpsim";
-/// Requests read, handled or streamed at once; more are refused with 503 rather than queued.
+/// How long a connection may take to send a request's complete headers, from the moment it opened or its
+/// previous response ended (so an idle keep-alive connection is closed after it too).
+pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// How long a request's whole body may take to arrive once its headers have; then `408` and the connection closes.
+pub const BODY_READ_TIMEOUT_MS: u64 = 10_000;
+/// Connections one process holds open at once, over all its listeners; one more is answered 503 and closed.
+pub const CONNECTIONS_MAX: usize = 512;
+/// Requests one listener reads, handles or streams at once; more are refused with 503 rather than queued.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 64;
+/// Of those, the most one principal may have; more of its requests are refused with 429.
+pub const PRINCIPAL_REQUESTS_IN_FLIGHT_MAX: usize = 16;
 /// Events buffered between a stream's producer and the socket; a slow reader holds the producer back.
 pub(crate) const STREAM_EVENTS_BUFFERED_MAX: usize = 16;
 /// How often an open subscription stream sends a `:` comment, so a client that vanished is noticed.
 pub const STREAM_KEEPALIVE_MS: u64 = 15_000;
 /// After a shutdown signal, how long in-flight requests may still run before the process stops anyway.
 pub(crate) const SHUTDOWN_GRACE_MS: u64 = 10_000;
-/// Longest `Origin` value repeated back in a refusal.
-const ECHO_CHARS_MAX: usize = 100;
+/// Connections over [`CONNECTIONS_MAX`] being answered at once; beyond these, one is closed without an answer.
+const REFUSALS_IN_FLIGHT_MAX: usize = 64;
+/// How long a refused connection is kept to deliver its 503 (and read what the client sent, so that closing
+/// does not reset the connection before the client has read the answer).
+const REFUSAL_LINGER_MS: u64 = 500;
+/// Bytes of a refused connection's request read (and dropped) while its answer is delivered.
+const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;
+/// After `accept` fails for want of resources (file descriptors), how long the listener pauses.
+const ACCEPT_RETRY_MS: u64 = 250;
+
+/// The limits of one HTTP endpoint; [`HttpLimits::default`] is the named constants above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    pub header_read_timeout_ms: u64,
+    pub body_read_timeout_ms: u64,
+    /// Per process: the [`ConnectionSlots`] its listeners share.
+    pub connections_max: usize,
+    pub requests_in_flight_max: usize,
+    pub principal_requests_in_flight_max: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            header_read_timeout_ms: HEADER_READ_TIMEOUT_MS,
+            body_read_timeout_ms: BODY_READ_TIMEOUT_MS,
+            connections_max: CONNECTIONS_MAX,
+            requests_in_flight_max: REQUESTS_IN_FLIGHT_MAX,
+            principal_requests_in_flight_max: PRINCIPAL_REQUESTS_IN_FLIGHT_MAX,
+        }
+    }
+}
+
+impl std::fmt::Display for HttpLimits {
+    /// One line for the start-up log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "headers within {} ms, bodies within {} ms, {} connections per process, {} requests in flight per listener ({} per principal)",
+            self.header_read_timeout_ms,
+            self.body_read_timeout_ms,
+            self.connections_max,
+            self.requests_in_flight_max,
+            self.principal_requests_in_flight_max
+        )
+    }
+}
+
+/// The open connections a process allows, shared by all its listeners (a connection holds a file descriptor,
+/// and those are the process's).
+#[derive(Debug, Clone)]
+pub struct ConnectionSlots {
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+impl ConnectionSlots {
+    pub fn new(max: usize) -> ConnectionSlots {
+        ConnectionSlots { slots: Arc::new(Semaphore::new(max)), max }
+    }
+
+    /// Connections open right now.
+    pub fn open(&self) -> usize {
+        self.max - self.slots.available_permits()
+    }
+}
 
 /// Bearer tokens, held as SHA-256 digests: a lookup's timing depends on the digest, which says nothing useful
 /// about any real token's bytes.
@@ -121,12 +226,12 @@ pub enum Authentication {
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     pub origins: OriginPolicy,
-    pub requests_in_flight_max: usize,
+    pub limits: HttpLimits,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
-        HttpOptions { origins: OriginPolicy::Loopback, requests_in_flight_max: REQUESTS_IN_FLIGHT_MAX }
+        HttpOptions { origins: OriginPolicy::Loopback, limits: HttpLimits::default() }
     }
 }
 
@@ -137,8 +242,62 @@ struct Endpoint {
     /// Listening on loopback: `Host` must name a loopback host too.
     loopback_bind: bool,
     in_flight: Arc<Semaphore>,
+    principals_in_flight: Arc<PrincipalSlots>,
+    body_read_timeout: Duration,
     /// Names this listener in every log line of its requests: instances of a fleet log to one stream.
     span: tracing::Span,
+}
+
+/// Requests in flight per principal, each at most `max`. Entries exist only while a principal has requests
+/// in flight, so the map is bounded by the requests in flight.
+#[derive(Debug)]
+struct PrincipalSlots {
+    max: usize,
+    held: Mutex<BTreeMap<String, usize>>,
+}
+
+impl PrincipalSlots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, usize>> {
+        // A poisoned lock only means another thread panicked between two integer updates.
+        self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn try_take(self: &Arc<Self>, principal: &str) -> Option<PrincipalSlot> {
+        let mut held = self.lock();
+        let count = held.entry(principal.to_string()).or_insert(0);
+        if *count >= self.max {
+            if *count == 0 {
+                held.remove(principal);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(PrincipalSlot { slots: self.clone(), principal: principal.to_string() })
+    }
+}
+
+/// One request's place in its principal's share; given back when dropped.
+struct PrincipalSlot {
+    slots: Arc<PrincipalSlots>,
+    principal: String,
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        let mut held = self.slots.lock();
+        if let Some(count) = held.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.principal);
+            }
+        }
+    }
+}
+
+/// What a request in flight holds until its response is written (for a stream, until the stream ends).
+struct InFlight {
+    _principal: PrincipalSlot,
+    _listener: OwnedSemaphorePermit,
 }
 
 /// The router serving [`MCP_PATH`] for a server listening on `local_address`. Refuses
@@ -155,12 +314,15 @@ pub fn router(
             "a server without authentication only listens on a loopback address (127.0.0.1 or [::1]), not {local_address}"
         ));
     }
+    let limits = options.limits;
     let endpoint = Arc::new(Endpoint {
         service,
         authentication,
         origins: options.origins,
         loopback_bind,
-        in_flight: Arc::new(Semaphore::new(options.requests_in_flight_max)),
+        in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_max)),
+        principals_in_flight: Arc::new(PrincipalSlots { max: limits.principal_requests_in_flight_max, held: Mutex::default() }),
+        body_read_timeout: Duration::from_millis(limits.body_read_timeout_ms),
         span: tracing::info_span!("http", listen = %local_address),
     });
     Ok(Router::new()
@@ -172,32 +334,107 @@ pub fn router(
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish (for at most
 /// [`SHUTDOWN_GRACE_MS`]).
+///
+/// Each accepted connection takes one of `connections` (shared by the process's listeners) for as long as it
+/// is open, and is served by hyper's HTTP/1 with the header-read deadline of `limits`. A connection beyond
+/// the bound is answered `503` and closed.
 pub(crate) async fn serve_http(
     listener: TcpListener,
     router: Router,
+    connections: ConnectionSlots,
+    limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (stop_sender, mut stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_sender.send(true);
-    });
-    let mut grace = stop.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|stopping| *stopping).await;
-        tracing::info!("shutting down: no new connections; finishing requests in flight");
-    });
+    let local_address = listener.local_addr()?;
+    let span = tracing::info_span!("http", listen = %local_address);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms)).keep_alive(true);
+    let refusal_bytes: Arc<[u8]> = connections_full_response(connections.max).into();
+    let refusals_in_flight = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(error) => {
+                    // A client that gave up before we accepted: nothing to do. Anything else (no file
+                    // descriptors left) is logged, and the listener pauses rather than spinning.
+                    if !matches!(error.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionRefused) {
+                        span.in_scope(|| tracing::warn!("accepting a connection failed: {error}; pausing {ACCEPT_RETRY_MS} ms"));
+                        tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_MS)).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = connections.slots.clone().try_acquire_owned() else {
+            let stopwatch = Stopwatch::start();
+            span.in_scope(|| log_request("http", "-", &MessageSummary::default(), 503, "http_connections_full", &stopwatch));
+            refuse_connection(stream, refusal_bytes.clone(), &refusals_in_flight);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone())));
+        tokio::spawn(async move {
+            // A connection ending in an error (a missed header deadline, a client gone mid-request) has
+            // nothing more to say: each request on it was logged when it was answered.
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    span.in_scope(|| tracing::info!("shutting down: no new connections; finishing requests in flight"));
     tokio::select! {
         biased;
-        served = server => served,
-        _ = async move {
-            let _ = grace.wait_for(|stopping| *stopping).await;
-            tokio::time::sleep(Duration::from_millis(SHUTDOWN_GRACE_MS)).await;
-        } => {
-            tracing::warn!("requests still in flight after {SHUTDOWN_GRACE_MS} ms; stopping anyway");
-            Ok(())
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(Duration::from_millis(SHUTDOWN_GRACE_MS)) => {
+            span.in_scope(|| tracing::warn!("requests still in flight after {SHUTDOWN_GRACE_MS} ms; stopping anyway"));
         }
     }
+    Ok(())
+}
+
+/// The bytes that answer a connection over the bound: a complete `503` response that closes the connection.
+fn connections_full_response(connections_max: usize) -> Vec<u8> {
+    let message =
+        format!("the server holds as many connections as it allows ({connections_max}); retry shortly, or reuse an open connection");
+    let error = RpcError::invalid_request(message).with_status(503);
+    let body = serde_json::to_vec(&error_response(None, &error)).expect("serializing a serde_json::Value cannot fail");
+    let mut bytes = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Answers a connection over the bound and closes it, on a task bounded in time ([`REFUSAL_LINGER_MS`]) and in
+/// number ([`REFUSALS_IN_FLIGHT_MAX`]; beyond that the connection is closed at once, unanswered).
+fn refuse_connection(mut stream: TcpStream, response: Arc<[u8]>, refusals_in_flight: &Arc<Semaphore>) {
+    let Ok(permit) = refusals_in_flight.clone().try_acquire_owned() else { return };
+    tokio::spawn(async move {
+        let _permit = permit;
+        let answered = async {
+            stream.write_all(&response).await?;
+            stream.shutdown().await?;
+            // Read what the client sent until it closes: closing with unread bytes would reset the connection,
+            // and a reset can discard the answer before the client reads it.
+            let mut sink = [0u8; 4096];
+            let mut drained = 0;
+            while drained < REFUSAL_DRAIN_BYTES_MAX {
+                match stream.read(&mut sink).await? {
+                    0 => break,
+                    read => drained += read,
+                }
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(REFUSAL_LINGER_MS), answered).await;
+    });
 }
 
 /// A future resolving on SIGTERM or SIGINT (ctrl-c). The handlers are installed by this call, not on first
@@ -261,6 +498,9 @@ impl Endpoint {
             let response = with_header(refusal(StatusCode::METHOD_NOT_ALLOWED, message), header::ALLOW, HeaderValue::from_static("POST"));
             return Handled::refused(response, None, "http_method_not_allowed");
         }
+        if let Some(refused) = check_target_and_host(&request) {
+            return refused;
+        }
         let headers = request.headers();
         if let Some(refused) = self.check_host_and_origin(headers) {
             return refused;
@@ -276,7 +516,16 @@ impl Endpoint {
         if declared_length.is_some_and(|length| length > MESSAGE_BYTES_MAX as u64) {
             return too_large(&principal, declared_length.and_then(|length| usize::try_from(length).ok()));
         }
-        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+        // The principal's share first: a principal over it is refused without touching the listener's bound.
+        let Some(principal_slot) = self.principals_in_flight.try_take(&principal) else {
+            let message = format!(
+                "you have as many requests in flight as one principal may ({}); wait for one to finish, then retry",
+                self.principals_in_flight.max
+            );
+            let response = with_header(refusal(StatusCode::TOO_MANY_REQUESTS, message), header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return Handled::refused(response, Some(&principal), "http_principal_busy");
+        };
+        let Ok(listener_permit) = self.in_flight.clone().try_acquire_owned() else {
             let response =
                 refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
             return Handled::refused(
@@ -285,13 +534,23 @@ impl Endpoint {
                 "http_busy",
             );
         };
+        let permit = InFlight { _principal: principal_slot, _listener: listener_permit };
         let routing = routing_headers(headers);
-        let body = match Bytes::from_request(request, &()).await {
-            Ok(body) => body,
-            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(&principal, None),
-            Err(_) => {
+        let body = match tokio::time::timeout(self.body_read_timeout, Bytes::from_request(request, &())).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(&principal, None),
+            Ok(Err(_)) => {
                 let response = refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again");
                 return Handled::refused(response, Some(&principal), "http_body_unreadable");
+            }
+            Err(_elapsed) => {
+                let message = format!(
+                    "the request body did not arrive within {} ms of its headers; send the whole body at once",
+                    self.body_read_timeout.as_millis()
+                );
+                let response =
+                    with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close"));
+                return Handled::refused(response, Some(&principal), "http_body_timeout");
             }
         };
         let summary = MessageSummary::of(&body);
@@ -330,7 +589,7 @@ impl Endpoint {
             [] => None,
             [origin] if self.origins.allows(origin.trim()) => None,
             _ => {
-                let shown: String = origins.join(", ").chars().take(ECHO_CHARS_MAX).collect();
+                let shown = echo(&origins.join(", "));
                 let message = match &self.origins {
                     OriginPolicy::Loopback => format!(
                         "Origin {shown:?} may not call this server: only pages served from this machine may (a DNS-rebinding defence); allow another origin explicitly (mcpsim serve --allow-origin ORIGIN)"
@@ -366,8 +625,25 @@ impl Endpoint {
     }
 }
 
+/// Step 2: an origin-form request target and exactly one non-empty `Host` (RFC 9112 §3.2), for every bind.
+fn check_target_and_host(request: &Request) -> Option<Handled> {
+    let target = request.uri();
+    if target.scheme().is_some() || target.authority().is_some() {
+        let message = format!("send the request target as a path ({MCP_PATH}), not as an absolute URI: this server is not a proxy");
+        return Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, message), None, "http_target_not_origin_form"));
+    }
+    let hosts: Vec<&HeaderValue> = request.headers().get_all(header::HOST).iter().collect();
+    match hosts.as_slice() {
+        [host] if !host.as_bytes().iter().all(u8::is_ascii_whitespace) => None,
+        [] | [_] => {
+            Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, "send a Host header naming this server"), None, "http_host_missing"))
+        }
+        _ => Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, "send exactly one Host header"), None, "http_host_repeated")),
+    }
+}
+
 /// Writes an exchange as an SSE stream from a task of its own, which holds `permit` until the stream ends.
-fn stream_exchange(exchange: Exchange, permit: OwnedSemaphorePermit) -> Response {
+fn stream_exchange(exchange: Exchange, permit: InFlight) -> Response {
     let (sender, receiver) = mpsc::channel::<Bytes>(STREAM_EVENTS_BUFFERED_MAX);
     tokio::spawn(async move {
         let _permit = permit;
@@ -592,10 +868,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let tokens = Tokens::new(crate::config::Deployment::demo().tokens());
-        let options = HttpOptions { requests_in_flight_max: 0, ..HttpOptions::default() };
+        let limits = HttpLimits { requests_in_flight_max: 0, ..HttpLimits::default() };
+        let options = HttpOptions { limits, ..HttpOptions::default() };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let router = router(Arc::new(server), Authentication::Bearer(tokens), options, address).unwrap();
-        let serving = tokio::spawn(serve_http(listener, router, async move {
+        let serving = tokio::spawn(serve_http(listener, router, ConnectionSlots::new(limits.connections_max), limits, async move {
             let _ = stopped.await;
         }));
         let response = reqwest::Client::new()
@@ -611,6 +888,35 @@ mod tests {
         assert_eq!(response.headers()["retry-after"], "1");
         stop.send(()).unwrap();
         serving.await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_principal_holds_at_most_its_share_and_gives_it_back() {
+        let slots = Arc::new(PrincipalSlots { max: 2, held: Mutex::default() });
+        let first = slots.try_take("bob").expect("a first slot");
+        let second = slots.try_take("bob").expect("a second slot");
+        assert!(slots.try_take("bob").is_none(), "bob's share is two");
+        let alice = slots.try_take("alice").expect("alice is not bob");
+        drop(first);
+        let third = slots.try_take("bob").expect("a slot given back is free again");
+        drop((second, third, alice));
+        assert!(slots.lock().is_empty(), "no entry outlives its principal's requests");
+        let none = Arc::new(PrincipalSlots { max: 0, held: Mutex::default() });
+        assert!(none.try_take("bob").is_none());
+        assert!(none.lock().is_empty(), "a refusal leaves no entry behind");
+    }
+
+    #[test]
+    fn the_connection_refusal_is_a_complete_closing_503() {
+        let bytes = connections_full_response(7);
+        let text = String::from_utf8(bytes).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{head}");
+        assert!(head.contains("\r\nconnection: close") && head.contains("\r\nretry-after: 1"), "{head}");
+        assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (Value::Null, serde_json::json!(-32600)));
+        assert!(body["error"]["message"].as_str().unwrap().contains("(7)"), "{body}");
     }
 
     #[test]

@@ -15,6 +15,26 @@ pub(crate) const HEADER_MISMATCH: i64 = -32020;
 pub(crate) const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
+/// Longest piece of client-chosen text (a method, tool, prompt or argument name, a URI, a header value, a
+/// requested version) an error repeats, in `message` or in `data`. Longer text is cut and ends in `…`: a
+/// client that sends a 100,000-character method name gets a bounded answer, and the log lines and audit
+/// records that quote errors stay bounded too.
+pub const ECHO_CHARS_MAX: usize = 128;
+/// Longest `message` an error carries, whatever built it (a backstop behind [`echo`]).
+pub const ERROR_MESSAGE_CHARS_MAX: usize = 2_048;
+
+/// `text` as an error may repeat it: at most [`ECHO_CHARS_MAX`] characters, then `…`.
+pub fn echo(text: &str) -> String {
+    bounded(text, ECHO_CHARS_MAX)
+}
+
+fn bounded(text: &str, chars_max: usize) -> String {
+    match text.char_indices().nth(chars_max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 /// Why a request was refused. Serialized in snake_case into `error.data.reason`.
 ///
 /// The set is closed and documented in README ("Failure reasons"); adding a variant is a wire change.
@@ -182,7 +202,7 @@ impl RpcError {
             HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION => 400,
             _ => 200,
         };
-        RpcError { code, message: message.into(), data: None, http_status }
+        RpcError { code, message: bounded(&message.into(), ERROR_MESSAGE_CHARS_MAX), data: None, http_status }
     }
 
     pub(crate) fn with_data(mut self, data: Value) -> Self {
@@ -215,7 +235,7 @@ impl RpcError {
             )
             .with_data(json!({ "supported": [super::PROTOCOL_VERSION] }));
         }
-        RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+        RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {}", echo(method)))
     }
 
     /// `-32602` with `data.reason` and optional extra fields merged into `data`.
@@ -236,10 +256,11 @@ impl RpcError {
         RpcError::new(HEADER_MISMATCH, message)
     }
 
-    /// `-32022`; `data` is exactly `{"supported":[...],"requested":"..."}`.
+    /// `-32022`; `data` is exactly `{"supported":[...],"requested":"..."}`, the requested version repeated as
+    /// sent (cut to [`ECHO_CHARS_MAX`] characters, far beyond any version string).
     pub(crate) fn unsupported_version(requested: &str) -> Self {
         RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
-            .with_data(json!({ "supported": [super::PROTOCOL_VERSION], "requested": requested }))
+            .with_data(json!({ "supported": [super::PROTOCOL_VERSION], "requested": echo(requested) }))
     }
 
     /// `-32021`; `data.requiredCapabilities` is a `ClientCapabilities` object.
@@ -319,6 +340,21 @@ mod tests {
         for code in [HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION] {
             assert!((-32022..=-32020).contains(&code));
         }
+    }
+
+    #[test]
+    fn echoed_client_text_is_bounded() {
+        assert_eq!(echo("tools/call"), "tools/call");
+        let long = "m".repeat(100_000);
+        let error = RpcError::method_not_found(&long);
+        assert_eq!(error.message.chars().count(), "Method not found: ".len() + ECHO_CHARS_MAX + 1);
+        assert!(error.message.ends_with('…'));
+        let version = RpcError::unsupported_version(&long);
+        assert_eq!(version.data.unwrap()["requested"].as_str().unwrap().chars().count(), ECHO_CHARS_MAX + 1);
+        let exact = "é".repeat(ECHO_CHARS_MAX);
+        assert_eq!(echo(&exact), exact, "exactly the bound is kept whole (counted in characters, not bytes)");
+        let built = RpcError::new(INVALID_PARAMS, "x".repeat(10 * ERROR_MESSAGE_CHARS_MAX));
+        assert_eq!(built.message.chars().count(), ERROR_MESSAGE_CHARS_MAX + 1, "every message is bounded, however built");
     }
 
     #[test]

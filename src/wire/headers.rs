@@ -3,7 +3,7 @@
 //! The transport only copies header values out of the request; the comparison lives here so the gateway,
 //! the notes server and the simulator all apply the same rule in the same order.
 
-use super::errors::RpcError;
+use super::errors::{echo, RpcError};
 use base64::Engine;
 use serde_json::Value;
 
@@ -113,7 +113,11 @@ pub(crate) fn decode_header_value(raw: &str) -> Option<String> {
 }
 
 fn mismatch(header: &str, header_value: &str, body_value: &str) -> RpcError {
-    RpcError::header_mismatch(format!("Header mismatch: {header} header value {header_value:?} does not match body value {body_value:?}"))
+    RpcError::header_mismatch(format!(
+        "Header mismatch: {header} header value {:?} does not match body value {:?}",
+        echo(header_value),
+        echo(body_value)
+    ))
 }
 
 #[cfg(test)]

@@ -49,7 +49,12 @@ pub fn deleted_record(note_id: &str) -> ClaimRecord {
 }
 
 pub fn claim(nonce: &str, expires_at_ms: u64, record: ClaimRecord) -> NonceClaim {
-    NonceClaim { nonce: nonce.into(), expires_at_ms, record }
+    NonceClaim { nonce: nonce.into(), principal: "alice".into(), expires_at_ms, record }
+}
+
+/// `claim` by another principal.
+pub fn claim_of(principal: &str, nonce: &str, expires_at_ms: u64, record: ClaimRecord) -> NonceClaim {
+    NonceClaim { principal: principal.into(), ..claim(nonce, expires_at_ms, record) }
 }
 
 pub struct Opened {
@@ -80,9 +85,12 @@ impl Opened {
 
 /// A fresh store of `kind` with the fixture notes, a clock at `START_MS`, and the given capacity.
 pub async fn open_fresh(kind: &dyn StoreKind, capacity: usize) -> Opened {
+    open_fresh_with(kind, ReplayLimits { capacity, principal_capacity: capacity, retention_grace_ms: GRACE_MS }).await
+}
+
+pub async fn open_fresh_with(kind: &dyn StoreKind, limits: ReplayLimits) -> Opened {
     let spec = kind.fresh().await;
     let clock = Arc::new(TestClock::at(START_MS));
-    let limits = ReplayLimits { capacity, retention_grace_ms: GRACE_MS };
     let durability = kind.durability();
     let stores = open_with_durability(&spec, clock.clone(), limits, durability).await.unwrap_or_else(|e| panic!("open {spec}: {e}"));
     stores.admin.seed(&fixture_notes()).await.expect("seed the fixture");
@@ -181,6 +189,39 @@ pub async fn full_store_fails_closed_until_entries_expire(kind: &dyn StoreKind) 
     assert_eq!(replay.claim(claim("d", 9_000, declined())).await, Ok(ClaimOutcome::Full), "b and c are live: full again");
     assert_eq!(store.nonce_count().await, 2);
     assert_eq!(store.stores.admin.nonce_record("a").await, Ok(None), "a was pruned");
+}
+
+/// One principal filling its share of the capacity is refused while the others keep claiming; the global
+/// bound still holds; expired entries give their principal's places back; a handle of its own (another
+/// process) sees the same counts.
+pub async fn a_principal_filling_its_share_leaves_the_others_working(kind: &dyn StoreKind) {
+    let store = open_fresh_with(kind, ReplayLimits { capacity: 4, principal_capacity: 2, retention_grace_ms: GRACE_MS }).await;
+    let replay = &store.stores.replay;
+    let other = store.another_handle().await;
+    assert_eq!(replay.claim(claim_of("bob", "b1", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(other.replay.claim(claim_of("bob", "b2", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(replay.claim(claim_of("bob", "b3", 9_000, declined())).await, Ok(ClaimOutcome::Full), "bob's share is full");
+    assert_eq!(
+        other.replay.claim_and_delete(claim_of("bob", "b3", 9_000, deleted_record("n1")), "n1", &workspace()).await,
+        Ok(ClaimAndDelete::Full),
+        "on every handle"
+    );
+    assert_eq!(
+        replay.claim_and_delete(claim_of("alice", "a1", 9_000, deleted_record("n1")), "n1", &workspace()).await,
+        Ok(ClaimAndDelete::Deleted(fixture_notes()[0].clone())),
+        "alice is not bob"
+    );
+    assert_eq!(replay.claim(claim_of("carol", "c1", 9_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(replay.claim(claim_of("alice", "a2", 9_000, declined())).await, Ok(ClaimOutcome::Full), "the global bound is kept");
+    assert_eq!(store.nonce_count().await, 4);
+    // bob's two expire (plus the grace): his places come back, and the others' entries stay.
+    store.clock.set(2_100);
+    assert_eq!(other.replay.claim(claim_of("bob", "b3", 9_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(replay.claim(claim_of("bob", "b4", 9_000, declined())).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(replay.claim(claim_of("bob", "b5", 9_000, declined())).await, Ok(ClaimOutcome::Full), "two of bob's again");
+    assert_eq!(store.stores.admin.nonce_record("a1").await, Ok(Some(deleted_record("n1"))));
+    assert_eq!(store.stores.admin.nonce_record("b1").await, Ok(None), "b1 was pruned");
+    assert_eq!(store.nonce_count().await, 4);
 }
 
 /// A claim the store can no longer judge is refused, by the store's own clock: its state's expiry plus the grace
@@ -379,6 +420,7 @@ macro_rules! contract_tests {
             claim_and_delete_consumes_only_when_it_deletes,
             moved_and_prefix_sibling_notes_are_outside,
             full_store_fails_closed_until_entries_expire,
+            a_principal_filling_its_share_leaves_the_others_working,
             delete_if_inside_rechecks_the_live_note,
             listing_order_is_stable,
             seed_is_idempotent_and_restores,
@@ -392,6 +434,7 @@ macro_rules! contract_tests {
             claim_and_delete_consumes_only_when_it_deletes,
             moved_and_prefix_sibling_notes_are_outside,
             full_store_fails_closed_until_entries_expire,
+            a_principal_filling_its_share_leaves_the_others_working,
             claims_past_the_replay_window_are_refused,
             pruned_nonces_stay_refused_for_a_lagging_clock,
             delete_if_inside_rechecks_the_live_note,

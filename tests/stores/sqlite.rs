@@ -65,8 +65,8 @@ fn clock() -> Arc<TestClock> {
 }
 
 /// A step after every real one, standing for a newer mcpsim.
-const NEXT_STEP: Migration = Migration { version: 3, description: "a later step", sql: "CREATE TABLE later_step (x INTEGER) STRICT;" };
-static WITH_NEXT_STEP: [Migration; 3] = [SQLITE_MIGRATIONS[0], SQLITE_MIGRATIONS[1], NEXT_STEP];
+const NEXT_STEP: Migration = Migration { version: 4, description: "a later step", sql: "CREATE TABLE later_step (x INTEGER) STRICT;" };
+static WITH_NEXT_STEP: [Migration; 4] = [SQLITE_MIGRATIONS[0], SQLITE_MIGRATIONS[1], SQLITE_MIGRATIONS[2], NEXT_STEP];
 
 #[tokio::test]
 async fn migrations_run_once_and_newer_schemas_are_refused() {
@@ -85,28 +85,29 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
         connection.execute("UPDATE replay_counter SET nonce_count = 1", []).unwrap();
     }
     let (upgraded, current) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(current, MigrationReport { version_before: 1, version_after: 2 }, "only the new step runs");
+    assert_eq!(current, MigrationReport { version_before: 1, version_after: 3 }, "only the new steps run");
     assert_eq!(upgraded.nonce_count().await, Ok(1), "the data of step 1 is untouched");
     assert_eq!(upgraded.claim(claim_at("new", u64::MAX >> 12)).await, Ok(ClaimOutcome::Claimed), "the upgraded schema takes claims");
     let (_, again) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(again, MigrationReport { version_before: 2, version_after: 2 }, "a restart applies nothing");
+    assert_eq!(again, MigrationReport { version_before: 3, version_after: 3 }, "a restart applies nothing");
     let (_, later) = SqliteStore::open_with_migrations(&path, clock(), limits, &WITH_NEXT_STEP).await.unwrap();
-    assert_eq!(later, MigrationReport { version_before: 2, version_after: 3 });
+    assert_eq!(later, MigrationReport { version_before: 3, version_after: 4 });
     let versions: Vec<(i64, String)> = {
         let connection = rusqlite::Connection::open(&path).unwrap();
         let mut statement = connection.prepare("SELECT version, description FROM schema_version ORDER BY version").unwrap();
         statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
     };
-    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3, 4]);
     let Err(StoreError::Unavailable(refusal)) = SqliteStore::open(&path, clock(), limits).await else {
         panic!("an older mcpsim must refuse a newer schema");
     };
-    assert!(refusal.contains("version 3") && refusal.contains("upgrade mcpsim"), "{refusal}");
+    assert!(refusal.contains("version 4") && refusal.contains("upgrade mcpsim"), "{refusal}");
 }
 
 fn claim_at(nonce: &str, expires_at_ms: u64) -> mcpsim::framework::ports::NonceClaim {
     mcpsim::framework::ports::NonceClaim {
         nonce: nonce.into(),
+        principal: "alice".into(),
         expires_at_ms,
         record: mcpsim::framework::ports::ClaimRecord::Declined { tool: None },
     }

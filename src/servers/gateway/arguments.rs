@@ -42,7 +42,7 @@ pub(crate) fn check_arguments(schema: &Value, arguments: &Map<String, Value>) ->
     }
     if let Some(unknown) = arguments.keys().find(|key| !properties.contains_key(*key)) {
         let known: Vec<&String> = properties.keys().collect();
-        return Err(format!("unknown argument {unknown:?}: this tool takes only {known:?}"));
+        return Err(format!("unknown argument {:?}: this tool takes only {known:?}", crate::wire::errors::echo(unknown)));
     }
     if let Some(required) = schema.get("required") {
         let Some(required) = required.as_array() else { return Err(unenforceable("required")) };

@@ -16,7 +16,7 @@ use crate::policy::authorization::Authorizations;
 use crate::policy::containment::FileUri;
 use crate::servers::gateway::ports::{LiveListing, ToolListing, IDEMPOTENCY_KEY_META};
 use crate::wire::canonical::digest_hex;
-use crate::wire::errors::{Reason, RpcError};
+use crate::wire::errors::{echo, Reason, RpcError};
 use crate::wire::result::{complete, complete_cacheable, CacheScope, ServerInfo};
 use crate::wire::PROTOCOL_VERSION;
 use async_trait::async_trait;
@@ -248,7 +248,7 @@ impl Service for NotesBackend {
                 match name {
                     TOOL_SEARCH => self.search(context.principal, arguments).await,
                     TOOL_EXPORT => self.export(context.principal, arguments, params).await,
-                    other => Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {other}"))),
+                    other => Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {}", echo(other)))),
                 }
             }
             other => Err(RpcError::method_not_found(other)),
@@ -353,7 +353,7 @@ impl Service for IssuesBackend {
                 let (name, arguments) = call_target(params)?;
                 match name {
                     TOOL_SEARCH => self.search(arguments),
-                    other => Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {other}"))),
+                    other => Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {}", echo(other)))),
                 }
             }
             other => Err(RpcError::method_not_found(other)),
@@ -417,7 +417,7 @@ fn call_target(params: &Value) -> Result<(&str, &Map<String, Value>), RpcError> 
 
 fn closed_arguments(arguments: &Map<String, Value>, allowed: &[&str]) -> Result<(), RpcError> {
     match arguments.keys().find(|key| !allowed.contains(&key.as_str())) {
-        Some(unknown) => Err(invalid(format!("unknown argument {unknown:?}: this tool takes only {allowed:?}"))),
+        Some(unknown) => Err(invalid(format!("unknown argument {:?}: this tool takes only {allowed:?}", echo(unknown)))),
         None => Ok(()),
     }
 }

@@ -55,8 +55,8 @@ use crate::framework::ports::{ClaimOutcome, ClaimRecord, Clock, NonceClaim, Nonc
 use crate::framework::refusals;
 use crate::policy::pinning::{is_backend_id, split_qualified, PinFile};
 use crate::policy::state::{KeyRing, StateClaims};
-use crate::wire::canonical::{canonical_string, hex};
-use crate::wire::errors::{Reason, RpcError, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
+use crate::wire::canonical::canonical_string;
+use crate::wire::errors::{echo, Reason, RpcError, HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::RequestId;
 use crate::wire::meta::{require_form_elicitation, KEY_SERVER_INFO};
@@ -65,7 +65,6 @@ use crate::wire::PROTOCOL_VERSION;
 use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// The `inputRequests` key of the confirmation form, and the phase sealed into its state.
@@ -317,7 +316,10 @@ impl Gateway {
 
         draft.stage = Stage::Route;
         let unknown = || {
-            RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {name} (tools are named backend.tool; see tools/list)"))
+            RpcError::invalid_params(
+                Reason::UnknownTool,
+                format!("Unknown tool: {} (tools are named backend.tool; see tools/list)", echo(name)),
+            )
         };
         let (backend_id, backend_tool) = split_qualified(name).ok_or_else(unknown)?;
         let backend = self.backends.iter().find(|backend| backend.id == backend_id).ok_or_else(unknown)?;
@@ -327,7 +329,7 @@ impl Gateway {
         if !rule.confirm && (request_state.is_some() || input_responses.is_some()) {
             return Err(RpcError::invalid_params(
                 Reason::StateMismatch,
-                format!("{name} never asks for input: send the call without requestState and inputResponses"),
+                format!("{} never asks for input: send the call without requestState and inputResponses", echo(name)),
             ));
         }
 
@@ -338,9 +340,8 @@ impl Gateway {
 
         draft.stage = Stage::Authorization;
         let Some(grant) = self.config.policy.grant(context.principal, name) else {
-            return Err(
-                RpcError::invalid_params(Reason::ToolUnauthorized, format!("you are not granted {name}")).with_detail("tool", json!(name))
-            );
+            return Err(RpcError::invalid_params(Reason::ToolUnauthorized, format!("you are not granted {}", echo(name)))
+                .with_detail("tool", json!(echo(name))));
         };
         let pins = self.ports.pins.pins();
         let Some(pin) = pins.get(name) else {
@@ -379,7 +380,8 @@ impl Gateway {
             return Err(refusal);
         }
 
-        let call = Call { context, name, backend, backend_tool, arguments, arguments_digest: hex(&Sha256::digest(&argument_bytes)) };
+        let arguments_digest = self.config.key_ring.signing_arguments_digest(&argument_bytes);
+        let call = Call { context, name, backend, backend_tool, arguments, argument_bytes: &argument_bytes, arguments_digest };
         if !rule.confirm {
             self.spend_quota(&call, draft).await?;
             return self.execute(&call, None, draft).await;
@@ -486,6 +488,7 @@ impl Gateway {
             Some("decline") => {
                 let claim = NonceClaim {
                     nonce: claims.nonce.clone(),
+                    principal: claims.principal.clone(),
                     expires_at_ms: claims.expires_at_ms,
                     record: ClaimRecord::Declined { tool: Some(call.name.to_string()) },
                 };
@@ -504,8 +507,14 @@ impl Gateway {
             }
             Some("accept") => {
                 validate_confirmation(answer.get("content"))?;
-                let confirmed = ClaimRecord::Confirmed { tool: call.name.to_string(), arguments_digest: call.arguments_digest.clone() };
-                let claim = NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: confirmed.clone() };
+                // The digest the state carries (under the key that sealed it, which may no longer sign).
+                let confirmed = ClaimRecord::Confirmed { tool: call.name.to_string(), arguments_digest: claims.arguments_digest.clone() };
+                let claim = NonceClaim {
+                    nonce: claims.nonce.clone(),
+                    principal: claims.principal.clone(),
+                    expires_at_ms: claims.expires_at_ms,
+                    record: confirmed.clone(),
+                };
                 match self.ports.replay.claim(claim).await.map_err(store_failed)? {
                     ClaimOutcome::Claimed => {}
                     // Claimed for this very call by an earlier attempt that may have crashed before (or while)
@@ -528,7 +537,7 @@ impl Gateway {
             principal: call.context.principal,
             tool: call.name,
             phase: INPUT_CONFIRM,
-            arguments_digest: &call.arguments_digest,
+            arguments: call.argument_bytes,
             restart_hint: "to be asked again",
         };
         refusals::open_continuation(&self.config.key_ring, state, self.ports.clock.now_ms(), &expected)
@@ -636,7 +645,9 @@ struct Call<'a> {
     backend: &'a BackendHandle,
     backend_tool: &'a str,
     arguments: &'a Map<String, Value>,
-    /// Plain SHA-256 of the canonical arguments, as sealed into the state.
+    /// The canonical arguments (sorted keys), as the state's digest covers them.
+    argument_bytes: &'a [u8],
+    /// Their digest under the signing key, as a state sealed now carries it.
     arguments_digest: String,
 }
 

@@ -14,8 +14,8 @@ use crate::framework::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
 use crate::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
-use crate::wire::canonical::digest_hex;
-use crate::wire::errors::{Reason, RpcError};
+use crate::wire::canonical::canonical_bytes;
+use crate::wire::errors::{echo, Reason, RpcError};
 use crate::wire::meta::{require_form_elicitation, RequestMeta};
 use crate::wire::result::{complete, complete_cacheable, input_required, CacheScope, ServerInfo};
 use crate::wire::PROTOCOL_VERSION;
@@ -80,8 +80,9 @@ impl Service for NotesServer {
 struct DeleteArguments {
     workspace_uri: String,
     title: String,
-    /// Digest of the canonical arguments object: any changed or added argument changes it.
-    digest: String,
+    /// The canonical arguments object: a state carries its keyed digest, which any changed or added
+    /// argument changes.
+    canonical: Vec<u8>,
 }
 
 impl NotesServer {
@@ -113,7 +114,7 @@ impl NotesServer {
             _ => return Err(RpcError::invalid_params(Reason::ArgumentsInvalid, "tools/call needs params.name, a string")),
         };
         if name != TOOL_NOTES_DELETE {
-            return Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {name}")));
+            return Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {}", echo(name))));
         }
         let arguments = parse_delete_arguments(params.get("arguments"))?;
         let refusals::RoundTwoFields { request_state, input_responses } = refusals::round_two_fields(params)?;
@@ -166,7 +167,7 @@ impl NotesServer {
             principal: context.principal.to_string(),
             method: "tools/call".into(),
             tool: TOOL_NOTES_DELETE.into(),
-            arguments_digest: arguments.digest.clone(),
+            arguments_digest: self.config.key_ring.signing_arguments_digest(&arguments.canonical),
             candidates: candidates.iter().map(|note| note.id.clone()).collect(),
             phase: INPUT_DELETE_CHOICE.into(),
             issued_at_ms: now_ms,
@@ -240,7 +241,7 @@ impl NotesServer {
             principal: context.principal,
             tool: TOOL_NOTES_DELETE,
             phase: INPUT_DELETE_CHOICE,
-            arguments_digest: &arguments.digest,
+            arguments: &arguments.canonical,
             restart_hint: "to get a new form",
         };
         refusals::open_continuation(&self.config.key_ring, state, self.clock.now_ms(), &expected)
@@ -269,8 +270,12 @@ impl NotesServer {
     }
 
     async fn decline(&self, claims: &StateClaims) -> Result<Value, RpcError> {
-        let claim =
-            NonceClaim { nonce: claims.nonce.clone(), expires_at_ms: claims.expires_at_ms, record: ClaimRecord::Declined { tool: None } };
+        let claim = NonceClaim {
+            nonce: claims.nonce.clone(),
+            principal: claims.principal.clone(),
+            expires_at_ms: claims.expires_at_ms,
+            record: ClaimRecord::Declined { tool: None },
+        };
         match self.replay.claim(claim).await.map_err(store_failed)? {
             ClaimOutcome::Claimed => Ok(self.outcome(
                 json!({ "deleted": false, "outcome": "declined" }),
@@ -285,6 +290,7 @@ impl NotesServer {
     async fn confirmed_delete(&self, claims: &StateClaims, note_id: &str, workspace: &FileUri) -> Result<Value, RpcError> {
         let claim = NonceClaim {
             nonce: claims.nonce.clone(),
+            principal: claims.principal.clone(),
             expires_at_ms: claims.expires_at_ms,
             record: ClaimRecord::Deleted { note_id: note_id.to_string() },
         };
@@ -334,7 +340,8 @@ impl NotesServer {
         };
         let uri =
             FileUri::parse(requested).map_err(|e| RpcError::invalid_params(Reason::UriInvalid, format!("uri is not acceptable: {e}")))?;
-        let not_found = || RpcError::invalid_params(Reason::ResourceNotFound, "Resource not found").with_detail("uri", json!(requested));
+        let not_found =
+            || RpcError::invalid_params(Reason::ResourceNotFound, "Resource not found").with_detail("uri", json!(echo(requested)));
         if !self.config.authorizations.may_access(principal, &uri) {
             return Err(not_found());
         }
@@ -384,7 +391,7 @@ fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, 
         return Err(invalid("notes_delete needs arguments {workspaceUri, title}".into()));
     };
     if let Some(unknown) = map.keys().find(|key| *key != "workspaceUri" && *key != "title") {
-        return Err(invalid(format!("unknown argument {unknown:?}: notes_delete takes only workspaceUri and title")));
+        return Err(invalid(format!("unknown argument {:?}: notes_delete takes only workspaceUri and title", echo(unknown))));
     }
     let workspace_uri = match map.get("workspaceUri") {
         Some(Value::String(uri)) => uri.clone(),
@@ -394,7 +401,7 @@ fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, 
         Some(Value::String(title)) if !title.trim().is_empty() && title.chars().count() <= TITLE_CHARS_MAX => title.clone(),
         _ => return Err(invalid(format!("title is required: a non-blank string of at most {TITLE_CHARS_MAX} characters"))),
     };
-    Ok(DeleteArguments { workspace_uri, title, digest: digest_hex(&Value::Object(map.clone())) })
+    Ok(DeleteArguments { workspace_uri, title, canonical: canonical_bytes(&Value::Object(map.clone())) })
 }
 
 fn title_matches(title: &str, query: &str) -> bool {
@@ -444,7 +451,7 @@ fn validate_accept(content: Option<&Value>, candidates: &[String]) -> Result<Str
         return Err(invalid("accept without content is not consent: content {note_id, confirm} is required"));
     };
     if let Some(unknown) = content.keys().find(|key| *key != "note_id" && *key != "confirm") {
-        return Err(invalid(&format!("the form has no field {unknown:?}")));
+        return Err(invalid(&format!("the form has no field {:?}", echo(unknown))));
     }
     let note_id = match content.get("note_id") {
         Some(Value::String(id)) => id.clone(),
@@ -455,8 +462,8 @@ fn validate_accept(content: Option<&Value>, candidates: &[String]) -> Result<Str
         _ => return Err(invalid("content.confirm is required and must be a boolean")),
     };
     if !candidates.contains(&note_id) {
-        return Err(RpcError::invalid_params(Reason::NotACandidate, format!("{note_id:?} was not one of the notes offered"))
-            .with_detail("noteId", json!(note_id)));
+        return Err(RpcError::invalid_params(Reason::NotACandidate, format!("{:?} was not one of the notes offered", echo(&note_id)))
+            .with_detail("noteId", json!(echo(&note_id))));
     }
     if !confirm {
         return Err(RpcError::invalid_params(

@@ -25,7 +25,7 @@ use crate::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceF
 use crate::sim::library;
 use crate::sim::runner::ServerUnderTest;
 use crate::stores::memory::{MemoryReplayStore, ReplayLimits};
-use crate::wire::canonical::digest_hex;
+use crate::wire::canonical::canonical_bytes;
 use crate::wire::RpcError;
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -621,7 +621,9 @@ impl MistakenService {
             _ => key_ring.verify(state).ok()?,
         };
         match self.decision {
-            Decision::UnboundArguments => claims.arguments_digest = digest_hex(params.get("arguments")?),
+            Decision::UnboundArguments => {
+                claims.arguments_digest = key_ring.signing_arguments_digest(&canonical_bytes(params.get("arguments")?))
+            }
             Decision::UnboundPrincipal => claims.principal = principal.to_string(),
             _ => {}
         }
@@ -656,7 +658,12 @@ impl Service for MistakenService {
                 let result = self.inner.call(context, method, params).await?;
                 if answer_action(params) == Some("cancel") {
                     if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(read_unverified) {
-                        let claim = NonceClaim { nonce: claims.nonce, expires_at_ms: claims.expires_at_ms, record: ClaimRecord::Cancelled };
+                        let claim = NonceClaim {
+                            nonce: claims.nonce,
+                            principal: claims.principal,
+                            expires_at_ms: claims.expires_at_ms,
+                            record: ClaimRecord::Cancelled,
+                        };
                         let _ = self.inner.replay.claim(claim).await;
                     }
                 }
