@@ -169,6 +169,7 @@ mod lesson_flow {
             title: "TPS report archive".into(),
             uri: format!("{ALICE_WORKSPACE}/archive/tps-old.md"),
             body: String::new(),
+            revision: String::new(),
         });
         let arguments = delete_arguments(&format!("{ALICE_WORKSPACE}/archive"), "TPS report");
         let result = h.round_one_result("alice", &arguments).await;
@@ -961,6 +962,7 @@ mod live_notes {
                 title: "TPS report 2024".into(),
                 uri: "file:///Users/alice/Documents/Notes/tps-2024.md".into(),
                 body: String::new(),
+                revision: String::new(),
             });
         }
     }
@@ -1074,6 +1076,7 @@ mod many_matches {
                 title: format!("Bulk memo {n}"),
                 uri: format!("{ALICE_WORKSPACE}/bulk/{n}.md"),
                 body: String::new(),
+                revision: String::new(),
             });
         }
     }
@@ -1113,6 +1116,7 @@ mod many_matches {
             title: "Long id memo".into(),
             uri: format!("{ALICE_WORKSPACE}/long.md"),
             body: String::new(),
+            revision: String::new(),
         });
         let result = h
             .delete_call(&h.server, "alice", &delete_arguments(ALICE_WORKSPACE, "long id memo"), json!({}), form_capabilities())

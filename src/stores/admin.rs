@@ -217,7 +217,7 @@ mod tests {
     use super::*;
 
     fn note(id: &str, title: &str) -> Note {
-        Note { id: id.into(), title: title.into(), uri: format!("file:///w/{id}.md"), body: String::new() }
+        Note { id: id.into(), title: title.into(), uri: format!("file:///w/{id}.md"), body: String::new(), revision: String::new() }
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub(crate) fn decode_record(text: &str) -> Result<ClaimRecord, StoreError> {
         .ok_or_else(|| StoreError::Unavailable(format!("a stored nonce record is not one mcpsim writes: {text:?}")))
 }
 
+/// Whether a delete expecting `revision` may take a note of a database store, which keeps no revisions (its
+/// notes list with an empty one): only a form that showed no revision names such a note.
+pub(crate) fn matches_revisionless(revision: &str) -> bool {
+    revision.is_empty()
+}
+
 /// Whether the live note at `uri` may be deleted under `workspace`: an unparsable URI is outside.
 pub(crate) fn still_inside(workspace: &FileUri, uri: &str) -> bool {
     FileUri::parse(uri).is_ok_and(|uri| workspace.contains(&uri))

@@ -4,7 +4,7 @@
 //! rest `AlreadyClaimed`); even rounds give each child its own nonce (the note guarantee: one deletion, the
 //! rest `NoteGone` with nothing consumed). Afterwards the database must agree with the answers.
 
-use crate::contract::{claim, deleted_record, note, workspace, Opened, FAR_FUTURE_MS};
+use crate::contract::{claim, deleted_record, note, revision_in, workspace, Opened, FAR_FUTURE_MS};
 use mcpsim::framework::ports::ClaimAndDelete;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::system::SystemClock;
@@ -44,7 +44,10 @@ async fn child() {
         let [_, round, mode, index] = words[..] else { panic!("unexpected command {line:?}") };
         let note_id = format!("race-{round}");
         let nonce = if mode == "same" { format!("race-{round}") } else { format!("race-{round}-{index}") };
-        let outcome = stores.replay.claim_and_delete(claim(&nonce, FAR_FUTURE_MS, deleted_record(&note_id)), &note_id, &workspace()).await;
+        // The revision a form would have bound (the directory store's file identity; empty for the databases).
+        let revision = revision_in(&stores, &note_id).await;
+        let claim = claim(&nonce, FAR_FUTURE_MS, deleted_record(&note_id));
+        let outcome = stores.replay.claim_and_delete(claim, &note_id, &revision, &workspace()).await;
         let answer = match outcome {
             Ok(ClaimAndDelete::Deleted(_)) => "deleted".to_string(),
             Ok(ClaimAndDelete::NoteGone) => "gone".to_string(),
@@ -107,7 +110,7 @@ pub async fn processes_race(parent: &Opened, environment: &[(&str, String)], pro
     let mut winners = Vec::new();
     for round in 0..rounds {
         let note_id = format!("race-{round}");
-        admin.upsert(note(&note_id, &format!("file:///w/race/{round}.md"))).await.unwrap();
+        admin.upsert(note(&note_id, &format!("file:///w/{note_id}.md"))).await.unwrap();
         let mode = if round % 2 == 0 { "same" } else { "distinct" };
         // Write to every child before reading any answer, so the claims overlap.
         for (index, racer) in racers.iter_mut().enumerate() {

@@ -41,6 +41,7 @@ pub enum StoreCall {
     ListNotes,
     DeleteIfInside {
         note_id: String,
+        revision: String,
         workspace: FileUri,
     },
     Claim {
@@ -49,6 +50,7 @@ pub enum StoreCall {
     ClaimAndDelete {
         claim: NonceClaim,
         note_id: String,
+        revision: String,
         workspace: FileUri,
     },
     /// Admin: delete a note behind everyone's back.
@@ -118,10 +120,12 @@ impl StoreCall {
     pub fn to_json(&self) -> Value {
         match self {
             StoreCall::ListNotes => json!({}),
-            StoreCall::DeleteIfInside { note_id, workspace } => json!({ "noteId": note_id, "workspace": workspace.to_string() }),
+            StoreCall::DeleteIfInside { note_id, revision, workspace } => {
+                with_revision(json!({ "noteId": note_id, "workspace": workspace.to_string() }), revision)
+            }
             StoreCall::Claim { claim } => json!({ "claim": claim_json(claim) }),
-            StoreCall::ClaimAndDelete { claim, note_id, workspace } => {
-                json!({ "claim": claim_json(claim), "noteId": note_id, "workspace": workspace.to_string() })
+            StoreCall::ClaimAndDelete { claim, note_id, revision, workspace } => {
+                with_revision(json!({ "claim": claim_json(claim), "noteId": note_id, "workspace": workspace.to_string() }), revision)
             }
             StoreCall::AdminDelete { note_id } => json!({ "noteId": note_id }),
             StoreCall::AdminMove { note_id, uri } => json!({ "noteId": note_id, "uri": uri }),
@@ -189,5 +193,13 @@ fn claim_json(claim: &NonceClaim) -> Value {
 
 /// A note as store messages show it (the body included: stores return it).
 pub(crate) fn note_json(note: &Note) -> Value {
-    json!({ "id": note.id, "title": note.title, "uri": note.uri, "body": note.body })
+    with_revision(json!({ "id": note.id, "title": note.title, "uri": note.uri, "body": note.body }), &note.revision)
+}
+
+/// Adds `revision` to a JSON object only when there is one, so transcripts of revision-less runs keep their bytes.
+fn with_revision(mut value: Value, revision: &str) -> Value {
+    if !revision.is_empty() {
+        value["revision"] = json!(revision);
+    }
+    value
 }
