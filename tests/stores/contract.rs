@@ -441,6 +441,19 @@ macro_rules! contract_tests {
             racing_nonces_on_one_note_delete_once,
         );
     };
+    // A store whose notes are files (`dir:`): ids and titles come from paths and headings, the listing is in
+    // path order, and a note cannot be moved out of its folder; the checks relying on free-form ids, insertion
+    // order or moves anywhere are not run, and tests/stores/dir.rs checks the same rules the files' way.
+    (files, $kind:expr) => {
+        $crate::contract::contract_tests!(@each $kind;
+            claims_once_and_returns_the_record,
+            full_store_fails_closed_until_entries_expire,
+            claims_past_the_replay_window_are_refused,
+            pruned_nonces_stay_refused_for_a_lagging_clock,
+            racing_tasks_on_one_nonce_delete_once,
+            racing_nonces_on_one_note_delete_once,
+        );
+    };
     ($kind:expr) => {
         $crate::contract::contract_tests!(@each $kind;
             claims_once_and_returns_the_record,
