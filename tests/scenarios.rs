@@ -82,6 +82,8 @@ scenario_snapshots! {
     gateway_decline_ends_the_export_on_every_instance => "51-gateway-decline-ends-the-export-on-every-instance.sim",
     gateway_revocation_reaches_the_backends => "52-gateway-revocation-reaches-the-backends.sim",
     gateway_body_names_the_tool_even_when_both_would_run => "53-gateway-body-names-the-tool-even-when-both-would-run.sim",
+    note_file_swapped_after_the_form => "54-note-file-swapped-after-the-form.sim",
+    note_file_swapped_during_the_delete => "55-note-file-swapped-during-the-delete.sim",
 }
 
 #[test]

@@ -47,4 +47,6 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "53-gateway-body-names-the-tool-even-when-both-would-run.sim",
         include_str!("../../scenarios/53-gateway-body-names-the-tool-even-when-both-would-run.sim"),
     ),
+    ("54-note-file-swapped-after-the-form.sim", include_str!("../../scenarios/54-note-file-swapped-after-the-form.sim")),
+    ("55-note-file-swapped-during-the-delete.sim", include_str!("../../scenarios/55-note-file-swapped-during-the-delete.sim")),
 ];

@@ -55,6 +55,12 @@ pub trait StoreAdmin: Send + Sync {
     async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError>;
     /// Renames a note. Returns whether it existed.
     async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError>;
+    /// Replaces the note by another copy at the same place with the same content (a new revision: a form that
+    /// showed the old copy no longer names it). Returns whether it existed. The databases keep no revisions.
+    async fn swap(&self, id: &str) -> Result<bool, StoreError> {
+        let _ = id;
+        Err(StoreError::Unavailable(format!("{} keeps no revisions, so a note cannot be swapped for another copy", self.describe())))
+    }
     /// Nonces currently held (consumed, plus in-flight ones in memory).
     async fn nonce_count(&self) -> Result<u64, StoreError>;
     /// The record of a consumed nonce, if held.
@@ -197,6 +203,10 @@ impl StoreAdmin for MemoryAdmin {
 
     async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError> {
         Ok(self.notes.rename(id, title))
+    }
+
+    async fn swap(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.notes.swap(id))
     }
 
     async fn nonce_count(&self) -> Result<u64, StoreError> {

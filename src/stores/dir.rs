@@ -1097,6 +1097,13 @@ impl StoreAdmin for DirStore {
         Ok(true)
     }
 
+    /// Writes the same content to a new file and renames it over the note: another inode, another revision.
+    async fn swap(&self, id: &str) -> Result<bool, StoreError> {
+        let Some(note) = self.list()?.into_iter().find(|n| n.id == id) else { return Ok(false) };
+        self.write_note(&note_path(id).map_err(|r| StoreError::Unavailable(format!("directory store: {r}")))?, &note.body)?;
+        Ok(true)
+    }
+
     async fn nonce_count(&self) -> Result<u64, StoreError> {
         Ok(self.claim_names()?.len() as u64)
     }

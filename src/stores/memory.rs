@@ -58,10 +58,17 @@ impl MemoryNoteStore {
     }
 
     /// Admin: replaces a note's file with another copy at the same place (what a user's editor does when it saves
-    /// by writing a new file and renaming it over the old): same id, title, URI and body, a new `revision`.
-    /// Returns whether it existed.
-    pub fn swap(&self, id: &str, revision: &str) -> bool {
-        self.lock().iter_mut().find(|n| n.id == id).map(|n| n.revision = revision.to_string()).is_some()
+    /// by writing a new file and renaming it over the old): same id, title, URI and body, a new `revision`
+    /// (`copy-1`, `copy-2`, … : deterministic). Returns whether it existed.
+    pub fn swap(&self, id: &str) -> bool {
+        self.lock()
+            .iter_mut()
+            .find(|n| n.id == id)
+            .map(|n| {
+                let copies = n.revision.strip_prefix("copy-").and_then(|k| k.parse::<u64>().ok()).unwrap_or(0);
+                n.revision = format!("copy-{}", copies + 1);
+            })
+            .is_some()
     }
 
     /// Admin: renames a note. Returns whether it existed.

@@ -67,6 +67,10 @@ pub enum StoreCall {
         note_id: String,
         title: String,
     },
+    /// Admin: replace a note by another copy (a new revision).
+    AdminSwap {
+        note_id: String,
+    },
     /// A gateway → a backend actor: the backend's current descriptors.
     ListTools,
     /// A gateway → a backend actor: one forwarded `tools/call`, in the backend's own names.
@@ -111,6 +115,7 @@ impl StoreCall {
             StoreCall::AdminDelete { .. } => "admin_delete",
             StoreCall::AdminMove { .. } => "admin_move",
             StoreCall::AdminRename { .. } => "admin_rename",
+            StoreCall::AdminSwap { .. } => "admin_swap",
             StoreCall::ListTools => "list_tools",
             StoreCall::CallTool { .. } => "call_tool",
             StoreCall::AdminDescriptor { .. } => "admin_descriptor",
@@ -130,6 +135,7 @@ impl StoreCall {
             StoreCall::AdminDelete { note_id } => json!({ "noteId": note_id }),
             StoreCall::AdminMove { note_id, uri } => json!({ "noteId": note_id, "uri": uri }),
             StoreCall::AdminRename { note_id, title } => json!({ "noteId": note_id, "title": title }),
+            StoreCall::AdminSwap { note_id } => json!({ "noteId": note_id }),
             StoreCall::ListTools => json!({}),
             StoreCall::CallTool { principal, tool, arguments, idempotency_key } => {
                 json!({ "principal": principal, "tool": tool, "arguments": arguments, "idempotencyKey": idempotency_key })
