@@ -454,6 +454,12 @@ impl World for LiveWorld<'_> {
             (AdminAction::Revoke { .. }, _) => {
                 Err(Refused::Unsupported("a revocation changes the servers' configuration (edit --config and restart them)".into()))
             }
+            (AdminAction::SwapNote { .. }, Some(ScenarioStore { store, .. })) if !store.stores.admin.keeps_revisions() => {
+                Err(Refused::Unsupported(format!(
+                    "{} keeps no revisions, so a note cannot be swapped for another copy (a dir: store can)",
+                    store.spec
+                )))
+            }
             (_, None) if note_change => {
                 Err(Refused::Unsupported("admin changes need the store; pass --reseed SPEC (the fleet's --store) to make them live".into()))
             }

@@ -58,8 +58,13 @@ pub trait StoreAdmin: Send + Sync {
     /// Replaces the note by another copy at the same place with the same content (a new revision: a form that
     /// showed the old copy no longer names it). Returns whether it existed. The databases keep no revisions.
     async fn swap(&self, id: &str) -> Result<bool, StoreError> {
+        debug_assert!(!self.keeps_revisions(), "a store that keeps revisions implements swap");
         let _ = id;
         Err(StoreError::Unavailable(format!("{} keeps no revisions, so a note cannot be swapped for another copy", self.describe())))
+    }
+    /// Whether notes carry revisions, so that [`StoreAdmin::swap`] can replace one by another copy.
+    fn keeps_revisions(&self) -> bool {
+        false
     }
     /// Nonces currently held (consumed, plus in-flight ones in memory).
     async fn nonce_count(&self) -> Result<u64, StoreError>;
@@ -207,6 +212,10 @@ impl StoreAdmin for MemoryAdmin {
 
     async fn swap(&self, id: &str) -> Result<bool, StoreError> {
         Ok(self.notes.swap(id))
+    }
+
+    fn keeps_revisions(&self) -> bool {
+        true
     }
 
     async fn nonce_count(&self) -> Result<u64, StoreError> {

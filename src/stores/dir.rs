@@ -1104,6 +1104,10 @@ impl StoreAdmin for DirStore {
         Ok(true)
     }
 
+    fn keeps_revisions(&self) -> bool {
+        true
+    }
+
     async fn nonce_count(&self) -> Result<u64, StoreError> {
         Ok(self.claim_names()?.len() as u64)
     }
