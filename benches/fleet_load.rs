@@ -211,6 +211,7 @@ async fn run_phase(fleet: &Arc<Fleet>, store: &Store, concurrency: usize) -> Mea
                     title: format!("Load note {serial:09}"),
                     uri: format!("{ALICE_WORKSPACE}/load/{serial:09}.md"),
                     body: String::new(),
+                    revision: String::new(),
                 }
             })
             .collect();

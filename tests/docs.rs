@@ -65,6 +65,10 @@ const SERVERS: &[(&str, Server)] = &[
     ("cargo run -- serve --http 127.0.0.1:8080", Server::Http { instances: 1 }),
     ("cargo run -- serve --stdio --principal alice", Server::Stdio),
     (
+        "mcpsim serve --stdio --principal me --config examples/notes-folder.toml --store dir:examples/Notes=file:///home/me/Notes",
+        Server::Stdio,
+    ),
+    (
         "mcpsim serve --http 127.0.0.1:8080 --instances 3 --store sqlite:./fleet.db --config examples/deployment.toml --key-file keys.toml",
         Server::Http { instances: 3 },
     ),

@@ -165,6 +165,18 @@ fn exhaustive_mode_visits_every_order_of_the_double_accept_and_the_reduction_kee
 }
 
 #[test]
+fn exhaustive_mode_reaches_both_ends_of_a_swap_racing_the_delete() {
+    use mcpsim::sim::explore::exhaustive::explore_exhaustively;
+    let scenario = mutants::scenario_named("29-note-file-swapped-during-the-delete.sim").unwrap();
+    let explored = explore_exhaustively(&scenario, &notes_server_factory());
+    assert!(!explored.truncated);
+    // The swap lands first (the accept hears note_gone) or the delete does (the copy shown is deleted, the
+    // swap finds nothing): both orders are reached, and neither breaks a property or an expectation.
+    assert_eq!(explored.end_states, 2, "{explored:?}");
+    assert_eq!((explored.unsafe_runs, explored.expectation_runs), (0, 0));
+}
+
+#[test]
 fn a_saved_counterexample_replays_its_transcript_byte_for_byte() {
     let directory = std::env::temp_dir().join(format!("mcpsim-explore-test-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();

@@ -553,6 +553,7 @@ async fn tampered_foreign_expired_and_rebound_states_are_refused() {
         tool: name.into(),
         arguments_digest: String::new(),
         candidates: vec![],
+        revisions: Vec::new(),
         phase: "confirm".into(),
         issued_at_ms: 0,
         expires_at_ms: u64::MAX,

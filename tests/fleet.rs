@@ -162,7 +162,11 @@ impl Fleet {
         // Fixed width: no title is a substring of another, so round 1 offers exactly this note.
         let title = format!("Fleet note {serial:05}");
         let uri = format!("{ALICE_WORKSPACE}/fleet/{serial:05}.md");
-        self.stores.admin.upsert(Note { id: note_id.clone(), title: title.clone(), uri, body: String::new() }).await.unwrap();
+        self.stores
+            .admin
+            .upsert(Note { id: note_id.clone(), title: title.clone(), uri, body: String::new(), revision: String::new() })
+            .await
+            .unwrap();
         let (status, response) =
             post_message(&self.client, &self.url(process), ALICE, &delete_round_one(serial, &title)).await.expect("round 1 is answered");
         assert_eq!(status, 200, "{response}");

@@ -912,6 +912,7 @@ async fn a_lost_answer_after_the_export_returns_the_first_outcome_on_retry() {
         title: "TPS report 2026".into(),
         uri: "file:///Users/alice/Documents/Notes/tps-2026.md".into(),
         body: String::new(),
+        revision: String::new(),
     });
     let reply = harness.send("alice", &body).await;
     assert_eq!(result(&reply)["structuredContent"]["exportId"], exported[0].export_id.as_str());

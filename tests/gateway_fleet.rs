@@ -92,7 +92,7 @@ impl SharedStore {
                         .unwrap();
                 store.export_ledger("notes").exports().await.unwrap()
             }
-            StoreSpec::Memory => unreachable!("a fleet shares a database"),
+            StoreSpec::Memory | StoreSpec::Dir { .. } => unreachable!("a gateway fleet shares a database"),
         }
     }
 }

@@ -176,6 +176,7 @@ mod lesson_flow {
             title: "TPS report archive".into(),
             uri: format!("{ALICE_WORKSPACE}/archive/tps-old.md"),
             body: String::new(),
+            revision: String::new(),
         });
         let arguments = delete_arguments(&format!("{ALICE_WORKSPACE}/archive"), "TPS report");
         let result = h.round_one_result("alice", &arguments).await;
@@ -968,6 +969,7 @@ mod live_notes {
                 title: "TPS report 2024".into(),
                 uri: "file:///Users/alice/Documents/Notes/tps-2024.md".into(),
                 body: String::new(),
+                revision: String::new(),
             });
         }
     }
@@ -1081,6 +1083,7 @@ mod many_matches {
                 title: format!("Bulk memo {n}"),
                 uri: format!("{ALICE_WORKSPACE}/bulk/{n}.md"),
                 body: String::new(),
+                revision: String::new(),
             });
         }
     }
@@ -1120,6 +1123,7 @@ mod many_matches {
             title: "Long id memo".into(),
             uri: format!("{ALICE_WORKSPACE}/long.md"),
             body: String::new(),
+            revision: String::new(),
         });
         let result = h
             .delete_call(&h.server, "alice", &delete_arguments(ALICE_WORKSPACE, "long id memo"), json!({}), form_capabilities())

@@ -72,6 +72,8 @@ scenario_snapshots! {
     crash_of_one_racer_at_the_store => "25-crash-of-one-racer-at-the-store.sim",
     store_outage_between_claim_and_delete => "26-store-outage-between-claim-and-delete.sim",
     one_principal_fills_its_replay_share => "27-one-principal-fills-its-replay-share.sim",
+    note_file_swapped_after_the_form => "28-note-file-swapped-after-the-form.sim",
+    note_file_swapped_during_the_delete => "29-note-file-swapped-during-the-delete.sim",
     gateway_poisoned_description => "40-gateway-poisoned-description.sim",
     gateway_rug_pull_between_two_listings => "41-gateway-rug-pull-between-two-listings.sim",
     gateway_shadowed_search => "42-gateway-shadowed-search.sim",

@@ -6,6 +6,7 @@ pub mod keygen;
 pub mod live;
 pub mod pins;
 pub mod run;
+pub mod sandbox;
 pub mod seed;
 pub mod serve;
 

@@ -7,6 +7,7 @@
 //! stops accepting, finishes its requests in flight, and then the store is closed.
 
 use crate::assembly::{real_conformance_fixture, real_gateway, real_notes_server};
+use crate::cli::sandbox::{self, SandboxMode, SandboxPlan};
 use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
 use crate::framework::Service;
@@ -138,6 +139,7 @@ Examples:
     mcpsim serve --http 127.0.0.1:0 --instances 3 --store sqlite:./fleet.db --key-file keys.toml
     mcpsim serve --http 127.0.0.1:3000 --fixture conformance    # the conformance suite's fixture
     mcpsim serve --http 127.0.0.1:8080 --gateway                # the security gateway in front of its backends
+    mcpsim serve --stdio --store dir:$HOME/Notes --config me.toml --sandbox required   # a real folder, sandboxed
 
 Exit status: 0 after end of input (stdio) or ctrl-c / SIGTERM (HTTP); 1 if serving failed (e.g. the
 address is in use, the store is unreachable); 2 for invalid arguments or configuration."#;
@@ -305,6 +307,15 @@ pub struct ServeArgs {
     pub http_requests_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_principal_requests_max: Option<u32>,
+
+    /// Restrict this process with Landlock (Linux) to the files its store needs: required | best-effort | off.
+    ///
+    /// Applied before serving: with a dir: store, read/remove in the folder and read/write in its .mcpsim;
+    /// with sqlite:, the database's folder; nothing else on disk. The start-up line says whether it is active
+    /// and at which Landlock ABI. best-effort serves without it on a kernel that lacks Landlock (and says so);
+    /// required refuses to start there. [default: best-effort]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
 }
 
 impl ServeArgs {
@@ -431,6 +442,14 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     let limits = args.http_limits();
     let addresses =
         args.http.map(|address| instance_addresses(address, args.instances.unwrap_or(1))).transpose().map_err(Failure::usage)?;
+    // The sandbox comes before the runtime: Landlock restricts the calling thread and the threads it starts
+    // later, so every runtime thread is inside it. Every file the plan needed was read above.
+    let store_spec = match &plan {
+        Plan::Notes(notes) => notes.store.clone(),
+        Plan::Fixture | Plan::Gateway(_) => StoreSpec::Memory,
+    };
+    let sandbox_plan = SandboxPlan::for_store(&store_spec).map_err(|error| Failure::usage(format!("--sandbox: {error}")))?;
+    let sandboxed = sandbox::apply(args.sandbox.unwrap_or_default(), &sandbox_plan).map_err(Failure::usage)?;
     let runtime = match addresses {
         Some(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
         // One message at a time on stdio: one thread is enough.
@@ -438,11 +457,12 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     }
     .map_err(|error| Failure::failed(format!("cannot start the async runtime: {error}")))?;
     runtime.block_on(async move {
-        let served = match plan {
+        let mut served = match plan {
             Plan::Fixture => conformance_fixture(args.state_ttl),
             Plan::Gateway(plan) => open_gateway(plan, args.state_ttl, args.replay_limits()).await?,
             Plan::Notes(plan) => open_notes_server(plan, args.state_ttl, args.replay_limits()).await?,
         };
+        served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
             None => run_stdio(&served).await,
             Some(addresses) => run_http(&served, addresses, origins, limits).await,
@@ -521,6 +541,12 @@ fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
         }
     };
     let store = args.store.clone().unwrap_or(StoreSpec::Memory);
+    #[cfg(unix)]
+    if args.durability.is_some() && matches!(store, StoreSpec::Dir { .. }) {
+        return Err(Failure::usage(
+            "--durability applies to a sqlite: or postgres: store; a dir: store syncs every claim before its delete",
+        ));
+    }
     if args.durability.is_some() && !store.is_shared() {
         return Err(Failure::usage("--durability applies to a sqlite: or postgres: store; a memory store writes nothing to disk"));
     }

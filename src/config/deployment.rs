@@ -200,7 +200,10 @@ impl Deployment {
     }
 
     pub fn notes(&self) -> Vec<Note> {
-        self.notes.iter().map(|n| Note { id: n.id.clone(), title: n.title.clone(), uri: n.uri.clone(), body: n.body.clone() }).collect()
+        self.notes
+            .iter()
+            .map(|n| Note { id: n.id.clone(), title: n.title.clone(), uri: n.uri.clone(), body: n.body.clone(), revision: String::new() })
+            .collect()
     }
 
     /// Token → principal, for the HTTP transport.

@@ -8,13 +8,18 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// One note: an id, a title, where it lives, and its (untrusted) body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One note: an id, a title, where it lives, its (untrusted) body, and which copy of it this is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Note {
     pub id: String,
     pub title: String,
     pub uri: String,
     pub body: String,
+    /// The identity of this copy of the note, where the store has one: for the directory store the file's
+    /// device, inode, size and modification time (`stores::dir`); the memory store's admin "swap" changes it.
+    /// Empty where a store keeps none (the databases). A confirmation form binds the revision it showed, and a
+    /// delete whose note no longer has that revision finds it gone ([`GuardedDelete::Gone`]).
+    pub revision: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,8 +43,9 @@ pub trait NoteStore: Send + Sync {
     /// Every note, in the store's stable listing order.
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError>;
 
-    /// Re-reads the live note and deletes it only if it still exists and still lies inside `workspace`.
-    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError>;
+    /// Re-reads the live note and deletes it only if it still exists with `revision` (the one the form showed;
+    /// another copy at the same place is [`GuardedDelete::Gone`]) and still lies inside `workspace`.
+    async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError>;
 }
 
 /// What consuming a confirmation's nonce meant: kept with the nonce, and reported to every later claimant
@@ -133,9 +139,16 @@ pub trait ReplayStore: Send + Sync {
     /// Consumes a nonce with no other effect (a terminal decline).
     async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError>;
 
-    /// One atomic operation: claim the nonce, re-read the live note, re-check its containment, delete it.
-    /// If the note is gone or outside the workspace, the nonce is released: nothing is consumed.
-    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError>;
+    /// One atomic operation: claim the nonce, re-read the live note, re-check its revision and containment,
+    /// delete it. If the note is gone (or is another copy than `revision`) or outside the workspace, the nonce
+    /// is released: nothing is consumed.
+    async fn claim_and_delete(
+        &self,
+        claim: NonceClaim,
+        note_id: &str,
+        revision: &str,
+        workspace: &FileUri,
+    ) -> Result<ClaimAndDelete, StoreError>;
 }
 
 /// Milliseconds since the Unix epoch; virtual in the simulator.

@@ -468,10 +468,19 @@ impl World for LiveWorld<'_> {
     }
 
     fn admin(&mut self, action: &AdminAction) -> Result<(), Refused> {
-        let note_change = matches!(action, AdminAction::DeleteNote { .. } | AdminAction::MoveNote { .. } | AdminAction::RenameNote { .. });
+        let note_change = matches!(
+            action,
+            AdminAction::DeleteNote { .. } | AdminAction::MoveNote { .. } | AdminAction::RenameNote { .. } | AdminAction::SwapNote { .. }
+        );
         match (action, &self.store) {
             (AdminAction::Revoke { .. }, _) => {
                 Err(Refused::Unsupported("a revocation changes the servers' configuration (edit --config and restart them)".into()))
+            }
+            (AdminAction::SwapNote { .. }, Some(ScenarioStore { store, .. })) if !store.stores.admin.keeps_revisions() => {
+                Err(Refused::Unsupported(format!(
+                    "{} keeps no revisions, so a note cannot be swapped for another copy (a dir: store can)",
+                    store.spec
+                )))
             }
             (_, None) if note_change => {
                 Err(Refused::Unsupported("admin changes need the store; pass --reseed SPEC (the fleet's --store) to make them live".into()))
@@ -483,6 +492,7 @@ impl World for LiveWorld<'_> {
                     AdminAction::DeleteNote { note_id } => (note_id, self.runtime.block_on(admin.remove(note_id))),
                     AdminAction::MoveNote { note_id, uri } => (note_id, self.runtime.block_on(admin.move_to(note_id, uri))),
                     AdminAction::RenameNote { note_id, title } => (note_id, self.runtime.block_on(admin.rename(note_id, title))),
+                    AdminAction::SwapNote { note_id } => (note_id, self.runtime.block_on(admin.swap(note_id))),
                     _ => unreachable!("a note change"),
                 };
                 match done {

@@ -95,9 +95,37 @@ impl FileUri {
             && self.segments.iter().zip(&other.segments).all(|(a, b)| a == b)
     }
 
-    #[cfg(test)]
-    pub(crate) fn segments(&self) -> &[String] {
+    /// The decoded path segments, without dot segments.
+    pub fn segments(&self) -> &[String] {
         &self.segments
+    }
+
+    /// The URI of an absolute local path, or `None` when the path is relative, has a `..` or `.` component, or
+    /// a component that is not UTF-8 or would not survive a print-then-parse round trip.
+    pub fn from_local_path(path: &std::path::Path) -> Option<FileUri> {
+        use std::path::Component;
+        let mut segments = Vec::new();
+        let mut components = path.components();
+        if components.next() != Some(Component::RootDir) {
+            return None;
+        }
+        for component in components {
+            match component {
+                Component::Normal(name) => segments.push(name.to_str()?.to_string()),
+                _ => return None,
+            }
+        }
+        let uri = FileUri { host: String::new(), segments };
+        (FileUri::parse(&uri.to_string()).ok()? == uri).then_some(uri)
+    }
+
+    /// This URI with `more` segments below it, or `None` when the result would not parse back to itself (a
+    /// segment that is empty, a dot segment, or holds a slash, a control character or a percent-escape).
+    pub fn join(&self, more: &[String]) -> Option<FileUri> {
+        let mut segments = self.segments.clone();
+        segments.extend(more.iter().cloned());
+        let uri = FileUri { host: self.host.clone(), segments };
+        (FileUri::parse(&uri.to_string()).ok()? == uri).then_some(uri)
     }
 
     pub fn host(&self) -> &str {

@@ -40,6 +40,10 @@ pub struct StateClaims {
     pub arguments_digest: String,
     /// Ids offered to the user in the form; a choice outside this set is refused.
     pub candidates: Vec<String>,
+    /// The revision of each candidate as the form showed it (`Note::revision`), in `candidates` order; empty
+    /// (and absent from the payload) when no candidate has one, so states of revision-less stores are unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<String>,
     /// Which question this state continues (e.g. `delete_choice`).
     pub phase: String,
     pub issued_at_ms: u64,
@@ -244,6 +248,7 @@ mod tests {
             tool: "notes_delete".into(),
             arguments_digest: "ab".repeat(32),
             candidates: vec!["note-3".into(), "note-7".into()],
+            revisions: Vec::new(),
             phase: "delete_choice".into(),
             issued_at_ms: 1_000,
             expires_at_ms: 301_000,

@@ -312,6 +312,11 @@ pub enum AdminAction {
         note_id: String,
         title: String,
     },
+    /// Replaces the note's file with another copy at the same place, same content (an editor saving by
+    /// renaming a new file over the old): a new revision, so a form that showed the old copy no longer names it.
+    SwapNote {
+        note_id: String,
+    },
     /// Removes the principal's grants at or below `workspace` on every instance.
     Revoke {
         principal: String,

@@ -976,9 +976,10 @@ impl<'a> Parser<'a> {
     }
 
     fn admin(&mut self, in_parallel: bool) -> Result<AdminAction, ParseError> {
-        let (verb, at) = self.word().ok_or_else(|| self.expected("delete, move, rename, revoke, rugpull, publish or approve"))?;
+        let (verb, at) = self.word().ok_or_else(|| self.expected("delete, move, rename, swap, revoke, rugpull, publish or approve"))?;
         Ok(match verb.as_str() {
             "delete" => AdminAction::DeleteNote { note_id: self.note_id()? },
+            "swap" => AdminAction::SwapNote { note_id: self.note_id()? },
             "move" => {
                 let note_id = self.note_id()?;
                 self.expect_keyword("to", "and the new URI")?;

@@ -206,6 +206,7 @@ mod tests {
             tool: "notes_delete".into(),
             arguments_digest: "00".into(),
             candidates: vec!["note-3".into()],
+            revisions: Vec::new(),
             phase: "delete_choice".into(),
             issued_at_ms: 0,
             expires_at_ms: 10,

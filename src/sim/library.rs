@@ -31,6 +31,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("25-crash-of-one-racer-at-the-store.sim", include_str!("../../scenarios/25-crash-of-one-racer-at-the-store.sim")),
     ("26-store-outage-between-claim-and-delete.sim", include_str!("../../scenarios/26-store-outage-between-claim-and-delete.sim")),
     ("27-one-principal-fills-its-replay-share.sim", include_str!("../../scenarios/27-one-principal-fills-its-replay-share.sim")),
+    ("28-note-file-swapped-after-the-form.sim", include_str!("../../scenarios/28-note-file-swapped-after-the-form.sim")),
+    ("29-note-file-swapped-during-the-delete.sim", include_str!("../../scenarios/29-note-file-swapped-during-the-delete.sim")),
     ("40-gateway-poisoned-description.sim", include_str!("../../scenarios/40-gateway-poisoned-description.sim")),
     ("41-gateway-rug-pull-between-two-listings.sim", include_str!("../../scenarios/41-gateway-rug-pull-between-two-listings.sim")),
     ("42-gateway-shadowed-search.sim", include_str!("../../scenarios/42-gateway-shadowed-search.sim")),

@@ -237,7 +237,13 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
     }
     let mut notes: Vec<Note> = demo.as_ref().map(Deployment::notes).unwrap_or_default();
     for note in &spec.notes {
-        let note = Note { id: note.id.clone(), title: note.title.clone(), uri: note.uri.clone(), body: note.body.clone() };
+        let note = Note {
+            id: note.id.clone(),
+            title: note.title.clone(),
+            uri: note.uri.clone(),
+            body: note.body.clone(),
+            revision: String::new(),
+        };
         match notes.iter_mut().find(|n| n.id == note.id) {
             Some(existing) => *existing = note,
             None => notes.push(note),

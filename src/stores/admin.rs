@@ -55,6 +55,17 @@ pub trait StoreAdmin: Send + Sync {
     async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError>;
     /// Renames a note. Returns whether it existed.
     async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError>;
+    /// Replaces the note by another copy at the same place with the same content (a new revision: a form that
+    /// showed the old copy no longer names it). Returns whether it existed. The databases keep no revisions.
+    async fn swap(&self, id: &str) -> Result<bool, StoreError> {
+        debug_assert!(!self.keeps_revisions(), "a store that keeps revisions implements swap");
+        let _ = id;
+        Err(StoreError::Unavailable(format!("{} keeps no revisions, so a note cannot be swapped for another copy", self.describe())))
+    }
+    /// Whether notes carry revisions, so that [`StoreAdmin::swap`] can replace one by another copy.
+    fn keeps_revisions(&self) -> bool {
+        false
+    }
     /// Nonces currently held (consumed, plus in-flight ones in memory).
     async fn nonce_count(&self) -> Result<u64, StoreError>;
     /// The record of a consumed nonce, if held.
@@ -199,6 +210,14 @@ impl StoreAdmin for MemoryAdmin {
         Ok(self.notes.rename(id, title))
     }
 
+    async fn swap(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.notes.swap(id))
+    }
+
+    fn keeps_revisions(&self) -> bool {
+        true
+    }
+
     async fn nonce_count(&self) -> Result<u64, StoreError> {
         Ok(self.replay.len() as u64)
     }
@@ -217,7 +236,7 @@ mod tests {
     use super::*;
 
     fn note(id: &str, title: &str) -> Note {
-        Note { id: id.into(), title: title.into(), uri: format!("file:///w/{id}.md"), body: String::new() }
+        Note { id: id.into(), title: title.into(), uri: format!("file:///w/{id}.md"), body: String::new(), revision: String::new() }
     }
 
     #[test]

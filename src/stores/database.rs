@@ -112,6 +112,12 @@ pub(crate) fn decode_note_ids(text: &str) -> Result<Vec<String>, StoreError> {
         .map_err(|e| StoreError::Unavailable(format!("a stored export's note ids are not a JSON list ({e}): {text:?}")))
 }
 
+/// Whether a delete expecting `revision` may take a note of a database store, which keeps no revisions (its
+/// notes list with an empty one): only a form that showed no revision names such a note.
+pub(crate) fn matches_revisionless(revision: &str) -> bool {
+    revision.is_empty()
+}
+
 /// Whether the live note at `uri` may be deleted under `workspace`: an unparsable URI is outside.
 pub(crate) fn still_inside(workspace: &FileUri, uri: &str) -> bool {
     FileUri::parse(uri).is_ok_and(|uri| workspace.contains(&uri))

@@ -57,6 +57,20 @@ impl MemoryNoteStore {
         self.lock().iter_mut().find(|n| n.id == id).map(|n| n.uri = uri.to_string()).is_some()
     }
 
+    /// Admin: replaces a note's file with another copy at the same place (what a user's editor does when it saves
+    /// by writing a new file and renaming it over the old): same id, title, URI and body, a new `revision`
+    /// (`copy-1`, `copy-2`, … : deterministic). Returns whether it existed.
+    pub fn swap(&self, id: &str) -> bool {
+        self.lock()
+            .iter_mut()
+            .find(|n| n.id == id)
+            .map(|n| {
+                let copies = n.revision.strip_prefix("copy-").and_then(|k| k.parse::<u64>().ok()).unwrap_or(0);
+                n.revision = format!("copy-{}", copies + 1);
+            })
+            .is_some()
+    }
+
     /// Admin: renames a note. Returns whether it existed.
     pub fn rename(&self, id: &str, title: &str) -> bool {
         self.lock().iter_mut().find(|n| n.id == id).map(|n| n.title = title.to_string()).is_some()
@@ -69,9 +83,10 @@ impl NoteStore for MemoryNoteStore {
         Ok(self.snapshot())
     }
 
-    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+    async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
         let mut notes = self.lock();
-        let Some(index) = notes.iter().position(|n| n.id == id) else {
+        // Another copy at the same id (an admin swap) is not the note the form showed.
+        let Some(index) = notes.iter().position(|n| n.id == id && n.revision == revision) else {
             return Ok(GuardedDelete::Gone);
         };
         let inside = FileUri::parse(&notes[index].uri).is_ok_and(|uri| workspace.contains(&uri));
@@ -272,7 +287,13 @@ impl ReplayStore for MemoryReplayStore {
         }
     }
 
-    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+    async fn claim_and_delete(
+        &self,
+        claim: NonceClaim,
+        note_id: &str,
+        revision: &str,
+        workspace: &FileUri,
+    ) -> Result<ClaimAndDelete, StoreError> {
         let now_ms = self.clock.now_ms();
         if let Err(refused) = self.lock().reserve(&claim, Entry::Pending, now_ms, self.limits) {
             return Ok(match refused {
@@ -282,7 +303,7 @@ impl ReplayStore for MemoryReplayStore {
                 ClaimOutcome::Claimed => unreachable!("reserve refuses only with AlreadyClaimed, Expired or Full"),
             });
         }
-        let deleted = self.notes.delete_if_inside(note_id, workspace).await;
+        let deleted = self.notes.delete_if_inside(note_id, revision, workspace).await;
         let mut ledger = self.lock();
         match deleted {
             Ok(GuardedDelete::Deleted(note)) => {
@@ -319,7 +340,7 @@ mod tests {
     }
 
     fn note(id: &str, uri: &str) -> Note {
-        Note { id: id.into(), title: format!("title {id}"), uri: uri.into(), body: String::new() }
+        Note { id: id.into(), title: format!("title {id}"), uri: uri.into(), body: String::new(), revision: String::new() }
     }
 
     fn fixture(capacity: usize) -> (Arc<MemoryNoteStore>, Arc<TestClock>, MemoryReplayStore) {
@@ -413,28 +434,28 @@ mod tests {
     #[tokio::test]
     async fn claim_and_delete_consumes_only_when_it_deletes() {
         let (notes, _, replay) = fixture(10);
-        let deleted = replay.claim_and_delete(claim("x", 2_000), "n1", &workspace()).await.unwrap();
+        let deleted = replay.claim_and_delete(claim("x", 2_000), "n1", "", &workspace()).await.unwrap();
         assert!(matches!(deleted, ClaimAndDelete::Deleted(ref n) if n.id == "n1"));
         assert!(matches!(
-            replay.claim_and_delete(claim("x", 2_000), "n2", &workspace()).await.unwrap(),
+            replay.claim_and_delete(claim("x", 2_000), "n2", "", &workspace()).await.unwrap(),
             ClaimAndDelete::AlreadyClaimed { .. }
         ));
         assert_eq!(notes.snapshot().len(), 1, "the second accept of one nonce deletes nothing");
 
-        assert_eq!(replay.claim_and_delete(claim("y", 2_000), "n1", &workspace()).await.unwrap(), ClaimAndDelete::NoteGone);
+        assert_eq!(replay.claim_and_delete(claim("y", 2_000), "n1", "", &workspace()).await.unwrap(), ClaimAndDelete::NoteGone);
         assert!(replay.record("y").is_none(), "a refused delete consumes nothing");
         notes.move_to("n2", "file:///elsewhere/b.md");
-        assert_eq!(replay.claim_and_delete(claim("y", 2_000), "n2", &workspace()).await.unwrap(), ClaimAndDelete::NoteOutsideWorkspace);
+        assert_eq!(replay.claim_and_delete(claim("y", 2_000), "n2", "", &workspace()).await.unwrap(), ClaimAndDelete::NoteOutsideWorkspace);
         assert!(replay.record("y").is_none());
         notes.move_to("n2", "file:///w/sub/b.md");
-        assert!(matches!(replay.claim_and_delete(claim("y", 2_000), "n2", &workspace()).await.unwrap(), ClaimAndDelete::Deleted(_)));
+        assert!(matches!(replay.claim_and_delete(claim("y", 2_000), "n2", "", &workspace()).await.unwrap(), ClaimAndDelete::Deleted(_)));
     }
 
     #[tokio::test]
     async fn prefix_sibling_is_outside_at_delete_time() {
         let (notes, _, replay) = fixture(10);
         notes.move_to("n1", "file:///w-evil/a.md");
-        assert_eq!(replay.claim_and_delete(claim("x", 2_000), "n1", &workspace()).await.unwrap(), ClaimAndDelete::NoteOutsideWorkspace);
+        assert_eq!(replay.claim_and_delete(claim("x", 2_000), "n1", "", &workspace()).await.unwrap(), ClaimAndDelete::NoteOutsideWorkspace);
     }
 
     #[tokio::test]
@@ -445,7 +466,7 @@ mod tests {
         for i in 0..32 {
             let replay = replay.clone();
             let id = if i % 2 == 0 { "n1" } else { "n2" };
-            tasks.push(tokio::spawn(async move { replay.claim_and_delete(claim("same", 2_000), id, &workspace()).await.unwrap() }));
+            tasks.push(tokio::spawn(async move { replay.claim_and_delete(claim("same", 2_000), id, "", &workspace()).await.unwrap() }));
         }
         let mut deleted = 0;
         for task in tasks {

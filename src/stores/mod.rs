@@ -8,6 +8,8 @@
 pub mod admin;
 pub mod database;
 pub mod deterministic;
+#[cfg(unix)]
+pub mod dir;
 pub mod feed;
 pub mod gateway;
 pub mod memory;

@@ -25,8 +25,8 @@ use crate::servers::gateway::ports::{rate_window, RateDecision, RateLimit, RateL
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
 use crate::stores::database::{decode_note_ids, encode_note_ids};
 use crate::stores::database::{
-    decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability, Migration,
-    MigrationReport,
+    decode_record, encode_record, latest_version, matches_revisionless, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability,
+    Migration, MigrationReport,
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
@@ -468,7 +468,7 @@ impl PostgresStore {
         let Some(id) = deleted else {
             return Ok((ClaimAndDelete::NoteGone, false));
         };
-        decide_deleted(Note { id, title: row.get(2), uri: row.get(3), body: row.get(4) }, workspace)
+        decide_deleted(Note { id, title: row.get(2), uri: row.get(3), body: row.get(4), revision: String::new() }, workspace)
     }
 
     /// `claim_and_delete`'s slow path, one statement at a time inside the open transaction.
@@ -488,7 +488,10 @@ impl PostgresStore {
         let delete = client.prepare_cached(DELETE_NOTE_SQL).await.map_err(|e| self.error(&e))?;
         match client.query_opt(&delete, &[&note_id]).await.map_err(|e| self.error(&e))? {
             None => Ok((ClaimAndDelete::NoteGone, false)),
-            Some(row) => decide_deleted(Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) }, workspace),
+            Some(row) => decide_deleted(
+                Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3), revision: String::new() },
+                workspace,
+            ),
         }
     }
 
@@ -496,7 +499,10 @@ impl PostgresStore {
         let step = |e: tokio_postgres::Error| self.error(&e);
         let list = client.prepare_cached("SELECT id, title, uri, body FROM notes ORDER BY position").await.map_err(step)?;
         let rows = client.query(&list, &[]).await.map_err(step)?;
-        Ok(rows.iter().map(|row| Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) }).collect())
+        Ok(rows
+            .iter()
+            .map(|row| Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3), revision: String::new() })
+            .collect())
     }
 
     async fn upsert_in(&self, client: &impl GenericClient, note: &Note) -> Result<(), StoreError> {
@@ -580,7 +586,11 @@ impl NoteStore for PostgresStore {
         self.list_in(&client).await
     }
 
-    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+    async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+        if !matches_revisionless(revision) {
+            // Nothing is read or locked: no note of this store is that copy.
+            return Ok(GuardedDelete::Gone);
+        }
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
         let decided: Result<(GuardedDelete, bool), StoreError> = async {
@@ -590,7 +600,7 @@ impl NoteStore for PostgresStore {
             else {
                 return Ok((GuardedDelete::Gone, false));
             };
-            let note = Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3) };
+            let note = Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: row.get(3), revision: String::new() };
             if !still_inside(workspace, &note.uri) {
                 return Ok((GuardedDelete::OutsideWorkspace, false));
             }
@@ -621,9 +631,19 @@ impl ReplayStore for PostgresStore {
         decided.map(|(outcome, _)| outcome)
     }
 
-    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+    async fn claim_and_delete(
+        &self,
+        claim: NonceClaim,
+        note_id: &str,
+        revision: &str,
+        workspace: &FileUri,
+    ) -> Result<ClaimAndDelete, StoreError> {
         let transaction = PipelinedTransaction { client: Some(self.client().await?) };
-        let decided = self.claim_and_delete_in(&transaction, &claim, note_id, workspace).await;
+        let decided = match self.claim_and_delete_in(&transaction, &claim, note_id, workspace).await {
+            // Claimed and found, but not the copy the form showed: roll back both, as for a missing note.
+            Ok((ClaimAndDelete::Deleted(_), true)) if !matches_revisionless(revision) => Ok((ClaimAndDelete::NoteGone, false)),
+            decided => decided,
+        };
         let commit = matches!(decided, Ok((_, true)));
         transaction.finish(self, commit).await?;
         decided.map(|(outcome, _)| outcome)

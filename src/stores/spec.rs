@@ -2,8 +2,11 @@
 //! and opened as the two handler ports plus the operator's admin handle.
 
 use crate::framework::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
+use crate::policy::containment::FileUri;
 use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
 use crate::stores::database::Durability;
+#[cfg(unix)]
+use crate::stores::dir::DirStore;
 use crate::stores::gateway::GatewayStores;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 #[cfg(feature = "postgres")]
@@ -27,6 +30,11 @@ pub enum StoreSpec {
     /// A PostgreSQL database, shared by processes on any machine that reaches it.
     #[cfg(feature = "postgres")]
     Postgres(PostgresTarget),
+    /// A folder of Markdown files (`stores::dir`), its replay ledger in `.mcpsim/` inside it: shared by every
+    /// process on this machine pointed at it. `uri`: the `file://` URI the folder's notes are below (by
+    /// default the folder's own).
+    #[cfg(unix)]
+    Dir { path: std::path::PathBuf, uri: Option<FileUri> },
 }
 
 /// A parsed PostgreSQL connection string. Its `Debug` and `Display` never show the password.
@@ -66,7 +74,8 @@ impl std::fmt::Debug for PostgresTarget {
 }
 
 pub(crate) const STORE_SPEC_HELP: &str =
-    "memory | sqlite:PATH | postgres:URL (e.g. sqlite:/var/lib/mcpsim/fleet.db, postgres://mcpsim:secret@db.internal:5432/mcpsim)";
+    "memory | sqlite:PATH | postgres:URL | dir:FOLDER[=file:///URI] (e.g. sqlite:/var/lib/mcpsim/fleet.db, \
+     postgres://mcpsim:secret@db.internal:5432/mcpsim, dir:/home/me/Notes)";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -93,6 +102,9 @@ impl FromStr for StoreSpec {
             return Ok(StoreSpec::Sqlite(PathBuf::from(path)));
             #[cfg(not(feature = "sqlite"))]
             return Err(StoreSpecError("this mcpsim was built without the `sqlite` feature; rebuild with it to use a SQLite store".into()));
+        }
+        if let Some(rest) = text.strip_prefix("dir:") {
+            return parse_dir(rest);
         }
         for scheme in ["postgres:", "postgresql:"] {
             if let Some(rest) = text.strip_prefix(scheme) {
@@ -155,6 +167,33 @@ pub fn redact_store_text(text: &str) -> String {
     redacted
 }
 
+/// `dir:FOLDER` or `dir:FOLDER=file:///URI` (the notes' URIs below that one instead of the folder's own).
+fn parse_dir(rest: &str) -> Result<StoreSpec, StoreSpecError> {
+    let (path, uri) = match rest.rfind("=file:") {
+        Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+        None => (rest, None),
+    };
+    if path.is_empty() {
+        return Err(StoreSpecError("dir: needs a folder, e.g. dir:/home/me/Notes".into()));
+    }
+    #[cfg(unix)]
+    {
+        let uri = match uri {
+            Some(text) => Some(
+                FileUri::parse(text)
+                    .map_err(|e| StoreSpecError(format!("dir:{path}={text}: the URI is not acceptable ({e}); write e.g. =file:///w")))?,
+            ),
+            None => None,
+        };
+        Ok(StoreSpec::Dir { path: std::path::PathBuf::from(path), uri })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = uri;
+        Err(StoreSpecError("the directory store needs a Unix system (openat, renameat2); use sqlite: here".into()))
+    }
+}
+
 impl StoreSpec {
     /// Whether other processes can share this store (every kind but memory).
     pub fn is_shared(&self) -> bool {
@@ -170,6 +209,10 @@ impl std::fmt::Display for StoreSpec {
             StoreSpec::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
             #[cfg(feature = "postgres")]
             StoreSpec::Postgres(target) => write!(f, "postgres:{target}"),
+            #[cfg(unix)]
+            StoreSpec::Dir { path, uri: None } => write!(f, "dir:{}", path.display()),
+            #[cfg(unix)]
+            StoreSpec::Dir { path, uri: Some(uri) } => write!(f, "dir:{}={uri}", path.display()),
         }
     }
 }
@@ -232,6 +275,15 @@ pub async fn open_with_durability(
             let store = Arc::new(PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?);
             Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
         }
+        #[cfg(unix)]
+        StoreSpec::Dir { path, uri } => {
+            let store = Arc::new(DirStore::open(path, uri.clone(), clock, limits)?);
+            let recovered = store.recovered();
+            if recovered != Default::default() {
+                tracing::warn!("{}: finished deletes an earlier process left half done: {recovered:?}", store.describe());
+            }
+            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
+        }
     }
 }
 
@@ -274,6 +326,11 @@ pub async fn open_for_gateway(
             };
             Ok(Some((Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)))
         }
+        // A folder holds notes; the gateway's rate counters and export ledgers need a database.
+        #[cfg(unix)]
+        StoreSpec::Dir { .. } => Err(StoreError::Unavailable(
+            "a gateway keeps its confirmations, rate counters and export ledgers in sqlite: or postgres:, not in a dir: folder".into(),
+        )),
     }
 }
 

@@ -23,8 +23,8 @@ use crate::servers::gateway::ports::{rate_window, RateDecision, RateLimit, RateL
 use crate::stores::admin::{seed_report, seeded_listing, SeedReport, StoreAdmin};
 use crate::stores::database::{decode_note_ids, encode_note_ids};
 use crate::stores::database::{
-    decode_record, encode_record, latest_version, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability, Migration,
-    MigrationReport,
+    decode_record, encode_record, latest_version, matches_revisionless, newer_schema, prune_horizon_ms, sql_ms, still_inside, Durability,
+    Migration, MigrationReport,
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
@@ -461,13 +461,17 @@ fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limit
 fn read_note(transaction: &Transaction<'_>, id: &str) -> rusqlite::Result<Option<Note>> {
     transaction
         .prepare_cached("SELECT id, title, uri, body FROM notes WHERE id = ?1")?
-        .query_row([id], |row| Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: row.get(3)? }))
+        .query_row([id], |row| {
+            Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: row.get(3)?, revision: String::new() })
+        })
         .optional()
 }
 
 fn list_notes(connection: &Connection) -> rusqlite::Result<Vec<Note>> {
     let mut statement = connection.prepare_cached("SELECT id, title, uri, body FROM notes ORDER BY position")?;
-    let rows = statement.query_map([], |row| Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: row.get(3)? }))?;
+    let rows = statement.query_map([], |row| {
+        Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: row.get(3)?, revision: String::new() })
+    })?;
     rows.collect()
 }
 
@@ -488,12 +492,13 @@ impl NoteStore for SqliteStore {
         self.run(Access::Read, |connection, _| Ok(list_notes(connection)?)).await
     }
 
-    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+    async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
         let id = id.to_string();
         let workspace = workspace.clone();
+        let revision_matches = matches_revisionless(revision);
         self.run(Access::Write, move |connection, _| {
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let Some(note) = read_note(&transaction, &id)? else {
+            let Some(note) = read_note(&transaction, &id)?.filter(|_| revision_matches) else {
                 return Ok(GuardedDelete::Gone);
             };
             if !still_inside(&workspace, &note.uri) {
@@ -527,9 +532,16 @@ impl ReplayStore for SqliteStore {
         .await
     }
 
-    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+    async fn claim_and_delete(
+        &self,
+        claim: NonceClaim,
+        note_id: &str,
+        revision: &str,
+        workspace: &FileUri,
+    ) -> Result<ClaimAndDelete, StoreError> {
         let note_id = note_id.to_string();
         let workspace = workspace.clone();
+        let revision_matches = matches_revisionless(revision);
         self.run(Access::Write, move |connection, inner| {
             let now_ms = inner.clock.now_ms();
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -540,7 +552,7 @@ impl ReplayStore for SqliteStore {
                 Reservation::Expired => return Ok(ClaimAndDelete::Expired),
             }
             // Each refusal below returns before commit: the transaction rolls back and the nonce is released.
-            let Some(note) = read_note(&transaction, &note_id)? else {
+            let Some(note) = read_note(&transaction, &note_id)?.filter(|_| revision_matches) else {
                 return Ok(ClaimAndDelete::NoteGone);
             };
             if !still_inside(&workspace, &note.uri) {

@@ -110,14 +110,14 @@ impl NoteStore for ControlledNoteStore {
         self.inner.list_notes().await
     }
 
-    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+    async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
         let behaviour = *self.behaviour.lock().unwrap();
         match behaviour {
             DeleteBehaviour::Immediate => {}
             DeleteBehaviour::YieldOnce => tokio::task::yield_now().await,
             DeleteBehaviour::Hang => std::future::pending::<()>().await,
         }
-        self.inner.delete_if_inside(id, workspace).await
+        self.inner.delete_if_inside(id, revision, workspace).await
     }
 }
 

@@ -28,12 +28,30 @@ pub const GRACE_MS: u64 = 100;
 /// Far beyond any test clock: these entries never become prunable.
 pub const FAR_FUTURE_MS: u64 = 1 << 50;
 
+/// A note as every store kind can hold it: the directory store derives the id from the file's path (`n1.md` is
+/// `n1`) and the title from its first heading.
 pub fn note(id: &str, uri: &str) -> Note {
-    Note { id: id.into(), title: format!("title {id}"), uri: uri.into(), body: format!("body of {id}\n") }
+    Note {
+        id: id.into(),
+        title: format!("title {id}"),
+        uri: uri.into(),
+        body: format!("# title {id}\n\nbody of {id}\n"),
+        revision: String::new(),
+    }
 }
 
 pub fn fixture_notes() -> Vec<Note> {
-    vec![note("n1", "file:///w/a.md"), note("n2", "file:///w/b.md"), note("n3", "file:///w/sub/c.md")]
+    vec![note("n1", "file:///w/n1.md"), note("n2", "file:///w/n2.md"), note("n3", "file:///w/n3.md")]
+}
+
+/// The notes with their revisions cleared: their content, to compare with the fixture.
+pub fn without_revisions(notes: Vec<Note>) -> Vec<Note> {
+    notes.into_iter().map(|note| Note { revision: String::new(), ..note }).collect()
+}
+
+/// The revision a store lists for `id` (what a form would bind); empty when the note is not listed.
+pub async fn revision_in(stores: &Stores, id: &str) -> String {
+    stores.notes.list_notes().await.unwrap().into_iter().find(|note| note.id == id).map(|note| note.revision).unwrap_or_default()
 }
 
 pub fn workspace() -> FileUri {
@@ -74,6 +92,16 @@ impl Opened {
         }
     }
 
+    /// The revision this store lists for `id` (see [`revision_in`]).
+    pub async fn revision(&self, id: &str) -> String {
+        revision_in(&self.stores, id).await
+    }
+
+    /// The note as this store lists it (with its revision, if the store keeps one).
+    pub async fn listed(&self, id: &str) -> Note {
+        self.stores.notes.list_notes().await.unwrap().into_iter().find(|note| note.id == id).expect("the note is listed")
+    }
+
     pub async fn ids(&self) -> Vec<String> {
         self.stores.admin.list().await.unwrap().into_iter().map(|n| n.id).collect()
     }
@@ -103,7 +131,7 @@ pub async fn claims_once_and_returns_the_record(kind: &dyn StoreKind) {
     assert_eq!(replay.claim(claim("x", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
     assert_eq!(replay.claim(claim("x", 2_000, declined())).await, Ok(ClaimOutcome::AlreadyClaimed { record: declined() }));
     assert_eq!(
-        replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await,
+        replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
         Ok(ClaimAndDelete::AlreadyClaimed { record: declined() }),
         "a declined confirmation cannot be turned into a delete"
     );
@@ -115,27 +143,32 @@ pub async fn claims_once_and_returns_the_record(kind: &dyn StoreKind) {
 
 pub async fn claim_and_delete_consumes_only_when_it_deletes(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 10).await;
+    let n1 = store.listed("n1").await;
     let (replay, admin) = (&store.stores.replay, &store.stores.admin);
-    let deleted = replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await.unwrap();
-    assert_eq!(deleted, ClaimAndDelete::Deleted(fixture_notes()[0].clone()), "the deleted note is returned whole");
+    let deleted =
+        replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await.unwrap();
+    assert_eq!(deleted, ClaimAndDelete::Deleted(n1), "the deleted note is returned whole");
     assert_eq!(
-        replay.claim_and_delete(claim("x", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        replay.claim_and_delete(claim("x", 2_000, deleted_record("n2")), "n2", &store.revision("n2").await, &workspace()).await,
         Ok(ClaimAndDelete::AlreadyClaimed { record: deleted_record("n1") })
     );
     assert_eq!(store.ids().await, ["n2", "n3"], "the second accept of one nonce deletes nothing");
 
-    assert_eq!(replay.claim_and_delete(claim("y", 2_000, deleted_record("n1")), "n1", &workspace()).await, Ok(ClaimAndDelete::NoteGone));
+    assert_eq!(
+        replay.claim_and_delete(claim("y", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
+        Ok(ClaimAndDelete::NoteGone)
+    );
     assert_eq!(admin.nonce_record("y").await, Ok(None), "a refused delete consumes nothing");
     assert!(admin.move_to("n2", "file:///elsewhere/b.md").await.unwrap());
     assert_eq!(
-        replay.claim_and_delete(claim("y", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        replay.claim_and_delete(claim("y", 2_000, deleted_record("n2")), "n2", &store.revision("n2").await, &workspace()).await,
         Ok(ClaimAndDelete::NoteOutsideWorkspace)
     );
     assert_eq!(admin.nonce_record("y").await, Ok(None));
     assert_eq!(store.nonce_count().await, 1);
     assert!(admin.move_to("n2", "file:///w/sub/b.md").await.unwrap());
     assert!(matches!(
-        replay.claim_and_delete(claim("y", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        replay.claim_and_delete(claim("y", 2_000, deleted_record("n2")), "n2", &store.revision("n2").await, &workspace()).await,
         Ok(ClaimAndDelete::Deleted(ref note)) if note.uri == "file:///w/sub/b.md"
     ));
     assert_eq!(admin.nonce_record("y").await, Ok(Some(deleted_record("n2"))));
@@ -149,7 +182,7 @@ pub async fn moved_and_prefix_sibling_notes_are_outside(kind: &dyn StoreKind) {
     for outside in ["file:///w-evil/a.md", "file:///wx", "file:///w/../etc/a.md", "file://otherhost/w/a.md", "http://w/a.md", "garbage"] {
         assert!(admin.move_to("n1", outside).await.unwrap());
         assert_eq!(
-            replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await,
+            replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
             Ok(ClaimAndDelete::NoteOutsideWorkspace),
             "{outside} must count as outside file:///w"
         );
@@ -158,18 +191,22 @@ pub async fn moved_and_prefix_sibling_notes_are_outside(kind: &dyn StoreKind) {
     assert_eq!(store.ids().await, ["n1", "n2", "n3"], "nothing was deleted");
     assert!(admin.move_to("n1", "file://localhost/w/%61.md").await.unwrap());
     assert!(matches!(
-        replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await,
+        replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
         Ok(ClaimAndDelete::Deleted(_))
     ));
 }
 
 pub async fn full_store_fails_closed_until_entries_expire(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 2).await;
+    let n1 = store.listed("n1").await;
     let replay = &store.stores.replay;
     assert_eq!(replay.claim(claim("a", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
     assert_eq!(replay.claim(claim("b", 5_000, declined())).await, Ok(ClaimOutcome::Claimed));
     assert_eq!(replay.claim(claim("c", 9_000, declined())).await, Ok(ClaimOutcome::Full));
-    assert_eq!(replay.claim_and_delete(claim("c", 9_000, deleted_record("n1")), "n1", &workspace()).await, Ok(ClaimAndDelete::Full));
+    assert_eq!(
+        replay.claim_and_delete(claim("c", 9_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
+        Ok(ClaimAndDelete::Full)
+    );
     assert_eq!(store.ids().await, ["n1", "n2", "n3"], "a full store deletes nothing");
     // "a" expired at 2000 but is kept for the grace period (100 ms): still full at 2099.
     store.clock.set(2_099);
@@ -182,8 +219,8 @@ pub async fn full_store_fails_closed_until_entries_expire(kind: &dyn StoreKind) 
     assert_eq!(store.nonce_count().await, 2);
     store.clock.set(2_100);
     assert_eq!(
-        replay.claim_and_delete(claim("c", 9_000, deleted_record("n1")), "n1", &workspace()).await,
-        Ok(ClaimAndDelete::Deleted(fixture_notes()[0].clone()))
+        replay.claim_and_delete(claim("c", 9_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
+        Ok(ClaimAndDelete::Deleted(n1))
     );
     assert_eq!(replay.claim(claim("b", 5_000, declined())).await, Ok(ClaimOutcome::AlreadyClaimed { record: declined() }));
     assert_eq!(replay.claim(claim("d", 9_000, declined())).await, Ok(ClaimOutcome::Full), "b and c are live: full again");
@@ -202,12 +239,17 @@ pub async fn a_principal_filling_its_share_leaves_the_others_working(kind: &dyn 
     assert_eq!(other.replay.claim(claim_of("bob", "b2", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
     assert_eq!(replay.claim(claim_of("bob", "b3", 9_000, declined())).await, Ok(ClaimOutcome::Full), "bob's share is full");
     assert_eq!(
-        other.replay.claim_and_delete(claim_of("bob", "b3", 9_000, deleted_record("n1")), "n1", &workspace()).await,
+        other
+            .replay
+            .claim_and_delete(claim_of("bob", "b3", 9_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace())
+            .await,
         Ok(ClaimAndDelete::Full),
         "on every handle"
     );
     assert_eq!(
-        replay.claim_and_delete(claim_of("alice", "a1", 9_000, deleted_record("n1")), "n1", &workspace()).await,
+        replay
+            .claim_and_delete(claim_of("alice", "a1", 9_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace())
+            .await,
         Ok(ClaimAndDelete::Deleted(fixture_notes()[0].clone())),
         "alice is not bob"
     );
@@ -232,7 +274,10 @@ pub async fn claims_past_the_replay_window_are_refused(kind: &dyn StoreKind) {
     assert_eq!(replay.claim(claim("used", 2_000, declined())).await, Ok(ClaimOutcome::Claimed));
     store.clock.set(2_100);
     assert_eq!(replay.claim(claim("late", 2_000, declined())).await, Ok(ClaimOutcome::Expired), "2000 + grace 100 <= 2100");
-    assert_eq!(replay.claim_and_delete(claim("late", 2_000, deleted_record("n1")), "n1", &workspace()).await, Ok(ClaimAndDelete::Expired));
+    assert_eq!(
+        replay.claim_and_delete(claim("late", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
+        Ok(ClaimAndDelete::Expired)
+    );
     assert_eq!(replay.claim(claim("just", 2_001, declined())).await, Ok(ClaimOutcome::Claimed), "2001 + 100 > 2100");
     assert_eq!(
         replay.claim(claim("used", 2_000, declined())).await,
@@ -247,10 +292,11 @@ pub async fn claims_past_the_replay_window_are_refused(kind: &dyn StoreKind) {
 /// its own clock says: a process whose clock lags cannot get a pruned (used) confirmation accepted again.
 pub async fn pruned_nonces_stay_refused_for_a_lagging_clock(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 1).await;
+    let n1 = store.listed("n1").await;
     let replay = &store.stores.replay;
     assert_eq!(
-        replay.claim_and_delete(claim("first", 2_000, deleted_record("n1")), "n1", &workspace()).await,
-        Ok(ClaimAndDelete::Deleted(fixture_notes()[0].clone()))
+        replay.claim_and_delete(claim("first", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace()).await,
+        Ok(ClaimAndDelete::Deleted(n1))
     );
     store.clock.set(2_200);
     // The only slot holds "first", past its window: claiming another prunes it.
@@ -266,7 +312,7 @@ pub async fn pruned_nonces_stay_refused_for_a_lagging_clock(kind: &dyn StoreKind
         spec => open_with_durability(spec, lagging_clock, store.limits, store.durability).await.expect("reopen"),
     };
     assert_eq!(
-        lagging.replay.claim_and_delete(claim("first", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        lagging.replay.claim_and_delete(claim("first", 2_000, deleted_record("n2")), "n2", &store.revision("n2").await, &workspace()).await,
         Ok(ClaimAndDelete::Expired),
         "by its own clock the state is unexpired, but the store pruned its nonce: refused"
     );
@@ -276,11 +322,12 @@ pub async fn pruned_nonces_stay_refused_for_a_lagging_clock(kind: &dyn StoreKind
 pub async fn delete_if_inside_rechecks_the_live_note(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 10).await;
     let notes = &store.stores.notes;
-    assert_eq!(notes.delete_if_inside("missing", &workspace()).await, Ok(GuardedDelete::Gone));
+    assert_eq!(notes.delete_if_inside("missing", "", &workspace()).await, Ok(GuardedDelete::Gone));
     store.stores.admin.move_to("n1", "file:///w-evil/a.md").await.unwrap();
-    assert_eq!(notes.delete_if_inside("n1", &workspace()).await, Ok(GuardedDelete::OutsideWorkspace));
-    assert_eq!(notes.delete_if_inside("n2", &workspace()).await, Ok(GuardedDelete::Deleted(fixture_notes()[1].clone())));
-    assert_eq!(notes.delete_if_inside("n2", &workspace()).await, Ok(GuardedDelete::Gone));
+    assert_eq!(notes.delete_if_inside("n1", &store.revision("n1").await, &workspace()).await, Ok(GuardedDelete::OutsideWorkspace));
+    let (n2, revision) = (store.listed("n2").await, store.revision("n2").await);
+    assert_eq!(notes.delete_if_inside("n2", &revision, &workspace()).await, Ok(GuardedDelete::Deleted(n2)));
+    assert_eq!(notes.delete_if_inside("n2", &revision, &workspace()).await, Ok(GuardedDelete::Gone));
     assert_eq!(store.ids().await, ["n1", "n3"]);
     assert_eq!(store.nonce_count().await, 0, "the note store alone consumes no nonce");
 }
@@ -337,9 +384,10 @@ pub async fn racing_tasks_on_one_nonce_delete_once(kind: &dyn StoreKind) {
         let replay = handles[task % HANDLES].replay.clone();
         let barrier = barrier.clone();
         let id = ["n1", "n2", "n3"][task % 3];
+        let revision = store.revision(id).await;
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            replay.claim_and_delete(claim("same", FAR_FUTURE_MS, deleted_record(id)), id, &workspace()).await
+            replay.claim_and_delete(claim("same", FAR_FUTURE_MS, deleted_record(id)), id, &revision, &workspace()).await
         }));
     }
     let mut winners = Vec::new();
@@ -375,10 +423,14 @@ pub async fn racing_nonces_on_one_note_delete_once(kind: &dyn StoreKind) {
     for task in 0..TASKS {
         let replay = handles[task % HANDLES].replay.clone();
         let barrier = barrier.clone();
+        let revision = store.revision("n1").await;
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             let nonce = format!("nonce-{task}");
-            (nonce.clone(), replay.claim_and_delete(claim(&nonce, FAR_FUTURE_MS, deleted_record("n1")), "n1", &workspace()).await)
+            (
+                nonce.clone(),
+                replay.claim_and_delete(claim(&nonce, FAR_FUTURE_MS, deleted_record("n1")), "n1", &revision, &workspace()).await,
+            )
         }));
     }
     let mut winners = Vec::new();
@@ -398,15 +450,23 @@ pub async fn racing_nonces_on_one_note_delete_once(kind: &dyn StoreKind) {
 /// Reopening a database (a restart) keeps notes, consumed nonces and the schema; migration runs once.
 pub async fn restart_keeps_everything(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 10).await;
-    store.stores.replay.claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &workspace()).await.unwrap();
+    store
+        .stores
+        .replay
+        .claim_and_delete(claim("x", 2_000, deleted_record("n1")), "n1", &store.revision("n1").await, &workspace())
+        .await
+        .unwrap();
     store.stores.replay.claim(claim("y", 2_000, declined())).await.unwrap();
     let Opened { spec, durability, stores, clock, limits } = store;
     drop(stores);
     let reopened = open_with_durability(&spec, clock.clone(), limits, durability).await.expect("reopen after restart");
-    assert_eq!(reopened.admin.list().await.unwrap(), fixture_notes()[1..]);
+    assert_eq!(without_revisions(reopened.admin.list().await.unwrap()), fixture_notes()[1..]);
     assert_eq!(reopened.admin.nonce_count().await, Ok(2));
     assert_eq!(
-        reopened.replay.claim_and_delete(claim("x", 2_000, deleted_record("n2")), "n2", &workspace()).await,
+        reopened
+            .replay
+            .claim_and_delete(claim("x", 2_000, deleted_record("n2")), "n2", &revision_in(&reopened, "n2").await, &workspace())
+            .await,
         Ok(ClaimAndDelete::AlreadyClaimed { record: deleted_record("n1") })
     );
     assert_eq!(reopened.admin.seed(&fixture_notes()).await.unwrap().inserted, 1);
@@ -424,6 +484,19 @@ macro_rules! contract_tests {
             delete_if_inside_rechecks_the_live_note,
             listing_order_is_stable,
             seed_is_idempotent_and_restores,
+            racing_tasks_on_one_nonce_delete_once,
+            racing_nonces_on_one_note_delete_once,
+        );
+    };
+    // A store whose notes are files (`dir:`): ids and titles come from paths and headings, the listing is in
+    // path order, and a note cannot be moved out of its folder; the checks relying on free-form ids, insertion
+    // order or moves anywhere are not run, and tests/stores/dir.rs checks the same rules the files' way.
+    (files, $kind:expr) => {
+        $crate::contract::contract_tests!(@each $kind;
+            claims_once_and_returns_the_record,
+            full_store_fails_closed_until_entries_expire,
+            claims_past_the_replay_window_are_refused,
+            pruned_nonces_stay_refused_for_a_lagging_clock,
             racing_tasks_on_one_nonce_delete_once,
             racing_nonces_on_one_note_delete_once,
         );

@@ -452,6 +452,7 @@ impl Gateway {
             tool: call.name.to_string(),
             arguments_digest: call.arguments_digest.clone(),
             candidates: Vec::new(),
+            revisions: Vec::new(),
             phase: INPUT_CONFIRM.into(),
             issued_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(self.config.state_ttl_ms),

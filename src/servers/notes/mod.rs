@@ -169,6 +169,12 @@ impl NotesServer {
             tool: TOOL_NOTES_DELETE.into(),
             arguments_digest: self.config.key_ring.signing_arguments_digest(&arguments.canonical),
             candidates: candidates.iter().map(|note| note.id.clone()).collect(),
+            // The form binds the copy it showed: a note swapped for another file since is `note_gone`.
+            revisions: if candidates.iter().all(|note| note.revision.is_empty()) {
+                Vec::new()
+            } else {
+                candidates.iter().map(|note| note.revision.clone()).collect()
+            },
             phase: INPUT_DELETE_CHOICE.into(),
             issued_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(self.config.state_ttl_ms),
@@ -294,7 +300,9 @@ impl NotesServer {
             expires_at_ms: claims.expires_at_ms,
             record: ClaimRecord::Deleted { note_id: note_id.to_string() },
         };
-        match self.replay.claim_and_delete(claim, note_id, workspace).await.map_err(store_failed)? {
+        let revision = claims.candidates.iter().position(|id| id == note_id).and_then(|index| claims.revisions.get(index));
+        let revision = revision.map_or("", String::as_str);
+        match self.replay.claim_and_delete(claim, note_id, revision, workspace).await.map_err(store_failed)? {
             ClaimAndDelete::Deleted(note) => Ok(self.outcome(
                 json!({ "deleted": true, "noteId": note.id, "outcome": "deleted" }),
                 &format!("Deleted {} {:?} ({}).", note.id, note.title, note.uri),

@@ -13,6 +13,7 @@ pub(crate) fn store_call(action: &AdminAction) -> Option<StoreCall> {
         AdminAction::DeleteNote { note_id } => Some(StoreCall::AdminDelete { note_id: note_id.clone() }),
         AdminAction::MoveNote { note_id, uri } => Some(StoreCall::AdminMove { note_id: note_id.clone(), uri: uri.clone() }),
         AdminAction::RenameNote { note_id, title } => Some(StoreCall::AdminRename { note_id: note_id.clone(), title: title.clone() }),
+        AdminAction::SwapNote { note_id } => Some(StoreCall::AdminSwap { note_id: note_id.clone() }),
         AdminAction::Descriptor { tool, fields, .. } => Some(StoreCall::AdminDescriptor { tool: tool.clone(), fields: fields.clone() }),
         AdminAction::Revoke { .. } | AdminAction::Approve { .. } => None,
     }

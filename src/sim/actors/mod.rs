@@ -160,8 +160,9 @@ impl NoteStore for StoreClient {
         }
     }
 
-    async fn delete_if_inside(&self, id: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
-        match self.call(StoreCall::DeleteIfInside { note_id: id.to_string(), workspace: workspace.clone() }).await {
+    async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+        let call = StoreCall::DeleteIfInside { note_id: id.to_string(), revision: revision.to_string(), workspace: workspace.clone() };
+        match self.call(call).await {
             StoreReturn::Guarded(outcome) => Ok(outcome),
             other => Err(unexpected("delete_if_inside", other)),
         }
@@ -177,8 +178,15 @@ impl ReplayStore for StoreClient {
         }
     }
 
-    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
-        let call = StoreCall::ClaimAndDelete { claim, note_id: note_id.to_string(), workspace: workspace.clone() };
+    async fn claim_and_delete(
+        &self,
+        claim: NonceClaim,
+        note_id: &str,
+        revision: &str,
+        workspace: &FileUri,
+    ) -> Result<ClaimAndDelete, StoreError> {
+        let call =
+            StoreCall::ClaimAndDelete { claim, note_id: note_id.to_string(), revision: revision.to_string(), workspace: workspace.clone() };
         match self.call(call).await {
             StoreReturn::ClaimedAndDeleted(outcome) => Ok(outcome),
             other => Err(unexpected("claim_and_delete", other)),

@@ -16,13 +16,16 @@ pub fn serve(notes: Arc<MemoryNoteStore>, call: StoreCall) -> TaskFuture {
                 Ok(list) => StoreReturn::Notes(Arc::new(list)),
                 Err(error) => StoreReturn::Failed(error),
             },
-            StoreCall::DeleteIfInside { note_id, workspace } => match notes.delete_if_inside(&note_id, &workspace).await {
-                Ok(outcome) => StoreReturn::Guarded(outcome),
-                Err(error) => StoreReturn::Failed(error),
-            },
+            StoreCall::DeleteIfInside { note_id, revision, workspace } => {
+                match notes.delete_if_inside(&note_id, &revision, &workspace).await {
+                    Ok(outcome) => StoreReturn::Guarded(outcome),
+                    Err(error) => StoreReturn::Failed(error),
+                }
+            }
             StoreCall::AdminDelete { note_id } => StoreReturn::AdminDone { existed: notes.remove(&note_id) },
             StoreCall::AdminMove { note_id, uri } => StoreReturn::AdminDone { existed: notes.move_to(&note_id, &uri) },
             StoreCall::AdminRename { note_id, title } => StoreReturn::AdminDone { existed: notes.rename(&note_id, &title) },
+            StoreCall::AdminSwap { note_id } => StoreReturn::AdminDone { existed: notes.swap(&note_id) },
             other => StoreReturn::Failed(crate::framework::ports::StoreError::Unavailable(format!(
                 "the note store does not serve {}",
                 other.label()

@@ -18,10 +18,12 @@ pub fn serve(replay: Arc<MemoryReplayStore>, call: StoreCall) -> TaskFuture {
                 Ok(outcome) => StoreReturn::Claimed(outcome),
                 Err(error) => StoreReturn::Failed(error),
             },
-            StoreCall::ClaimAndDelete { claim, note_id, workspace } => match replay.claim_and_delete(claim, &note_id, &workspace).await {
-                Ok(outcome) => StoreReturn::ClaimedAndDeleted(outcome),
-                Err(error) => StoreReturn::Failed(error),
-            },
+            StoreCall::ClaimAndDelete { claim, note_id, revision, workspace } => {
+                match replay.claim_and_delete(claim, &note_id, &revision, &workspace).await {
+                    Ok(outcome) => StoreReturn::ClaimedAndDeleted(outcome),
+                    Err(error) => StoreReturn::Failed(error),
+                }
+            }
             other => StoreReturn::Failed(StoreError::Unavailable(format!("the replay store does not serve {}", other.label()))),
         };
         TaskOutput::Return(value)

@@ -1158,7 +1158,12 @@ impl Cluster {
                 Some(EffectKind::NonceConsumed { nonce: claim.nonce.clone(), record: claim.record.to_json() })
             }
             (
-                Some(call @ (StoreCall::AdminDelete { .. } | StoreCall::AdminMove { .. } | StoreCall::AdminRename { .. })),
+                Some(
+                    call @ (StoreCall::AdminDelete { .. }
+                    | StoreCall::AdminMove { .. }
+                    | StoreCall::AdminRename { .. }
+                    | StoreCall::AdminSwap { .. }),
+                ),
                 StoreReturn::AdminDone { existed },
             ) => Some(EffectKind::AdminChanged { description: format!("{} {}", call.label(), call.to_json()), existed: *existed }),
             _ => None,

@@ -41,6 +41,7 @@ pub enum StoreCall {
     ListNotes,
     DeleteIfInside {
         note_id: String,
+        revision: String,
         workspace: FileUri,
     },
     Claim {
@@ -49,6 +50,7 @@ pub enum StoreCall {
     ClaimAndDelete {
         claim: NonceClaim,
         note_id: String,
+        revision: String,
         workspace: FileUri,
     },
     /// Admin: delete a note behind everyone's back.
@@ -64,6 +66,10 @@ pub enum StoreCall {
     AdminRename {
         note_id: String,
         title: String,
+    },
+    /// Admin: replace a note by another copy (a new revision).
+    AdminSwap {
+        note_id: String,
     },
     /// A gateway → a backend actor: the backend's current descriptors.
     ListTools,
@@ -109,6 +115,7 @@ impl StoreCall {
             StoreCall::AdminDelete { .. } => "admin_delete",
             StoreCall::AdminMove { .. } => "admin_move",
             StoreCall::AdminRename { .. } => "admin_rename",
+            StoreCall::AdminSwap { .. } => "admin_swap",
             StoreCall::ListTools => "list_tools",
             StoreCall::CallTool { .. } => "call_tool",
             StoreCall::AdminDescriptor { .. } => "admin_descriptor",
@@ -118,14 +125,17 @@ impl StoreCall {
     pub fn to_json(&self) -> Value {
         match self {
             StoreCall::ListNotes => json!({}),
-            StoreCall::DeleteIfInside { note_id, workspace } => json!({ "noteId": note_id, "workspace": workspace.to_string() }),
+            StoreCall::DeleteIfInside { note_id, revision, workspace } => {
+                with_revision(json!({ "noteId": note_id, "workspace": workspace.to_string() }), revision)
+            }
             StoreCall::Claim { claim } => json!({ "claim": claim_json(claim) }),
-            StoreCall::ClaimAndDelete { claim, note_id, workspace } => {
-                json!({ "claim": claim_json(claim), "noteId": note_id, "workspace": workspace.to_string() })
+            StoreCall::ClaimAndDelete { claim, note_id, revision, workspace } => {
+                with_revision(json!({ "claim": claim_json(claim), "noteId": note_id, "workspace": workspace.to_string() }), revision)
             }
             StoreCall::AdminDelete { note_id } => json!({ "noteId": note_id }),
             StoreCall::AdminMove { note_id, uri } => json!({ "noteId": note_id, "uri": uri }),
             StoreCall::AdminRename { note_id, title } => json!({ "noteId": note_id, "title": title }),
+            StoreCall::AdminSwap { note_id } => json!({ "noteId": note_id }),
             StoreCall::ListTools => json!({}),
             StoreCall::CallTool { principal, tool, arguments, idempotency_key } => {
                 json!({ "principal": principal, "tool": tool, "arguments": arguments, "idempotencyKey": idempotency_key })
@@ -189,5 +199,13 @@ fn claim_json(claim: &NonceClaim) -> Value {
 
 /// A note as store messages show it (the body included: stores return it).
 pub(crate) fn note_json(note: &Note) -> Value {
-    json!({ "id": note.id, "title": note.title, "uri": note.uri, "body": note.body })
+    with_revision(json!({ "id": note.id, "title": note.title, "uri": note.uri, "body": note.body }), &note.revision)
+}
+
+/// Adds `revision` to a JSON object only when there is one, so transcripts of revision-less runs keep their bytes.
+fn with_revision(mut value: Value, revision: &str) -> Value {
+    if !revision.is_empty() {
+        value["revision"] = json!(revision);
+    }
+    value
 }

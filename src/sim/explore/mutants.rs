@@ -453,9 +453,15 @@ impl ReplayStore for MistakenReplay {
         }
     }
 
-    async fn claim_and_delete(&self, claim: NonceClaim, note_id: &str, workspace: &FileUri) -> Result<ClaimAndDelete, StoreError> {
+    async fn claim_and_delete(
+        &self,
+        claim: NonceClaim,
+        note_id: &str,
+        revision: &str,
+        workspace: &FileUri,
+    ) -> Result<ClaimAndDelete, StoreError> {
         match self.mistake {
-            ReplayMistake::NoLiveRecheck => self.inner.claim_and_delete(claim, note_id, &everywhere()).await,
+            ReplayMistake::NoLiveRecheck => self.inner.claim_and_delete(claim, note_id, revision, &everywhere()).await,
             ReplayMistake::RecheckThenDelete => {
                 // Operation one: the re-check, on a listing.
                 let notes = self.notes.list_notes().await?;
@@ -466,10 +472,10 @@ impl ReplayStore for MistakenReplay {
                     return Ok(ClaimAndDelete::NoteOutsideWorkspace);
                 }
                 // Operation two: claim and delete, trusting the re-check above.
-                self.inner.claim_and_delete(claim, note_id, &everywhere()).await
+                self.inner.claim_and_delete(claim, note_id, revision, &everywhere()).await
             }
             ReplayMistake::DeleteThenClaim => {
-                let deleted = guarded(self.notes.delete_if_inside(note_id, workspace).await?);
+                let deleted = guarded(self.notes.delete_if_inside(note_id, revision, workspace).await?);
                 if matches!(deleted, ClaimAndDelete::Deleted(_)) {
                     // Too late to refuse: the note is gone whatever the claim says.
                     self.inner.claim(claim).await?;
@@ -484,18 +490,18 @@ impl ReplayStore for MistakenReplay {
                     _ => NonceClaim { record: ClaimRecord::InProgress, ..claim },
                 };
                 match self.inner.claim(claim).await? {
-                    ClaimOutcome::Claimed => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+                    ClaimOutcome::Claimed => Ok(guarded(self.notes.delete_if_inside(note_id, revision, workspace).await?)),
                     ClaimOutcome::AlreadyClaimed { record } => Ok(ClaimAndDelete::AlreadyClaimed { record }),
                     ClaimOutcome::Full => Ok(ClaimAndDelete::Full),
                     ClaimOutcome::Expired => Ok(ClaimAndDelete::Expired),
                 }
             }
-            ReplayMistake::Evicting => match self.inner.claim_and_delete(claim, note_id, workspace).await? {
-                ClaimAndDelete::Full => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+            ReplayMistake::Evicting => match self.inner.claim_and_delete(claim, note_id, revision, workspace).await? {
+                ClaimAndDelete::Full => Ok(guarded(self.notes.delete_if_inside(note_id, revision, workspace).await?)),
                 outcome => Ok(outcome),
             },
-            ReplayMistake::AdmitsPastRetention => match self.inner.claim_and_delete(claim, note_id, workspace).await? {
-                ClaimAndDelete::Expired => Ok(guarded(self.notes.delete_if_inside(note_id, workspace).await?)),
+            ReplayMistake::AdmitsPastRetention => match self.inner.claim_and_delete(claim, note_id, revision, workspace).await? {
+                ClaimAndDelete::Expired => Ok(guarded(self.notes.delete_if_inside(note_id, revision, workspace).await?)),
                 outcome => Ok(outcome),
             },
         }

@@ -150,6 +150,7 @@ mod tests {
             tool: "notes_delete".into(),
             arguments_digest: "ab".repeat(32),
             candidates: vec!["note-3".into(), "note-7".into()],
+            revisions: Vec::new(),
             phase: "delete_choice".into(),
             issued_at_ms: 1_000,
             expires_at_ms: 301_000,
