@@ -8,6 +8,7 @@ pub mod pins;
 pub mod run;
 pub mod seed;
 pub mod serve;
+pub mod target;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
