@@ -341,6 +341,28 @@ impl ScenarioReport {
     }
 }
 
+/// Forms that did not ask under the key the target file names (`tool.input_key`): the file is wrong, or the
+/// server changed.
+fn input_key_mismatches(target: &Target, history: &History) -> Vec<String> {
+    let Some(key) = &target.file.tool.input_key else { return Vec::new() };
+    history
+        .operations
+        .iter()
+        .filter_map(|op| {
+            let requests = op.response().and_then(|r| crate::oracle::reading::at(r, &["result", "inputRequests"]))?.as_object()?;
+            if requests.contains_key(key) {
+                return None;
+            }
+            let asked: Vec<&str> = requests.keys().map(String::as_str).collect();
+            Some(format!(
+                "the target file says tool.input_key = {key:?}, but {} asked under {}: correct input_key",
+                label(op),
+                if asked.is_empty() { "no key".to_string() } else { asked.join(", ") }
+            ))
+        })
+        .collect()
+}
+
 fn failures_of(played: &PlayedOnce) -> Vec<String> {
     played.play.failures.iter().map(|f| f.to_string().replace('\n', " ")).collect()
 }
@@ -358,7 +380,8 @@ pub fn run_scenario(
     let spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
     let one = if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
     let findings = judge(scenario, &spread, one.as_ref());
-    let failures = failures_of(&spread);
+    let mut failures = failures_of(&spread);
+    failures.extend(input_key_mismatches(target, &spread.history));
     let mut report = ScenarioReport { name: scenario.name.clone(), seed, spread, findings, failures, reproduced: None };
     if !report.passed() && reruns > 0 {
         let wanted = report.properties();
@@ -456,6 +479,9 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     }
     for failure in report.spread.play.failures.iter().filter(|f| f.kind != crate::play::FailureKind::Expectation) {
         let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, failure.statement, failure.message.replace('\n', " "));
+    }
+    for failure in report.failures.iter().filter(|f| f.starts_with("the target file says")) {
+        let _ = writeln!(out, "   ERROR {failure}");
     }
     if let Some((again, runs)) = report.reproduced {
         let _ = writeln!(out, "reproduced {again} of {runs} re-runs from its decision log");
