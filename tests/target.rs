@@ -262,3 +262,53 @@ fn sigterm_kills_every_process_of_the_target() {
 fn the_processes_die_with_mcpsim_even_when_it_is_killed_outright() {
     interrupted_by(libc::SIGKILL, None);
 }
+
+#[test]
+fn the_attack_battery_holds_against_our_stdio_and_http_fleets() {
+    for (file, applicable) in [("targets/mcpsim-stdio.toml", 15), ("targets/mcpsim-http.toml", 16)] {
+        let ran = run(&["attack", "--target", file]);
+        assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+        assert!(ran.stdout.contains(&format!("16 attack(s): {applicable} held, 0 finding(s), 0 inconclusive")), "{}", ran.stdout);
+        for clause in ["SPEC-MRTR-7", "SPEC-MRTR-8(a)", "SPEC-META-6", "SPEC-MRTR-16"] {
+            assert!(ran.stdout.contains(clause), "{clause}: {}", ran.stdout);
+        }
+    }
+}
+
+#[test]
+fn the_attack_battery_finds_the_replays_a_per_process_store_lets_through_and_prints_their_reproduction() {
+    let ran = run(&["attack", "--target", "targets/broken-own-memory-store.toml", "--only", "replay-concurrent,tampered-state"]);
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let finding = ran.stdout.lines().find(|l| l.starts_with("FINDING")).expect("a finding");
+    assert!(
+        finding.contains("replay-concurrent") && finding.contains("SPEC-MRTR-8") && finding.contains("3 of 3 concurrent accepts succeeded"),
+        "{finding}"
+    );
+    assert!(ran.stdout.lines().any(|l| l.starts_with("ok") && l.contains("tampered-state")), "{}", ran.stdout);
+    // The reproduction: every message, with the instance it went to, and the command that runs it alone.
+    assert!(ran.stdout.contains("--only replay-concurrent"), "{}", ran.stdout);
+    for instance in ["t1", "t2", "t3"] {
+        assert!(ran.stdout.contains(&format!("→ {instance} as alice: {{")), "{instance}: {}", ran.stdout);
+    }
+    assert!(ran.stdout.contains("2 attack(s): 1 held, 1 finding(s)"), "{}", ran.stdout);
+}
+
+#[test]
+fn an_unknown_attack_is_refused_with_the_battery() {
+    let ran = run(&["attack", "--target", "targets/mcpsim-stdio.toml", "--only", "replay"]);
+    assert_eq!(ran.status, Some(2));
+    assert!(ran.stderr.contains("there is no attack \"replay\"; the battery: replay-sequential, replay-concurrent"), "{}", ran.stderr);
+}
+
+#[test]
+fn a_wrong_input_key_in_the_target_file_is_reported_against_the_file() {
+    let dir = scratch("input-key");
+    let file = dir.join("wrong-key.toml");
+    let good = std::fs::read_to_string(repo().join("targets/mcpsim-stdio.toml")).unwrap();
+    std::fs::write(&file, good.replace("input_key = \"delete_choice\"", "input_key = \"confirm\"")).unwrap();
+    let ran = run(&["run", "--target", file.to_str().unwrap(), "targets/scenarios/01-retry-lands-elsewhere.sim", "--reruns", "0"]);
+    assert_eq!(ran.status, Some(1), "{}", ran.stdout);
+    assert!(ran.stdout.contains("the target file says tool.input_key = \"confirm\", but round1 on i1@"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("asked under delete_choice"), "{}", ran.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,6 +14,7 @@
 //! answers whichever instance took each round (statelessness). A failure is played again from its decision
 //! log and reported with how often it reproduced: the servers' own timing is not mcpsim's to decide.
 
+pub mod attack;
 pub mod file;
 pub mod fleet;
 pub mod process;
@@ -118,7 +119,7 @@ pub fn play_once(
 }
 
 /// The effect probe: the count it reads (added up over instances with `scope = "per-instance"`).
-fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim: &str) -> Result<i64, String> {
+pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim: &str) -> Result<i64, String> {
     let effects = &target.file.effects;
     let instances: Vec<usize> = match effects.scope {
         Scope::Shared => vec![0],
@@ -176,6 +177,16 @@ fn probe_command(
     let process = process::Process::start(&argv, &[], data_dir, data_dir.join("probe.stderr"), true)?;
     let line = process.read_line(Duration::from_millis(target.request_timeout_ms()))?.unwrap_or_default();
     line.trim().parse::<i64>().map_err(|_| format!("the effect probe {:?} printed {line:?}, not a number", argv.join(" ")))
+}
+
+/// One answer in a line: what it was, as transcripts describe it.
+pub(crate) fn preview(value: &Value) -> String {
+    crate::play::parity::outcome_of_response(value)
+}
+
+/// An answer whole (for findings about its exact error data), or "no answer".
+pub(crate) fn full(answer: &Option<Value>) -> String {
+    answer.as_ref().map(Value::to_string).unwrap_or_else(|| "no answer".into())
 }
 
 /// A property that did not hold, as observed.
@@ -281,7 +292,7 @@ fn label(op: &crate::oracle::history::Operation) -> String {
 }
 
 /// A `complete` result that is not a tool error.
-fn succeeded(response: Option<&Value>) -> bool {
+pub(crate) fn succeeded(response: Option<&Value>) -> bool {
     let Some(result) = response.and_then(|r| r.get("result")) else { return false };
     result.get("resultType").and_then(Value::as_str) == Some("complete") && result.get("isError") != Some(&Value::Bool(true))
 }
