@@ -312,3 +312,41 @@ fn a_wrong_input_key_in_the_target_file_is_reported_against_the_file() {
     assert!(ran.stdout.contains("asked under delete_choice"), "{}", ran.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn explore_with_a_target_runs_each_seed_on_fresh_processes_and_lists_the_failing_ones() {
+    let ran = run(&["explore", "--target", "targets/broken-own-memory-store.toml", "02-accepts-race", "--seeds", "3"]);
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("3 of 3 seed(s) failed: at-most-once in 3"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("seed 2: FAIL (at-most-once"), "{}", ran.stdout);
+    assert!(
+        ran.stdout
+            .contains("reproduce: mcpsim run --target targets/broken-own-memory-store.toml targets/scenarios/02-accepts-race.sim --seed 1"),
+        "{}",
+        ran.stdout
+    );
+    let clean = run(&["explore", "--target", "targets/mcpsim-stdio.toml", "02-accepts-race", "--seeds", "3"]);
+    assert_eq!(clean.status, Some(0), "{}\n{}", clean.stdout, clean.stderr);
+    assert!(clean.stdout.contains("every one of 3 seed(s) held"), "{}", clean.stdout);
+}
+
+#[test]
+fn the_mcp_trace_of_a_target_run_names_the_instance_of_every_message() {
+    let ran =
+        run(&["run", "--target", "targets/mcpsim-http.toml", "targets/scenarios/01-retry-lands-elsewhere.sim", "--format", "mcp-trace"]);
+    assert_eq!(ran.status, Some(0), "{}", ran.stderr);
+    let events: Vec<serde_json::Value> = ran.stdout.lines().map(|l| serde_json::from_str(l).expect("one JSON event per line")).collect();
+    assert_eq!(events.len(), 6, "three requests and their answers: {}", ran.stdout);
+    for (seq, event) in events.iter().enumerate() {
+        assert_eq!(event["seq"], seq as u64);
+        assert_eq!(event["transport"], "streamable-http");
+        assert!(event["payload"]["jsonrpc"] == "2.0", "{event}");
+    }
+    let instances: Vec<&str> = events.iter().map(|e| e["instance"].as_str().unwrap()).collect();
+    // Round 1, the retry and the replay each went to another process, and the trace says which.
+    let fleet: std::collections::BTreeSet<&str> = instances.iter().map(|i| i.split('@').nth(1).unwrap()).collect();
+    assert_eq!(fleet.len(), 3, "{instances:?}");
+    assert!(instances[0].starts_with("i1@") && instances[2].starts_with("i2@") && instances[4].starts_with("i3@"), "{instances:?}");
+    // The report went to stderr, so stdout is the trace alone.
+    assert!(ran.stderr.contains("01-retry-lands-elsewhere seed 1") && ran.stderr.contains("PASS"), "{}", ran.stderr);
+}

@@ -38,6 +38,7 @@ Examples:
                                                # one page, opened from disk: timeline, inspector, checks
   mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
   mcpsim run --target targets/mcpsim-stdio.toml  # the target scenarios against 3 processes of any MCP server
+  mcpsim run --target targets/mcpsim-http.toml targets/scenarios/02-accepts-race.sim --format mcp-trace > trace.jsonl
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
@@ -99,7 +100,7 @@ pub struct RunArgs {
     /// Play the target scenarios (default: targets/scenarios/) against a fleet of any MCP server, as the target
     /// file (TOML) describes it: mcpsim starts its processes, is their only client and network, and judges the
     /// properties from what it observes. See docs/targets.md.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "seeds", "format", "out", "html_out", "faults", "mutant", "scheduler"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "out", "html_out", "faults", "mutant", "scheduler"])]
     pub target: Option<PathBuf>,
     /// With --target: how many times a failing scenario is played again from its decision log (the servers'
     /// own timing is not mcpsim's, so the report says how often it reproduced).

@@ -443,6 +443,35 @@ pub fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
+/// The spread play's client traffic as an mcp-trace-validator trace (JSON Lines): each request, then its
+/// answer, in the order they went on the wire, every event naming the instance that took it (`instance`:
+/// the scenario's instance `@` the fleet's, an extra member the validator ignores). A request that was not
+/// JSON is left out (the format carries JSON-RPC messages only); a lost answer has no event.
+pub fn mcp_trace(target: &Target, played: &PlayedOnce) -> String {
+    use std::fmt::Write as _;
+    let transport = match target.file.transport {
+        file::Transport::Stdio => "stdio",
+        file::Transport::Http => "streamable-http",
+    };
+    let mut out = String::new();
+    let mut seq = 0u64;
+    for op in &played.history.operations {
+        let mut events = Vec::new();
+        if let Some(request) = op.request_value.as_deref().filter(|v| v.is_object()) {
+            events.push(("client-to-server", request));
+        }
+        if let Some(response) = op.response() {
+            events.push(("server-to-client", response));
+        }
+        for (direction, payload) in events {
+            let event = json!({"seq": seq, "direction": direction, "transport": transport, "kind": "message", "instance": op.instance, "payload": payload});
+            let _ = writeln!(out, "{event}");
+            seq += 1;
+        }
+    }
+    out
+}
+
 /// The report of one scenario, as text.
 pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> String {
     use std::fmt::Write as _;
