@@ -121,7 +121,7 @@ impl<'t> Fleet<'t> {
         let argv = self.fill_all(command, &p)?;
         let env = self.env(&p, &BTreeMap::new())?;
         let log = self.data_dir.join(format!("setup-{index}.stderr"));
-        let mut process = Process::start(&argv, &env, &self.data_dir, log.clone(), false)?;
+        let mut process = Process::start(&argv, &env, log.clone(), false)?;
         let deadline = self.target.start_timeout_ms() / 10;
         for _ in 0..deadline.max(1) {
             if let Some(status) = process.exited() {
@@ -149,7 +149,7 @@ impl<'t> Fleet<'t> {
                     argv.extend(self.fill_all(&credentials.args, &p)?);
                     let env = self.env(&p, &credentials.env)?;
                     let stderr = self.data_dir.join(format!("{name}-{principal}.stderr"));
-                    let process = Process::start(&argv, &env, &self.data_dir, stderr, true)?;
+                    let process = Process::start(&argv, &env, stderr, true)?;
                     self.events.push(format!("started {name} for {principal}: pid {}", process.pid));
                     processes.insert(principal.clone(), process);
                 }
@@ -162,7 +162,7 @@ impl<'t> Fleet<'t> {
                 let env = self.env(&p, &BTreeMap::new())?;
                 let url = p.fill(self.target.url_template())?;
                 let stderr = self.data_dir.join(format!("{name}.stderr"));
-                let mut process = Process::start(&argv, &env, &self.data_dir, stderr.clone(), false)?;
+                let mut process = Process::start(&argv, &env, stderr.clone(), false)?;
                 // Ready once something accepts connections on the port.
                 let address = SocketAddr::from(([127, 0, 0, 1], port));
                 let tries = self.target.start_timeout_ms() / 20;
@@ -308,7 +308,10 @@ impl<'t> Fleet<'t> {
     fn read_stdio(&mut self, index: usize, principal: &str, outgoing: &Outgoing, timeout: Duration) -> Result<Value, Lost> {
         let id =
             outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes).ok()).and_then(|v| v.get("id").cloned());
+        let start_ms = self.target.start_timeout_ms();
         let process = self.process(index, principal)?;
+        // A process's first answer may also wait for it to start (an interpreter importing its SDK).
+        let timeout = if process.fresh { timeout + Duration::from_millis(start_ms) } else { timeout };
         for _ in 0..STRAY_LINES_MAX {
             let line = process.read_line(timeout).map_err(|message| Lost { message })?;
             let Some(line) = line else {

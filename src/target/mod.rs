@@ -174,8 +174,8 @@ fn probe_command(
     p.values.insert("instance", Fleet::instance_name(index));
     p.values.insert("instance_dir", data_dir.join(Fleet::instance_name(index)).display().to_string());
     let argv: Vec<String> = command.iter().map(|a| p.fill(a)).collect::<Result<_, _>>()?;
-    let process = process::Process::start(&argv, &[], data_dir, data_dir.join("probe.stderr"), true)?;
-    let line = process.read_line(Duration::from_millis(target.request_timeout_ms()))?.unwrap_or_default();
+    let mut process = process::Process::start(&argv, &[], data_dir.join("probe.stderr"), true)?;
+    let line = process.read_line(Duration::from_millis(target.request_timeout_ms() + target.start_timeout_ms()))?.unwrap_or_default();
     line.trim().parse::<i64>().map_err(|_| format!("the effect probe {:?} printed {line:?}, not a number", argv.join(" ")))
 }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Mutex, Once};
@@ -66,19 +66,22 @@ pub struct Process {
     stdin: Option<ChildStdin>,
     lines: Option<Receiver<Result<String, String>>>,
     pub stderr_path: PathBuf,
+    /// Nothing has been read from its stdout yet: its first answer may also wait for it to start.
+    pub fresh: bool,
 }
 
 impl Process {
-    /// Starts `argv` with `env`, its stderr appended to `stderr_path`; with `piped`, stdin and stdout are the
-    /// JSON-RPC channel (stdio), else both are closed/null.
-    pub fn start(argv: &[String], env: &[(String, String)], cwd: &Path, stderr_path: PathBuf, piped: bool) -> Result<Process, String> {
+    /// Starts `argv` with `env` in mcpsim's own working directory (so a command's relative paths mean what they
+    /// mean where mcpsim was started), its stderr appended to `stderr_path`; with `piped`, stdin and stdout are
+    /// the JSON-RPC channel (stdio), else both are closed/null.
+    pub fn start(argv: &[String], env: &[(String, String)], stderr_path: PathBuf, piped: bool) -> Result<Process, String> {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&stderr_path)
             .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
         let mut command = Command::new(&argv[0]);
-        command.args(&argv[1..]).current_dir(cwd).stderr(stderr);
+        command.args(&argv[1..]).stderr(stderr);
         for (key, value) in env {
             command.env(key, value);
         }
@@ -129,7 +132,7 @@ impl Process {
             });
             receiver
         });
-        Ok(Process { child, pid, stdin, lines, stderr_path })
+        Ok(Process { child, pid, stdin, lines, stderr_path, fresh: true })
     }
 
     /// Writes one line (the message and a newline) to its stdin.
@@ -141,9 +144,11 @@ impl Process {
     }
 
     /// The next line of its stdout within `timeout`: `Ok(None)` when it ended (the process closed stdout).
-    pub fn read_line(&self, timeout: Duration) -> Result<Option<String>, String> {
+    pub fn read_line(&mut self, timeout: Duration) -> Result<Option<String>, String> {
         let lines = self.lines.as_ref().ok_or("the process has no stdout")?;
-        match lines.recv_timeout(timeout) {
+        let answer = lines.recv_timeout(timeout);
+        self.fresh = false;
+        match answer {
             Ok(Ok(line)) => Ok(Some(line)),
             Ok(Err(why)) => Err(format!("process {}: {why}", self.pid)),
             Err(RecvTimeoutError::Timeout) => Err(format!("process {} sent nothing within {} ms", self.pid, timeout.as_millis())),
@@ -197,7 +202,7 @@ mod tests {
         // A shell that starts a grandchild: the group kill must reach it too.
         let argv: Vec<String> = ["sh", "-c", "sleep 300 & echo $!; wait"].iter().map(|s| s.to_string()).collect();
         let (pid, grandchild) = {
-            let process = Process::start(&argv, &[], &dir, dir.join("p.stderr"), true).unwrap();
+            let mut process = Process::start(&argv, &[], dir.join("p.stderr"), true).unwrap();
             let grandchild: u32 = process.read_line(Duration::from_secs(10)).unwrap().unwrap().parse().unwrap();
             assert!(alive(process.pid) && alive(grandchild));
             let pid = process.pid;
