@@ -477,6 +477,11 @@ fn conformance_doc_recipes_run_as_written() {
     run_document("docs/conformance.md", &commands_before("docs/conformance.md"));
 }
 
+#[test]
+fn targets_doc_recipes_run_as_written() {
+    run_document("docs/targets.md", &commands_before("docs/targets.md"));
+}
+
 /// Every command of every document is treated somehow, every exception is still needed, and the README's two
 /// commands are what CI runs.
 #[test]
