@@ -1,7 +1,7 @@
 //! Bring your own server: the scenarios played against N processes of any MCP server a target file describes
 //! (`mcpsim run --target FILE`), with the properties judged from what was observed.
 //!
-//! * [`file`]: the target file (TOML) and its placeholders.
+//! * [`file`](mod@file): the target file (TOML) and its placeholders.
 //! * [`process`]: processes that are always killed (drop, panic, Ctrl-C, mcpsim's own death).
 //! * [`fleet`]: a target's instances started, reached over stdio or HTTP, killed and restarted.
 //! * [`world`]: the fleet as the interpreter's third [`crate::play::world::World`].
