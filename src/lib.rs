@@ -78,6 +78,9 @@ pub mod sim;
 pub mod live;
 
 #[cfg(feature = "cli")]
+pub mod target;
+
+#[cfg(feature = "cli")]
 pub mod transport;
 
 #[cfg(feature = "cli")]

@@ -30,7 +30,7 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
-const DOCUMENTS: [&str; 4] = ["README.md", "docs/simulator.md", "docs/exploring.md", "docs/conformance.md"];
+const DOCUMENTS: [&str; 5] = ["README.md", "docs/simulator.md", "docs/exploring.md", "docs/conformance.md", "docs/targets.md"];
 /// Longest a command may take (the slowest recipe takes well under a minute on the 2-core machine).
 const COMMAND_SECONDS_MAX: u64 = 600;
 /// Longest a server may take to listen.
@@ -50,6 +50,16 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
     ),
     ("cargo run -- explore 04-accepts-race-for-one-note --faults all --mutant claim-without-outcome", 2, "the mutant breaks only liveness"),
     ("cargo run -- replay counterexample-zoo-move-races-the-accept-seed7.json", 1, "the replayed run breaks containment again"),
+    (
+        "mcpsim run --target targets/broken-own-memory-store.toml targets/scenarios/02-accepts-race.sim",
+        1,
+        "the broken deployment is caught: at most once breaks",
+    ),
+    (
+        "mcpsim run --target targets/broken-no-shared-key.toml targets/scenarios/01-retry-lands-elsewhere.sim",
+        1,
+        "the broken deployment is caught: statelessness breaks",
+    ),
 ];
 
 /// How a long-running server is started, waited for and stopped.
@@ -236,7 +246,7 @@ impl Scratch {
         let root = std::env::temp_dir().join(format!("mcpsim-docs-{}-{}", std::process::id(), document.replace(['/', '.'], "-")));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join(".bin")).unwrap();
-        for linked in ["scenarios", "examples"] {
+        for linked in ["scenarios", "examples", "targets"] {
             std::os::unix::fs::symlink(Path::new(ROOT).join(linked), root.join(linked)).unwrap();
         }
         std::os::unix::fs::symlink(BIN, root.join(".bin/mcpsim")).unwrap();
@@ -480,6 +490,11 @@ fn exploring_doc_recipes_run_as_written() {
 #[test]
 fn conformance_doc_recipes_run_as_written() {
     run_document("docs/conformance.md", &commands_before("docs/conformance.md"));
+}
+
+#[test]
+fn targets_doc_recipes_run_as_written() {
+    run_document("docs/targets.md", &commands_before("docs/targets.md"));
 }
 
 /// Every command of every document is treated somehow, every exception is still needed, and the README's two

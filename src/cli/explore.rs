@@ -56,7 +56,8 @@ Examples:
   mcpsim explore 04-accepts-race-for-one-note --seeds 10000 --jobs 2
   mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ --coverage-json coverage.json
-  mcpsim explore --all-mutants")]
+  mcpsim explore --all-mutants
+  mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --seeds 5   # a target fleet, per seed")]
 pub struct ExploreArgs {
     /// The scenario to explore (not needed with --all-mutants).
     pub scenario: Option<String>,
@@ -66,6 +67,11 @@ pub struct ExploreArgs {
     /// Run the seeds A..B (inclusive).
     #[arg(long, value_name = "A..B")]
     pub seed_range: Option<String>,
+    /// Explore against a fleet of any MCP server instead, as a target file describes it (docs/targets.md): each
+    /// seed is another routing of instances and release order of races, played on fresh processes. The scenario
+    /// is a target scenario (a file, or a name in targets/scenarios/) [default --seeds: 20].
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["mutant", "exhaustive", "faults", "save", "report", "coverage_json", "all_mutants", "format"])]
+    pub target: Option<PathBuf>,
     /// Run against a deliberately unsafe server from the zoo (`mcpsim mutants` lists them).
     #[arg(long, value_name = "NAME")]
     pub mutant: Option<String>,
@@ -180,6 +186,23 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let Some(name) = args.scenario.as_deref() else {
         return usage("name a scenario to explore (or use --all-mutants)");
     };
+    if let Some(file) = &args.target {
+        let seeds = match (&args.seed_range, args.seeds) {
+            (Some(range), _) => match parse_range(range) {
+                Ok(range) => range,
+                Err(message) => return usage(&message),
+            },
+            (None, Some(0)) => return usage("--seeds must be at least 1"),
+            (None, Some(n)) if n > super::target::EXPLORE_SEEDS_MAX => {
+                return usage(&format!(
+                    "--seeds is at most {} with --target (every seed starts fresh processes)",
+                    super::target::EXPLORE_SEEDS_MAX
+                ))
+            }
+            (None, n) => 1..=n.unwrap_or(20),
+        };
+        return super::target::explore(file, name, seeds);
+    }
     let (scenario, text) = match load_scenario(name) {
         Ok(loaded) => loaded,
         Err(message) => return usage(&message),

@@ -1,5 +1,6 @@
 //! The `mcpsim` command line: wiring only. Each subcommand lives in its own module.
 
+pub mod attack;
 pub mod demo;
 pub mod explore;
 pub mod keygen;
@@ -9,6 +10,7 @@ pub mod run;
 pub mod sandbox;
 pub mod seed;
 pub mod serve;
+pub mod target;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -51,6 +53,8 @@ Examples:
   mcpsim run 05-accepts-race-for-different-candidates --mutant delete-then-claim      # read how it breaks
   mcpsim explore --all-mutants                                           # every one caught, the real server clean")]
     Mutants,
+    /// Attack a fleet of any MCP server (a target file) with the MRTR battery: replays, tampering, another principal, …
+    Attack(attack::AttackArgs),
     /// Replay a counterexample written by `mcpsim explore`, byte for byte.
     Replay(explore::ReplayArgs),
     /// List the scenario library (and the zoo's scenarios), each with the guarantee it teaches.
@@ -94,6 +98,7 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => explore::run(args),
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
+        Command::Attack(args) => attack::run(args),
         Command::Scenarios => run::list_scenarios(),
     }
 }

@@ -37,6 +37,8 @@ Examples:
   mcpsim run scenarios/04-accepts-race-for-one-note.sim --format html > run.html
                                                # one page, opened from disk: timeline, inspector, checks
   mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
+  mcpsim run --target targets/mcpsim-stdio.toml  # the target scenarios against 3 processes of any MCP server
+  mcpsim run --target targets/mcpsim-http.toml targets/scenarios/02-accepts-race.sim --format mcp-trace > trace.jsonl
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
@@ -95,6 +97,18 @@ pub struct RunArgs {
     /// shows how the checker catches it. The reproduce line names it.
     #[arg(long, value_name = "NAME", conflicts_with = "live")]
     pub mutant: Option<String>,
+    /// Play the target scenarios (default: targets/scenarios/) against a fleet of any MCP server, as the target
+    /// file (TOML) describes it: mcpsim starts its processes, is their only client and network, and judges the
+    /// properties from what it observes. See docs/targets.md.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "out", "html_out", "faults", "mutant", "scheduler"])]
+    pub target: Option<PathBuf>,
+    /// With --target: how many times a failing scenario is played again from its decision log (the servers'
+    /// own timing is not mcpsim's, so the report says how often it reproduced).
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "target")]
+    pub reruns: usize,
+    /// With --target: print every scenario's transcript and processes (failing ones are always printed).
+    #[arg(long, requires = "target")]
+    pub transcript: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -223,6 +237,9 @@ struct Output {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
+    if let Some(file) = &args.target {
+        return super::target::run(&args, file);
+    }
     let mut unreadable = Vec::new();
     let loaded = load(&args.paths, &mut unreadable);
     if !args.live.is_empty() {

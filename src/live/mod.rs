@@ -569,7 +569,7 @@ impl World for LiveWorld<'_> {
 /// One conforming POST of `outgoing` with its routing headers. `Ok(None)`: answered 202 with no body (a
 /// notification). `Err`: the exchange failed at the transport (refused connection, timeout, a body that is
 /// not a JSON-RPC message).
-async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, PostError> {
+pub(crate) async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, PostError> {
     let authorization = format!("Bearer {token}");
     let mut headers = vec![
         ("Authorization", authorization.as_str()),

@@ -1,0 +1,75 @@
+//! `mcpsim attack --target FILE`: the MRTR attack battery against a fleet of someone's server.
+
+use crate::target::attack::{self, Verdict, ATTACKS};
+use crate::target::file::Target;
+use crate::target::process;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const EXIT_FINDING: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+const EXIT_INCONCLUSIVE: u8 = 3;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Each attack runs on a fresh fleet started as the target file says (docs/targets.md) and is judged from the
+answers and the effect probe alone. A finding names the clause it breaks (SPEC-… ids of the spec digest, or
+mcpsim's own refusal property) and prints every message that reproduces it, with the instance it went to.
+
+Exit status: 0 when every attack held (or did not apply); 1 on a finding; 2 for a target file that cannot be
+read or an unknown attack name; 3 when an attack could not be judged (its honest flow did not work).
+
+Examples:
+  mcpsim attack --target targets/mcpsim-stdio.toml                        # the whole battery: exit 0
+  mcpsim attack --target targets/mcpsim-http.toml --only header-body-mismatch
+  mcpsim attack --target targets/broken-own-memory-store.toml --only replay-concurrent   # a finding")]
+pub struct AttackArgs {
+    /// The target file (TOML) describing the server under test.
+    #[arg(long, value_name = "FILE")]
+    pub target: PathBuf,
+    /// Run only these attacks (repeatable, or comma-separated).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+pub fn run(args: AttackArgs) -> ExitCode {
+    let target = match Target::load(&args.target) {
+        Ok(target) => target,
+        Err(error) => {
+            eprintln!("mcpsim attack: {error}\n  (docs/targets.md describes every key; targets/ has examples)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let names: Vec<&str> = ATTACKS.iter().map(|a| a.name).collect();
+    if let Some(unknown) = args.only.iter().find(|o| !names.contains(&o.as_str())) {
+        eprintln!("mcpsim attack: there is no attack {unknown:?}; the battery: {}", names.join(", "));
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let mcpsim = match std::env::current_exe() {
+        Ok(path) => path.display().to_string(),
+        Err(error) => {
+            eprintln!("mcpsim attack: cannot find the mcpsim binary for {{mcpsim}}: {error}");
+            return ExitCode::from(EXIT_INCONCLUSIVE);
+        }
+    };
+    process::install_interrupt_handler();
+    let work_dir = std::env::temp_dir().join(format!("mcpsim-attack-{}", std::process::id()));
+    let result = attack::run_battery(&target, &args.only, &mcpsim, &work_dir);
+    let _ = std::fs::remove_dir_all(&work_dir);
+    match result {
+        Ok(reports) => {
+            print!("{}", attack::render(&target, &reports));
+            if reports.iter().any(|r| matches!(r.verdict, Verdict::Broken(_))) {
+                ExitCode::from(EXIT_FINDING)
+            } else if reports.iter().any(|r| matches!(r.verdict, Verdict::Inconclusive(_))) {
+                ExitCode::from(EXIT_INCONCLUSIVE)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(error) => {
+            eprintln!("mcpsim attack: the fleet could not be started: {error}");
+            ExitCode::from(EXIT_INCONCLUSIVE)
+        }
+    }
+}

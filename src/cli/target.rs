@@ -1,0 +1,204 @@
+//! `mcpsim run --target FILE [SCENARIOS]`: the target scenarios played against a fleet of someone's server.
+
+use super::run::{FormatArg, RunArgs, SEEDS_MAX};
+use crate::target::file::Target;
+use crate::target::{self, process};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Exit status when a property or an expectation failed.
+const EXIT_FAILED: u8 = 1;
+/// Exit status for a target file or scenario that cannot be read.
+const EXIT_USAGE: u8 = 2;
+/// Exit status when the fleet could not be started or reached at all.
+const EXIT_HARNESS: u8 = 3;
+/// Where the scenarios for targets are, when none are named.
+pub(crate) const TARGET_SCENARIOS: &str = "targets/scenarios";
+/// Most re-runs of a failure.
+pub(crate) const RERUNS_MAX: usize = 100;
+
+pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
+    let trace = match args.format {
+        None | Some(FormatArg::Text) => false,
+        Some(FormatArg::McpTrace) => true,
+        Some(_) => {
+            eprintln!("mcpsim run: with --target, --format is text (the report) or mcp-trace (the spread play's traffic; one scenario)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let target = match Target::load(file) {
+        Ok(target) => target,
+        Err(error) => {
+            eprintln!("mcpsim run: {error}\n  (docs/targets.md describes every key; targets/ has examples)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let paths = if args.paths.is_empty() { vec![PathBuf::from(TARGET_SCENARIOS)] } else { args.paths.clone() };
+    let files = match target::scenario_files(&paths) {
+        Ok(files) if !files.is_empty() => files,
+        Ok(_) => {
+            eprintln!("mcpsim run: no .sim files in {}; target scenarios are in {TARGET_SCENARIOS}/", paths[0].display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(error) => {
+            eprintln!("mcpsim run: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if trace && files.len() != 1 {
+        eprintln!("mcpsim run: --format mcp-trace writes one scenario's trace; name one .sim file");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let mcpsim = match std::env::current_exe() {
+        Ok(path) => path.display().to_string(),
+        Err(error) => {
+            eprintln!("mcpsim run: cannot find the mcpsim binary for {{mcpsim}}: {error}");
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    process::install_interrupt_handler();
+    let work_dir = std::env::temp_dir().join(format!("mcpsim-target-{}", std::process::id()));
+    let single = files.len() == 1;
+    // With a trace on stdout, everything else goes to stderr.
+    let say = |text: &str| {
+        if trace {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+    };
+    let mut rows = Vec::new();
+    let mut status = 0u8;
+    let mut failing: Vec<(String, u64)> = Vec::new();
+    let seeds = args.seed..args.seed.saturating_add(args.seeds.clamp(1, SEEDS_MAX));
+    let runs: Vec<(&PathBuf, u64)> = files.iter().flat_map(|path| seeds.clone().map(move |seed| (path, seed))).collect();
+    for (path, seed) in runs {
+        let scenario = match target::load_scenario(&target, path) {
+            Ok(scenario) => scenario,
+            Err(error) => {
+                if seed != args.seed {
+                    continue;
+                }
+                say(&format!("# {}: SKIPPED: {error}\n\n", path.display()));
+                rows.push((path.display().to_string(), "SKIPPED".to_string()));
+                continue;
+            }
+        };
+        match target::run_scenario(&target, &scenario, seed, args.reruns.min(RERUNS_MAX), &mcpsim, &work_dir) {
+            Ok(report) => {
+                let text = target::render(&target, &report, single || args.transcript || !report.passed());
+                if trace {
+                    print!("{}", target::mcp_trace(&target, &report.spread));
+                }
+                say(&format!("{text}\n"));
+                let verdict = if report.passed() {
+                    "PASS".to_string()
+                } else {
+                    status = status.max(EXIT_FAILED);
+                    let what = report.properties();
+                    let what = if what.is_empty() { "expectations".to_string() } else { what.join(", ") };
+                    let reproduced = report.reproduced.map(|(a, n)| format!(", reproduced {a}/{n}")).unwrap_or_default();
+                    format!("FAIL ({what}{reproduced})")
+                };
+                rows.push((format!("{} seed {seed}", scenario.name), verdict));
+                if !report.passed() {
+                    failing.push((path.display().to_string(), seed));
+                }
+            }
+            Err(error) => {
+                say(&format!("# {}: ERROR: {error}\n\n", scenario.name));
+                rows.push((scenario.name.clone(), format!("ERROR: {error}")));
+                status = EXIT_HARNESS;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work_dir);
+    let mut summary = String::new();
+    let (name, instances, transport) = (&target.file.name, target.file.instances, target.file.transport.as_str());
+    let _ = writeln!(summary, "target {name} ({}), {instances} instance(s) over {transport}:", file.display());
+    for (name, verdict) in &rows {
+        let _ = writeln!(summary, "  {name:<56} {verdict}");
+    }
+    for (path, seed) in &failing {
+        let _ = writeln!(summary, "reproduce: mcpsim run --target {} {path} --seed {seed}", file.display());
+    }
+    say(&summary);
+    ExitCode::from(status)
+}
+
+/// Most seeds `explore --target` runs (each seed starts every instance twice).
+pub(crate) const EXPLORE_SEEDS_MAX: u64 = 500;
+
+/// `mcpsim explore --target FILE SCENARIO --seeds N`: the scenario under each seed's routing and release
+/// order; every failing seed is listed with the properties it broke, and the first one's reproduction.
+pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) -> ExitCode {
+    let target = match Target::load(file) {
+        Ok(target) => target,
+        Err(error) => {
+            eprintln!("mcpsim explore: {error}\n  (docs/targets.md describes every key; targets/ has examples)");
+            return ExitCode::from(super::explore::EXIT_USAGE);
+        }
+    };
+    let path = PathBuf::from(name);
+    let path = if path.exists() { path } else { Path::new(TARGET_SCENARIOS).join(format!("{name}.sim")) };
+    let scenario = match target::load_scenario(&target, &path) {
+        Ok(scenario) => scenario,
+        Err(error) => {
+            eprintln!("mcpsim explore: {error}\n  (a target scenario is a .sim file, or a name in {TARGET_SCENARIOS}/)");
+            return ExitCode::from(super::explore::EXIT_USAGE);
+        }
+    };
+    let Ok(mcpsim) = std::env::current_exe().map(|p| p.display().to_string()) else {
+        eprintln!("mcpsim explore: cannot find the mcpsim binary for {{mcpsim}}");
+        return ExitCode::from(super::explore::EXIT_CRASHED);
+    };
+    process::install_interrupt_handler();
+    let work_dir = std::env::temp_dir().join(format!("mcpsim-target-explore-{}", std::process::id()));
+    let (first, last) = (*seeds.start(), *seeds.end());
+    let mut failing: Vec<(u64, String)> = Vec::new();
+    let mut broken: std::collections::BTreeMap<&'static str, usize> = std::collections::BTreeMap::new();
+    let mut error = None;
+    for seed in seeds {
+        match target::run_scenario(&target, &scenario, seed, 0, &mcpsim, &work_dir) {
+            Ok(report) if report.passed() => {}
+            Ok(report) => {
+                for property in report.properties() {
+                    *broken.entry(property).or_default() += 1;
+                }
+                let what = report.properties();
+                let what = if what.is_empty() { "expectations".to_string() } else { what.join(", ") };
+                println!("seed {seed}: FAIL ({what}): {}", report.spread.decisions.join("; "));
+                failing.push((seed, what));
+            }
+            Err(why) => {
+                error = Some(format!("seed {seed}: {why}"));
+                break;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work_dir);
+    let runs = last - first + 1;
+    println!("explored {} against {} ({}): seeds {first}..={last}", scenario.name, target.file.name, file.display());
+    if let Some(error) = error {
+        println!("stopped: {error}");
+        return ExitCode::from(super::explore::EXIT_CRASHED);
+    }
+    if failing.is_empty() {
+        println!("every one of {runs} seed(s) held (the servers' own timing is not mcpsim's: a clean run is evidence, not proof)");
+        return ExitCode::SUCCESS;
+    }
+    let properties: Vec<String> = broken.iter().map(|(p, n)| format!("{p} in {n}")).collect();
+    println!(
+        "{} of {runs} seed(s) failed: {}",
+        failing.len(),
+        if properties.is_empty() { "expectations only".into() } else { properties.join(", ") }
+    );
+    println!(
+        "reproduce: mcpsim run --target {} {} --seed {} --reruns 5   # played again from its decision log, with how often it reproduced",
+        file.display(),
+        path.display(),
+        failing[0].0
+    );
+    ExitCode::from(super::explore::EXIT_UNSAFE)
+}

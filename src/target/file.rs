@@ -1,0 +1,345 @@
+//! The target file: how to start, reach, use and observe a server under test, without knowing its code.
+//!
+//! TOML, every table closed: an unknown key is refused with the file, the line and the keys that exist there
+//! (`toml`'s own error for `deny_unknown_fields`, prefixed with the path). The format is documented in
+//! `docs/targets.md`; `targets/` holds examples.
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Most instances a target file may ask for.
+pub const INSTANCES_MAX: usize = 16;
+/// Longest a process may take to start (`start_timeout_ms`), and one request to be answered.
+pub const TIMEOUT_MS_MAX: u64 = 120_000;
+
+/// How mcpsim talks to the instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// Newline-delimited JSON-RPC on each process's stdin/stdout; one process per instance and principal
+    /// (a stdio server acts for whoever started it).
+    Stdio,
+    /// Streamable HTTP: one process per instance, each listening on the `{port}` mcpsim chose (on loopback).
+    Http,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// A target file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetFile {
+    /// What is under test, in a few words (printed at the top of every report).
+    pub name: String,
+    pub transport: Transport,
+    /// How many instances form the fleet (1 to [`INSTANCES_MAX`]).
+    pub instances: usize,
+    /// Commands run once per scenario, in order, before any instance starts (make a key file, seed a store).
+    #[serde(default)]
+    pub setup: Vec<Vec<String>>,
+    /// The command that starts one instance (for stdio: one instance acting for one principal).
+    pub command: Vec<String>,
+    /// Extra environment of every started process (placeholders allowed in values).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// With `transport = "http"`: the URL of an instance [default: `http://127.0.0.1:{port}/mcp`].
+    pub url: Option<String>,
+    /// How long an instance may take to answer its first request after it was started [default: 10000].
+    pub start_timeout_ms: Option<u64>,
+    /// How long one request may take [default: 10000].
+    pub request_timeout_ms: Option<u64>,
+    /// The principals scenarios act as, by name.
+    pub principals: BTreeMap<String, PrincipalFile>,
+    pub tool: ToolFile,
+    pub effects: EffectsFile,
+}
+
+/// One principal's credentials.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalFile {
+    /// HTTP: the bearer token sent as `Authorization: Bearer TOKEN`.
+    pub token: Option<String>,
+    /// stdio: arguments appended to `command` for this principal's processes.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: environment of this principal's processes.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// The destructive MRTR tool scenarios exercise.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFile {
+    pub name: String,
+    /// Round 1's `arguments`.
+    pub arguments: Value,
+    /// The `inputRequests` key the form comes under (checked when given: round 1 must ask exactly it).
+    pub input_key: Option<String>,
+    /// The `content` of an accepting answer.
+    pub accept: Value,
+    /// The principal who may use the tool (scenarios' `{{principal}}`).
+    pub principal: String,
+    /// Another principal, whose replays of the first one's state must fail (scenarios' `{{other}}`).
+    pub other_principal: Option<String>,
+}
+
+/// How effects are observed: an MCP call whose answer holds a list, or a command printing a number.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EffectsFile {
+    /// An MCP request method (e.g. `resources/list`), sent as `principal`.
+    pub method: Option<String>,
+    #[serde(default)]
+    pub params: Option<Value>,
+    /// With `method`: the dotted path of the array in the response whose length is counted
+    /// (e.g. `result.resources`).
+    pub count: Option<String>,
+    /// With `method`: who asks [default: the tool's principal].
+    pub principal: Option<String>,
+    /// Instead of `method`: a command whose standard output is one integer.
+    pub command: Option<Vec<String>>,
+    /// `shared` (every instance sees one store: probe one) or `per-instance` (each has its own: probe each and
+    /// add up) [default: shared].
+    #[serde(default)]
+    pub scope: Scope,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    #[default]
+    Shared,
+    PerInstance,
+}
+
+/// A target, read and checked.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub path: PathBuf,
+    pub file: TargetFile,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("{path}: cannot read the target file: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl Target {
+    pub fn load(path: &Path) -> Result<Target, TargetError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TargetError::Read { path: path.display().to_string(), source })?;
+        Target::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Target, TargetError> {
+        let shown = path.display().to_string();
+        let file: TargetFile =
+            toml::from_str(text).map_err(|e| TargetError::Parse { path: shown.clone(), message: e.to_string().trim_end().to_string() })?;
+        let invalid = |message: String| TargetError::Invalid { path: shown.clone(), message };
+        if !(1..=INSTANCES_MAX).contains(&file.instances) {
+            return Err(invalid(format!("instances = {}: a fleet is 1 to {INSTANCES_MAX} instances", file.instances)));
+        }
+        if file.command.is_empty() {
+            return Err(invalid(
+                "command = []: name the program that starts one instance, e.g. [\"{mcpsim}\", \"serve\", \"--stdio\"]".into(),
+            ));
+        }
+        if let Some(empty) = file.setup.iter().position(Vec::is_empty) {
+            return Err(invalid(format!("setup[{empty}] is an empty command")));
+        }
+        for (key, value) in [("start_timeout_ms", file.start_timeout_ms), ("request_timeout_ms", file.request_timeout_ms)] {
+            if value.is_some_and(|v| v == 0 || v > TIMEOUT_MS_MAX) {
+                return Err(invalid(format!("{key} must be 1 to {TIMEOUT_MS_MAX}")));
+            }
+        }
+        match file.transport {
+            Transport::Http => {
+                for (name, principal) in &file.principals {
+                    if principal.token.is_none() {
+                        return Err(invalid(format!("[principals.{name}] has no token: over HTTP each principal is a bearer token")));
+                    }
+                }
+                let url = file.url.as_deref().unwrap_or(DEFAULT_URL);
+                if !(url.starts_with("http://127.0.0.1:") || url.starts_with("http://localhost:") || url.starts_with("http://[::1]:")) {
+                    return Err(invalid(format!("url = {url:?}: mcpsim only starts servers on loopback (http://127.0.0.1:{{port}}/mcp)")));
+                }
+            }
+            Transport::Stdio => {
+                if file.url.is_some() {
+                    return Err(invalid("url is for transport = \"http\"; a stdio instance is its process".into()));
+                }
+            }
+        }
+        let tool = &file.tool;
+        for (key, principal) in [("tool.principal", Some(&tool.principal)), ("tool.other_principal", tool.other_principal.as_ref())] {
+            if let Some(principal) = principal {
+                if !file.principals.contains_key(principal) {
+                    let known: Vec<&str> = file.principals.keys().map(String::as_str).collect();
+                    return Err(invalid(format!(
+                        "{key} = {principal:?} is not under [principals]; the principals are: {}",
+                        if known.is_empty() { "(none)".to_string() } else { known.join(", ") }
+                    )));
+                }
+            }
+        }
+        if !tool.arguments.is_object() || !tool.accept.is_object() {
+            return Err(invalid("tool.arguments and tool.accept are tables (JSON objects)".into()));
+        }
+        let effects = &file.effects;
+        match (&effects.method, &effects.command) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(invalid("[effects] needs exactly one of method (an MCP call) or command (printing a number)".into()))
+            }
+            (Some(_), None) if effects.count.is_none() => {
+                return Err(invalid("[effects] method needs count: the path of the list to count, e.g. \"result.resources\"".into()))
+            }
+            (None, Some(command)) if command.is_empty() => return Err(invalid("[effects] command is empty".into())),
+            _ => {}
+        }
+        if let Some(principal) = &effects.principal {
+            if !file.principals.contains_key(principal) {
+                return Err(invalid(format!("effects.principal = {principal:?} is not under [principals]")));
+            }
+        }
+        Ok(Target { path: path.to_path_buf(), file })
+    }
+
+    pub fn start_timeout_ms(&self) -> u64 {
+        self.file.start_timeout_ms.unwrap_or(10_000)
+    }
+
+    pub fn request_timeout_ms(&self) -> u64 {
+        self.file.request_timeout_ms.unwrap_or(10_000)
+    }
+
+    pub fn url_template(&self) -> &str {
+        self.file.url.as_deref().unwrap_or(DEFAULT_URL)
+    }
+}
+
+const DEFAULT_URL: &str = "http://127.0.0.1:{port}/mcp";
+
+/// The values a command's placeholders take: `{mcpsim}`, `{data_dir}`, `{instance}`, `{port}`, `{principal}`.
+#[derive(Debug, Clone, Default)]
+pub struct Placeholders {
+    pub values: BTreeMap<&'static str, String>,
+}
+
+impl Placeholders {
+    /// `text` with every known `{name}` replaced; an unknown one is an error naming the ones that exist.
+    pub fn fill(&self, text: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            let Some(close) = after.find('}') else {
+                out.push_str(&rest[open..]);
+                rest = "";
+                break;
+            };
+            let name = &after[..close];
+            match self.values.get(name) {
+                Some(value) => out.push_str(value),
+                None => {
+                    let known: Vec<String> = self.values.keys().map(|k| format!("{{{k}}}")).collect();
+                    return Err(format!("{text:?} uses {{{name}}}, which is not a placeholder here; these are: {}", known.join(" ")));
+                }
+            }
+            rest = &after[close + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const GOOD: &str = r#"
+name = "x"
+transport = "stdio"
+instances = 2
+command = ["{mcpsim}", "serve", "--stdio"]
+[principals.alice]
+args = ["--principal", "alice"]
+[tool]
+name = "notes_delete"
+arguments = { title = "T" }
+accept = { confirm = true }
+principal = "alice"
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#;
+
+    fn error(text: &str) -> String {
+        Target::parse(Path::new("targets/t.toml"), text).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn a_complete_file_parses() {
+        let target = Target::parse(Path::new("t.toml"), GOOD).unwrap();
+        assert_eq!(target.file.instances, 2);
+        assert_eq!(target.file.effects.scope, Scope::Shared);
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_file_the_line_and_the_keys_that_exist() {
+        let text = GOOD.replace("instances = 2", "instances = 2\ninstance_count = 3");
+        let message = error(&text);
+        assert!(message.starts_with("targets/t.toml: "), "{message}");
+        assert!(message.contains("line 5"), "{message}");
+        assert!(message.contains("unknown field `instance_count`"), "{message}");
+        assert!(message.contains("`instances`") && message.contains("`command`") && message.contains("`effects`"), "{message}");
+        let message = error(&GOOD.replace("principal = \"alice\"\n[effects]", "principal = \"alice\"\nanswer = 1\n[effects]"));
+        assert!(message.contains("unknown field `answer`") && message.contains("`accept`") && message.contains("`input_key`"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_key_and_a_wrong_type_are_named() {
+        assert!(error(&GOOD.replace("transport = \"stdio\"\n", "")).contains("missing field `transport`"));
+        let message = error(&GOOD.replace("\"stdio\"", "\"carrier-pigeon\""));
+        assert!(message.contains("line 3") && message.contains("stdio") && message.contains("http"), "{message}");
+        assert!(error(&GOOD.replace("instances = 2", "instances = \"two\"")).contains("line 4"));
+    }
+
+    #[test]
+    fn inconsistent_files_say_what_to_change() {
+        assert!(error(&GOOD.replace("instances = 2", "instances = 0")).contains("1 to 16 instances"));
+        assert!(error(&GOOD.replace("principal = \"alice\"\n[effects]", "principal = \"carol\"\n[effects]"))
+            .contains("tool.principal = \"carol\" is not under [principals]; the principals are: alice"));
+        assert!(error(&GOOD.replace("\"stdio\"", "\"http\"")).contains("[principals.alice] has no token"));
+        let remote = GOOD.replace("\"stdio\"", "\"http\"").replace("args = [", "token = \"t\"\nargs = [") + "";
+        let remote = remote.replace("instances = 2", "instances = 2\nurl = \"http://example.com:{port}/mcp\"");
+        assert!(error(&remote).contains("only starts servers on loopback"));
+        assert!(error(&GOOD.replace("count = \"result.resources\"", "")).contains("method needs count"));
+        assert!(error(&GOOD.replace("count = \"result.resources\"", "count = \"x\"\ncommand = [\"true\"]")).contains("exactly one of"));
+    }
+
+    #[test]
+    fn placeholders_fill_and_unknown_ones_are_named() {
+        let mut p = Placeholders::default();
+        p.values.insert("data_dir", "/tmp/d".into());
+        p.values.insert("port", "8080".into());
+        assert_eq!(p.fill("sqlite:{data_dir}/n.db:{port}").unwrap(), "sqlite:/tmp/d/n.db:8080");
+        let message = p.fill("{dta_dir}/x").unwrap_err();
+        assert!(message.contains("{dta_dir}") && message.contains("{data_dir} {port}"), "{message}");
+    }
+}

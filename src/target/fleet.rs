@@ -1,0 +1,345 @@
+//! A target's instances as running processes: set up, started, reached, killed and restarted. Every
+//! process is a [`Process`], so nothing started here outlives mcpsim.
+
+use super::file::{Placeholders, Target, Transport};
+use super::process::Process;
+use crate::live::http_client::HttpClient;
+use crate::live::post;
+use crate::play::world::Outgoing;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Largest response body read from an HTTP instance.
+const RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most lines a stdio process may send that answer nothing asked (logs on stdout, stray notifications) before
+/// the exchange fails.
+const STRAY_LINES_MAX: usize = 64;
+
+/// Why an exchange got no answer.
+#[derive(Debug, Clone)]
+pub struct Lost {
+    pub message: String,
+}
+
+enum Running {
+    /// One process per principal (a stdio server acts for whoever started it).
+    Stdio(BTreeMap<String, Process>),
+    Http {
+        process: Process,
+        url: String,
+    },
+    /// Killed by a crash step, not yet restarted.
+    Down,
+}
+
+/// The fleet of one play.
+pub struct Fleet<'t> {
+    target: &'t Target,
+    data_dir: PathBuf,
+    mcpsim: String,
+    instances: Vec<Running>,
+    http: HttpClient,
+    runtime: tokio::runtime::Runtime,
+    /// Processes started so far, as "i2 alice pid 4711": the report's identity of each answer.
+    pub events: Vec<String>,
+}
+
+impl<'t> Fleet<'t> {
+    /// Runs the target's setup commands in `data_dir` (fresh, owned by the caller), then starts every instance.
+    pub fn start(target: &'t Target, data_dir: &Path, mcpsim: &str) -> Result<Fleet<'t>, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
+        let mut fleet = Fleet {
+            target,
+            data_dir: data_dir.to_path_buf(),
+            mcpsim: mcpsim.to_string(),
+            instances: Vec::new(),
+            http: HttpClient::new(Duration::from_millis(target.request_timeout_ms()), RESPONSE_BYTES_MAX),
+            runtime,
+            events: Vec::new(),
+        };
+        for (index, command) in target.file.setup.iter().enumerate() {
+            fleet.setup(index, command)?;
+        }
+        for index in 0..target.file.instances {
+            let running = fleet.start_instance(index)?;
+            fleet.instances.push(running);
+        }
+        Ok(fleet)
+    }
+
+    pub fn len(&self) -> usize {
+        self.instances.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty()
+    }
+
+    pub fn instance_name(index: usize) -> String {
+        format!("t{}", index + 1)
+    }
+
+    fn placeholders(&self, instance: Option<usize>, principal: Option<&str>, port: Option<u16>) -> Placeholders {
+        let mut p = Placeholders::default();
+        p.values.insert("mcpsim", self.mcpsim.clone());
+        p.values.insert("data_dir", self.data_dir.display().to_string());
+        if let Some(instance) = instance {
+            p.values.insert("instance", Fleet::instance_name(instance));
+            // An instance's own directory, for deployments where nothing is shared.
+            p.values.insert("instance_dir", self.data_dir.join(Fleet::instance_name(instance)).display().to_string());
+        }
+        if let Some(principal) = principal {
+            p.values.insert("principal", principal.to_string());
+        }
+        if let Some(port) = port {
+            p.values.insert("port", port.to_string());
+        }
+        p
+    }
+
+    fn fill_all(&self, argv: &[String], p: &Placeholders) -> Result<Vec<String>, String> {
+        argv.iter().map(|a| p.fill(a)).collect()
+    }
+
+    fn env(&self, p: &Placeholders, extra: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, String> {
+        let mut env = Vec::new();
+        for (key, value) in self.target.file.env.iter().chain(extra) {
+            env.push((key.clone(), p.fill(value)?));
+        }
+        Ok(env)
+    }
+
+    /// One setup command, bounded by the start timeout; it must exit 0.
+    fn setup(&mut self, index: usize, command: &[String]) -> Result<(), String> {
+        let p = self.placeholders(None, None, None);
+        let argv = self.fill_all(command, &p)?;
+        let env = self.env(&p, &BTreeMap::new())?;
+        let log = self.data_dir.join(format!("setup-{index}.stderr"));
+        let mut process = Process::start(&argv, &env, log.clone(), false)?;
+        let deadline = self.target.start_timeout_ms() / 10;
+        for _ in 0..deadline.max(1) {
+            if let Some(status) = process.exited() {
+                if status == "exit status: 0" {
+                    self.events.push(format!("setup {}: {}", index + 1, argv.join(" ")));
+                    return Ok(());
+                }
+                let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!("setup command {:?} failed ({status}): {}", argv.join(" "), stderr.trim()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(format!("setup command {:?} did not finish within start_timeout_ms = {}", argv.join(" "), self.target.start_timeout_ms()))
+    }
+
+    fn start_instance(&mut self, index: usize) -> Result<Running, String> {
+        let name = Fleet::instance_name(index);
+        let _ = std::fs::create_dir_all(self.data_dir.join(&name));
+        match self.target.file.transport {
+            Transport::Stdio => {
+                let mut processes = BTreeMap::new();
+                for (principal, credentials) in &self.target.file.principals {
+                    let p = self.placeholders(Some(index), Some(principal), None);
+                    let mut argv = self.fill_all(&self.target.file.command, &p)?;
+                    argv.extend(self.fill_all(&credentials.args, &p)?);
+                    let env = self.env(&p, &credentials.env)?;
+                    let stderr = self.data_dir.join(format!("{name}-{principal}.stderr"));
+                    let process = Process::start(&argv, &env, stderr, true)?;
+                    self.events.push(format!("started {name} for {principal}: pid {}", process.pid));
+                    processes.insert(principal.clone(), process);
+                }
+                Ok(Running::Stdio(processes))
+            }
+            Transport::Http => {
+                let port = free_port()?;
+                let p = self.placeholders(Some(index), None, Some(port));
+                let argv = self.fill_all(&self.target.file.command, &p)?;
+                let env = self.env(&p, &BTreeMap::new())?;
+                let url = p.fill(self.target.url_template())?;
+                let stderr = self.data_dir.join(format!("{name}.stderr"));
+                let mut process = Process::start(&argv, &env, stderr.clone(), false)?;
+                // Ready once something accepts connections on the port.
+                let address = SocketAddr::from(([127, 0, 0, 1], port));
+                let tries = self.target.start_timeout_ms() / 20;
+                let mut ready = false;
+                for _ in 0..tries.max(1) {
+                    if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
+                        ready = true;
+                        break;
+                    }
+                    if let Some(status) = process.exited() {
+                        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+                        return Err(format!("{name} exited at start ({status}): {}", log.trim()));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if !ready {
+                    return Err(format!(
+                        "{name} ({}) accepted no connection on port {port} within start_timeout_ms = {}",
+                        argv.join(" "),
+                        self.target.start_timeout_ms()
+                    ));
+                }
+                self.events.push(format!("started {name} at {url}: pid {}", process.pid));
+                Ok(Running::Http { process, url })
+            }
+        }
+    }
+
+    /// SIGKILL to the instance's processes.
+    pub fn crash(&mut self, index: usize) {
+        let name = Fleet::instance_name(index);
+        match std::mem::replace(&mut self.instances[index], Running::Down) {
+            Running::Stdio(mut processes) => processes.values_mut().for_each(Process::kill),
+            Running::Http { mut process, .. } => process.kill(),
+            Running::Down => {}
+        }
+        self.events.push(format!("killed {name} (SIGKILL)"));
+    }
+
+    pub fn restart(&mut self, index: usize) -> Result<(), String> {
+        if !matches!(self.instances[index], Running::Down) {
+            self.crash(index);
+        }
+        let running = self.start_instance(index)?;
+        self.instances[index] = running;
+        Ok(())
+    }
+
+    pub fn is_down(&self, index: usize) -> bool {
+        matches!(self.instances[index], Running::Down)
+    }
+
+    /// The pid that answers `principal` at `index` (for transcripts).
+    pub fn pid(&self, index: usize, principal: &str) -> Option<u32> {
+        match &self.instances[index] {
+            Running::Stdio(processes) => processes.get(principal).map(|p| p.pid),
+            Running::Http { process, .. } => Some(process.pid),
+            Running::Down => None,
+        }
+    }
+
+    /// Every pid running now.
+    pub fn pids(&self) -> Vec<u32> {
+        self.instances
+            .iter()
+            .flat_map(|r| match r {
+                Running::Stdio(processes) => processes.values().map(|p| p.pid).collect::<Vec<_>>(),
+                Running::Http { process, .. } => vec![process.pid],
+                Running::Down => Vec::new(),
+            })
+            .collect()
+    }
+
+    fn token(&self, principal: &str) -> String {
+        self.target.file.principals.get(principal).and_then(|p| p.token.clone()).unwrap_or_default()
+    }
+
+    /// Sends several messages at once, in the order given (mcpsim's seeded order), then collects each answer.
+    /// `Ok(None)`: a notification, answered with nothing.
+    pub fn exchange_all(&mut self, sends: &[(usize, String, Outgoing)]) -> Vec<Result<Option<Value>, Lost>> {
+        match self.target.file.transport {
+            Transport::Stdio => {
+                let mut written = Vec::new();
+                for (index, principal, outgoing) in sends {
+                    written.push(self.write_stdio(*index, principal, outgoing));
+                }
+                let timeout = Duration::from_millis(self.target.request_timeout_ms());
+                sends
+                    .iter()
+                    .zip(written)
+                    .map(|((index, principal, outgoing), written)| {
+                        written?;
+                        if outgoing.notification {
+                            return Ok(None);
+                        }
+                        self.read_stdio(*index, principal, outgoing, timeout).map(Some)
+                    })
+                    .collect()
+            }
+            Transport::Http => {
+                let mut flights = Vec::new();
+                for (index, principal, outgoing) in sends {
+                    let url = match &self.instances[*index] {
+                        Running::Http { url, .. } => Some(url.clone()),
+                        _ => None,
+                    };
+                    let (http, token, outgoing) = (self.http.clone(), self.token(principal), outgoing.clone());
+                    flights.push(url.map(|url| self.runtime.spawn(async move { post(&http, &url, &token, &outgoing).await })));
+                }
+                flights
+                    .into_iter()
+                    .map(|flight| {
+                        let Some(flight) = flight else {
+                            return Err(Lost { message: "the instance is down (killed by the scenario)".into() });
+                        };
+                        match self.runtime.block_on(flight) {
+                            Ok(Ok(value)) => Ok(value),
+                            Ok(Err(error)) => Err(Lost { message: error.message }),
+                            Err(join) => Err(Lost { message: format!("the request task failed: {join}") }),
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn process(&mut self, index: usize, principal: &str) -> Result<&mut Process, Lost> {
+        match &mut self.instances[index] {
+            Running::Stdio(processes) => {
+                processes.get_mut(principal).ok_or_else(|| Lost { message: format!("the target file has no principal {principal}") })
+            }
+            _ => Err(Lost { message: "the instance is down (killed by the scenario)".into() }),
+        }
+    }
+
+    fn write_stdio(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Result<(), Lost> {
+        let process = self.process(index, principal)?;
+        process.write_line(&outgoing.bytes).map_err(|message| Lost { message })
+    }
+
+    /// The response to `outgoing`: the next line whose `id` is the request's (any line, when the request had
+    /// no readable id, as a parse error is answered with `id: null`).
+    fn read_stdio(&mut self, index: usize, principal: &str, outgoing: &Outgoing, timeout: Duration) -> Result<Value, Lost> {
+        let id =
+            outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes).ok()).and_then(|v| v.get("id").cloned());
+        let start_ms = self.target.start_timeout_ms();
+        let process = self.process(index, principal)?;
+        // A process's first answer may also wait for it to start (an interpreter importing its SDK).
+        let timeout = if process.fresh { timeout + Duration::from_millis(start_ms) } else { timeout };
+        for _ in 0..STRAY_LINES_MAX {
+            let line = process.read_line(timeout).map_err(|message| Lost { message })?;
+            let Some(line) = line else {
+                return Err(Lost { message: format!("process {} closed its stdout (it exited)", process.pid) });
+            };
+            let Ok(value) = serde_json::from_str::<Value>(&line) else {
+                return Err(Lost {
+                    message: format!(
+                        "process {} wrote a line that is not JSON on stdout: {}",
+                        process.pid,
+                        line.chars().take(200).collect::<String>()
+                    ),
+                });
+            };
+            let answers = value.get("result").is_some() || value.get("error").is_some();
+            match &id {
+                Some(id) if answers && value.get("id") == Some(id) => return Ok(value),
+                None if answers => return Ok(value),
+                _ => continue,
+            }
+        }
+        Err(Lost { message: format!("{STRAY_LINES_MAX} lines came back and none answered the request") })
+    }
+}
+
+/// A port free on loopback now (the OS's choice; another process could take it before the instance binds it,
+/// which then fails its start).
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,538 @@
+//! Bring your own server: the scenarios played against N processes of any MCP server a target file describes
+//! (`mcpsim run --target FILE`), with the properties judged from what was observed.
+//!
+//! * [`file`](mod@file): the target file (TOML) and its placeholders.
+//! * [`process`]: processes that are always killed (drop, panic, Ctrl-C, mcpsim's own death).
+//! * [`fleet`]: a target's instances started, reached over stdio or HTTP, killed and restarted.
+//! * [`world`]: the fleet as the interpreter's third [`crate::play::world::World`].
+//!
+//! Each scenario is played twice, each time on a fresh fleet (a new data directory, the setup commands, every
+//! instance started): once with its instances spread over the fleet as the seed maps them, once with every
+//! request on one instance. The judge ([`judge`]) reads the two histories and the effect probe:
+//! at most one success per confirmation and no more effects than accepted confirmations (at-most-once), no
+//! effect without an accept (consent), no new form in answer to a decline or cancel (refusal), and the same
+//! answers whichever instance took each round (statelessness). A failure is played again from its decision
+//! log and reported with how often it reproduced: the servers' own timing is not mcpsim's to decide.
+
+pub mod attack;
+pub mod file;
+pub mod fleet;
+pub mod process;
+pub mod world;
+
+use self::file::{Scope, Target};
+use self::fleet::Fleet;
+use self::world::{Routing, TargetWorld};
+use crate::oracle::history::History;
+use crate::play::client::Client;
+use crate::play::expect::ExpectationResult;
+use crate::play::parity::outcome_of;
+use crate::play::{self, Play};
+use crate::scenario::model::{Action, Scenario};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What a target scenario's `{{…}}` placeholders are, from the target file.
+pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<String>> {
+    let tool = &target.file.tool;
+    let mut values = BTreeMap::new();
+    values.insert("tool", Some(tool.name.clone()));
+    values.insert("arguments", Some(tool.arguments.to_string()));
+    values.insert("accept", Some(tool.accept.to_string()));
+    values.insert("principal", Some(tool.principal.clone()));
+    values.insert("other", tool.other_principal.clone());
+    values
+}
+
+/// A target scenario's text with its `{{name}}` placeholders filled. `Err`: why it cannot be played against
+/// this target (a placeholder the file leaves empty, or one that does not exist).
+pub fn fill_scenario(target: &Target, text: &str) -> Result<String, String> {
+    let values = scenario_placeholders(target);
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        let close = after.find("}}").ok_or("a `{{` without its `}}`")?;
+        let name = after[..close].trim();
+        match values.get(name) {
+            Some(Some(value)) => out.push_str(value),
+            Some(None) => return Err(format!("it needs {{{{{name}}}}}, which the target file does not give (tool.other_principal)")),
+            None => {
+                let known: Vec<String> = values.keys().map(|k| format!("{{{{{k}}}}}")).collect();
+                return Err(format!("{{{{{name}}}}} is not a placeholder; these are: {}", known.join(" ")));
+            }
+        }
+        rest = &after[close + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// One play on one fresh fleet.
+pub struct PlayedOnce {
+    pub play: Play,
+    pub history: History,
+    pub decisions: Vec<String>,
+    pub transcript: Vec<String>,
+    /// Processes started, killed, setup commands run.
+    pub events: Vec<String>,
+    /// The effect probe before and after (`Err`: why it could not be read).
+    pub effects: Result<(i64, i64), String>,
+}
+
+/// Plays `scenario` once on a fleet started in a fresh directory under `work_dir`.
+pub fn play_once(
+    target: &Target,
+    scenario: &Scenario,
+    seed: u64,
+    routing: Routing,
+    mcpsim: &str,
+    work_dir: &Path,
+) -> Result<PlayedOnce, String> {
+    let data_dir = work_dir.join(format!("{}-{}-{}", scenario.name, seed, if routing == Routing::One { "one" } else { "spread" }));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    std::fs::create_dir_all(&data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
+    let before = probe(target, &mut fleet, &data_dir, mcpsim);
+    let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing);
+    let played = play::play(scenario, &mut world);
+    let (decisions, transcript) = (std::mem::take(&mut world.decisions), std::mem::take(&mut world.transcript));
+    let history = world.into_history();
+    // A probe needs every instance up: a scenario that ends with one killed has it restarted first.
+    for index in 0..fleet.len() {
+        if fleet.is_down(index) {
+            fleet.restart(index)?;
+        }
+    }
+    let after = probe(target, &mut fleet, &data_dir, mcpsim);
+    let effects = match (before, after) {
+        (Ok(b), Ok(a)) => Ok((b, a)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    let events = std::mem::take(&mut fleet.events);
+    drop(fleet);
+    let _ = std::fs::remove_dir_all(&data_dir);
+    Ok(PlayedOnce { play: played, history, decisions, transcript, events, effects })
+}
+
+/// The effect probe: the count it reads (added up over instances with `scope = "per-instance"`).
+pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim: &str) -> Result<i64, String> {
+    let effects = &target.file.effects;
+    let instances: Vec<usize> = match effects.scope {
+        Scope::Shared => vec![0],
+        Scope::PerInstance => (0..fleet.len()).collect(),
+    };
+    let mut total = 0;
+    for index in instances {
+        total += match (&effects.method, &effects.command) {
+            (Some(method), _) => {
+                let principal = effects.principal.clone().unwrap_or_else(|| target.file.tool.principal.clone());
+                let mut client = Client::new("mcpsim-probe", &principal, json!({}));
+                let (bytes, value) = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
+                let outgoing = crate::play::world::Outgoing {
+                    client: 0,
+                    instance: 0,
+                    headers: crate::wire::headers::RoutingHeaders::for_message(&value),
+                    bytes,
+                    value: Some(value),
+                    notification: false,
+                    headers_written: false,
+                    step: 0,
+                    name: None,
+                };
+                let answer = fleet.exchange_all(&[(index, principal, outgoing)]).pop().expect("one answer");
+                let answer =
+                    answer.map_err(|lost| format!("the effect probe {method} got no answer: {}", lost.message))?.unwrap_or(Value::Null);
+                let path = effects.count.as_deref().unwrap_or("");
+                let segments: Vec<&str> = path.split('.').collect();
+                let list = crate::oracle::reading::at(&answer, &segments).and_then(Value::as_array).ok_or_else(|| {
+                    format!("the effect probe's answer has no list at {path}: {}", answer.to_string().chars().take(200).collect::<String>())
+                })?;
+                list.len() as i64
+            }
+            (None, Some(command)) => probe_command(target, fleet, command, index, data_dir, mcpsim)?,
+            (None, None) => unreachable!("checked when the file was read"),
+        };
+    }
+    Ok(total)
+}
+
+fn probe_command(
+    target: &Target,
+    _fleet: &Fleet<'_>,
+    command: &[String],
+    index: usize,
+    data_dir: &Path,
+    mcpsim: &str,
+) -> Result<i64, String> {
+    let mut p = file::Placeholders::default();
+    p.values.insert("mcpsim", mcpsim.to_string());
+    p.values.insert("data_dir", data_dir.display().to_string());
+    p.values.insert("instance", Fleet::instance_name(index));
+    p.values.insert("instance_dir", data_dir.join(Fleet::instance_name(index)).display().to_string());
+    let argv: Vec<String> = command.iter().map(|a| p.fill(a)).collect::<Result<_, _>>()?;
+    let mut process = process::Process::start(&argv, &[], data_dir.join("probe.stderr"), true)?;
+    let line = process.read_line(Duration::from_millis(target.request_timeout_ms() + target.start_timeout_ms()))?.unwrap_or_default();
+    line.trim().parse::<i64>().map_err(|_| format!("the effect probe {:?} printed {line:?}, not a number", argv.join(" ")))
+}
+
+/// One answer in a line: what it was, as transcripts describe it.
+pub(crate) fn preview(value: &Value) -> String {
+    crate::play::parity::outcome_of_response(value)
+}
+
+/// An answer whole (for findings about its exact error data), or "no answer".
+pub(crate) fn full(answer: &Option<Value>) -> String {
+    answer.as_ref().map(Value::to_string).unwrap_or_else(|| "no answer".into())
+}
+
+/// A property that did not hold, as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub property: &'static str,
+    pub message: String,
+}
+
+/// Judges the spread play (and its reference play on one instance) from observation only.
+pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let history = &spread.history;
+    // Answers to forms, grouped by the requestState they echo.
+    let mut accepts: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (index, op) in history.operations.iter().enumerate() {
+        let Some(params) = op.params() else { continue };
+        let Some(responses) = params.get("inputResponses").and_then(Value::as_object) else { continue };
+        let actions: Vec<&str> = responses.values().filter_map(|r| r.get("action").and_then(Value::as_str)).collect();
+        let state = params.get("requestState").map(|s| s.to_string()).unwrap_or_else(|| "(no requestState)".into());
+        if actions.contains(&"accept") {
+            accepts.entry(state).or_default().push(index);
+        } else if !actions.is_empty() {
+            let result_type = op.response().and_then(|r| crate::oracle::reading::text(r, &["result", "resultType"]));
+            if result_type == Some("input_required") {
+                findings.push(Finding {
+                    property: "refusal",
+                    message: format!("{} answered the {} of {} with another form", op.instance, actions.join("/"), label(op)),
+                });
+            }
+        }
+    }
+    // Who each state was issued to, and the states a decline ended (by the operation that did). A cancel only
+    // dismisses the form: the confirmation may still be answered.
+    let mut issued: BTreeMap<String, String> = BTreeMap::new();
+    let mut declined: BTreeMap<String, usize> = BTreeMap::new();
+    for (index, op) in history.operations.iter().enumerate() {
+        if let Some(state) = op.response().and_then(|r| crate::oracle::reading::at(r, &["result", "requestState"])) {
+            issued.entry(state.to_string()).or_insert_with(|| op.principal.clone());
+        }
+        let Some(params) = op.params() else { continue };
+        let refused = params
+            .get("inputResponses")
+            .and_then(Value::as_object)
+            .is_some_and(|r| r.values().any(|r| r.get("action").and_then(Value::as_str) == Some("decline")));
+        if let (true, Some(state)) = (refused, params.get("requestState")) {
+            declined.entry(state.to_string()).or_insert(index);
+        }
+    }
+    for (state, ops) in &accepts {
+        for &index in ops {
+            let op = &history.operations[index];
+            if !succeeded(op.response()) {
+                continue;
+            }
+            if let Some(owner) = issued.get(state).filter(|owner| **owner != op.principal) {
+                findings.push(Finding {
+                    property: "consent",
+                    message: format!("principal {} completed a confirmation issued to {owner}: {}", op.principal, label(op)),
+                });
+            }
+            if let Some(&refusal) = declined.get(state).filter(|&&at| at < index) {
+                findings.push(Finding {
+                    property: "refusal",
+                    message: format!("{} succeeded after {} declined the confirmation", label(op), label(&history.operations[refusal])),
+                });
+            }
+        }
+    }
+    for ops in accepts.values() {
+        let successes: Vec<String> = ops.iter().map(|&i| &history.operations[i]).filter(|op| succeeded(op.response())).map(label).collect();
+        if successes.len() > 1 {
+            findings.push(Finding {
+                property: "at-most-once",
+                message: format!("one confirmation succeeded {} times: {}", successes.len(), successes.join(", ")),
+            });
+        }
+    }
+    if let Ok((before, after)) = spread.effects {
+        let effects = (before - after).unsigned_abs() as usize;
+        if effects > accepts.len() {
+            let message = format!(
+                "the effect probe saw {effects} effect(s) ({before} before, {after} after) but only {} confirmation(s) were accepted",
+                accepts.len()
+            );
+            let property = if accepts.is_empty() { "consent" } else { "at-most-once" };
+            findings.push(Finding { property, message });
+        }
+    }
+    if let Some(one) = one {
+        for (line, spread_outcomes, one_outcomes) in compare_rounds(scenario, spread, one) {
+            findings.push(Finding {
+                property: "statelessness",
+                message: format!("line {line}: with every round on one instance: {one_outcomes}; spread over the fleet: {spread_outcomes}"),
+            });
+        }
+    }
+    findings
+}
+
+fn label(op: &crate::oracle::history::Operation) -> String {
+    format!("{} on {} ({})", op.name.clone().unwrap_or_else(|| format!("request #{}", op.id.0 + 1)), op.instance, op.describe())
+}
+
+/// A `complete` result that is not a tool error.
+pub(crate) fn succeeded(response: Option<&Value>) -> bool {
+    let Some(result) = response.and_then(|r| r.get("result")) else { return false };
+    result.get("resultType").and_then(Value::as_str) == Some("complete") && result.get("isError") != Some(&Value::Bool(true))
+}
+
+/// Steps whose outcomes differ between the two plays: `(line, spread, one)`. A `parallel` step is compared by
+/// how many of its answers succeeded (which loser hears what is the race's to decide).
+fn compare_rounds(scenario: &Scenario, spread: &PlayedOnce, one: &PlayedOnce) -> Vec<(usize, String, String)> {
+    let outcomes = |history: &History, step: usize, raced: bool| -> String {
+        let ops: Vec<&crate::oracle::history::Operation> = history.operations.iter().filter(|op| op.step == step).collect();
+        if raced {
+            let wins = ops.iter().filter(|op| succeeded(op.response())).count();
+            format!("{wins} of {} succeeded", ops.len())
+        } else {
+            ops.iter().map(|op| outcome_of(op)).collect::<Vec<_>>().join("; ")
+        }
+    };
+    let mut differ = Vec::new();
+    for (index, statement) in scenario.steps.iter().enumerate() {
+        let raced = matches!(statement.action, Action::Parallel(_));
+        if !raced && !matches!(statement.action, Action::Send(_)) {
+            continue;
+        }
+        let (a, b) = (outcomes(&spread.history, index, raced), outcomes(&one.history, index, raced));
+        if a != b {
+            differ.push((statement.line, a, b));
+        }
+    }
+    differ
+}
+
+/// One scenario's result against a target.
+pub struct ScenarioReport {
+    pub name: String,
+    pub seed: u64,
+    pub spread: PlayedOnce,
+    pub findings: Vec<Finding>,
+    /// Expectations that did not hold, and steps that could not run.
+    pub failures: Vec<String>,
+    /// `(failed again, runs)` when a failure was re-run from its decision log.
+    pub reproduced: Option<(usize, usize)>,
+}
+
+impl ScenarioReport {
+    pub fn passed(&self) -> bool {
+        self.findings.is_empty() && self.failures.is_empty()
+    }
+
+    /// The properties that broke, each once, in order.
+    pub fn properties(&self) -> Vec<&'static str> {
+        let mut seen = Vec::new();
+        for finding in &self.findings {
+            if !seen.contains(&finding.property) {
+                seen.push(finding.property);
+            }
+        }
+        seen
+    }
+}
+
+/// Forms that did not ask under the key the target file names (`tool.input_key`): the file is wrong, or the
+/// server changed.
+fn input_key_mismatches(target: &Target, history: &History) -> Vec<String> {
+    let Some(key) = &target.file.tool.input_key else { return Vec::new() };
+    history
+        .operations
+        .iter()
+        .filter_map(|op| {
+            let requests = op.response().and_then(|r| crate::oracle::reading::at(r, &["result", "inputRequests"]))?.as_object()?;
+            if requests.contains_key(key) {
+                return None;
+            }
+            let asked: Vec<&str> = requests.keys().map(String::as_str).collect();
+            Some(format!(
+                "the target file says tool.input_key = {key:?}, but {} asked under {}: correct input_key",
+                label(op),
+                if asked.is_empty() { "no key".to_string() } else { asked.join(", ") }
+            ))
+        })
+        .collect()
+}
+
+fn failures_of(played: &PlayedOnce) -> Vec<String> {
+    played.play.failures.iter().map(|f| f.to_string().replace('\n', " ")).collect()
+}
+
+/// Plays `scenario` (spread, then on one instance), judges, and re-runs a failure `reruns` times from its
+/// decision log.
+pub fn run_scenario(
+    target: &Target,
+    scenario: &Scenario,
+    seed: u64,
+    reruns: usize,
+    mcpsim: &str,
+    work_dir: &Path,
+) -> Result<ScenarioReport, String> {
+    let spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
+    let one = if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+    let findings = judge(scenario, &spread, one.as_ref());
+    let mut failures = failures_of(&spread);
+    failures.extend(input_key_mismatches(target, &spread.history));
+    let mut report = ScenarioReport { name: scenario.name.clone(), seed, spread, findings, failures, reproduced: None };
+    if !report.passed() && reruns > 0 {
+        let wanted = report.properties();
+        let mut again = 0;
+        for _ in 0..reruns {
+            let rerun = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
+            if rerun.decisions != report.spread.decisions {
+                return Err(format!("{}: a re-run made other decisions than the logged ones (a bug in mcpsim)", scenario.name));
+            }
+            let one =
+                if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+            let findings = judge(scenario, &rerun, one.as_ref());
+            let properties: Vec<&str> = findings.iter().map(|f| f.property).collect();
+            let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };
+            if same {
+                again += 1;
+            }
+        }
+        report.reproduced = Some((again, reruns));
+    }
+    Ok(report)
+}
+
+/// A scenario file for targets: its text with the placeholders filled, parsed.
+pub fn load_scenario(target: &Target, path: &Path) -> Result<Scenario, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let filled = fill_scenario(target, &text).map_err(|why| format!("{}: {why}", path.display()))?;
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    crate::scenario::parse(&path.display().to_string(), &name, &filled).map_err(|e| e.to_string())
+}
+
+/// The `.sim` files of `paths` (folders listed, sorted).
+pub fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "sim"))
+                .collect();
+            inside.sort();
+            files.extend(inside);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// The spread play's client traffic as an mcp-trace-validator trace (JSON Lines): each request, then its
+/// answer, in the order they went on the wire, every event naming the instance that took it (`instance`:
+/// the scenario's instance `@` the fleet's, an extra member the validator ignores). A request that was not
+/// JSON is left out (the format carries JSON-RPC messages only); a lost answer has no event.
+pub fn mcp_trace(target: &Target, played: &PlayedOnce) -> String {
+    use std::fmt::Write as _;
+    let transport = match target.file.transport {
+        file::Transport::Stdio => "stdio",
+        file::Transport::Http => "streamable-http",
+    };
+    let mut out = String::new();
+    let mut seq = 0u64;
+    for op in &played.history.operations {
+        let mut events = Vec::new();
+        if let Some(request) = op.request_value.as_deref().filter(|v| v.is_object()) {
+            events.push(("client-to-server", request));
+        }
+        if let Some(response) = op.response() {
+            events.push(("server-to-client", response));
+        }
+        for (direction, payload) in events {
+            let event = json!({"seq": seq, "direction": direction, "transport": transport, "kind": "message", "instance": op.instance, "payload": payload});
+            let _ = writeln!(out, "{event}");
+            seq += 1;
+        }
+    }
+    out
+}
+
+/// The report of one scenario, as text.
+pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ =
+        writeln!(out, "# mcpsim target: {} ({})  scenario {}  seed {}", target.file.name, target.path.display(), report.name, report.seed);
+    let _ = writeln!(out, "decisions (mcpsim's, seeded; the servers' own timing is not):");
+    for decision in &report.spread.decisions {
+        let _ = writeln!(out, "  {decision}");
+    }
+    if transcript {
+        let _ = writeln!(out, "processes:");
+        for event in &report.spread.events {
+            let _ = writeln!(out, "  {event}");
+        }
+        let _ = writeln!(out, "transcript (scenario instance@fleet instance):");
+        for line in &report.spread.transcript {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    for record in &report.spread.play.expectations {
+        let _ = match &record.result {
+            ExpectationResult::Held => writeln!(out, "   ok    line {}: {}", record.line, record.text),
+            ExpectationResult::HeldVacuously(why) => writeln!(out, "   ok    line {}: {} ({why})", record.line, record.text),
+            ExpectationResult::Failed(why) => writeln!(out, "   FAIL  line {}: {}: {why}", record.line, record.text),
+            ExpectationResult::NotEvaluated(why) => writeln!(out, "   --    line {}: {}: not evaluated: {why}", record.line, record.text),
+        };
+    }
+    match &report.spread.effects {
+        Ok((before, after)) => {
+            let _ = writeln!(out, "effects: the probe read {before} before and {after} after");
+        }
+        Err(why) => {
+            let _ = writeln!(out, "effects: not observed: {why}");
+        }
+    }
+    for property in ["at-most-once", "consent", "refusal", "statelessness"] {
+        let broken: Vec<&Finding> = report.findings.iter().filter(|f| f.property == property).collect();
+        if broken.is_empty() {
+            let _ = writeln!(out, "   ok    property {property}");
+        }
+        for finding in broken {
+            let _ = writeln!(out, "   FAIL  property {property}: {}", finding.message);
+        }
+    }
+    for failure in report.spread.play.failures.iter().filter(|f| f.kind != crate::play::FailureKind::Expectation) {
+        let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, failure.statement, failure.message.replace('\n', " "));
+    }
+    for failure in report.failures.iter().filter(|f| f.starts_with("the target file says")) {
+        let _ = writeln!(out, "   ERROR {failure}");
+    }
+    if let Some((again, runs)) = report.reproduced {
+        let _ = writeln!(out, "reproduced {again} of {runs} re-runs from its decision log");
+    }
+    let verdict = if report.passed() {
+        "PASS".to_string()
+    } else if report.properties().is_empty() {
+        "FAIL (expectations)".to_string()
+    } else {
+        format!("FAIL: {}", report.properties().join(", "))
+    };
+    let _ = writeln!(out, "{verdict}");
+    out
+}
