@@ -6,6 +6,7 @@
 #
 #   .ci/peers.sh                # every peer: typescript python
 #   .ci/peers.sh python         # only the named ones
+#   .ci/peers.sh --venv         # install the Python peer's pinned SDK only; print its virtualenv's path
 #
 # Peers: tests/peers/typescript (@modelcontextprotocol/client, pinned with a lockfile) and tests/peers/python
 # (mcp, pinned in requirements.txt). The Rust SDK (rmcp) runs in `cargo test` (tests/peer_rmcp.rs).
@@ -18,6 +19,8 @@ source .ci/common.sh
 PEER_SECONDS_MAX=120
 ALL_PEERS=(typescript python)
 
+venv_only=false
+if [[ "${1:-}" == "--venv" ]]; then venv_only=true; shift; fi
 peers=("$@")
 if ((${#peers[@]} == 0)); then peers=("${ALL_PEERS[@]}"); fi
 for peer in "${peers[@]}"; do
@@ -27,8 +30,6 @@ done
 # A stamp file holding the digest of what an install was made from: reinstall only when the pins change.
 up_to_date() { [[ -f "$1/.installed-from" && "$(cat "$1/.installed-from")" == "$2" ]]; }
 stamp() { echo "$2" > "$1/.installed-from"; }
-
-tools="$(trace_tools)"
 
 install_typescript() {
   local node dir="$CACHE/peer-typescript" digest
@@ -57,6 +58,14 @@ install_python() {
   fi
   PEER_COMMAND=("$venv/bin/python" tests/peers/python/notes_delete.py)
 }
+
+if $venv_only; then
+  install_python >&2
+  echo "$CACHE/peer-python"
+  exit 0
+fi
+
+tools="$(trace_tools)"
 
 MCPSIM="$(mcpsim_binary)"
 MCPSIM_PID=""

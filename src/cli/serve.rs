@@ -446,7 +446,9 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     // later, so every runtime thread is inside it. Every file the plan needed was read above.
     let store_spec = match &plan {
         Plan::Notes(notes) => notes.store.clone(),
-        Plan::Fixture | Plan::Gateway(_) => StoreSpec::Memory,
+        // A gateway fleet shares its ledgers in its store: the sandbox lets it reach that store's files.
+        Plan::Gateway(gateway) => gateway.store.clone(),
+        Plan::Fixture => StoreSpec::Memory,
     };
     let sandbox_plan = SandboxPlan::for_store(&store_spec).map_err(|error| Failure::usage(format!("--sandbox: {error}")))?;
     let sandboxed = sandbox::apply(args.sandbox.unwrap_or_default(), &sandbox_plan).map_err(Failure::usage)?;

@@ -104,7 +104,18 @@ pub(crate) fn scenario_answer<'v>(
     };
     let arguments = answer.arguments.as_ref().map(|a| a.resolve(lookup)).transpose()?;
     let state = answer.state.as_ref().map(|s| s.resolve(lookup)).transpose()?;
-    answer_params(request, response, &action, arguments, state)
+    let (method, mut params) = answer_params(request, response, &action, arguments, state)?;
+    if let Some(extra) = &answer.extra_responses {
+        // Keys the form did not ask for, beside the one it did (which they never replace): a server should
+        // ignore them.
+        let Value::Object(extra) = extra.resolve(lookup)? else { return Err("`responses` takes a JSON object".into()) };
+        if let Some(Value::Object(responses)) = params.get_mut("inputResponses") {
+            for (key, value) in extra {
+                responses.entry(key).or_insert(value);
+            }
+        }
+    }
+    Ok((method, params))
 }
 
 /// The retry that answers a form: the original request's method and params (its `name` and `arguments`),

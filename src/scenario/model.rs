@@ -168,6 +168,8 @@ pub struct Answer {
     pub arguments: Option<Template>,
     /// Replaces the echoed `requestState`.
     pub state: Option<Template>,
+    /// `responses {…}`: more `inputResponses` entries, for keys the form did not ask (never the one it did).
+    pub extra_responses: Option<Template>,
 }
 
 #[derive(Debug, Clone)]

@@ -960,7 +960,7 @@ impl<'a> Parser<'a> {
             Some((word, at)) => return Err(self.error_at(at, format!("expected accept, decline or cancel, found `{word}`"))),
             None => return Err(self.expected("accept, decline or cancel")),
         };
-        let mut answer = Answer { action, form: None, arguments: None, state: None };
+        let mut answer = Answer { action, form: None, arguments: None, state: None, extra_responses: None };
         loop {
             if self.keyword("for") {
                 answer.form = Some(self.answer_name()?);
@@ -968,6 +968,8 @@ impl<'a> Parser<'a> {
                 answer.arguments = Some(self.json("the replacement arguments")?);
             } else if self.keyword("state") {
                 answer.state = Some(self.json("the replacement requestState")?);
+            } else if self.keyword("responses") {
+                answer.extra_responses = Some(self.json("the extra inputResponses entries (an object)")?);
             } else {
                 break;
             }

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# An official SDK's server as a target of `mcpsim run --target` (issue 14): the notes server written on the
+# Python SDK (mcp, pinned in tests/peers/python/requirements.txt), three stdio processes sharing one SQLite
+# file. What the harness finds there is a result about the SDK, recorded in docs/targets.md; this stage
+# checks that it still finds exactly that, so a change in either the harness or the pinned SDK is seen:
+#   - with the SDK's defaults (a random requestState key per process) a retry on another process fails:
+#     statelessness is named;
+#   - configured as its docs ask (one shared key) the same retry holds;
+#   - and an accept sent after a decline still deletes: refusal is named (the SDK does not make a state
+#     single-use; a tool must keep its own ledger).
+# One scenario each, no re-runs beyond one, so the stage stays within a minute or two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source .ci/common.sh
+
+MCPSIM="$(mcpsim_binary)"
+venv="$(bash .ci/peers.sh --venv)"
+export PATH="$venv/bin:$PATH"
+failed=0
+
+# `expect_run STATUS WORD TARGET SCENARIO`: the run exits STATUS and, when WORD is not empty, names it.
+expect_run() {
+  local status=0 expected="$1" word="$2" target="$3" scenario="$4" log
+  log="$(mktemp)"
+  echo "== mcpsim run --target $target $scenario (expect exit $expected${word:+, naming $word})"
+  timeout 600 "$MCPSIM" run --target "$target" "$scenario" --reruns 1 > "$log" 2>&1 || status=$?
+  if [[ "$status" -ne "$expected" ]] || { [[ -n "$word" ]] && ! grep -q "$word" "$log"; }; then
+    echo "   UNEXPECTED: exit $status"; tail -40 "$log"; failed=$((failed + 1))
+  else
+    echo "   as recorded in docs/targets.md (exit $status)"
+  fi
+  rm -f "$log"
+}
+
+expect_run 1 statelessness targets/python-sdk-defaults.toml targets/scenarios/01-retry-lands-elsewhere.sim
+expect_run 0 "" targets/python-sdk-shared-key.toml targets/scenarios/01-retry-lands-elsewhere.sim
+expect_run 1 refusal targets/python-sdk-shared-key.toml targets/scenarios/03-decline-then-accept.sim
+if ((failed > 0)); then echo "the SDK target stage found $failed unexpected result(s)"; exit 1; fi
+echo "the SDK target stage found what docs/targets.md records"
