@@ -169,7 +169,7 @@ pub struct Answer {
     /// Replaces the echoed `requestState`.
     pub state: Option<Template>,
     /// `responses {…}`: more `inputResponses` entries, for keys the form did not ask (never the one it did).
-    pub extra_responses: Option<Template>,
+    pub extra_responses: Option<Box<Template>>,
 }
 
 #[derive(Debug, Clone)]

@@ -969,7 +969,7 @@ impl<'a> Parser<'a> {
             } else if self.keyword("state") {
                 answer.state = Some(self.json("the replacement requestState")?);
             } else if self.keyword("responses") {
-                answer.extra_responses = Some(self.json("the extra inputResponses entries (an object)")?);
+                answer.extra_responses = Some(Box::new(self.json("the extra inputResponses entries (an object)")?));
             } else {
                 break;
             }
