@@ -97,6 +97,18 @@ impl Raw {
         Answer { status, headers, body }
     }
 
+    /// Whether the server has already answered (or closed) this connection; looks without waiting long.
+    fn was_answered(&mut self) -> bool {
+        self.stream.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let mut chunk = [0u8; 1];
+        let answered = match self.stream.peek(&mut chunk) {
+            Ok(_) => true,
+            Err(error) => !matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        };
+        self.stream.set_read_timeout(Some(WAIT)).unwrap();
+        answered
+    }
+
     /// Waits until the server closes the connection (end of stream, or a reset). Anything it sends first is
     /// returned.
     fn closed_by_server(&mut self) -> Vec<u8> {
@@ -245,9 +257,17 @@ fn one_principal_holding_its_share_leaves_the_others_served() {
             stall
         })
         .collect();
-    // Wait (bounded) until both stalls hold their slot: bob's third request is then refused with 429.
+    // Wait (bounded) until both stalls hold their slot: bob's third request is then refused with 429. A probe
+    // may reach the server before a stall and take its slot, so that stall is answered 429 itself: it is
+    // replaced by a new one, until both hold.
     let mut third = None;
     for _ in 0..(WAIT.as_millis() / 10) {
+        for stall in bob_stalls.iter_mut() {
+            if stall.was_answered() {
+                *stall = Raw::connect(&server.address);
+                stall.send(&stalled_head("demo-bob", 1000));
+            }
+        }
         let mut attempt = Raw::connect(&server.address);
         attempt.send(&post(&discover(3), "demo-bob"));
         let answer = attempt.answer();
