@@ -35,7 +35,7 @@ pub struct StateClaims {
     pub method: String,
     pub tool: String,
     /// Lower-case hex HMAC-SHA256 of the canonical `arguments` object under the key that sealed the state
-    /// ([`KeyRing::arguments_digest`]): keyed, so holding a state does not let anyone test guessed arguments
+    /// (`KeyRing::arguments_digest`): keyed, so holding a state does not let anyone test guessed arguments
     /// (a title, a query) against it.
     pub arguments_digest: String,
     /// Ids offered to the user in the form; a choice outside this set is refused.
