@@ -293,7 +293,7 @@ fn one_principal_holding_its_share_leaves_the_others_served() {
     }
 
     // carol fills the listener's other two slots: now the listener is full, and alice gets 503.
-    let carol_stalls: Vec<Raw> = (0..2)
+    let mut carol_stalls: Vec<Raw> = (0..2)
         .map(|_| {
             let mut stall = Raw::connect(&server.address);
             stall.send(&stalled_head("demo-carol", 1000));
@@ -302,6 +302,13 @@ fn one_principal_holding_its_share_leaves_the_others_served() {
         .collect();
     let mut full = None;
     for _ in 0..(WAIT.as_millis() / 10) {
+        // As with bob's: a stall that lost the race for a slot to alice's probe is replaced.
+        for stall in carol_stalls.iter_mut() {
+            if stall.was_answered() {
+                *stall = Raw::connect(&server.address);
+                stall.send(&stalled_head("demo-carol", 1000));
+            }
+        }
         let mut alice = Raw::connect(&server.address);
         alice.send(&post(&discover(20), "demo-alice"));
         let answer = alice.answer();
