@@ -303,28 +303,12 @@ pub async fn open_for_gateway(
         #[cfg(feature = "sqlite")]
         StoreSpec::Sqlite(path) => {
             let store = SqliteStore::open_with_durability(path, clock, limits, durability).await?;
-            let ledgers = store.clone();
-            let shared = Arc::new(store);
-            let gateway = GatewayStores {
-                notes: shared.clone(),
-                replay: shared.clone(),
-                rate_limiter: shared.clone(),
-                ledger: Arc::new(move |id| Arc::new(ledgers.export_ledger(id))),
-            };
-            Ok(Some((Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)))
+            Ok(Some(shared_with_gateway(store, |store, id| Arc::new(store.export_ledger(id)))))
         }
         #[cfg(feature = "postgres")]
         StoreSpec::Postgres(target) => {
             let store = PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?;
-            let ledgers = store.clone();
-            let shared = Arc::new(store);
-            let gateway = GatewayStores {
-                notes: shared.clone(),
-                replay: shared.clone(),
-                rate_limiter: shared.clone(),
-                ledger: Arc::new(move |id| Arc::new(ledgers.export_ledger(id))),
-            };
-            Ok(Some((Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)))
+            Ok(Some(shared_with_gateway(store, |store, id| Arc::new(store.export_ledger(id)))))
         }
         // A folder holds notes; the gateway's rate counters and export ledgers need a database.
         #[cfg(unix)]
@@ -332,6 +316,27 @@ pub async fn open_for_gateway(
             "a gateway keeps its confirmations, rate counters and export ledgers in sqlite: or postgres:, not in a dir: folder".into(),
         )),
     }
+}
+
+/// One database store as every port a gateway process uses: the notes server's ports and admin handle, and
+/// the gateway's rate counters and per-backend export ledgers in the same database.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn shared_with_gateway<S>(
+    store: S,
+    export_ledger: fn(&S, &str) -> Arc<dyn crate::servers::gateway::backends::ExportLedger>,
+) -> (Stores, GatewayStores)
+where
+    S: NoteStore + ReplayStore + StoreAdmin + crate::servers::gateway::ports::RateLimiter + Clone + 'static,
+{
+    let ledgers = store.clone();
+    let shared = Arc::new(store);
+    let gateway = GatewayStores {
+        notes: shared.clone(),
+        replay: shared.clone(),
+        rate_limiter: shared.clone(),
+        ledger: Arc::new(move |id| export_ledger(&ledgers, id)),
+    };
+    (Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
