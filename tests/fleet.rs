@@ -29,7 +29,7 @@ use mcpsim::stores::{open, StoreSpec, Stores};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use store_support::{create_database, drop_database, postgres_server, TempDir};
+use store_support::{ScratchDatabase, TempDir};
 
 /// Separate server processes in a fleet.
 const PROCESSES: usize = 3;
@@ -50,7 +50,7 @@ struct SharedStore {
     password: Option<String>,
     spec: StoreSpec,
     _directory: Option<TempDir>,
-    _database: Option<DroppedDatabase>,
+    _database: Option<ScratchDatabase>,
 }
 
 impl SharedStore {
@@ -62,31 +62,9 @@ impl SharedStore {
 
     /// A fresh database on the server named by `MCPSIM_TEST_POSTGRES_URL` (the test fails without one).
     async fn postgres() -> SharedStore {
-        let (url, server) = postgres_server();
-        let (name, _) = create_database(&server).await;
-        let mut url = reqwest::Url::parse(&url).expect("the test server's URL parses");
-        url.set_path(&format!("/{name}"));
-        let argument = format!("postgres:{url}");
-        let password = url.password().map(str::to_string);
-        let database = Some(DroppedDatabase { server, name });
-        SharedStore { spec: argument.parse().unwrap(), argument, password, _directory: None, _database: database }
-    }
-}
-
-struct DroppedDatabase {
-    server: mcpsim::stores::spec::PostgresTarget,
-    name: String,
-}
-
-impl Drop for DroppedDatabase {
-    fn drop(&mut self) {
-        // Drop runs inside the test's runtime (or while unwinding): use a runtime of our own on another thread.
-        let (server, name) = (self.server.clone(), self.name.clone());
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(drop_database(&server, &name));
-        });
-        let _ = cleanup.join();
+        let database = ScratchDatabase::create().await;
+        let (argument, password) = (database.argument.clone(), database.password.clone());
+        SharedStore { spec: argument.parse().unwrap(), argument, password, _directory: None, _database: Some(database) }
     }
 }
 

@@ -26,7 +26,7 @@ use mcpsim::stores::StoreSpec;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use store_support::{create_database, drop_database, postgres_server, TempDir};
+use store_support::{ScratchDatabase, TempDir};
 
 const ALICE: &str = "demo-alice";
 /// Exports alice may run per window in the gateway file below (one window spans the whole test).
@@ -59,7 +59,7 @@ struct SharedStore {
     argument: String,
     spec: StoreSpec,
     _directory: Option<TempDir>,
-    _database: Option<DroppedDatabase>,
+    _database: Option<ScratchDatabase>,
 }
 
 impl SharedStore {
@@ -70,12 +70,9 @@ impl SharedStore {
     }
 
     async fn postgres() -> SharedStore {
-        let (url, server) = postgres_server();
-        let (name, _) = create_database(&server).await;
-        let mut url = reqwest::Url::parse(&url).expect("the test server's URL parses");
-        url.set_path(&format!("/{name}"));
-        let argument = format!("postgres:{url}");
-        SharedStore { spec: argument.parse().unwrap(), argument, _directory: None, _database: Some(DroppedDatabase { server, name }) }
+        let database = ScratchDatabase::create().await;
+        let argument = database.argument.clone();
+        SharedStore { spec: argument.parse().unwrap(), argument, _directory: None, _database: Some(database) }
     }
 
     /// The notes backend's export ledger as the database holds it (the operator's view, not a process's).
@@ -94,22 +91,6 @@ impl SharedStore {
             }
             StoreSpec::Memory | StoreSpec::Dir { .. } => unreachable!("a gateway fleet shares a database"),
         }
-    }
-}
-
-struct DroppedDatabase {
-    server: mcpsim::stores::spec::PostgresTarget,
-    name: String,
-}
-
-impl Drop for DroppedDatabase {
-    fn drop(&mut self) {
-        let (server, name) = (self.server.clone(), self.name.clone());
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(drop_database(&server, &name));
-        });
-        let _ = cleanup.join();
     }
 }
 

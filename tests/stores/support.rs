@@ -99,3 +99,38 @@ pub async fn create_database(server: &PostgresTarget) -> (String, PostgresTarget
 pub async fn drop_database(server: &PostgresTarget, name: &str) {
     postgres_execute(server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
 }
+
+/// A fresh database on the test server for a fleet of `mcpsim serve` processes, dropped with this value.
+/// (The fleet tests use it; the store tests, which share this file, do not.)
+#[allow(dead_code)]
+pub struct ScratchDatabase {
+    /// `postgres:URL`, what `--store` (or `MCPSIM_STORE`) says.
+    pub argument: String,
+    /// The password inside `argument`, which no log line may repeat.
+    pub password: Option<String>,
+    server: PostgresTarget,
+    name: String,
+}
+
+#[allow(dead_code)]
+impl ScratchDatabase {
+    pub async fn create() -> ScratchDatabase {
+        let (url, server) = postgres_server();
+        let (name, _) = create_database(&server).await;
+        let mut url = reqwest::Url::parse(&url).expect("the test server's URL parses");
+        url.set_path(&format!("/{name}"));
+        ScratchDatabase { argument: format!("postgres:{url}"), password: url.password().map(str::to_string), server, name }
+    }
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        // Drop runs inside the test's runtime (or while unwinding): use a runtime of our own on another thread.
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(drop_database(&server, &name));
+        });
+        let _ = cleanup.join();
+    }
+}
