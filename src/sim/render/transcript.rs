@@ -401,8 +401,9 @@ impl Transcript {
         out
     }
 
-    pub(crate) fn to_mermaid(&self) -> String {
-        let mut out = String::from("sequenceDiagram\n");
+    /// For each actor, whether any delivery, drop or event of the transcript involves it (the lanes a
+    /// diagram draws).
+    pub(crate) fn actors_used(&self) -> Vec<bool> {
         let mut used = vec![false; self.actors.len()];
         for entry in &self.entries {
             match entry {
@@ -414,6 +415,12 @@ impl Transcript {
                 _ => {}
             }
         }
+        used
+    }
+
+    pub(crate) fn to_mermaid(&self) -> String {
+        let mut out = String::from("sequenceDiagram\n");
+        let used = self.actors_used();
         let order: Vec<ActorId> = if self.diagram_order.is_empty() { (0..self.actors.len()).collect() } else { self.diagram_order.clone() };
         let shown: Vec<ActorId> = order.into_iter().filter(|actor| used.get(*actor).copied().unwrap_or(false)).collect();
         for actor in &shown {

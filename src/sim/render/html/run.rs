@@ -295,17 +295,7 @@ fn colour(conversation: usize) -> String {
 
 /// The actors that take part, in the diagrams' order (clients, admin, instances, backends, stores).
 fn lanes(transcript: &crate::sim::render::transcript::Transcript) -> Vec<(ActorId, Lane)> {
-    let mut used = vec![false; transcript.actors.len()];
-    for entry in &transcript.entries {
-        match entry {
-            Entry::Delivery { from, to, .. } | Entry::Dropped { from, to, .. } => {
-                used[*from] = true;
-                used[*to] = true;
-            }
-            Entry::Event { actor: Some(actor), .. } => used[*actor] = true,
-            _ => {}
-        }
-    }
+    let used = transcript.actors_used();
     let order: Vec<ActorId> =
         if transcript.diagram_order.is_empty() { (0..transcript.actors.len()).collect() } else { transcript.diagram_order.clone() };
     order
