@@ -74,6 +74,22 @@ fn two_jobs_give_the_same_answer_as_one() {
     assert_eq!(one, two, "with faults too");
 }
 
+/// Threads take blocks of seeds as they get to them (which thread runs which depends on timing); the answer,
+/// first violating seed and coverage included, is read in seed order and so the same for any number of jobs.
+#[test]
+fn any_number_of_jobs_gives_the_same_answer_and_coverage() {
+    let mutant = mutants::find("recheck-then-delete").unwrap();
+    let scenario = mutant.scenario();
+    let seeds = 1..=130;
+    let (one, one_covered) = explore::explore_with_coverage(&scenario, &mutant.factory(), seeds.clone(), 1, &[], &|_, _| {});
+    assert!(one.unsafe_runs > 0 && one.unsafe_runs < 130, "some schedules are unsafe, not all: {}", one.unsafe_runs);
+    for jobs in [2, 3, 7] {
+        let (many, many_covered) = explore::explore_with_coverage(&scenario, &mutant.factory(), seeds.clone(), jobs, &[], &|_, _| {});
+        assert_eq!(one, many, "{jobs} jobs");
+        assert_eq!(one_covered, many_covered, "{jobs} jobs: coverage");
+    }
+}
+
 #[test]
 fn a_panicking_simulator_is_reported_as_a_crash() {
     let factory: ServiceFactory = Arc::new(|_: InstanceParts| -> Arc<dyn Service> { panic!("a broken factory") });

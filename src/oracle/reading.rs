@@ -179,8 +179,28 @@ pub fn strings(value: &Value) -> Vec<&str> {
 
 /// Whether `text` shows `uri` as a whole URI (not as the start of a longer one).
 pub fn shows_uri(text: &str, uri: &str) -> bool {
-    let continues = |c: char| c.is_ascii_alphanumeric() || "-._~%/".contains(c);
-    text.match_indices(uri).any(|(start, _)| !text[start + uri.len()..].starts_with(continues))
+    let continues = |c: u8| c.is_ascii_alphanumeric() || b"-._~%/".contains(&c);
+    // Non-overlapping occurrences, left to right (as `str::match_indices` finds them), by a plain scan: the
+    // checker asks this for every string of every answer and every known URI, and most strings are short, so
+    // building a two-way searcher for each pair cost more than the search. `continues` tests one byte:
+    // a multi-byte character never continues a URI (all of its bytes are non-ASCII).
+    let (text, uri) = (text.as_bytes(), uri.as_bytes());
+    // An empty URI occurs at the end of every text, where nothing continues it.
+    let Some((&first, _)) = uri.split_first() else { return true };
+    let mut from = 0;
+    while from + uri.len() <= text.len() {
+        let Some(offset) = text[from..=text.len() - uri.len()].iter().position(|&b| b == first) else { return false };
+        let start = from + offset;
+        if &text[start..start + uri.len()] == uri {
+            match text.get(start + uri.len()) {
+                Some(&next) if continues(next) => from = start + uri.len(),
+                _ => return true,
+            }
+        } else {
+            from = start + 1;
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -193,6 +213,10 @@ mod tests {
         assert!(shows_uri("file:///w/a.md", "file:///w/a.md"));
         assert!(!shows_uri("file:///w/a.md.bak", "file:///w/a.md"));
         assert!(!shows_uri("file:///w/a.mdx", "file:///w/a.md"));
+        assert!(shows_uri("file:///w/a.md.bak, then (file:///w/a.md)", "file:///w/a.md"), "a later whole occurrence counts");
+        assert!(!shows_uri("file:///w/a.m", "file:///w/a.md"));
+        assert!(shows_uri("x file:///w/a.md\u{e9}", "file:///w/a.md"), "a non-ASCII character ends a URI");
+        assert!(!shows_uri("", "file:///w/a.md"));
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! (and, with faults on, a different fault plan), every run judged by the properties and, without faults,
 //! by the scenario's expectations.
 //!
-//! Runs are independent and deterministic, so they can be spread over threads: seeds are cut into
-//! contiguous chunks, each thread runs its chunk, and the results are merged in seed order. The answer
-//! (counts, the first violating seed) is therefore the same for any number of jobs.
+//! Runs are independent and deterministic, so they can be spread over threads: seeds are cut into blocks,
+//! each thread takes the next block until none is left, and the results are merged in seed order. The
+//! answer (counts, the first violating seed, the coverage) is therefore the same for any number of jobs.
 
 pub mod coverage;
 pub mod exhaustive;
@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const EXPLORE_SEEDS_MAX: u64 = 10_000_000;
 /// Most threads one exploration uses.
 pub(crate) const JOBS_MAX: usize = 64;
+/// Seeds a thread takes at a time: few enough that threads finish together on a busy machine, enough that
+/// taking a block costs nothing next to running it.
+const SEEDS_PER_BLOCK: u64 = 32;
 
 /// How one seed went.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,8 +214,9 @@ pub(crate) fn seed_outcome(failures: &[Failure], faulty: bool) -> SeedOutcome {
 /// faults an expectation). Called from any thread.
 pub(crate) type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
-/// Explores `seeds` with `jobs` threads (faults on when `faults` is not empty). Each thread runs a contiguous
-/// chunk of seeds; the results are merged in seed order, so the answer is the same for any number of jobs.
+/// Explores `seeds` with `jobs` threads (faults on when `faults` is not empty). Each thread runs blocks of
+/// seeds as it gets to them; the results are merged in seed order, so the answer is the same for any number
+/// of jobs.
 pub fn explore(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,
@@ -238,7 +242,7 @@ pub fn explore_with_coverage(
     (exploration, coverage.unwrap_or_else(|| Coverage::new(faults)))
 }
 
-/// One thread's seeds: each seed's deliveries and outcome, in seed order, and what they reached.
+/// One thread's seeds: each seed's deliveries and outcome, in the order it ran them, and what they reached.
 type Chunk = (Vec<(u64, usize, SeedOutcome)>, Option<Coverage>);
 
 fn explore_seeds(
@@ -255,46 +259,61 @@ fn explore_seeds(
         return (Exploration::default(), cover.then(|| Coverage::new(faults)));
     }
     let count = last - first + 1;
-    let jobs = (jobs.clamp(1, JOBS_MAX) as u64).min(count);
+    let blocks = count.div_ceil(SEEDS_PER_BLOCK);
+    let jobs = (jobs.clamp(1, JOBS_MAX) as u64).min(blocks);
     let done = AtomicU64::new(0);
     let failing_so_far = AtomicU64::new(0);
-    let chunk = count.div_ceil(jobs);
-    let run_chunk = |start: u64, end: u64| -> Chunk {
+    let next_block = AtomicU64::new(0);
+    // Each thread takes the next block of seeds until none is left, so a thread the machine runs less often
+    // simply takes fewer blocks (contiguous halves would leave the other core idle waiting for it).
+    let run_blocks = || -> Chunk {
         let mut results = Vec::new();
         let mut covered = cover.then(|| Coverage::new(faults));
-        for seed in start..=end {
-            let (deliveries, outcome, run) = run_seed_covered(scenario, server, seed, faults, cover);
-            if matches!(outcome, SeedOutcome::Unsafe(_) | SeedOutcome::NotLive(_)) {
-                failing_so_far.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let block = next_block.fetch_add(1, Ordering::Relaxed);
+            if block >= blocks {
+                break;
             }
-            let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-            progress(finished, failing_so_far.load(Ordering::Relaxed));
-            if let (Some(covered), Some(run)) = (covered.as_mut(), run) {
-                covered.add(seed, run);
+            // block < blocks, so block * SEEDS_PER_BLOCK < count: the start is within the range.
+            let start = first + block * SEEDS_PER_BLOCK;
+            let end = start.saturating_add(SEEDS_PER_BLOCK - 1).min(last);
+            for seed in start..=end {
+                let (deliveries, outcome, run) = run_seed_covered(scenario, server, seed, faults, cover);
+                if matches!(outcome, SeedOutcome::Unsafe(_) | SeedOutcome::NotLive(_)) {
+                    failing_so_far.fetch_add(1, Ordering::Relaxed);
+                }
+                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                progress(finished, failing_so_far.load(Ordering::Relaxed));
+                if let (Some(covered), Some(run)) = (covered.as_mut(), run) {
+                    covered.add(seed, run);
+                }
+                results.push((seed, deliveries, outcome));
             }
-            results.push((seed, deliveries, outcome));
         }
         (results, covered)
     };
-    let chunks: Vec<(u64, u64)> =
-        (0..jobs).map(|j| first + j * chunk).filter(|start| *start <= last).map(|start| (start, (start + chunk - 1).min(last))).collect();
-    let per_chunk: Vec<Chunk> = if chunks.len() == 1 {
-        vec![run_chunk(chunks[0].0, chunks[0].1)]
+    let per_thread: Vec<Chunk> = if jobs == 1 {
+        vec![run_blocks()]
     } else {
         std::thread::scope(|scope| {
-            let handles: Vec<_> = chunks.iter().map(|&(start, end)| scope.spawn(move || run_chunk(start, end))).collect();
+            let handles: Vec<_> = (0..jobs).map(|_| scope.spawn(run_blocks)).collect();
             handles.into_iter().map(|h| h.join().expect("each run catches its own panics")).collect()
         })
     };
     let mut exploration = Exploration::default();
     let mut coverage = cover.then(|| Coverage::new(faults));
-    for (results, covered) in per_chunk {
-        for (seed, deliveries, outcome) in results {
-            exploration.add(seed, deliveries, outcome);
-        }
+    let mut results = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    for (ran, covered) in per_thread {
+        results.extend(ran);
+        // Sums, sets and the smallest example seed: the same whichever thread reached what.
         if let (Some(coverage), Some(covered)) = (coverage.as_mut(), covered) {
             coverage.merge(covered);
         }
+    }
+    // Which thread ran which block depends on timing; the answer is read in seed order only.
+    results.sort_unstable_by_key(|(seed, ..)| *seed);
+    for (seed, deliveries, outcome) in results {
+        exploration.add(seed, deliveries, outcome);
     }
     (exploration, coverage)
 }
