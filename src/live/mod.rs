@@ -434,6 +434,7 @@ impl World for LiveWorld<'_> {
         for item in items {
             match item {
                 Item::Send(outgoing) => sends.push(outgoing),
+                Item::Browse(_) => return Err(Refused::Unsupported(crate::play::world::NO_BROWSER.into())),
                 // The admin change races the clients in the simulator; live it cannot happen at all.
                 Item::Admin(_) => {
                     return Err(Refused::Unsupported("its admin change races the clients, which live mode cannot arrange".into()))
