@@ -1425,10 +1425,30 @@ mod tests {
     }
 
     #[test]
+    fn browsers_only_browse_and_clients_never_do() {
+        let cluster = "use demo\ninstance i1\nclient alice principal alice\nbrowser web user alice\n";
+        let error = |steps: &str| parse("s.sim", "s", &format!("{cluster}{steps}")).map(|_| ()).unwrap_err().to_string();
+        assert!(error("send web -> i1 tools/list {}\n").contains("web is a browser"), "a browser sends no MCP request");
+        assert!(error("browse alice -> i1 open \"https://notes.example/connect/x\"\n").contains("alice is an MCP client"));
+        assert!(error("browse web -> i1 submit \"u\"\n").contains("expected open or complete"));
+        assert!(parse("s.sim", "s", "use demo\ninstance i1\nbrowser web user mallory\n").is_err(), "the user is a declared principal");
+        let parsed =
+            parse("s.sim", "s", &format!("{cluster}browse web -> i1 complete \"https://notes.example/connect/x\" plus \"?u=b\" as p\n"))
+                .expect("a browse step parses");
+        assert!(parsed.cluster.clients[1].browser);
+        match &parsed.steps[0].action {
+            Action::Send(Send { request: Request::Page { appended, .. }, name, .. }) => {
+                assert_eq!((appended.as_deref(), name.as_deref()), (Some("?u=b"), Some("p")));
+            }
+            other => panic!("expected a page request, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, state-ttl, replay, latency) or a step (let, send, notify, answer, admin, advance, crash, restart, rotate, retire, store, parallel, expect)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, rotate, retire, store, parallel, expect)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),
