@@ -4,12 +4,14 @@
 # SDK's own retry on a fresh id, the note gone) through mcp-trace-capture, and mcp-trace-validator judges the
 # recorded exchange: any server-side failure fails the run.
 #
-#   .ci/peers.sh                # every peer: typescript python
+#   .ci/peers.sh                # every peer: typescript python python_url_mode
 #   .ci/peers.sh python         # only the named ones
 #   .ci/peers.sh --venv         # install the Python peer's pinned SDK only; print its virtualenv's path
 #
 # Peers: tests/peers/typescript (@modelcontextprotocol/client, pinned with a lockfile) and tests/peers/python
 # (mcp, pinned in requirements.txt). The Rust SDK (rmcp) runs in `cargo test` (tests/peer_rmcp.rs).
+# python_url_mode is the same Python SDK completing notes_publish's URL-mode elicitation against
+# `serve --http --out-of-band` (tests/peers/python/notes_publish_url_mode.py; the browser step is plain HTTP).
 # Node 22, the npm and PyPI packages and the trace tools (cargo install, from crates.io) go into the cache
 # directory of .ci/common.sh; each is installed again only when its pins change.
 set -euo pipefail
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 source .ci/common.sh
 
 PEER_SECONDS_MAX=120
-ALL_PEERS=(typescript python)
+ALL_PEERS=(typescript python python_url_mode)
 
 venv_only=false
 if [[ "${1:-}" == "--venv" ]]; then venv_only=true; shift; fi
@@ -59,6 +61,12 @@ install_python() {
   PEER_COMMAND=("$venv/bin/python" tests/peers/python/notes_delete.py)
 }
 
+install_python_url_mode() {
+  install_python
+  PEER_COMMAND=("$CACHE/peer-python/bin/python" tests/peers/python/notes_publish_url_mode.py)
+  PEER_SERVER_ARGS=(--out-of-band)
+}
+
 if $venv_only; then
   install_python >&2
   echo "$CACHE/peer-python"
@@ -77,9 +85,10 @@ echo "== SDK peers against mcpsim serve --http, traces in $out"
 passed=0
 failed=0
 for peer in "${peers[@]}"; do
+  PEER_SERVER_ARGS=()
   "install_$peer"
   # A fresh server per peer: the flow deletes note-7 from the demo's notes.
-  start_mcpsim "$out/$peer-server.log"
+  start_mcpsim "$out/$peer-server.log" "${PEER_SERVER_ARGS[@]}"
   "$tools/bin/mcp-trace-capture" --output "$out/$peer.jsonl" http --upstream "${MCPSIM_URL%/mcp}" \
     --listen 127.0.0.1:0 --preserve-host 2> "$out/$peer-capture.log" &
   capture_pid=$!

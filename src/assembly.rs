@@ -17,7 +17,7 @@ use crate::servers::gateway::backends::{ExportLedger, IssuesBackend, LiveDescrip
 use crate::servers::gateway::ports::RateLimiter;
 use crate::servers::gateway::ports::{AuditSink, LiveListing, LocalBackend};
 use crate::servers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts};
-use crate::servers::notes::{NotesConfig, NotesServer};
+use crate::servers::notes::{NotesConfig, NotesServer, OutOfBand};
 use crate::stores::feed::MemoryChangeFeed;
 use crate::stores::gateway::{GatewayStores, MemoryExportLedger, MemoryRateLimiter, SharedPins};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
@@ -34,11 +34,20 @@ pub struct NotesPorts {
     pub replay: Arc<dyn ReplayStore>,
     pub clock: Arc<dyn Clock>,
     pub nonces: Arc<dyn NonceSource>,
+    /// The shared out-of-band flows and the page's base URL (URL-mode elicitation, `notes_publish`), if offered.
+    pub out_of_band: Option<OutOfBand>,
 }
 
 /// A notes server of `config` over `ports`.
 pub fn notes_server(config: Arc<NotesConfig>, ports: NotesPorts) -> NotesServer {
-    NotesServer { config, notes: ports.notes, replay: ports.replay, clock: ports.clock, nonces: ports.nonces }
+    NotesServer {
+        config,
+        notes: ports.notes,
+        replay: ports.replay,
+        clock: ports.clock,
+        nonces: ports.nonces,
+        out_of_band: ports.out_of_band,
+    }
 }
 
 /// The notes server a real process runs, over opened `stores` (in memory, or shared with other processes
@@ -51,8 +60,13 @@ pub fn real_notes_server(
     state_ttl_secs: Option<u64>,
 ) -> Result<NotesServer, ConfigError> {
     let config = deployment.notes_config(key_ring, state_ttl_secs)?;
-    let ports =
-        NotesPorts { notes: stores.notes.clone(), replay: stores.replay.clone(), clock: Arc::new(SystemClock), nonces: Arc::new(OsNonces) };
+    let ports = NotesPorts {
+        notes: stores.notes.clone(),
+        replay: stores.replay.clone(),
+        clock: Arc::new(SystemClock),
+        nonces: Arc::new(OsNonces),
+        out_of_band: None,
+    };
     Ok(notes_server(Arc::new(config), ports))
 }
 
@@ -69,7 +83,7 @@ pub fn in_memory_notes_server(
     let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
     let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
     let config = deployment.notes_config(key_ring, state_ttl_secs)?;
-    let server = notes_server(Arc::new(config), NotesPorts { notes: notes.clone(), replay, clock, nonces });
+    let server = notes_server(Arc::new(config), NotesPorts { notes: notes.clone(), replay, clock, nonces, out_of_band: None });
     Ok((server, notes))
 }
 

@@ -23,7 +23,14 @@ fn load(file: &str) -> Scenario {
 }
 
 fn server(parts: InstanceParts) -> NotesServer {
-    NotesServer { config: parts.config, notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces }
+    NotesServer {
+        config: parts.config,
+        notes: parts.notes,
+        replay: parts.replay,
+        clock: parts.clock,
+        nonces: parts.nonces,
+        out_of_band: parts.out_of_band,
+    }
 }
 
 /// Properties broken in any of the first `seeds` runs.

@@ -267,6 +267,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MODE")]
     pub durability: Option<Durability>,
 
+    /// With --http: offer `notes_publish`, whose URL-mode elicitation sends the user to this server's own
+    /// out-of-band page (GET /connect/REFERENCE on the same listener): the user signs in there with their own
+    /// token and authorizes; the MCP retry then publishes. The flows live in the store (shared through
+    /// sqlite:/postgres:, so any instance finishes any flow); page sessions are signed with this process's key.
+    #[arg(long, requires = "http", conflicts_with = "gateway")]
+    pub out_of_band: bool,
+
     /// With --http: run N instances, each its own listener, sharing one store and one key ring.
     ///
     /// They listen on ADDR's port and the next N-1 ports (with port 0, each on a free port); each prints its
@@ -395,6 +402,18 @@ struct Served {
     summary: String,
     /// Closed after the last request (the fixture has none).
     stores: Option<Stores>,
+    /// With `--out-of-band`: what each listener needs to offer `notes_publish` and serve its page.
+    page: Option<PagePlan>,
+}
+
+/// The notes server and what its out-of-band page needs, before the listeners' addresses are known (a
+/// page URL names the listener that issued it).
+struct PagePlan {
+    server: crate::servers::notes::NotesServer,
+    tokens: Tokens,
+    store: Arc<dyn crate::framework::out_of_band::OutOfBandStore>,
+    /// Signs page sessions and CSRF tokens: one key for every listener of this process.
+    key: Vec<u8>,
 }
 
 /// The notes server, decided before anything is opened: every argument and file is checked first.
@@ -462,7 +481,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         let mut served = match plan {
             Plan::Fixture => conformance_fixture(args.state_ttl),
             Plan::Gateway(plan) => open_gateway(plan, args.state_ttl, args.replay_limits()).await?,
-            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl, args.replay_limits()).await?,
+            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl, args.replay_limits(), args.out_of_band).await?,
         };
         served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
@@ -505,6 +524,7 @@ fn conformance_fixture(state_ttl_secs: Option<u64>) -> Served {
             state_ttl_secs.unwrap_or(DEFAULT_STATE_TTL_MS / 1000)
         ),
         stores: None,
+        page: None,
     }
 }
 
@@ -583,7 +603,12 @@ fn warn_if_readable_by_others(path: &Path, what: &str, holding: &str) {
 fn warn_if_readable_by_others(_path: &Path, _what: &str, _holding: &str) {}
 
 /// Opens the store and builds the notes server over it.
-async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>, replay_limits: ReplayLimits) -> Result<Served, Failure> {
+async fn open_notes_server(
+    plan: NotesPlan,
+    state_ttl_secs: Option<u64>,
+    replay_limits: ReplayLimits,
+    out_of_band: bool,
+) -> Result<Served, Failure> {
     let NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal } = plan;
     let stores = match &store {
         // This process's own store, loaded from the deployment (as every start before shared stores did).
@@ -629,12 +654,20 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>, replay_
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
         state_ttl_secs.unwrap_or(deployment.state_ttl_secs)
     );
+    let page = out_of_band.then(|| PagePlan {
+        server: server.clone(),
+        tokens: Tokens::new(tokens.clone()),
+        store: stores.out_of_band.clone(),
+        key: crate::stores::system::random_key(),
+    });
+    let summary = if out_of_band { format!("{summary}; notes_publish and its out-of-band page at /connect/") } else { summary };
     Ok(Served {
         service: Arc::new(server),
         authentication: Authentication::Bearer(Tokens::new(tokens)),
         stdio_principal,
         summary,
         stores: Some(stores),
+        page,
     })
 }
 
@@ -672,7 +705,22 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
         })?;
         let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
         let options = HttpOptions { origins: origins.clone(), limits };
-        let router = http::router(served.service.clone(), served.authentication.clone(), options, local).map_err(Failure::usage)?;
+        let (service, page) = match &served.page {
+            // This listener's server issues page URLs naming this listener; the flows are the store's.
+            Some(plan) => {
+                let base = format!("http://{local}");
+                let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.clone() };
+                let service: Arc<dyn Service> =
+                    Arc::new(crate::servers::notes::NotesServer { out_of_band: Some(out_of_band), ..plan.server.clone() });
+                let page = crate::transport::page::page_router(service.clone(), plan.tokens.clone(), plan.key.clone(), base);
+                (service, Some(page))
+            }
+            None => (served.service.clone(), None),
+        };
+        let mut router = http::router(service, served.authentication.clone(), options, local).map_err(Failure::usage)?;
+        if let Some(page) = page {
+            router = router.merge(page);
+        }
         instances.push((listener, router, local));
     }
     if instances.iter().any(|(_, _, local)| !local.ip().is_loopback()) {
@@ -841,7 +889,14 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
         replay_limits.principal_capacity,
     );
     let tokens = deployment.tokens();
-    Ok(Served { service: Arc::new(gateway), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary, stores })
+    Ok(Served {
+        service: Arc::new(gateway),
+        authentication: Authentication::Bearer(Tokens::new(tokens)),
+        stdio_principal,
+        summary,
+        stores,
+        page: None,
+    })
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {

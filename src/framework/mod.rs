@@ -8,6 +8,7 @@
 //! instance actors and behind the real stdio and HTTP transports. The servers themselves are in
 //! [`crate::servers`].
 
+pub mod out_of_band;
 pub mod pipeline;
 pub mod ports;
 pub mod refusals;

@@ -56,6 +56,13 @@ pub trait Service: Send + Sync {
     async fn refused(&self, principal: &str, id: &RequestId, method: &str, params: Option<&Value>, error: &RpcError) {
         let _ = (principal, id, method, params, error);
     }
+
+    /// A browser request to this server's out-of-band page (URL-mode elicitation), from `user`, already
+    /// signed in on the page. The default: this server has no such page.
+    async fn page(&self, user: &str, request: &crate::framework::out_of_band::PageRequest) -> crate::framework::out_of_band::PageAnswer {
+        let _ = (user, request);
+        crate::framework::out_of_band::PageAnswer::not_here()
+    }
 }
 
 /// The upper bound on request-scoped notifications one request may emit before its response.

@@ -60,6 +60,12 @@ pub enum ClaimRecord {
         #[serde(rename = "noteId")]
         note_id: String,
     },
+    /// The notes server published this note, after its principal completed the out-of-band authorization
+    /// (`notes_publish`, GUARANTEES.md §2.7).
+    Published {
+        #[serde(rename = "noteId")]
+        note_id: String,
+    },
     /// The user declined: terminal, nothing ran. The gateway names the tool; the notes server does not.
     Declined {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,6 +205,7 @@ mod tests {
         let cases = [
             (ClaimRecord::Deleted { note_id: "note-7".into() }, json!({"outcome": "deleted", "noteId": "note-7"})),
             (ClaimRecord::Declined { tool: None }, json!({"outcome": "declined"})),
+            (ClaimRecord::Published { note_id: "note-1".into() }, json!({"outcome": "published", "noteId": "note-1"})),
             (ClaimRecord::Declined { tool: Some("notes.export".into()) }, json!({"outcome": "declined", "tool": "notes.export"})),
             (
                 ClaimRecord::Confirmed { tool: "notes.export".into(), arguments_digest: "ab".into() },

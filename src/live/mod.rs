@@ -332,9 +332,20 @@ impl<'a> LiveWorld<'a> {
             if instance.clock_offset_ms != 0 {
                 why.push(format!("clock offset {} ms (the fleet runs on the wall clock)", instance.clock_offset_ms));
             }
-            if !why.is_empty() {
-                self.instance_mismatch.insert(index, format!("{} declares {}", instance.name, why.join(" and ")));
+            let mut mismatch = (!why.is_empty()).then(|| format!("{} declares {}", instance.name, why.join(" and ")));
+            if spec.clients.iter().any(|client| client.browser) {
+                let browsers = format!(
+                    "{} serves the scenario's browser actors, which only the simulator has (tests/url_mode_browser.rs drives a real page)",
+                    instance.name
+                );
+                mismatch = Some(mismatch.map_or(browsers.clone(), |m| format!("{m}; {browsers}")));
             }
+            if let Some(mismatch) = mismatch {
+                self.instance_mismatch.insert(index, mismatch);
+            }
+        }
+        if spec.clients.iter().any(|client| client.browser) {
+            self.global_mismatch.push("the scenario has browser actors, which only the simulator has: its flows go otherwise live".into());
         }
         if !spec.use_demo {
             self.global_mismatch.push("the scenario does not `use demo`: the fleet holds whatever it was seeded with".into());
@@ -434,6 +445,7 @@ impl World for LiveWorld<'_> {
         for item in items {
             match item {
                 Item::Send(outgoing) => sends.push(outgoing),
+                Item::Browse(_) => return Err(Refused::Unsupported(crate::play::world::NO_BROWSER.into())),
                 // The admin change races the clients in the simulator; live it cannot happen at all.
                 Item::Admin(_) => {
                     return Err(Refused::Unsupported("its admin change races the clients, which live mode cannot arrange".into()))

@@ -356,7 +356,9 @@ impl Interpreter<'_, '_> {
             Err(why) => return self.unbuildable(index, line, text, send, why),
         };
         let before = self.world.history().operations.len();
-        match self.world.send(outgoing) {
+        let browse = matches!(send.request, Request::Page { .. });
+        let result = if browse { self.world.browse(outgoing) } else { self.world.send(outgoing) };
+        match result {
             Ok(operation) => {
                 self.sent(send, operation);
                 self.learn_forms(before);
@@ -364,9 +366,11 @@ impl Interpreter<'_, '_> {
             }
             Err(refused) => {
                 self.skip_answer(send, refused.reason());
-                // A request the world could not deliver is a failure of the step, whatever the world calls it.
+                // A request the world could not deliver is a failure of the step, whatever the world calls it;
+                // a page the world has no browser for is skipped, saying why.
                 let refused = match refused {
                     Refused::Stopped(why) => Refused::Stopped(why),
+                    Refused::Unsupported(why) if browse => Refused::Unsupported(why),
                     other => Refused::Failed(other.reason().to_string()),
                 };
                 self.refused(index, line, text, refused);
@@ -390,6 +394,7 @@ impl Interpreter<'_, '_> {
         for item in items {
             match &item.item {
                 ParallelAction::Send(send) => match self.build(index, send) {
+                    Ok(outgoing) if matches!(send.request, Request::Page { .. }) => built.push(Item::Browse(outgoing)),
                     Ok(outgoing) => built.push(Item::Send(outgoing)),
                     Err(why) => {
                         self.skip_answer(send, &why);
@@ -409,7 +414,7 @@ impl Interpreter<'_, '_> {
             }
         }
         let sent_sends: Vec<Option<String>> =
-            built.iter().filter_map(|item| if let Item::Send(o) = item { Some(o.name.clone()) } else { None }).collect();
+            built.iter().filter_map(|item| if let Item::Send(o) | Item::Browse(o) = item { Some(o.name.clone()) } else { None }).collect();
         let before = self.world.history().operations.len();
         match self.world.parallel(built) {
             Err(refused) => {
@@ -504,6 +509,7 @@ impl Interpreter<'_, '_> {
         match &send.request {
             Request::Call { params, .. } => templates.push(params),
             Request::Raw { message } => templates.push(message),
+            Request::Page { url, .. } => templates.push(url),
             Request::Answer(answer) => {
                 if let AnswerAction::Accept(Some(content)) = &answer.action {
                     templates.push(content);
@@ -580,6 +586,26 @@ impl Interpreter<'_, '_> {
                     notification,
                     headers,
                     headers_written,
+                    step: index,
+                    name: send.name.clone(),
+                });
+            }
+            Request::Page { action, url, appended } => {
+                let url = match url.resolve(&lookup)? {
+                    Value::String(url) => url,
+                    other => return Err(format!("a browser opens a URL, a string; got {other}")),
+                };
+                let url = format!("{url}{}", appended.as_deref().unwrap_or(""));
+                let value = serde_json::json!({ "page": action.as_str(), "url": url });
+                let bytes = serde_json::to_vec(&value).expect("JSON serializes");
+                return Ok(Outgoing {
+                    client,
+                    instance,
+                    bytes,
+                    value: Some(value),
+                    notification: false,
+                    headers: RoutingHeaders::default(),
+                    headers_written: false,
                     step: index,
                     name: send.name.clone(),
                 });

@@ -37,7 +37,14 @@ pub struct Outgoing {
 pub enum Item {
     Send(Outgoing),
     Admin(AdminAction),
+    /// A browser request to the out-of-band page (see [`World::browse`]).
+    Browse(Outgoing),
 }
+
+/// Why a world without browsers refuses a `browse` step.
+pub const NO_BROWSER: &str =
+    "this world has no browser actor: a `browse` step (the out-of-band page of URL-mode elicitation) runs only in the simulator; \
+     drive the page of a real server with a browser (tests/url_mode_browser.rs) or plain HTTP";
 
 /// Why a world did not carry a step out as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +102,14 @@ pub trait World {
     /// Puts every item in flight at once, then lets the world settle. Each send's own result, in order;
     /// `Err` for the whole block when the world cannot race it at all.
     fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused>;
+
+    /// A browser request to an instance's out-of-band page (URL-mode elicitation), from the browser actor
+    /// `outgoing.client` (signed in as its user); `outgoing.bytes` is `{"page":"open"|"complete","url":…}`.
+    /// The world settles after it. Worlds without a browser actor refuse it.
+    fn browse(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        let _ = outgoing;
+        Err(Refused::Unsupported(NO_BROWSER.into()))
+    }
 
     /// An admin change, made behind every client's back; the world settles after it.
     fn admin(&mut self, action: &AdminAction) -> Result<(), Refused>;

@@ -69,6 +69,9 @@ pub struct ClientSpec {
     pub name: String,
     pub principal: String,
     pub capabilities: Value,
+    /// Declared with `browser NAME user PRINCIPAL`: a browser signed in on the out-of-band page as the
+    /// principal (it sends `browse` steps, never MCP requests).
+    pub browser: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +160,13 @@ pub enum Request {
     Raw { message: Template },
     /// The retry answering a form.
     Answer(Answer),
+    /// `browse BROWSER -> INSTANCE open|complete URL [plus "TEXT"]`: a browser request to the out-of-band page.
+    Page {
+        action: crate::framework::out_of_band::PageAction,
+        url: Template,
+        /// Text the browser's user (or an attacker) appended to the URL before opening it.
+        appended: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone)]

@@ -28,9 +28,11 @@ pub(crate) const NOTES_MAX: usize = 1_000;
 pub(crate) const STORE_OUTAGE_CALLS_MAX: usize = 100;
 
 /// The statement keywords, for "expected one of" messages.
-const DECLARATIONS: [&str; 10] = ["use", "principal", "note", "key", "instance", "gateway", "client", "state-ttl", "replay", "latency"];
-const STEPS: [&str; 13] =
-    ["let", "send", "notify", "answer", "admin", "advance", "crash", "restart", "rotate", "retire", "store", "parallel", "expect"];
+const DECLARATIONS: [&str; 11] =
+    ["use", "principal", "note", "key", "instance", "gateway", "client", "browser", "state-ttl", "replay", "latency"];
+const STEPS: [&str; 14] = [
+    "let", "send", "notify", "answer", "browse", "admin", "advance", "crash", "restart", "rotate", "retire", "store", "parallel", "expect",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}:{line}:{column}: {message}")]
@@ -78,6 +80,7 @@ pub fn parse(origin: &str, name: &str, text: &str) -> Result<Scenario, ParseErro
         first_step_line: None,
         instances: BTreeSet::new(),
         clients: BTreeSet::new(),
+        browsers: BTreeSet::new(),
         keys: BTreeSet::new(),
         principals: BTreeSet::new(),
         bound: BTreeSet::new(),
@@ -118,6 +121,8 @@ struct Parser<'a> {
     first_step_line: Option<usize>,
     instances: BTreeSet<String>,
     clients: BTreeSet<String>,
+    /// The clients declared with `browser`.
+    browsers: BTreeSet<String>,
     keys: BTreeSet<String>,
     principals: BTreeSet<String>,
     /// Names usable as `$name`: lets and named answers.
@@ -725,7 +730,25 @@ impl<'a> Parser<'a> {
                     serde_json::json!({ "elicitation": { "form": {} } })
                 };
                 self.clients.insert(name.clone());
-                self.cluster.clients.push(ClientSpec { name, principal, capabilities });
+                self.cluster.clients.push(ClientSpec { name, principal, capabilities, browser: false });
+            }
+            "browser" => {
+                let (name, at) = self.name("the browser's name")?;
+                self.new_actor_name(&name, at)?;
+                if self.cluster.clients.len() >= CLIENTS_MAX {
+                    return Err(self.error_at(at, format!("more than {CLIENTS_MAX} clients and browsers")));
+                }
+                self.expect_keyword("user", "and the user signed in on it (a principal)")?;
+                let (principal, principal_at) = self.name("the principal")?;
+                if !self.principals.contains(&principal) {
+                    return Err(self.error_at(
+                        principal_at,
+                        format!("principal {principal} is not declared: add `principal {principal} workspaces \"file:///…\"` or `use demo` above"),
+                    ));
+                }
+                self.clients.insert(name.clone());
+                self.browsers.insert(name.clone());
+                self.cluster.clients.push(ClientSpec { name, principal, capabilities: serde_json::json!({}), browser: true });
             }
             "state-ttl" => self.cluster.state_ttl_ms = Some(self.unsigned_duration("the requestState lifetime")?),
             "replay" => {
@@ -795,7 +818,7 @@ impl<'a> Parser<'a> {
                 self.bound.insert(name.clone());
                 Action::Let { name, value }
             }
-            "send" | "notify" | "answer" => {
+            "send" | "notify" | "answer" | "browse" => {
                 let send = self.send(keyword)?;
                 self.bind_answer(&send)?;
                 Action::Send(send)
@@ -912,13 +935,40 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// `send|notify|answer CLIENT -> INSTANCE …`.
+    /// `send|notify|answer CLIENT -> INSTANCE …`, `browse BROWSER -> INSTANCE …`.
     fn send(&mut self, keyword: &str) -> Result<Send, ParseError> {
+        self.skip_blank();
+        let client_at = self.cursor;
         let client = self.client()?;
+        match (keyword == "browse", self.browsers.contains(&client)) {
+            (true, false) => {
+                return Err(self
+                    .error_at(client_at, format!("{client} is an MCP client; `browse` needs a browser (`browser NAME user PRINCIPAL`)")))
+            }
+            (false, true) => {
+                return Err(self.error_at(
+                    client_at,
+                    format!(
+                    "{client} is a browser: it opens pages with `browse {client} -> INSTANCE open|complete URL`, it sends no MCP requests"
+                ),
+                ))
+            }
+            _ => {}
+        }
         self.arrow("between the client and the instance")?;
         let instance = self.instance()?;
         let request = match keyword {
             "answer" => Request::Answer(self.answer()?),
+            "browse" => {
+                use crate::framework::out_of_band::PageAction;
+                let action = match self.one_of(&["open", "complete"], "open or complete")? {
+                    "open" => PageAction::Open,
+                    _ => PageAction::Complete,
+                };
+                let url = self.json("the page's URL (a string, e.g. $round1.result.inputRequests.publish_authorization.params.url)")?;
+                let appended = if self.keyword("plus") { Some(self.string("the text appended to the URL")?) } else { None };
+                Request::Page { action, url, appended }
+            }
             _ => {
                 if keyword == "send" && self.keyword("raw") {
                     Request::Raw { message: self.json("the exact message")? }
@@ -930,7 +980,7 @@ impl<'a> Parser<'a> {
             }
         };
         let mut headers = None;
-        if keyword != "answer" && self.keyword("headers") {
+        if keyword != "answer" && keyword != "browse" && self.keyword("headers") {
             headers = Some(Box::new(self.json("the routing headers object")?));
         }
         let mut name = None;
@@ -1089,9 +1139,9 @@ impl<'a> Parser<'a> {
             if items.len() >= PARALLEL_ITEMS_MAX {
                 return Err(self.error_at(start, format!("more than {PARALLEL_ITEMS_MAX} messages in one parallel block")));
             }
-            let (keyword, at) = self.word().ok_or_else(|| self.expected("send, notify, answer, admin or `}`"))?;
+            let (keyword, at) = self.word().ok_or_else(|| self.expected("send, notify, answer, browse, admin or `}`"))?;
             let item = match keyword.as_str() {
-                "send" | "notify" | "answer" => {
+                "send" | "notify" | "answer" | "browse" => {
                     let send = self.send(&keyword)?;
                     if let Some(name) = &send.name {
                         if names.contains(name) {
@@ -1103,7 +1153,9 @@ impl<'a> Parser<'a> {
                 }
                 "admin" => ParallelAction::Admin(self.admin(true)?),
                 other => {
-                    return Err(self.error_at(at, format!("a parallel block holds send, notify, answer and admin lines, not `{other}`")));
+                    return Err(
+                        self.error_at(at, format!("a parallel block holds send, notify, answer, browse and admin lines, not `{other}`"))
+                    );
                 }
             };
             self.end_statement(&keyword)?;
@@ -1373,10 +1425,30 @@ mod tests {
     }
 
     #[test]
+    fn browsers_only_browse_and_clients_never_do() {
+        let cluster = "use demo\ninstance i1\nclient alice principal alice\nbrowser web user alice\n";
+        let error = |steps: &str| parse("s.sim", "s", &format!("{cluster}{steps}")).map(|_| ()).unwrap_err().to_string();
+        assert!(error("send web -> i1 tools/list {}\n").contains("web is a browser"), "a browser sends no MCP request");
+        assert!(error("browse alice -> i1 open \"https://notes.example/connect/x\"\n").contains("alice is an MCP client"));
+        assert!(error("browse web -> i1 submit \"u\"\n").contains("expected open or complete"));
+        assert!(parse("s.sim", "s", "use demo\ninstance i1\nbrowser web user mallory\n").is_err(), "the user is a declared principal");
+        let parsed =
+            parse("s.sim", "s", &format!("{cluster}browse web -> i1 complete \"https://notes.example/connect/x\" plus \"?u=b\" as p\n"))
+                .expect("a browse step parses");
+        assert!(parsed.cluster.clients[1].browser);
+        match &parsed.steps[0].action {
+            Action::Send(Send { request: Request::Page { appended, .. }, name, .. }) => {
+                assert_eq!((appended.as_deref(), name.as_deref()), (Some("?u=b"), Some("p")));
+            }
+            other => panic!("expected a page request, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, state-ttl, replay, latency) or a step (let, send, notify, answer, admin, advance, crash, restart, rotate, retire, store, parallel, expect)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, rotate, retire, store, parallel, expect)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),
@@ -1466,7 +1538,7 @@ mod tests {
         );
         assert_eq!(
             with_cluster("parallel {\n  advance 1s\n}\n"),
-            "s.sim:8:3: a parallel block holds send, notify, answer and admin lines, not `advance`"
+            "s.sim:8:3: a parallel block holds send, notify, answer, browse and admin lines, not `advance`"
         );
         assert_eq!(
             with_cluster("parallel {\n  admin revoke alice \"file:///x\"\n}\n"),

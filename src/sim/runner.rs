@@ -272,7 +272,8 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
             }
         })
         .collect();
-    let clients = spec.clients.iter().map(|c| ClientSetup { name: c.name.clone(), principal: c.principal.clone() }).collect();
+    let clients =
+        spec.clients.iter().map(|c| ClientSetup { name: c.name.clone(), principal: c.principal.clone(), browser: c.browser }).collect();
     let defaults = ReplayLimits::default();
     let (latency_ms_min, latency_ms_max) = spec.latency_ms.unwrap_or((LATENCY_MS_MIN_DEFAULT, LATENCY_MS_MAX_DEFAULT));
     ClusterSetup {
@@ -466,6 +467,10 @@ fn masked(response: Option<&Value>) -> Option<Value> {
                     .map(|(k, v)| {
                         if k == "requestState" && v.is_string() {
                             (k.clone(), Value::String("<state>".into()))
+                        } else if k == "url" && v.as_str().is_some_and(|url| url.contains(crate::servers::notes::publish::PAGE_PATH)) {
+                            // An out-of-band page's URL carries a reference drawn from the instance's own
+                            // nonces, as a state does: masked like one.
+                            (k.clone(), Value::String("<out-of-band page>".into()))
                         } else {
                             (k.clone(), mask(v))
                         }

@@ -79,11 +79,15 @@ impl World for SimWorld {
         Ok(operation)
     }
 
+    fn browse(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        self.send(outgoing)
+    }
+
     fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused> {
         let mut sent = Vec::new();
         for item in items {
             match item {
-                Item::Send(outgoing) => {
+                Item::Send(outgoing) | Item::Browse(outgoing) => {
                     let instance = self.target(outgoing.instance);
                     sent.push(Ok(self.cluster.send(outgoing, instance).map_err(stopped)?));
                 }

@@ -13,6 +13,7 @@ pub mod dir;
 pub mod feed;
 pub mod gateway;
 pub mod memory;
+pub mod out_of_band;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod spec;

@@ -16,6 +16,7 @@
 //! then `COMMIT` or `ROLLBACK`: two round trips and three statements where one statement per step took four
 //! and four. (A conflict, the rare case, costs one more statement to read the holder's record.)
 
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
     ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
 };
@@ -30,6 +31,7 @@ use crate::stores::database::{
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
+use crate::stores::out_of_band::{decide_completion, OUT_OF_BAND_CAPACITY, OUT_OF_BAND_GRACE_MS};
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
 use std::sync::Arc;
@@ -151,6 +153,21 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[
             PRIMARY KEY (ledger, key),
             UNIQUE (ledger, position)
         );
+    ",
+    },
+    Migration {
+        version: 4,
+        description: "the out-of-band flows of URL-mode elicitation: who started each, and who completed it",
+        sql: "
+        CREATE TABLE out_of_band_flows (
+            reference TEXT PRIMARY KEY,
+            principal TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            expires_at_ms BIGINT NOT NULL,
+            completed_by TEXT
+        );
+        CREATE INDEX out_of_band_flows_by_expiry ON out_of_band_flows (expires_at_ms);
     ",
     },
 ];
@@ -883,5 +900,88 @@ impl StoreAdmin for PostgresStore {
         // Idle connections end now (the server sees a clean Terminate); ones in use end when returned.
         self.pool.close();
         Ok(())
+    }
+}
+const FLOW_SELECT_SQL: &str = "SELECT principal, tool, subject, expires_at_ms, completed_by FROM out_of_band_flows WHERE reference = $1";
+
+fn flow_of(reference: &str, row: &tokio_postgres::Row) -> FlowRecord {
+    let completed_by: Option<String> = row.get(4);
+    FlowRecord {
+        flow: OutOfBandFlow {
+            reference: reference.to_string(),
+            principal: row.get(0),
+            tool: row.get(1),
+            subject: row.get(2),
+            expires_at_ms: u64::try_from(row.get::<_, i64>(3)).unwrap_or(0),
+        },
+        status: match completed_by {
+            Some(by) => FlowStatus::Completed { by },
+            None => FlowStatus::Started,
+        },
+    }
+}
+
+/// The out-of-band flows in the database: every process pointed at it sees a flow started or completed by any.
+#[async_trait]
+impl OutOfBandStore for PostgresStore {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let started: Result<(), StoreError> = async {
+            let step = |e: tokio_postgres::Error| self.error(&e);
+            let live: i64 = transaction.query_one("SELECT COUNT(*) FROM out_of_band_flows", &[]).await.map_err(step)?.get(0);
+            if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
+                let before = sql_ms(now_ms.saturating_sub(OUT_OF_BAND_GRACE_MS));
+                transaction.execute("DELETE FROM out_of_band_flows WHERE expires_at_ms <= $1", &[&before]).await.map_err(step)?;
+                let live: i64 = transaction.query_one("SELECT COUNT(*) FROM out_of_band_flows", &[]).await.map_err(step)?.get(0);
+                if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
+                    return Err(StoreError::Unavailable("the out-of-band store is full of unexpired flows".into()));
+                }
+            }
+            let expires = sql_ms(flow.expires_at_ms);
+            let params: [&(dyn ToSql + Sync); 5] = [&flow.reference, &flow.principal, &flow.tool, &flow.subject, &expires];
+            transaction
+                .execute(
+                    "INSERT INTO out_of_band_flows (reference, principal, tool, subject, expires_at_ms, completed_by)
+                     VALUES ($1, $2, $3, $4, $5, NULL)",
+                    &params,
+                )
+                .await
+                .map_err(step)?;
+            Ok(())
+        }
+        .await;
+        self.finish(transaction, started.is_ok()).await?;
+        started
+    }
+
+    async fn flow(&self, reference: &str) -> Result<Option<FlowRecord>, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_opt(FLOW_SELECT_SQL, &[&reference]).await.map_err(|e| self.error(&e))?;
+        Ok(row.map(|row| flow_of(reference, &row)))
+    }
+
+    async fn complete(&self, reference: &str, user: &str, now_ms: u64) -> Result<Completion, StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let decided: Result<Completion, StoreError> = async {
+            let step = |e: tokio_postgres::Error| self.error(&e);
+            // The row lock serializes two submissions of one page: the second reads the first's completion.
+            let row = transaction.query_opt(&format!("{FLOW_SELECT_SQL} FOR UPDATE"), &[&reference]).await.map_err(step)?;
+            let decision = decide_completion(row.map(|row| flow_of(reference, &row)).as_ref(), user, now_ms);
+            if decision == Completion::Completed {
+                transaction
+                    .execute(
+                        "UPDATE out_of_band_flows SET completed_by = $2 WHERE reference = $1 AND completed_by IS NULL",
+                        &[&reference, &user],
+                    )
+                    .await
+                    .map_err(step)?;
+            }
+            Ok(decision)
+        }
+        .await;
+        self.finish(transaction, matches!(decided, Ok(Completion::Completed))).await?;
+        decided
     }
 }

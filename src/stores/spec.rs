@@ -1,6 +1,7 @@
 //! Choosing a store: `memory`, `sqlite:PATH` or `postgres:URL`, parsed with errors that say what to write,
 //! and opened as the two handler ports plus the operator's admin handle.
 
+use crate::framework::out_of_band::OutOfBandStore;
 use crate::framework::ports::{Clock, Note, NoteStore, ReplayStore, StoreError};
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{MemoryAdmin, SeedReport, StoreAdmin};
@@ -9,6 +10,7 @@ use crate::stores::database::Durability;
 use crate::stores::dir::DirStore;
 use crate::stores::gateway::GatewayStores;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use crate::stores::out_of_band::MemoryOutOfBandStore;
 #[cfg(feature = "postgres")]
 use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
 #[cfg(feature = "sqlite")]
@@ -229,13 +231,16 @@ pub struct Stores {
     pub notes: Arc<dyn NoteStore>,
     pub replay: Arc<dyn ReplayStore>,
     pub admin: Arc<dyn StoreAdmin>,
+    /// The out-of-band flows of URL-mode elicitation: in the database for `sqlite:` and `postgres:` (shared by
+    /// every process pointed at it), in this process for `memory` and `dir:`.
+    pub out_of_band: Arc<dyn OutOfBandStore>,
 }
 
 impl Stores {
     /// In-process stores over `notes` (the replay store joins claim and delete through it).
     pub(crate) fn from_memory(notes: Arc<MemoryNoteStore>, replay: Arc<MemoryReplayStore>) -> Stores {
         let admin = Arc::new(MemoryAdmin { notes: notes.clone(), replay: replay.clone() });
-        Stores { notes, replay, admin }
+        Stores { notes, replay, admin, out_of_band: Arc::new(MemoryOutOfBandStore::default()) }
     }
 
     /// Fresh in-process stores holding `notes`.
@@ -268,12 +273,12 @@ pub async fn open_with_durability(
         #[cfg(feature = "sqlite")]
         StoreSpec::Sqlite(path) => {
             let store = Arc::new(SqliteStore::open_with_durability(path, clock, limits, durability).await?);
-            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
+            Ok(Stores { notes: store.clone(), replay: store.clone(), out_of_band: store.clone(), admin: store })
         }
         #[cfg(feature = "postgres")]
         StoreSpec::Postgres(target) => {
             let store = Arc::new(PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?);
-            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
+            Ok(Stores { notes: store.clone(), replay: store.clone(), out_of_band: store.clone(), admin: store })
         }
         #[cfg(unix)]
         StoreSpec::Dir { path, uri } => {
@@ -282,7 +287,8 @@ pub async fn open_with_durability(
             if recovered != Default::default() {
                 tracing::warn!("{}: finished deletes an earlier process left half done: {recovered:?}", store.describe());
             }
-            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store })
+            // A folder of notes keeps no out-of-band flows: this process's own, in memory.
+            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store, out_of_band: Arc::new(MemoryOutOfBandStore::default()) })
         }
     }
 }
@@ -326,7 +332,7 @@ fn shared_with_gateway<S>(
     export_ledger: fn(&S, &str) -> Arc<dyn crate::servers::gateway::backends::ExportLedger>,
 ) -> (Stores, GatewayStores)
 where
-    S: NoteStore + ReplayStore + StoreAdmin + crate::servers::gateway::ports::RateLimiter + Clone + 'static,
+    S: NoteStore + ReplayStore + OutOfBandStore + StoreAdmin + crate::servers::gateway::ports::RateLimiter + Clone + 'static,
 {
     let ledgers = store.clone();
     let shared = Arc::new(store);
@@ -336,7 +342,7 @@ where
         rate_limiter: shared.clone(),
         ledger: Arc::new(move |id| export_ledger(&ledgers, id)),
     };
-    (Stores { notes: shared.clone(), replay: shared.clone(), admin: shared }, gateway)
+    (Stores { notes: shared.clone(), replay: shared.clone(), out_of_band: shared.clone(), admin: shared }, gateway)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

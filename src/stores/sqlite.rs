@@ -14,6 +14,7 @@
 //! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
     ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
 };
@@ -28,6 +29,7 @@ use crate::stores::database::{
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
+use crate::stores::out_of_band::{decide_completion, OUT_OF_BAND_CAPACITY, OUT_OF_BAND_GRACE_MS};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::BTreeMap;
@@ -113,6 +115,21 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
             PRIMARY KEY (ledger, key),
             UNIQUE (ledger, position)
         ) STRICT;
+    ",
+    },
+    Migration {
+        version: 4,
+        description: "the out-of-band flows of URL-mode elicitation: who started each, and who completed it",
+        sql: "
+        CREATE TABLE out_of_band_flows (
+            reference TEXT PRIMARY KEY NOT NULL,
+            principal TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            expires_at_ms INTEGER NOT NULL,
+            completed_by TEXT
+        ) STRICT, WITHOUT ROWID;
+        CREATE INDEX out_of_band_flows_by_expiry ON out_of_band_flows (expires_at_ms);
     ",
     },
 ];
@@ -830,6 +847,79 @@ impl StoreAdmin for SqliteStore {
             Ok(Err(Failure::Store(error))) => Err(error),
             Err(join_error) => Err(StoreError::Unavailable(format!("sqlite {path}: closing failed: {join_error}"))),
         }
+    }
+}
+
+fn read_flow(transaction: &Transaction<'_>, reference: &str) -> Outcome<Option<FlowRecord>> {
+    let row: Option<(String, String, String, i64, Option<String>)> = transaction
+        .prepare_cached("SELECT principal, tool, subject, expires_at_ms, completed_by FROM out_of_band_flows WHERE reference = ?1")?
+        .query_row([reference], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
+        .optional()?;
+    Ok(row.map(|(principal, tool, subject, expires_at_ms, completed_by)| FlowRecord {
+        flow: OutOfBandFlow {
+            reference: reference.to_string(),
+            principal,
+            tool,
+            subject,
+            expires_at_ms: u64::try_from(expires_at_ms).unwrap_or(0),
+        },
+        status: match completed_by {
+            Some(by) => FlowStatus::Completed { by },
+            None => FlowStatus::Started,
+        },
+    }))
+}
+
+/// The out-of-band flows in the file: every process pointed at it sees a flow started or completed by any.
+#[async_trait]
+impl OutOfBandStore for SqliteStore {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+        self.run(Access::Write, move |connection, _| {
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let live: i64 = transaction.prepare_cached("SELECT COUNT(*) FROM out_of_band_flows")?.query_row([], |row| row.get(0))?;
+            if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
+                let before = sql_ms(now_ms.saturating_sub(OUT_OF_BAND_GRACE_MS));
+                transaction.prepare_cached("DELETE FROM out_of_band_flows WHERE expires_at_ms <= ?1")?.execute([before])?;
+                let live: i64 = transaction.prepare_cached("SELECT COUNT(*) FROM out_of_band_flows")?.query_row([], |row| row.get(0))?;
+                if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
+                    return Err(StoreError::Unavailable("the out-of-band store is full of unexpired flows".into()).into());
+                }
+            }
+            transaction
+                .prepare_cached(
+                    "INSERT INTO out_of_band_flows (reference, principal, tool, subject, expires_at_ms, completed_by)
+                     VALUES (?1, ?2, ?3, ?4, ?5, NULL)",
+                )?
+                .execute(params![flow.reference, flow.principal, flow.tool, flow.subject, sql_ms(flow.expires_at_ms)])?;
+            transaction.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn flow(&self, reference: &str) -> Result<Option<FlowRecord>, StoreError> {
+        let reference = reference.to_string();
+        self.run(Access::Read, move |connection, _| {
+            let transaction = connection.transaction()?;
+            read_flow(&transaction, &reference)
+        })
+        .await
+    }
+
+    async fn complete(&self, reference: &str, user: &str, now_ms: u64) -> Result<Completion, StoreError> {
+        let (reference, user) = (reference.to_string(), user.to_string());
+        self.run(Access::Write, move |connection, _| {
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let decision = decide_completion(read_flow(&transaction, &reference)?.as_ref(), &user, now_ms);
+            if decision == Completion::Completed {
+                transaction
+                    .prepare_cached("UPDATE out_of_band_flows SET completed_by = ?2 WHERE reference = ?1 AND completed_by IS NULL")?
+                    .execute([&reference, &user])?;
+                transaction.commit()?;
+            }
+            Ok(decision)
+        })
+        .await
     }
 }
 

@@ -143,6 +143,7 @@ impl World for TargetWorld<'_, '_> {
         for item in items {
             match item {
                 Item::Send(outgoing) => sends.push(outgoing),
+                Item::Browse(_) => return Err(Refused::Unsupported(crate::play::world::NO_BROWSER.into())),
                 Item::Admin(_) => {
                     return Err(Refused::Unsupported("a target's store is its own: mcpsim makes no admin change in it".into()))
                 }

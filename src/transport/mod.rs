@@ -9,6 +9,8 @@
 
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "http")]
+pub mod page;
 pub mod stdio;
 
 use crate::framework::Reply;

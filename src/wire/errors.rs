@@ -102,10 +102,16 @@ pub enum Reason {
     BackendUnavailable,
     /// Backend: an idempotency key was presented again with a different request.
     IdempotencyConflict,
+    /// URL mode: the out-of-band flow this state continues is not in the shared store (never started there,
+    /// or pruned). Nothing was done.
+    OutOfBandUnknown,
+    /// URL mode: the out-of-band flow was completed by someone other than the principal who started it.
+    /// Nothing was done.
+    OutOfBandWrongUser,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 30] = [
+    pub const ALL: [Reason; 32] = [
         Reason::MetaInvalid,
         Reason::PayloadTooLarge,
         Reason::ArgumentsInvalid,
@@ -136,6 +142,8 @@ impl Reason {
         Reason::RateLimited,
         Reason::BackendUnavailable,
         Reason::IdempotencyConflict,
+        Reason::OutOfBandUnknown,
+        Reason::OutOfBandWrongUser,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +177,8 @@ impl Reason {
             Reason::DestinationUnauthorized => "destination_unauthorized",
             Reason::RateLimited => "rate_limited",
             Reason::BackendUnavailable => "backend_unavailable",
+            Reason::OutOfBandUnknown => "out_of_band_unknown",
+            Reason::OutOfBandWrongUser => "out_of_band_wrong_user",
             Reason::IdempotencyConflict => "idempotency_conflict",
         }
     }

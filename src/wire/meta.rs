@@ -153,6 +153,24 @@ pub(crate) fn require_form_elicitation(meta: &RequestMeta) -> Result<(), RpcErro
     }
 }
 
+/// URL-mode elicitation is declared only by `{"elicitation":{"url":{}}}` (alone or beside `form`); the
+/// compatibility form `{"elicitation":{}}` means form only (SPEC-META-13).
+pub(crate) fn supports_url_elicitation(capabilities: &Map<String, Value>) -> bool {
+    capabilities.get("elicitation").and_then(|elicitation| elicitation.get("url")).is_some_and(Value::is_object)
+}
+
+/// `-32021` with `requiredCapabilities` exactly `{"elicitation":{"url":{}}}` when URL elicitation is undeclared.
+pub(crate) fn require_url_elicitation(meta: &RequestMeta) -> Result<(), RpcError> {
+    if supports_url_elicitation(&meta.client_capabilities) {
+        Ok(())
+    } else {
+        Err(RpcError::missing_capability(
+            json!({ "elicitation": { "url": {} } }),
+            "This request needs URL-mode elicitation to send the user to an authorization page; declare it in this request's clientCapabilities",
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -155,6 +155,24 @@ impl Browser {
         panic!("{url} did not load in {MESSAGES_PER_WAIT_MAX} messages");
     }
 
+    /// Navigates to a URL (an `http://` page of a running server) and waits for its load event.
+    pub fn navigate(&mut self, url: &str) {
+        let seen = self.events.len();
+        self.call("Page.navigate", json!({ "url": url }));
+        self.wait_for_load(seen);
+    }
+
+    /// Waits for a load event after the first `seen` events (a click that submits a form navigates).
+    pub fn wait_for_load(&mut self, seen: usize) {
+        for _ in 0..MESSAGES_PER_WAIT_MAX {
+            if self.events[seen.min(self.events.len())..].iter().any(|(method, _)| method == "Page.loadEventFired") {
+                return;
+            }
+            self.read();
+        }
+        panic!("no page loaded in {MESSAGES_PER_WAIT_MAX} messages");
+    }
+
     /// Evaluates a JavaScript expression in the page and returns its value (JSON).
     pub fn eval(&mut self, expression: &str) -> Value {
         let result = self.call("Runtime.evaluate", json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }));

@@ -297,6 +297,7 @@ impl Harness {
             replay: replay.clone(),
             clock: clock.clone(),
             nonces: nonces.clone(),
+            out_of_band: None,
         };
         Harness { notes, note_store, replay, clock, nonces, server, next_id: AtomicI64::new(1) }
     }

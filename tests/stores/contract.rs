@@ -472,6 +472,91 @@ pub async fn restart_keeps_everything(kind: &dyn StoreKind) {
     assert_eq!(reopened.admin.seed(&fixture_notes()).await.unwrap().inserted, 1);
 }
 
+/// The out-of-band flows (URL-mode elicitation): shared by every handle, completed only by the principal,
+/// once, before expiry; a refused attempt changes nothing.
+pub async fn out_of_band_flows_complete_once_for_their_principal(kind: &dyn StoreKind) {
+    use mcpsim::framework::out_of_band::{Completion, FlowStatus, OutOfBandFlow};
+    let store = open_fresh(kind, 10_000).await;
+    let other = store.another_handle().await;
+    let flow = |reference: &str, expires_at_ms: u64| OutOfBandFlow {
+        reference: reference.into(),
+        principal: "alice".into(),
+        tool: "notes_publish".into(),
+        subject: "n1".into(),
+        expires_at_ms,
+    };
+    let now = 1_000;
+    store.stores.out_of_band.start(flow("r1", FAR_FUTURE_MS), now).await.unwrap();
+    let seen = other.out_of_band.flow("r1").await.unwrap().expect("another handle sees the started flow");
+    assert_eq!((seen.flow, seen.status), (flow("r1", FAR_FUTURE_MS), FlowStatus::Started));
+    assert_eq!(other.out_of_band.complete("r1", "bob", now).await.unwrap(), Completion::NotYours);
+    assert_eq!(store.stores.out_of_band.flow("r1").await.unwrap().unwrap().status, FlowStatus::Started, "refused: unchanged");
+    assert_eq!(other.out_of_band.complete("nope", "alice", now).await.unwrap(), Completion::Unknown);
+    assert_eq!(other.out_of_band.complete("r1", "alice", now).await.unwrap(), Completion::Completed);
+    assert_eq!(store.stores.out_of_band.complete("r1", "alice", now).await.unwrap(), Completion::AlreadyCompleted);
+    assert_eq!(store.stores.out_of_band.flow("r1").await.unwrap().unwrap().status, FlowStatus::Completed { by: "alice".into() });
+    store.stores.out_of_band.start(flow("r2", now + 10), now).await.unwrap();
+    assert_eq!(other.out_of_band.complete("r2", "alice", now + 10).await.unwrap(), Completion::Expired);
+    assert_eq!(store.stores.out_of_band.flow("r2").await.unwrap().unwrap().status, FlowStatus::Started);
+}
+
+/// Many tasks over several handles submit one flow's page at once: exactly one completes it.
+pub async fn racing_completions_complete_once(kind: &dyn StoreKind) {
+    use mcpsim::framework::out_of_band::{Completion, OutOfBandFlow};
+    const HANDLES: usize = 4;
+    const TASKS: usize = 16;
+    let store = open_fresh(kind, 10_000).await;
+    let flow = OutOfBandFlow {
+        reference: "shared".into(),
+        principal: "alice".into(),
+        tool: "notes_publish".into(),
+        subject: "n1".into(),
+        expires_at_ms: FAR_FUTURE_MS,
+    };
+    store.stores.out_of_band.start(flow, 0).await.unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..HANDLES {
+        handles.push(store.another_handle().await);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let flows = handles[task % HANDLES].out_of_band.clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            flows.complete("shared", "alice", 1).await
+        }));
+    }
+    let mut completed = 0;
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            Completion::Completed => completed += 1,
+            Completion::AlreadyCompleted => {}
+            other => panic!("a racer got {other:?}"),
+        }
+    }
+    assert_eq!(completed, 1, "exactly one submission completes the flow");
+}
+
+/// The out-of-band checks every store kind runs (the flows of `dir:` are its process's own, in memory).
+macro_rules! out_of_band_contract_tests {
+    (ignore = $why:literal, $kind:expr) => {
+        $crate::contract::contract_tests!(@each_ignored $why, $kind;
+            out_of_band_flows_complete_once_for_their_principal,
+            racing_completions_complete_once,
+        );
+    };
+    ($kind:expr) => {
+        $crate::contract::contract_tests!(@each $kind;
+            out_of_band_flows_complete_once_for_their_principal,
+            racing_completions_complete_once,
+        );
+    };
+}
+
+pub(crate) use out_of_band_contract_tests;
+
 /// The checks every store kind runs; `contract_tests!(ignore = "why", KIND)` marks each of them ignored.
 macro_rules! contract_tests {
     (ignore = $why:literal, $kind:expr) => {

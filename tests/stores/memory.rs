@@ -1,6 +1,6 @@
 //! The contract against the in-memory stores (the reference the databases must match).
 
-use crate::contract::{contract_tests, StoreKind};
+use crate::contract::{contract_tests, out_of_band_contract_tests, StoreKind};
 use async_trait::async_trait;
 use mcpsim::stores::StoreSpec;
 
@@ -14,3 +14,4 @@ impl StoreKind for MemoryKind {
 }
 
 contract_tests!(MemoryKind);
+out_of_band_contract_tests!(MemoryKind);

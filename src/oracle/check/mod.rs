@@ -5,13 +5,14 @@
 //! judged by the simulator's runner, which plays the scenario a second time with rounds rerouted; the
 //! determinism of §4.6 by the tests that replay a run and compare its bytes.
 
-use super::history::{Attempt, Effect, EffectKind, Export, History, OperationId};
+use super::history::{Attempt, Effect, EffectKind, Export, History, OperationId, Outcome};
 use super::reading::{self, Reading};
 use crate::scenario::template::preview;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 mod at_most_once;
+mod binding;
 mod capabilities;
 mod consent;
 mod containment;
@@ -32,6 +33,7 @@ pub enum Property {
     Liveness,
     Mediation,
     Determinism,
+    Binding,
 }
 
 impl Property {
@@ -47,6 +49,7 @@ impl Property {
             Property::Liveness => "liveness",
             Property::Mediation => "mediation",
             Property::Determinism => "determinism",
+            Property::Binding => "binding",
         }
     }
 
@@ -73,6 +76,9 @@ pub fn judged(history: &History) -> Vec<Property> {
     if !history.initial_pins.is_empty() {
         properties.push(Property::Mediation);
     }
+    if binding::has_out_of_band(history) {
+        properties.push(Property::Binding);
+    }
     properties
 }
 
@@ -96,6 +102,7 @@ pub fn check_properties(history: &History) -> Vec<Violation> {
         liveness::liveness(&reading, &mut violations);
     }
     mediation::mediation(&reading, &mut violations);
+    binding::binding(&reading, &mut violations);
     violations
 }
 

@@ -24,6 +24,9 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
+pub mod publish;
+pub use publish::{OutOfBand, TOOL_NOTES_PUBLISH};
+
 pub(crate) const TOOL_NOTES_DELETE: &str = "notes_delete";
 /// The `inputRequests` key of the delete confirmation form, and the phase sealed into its state.
 pub(crate) const INPUT_DELETE_CHOICE: &str = "delete_choice";
@@ -56,6 +59,9 @@ pub struct NotesServer {
     pub replay: Arc<dyn ReplayStore>,
     pub clock: Arc<dyn Clock>,
     pub nonces: Arc<dyn NonceSource>,
+    /// The shared out-of-band flows and the page's base URL: with them the server offers `notes_publish`
+    /// (URL-mode elicitation) and serves its page; without, neither exists.
+    pub out_of_band: Option<OutOfBand>,
 }
 
 #[async_trait]
@@ -73,6 +79,10 @@ impl Service for NotesServer {
             "resources/read" => self.resources_read(context.principal, params).await,
             other => Err(RpcError::method_not_found(other)),
         }
+    }
+
+    async fn page(&self, user: &str, request: &crate::framework::out_of_band::PageRequest) -> crate::framework::out_of_band::PageAnswer {
+        self.publish_page(user, request).await
     }
 }
 
@@ -105,7 +115,11 @@ impl NotesServer {
 
     /// The same bytes for every caller and every call: pins and public caches stay valid.
     fn tools_list(&self) -> Value {
-        complete_cacheable(json!({ "tools": [notes_delete_descriptor()] }), TOOLS_TTL_MS, CacheScope::Public, self.info())
+        let mut tools = vec![notes_delete_descriptor()];
+        if self.out_of_band.is_some() {
+            tools.push(publish::notes_publish_descriptor());
+        }
+        complete_cacheable(json!({ "tools": tools }), TOOLS_TTL_MS, CacheScope::Public, self.info())
     }
 
     async fn tools_call(&self, context: RequestContext<'_>, params: &Value) -> Result<Value, RpcError> {
@@ -113,6 +127,9 @@ impl NotesServer {
             Some(Value::String(name)) => name.as_str(),
             _ => return Err(RpcError::invalid_params(Reason::ArgumentsInvalid, "tools/call needs params.name, a string")),
         };
+        if name == TOOL_NOTES_PUBLISH && self.out_of_band.is_some() {
+            return self.publish_call(context, params).await;
+        }
         if name != TOOL_NOTES_DELETE {
             return Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {}", echo(name))));
         }

@@ -27,6 +27,8 @@ pub struct InstanceParts {
     pub replay: Arc<dyn ReplayStore>,
     pub clock: Arc<dyn Clock>,
     pub nonces: Arc<dyn NonceSource>,
+    /// The cluster's out-of-band flows and page (when the scenario has a browser): `notes_publish` is offered.
+    pub out_of_band: Option<crate::servers::notes::OutOfBand>,
 }
 
 /// Builds the service an instance runs. The default builds the real `NotesServer`; the hook exists so that
@@ -35,7 +37,13 @@ pub type ServiceFactory = Arc<dyn Fn(InstanceParts) -> Arc<dyn Service> + Send +
 
 pub fn notes_server_factory() -> ServiceFactory {
     Arc::new(|parts: InstanceParts| -> Arc<dyn Service> {
-        let ports = NotesPorts { notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces };
+        let ports = NotesPorts {
+            notes: parts.notes,
+            replay: parts.replay,
+            clock: parts.clock,
+            nonces: parts.nonces,
+            out_of_band: parts.out_of_band,
+        };
         Arc::new(assembly::notes_server(parts.config, ports))
     })
 }
@@ -76,4 +84,26 @@ pub(crate) fn handle_request(
     headers: Option<crate::wire::headers::RoutingHeaders>,
 ) -> TaskFuture {
     Box::pin(async move { TaskOutput::Reply(handle_message(&*service, &principal, &bytes, headers.as_ref()).await) })
+}
+
+/// The task that serves one browser request to an instance's out-of-band page, for a browser signed in as
+/// `user`: the request is `{"page":"open"|"complete","url":…}`; the reply is the page's answer as JSON, with
+/// its HTTP status.
+pub(crate) fn handle_page(service: Arc<dyn Service>, user: String, bytes: Vec<u8>) -> TaskFuture {
+    use crate::framework::out_of_band::{PageAction, PageAnswer, PageRequest};
+    Box::pin(async move {
+        let request: Option<PageRequest> = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|value| {
+            let action = match value.get("page")?.as_str()? {
+                "open" => PageAction::Open,
+                "complete" => PageAction::Complete,
+                _ => return None,
+            };
+            Some(PageRequest { action, url: value.get("url")?.as_str()?.to_string() })
+        });
+        let answer = match request {
+            Some(request) => service.page(&user, &request).await,
+            None => PageAnswer::new(400, "altered", "The browser's request was not a page request."),
+        };
+        TaskOutput::Reply(crate::framework::Reply { response: Some(answer.to_json()), http_status: answer.status })
+    })
 }

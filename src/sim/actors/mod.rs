@@ -20,6 +20,7 @@ pub mod instance;
 pub mod note_store;
 pub mod replay_store;
 
+use crate::framework::out_of_band::{Completion, FlowRecord, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
 use crate::framework::Reply;
 use crate::policy::containment::FileUri;
@@ -165,6 +166,30 @@ impl NoteStore for StoreClient {
         match self.call(call).await {
             StoreReturn::Guarded(outcome) => Ok(outcome),
             other => Err(unexpected("delete_if_inside", other)),
+        }
+    }
+}
+
+#[async_trait]
+impl OutOfBandStore for StoreClient {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+        match self.call(StoreCall::FlowStart { flow, now_ms }).await {
+            StoreReturn::FlowStarted => Ok(()),
+            other => Err(unexpected("flow_start", other)),
+        }
+    }
+
+    async fn flow(&self, reference: &str) -> Result<Option<FlowRecord>, StoreError> {
+        match self.call(StoreCall::FlowRead { reference: reference.to_string() }).await {
+            StoreReturn::Flow(record) => Ok(record),
+            other => Err(unexpected("flow_read", other)),
+        }
+    }
+
+    async fn complete(&self, reference: &str, user: &str, now_ms: u64) -> Result<Completion, StoreError> {
+        match self.call(StoreCall::FlowComplete { reference: reference.to_string(), user: user.to_string(), now_ms }).await {
+            StoreReturn::FlowCompletion(completion) => Ok(completion),
+            other => Err(unexpected("flow_complete", other)),
         }
     }
 }

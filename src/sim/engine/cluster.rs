@@ -32,7 +32,7 @@ use crate::sim::actors::admin::store_call;
 use crate::sim::actors::backend;
 use crate::sim::actors::gateway::{self, GatewayWorld};
 use crate::sim::actors::gateway_mutants::GatewayVariant;
-use crate::sim::actors::instance::{handle_request, incarnation_nonces, Instance, InstanceParts, ServiceFactory};
+use crate::sim::actors::instance::{handle_page, handle_request, incarnation_nonces, Instance, InstanceParts, ServiceFactory};
 use crate::sim::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use crate::sim::engine::clock::VirtualClock;
 use crate::sim::engine::faults::{Fault, StoreName, RETRIES_MAX, RETRY_TIMEOUT_MS};
@@ -42,6 +42,7 @@ use crate::sim::engine::random::{self, Stream};
 use crate::sim::engine::scheduler::{Decision, DecisionLog, Divergence, Scheduler};
 use crate::sim::render::transcript::{Body, Entry, Kind, Message, Transcript};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use crate::stores::out_of_band::MemoryOutOfBandStore;
 use crate::wire::errors::Reason;
 use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
@@ -66,7 +67,14 @@ pub struct InstanceSetup {
 pub struct ClientSetup {
     pub name: String,
     pub principal: String,
+    /// A browser actor signed in as `principal` on the out-of-band page: its requests go to the instance's
+    /// page ([`Service::page`]), not its MCP pipeline.
+    pub browser: bool,
 }
+
+/// The base URL of the out-of-band page in the simulator (every instance serves it, as every process of a
+/// fleet behind one name would).
+pub const SIM_PAGE_BASE: &str = "https://notes.example";
 
 /// Everything needed to build a cluster.
 pub struct ClusterSetup {
@@ -162,6 +170,8 @@ pub struct Cluster {
     clock: VirtualClock,
     notes: Arc<MemoryNoteStore>,
     replay: Arc<MemoryReplayStore>,
+    /// The out-of-band flows, kept by the replay-store actor.
+    flows: Arc<MemoryOutOfBandStore>,
     authorizations: Authorizations,
     state_ttl_ms: u64,
     factory: ServiceFactory,
@@ -292,6 +302,7 @@ impl Cluster {
             clock,
             notes,
             replay,
+            flows: Arc::new(MemoryOutOfBandStore::default()),
             authorizations: setup.authorizations,
             state_ttl_ms: setup.state_ttl_ms,
             factory: setup.factory,
@@ -403,6 +414,10 @@ impl Cluster {
             replay: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
             clock: Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
             nonces,
+            out_of_band: self.clients.iter().any(|client| client.browser).then(|| crate::servers::notes::OutOfBand {
+                store: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
+                page_base: SIM_PAGE_BASE.to_string(),
+            }),
         };
         let service: Arc<dyn Service> = (self.factory)(parts);
         self.instances[index].service = Some(service);
@@ -936,7 +951,11 @@ impl Cluster {
         if let Payload::Request { operation, .. } = &envelope.payload {
             let operation = &self.history.operations[operation.0];
             if let Some(value) = &operation.request_value {
-                let kind = if value.is_object() && value.get("id").is_none() { Kind::Notify } else { Kind::Request };
+                let kind = if value.is_object() && value.get("id").is_none() && value.get("page").is_none() {
+                    Kind::Notify
+                } else {
+                    Kind::Request
+                };
                 return Message { kind, body: Body::Json(value.clone()), exact: operation.request_exact.clone() };
             }
         }
@@ -975,7 +994,9 @@ impl Cluster {
                 let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
                 let cause = Cause { operation: Some(operation), nonce: None };
                 let reply_to = ReplyTo::Client { actor: from, operation };
+                let browser = matches!(self.roles[from], Role::Client(client) if self.clients[client].browser);
                 let task = match (self.instances[index].gateway.clone(), &self.gateway_world) {
+                    _ if browser => handle_page(service, principal, bytes),
                     (Some(gateway), Some(world)) => gateway::handle_request(world, gateway, principal, bytes, headers),
                     _ => handle_request(service, principal, bytes, headers),
                 };
@@ -1026,7 +1047,7 @@ impl Cluster {
                 }
                 let future = match role {
                     Role::NoteStore => note_store::serve(self.notes.clone(), call.clone()),
-                    _ => replay_store::serve(self.replay.clone(), call.clone()),
+                    _ => replay_store::serve(self.replay.clone(), self.flows.clone(), call.clone()),
                 };
                 self.spawn(to, cause, ReplyTo::Caller { actor: from, task: from_task }, Some(call), future)
             }

@@ -5,6 +5,7 @@
 //! a separate delivery the scheduler can interleave. Each message renders to a label and a JSON value (sorted
 //! keys) for transcripts.
 
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow};
 use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, StoreError};
 use crate::policy::containment::FileUri;
 use crate::servers::gateway::ports::{BackendError, ToolListing};
@@ -86,6 +87,21 @@ pub enum StoreCall {
         tool: Option<String>,
         fields: Value,
     },
+    /// An instance → the replay-store actor (which keeps the out-of-band flows too): start a flow.
+    FlowStart {
+        flow: OutOfBandFlow,
+        now_ms: u64,
+    },
+    /// Read a flow.
+    FlowRead {
+        reference: String,
+    },
+    /// Complete a flow as `user` (the page's submit), atomically.
+    FlowComplete {
+        reference: String,
+        user: String,
+        now_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +117,9 @@ pub enum StoreReturn {
     },
     Listing(ToolListing),
     ToolResult(Result<Value, BackendError>),
+    FlowStarted,
+    Flow(Option<FlowRecord>),
+    FlowCompletion(Completion),
     Failed(StoreError),
 }
 
@@ -119,6 +138,9 @@ impl StoreCall {
             StoreCall::ListTools => "list_tools",
             StoreCall::CallTool { .. } => "call_tool",
             StoreCall::AdminDescriptor { .. } => "admin_descriptor",
+            StoreCall::FlowStart { .. } => "flow_start",
+            StoreCall::FlowRead { .. } => "flow_read",
+            StoreCall::FlowComplete { .. } => "flow_complete",
         }
     }
 
@@ -141,6 +163,11 @@ impl StoreCall {
                 json!({ "principal": principal, "tool": tool, "arguments": arguments, "idempotencyKey": idempotency_key })
             }
             StoreCall::AdminDescriptor { tool, fields } => json!({ "tool": tool, "fields": fields }),
+            StoreCall::FlowStart { flow, .. } => json!({
+                "reference": flow.reference, "principal": flow.principal, "tool": flow.tool, "subject": flow.subject, "expiresAtMs": flow.expires_at_ms,
+            }),
+            StoreCall::FlowRead { reference } => json!({ "reference": reference }),
+            StoreCall::FlowComplete { reference, user, .. } => json!({ "reference": reference, "user": user }),
         }
     }
 
@@ -185,6 +212,13 @@ impl StoreReturn {
             }),
             StoreReturn::ToolResult(Ok(result)) => json!({ "result": result.get("structuredContent").cloned().unwrap_or(Value::Null) }),
             StoreReturn::ToolResult(Err(error)) => json!({ "failed": error.to_string() }),
+            StoreReturn::FlowStarted => json!({ "started": true }),
+            StoreReturn::Flow(None) => json!({ "flow": null }),
+            StoreReturn::Flow(Some(record)) => json!({ "flow": match &record.status {
+                FlowStatus::Started => json!({ "principal": record.flow.principal, "status": "started" }),
+                FlowStatus::Completed { by } => json!({ "principal": record.flow.principal, "status": "completed", "by": by }),
+            } }),
+            StoreReturn::FlowCompletion(completion) => json!({ "completion": format!("{completion:?}") }),
             StoreReturn::Failed(error) => json!({ "failed": error.to_string() }),
         }
     }

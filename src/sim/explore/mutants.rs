@@ -14,12 +14,14 @@
 //!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
 //!   state by re-sealing it, cancel consuming, decline not consuming, remembered capabilities).
 
+use crate::framework::out_of_band::{Completion, FlowRecord, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
 use crate::framework::{RequestContext, Service};
 use crate::policy::containment::FileUri;
 use crate::policy::state::read_unverified;
 use crate::scenario::{self, Scenario};
-use crate::servers::notes::{NotesServer, TOOL_NOTES_DELETE};
+use crate::servers::notes::publish::read_publish_claims_unverified;
+use crate::servers::notes::{NotesServer, TOOL_NOTES_DELETE, TOOL_NOTES_PUBLISH};
 use crate::sim::actors::gateway_mutants::GatewayVariant;
 use crate::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
 use crate::sim::library;
@@ -273,6 +275,22 @@ pub const MUTANTS: &[Mutant] = &[
         build: Build::Gateway(GatewayVariant::RevokeIgnoringBackend),
         liveness: false,
     },
+    Mutant {
+        name: "url-bound-to-nothing",
+        mistake: "The out-of-band page completes a flow for whoever opens its URL, as if the link itself proved who the user is.",
+        exposed_by: "31-url-mode-completed-by-the-wrong-user.sim",
+        also_caught_by: "35-url-mode-two-browsers-race-one-url.sim",
+        build: Build::Notes(url_bound_to_nothing),
+        liveness: false,
+    },
+    Mutant {
+        name: "accept-trusted-as-completion",
+        mistake: "Takes the client's accept of a URL-mode elicitation as proof that the out-of-band step was completed.",
+        exposed_by: "30-url-mode-publish-completed-on-the-page.sim",
+        also_caught_by: "31-url-mode-completed-by-the-wrong-user.sim",
+        build: Build::Notes(accept_trusted_as_completion),
+        liveness: false,
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static Mutant> {
@@ -364,7 +382,13 @@ pub fn scenario_named(name: &str) -> Option<Scenario> {
 }
 
 fn server(parts: InstanceParts) -> NotesServer {
-    let ports = crate::assembly::NotesPorts { notes: parts.notes, replay: parts.replay, clock: parts.clock, nonces: parts.nonces };
+    let ports = crate::assembly::NotesPorts {
+        notes: parts.notes,
+        replay: parts.replay,
+        clock: parts.clock,
+        nonces: parts.nonces,
+        out_of_band: parts.out_of_band,
+    };
     crate::assembly::notes_server(parts.config, ports)
 }
 
@@ -645,6 +669,10 @@ impl Service for MistakenService {
         self.inner.has_method(method)
     }
 
+    async fn page(&self, user: &str, request: &crate::framework::out_of_band::PageRequest) -> crate::framework::out_of_band::PageAnswer {
+        self.inner.page(user, request).await
+    }
+
     async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
         if !is_notes_delete(method, params) {
             return self.inner.call(context, method, params).await;
@@ -714,5 +742,71 @@ impl Service for MistakenService {
                 self.inner.call(context, method, params).await
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// URL-mode elicitation (GUARANTEES.md §2.7): the real server with one out-of-band decision made wrongly.
+
+/// An out-of-band store that completes a flow as its own principal, whoever is signed in on the page.
+struct UnboundFlows {
+    inner: Arc<dyn OutOfBandStore>,
+}
+
+#[async_trait]
+impl OutOfBandStore for UnboundFlows {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+        self.inner.start(flow, now_ms).await
+    }
+
+    async fn flow(&self, reference: &str) -> Result<Option<FlowRecord>, StoreError> {
+        self.inner.flow(reference).await
+    }
+
+    async fn complete(&self, reference: &str, user: &str, now_ms: u64) -> Result<Completion, StoreError> {
+        match self.inner.flow(reference).await? {
+            Some(record) => self.inner.complete(reference, &record.flow.principal, now_ms).await,
+            None => self.inner.complete(reference, user, now_ms).await,
+        }
+    }
+}
+
+fn url_bound_to_nothing(mut parts: InstanceParts) -> Arc<dyn Service> {
+    if let Some(out_of_band) = &mut parts.out_of_band {
+        out_of_band.store = Arc::new(UnboundFlows { inner: out_of_band.store.clone() });
+    }
+    Arc::new(server(parts))
+}
+
+/// The real server behind a wrapper that, on a `notes_publish` retry answered `accept`, marks the flow
+/// completed for the principal before handing the request on.
+struct AcceptTrusted {
+    inner: NotesServer,
+}
+
+fn accept_trusted_as_completion(parts: InstanceParts) -> Arc<dyn Service> {
+    Arc::new(AcceptTrusted { inner: server(parts) })
+}
+
+#[async_trait]
+impl Service for AcceptTrusted {
+    fn has_method(&self, method: &str) -> bool {
+        self.inner.has_method(method)
+    }
+
+    async fn page(&self, user: &str, request: &crate::framework::out_of_band::PageRequest) -> crate::framework::out_of_band::PageAnswer {
+        self.inner.page(user, request).await
+    }
+
+    async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
+        let publishing = method == "tools/call" && params.get("name").and_then(Value::as_str) == Some(TOOL_NOTES_PUBLISH);
+        let accepted = params.pointer("/inputResponses/publish_authorization/action").and_then(Value::as_str) == Some("accept");
+        if let (true, true, Some(out_of_band)) = (publishing, accepted, &self.inner.out_of_band) {
+            if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(read_publish_claims_unverified) {
+                let now_ms = self.inner.clock.now_ms();
+                let _ = out_of_band.store.complete(&claims.reference, &claims.principal, now_ms).await;
+            }
+        }
+        self.inner.call(context, method, params).await
     }
 }

@@ -43,6 +43,11 @@ pub fn render(transcript: &Transcript) -> String {
         if !value.is_object() && message.exact.is_some() {
             continue;
         }
+        // A browser's visit to the out-of-band page, and the page's answer, are HTTP between a person and the
+        // server, not MCP: not in an MCP trace.
+        if value.get("page").is_some() {
+            continue;
+        }
         let event = json!({
             "seq": seq,
             "direction": direction,

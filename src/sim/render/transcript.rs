@@ -77,7 +77,8 @@ impl Message {
         match payload {
             Payload::Request { bytes, .. } => {
                 let (value, exact) = parse_exact(bytes);
-                let notification = value.is_object() && value.get("id").is_none();
+                // A browser's page request (`{"page":…}`) has no id, and is answered: not a notification.
+                let notification = value.is_object() && value.get("id").is_none() && value.get("page").is_none();
                 Message { kind: if notification { Kind::Notify } else { Kind::Request }, body: Body::Json(Arc::new(value)), exact }
             }
             // The bytes are the compact serialization of `value`: canonical by construction.
@@ -92,7 +93,9 @@ impl Message {
     /// The method for requests, the store operation for calls and returns, empty for responses.
     pub fn label(&self) -> &str {
         match &self.body {
-            Body::Json(value) if self.kind != Kind::Response => value.get("method").and_then(Value::as_str).unwrap_or(""),
+            Body::Json(value) if self.kind != Kind::Response => {
+                value.get("method").and_then(Value::as_str).unwrap_or(if value.get("page").is_some() { "page" } else { "" })
+            }
             Body::Json(_) => "",
             Body::Call(call) => call.label(),
             Body::Return { call, .. } => call,
