@@ -8,72 +8,153 @@
 //! ends; then it is pruned like a consumed entry.
 
 use crate::framework::ports::{
-    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+    fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
+    StoreError,
 };
 use crate::policy::containment::FileUri;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Notes in listing order.
+/// Notes in listing order, indexed by id and by place (workspace, then title): round 1's search reads the
+/// notes of the asked workspace, never the rest of the store.
 #[derive(Debug, Default)]
 pub struct MemoryNoteStore {
-    notes: Mutex<Vec<Note>>,
+    notes: Mutex<Notes>,
+}
+
+#[derive(Debug, Default)]
+struct Notes {
+    /// Position → note: the listing order (positions only grow; a replaced note keeps its place).
+    listing: BTreeMap<u64, Note>,
+    /// Id → position.
+    positions: BTreeMap<String, u64>,
+    /// (the URI's [`FileUri::index_key`], position) → the folded title. A workspace's notes are one range of
+    /// it; a note whose URI does not parse is not in it (it is inside no workspace).
+    places: BTreeMap<(String, u64), String>,
+    next: u64,
+}
+
+impl Notes {
+    fn unplace(&mut self, position: u64) {
+        if let Some(key) = self.listing.get(&position).and_then(|note| note_index_key(&note.uri)) {
+            self.places.remove(&(key, position));
+        }
+    }
+
+    fn place(&mut self, position: u64) {
+        if let Some(note) = self.listing.get(&position) {
+            if let Some(key) = note_index_key(&note.uri) {
+                self.places.insert((key, position), fold_title(&note.title));
+            }
+        }
+    }
+
+    /// Adds a note at the end of the listing, or replaces the one with its id where it stands.
+    fn upsert(&mut self, note: Note) {
+        let position = match self.positions.get(&note.id) {
+            Some(&position) => {
+                self.unplace(position);
+                position
+            }
+            None => {
+                let position = self.next;
+                self.next += 1;
+                self.positions.insert(note.id.clone(), position);
+                position
+            }
+        };
+        self.listing.insert(position, note);
+        self.place(position);
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Note> {
+        let position = *self.positions.get(id)?;
+        self.unplace(position);
+        self.positions.remove(id);
+        self.listing.remove(&position)
+    }
+
+    /// Changes one note in place (keeping the indexes true). Returns whether it existed.
+    fn update(&mut self, id: &str, change: impl FnOnce(&mut Note)) -> bool {
+        let Some(&position) = self.positions.get(id) else {
+            return false;
+        };
+        self.unplace(position);
+        if let Some(note) = self.listing.get_mut(&position) {
+            change(note);
+        }
+        self.place(position);
+        true
+    }
+
+    fn get(&self, id: &str) -> Option<&Note> {
+        self.positions.get(id).and_then(|position| self.listing.get(position))
+    }
+}
+
+/// A note as a search returns it: everything but the body, which a confirmation form never shows.
+fn without_body(note: &Note) -> Note {
+    Note { id: note.id.clone(), title: note.title.clone(), uri: note.uri.clone(), body: String::new(), revision: note.revision.clone() }
 }
 
 impl MemoryNoteStore {
+    /// The notes in listing order. A later note with an id already listed replaces that one where it stands.
     pub fn new(notes: Vec<Note>) -> Self {
-        MemoryNoteStore { notes: Mutex::new(notes) }
+        let mut indexed = Notes::default();
+        for note in notes {
+            indexed.upsert(note);
+        }
+        MemoryNoteStore { notes: Mutex::new(indexed) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Note>> {
-        // A poisoned lock only means another thread panicked mid-read; the Vec is still consistent.
+    fn lock(&self) -> MutexGuard<'_, Notes> {
+        // A poisoned lock only means another thread panicked mid-read; every change keeps the indexes whole
+        // before it can panic (none of them does).
         self.notes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn snapshot(&self) -> Vec<Note> {
-        self.lock().clone()
+        self.lock().listing.values().cloned().collect()
+    }
+
+    /// How many notes the store holds.
+    pub fn len(&self) -> usize {
+        self.lock().listing.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Admin: adds or replaces a note.
     pub fn upsert(&self, note: Note) {
-        let mut notes = self.lock();
-        match notes.iter_mut().find(|n| n.id == note.id) {
-            Some(existing) => *existing = note,
-            None => notes.push(note),
-        }
+        self.lock().upsert(note);
     }
 
     /// Admin: deletes behind everyone's back. Returns whether it existed.
     pub fn remove(&self, id: &str) -> bool {
-        let mut notes = self.lock();
-        let before = notes.len();
-        notes.retain(|n| n.id != id);
-        notes.len() != before
+        self.lock().remove(id).is_some()
     }
 
     /// Admin: moves a note to another URI. Returns whether it existed.
     pub fn move_to(&self, id: &str, uri: &str) -> bool {
-        self.lock().iter_mut().find(|n| n.id == id).map(|n| n.uri = uri.to_string()).is_some()
+        self.lock().update(id, |n| n.uri = uri.to_string())
     }
 
     /// Admin: replaces a note's file with another copy at the same place (what a user's editor does when it saves
     /// by writing a new file and renaming it over the old): same id, title, URI and body, a new `revision`
     /// (`copy-1`, `copy-2`, … : deterministic). Returns whether it existed.
     pub fn swap(&self, id: &str) -> bool {
-        self.lock()
-            .iter_mut()
-            .find(|n| n.id == id)
-            .map(|n| {
-                let copies = n.revision.strip_prefix("copy-").and_then(|k| k.parse::<u64>().ok()).unwrap_or(0);
-                n.revision = format!("copy-{}", copies + 1);
-            })
-            .is_some()
+        self.lock().update(id, |n| {
+            let copies = n.revision.strip_prefix("copy-").and_then(|k| k.parse::<u64>().ok()).unwrap_or(0);
+            n.revision = format!("copy-{}", copies + 1);
+        })
     }
 
     /// Admin: renames a note. Returns whether it existed.
     pub fn rename(&self, id: &str, title: &str) -> bool {
-        self.lock().iter_mut().find(|n| n.id == id).map(|n| n.title = title.to_string()).is_some()
+        self.lock().update(id, |n| n.title = title.to_string())
     }
 }
 
@@ -83,17 +164,42 @@ impl NoteStore for MemoryNoteStore {
         Ok(self.snapshot())
     }
 
+    async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
+        let notes = self.lock();
+        let (start, end) = workspace.index_range();
+        let query = fold_title(query);
+        let mut positions: Vec<u64> = notes
+            .places
+            .range((start, 0)..(end, 0))
+            .filter(|(_, title)| title.contains(&query))
+            .map(|((_, position), _)| *position)
+            .collect();
+        positions.sort_unstable();
+        Ok(positions.iter().filter_map(|position| notes.listing.get(position)).map(without_body).collect())
+    }
+
+    async fn notes_by_ids(&self, ids: &[String]) -> Result<Vec<Note>, StoreError> {
+        let notes = self.lock();
+        let mut positions: Vec<u64> = ids.iter().filter_map(|id| notes.positions.get(id).copied()).collect();
+        positions.sort_unstable();
+        positions.dedup();
+        Ok(positions.iter().filter_map(|position| notes.listing.get(position)).map(without_body).collect())
+    }
+
     async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
         let mut notes = self.lock();
         // Another copy at the same id (an admin swap) is not the note the form showed.
-        let Some(index) = notes.iter().position(|n| n.id == id && n.revision == revision) else {
+        let Some(note) = notes.get(id).filter(|n| n.revision == revision) else {
             return Ok(GuardedDelete::Gone);
         };
-        let inside = FileUri::parse(&notes[index].uri).is_ok_and(|uri| workspace.contains(&uri));
+        let inside = FileUri::parse(&note.uri).is_ok_and(|uri| workspace.contains(&uri));
         if !inside {
             return Ok(GuardedDelete::OutsideWorkspace);
         }
-        Ok(GuardedDelete::Deleted(notes.remove(index)))
+        match notes.remove(id) {
+            Some(note) => Ok(GuardedDelete::Deleted(note)),
+            None => Ok(GuardedDelete::Gone),
+        }
     }
 }
 
