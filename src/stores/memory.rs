@@ -218,6 +218,42 @@ pub const REPLAY_CAPACITY: usize = 100_000;
 pub const REPLAY_PRINCIPAL_SHARE_PERCENT: usize = 25;
 /// How long a nonce is kept past its state's expiry.
 pub const REPLAY_RETENTION_GRACE_MS: u64 = 60_000;
+/// The most one held nonce of a notes-server confirmation costs the memory replay store, in bytes of heap
+/// (ledger entry, expiry index and their share of the trees' nodes), as `tests/replay_bytes.rs` measures it
+/// with a counting allocator.
+pub const MEMORY_REPLAY_BYTES_PER_NONCE: usize = 200;
+/// What `serve` lets a memory replay store hold by default: its default capacity is this budget over
+/// [`MEMORY_REPLAY_BYTES_PER_NONCE`] (335,544 nonces).
+pub const MEMORY_REPLAY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+/// Nonces a SQLite or PostgreSQL replay store holds by default under `serve`: a row each, on disk.
+pub const DATABASE_REPLAY_CAPACITY: usize = 5_000_000;
+
+/// Where a replay store keeps its nonces, for sizing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayMedium {
+    Memory,
+    /// SQLite or PostgreSQL: a row per nonce.
+    Database,
+    /// The folder store: a file per nonce in `FOLDER/.mcpsim`.
+    Files,
+}
+
+/// The replay capacity `serve` gives a store by default when `[replay] capacity` does not say: memory is
+/// bounded by bytes, the databases by rows; the folder store keeps the original 100,000 (a file each).
+pub fn default_replay_capacity(medium: ReplayMedium) -> usize {
+    match medium {
+        ReplayMedium::Memory => MEMORY_REPLAY_BUDGET_BYTES / MEMORY_REPLAY_BYTES_PER_NONCE,
+        ReplayMedium::Database => DATABASE_REPLAY_CAPACITY,
+        ReplayMedium::Files => REPLAY_CAPACITY,
+    }
+}
+
+/// The confirmations per second a replay store of `capacity` nonces sustains without refusing
+/// (`replay_store_full`): every nonce is held for its state's lifetime plus the grace period, so at most
+/// `capacity / (ttl + grace)` can be claimed per second, all principals together (one principal: its share).
+pub fn sustained_claims_per_second(capacity: usize, state_ttl_ms: u64, grace_ms: u64) -> f64 {
+    capacity as f64 * 1000.0 / state_ttl_ms.saturating_add(grace_ms).max(1) as f64
+}
 
 /// Bounds of the replay store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,19 +287,153 @@ enum Entry {
     Consumed(ClaimRecord),
 }
 
+/// A nonce as the ledger keys it: the 16 bytes our servers draw (base64url without padding, 22 characters,
+/// decoded) or, for anything else a state could carry, the text itself. Two keys are equal exactly when the
+/// nonces are.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum NonceKey {
+    Drawn([u8; 16]),
+    Other(Box<str>),
+}
+
+impl NonceKey {
+    fn of(nonce: &str) -> NonceKey {
+        use base64::Engine;
+        let engine = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        if nonce.len() == 22 {
+            if let Ok(bytes) = engine.decode(nonce) {
+                // Only the canonical spelling: another text decoding to the same bytes is another nonce.
+                if let Ok(drawn) = <[u8; 16]>::try_from(bytes.as_slice()) {
+                    if engine.encode(drawn) == nonce {
+                        return NonceKey::Drawn(drawn);
+                    }
+                }
+            }
+        }
+        NonceKey::Other(nonce.into())
+    }
+
+    fn text(&self) -> String {
+        use base64::Engine;
+        match self {
+            NonceKey::Drawn(bytes) => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+            NonceKey::Other(text) => text.to_string(),
+        }
+    }
+}
+
+/// A short string kept inline (note ids are short), a longer one on the heap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Text {
+    Inline { len: u8, bytes: [u8; TEXT_INLINE_MAX] },
+    Heap(Box<str>),
+}
+
+const TEXT_INLINE_MAX: usize = 22;
+
+impl Text {
+    fn of(text: &str) -> Text {
+        if text.len() <= TEXT_INLINE_MAX {
+            let mut bytes = [0u8; TEXT_INLINE_MAX];
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            Text::Inline { len: text.len() as u8, bytes }
+        } else {
+            Text::Heap(text.into())
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Copied from a `&str` at a char boundary (the whole string), so always UTF-8.
+            Text::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
+            Text::Heap(text) => text,
+        }
+    }
+}
+
+/// What a held nonce means, in a fixed-size encoding (no JSON, no value tree): the note id of a deletion
+/// inline, a tool name as a number into the ledger's word table; only the gateway's confirmations (their
+/// arguments digest) keep a box.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Pending,
+    Deleted(Text),
+    Declined(Option<u32>),
+    Confirmed(Box<(u32, Box<str>)>),
+    InProgress,
+    Cancelled,
+}
+
+/// One held nonce: whose it is (a number into the word table) and what it meant. Its expiry is kept once,
+/// in the ledger's expiry index.
+#[derive(Debug, Clone)]
+struct Held {
+    principal: u32,
+    outcome: Outcome,
+}
+
+/// Principals and tool names, each kept once: held nonces refer to them by number.
+#[derive(Debug, Default)]
+struct Words {
+    numbers: BTreeMap<Box<str>, u32>,
+    words: Vec<Box<str>>,
+}
+
+impl Words {
+    fn number(&mut self, word: &str) -> u32 {
+        if let Some(&number) = self.numbers.get(word) {
+            return number;
+        }
+        let number = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
+        self.words.push(word.into());
+        self.numbers.insert(word.into(), number);
+        number
+    }
+
+    fn word(&self, number: u32) -> &str {
+        self.words.get(number as usize).map_or("", |word| word)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Ledger {
-    /// nonce → (expiry, principal, entry).
-    entries: BTreeMap<String, (u64, String, Entry)>,
-    /// Nonces held per principal (only principals holding some).
-    held: BTreeMap<String, usize>,
-    by_expiry: BTreeSet<(u64, String)>,
+    entries: BTreeMap<NonceKey, Held>,
+    /// Nonces held per principal number (only principals holding some).
+    held: BTreeMap<u32, usize>,
+    by_expiry: BTreeSet<(u64, NonceKey)>,
+    words: Words,
     /// The latest expiry pruned so far: a claim of a state expiring at or before it may have been pruned
     /// after it was used, so it is refused whatever the claimant's clock says.
     pruned_through_ms: u64,
 }
 
 impl Ledger {
+    fn encode(&mut self, entry: &Entry) -> Outcome {
+        match entry {
+            Entry::Pending => Outcome::Pending,
+            Entry::Consumed(ClaimRecord::Deleted { note_id }) => Outcome::Deleted(Text::of(note_id)),
+            Entry::Consumed(ClaimRecord::Declined { tool }) => Outcome::Declined(tool.as_deref().map(|tool| self.words.number(tool))),
+            Entry::Consumed(ClaimRecord::Confirmed { tool, arguments_digest }) => {
+                Outcome::Confirmed(Box::new((self.words.number(tool), arguments_digest.as_str().into())))
+            }
+            Entry::Consumed(ClaimRecord::InProgress) => Outcome::InProgress,
+            Entry::Consumed(ClaimRecord::Cancelled) => Outcome::Cancelled,
+        }
+    }
+
+    fn decode(&self, outcome: &Outcome) -> Entry {
+        Entry::Consumed(match outcome {
+            Outcome::Pending => return Entry::Pending,
+            Outcome::Deleted(note_id) => ClaimRecord::Deleted { note_id: note_id.as_str().to_string() },
+            Outcome::Declined(tool) => ClaimRecord::Declined { tool: tool.map(|tool| self.words.word(tool).to_string()) },
+            Outcome::Confirmed(confirmed) => {
+                ClaimRecord::Confirmed { tool: self.words.word(confirmed.0).to_string(), arguments_digest: confirmed.1.to_string() }
+            }
+            Outcome::InProgress => ClaimRecord::InProgress,
+            Outcome::Cancelled => ClaimRecord::Cancelled,
+        })
+    }
+
     /// Drops every entry whose retention (its state's expiry plus the grace period) has ended, consumed and
     /// pending alike; never an unexpired one.
     ///
@@ -272,45 +442,59 @@ impl Ledger {
     /// nonce again and dropping it allows no replay. Keeping it would let every crash shrink the store for good
     /// and, at the head of the expiry order, stop everything behind it from ever being pruned.
     fn prune(&mut self, now_ms: u64, grace_ms: u64) {
-        while let Some((expires_at_ms, nonce)) = self.by_expiry.first().cloned() {
+        while let Some((expires_at_ms, _)) = self.by_expiry.first() {
             if expires_at_ms.saturating_add(grace_ms) > now_ms {
                 break;
             }
-            self.by_expiry.pop_first();
-            self.remove(&nonce);
+            let Some((expires_at_ms, key)) = self.by_expiry.pop_first() else { break };
+            self.remove(&key);
             self.pruned_through_ms = self.pruned_through_ms.max(expires_at_ms);
         }
     }
 
     fn insert(&mut self, claim: &NonceClaim, entry: Entry) {
-        let previous = self.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, claim.principal.clone(), entry));
+        let key = NonceKey::of(&claim.nonce);
+        let principal = self.words.number(&claim.principal);
+        let outcome = self.encode(&entry);
+        let previous = self.entries.insert(key.clone(), Held { principal, outcome });
         if previous.is_none() {
-            *self.held.entry(claim.principal.clone()).or_insert(0) += 1;
+            *self.held.entry(principal).or_insert(0) += 1;
         }
-        self.by_expiry.insert((claim.expires_at_ms, claim.nonce.clone()));
+        self.by_expiry.insert((claim.expires_at_ms, key));
     }
 
     /// Removes an entry (not its expiry index) and gives its principal's place back.
-    fn remove(&mut self, nonce: &str) {
-        if let Some((_, principal, _)) = self.entries.remove(nonce) {
-            if let Some(count) = self.held.get_mut(&principal) {
+    fn remove(&mut self, key: &NonceKey) {
+        if let Some(held) = self.entries.remove(key) {
+            if let Some(count) = self.held.get_mut(&held.principal) {
                 *count -= 1;
                 if *count == 0 {
-                    self.held.remove(&principal);
+                    self.held.remove(&held.principal);
                 }
             }
         }
     }
 
+    /// Releases a reservation: the entry and its expiry index.
+    fn release(&mut self, claim: &NonceClaim) {
+        let key = NonceKey::of(&claim.nonce);
+        self.remove(&key);
+        self.by_expiry.remove(&(claim.expires_at_ms, key));
+    }
+
     fn held_by(&self, principal: &str) -> usize {
-        self.held.get(principal).copied().unwrap_or(0)
+        self.words.numbers.get(principal).and_then(|number| self.held.get(number)).copied().unwrap_or(0)
+    }
+
+    fn get(&self, nonce: &str) -> Option<Entry> {
+        self.entries.get(&NonceKey::of(nonce)).map(|held| self.decode(&held.outcome))
     }
 
     fn reserve(&mut self, claim: &NonceClaim, entry: Entry, now_ms: u64, limits: ReplayLimits) -> Result<(), ClaimOutcome> {
-        if let Some((_, _, existing)) = self.entries.get(&claim.nonce) {
+        if let Some(existing) = self.get(&claim.nonce) {
             let record = match existing {
                 Entry::Pending => ClaimRecord::InProgress,
-                Entry::Consumed(record) => record.clone(),
+                Entry::Consumed(record) => record,
             };
             return Err(ClaimOutcome::AlreadyClaimed { record });
         }
@@ -328,6 +512,12 @@ impl Ledger {
         }
         self.insert(claim, entry);
         Ok(())
+    }
+
+    /// Nonces held per principal, by name.
+    #[cfg(test)]
+    fn held_by_name(&self) -> BTreeMap<String, usize> {
+        self.held.iter().map(|(number, count)| (self.words.word(*number).to_string(), *count)).collect()
     }
 }
 
@@ -359,22 +549,26 @@ impl MemoryReplayStore {
 
     /// The record of a consumed nonce, if held.
     pub fn record(&self, nonce: &str) -> Option<ClaimRecord> {
-        match self.lock().entries.get(nonce) {
-            Some((_, _, Entry::Consumed(record))) => Some(record.clone()),
+        match self.lock().get(nonce) {
+            Some(Entry::Consumed(record)) => Some(record),
             _ => None,
         }
     }
 
     /// Consumed nonces and their records, in nonce order (for inspection and transcripts).
     pub fn consumed(&self) -> Vec<(String, ClaimRecord)> {
-        self.lock()
+        let ledger = self.lock();
+        let mut consumed: Vec<(String, ClaimRecord)> = ledger
             .entries
             .iter()
-            .filter_map(|(nonce, (_, _, entry))| match entry {
-                Entry::Consumed(record) => Some((nonce.clone(), record.clone())),
+            .filter_map(|(key, held)| match ledger.decode(&held.outcome) {
+                Entry::Consumed(record) => Some((key.text(), record)),
                 Entry::Pending => None,
             })
-            .collect()
+            .collect();
+        // The keys' order is the bytes', not the text's: sort by the text, as a transcript reads it.
+        consumed.sort_by(|a, b| a.0.cmp(&b.0));
+        consumed
     }
 
     pub fn limits(&self) -> ReplayLimits {
@@ -420,8 +614,7 @@ impl ReplayStore for MemoryReplayStore {
             }
             other => {
                 // Release: nothing was deleted, so nothing is consumed.
-                ledger.remove(&claim.nonce);
-                ledger.by_expiry.remove(&(claim.expires_at_ms, claim.nonce.clone()));
+                ledger.release(&claim);
                 match other {
                     Ok(GuardedDelete::Gone) => Ok(ClaimAndDelete::NoteGone),
                     Ok(GuardedDelete::OutsideWorkspace) => Ok(ClaimAndDelete::NoteOutsideWorkspace),
@@ -510,7 +703,7 @@ mod tests {
             "within its retention a stranded claim refuses every retry"
         );
         assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 3_100, limits), Ok(()));
-        assert_eq!(ledger.entries.keys().collect::<Vec<_>>(), ["new"], "both expired entries were pruned");
+        assert_eq!(ledger.entries.keys().map(NonceKey::text).collect::<Vec<_>>(), ["new"], "both expired entries were pruned");
     }
 
     #[tokio::test]
@@ -534,7 +727,37 @@ mod tests {
             Ok(ClaimOutcome::Claimed),
             "expired entries give places back"
         );
-        assert_eq!(replay.lock().held, BTreeMap::from([("bob".to_string(), 1)]), "counts follow the entries");
+        assert_eq!(replay.lock().held_by_name(), BTreeMap::from([("bob".to_string(), 1)]), "counts follow the entries");
+    }
+
+    #[test]
+    fn records_and_nonces_read_back_as_they_were_written() {
+        let limits = ReplayLimits::with_share(100, 100, 100);
+        let mut ledger = Ledger::default();
+        let records = [
+            ClaimRecord::Deleted { note_id: "note-7".into() },
+            ClaimRecord::Deleted { note_id: "a note id longer than twenty-two bytes, ünïcode".into() },
+            ClaimRecord::Declined { tool: None },
+            ClaimRecord::Declined { tool: Some("notes.export".into()) },
+            ClaimRecord::Confirmed { tool: "notes.export".into(), arguments_digest: "ab".repeat(32) },
+            ClaimRecord::InProgress,
+            ClaimRecord::Cancelled,
+        ];
+        // A drawn nonce, its non-canonical twin (same bytes, other last character), and free-form ones.
+        let nonces = ["AAECAwQFBgcICQoLDA0ODw", "AAECAwQFBgcICQoLDA0ODx", "short", "x".repeat(40).leak()];
+        assert_eq!(NonceKey::of(nonces[0]), NonceKey::Drawn(core::array::from_fn(|i| i as u8)));
+        assert!(matches!(NonceKey::of(nonces[1]), NonceKey::Other(_)), "only the canonical spelling is compacted");
+        for (n, nonce) in nonces.iter().enumerate() {
+            for (r, record) in records.iter().enumerate() {
+                let nonce = format!("{nonce}{}", if r == 0 { String::new() } else { format!("-{r}") });
+                let nonce = if n == 0 && r == 0 { nonces[0].to_string() } else { format!("{n}{nonce}") };
+                let claim = NonceClaim { record: record.clone(), ..claim(&nonce, 2_000) };
+                ledger.reserve(&claim, Entry::Consumed(record.clone()), 1_000, limits).unwrap();
+                assert_eq!(ledger.get(&nonce), Some(Entry::Consumed(record.clone())), "{nonce}");
+                assert_eq!(NonceKey::of(&nonce).text(), nonce);
+            }
+        }
+        assert_eq!(ledger.get("AAECAwQFBgcICQoLDA0ODx"), None, "the twin was never claimed");
     }
 
     #[tokio::test]
