@@ -5,10 +5,12 @@
 //! cargo bench --bench fleet_load                                  # SQLite; PostgreSQL too if configured
 //! eval "$(bash .ci/postgres.sh start)" && cargo bench --bench fleet_load   # ... with a local PostgreSQL
 //! cargo bench --bench fleet_load -- --store sqlite --seconds 5 --concurrency 1,16
-//! # A deployment's load: 10,000 notes of ~1 KiB already in the store, 1 KiB bodies, states living 60 s (so
-//! # nonces are pruned from minute 2 on: the run goes past the replay store's horizon), a capacity sized for it.
-//! cargo bench --bench fleet_load -- --store sqlite-relaxed,sqlite --concurrency 16 --seconds 300 \
-//!     --notes 10000 --body-bytes 1024 --state-ttl 60 --replay-capacity 400000
+//! # A deployment's load: 1 KiB bodies, states living 10 s (nonces are kept 70 s, so a 90 s run goes past the
+//! # replay store's retention and prunes as it claims), a capacity sized for it. `--notes N` adds N more notes
+//! # first; the driver re-seeds between phases through `StoreAdmin::seed`, whose listing comparison is
+//! # quadratic in the store's size, so with thousands of notes the wall clock goes to seeding, not to flows.
+//! cargo bench --bench fleet_load -- --store sqlite-relaxed,sqlite --concurrency 16 --seconds 90 \
+//!     --body-bytes 1024 --state-ttl 10 --replay-capacity 200000
 //! ```
 //!
 //! For each store and each concurrency it measures, for the same duration:
