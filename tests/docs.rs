@@ -100,6 +100,11 @@ const NOT_RUN: &[(&str, &str)] = &[
         "listens on another machine's address (10.0.0.5)",
     ),
     ("cargo bench --bench fleet_load", "a benchmark: a release build and minutes of load on three processes (clippy --all-targets compiles it in CI)"),
+    ("cargo bench --bench store_scale", "a benchmark: a release build and minutes against stores of up to 10^6 notes (clippy --all-targets compiles it in CI)"),
+    (
+        "cargo bench --bench fleet_load -- --store sqlite-relaxed,sqlite --concurrency 16 --seconds 90 --body-bytes 1024 --state-ttl 10 --replay-capacity 200000",
+        "a benchmark: minutes of load on three processes, past the replay store's retention",
+    ),
     (".ci/conformance.sh --url http://127.0.0.1:PORT/mcp", "PORT is a server you started; CI runs .ci/conformance.sh against a fresh fixture"),
     (".ci/peers.sh python", "one half of .ci/peers.sh, which CI runs whole"),
     ("cargo test --test peer_rmcp", "one target of `cargo test`, which CI runs"),

@@ -506,3 +506,39 @@ fn one_principal_filling_its_replay_share_leaves_the_others_confirming() {
     // ...until the whole store's bound, which is kept.
     assert_eq!(reason(&decline("demo-alice")).as_deref(), Some("replay_store_full"));
 }
+
+/// `[replay] capacity` sizes the replay store: the start-up line says so (with the rate it sustains), and the
+/// bound is kept from the attacker's side: confirmations beyond it are refused, never evicting a held one.
+#[test]
+fn the_replay_capacity_is_configured_and_kept() {
+    let config = TempConfig::new(&format!("{DEMO_TOML}\n[replay]\ncapacity = 2\n"));
+    let server = HttpServer::start(&["--config", config.arg(), "--replay-share", "100"]);
+    let summary = server.stderr().join("\n");
+    assert!(summary.contains("room for 2 confirmations (2 per principal; 0/s sustained at this TTL + 60 s grace)"), "{summary}");
+    let mut serial = 0;
+    let mut decline = || -> Value {
+        serial += 1;
+        let round_one = request(
+            serial,
+            "tools/call",
+            json!({ "name": "notes_delete", "arguments": { "workspaceUri": e2e_support::ALICE_WORKSPACE, "title": "shopping list" } }),
+        );
+        let mut connection = Raw::connect(&server.address);
+        connection.send(&post(&round_one, "demo-alice"));
+        let state = connection.answer().body["result"]["requestState"].as_str().expect("round 1 asks").to_string();
+        let mut round_two = round_one.clone();
+        round_two["id"] = json!(serial + 1000);
+        round_two["params"]["requestState"] = json!(state);
+        round_two["params"]["inputResponses"] = json!({ "delete_choice": { "action": "decline" } });
+        connection.send(&post(&round_two, "demo-alice"));
+        connection.answer().body
+    };
+    for _ in 0..2 {
+        assert_eq!(decline()["result"]["structuredContent"]["outcome"], "declined");
+    }
+    assert_eq!(decline()["error"]["data"]["reason"], "replay_store_full", "the configured bound is kept");
+
+    let defaults = HttpServer::start(&[]);
+    let summary = defaults.stderr().join("\n");
+    assert!(summary.contains("room for 335544 confirmations (83886 per principal; 932/s sustained"), "memory's default: {summary}");
+}

@@ -1829,3 +1829,70 @@ mod arbitrary_input {
         }
     }
 }
+
+/// The note store's index narrows round 1's search; it never authorizes. A store whose index is wrong (here:
+/// it answers every search and every re-check with every note of the deployment, other workspaces, the evil
+/// twin folder and other titles included) still gets nothing outside the asked workspace offered or described.
+mod index_narrows_never_authorizes {
+    use super::*;
+    use async_trait::async_trait;
+    use mcpsim::framework::ports::{GuardedDelete, NoteStore, StoreError};
+    use mcpsim::servers::notes::NotesServer;
+    use mcpsim::stores::memory::MemoryNoteStore;
+    use std::sync::Arc;
+
+    /// A store double whose "index" returns everything.
+    struct WrongIndex(Arc<MemoryNoteStore>);
+
+    #[async_trait]
+    impl NoteStore for WrongIndex {
+        async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
+            self.0.list_notes().await
+        }
+        async fn find_candidates(&self, _workspace: &FileUri, _query: &str) -> Result<Vec<Note>, StoreError> {
+            self.0.list_notes().await
+        }
+        async fn notes_by_ids(&self, _ids: &[String]) -> Result<Vec<Note>, StoreError> {
+            self.0.list_notes().await
+        }
+        async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
+            self.0.delete_if_inside(id, revision, workspace).await
+        }
+    }
+
+    fn over_wrong_index(h: &Harness) -> NotesServer {
+        NotesServer { notes: Arc::new(WrongIndex(h.notes.clone())), ..h.server.clone() }
+    }
+
+    #[tokio::test]
+    async fn candidates_a_wrong_index_returns_are_refused_by_the_handler() {
+        let h = Harness::new();
+        let server = over_wrong_index(&h);
+        let first = h.delete_call(&server, "alice", &lesson_arguments(), json!({}), form_capabilities()).await.result();
+        assert_eq!(first["resultType"], "input_required", "{first}");
+        let form = &first["inputRequests"]["delete_choice"]["params"];
+        assert_eq!(form["requestedSchema"]["properties"]["note_id"]["enum"], json!(["note-3", "note-7", "note-14"]));
+        let message = form["message"].as_str().unwrap();
+        for hidden in ["note-200", "Notes-evil", "note-100", "/tmp", "note-300", "/bob/", "note-99", "shopping"] {
+            assert!(!message.contains(hidden), "the form must not mention {hidden:?}: {message}");
+        }
+        // Asking again re-checks the candidates by id through the same wrong index: still only the workspace's.
+        let state = first["requestState"].as_str().unwrap();
+        let again = h.answer_on(&server, "alice", &lesson_arguments(), state, json!({})).await.result();
+        assert_eq!(again["inputRequests"], first["inputRequests"], "the same question, nothing else described");
+        // And an attacker naming a note the index leaked is refused: it was never a candidate.
+        let leaked = json!({ "delete_choice": { "action": "accept", "content": { "note_id": "note-200", "confirm": true } } });
+        h.answer_on(&server, "alice", &lesson_arguments(), state, leaked).await.invalid("not_a_candidate");
+        h.assert_untouched();
+    }
+
+    #[tokio::test]
+    async fn a_title_the_index_wrongly_matches_is_not_offered() {
+        let h = Harness::new();
+        let server = over_wrong_index(&h);
+        let arguments = json!({ "workspaceUri": "file:///Users/alice/Documents/Notes", "title": "shopping" });
+        let result = h.delete_call(&server, "alice", &arguments, json!({}), form_capabilities()).await.result();
+        let ids = &result["inputRequests"]["delete_choice"]["params"]["requestedSchema"]["properties"]["note_id"]["enum"];
+        assert_eq!(ids, &json!(["note-99"]), "{result}");
+    }
+}

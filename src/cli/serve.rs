@@ -18,7 +18,9 @@ use crate::servers::fixture::DEFAULT_STATE_TTL_MS;
 use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
-use crate::stores::memory::{ReplayLimits, REPLAY_CAPACITY, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS};
+use crate::stores::memory::{
+    default_replay_capacity, sustained_claims_per_second, ReplayLimits, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS,
+};
 use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_text, STORE_SPEC_HELP};
 use crate::stores::system::SystemClock;
 use crate::stores::{StoreSpec, Stores};
@@ -326,10 +328,13 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The replay store's bounds: the documented capacity and grace, each principal's share as configured.
-    fn replay_limits(&self) -> ReplayLimits {
+    /// The replay store's bounds: the deployment's `[replay] capacity`, else the store's default (memory by
+    /// bytes, databases by rows); the documented grace; each principal's share as configured.
+    fn replay_limits(&self, store: &StoreSpec, deployment: &Deployment) -> ReplayLimits {
         let share = self.replay_share.map_or(REPLAY_PRINCIPAL_SHARE_PERCENT, usize::from);
-        let capacity = self.replay_capacity.map_or(REPLAY_CAPACITY, |n| n as usize);
+        let configured = self.replay_capacity.map(u64::from).or(deployment.replay.capacity);
+        let capacity =
+            configured.map_or_else(|| default_replay_capacity(store.replay_medium()), |n| usize::try_from(n).unwrap_or(usize::MAX));
         ReplayLimits::with_share(capacity, share, REPLAY_RETENTION_GRACE_MS)
     }
 
@@ -480,8 +485,14 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     runtime.block_on(async move {
         let mut served = match plan {
             Plan::Fixture => conformance_fixture(args.state_ttl),
-            Plan::Gateway(plan) => open_gateway(plan, args.state_ttl, args.replay_limits()).await?,
-            Plan::Notes(plan) => open_notes_server(plan, args.state_ttl, args.replay_limits(), args.out_of_band).await?,
+            Plan::Gateway(plan) => {
+                let limits = args.replay_limits(&plan.store, &plan.deployment);
+                open_gateway(plan, args.state_ttl, limits).await?
+            }
+            Plan::Notes(plan) => {
+                let limits = args.replay_limits(&plan.store, &plan.deployment);
+                open_notes_server(plan, args.state_ttl, limits, args.out_of_band).await?
+            }
         };
         served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
@@ -640,6 +651,7 @@ async fn open_notes_server(
     }
     let tokens = deployment.tokens();
     let principals: Vec<&str> = tokens.values().map(String::as_str).collect();
+    let ttl_secs = state_ttl_secs.unwrap_or(deployment.state_ttl_secs);
     // What the database itself says about commits, not an echo of the flag.
     let commits = match stores.admin.commit_setting().await {
         Ok(setting) if store.is_shared() => format!(" ({durability} commits: {setting})"),
@@ -647,12 +659,14 @@ async fn open_notes_server(
         Err(error) => format!(" ({durability} commits; the database did not say how: {error})"),
     };
     let summary = format!(
-        "notes server; store: {}{commits}, {note_count} notes, room for {} confirmations ({} per principal); principals with tokens: {}; {keys}; requestState lives {} s",
+        "notes server; store: {}{commits}, {note_count} notes, room for {} confirmations ({} per principal; {:.0}/s sustained at this TTL + {} s grace); principals with tokens: {}; {keys}; requestState lives {} s",
         stores.admin.describe(),
         replay_limits.capacity,
         replay_limits.principal_capacity,
+        sustained_claims_per_second(replay_limits.capacity, ttl_secs.saturating_mul(1000), replay_limits.retention_grace_ms),
+        replay_limits.retention_grace_ms / 1000,
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
-        state_ttl_secs.unwrap_or(deployment.state_ttl_secs)
+        ttl_secs
     );
     let page = out_of_band.then(|| PagePlan {
         server: server.clone(),

@@ -31,6 +31,21 @@ pub struct Deployment {
     /// Signing keys; the first signs, the rest only verify. Absent: each process draws a random key.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
+    /// The replay store's size (`[replay]`).
+    #[serde(default)]
+    pub replay: ReplayConfig,
+}
+
+/// `[replay]`: how many confirmations' nonces the replay store holds at once. Each is kept for its state's
+/// lifetime (`state_ttl_secs`) plus a grace period of 60 s, so a capacity sustains
+/// `capacity / (state_ttl_secs + 60)` confirmations per second, all principals together, before refusing
+/// with `replay_store_full` (each principal: 25% of that). Absent, `serve` sizes it per store: a memory store
+/// to 64 MiB (335,544 nonces, ≈ 932/s at the default 300 s), SQLite and PostgreSQL to 5,000,000 rows
+/// (≈ 13,900/s), a folder store to 100,000 files (≈ 278/s).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayConfig {
+    pub capacity: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -161,6 +176,11 @@ impl Deployment {
         };
         deployment.authorizations().map_err(in_file)?;
         deployment.configured_key_ring().map_err(in_file)?;
+        if deployment.replay.capacity == Some(0) {
+            return Err(ConfigError::Invalid(format!(
+                "{origin}: [replay] capacity = 0 would refuse every confirmation; give at least 1, or leave it out for the store's default"
+            )));
+        }
         let mut ids: Vec<&str> = deployment.notes.iter().map(|n| n.id.as_str()).collect();
         ids.sort();
         if ids.windows(2).any(|w| w[0] == w[1]) {
@@ -292,6 +312,17 @@ pub fn server_info() -> ServerInfo {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn replay_capacity_is_configured_in_its_own_table() {
+        assert_eq!(Deployment::demo().replay.capacity, None, "the demo leaves it to the store's default");
+        let sized = Deployment::from_toml("[replay]\ncapacity = 2000000\n", "f.toml").unwrap();
+        assert_eq!(sized.replay.capacity, Some(2_000_000));
+        let error = Deployment::from_toml("[replay]\ncapacity = 0\n", "f.toml").unwrap_err().to_string();
+        assert!(error.contains("[replay] capacity = 0") && error.contains("at least 1"), "{error}");
+        let error = Deployment::from_toml("[replay]\nsize = 5\n", "f.toml").unwrap_err().to_string();
+        assert!(error.contains("size"), "{error}");
+    }
 
     #[test]
     fn the_example_deployment_is_the_embedded_demo() {

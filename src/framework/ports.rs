@@ -28,6 +28,27 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+/// A note's title as the title search compares it: lowercased (Unicode), as the query is.
+pub fn fold_title(title: &str) -> String {
+    title.to_lowercase()
+}
+
+/// Whether a note titled `title` matches a search for `query`: the folded query is part of the folded title.
+pub fn title_matches(title: &str, query: &str) -> bool {
+    fold_title(title).contains(&fold_title(query))
+}
+
+/// Whether the note's URI normalizes to one inside `workspace` (a URI that does not parse is inside nothing).
+pub fn note_is_inside(workspace: &FileUri, note: &Note) -> bool {
+    FileUri::parse(&note.uri).is_ok_and(|uri| workspace.contains(&uri))
+}
+
+/// A note's place in a by-workspace index: its normalized URI's [`FileUri::index_key`], or `None` for a URI
+/// that does not parse (such a note is never a candidate).
+pub fn note_index_key(uri: &str) -> Option<String> {
+    FileUri::parse(uri).ok().map(|uri| uri.index_key())
+}
+
 /// Result of the note store's compare-and-delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GuardedDelete {
@@ -42,6 +63,24 @@ pub enum GuardedDelete {
 pub trait NoteStore: Send + Sync {
     /// Every note, in the store's stable listing order.
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError>;
+
+    /// The candidates of a confirmation: the notes inside `workspace` whose title contains `query` ignoring
+    /// case ([`title_matches`]), in listing order. An index narrows, it never authorizes: a store may return
+    /// more than that (the notes server checks every candidate's containment and title again and drops the
+    /// rest), never fewer. Bodies may be left empty. The default reads every note; the stores of `stores`
+    /// answer from an index on [`FileUri::index_key`] and the folded title, so the cost follows the notes in
+    /// the workspace, not in the store.
+    async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
+        let notes = self.list_notes().await?;
+        Ok(notes.into_iter().filter(|note| note_is_inside(workspace, note) && title_matches(&note.title, query)).collect())
+    }
+
+    /// The live notes among `ids`, in listing order, absent ones left out (the re-check of a form's candidates
+    /// by id). Bodies may be left empty. The default reads every note.
+    async fn notes_by_ids(&self, ids: &[String]) -> Result<Vec<Note>, StoreError> {
+        let notes = self.list_notes().await?;
+        Ok(notes.into_iter().filter(|note| ids.contains(&note.id)).collect())
+    }
 
     /// Re-reads the live note and deletes it only if it still exists with `revision` (the one the form showed;
     /// another copy at the same place is [`GuardedDelete::Gone`]) and still lies inside `workspace`.

@@ -131,6 +131,29 @@ impl FileUri {
     pub fn host(&self) -> &str {
         &self.host
     }
+
+    /// This URI as an index key with one property: `a.contains(b)` exactly when `b.index_key()` starts with
+    /// `a.index_key()`. (The printed form ends in `/` — a slash inside a segment is printed `%2F` — so a
+    /// prefix of keys is a prefix of whole segments: `file:///w/` is not a prefix of `file:///w-evil/`.) The
+    /// stores index notes by it so that "the notes inside this workspace" is one range of an ordered index;
+    /// see [`FileUri::index_range`].
+    pub fn index_key(&self) -> String {
+        let mut key = self.to_string();
+        if !key.ends_with('/') {
+            key.push('/');
+        }
+        key
+    }
+
+    /// The keys of every URI this one contains, as a half-open byte range `[start, end)`: `start` is
+    /// [`FileUri::index_key`], `end` the same with its last `/` raised to `0` (the next byte).
+    pub fn index_range(&self) -> (String, String) {
+        let start = self.index_key();
+        let mut end = start.clone();
+        end.pop();
+        end.push('0');
+        (start, end)
+    }
 }
 
 impl std::fmt::Display for FileUri {
@@ -268,6 +291,25 @@ mod tests {
                 prop_assert_eq!(root_uri.contains(&target), model);
                 // And nothing whose normalized form has no dot-dot can be inside unless it was built under the root.
                 prop_assert!(target.segments().iter().all(|s| s != ".." && s != "."));
+            }
+        }
+
+        #[test]
+        fn the_index_range_holds_exactly_the_contained(
+            host_a in "(|h|hh)", host_b in "(|h|hh)",
+            root in proptest::collection::vec("[a-c/%-]{1,3}", 0..3),
+            other in proptest::collection::vec("[a-c/%-]{1,3}", 0..4),
+        ) {
+            // Segments may hold an (encoded) slash or a dash: the prefix confusions an index could fall for.
+            let uri = |host: &str, segments: &[String]| {
+                let path: Vec<String> = segments.iter().map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect();
+                FileUri::parse(&format!("file://{host}/{}", path.join("/")))
+            };
+            if let (Ok(root), Ok(other)) = (uri(&host_a, &root), uri(&host_b, &other)) {
+                let (start, end) = root.index_range();
+                let key = other.index_key();
+                prop_assert_eq!(root.contains(&other), key.starts_with(&start));
+                prop_assert_eq!(root.contains(&other), start <= key && key < end);
             }
         }
 

@@ -36,7 +36,8 @@
 //! may exceed it by one each; no unexpired nonce is ever evicted.
 
 use crate::framework::ports::{
-    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+    note_is_inside, title_matches, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore,
+    ReplayStore, StoreError,
 };
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{SeedReport, StoreAdmin};
@@ -570,6 +571,31 @@ impl DirStore {
         Ok(notes)
     }
 
+    /// The notes of the folder `workspace` names (below the base), and of its subfolders: round 1's search
+    /// opens the workspace's files only, never the rest of the folder. (A note's title is its file's first
+    /// heading, so the files inside the workspace are read; a folder index kept beside them could go stale
+    /// behind an editor's back, and the file itself is the truth.) A workspace above the base is the whole
+    /// folder; one beside it holds nothing; one that is missing, a symlink or a file holds nothing.
+    fn list_workspace(&self, workspace: &FileUri) -> Result<Vec<Note>, StoreError> {
+        let folders: Vec<String> = if workspace.contains(&self.base) {
+            Vec::new()
+        } else if self.base.contains(workspace) {
+            workspace.segments()[self.base.segments().len()..].to_vec()
+        } else {
+            return Ok(Vec::new());
+        };
+        let dir = match self.open_dir(&folders) {
+            Ok(dir) => dir,
+            Err(Failure::Refused(_)) => return Ok(Vec::new()),
+            Err(failure) => return Err(failure_error(failure)),
+        };
+        let mut notes = Vec::new();
+        let mut walked = folders;
+        self.list_in(dir, &mut walked, &mut notes)?;
+        notes.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(notes)
+    }
+
     fn list_in(&self, dir: OwnedFd, folders: &mut Vec<String>, notes: &mut Vec<Note>) -> Result<(), StoreError> {
         for name in names_in(dir.as_fd())? {
             if notes.len() >= NOTES_MAX {
@@ -959,6 +985,11 @@ fn names_in(dir: BorrowedFd<'_>) -> Result<Vec<std::ffi::CString>, StoreError> {
 impl NoteStore for DirStore {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
         self.list()
+    }
+
+    async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
+        let notes = self.list_workspace(workspace)?;
+        Ok(notes.into_iter().filter(|note| note_is_inside(workspace, note) && title_matches(&note.title, query)).collect())
     }
 
     async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {

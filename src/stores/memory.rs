@@ -8,72 +8,153 @@
 //! ends; then it is pruned like a consumed entry.
 
 use crate::framework::ports::{
-    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+    fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
+    StoreError,
 };
 use crate::policy::containment::FileUri;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Notes in listing order.
+/// Notes in listing order, indexed by id and by place (workspace, then title): round 1's search reads the
+/// notes of the asked workspace, never the rest of the store.
 #[derive(Debug, Default)]
 pub struct MemoryNoteStore {
-    notes: Mutex<Vec<Note>>,
+    notes: Mutex<Notes>,
+}
+
+#[derive(Debug, Default)]
+struct Notes {
+    /// Position → note: the listing order (positions only grow; a replaced note keeps its place).
+    listing: BTreeMap<u64, Note>,
+    /// Id → position.
+    positions: BTreeMap<String, u64>,
+    /// (the URI's [`FileUri::index_key`], position) → the folded title. A workspace's notes are one range of
+    /// it; a note whose URI does not parse is not in it (it is inside no workspace).
+    places: BTreeMap<(String, u64), String>,
+    next: u64,
+}
+
+impl Notes {
+    fn unplace(&mut self, position: u64) {
+        if let Some(key) = self.listing.get(&position).and_then(|note| note_index_key(&note.uri)) {
+            self.places.remove(&(key, position));
+        }
+    }
+
+    fn place(&mut self, position: u64) {
+        if let Some(note) = self.listing.get(&position) {
+            if let Some(key) = note_index_key(&note.uri) {
+                self.places.insert((key, position), fold_title(&note.title));
+            }
+        }
+    }
+
+    /// Adds a note at the end of the listing, or replaces the one with its id where it stands.
+    fn upsert(&mut self, note: Note) {
+        let position = match self.positions.get(&note.id) {
+            Some(&position) => {
+                self.unplace(position);
+                position
+            }
+            None => {
+                let position = self.next;
+                self.next += 1;
+                self.positions.insert(note.id.clone(), position);
+                position
+            }
+        };
+        self.listing.insert(position, note);
+        self.place(position);
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Note> {
+        let position = *self.positions.get(id)?;
+        self.unplace(position);
+        self.positions.remove(id);
+        self.listing.remove(&position)
+    }
+
+    /// Changes one note in place (keeping the indexes true). Returns whether it existed.
+    fn update(&mut self, id: &str, change: impl FnOnce(&mut Note)) -> bool {
+        let Some(&position) = self.positions.get(id) else {
+            return false;
+        };
+        self.unplace(position);
+        if let Some(note) = self.listing.get_mut(&position) {
+            change(note);
+        }
+        self.place(position);
+        true
+    }
+
+    fn get(&self, id: &str) -> Option<&Note> {
+        self.positions.get(id).and_then(|position| self.listing.get(position))
+    }
+}
+
+/// A note as a search returns it: everything but the body, which a confirmation form never shows.
+fn without_body(note: &Note) -> Note {
+    Note { id: note.id.clone(), title: note.title.clone(), uri: note.uri.clone(), body: String::new(), revision: note.revision.clone() }
 }
 
 impl MemoryNoteStore {
+    /// The notes in listing order. A later note with an id already listed replaces that one where it stands.
     pub fn new(notes: Vec<Note>) -> Self {
-        MemoryNoteStore { notes: Mutex::new(notes) }
+        let mut indexed = Notes::default();
+        for note in notes {
+            indexed.upsert(note);
+        }
+        MemoryNoteStore { notes: Mutex::new(indexed) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Note>> {
-        // A poisoned lock only means another thread panicked mid-read; the Vec is still consistent.
+    fn lock(&self) -> MutexGuard<'_, Notes> {
+        // A poisoned lock only means another thread panicked mid-read; every change keeps the indexes whole
+        // before it can panic (none of them does).
         self.notes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn snapshot(&self) -> Vec<Note> {
-        self.lock().clone()
+        self.lock().listing.values().cloned().collect()
+    }
+
+    /// How many notes the store holds.
+    pub fn len(&self) -> usize {
+        self.lock().listing.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Admin: adds or replaces a note.
     pub fn upsert(&self, note: Note) {
-        let mut notes = self.lock();
-        match notes.iter_mut().find(|n| n.id == note.id) {
-            Some(existing) => *existing = note,
-            None => notes.push(note),
-        }
+        self.lock().upsert(note);
     }
 
     /// Admin: deletes behind everyone's back. Returns whether it existed.
     pub fn remove(&self, id: &str) -> bool {
-        let mut notes = self.lock();
-        let before = notes.len();
-        notes.retain(|n| n.id != id);
-        notes.len() != before
+        self.lock().remove(id).is_some()
     }
 
     /// Admin: moves a note to another URI. Returns whether it existed.
     pub fn move_to(&self, id: &str, uri: &str) -> bool {
-        self.lock().iter_mut().find(|n| n.id == id).map(|n| n.uri = uri.to_string()).is_some()
+        self.lock().update(id, |n| n.uri = uri.to_string())
     }
 
     /// Admin: replaces a note's file with another copy at the same place (what a user's editor does when it saves
     /// by writing a new file and renaming it over the old): same id, title, URI and body, a new `revision`
     /// (`copy-1`, `copy-2`, … : deterministic). Returns whether it existed.
     pub fn swap(&self, id: &str) -> bool {
-        self.lock()
-            .iter_mut()
-            .find(|n| n.id == id)
-            .map(|n| {
-                let copies = n.revision.strip_prefix("copy-").and_then(|k| k.parse::<u64>().ok()).unwrap_or(0);
-                n.revision = format!("copy-{}", copies + 1);
-            })
-            .is_some()
+        self.lock().update(id, |n| {
+            let copies = n.revision.strip_prefix("copy-").and_then(|k| k.parse::<u64>().ok()).unwrap_or(0);
+            n.revision = format!("copy-{}", copies + 1);
+        })
     }
 
     /// Admin: renames a note. Returns whether it existed.
     pub fn rename(&self, id: &str, title: &str) -> bool {
-        self.lock().iter_mut().find(|n| n.id == id).map(|n| n.title = title.to_string()).is_some()
+        self.lock().update(id, |n| n.title = title.to_string())
     }
 }
 
@@ -83,17 +164,42 @@ impl NoteStore for MemoryNoteStore {
         Ok(self.snapshot())
     }
 
+    async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
+        let notes = self.lock();
+        let (start, end) = workspace.index_range();
+        let query = fold_title(query);
+        let mut positions: Vec<u64> = notes
+            .places
+            .range((start, 0)..(end, 0))
+            .filter(|(_, title)| title.contains(&query))
+            .map(|((_, position), _)| *position)
+            .collect();
+        positions.sort_unstable();
+        Ok(positions.iter().filter_map(|position| notes.listing.get(position)).map(without_body).collect())
+    }
+
+    async fn notes_by_ids(&self, ids: &[String]) -> Result<Vec<Note>, StoreError> {
+        let notes = self.lock();
+        let mut positions: Vec<u64> = ids.iter().filter_map(|id| notes.positions.get(id).copied()).collect();
+        positions.sort_unstable();
+        positions.dedup();
+        Ok(positions.iter().filter_map(|position| notes.listing.get(position)).map(without_body).collect())
+    }
+
     async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
         let mut notes = self.lock();
         // Another copy at the same id (an admin swap) is not the note the form showed.
-        let Some(index) = notes.iter().position(|n| n.id == id && n.revision == revision) else {
+        let Some(note) = notes.get(id).filter(|n| n.revision == revision) else {
             return Ok(GuardedDelete::Gone);
         };
-        let inside = FileUri::parse(&notes[index].uri).is_ok_and(|uri| workspace.contains(&uri));
+        let inside = FileUri::parse(&note.uri).is_ok_and(|uri| workspace.contains(&uri));
         if !inside {
             return Ok(GuardedDelete::OutsideWorkspace);
         }
-        Ok(GuardedDelete::Deleted(notes.remove(index)))
+        match notes.remove(id) {
+            Some(note) => Ok(GuardedDelete::Deleted(note)),
+            None => Ok(GuardedDelete::Gone),
+        }
     }
 }
 
@@ -112,6 +218,42 @@ pub const REPLAY_CAPACITY: usize = 100_000;
 pub const REPLAY_PRINCIPAL_SHARE_PERCENT: usize = 25;
 /// How long a nonce is kept past its state's expiry.
 pub const REPLAY_RETENTION_GRACE_MS: u64 = 60_000;
+/// The most one held nonce of a notes-server confirmation costs the memory replay store, in bytes of heap
+/// (ledger entry, expiry index and their share of the trees' nodes), as `tests/replay_bytes.rs` measures it
+/// with a counting allocator.
+pub const MEMORY_REPLAY_BYTES_PER_NONCE: usize = 200;
+/// What `serve` lets a memory replay store hold by default: its default capacity is this budget over
+/// [`MEMORY_REPLAY_BYTES_PER_NONCE`] (335,544 nonces).
+pub const MEMORY_REPLAY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+/// Nonces a SQLite or PostgreSQL replay store holds by default under `serve`: a row each, on disk.
+pub const DATABASE_REPLAY_CAPACITY: usize = 5_000_000;
+
+/// Where a replay store keeps its nonces, for sizing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayMedium {
+    Memory,
+    /// SQLite or PostgreSQL: a row per nonce.
+    Database,
+    /// The folder store: a file per nonce in `FOLDER/.mcpsim`.
+    Files,
+}
+
+/// The replay capacity `serve` gives a store by default when `[replay] capacity` does not say: memory is
+/// bounded by bytes, the databases by rows; the folder store keeps the original 100,000 (a file each).
+pub fn default_replay_capacity(medium: ReplayMedium) -> usize {
+    match medium {
+        ReplayMedium::Memory => MEMORY_REPLAY_BUDGET_BYTES / MEMORY_REPLAY_BYTES_PER_NONCE,
+        ReplayMedium::Database => DATABASE_REPLAY_CAPACITY,
+        ReplayMedium::Files => REPLAY_CAPACITY,
+    }
+}
+
+/// The confirmations per second a replay store of `capacity` nonces sustains without refusing
+/// (`replay_store_full`): every nonce is held for its state's lifetime plus the grace period, so at most
+/// `capacity / (ttl + grace)` can be claimed per second, all principals together (one principal: its share).
+pub fn sustained_claims_per_second(capacity: usize, state_ttl_ms: u64, grace_ms: u64) -> f64 {
+    capacity as f64 * 1000.0 / state_ttl_ms.saturating_add(grace_ms).max(1) as f64
+}
 
 /// Bounds of the replay store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,19 +287,156 @@ enum Entry {
     Consumed(ClaimRecord),
 }
 
+/// A nonce as the ledger keys it: the 16 bytes our servers draw (base64url without padding, 22 characters,
+/// decoded) or, for anything else a state could carry, the text itself. Two keys are equal exactly when the
+/// nonces are.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum NonceKey {
+    Drawn([u8; 16]),
+    Other(Box<str>),
+}
+
+impl NonceKey {
+    fn of(nonce: &str) -> NonceKey {
+        use base64::Engine;
+        let engine = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        if nonce.len() == 22 {
+            if let Ok(bytes) = engine.decode(nonce) {
+                // Only the canonical spelling: another text decoding to the same bytes is another nonce.
+                if let Ok(drawn) = <[u8; 16]>::try_from(bytes.as_slice()) {
+                    if engine.encode(drawn) == nonce {
+                        return NonceKey::Drawn(drawn);
+                    }
+                }
+            }
+        }
+        NonceKey::Other(nonce.into())
+    }
+
+    fn text(&self) -> String {
+        use base64::Engine;
+        match self {
+            NonceKey::Drawn(bytes) => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+            NonceKey::Other(text) => text.to_string(),
+        }
+    }
+}
+
+/// A short string kept inline (note ids are short), a longer one on the heap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Text {
+    Inline { len: u8, bytes: [u8; TEXT_INLINE_MAX] },
+    Heap(Box<str>),
+}
+
+const TEXT_INLINE_MAX: usize = 22;
+
+impl Text {
+    fn of(text: &str) -> Text {
+        if text.len() <= TEXT_INLINE_MAX {
+            let mut bytes = [0u8; TEXT_INLINE_MAX];
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            Text::Inline { len: text.len() as u8, bytes }
+        } else {
+            Text::Heap(text.into())
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Copied from a `&str` at a char boundary (the whole string), so always UTF-8.
+            Text::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
+            Text::Heap(text) => text,
+        }
+    }
+}
+
+/// What a held nonce means, in a fixed-size encoding (no JSON, no value tree): the note id of a deletion
+/// inline (a publication's too), a tool name as a number into the ledger's word table; only the gateway's confirmations (their
+/// arguments digest) keep a box.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Pending,
+    Deleted(Text),
+    Published(Text),
+    Declined(Option<u32>),
+    Confirmed(Box<(u32, Box<str>)>),
+    InProgress,
+    Cancelled,
+}
+
+/// One held nonce: whose it is (a number into the word table) and what it meant. Its expiry is kept once,
+/// in the ledger's expiry index.
+#[derive(Debug, Clone)]
+struct Held {
+    principal: u32,
+    outcome: Outcome,
+}
+
+/// Principals and tool names, each kept once: held nonces refer to them by number.
+#[derive(Debug, Default)]
+struct Words {
+    numbers: BTreeMap<Box<str>, u32>,
+    words: Vec<Box<str>>,
+}
+
+impl Words {
+    fn number(&mut self, word: &str) -> u32 {
+        if let Some(&number) = self.numbers.get(word) {
+            return number;
+        }
+        let number = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
+        self.words.push(word.into());
+        self.numbers.insert(word.into(), number);
+        number
+    }
+
+    fn word(&self, number: u32) -> &str {
+        self.words.get(number as usize).map_or("", |word| word)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Ledger {
-    /// nonce → (expiry, principal, entry).
-    entries: BTreeMap<String, (u64, String, Entry)>,
-    /// Nonces held per principal (only principals holding some).
-    held: BTreeMap<String, usize>,
-    by_expiry: BTreeSet<(u64, String)>,
+    entries: BTreeMap<NonceKey, Held>,
+    /// Nonces held per principal number (only principals holding some).
+    held: BTreeMap<u32, usize>,
+    by_expiry: BTreeSet<(u64, NonceKey)>,
+    words: Words,
     /// The latest expiry pruned so far: a claim of a state expiring at or before it may have been pruned
     /// after it was used, so it is refused whatever the claimant's clock says.
     pruned_through_ms: u64,
 }
 
 impl Ledger {
+    fn encode(&mut self, entry: &Entry) -> Outcome {
+        match entry {
+            Entry::Pending => Outcome::Pending,
+            Entry::Consumed(ClaimRecord::Deleted { note_id }) => Outcome::Deleted(Text::of(note_id)),
+            Entry::Consumed(ClaimRecord::Published { note_id }) => Outcome::Published(Text::of(note_id)),
+            Entry::Consumed(ClaimRecord::Declined { tool }) => Outcome::Declined(tool.as_deref().map(|tool| self.words.number(tool))),
+            Entry::Consumed(ClaimRecord::Confirmed { tool, arguments_digest }) => {
+                Outcome::Confirmed(Box::new((self.words.number(tool), arguments_digest.as_str().into())))
+            }
+            Entry::Consumed(ClaimRecord::InProgress) => Outcome::InProgress,
+            Entry::Consumed(ClaimRecord::Cancelled) => Outcome::Cancelled,
+        }
+    }
+
+    fn decode(&self, outcome: &Outcome) -> Entry {
+        Entry::Consumed(match outcome {
+            Outcome::Pending => return Entry::Pending,
+            Outcome::Deleted(note_id) => ClaimRecord::Deleted { note_id: note_id.as_str().to_string() },
+            Outcome::Published(note_id) => ClaimRecord::Published { note_id: note_id.as_str().to_string() },
+            Outcome::Declined(tool) => ClaimRecord::Declined { tool: tool.map(|tool| self.words.word(tool).to_string()) },
+            Outcome::Confirmed(confirmed) => {
+                ClaimRecord::Confirmed { tool: self.words.word(confirmed.0).to_string(), arguments_digest: confirmed.1.to_string() }
+            }
+            Outcome::InProgress => ClaimRecord::InProgress,
+            Outcome::Cancelled => ClaimRecord::Cancelled,
+        })
+    }
+
     /// Drops every entry whose retention (its state's expiry plus the grace period) has ended, consumed and
     /// pending alike; never an unexpired one.
     ///
@@ -166,45 +445,59 @@ impl Ledger {
     /// nonce again and dropping it allows no replay. Keeping it would let every crash shrink the store for good
     /// and, at the head of the expiry order, stop everything behind it from ever being pruned.
     fn prune(&mut self, now_ms: u64, grace_ms: u64) {
-        while let Some((expires_at_ms, nonce)) = self.by_expiry.first().cloned() {
+        while let Some((expires_at_ms, _)) = self.by_expiry.first() {
             if expires_at_ms.saturating_add(grace_ms) > now_ms {
                 break;
             }
-            self.by_expiry.pop_first();
-            self.remove(&nonce);
+            let Some((expires_at_ms, key)) = self.by_expiry.pop_first() else { break };
+            self.remove(&key);
             self.pruned_through_ms = self.pruned_through_ms.max(expires_at_ms);
         }
     }
 
     fn insert(&mut self, claim: &NonceClaim, entry: Entry) {
-        let previous = self.entries.insert(claim.nonce.clone(), (claim.expires_at_ms, claim.principal.clone(), entry));
+        let key = NonceKey::of(&claim.nonce);
+        let principal = self.words.number(&claim.principal);
+        let outcome = self.encode(&entry);
+        let previous = self.entries.insert(key.clone(), Held { principal, outcome });
         if previous.is_none() {
-            *self.held.entry(claim.principal.clone()).or_insert(0) += 1;
+            *self.held.entry(principal).or_insert(0) += 1;
         }
-        self.by_expiry.insert((claim.expires_at_ms, claim.nonce.clone()));
+        self.by_expiry.insert((claim.expires_at_ms, key));
     }
 
     /// Removes an entry (not its expiry index) and gives its principal's place back.
-    fn remove(&mut self, nonce: &str) {
-        if let Some((_, principal, _)) = self.entries.remove(nonce) {
-            if let Some(count) = self.held.get_mut(&principal) {
+    fn remove(&mut self, key: &NonceKey) {
+        if let Some(held) = self.entries.remove(key) {
+            if let Some(count) = self.held.get_mut(&held.principal) {
                 *count -= 1;
                 if *count == 0 {
-                    self.held.remove(&principal);
+                    self.held.remove(&held.principal);
                 }
             }
         }
     }
 
+    /// Releases a reservation: the entry and its expiry index.
+    fn release(&mut self, claim: &NonceClaim) {
+        let key = NonceKey::of(&claim.nonce);
+        self.remove(&key);
+        self.by_expiry.remove(&(claim.expires_at_ms, key));
+    }
+
     fn held_by(&self, principal: &str) -> usize {
-        self.held.get(principal).copied().unwrap_or(0)
+        self.words.numbers.get(principal).and_then(|number| self.held.get(number)).copied().unwrap_or(0)
+    }
+
+    fn get(&self, nonce: &str) -> Option<Entry> {
+        self.entries.get(&NonceKey::of(nonce)).map(|held| self.decode(&held.outcome))
     }
 
     fn reserve(&mut self, claim: &NonceClaim, entry: Entry, now_ms: u64, limits: ReplayLimits) -> Result<(), ClaimOutcome> {
-        if let Some((_, _, existing)) = self.entries.get(&claim.nonce) {
+        if let Some(existing) = self.get(&claim.nonce) {
             let record = match existing {
                 Entry::Pending => ClaimRecord::InProgress,
-                Entry::Consumed(record) => record.clone(),
+                Entry::Consumed(record) => record,
             };
             return Err(ClaimOutcome::AlreadyClaimed { record });
         }
@@ -222,6 +515,12 @@ impl Ledger {
         }
         self.insert(claim, entry);
         Ok(())
+    }
+
+    /// Nonces held per principal, by name.
+    #[cfg(test)]
+    fn held_by_name(&self) -> BTreeMap<String, usize> {
+        self.held.iter().map(|(number, count)| (self.words.word(*number).to_string(), *count)).collect()
     }
 }
 
@@ -253,22 +552,26 @@ impl MemoryReplayStore {
 
     /// The record of a consumed nonce, if held.
     pub fn record(&self, nonce: &str) -> Option<ClaimRecord> {
-        match self.lock().entries.get(nonce) {
-            Some((_, _, Entry::Consumed(record))) => Some(record.clone()),
+        match self.lock().get(nonce) {
+            Some(Entry::Consumed(record)) => Some(record),
             _ => None,
         }
     }
 
     /// Consumed nonces and their records, in nonce order (for inspection and transcripts).
     pub fn consumed(&self) -> Vec<(String, ClaimRecord)> {
-        self.lock()
+        let ledger = self.lock();
+        let mut consumed: Vec<(String, ClaimRecord)> = ledger
             .entries
             .iter()
-            .filter_map(|(nonce, (_, _, entry))| match entry {
-                Entry::Consumed(record) => Some((nonce.clone(), record.clone())),
+            .filter_map(|(key, held)| match ledger.decode(&held.outcome) {
+                Entry::Consumed(record) => Some((key.text(), record)),
                 Entry::Pending => None,
             })
-            .collect()
+            .collect();
+        // The keys' order is the bytes', not the text's: sort by the text, as a transcript reads it.
+        consumed.sort_by(|a, b| a.0.cmp(&b.0));
+        consumed
     }
 
     pub fn limits(&self) -> ReplayLimits {
@@ -314,8 +617,7 @@ impl ReplayStore for MemoryReplayStore {
             }
             other => {
                 // Release: nothing was deleted, so nothing is consumed.
-                ledger.remove(&claim.nonce);
-                ledger.by_expiry.remove(&(claim.expires_at_ms, claim.nonce.clone()));
+                ledger.release(&claim);
                 match other {
                     Ok(GuardedDelete::Gone) => Ok(ClaimAndDelete::NoteGone),
                     Ok(GuardedDelete::OutsideWorkspace) => Ok(ClaimAndDelete::NoteOutsideWorkspace),
@@ -404,7 +706,7 @@ mod tests {
             "within its retention a stranded claim refuses every retry"
         );
         assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 3_100, limits), Ok(()));
-        assert_eq!(ledger.entries.keys().collect::<Vec<_>>(), ["new"], "both expired entries were pruned");
+        assert_eq!(ledger.entries.keys().map(NonceKey::text).collect::<Vec<_>>(), ["new"], "both expired entries were pruned");
     }
 
     #[tokio::test]
@@ -428,7 +730,38 @@ mod tests {
             Ok(ClaimOutcome::Claimed),
             "expired entries give places back"
         );
-        assert_eq!(replay.lock().held, BTreeMap::from([("bob".to_string(), 1)]), "counts follow the entries");
+        assert_eq!(replay.lock().held_by_name(), BTreeMap::from([("bob".to_string(), 1)]), "counts follow the entries");
+    }
+
+    #[test]
+    fn records_and_nonces_read_back_as_they_were_written() {
+        let limits = ReplayLimits::with_share(100, 100, 100);
+        let mut ledger = Ledger::default();
+        let records = [
+            ClaimRecord::Deleted { note_id: "note-7".into() },
+            ClaimRecord::Deleted { note_id: "a note id longer than twenty-two bytes, ünïcode".into() },
+            ClaimRecord::Published { note_id: "note-3".into() },
+            ClaimRecord::Declined { tool: None },
+            ClaimRecord::Declined { tool: Some("notes.export".into()) },
+            ClaimRecord::Confirmed { tool: "notes.export".into(), arguments_digest: "ab".repeat(32) },
+            ClaimRecord::InProgress,
+            ClaimRecord::Cancelled,
+        ];
+        // A drawn nonce, its non-canonical twin (same bytes, other last character), and free-form ones.
+        let nonces = ["AAECAwQFBgcICQoLDA0ODw", "AAECAwQFBgcICQoLDA0ODx", "short", "x".repeat(40).leak()];
+        assert_eq!(NonceKey::of(nonces[0]), NonceKey::Drawn(core::array::from_fn(|i| i as u8)));
+        assert!(matches!(NonceKey::of(nonces[1]), NonceKey::Other(_)), "only the canonical spelling is compacted");
+        for (n, nonce) in nonces.iter().enumerate() {
+            for (r, record) in records.iter().enumerate() {
+                let nonce = format!("{nonce}{}", if r == 0 { String::new() } else { format!("-{r}") });
+                let nonce = if n == 0 && r == 0 { nonces[0].to_string() } else { format!("{n}{nonce}") };
+                let claim = NonceClaim { record: record.clone(), ..claim(&nonce, 2_000) };
+                ledger.reserve(&claim, Entry::Consumed(record.clone()), 1_000, limits).unwrap();
+                assert_eq!(ledger.get(&nonce), Some(Entry::Consumed(record.clone())), "{nonce}");
+                assert_eq!(NonceKey::of(&nonce).text(), nonce);
+            }
+        }
+        assert_eq!(ledger.get("AAECAwQFBgcICQoLDA0ODx"), None, "the twin was never claimed");
     }
 
     #[tokio::test]

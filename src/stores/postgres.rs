@@ -18,7 +18,8 @@
 
 use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
-    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+    fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
+    StoreError,
 };
 use crate::policy::containment::FileUri;
 use crate::servers::gateway::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
@@ -170,7 +171,22 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[
         CREATE INDEX out_of_band_flows_by_expiry ON out_of_band_flows (expires_at_ms);
     ",
     },
+    Migration {
+        version: NOTE_INDEX_VERSION,
+        description: "notes by place and title: round 1 reads the asked workspace's titles, never every note's body",
+        sql: r#"
+        -- The normalized URI's index key (FileUri::index_key; NULL where the URI does not parse: inside nothing)
+        -- and the lowercased title, both computed by mcpsim; opening the store fills them for older notes.
+        -- COLLATE "C": the workspace's notes are one byte-ordered range whatever the database's locale.
+        ALTER TABLE notes ADD COLUMN uri_key TEXT COLLATE "C";
+        ALTER TABLE notes ADD COLUMN title_fold TEXT;
+        CREATE INDEX notes_by_place ON notes (uri_key, position);
+    "#,
+    },
 ];
+
+/// The schema step that added the search columns, after which opening fills them for older rows.
+const NOTE_INDEX_VERSION: i64 = 5;
 /// Counts one call if the window's counter is below the quota ($5), in one statement: a row (the new count)
 /// if counted, none if the quota is spent. A concurrent counter of the same key waits on ours.
 const RATE_ACQUIRE_SQL: &str = "INSERT INTO rate_counters (principal, tool, window_ms, window_index, ends_at_ms, calls)
@@ -282,6 +298,9 @@ impl PostgresStore {
             .map_err(|e| StoreError::Unavailable(format!("{description}: cannot build the connection pool: {e}")))?;
         let store = PostgresStore { pool, clock, limits, description };
         let report = store.migrate(migrations).await?;
+        if migrations.iter().any(|migration| migration.version == NOTE_INDEX_VERSION) {
+            store.backfill_search_columns().await?;
+        }
         Ok((store, report))
     }
 
@@ -526,18 +545,30 @@ impl PostgresStore {
         // A new note goes to the end of the listing; an existing one keeps its place (as in memory).
         client
             .execute(
-                "INSERT INTO notes (id, position, title, uri, body) VALUES ($1, nextval('note_positions'), $2, $3, $4)
-                 ON CONFLICT (id) DO UPDATE SET title = EXCLUDED.title, uri = EXCLUDED.uri, body = EXCLUDED.body",
-                &[&note.id, &note.title, &note.uri, &note.body],
+                "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold)
+                 VALUES ($1, nextval('note_positions'), $2, $3, $4, $5, $6)
+                 ON CONFLICT (id) DO UPDATE SET title = EXCLUDED.title, uri = EXCLUDED.uri, body = EXCLUDED.body,
+                     uri_key = EXCLUDED.uri_key, title_fold = EXCLUDED.title_fold",
+                &[&note.id, &note.title, &note.uri, &note.body, &note_index_key(&note.uri), &fold_title(&note.title)],
             )
             .await
             .map_err(|e| self.error(&e))?;
         Ok(())
     }
 
-    async fn update_one(&self, sql: &str, first: &str, second: &str) -> Result<bool, StoreError> {
+    /// Fills the search columns of notes written before [`NOTE_INDEX_VERSION`] (or by hand): one pass at open.
+    async fn backfill_search_columns(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
-        Ok(client.execute(sql, &[&first, &second]).await.map_err(|e| self.error(&e))? == 1)
+        let step = |e: tokio_postgres::Error| self.error(&e);
+        let stale = client.query("SELECT id, uri, title FROM notes WHERE title_fold IS NULL", &[]).await.map_err(step)?;
+        for row in stale {
+            let (id, uri, title): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+            client
+                .execute("UPDATE notes SET uri_key = $2, title_fold = $3 WHERE id = $1", &[&id, &note_index_key(&uri), &fold_title(&title)])
+                .await
+                .map_err(step)?;
+        }
+        Ok(())
     }
 }
 
@@ -601,6 +632,35 @@ impl NoteStore for PostgresStore {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
         let client = self.client().await?;
         self.list_in(&client).await
+    }
+
+    async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
+        let client = self.client().await?;
+        let step = |e: tokio_postgres::Error| self.error(&e);
+        let (start, end) = workspace.index_range();
+        // One range of notes_by_place; titles compared in the database; no body read.
+        let find = client
+            .prepare_cached(
+                "SELECT id, title, uri FROM notes WHERE uri_key >= $1 AND uri_key < $2 AND strpos(title_fold, $3) > 0 ORDER BY position",
+            )
+            .await
+            .map_err(step)?;
+        let rows = client.query(&find, &[&start, &end, &fold_title(query)]).await.map_err(step)?;
+        Ok(rows
+            .iter()
+            .map(|row| Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: String::new(), revision: String::new() })
+            .collect())
+    }
+
+    async fn notes_by_ids(&self, ids: &[String]) -> Result<Vec<Note>, StoreError> {
+        let client = self.client().await?;
+        let step = |e: tokio_postgres::Error| self.error(&e);
+        let find = client.prepare_cached("SELECT id, title, uri FROM notes WHERE id = ANY($1) ORDER BY position").await.map_err(step)?;
+        let rows = client.query(&find, &[&ids]).await.map_err(step)?;
+        Ok(rows
+            .iter()
+            .map(|row| Note { id: row.get(0), title: row.get(1), uri: row.get(2), body: String::new(), revision: String::new() })
+            .collect())
     }
 
     async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
@@ -856,11 +916,15 @@ impl StoreAdmin for PostgresStore {
     }
 
     async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError> {
-        self.update_one("UPDATE notes SET uri = $2 WHERE id = $1", id, uri).await
+        let client = self.client().await?;
+        let sql = "UPDATE notes SET uri = $2, uri_key = $3 WHERE id = $1";
+        Ok(client.execute(sql, &[&id, &uri, &note_index_key(uri)]).await.map_err(|e| self.error(&e))? == 1)
     }
 
     async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError> {
-        self.update_one("UPDATE notes SET title = $2 WHERE id = $1", id, title).await
+        let client = self.client().await?;
+        let sql = "UPDATE notes SET title = $2, title_fold = $3 WHERE id = $1";
+        Ok(client.execute(sql, &[&id, &title, &fold_title(title)]).await.map_err(|e| self.error(&e))? == 1)
     }
 
     async fn commit_setting(&self) -> Result<String, StoreError> {

@@ -201,6 +201,17 @@ impl StoreSpec {
     pub fn is_shared(&self) -> bool {
         !matches!(self, StoreSpec::Memory)
     }
+
+    /// Where this store's replay ledger keeps its nonces (what its default capacity is sized by).
+    pub fn replay_medium(&self) -> crate::stores::memory::ReplayMedium {
+        use crate::stores::memory::ReplayMedium;
+        match self {
+            StoreSpec::Memory => ReplayMedium::Memory,
+            StoreSpec::Dir { .. } => ReplayMedium::Files,
+            #[allow(unreachable_patterns)]
+            _ => ReplayMedium::Database,
+        }
+    }
 }
 
 impl std::fmt::Display for StoreSpec {

@@ -16,7 +16,8 @@
 
 use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
-    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+    fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
+    StoreError,
 };
 use crate::policy::containment::FileUri;
 use crate::servers::gateway::backends::{ExportLedger, ExportOutcome, ExportRecord, ExportRequest};
@@ -132,7 +133,40 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         CREATE INDEX out_of_band_flows_by_expiry ON out_of_band_flows (expires_at_ms);
     ",
     },
+    Migration {
+        version: NOTE_INDEX_VERSION,
+        description: "notes by place and title: round 1 reads the asked workspace's titles, never every note's body",
+        sql: "
+        -- The normalized URI's index key (FileUri::index_key; NULL where the URI does not parse: inside nothing)
+        -- and the lowercased title. Rust computes both (SQLite's lower() knows ASCII only); opening the store
+        -- fills them for notes written before this step.
+        ALTER TABLE notes ADD COLUMN uri_key TEXT;
+        ALTER TABLE notes ADD COLUMN title_fold TEXT;
+        CREATE INDEX notes_by_place ON notes (uri_key, position);
+    ",
+    },
 ];
+
+/// The schema step that added the search columns, after which opening fills them for older rows.
+const NOTE_INDEX_VERSION: i64 = 5;
+
+/// Fills the search columns of notes written before [`NOTE_INDEX_VERSION`] (or by hand): one pass at open.
+fn backfill_search_columns(connection: &mut Connection) -> Outcome<()> {
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let stale: Vec<(String, String, String)> = {
+        let mut statement = transaction.prepare("SELECT id, uri, title FROM notes WHERE title_fold IS NULL")?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for (id, uri, title) in stale {
+        transaction.execute(
+            "UPDATE notes SET uri_key = ?1, title_fold = ?2 WHERE id = ?3",
+            params![note_index_key(&uri), fold_title(&title), id],
+        )?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
 
 /// Both ports and the admin handle over one SQLite file. Cheap to clone; clones share the connection pool.
 #[derive(Clone)]
@@ -236,7 +270,15 @@ impl SqliteStore {
             durability,
         });
         let store = SqliteStore { inner };
-        let report = store.run(Access::Write, move |connection, inner| migrate(connection, migrations, inner.clock.now_ms())).await?;
+        let report = store
+            .run(Access::Write, move |connection, inner| {
+                let report = migrate(connection, migrations, inner.clock.now_ms())?;
+                if migrations.iter().any(|migration| migration.version == NOTE_INDEX_VERSION) {
+                    backfill_search_columns(connection)?;
+                }
+                Ok(report)
+            })
+            .await?;
         Ok((store, report))
     }
 
@@ -494,19 +536,68 @@ fn list_notes(connection: &Connection) -> rusqlite::Result<Vec<Note>> {
 
 fn upsert_note(transaction: &Transaction<'_>, note: &Note) -> rusqlite::Result<()> {
     // A new note goes to the end of the listing; an existing one keeps its place (as in memory).
-    transaction.execute(
-        "INSERT INTO notes (id, position, title, uri, body)
-         VALUES (?1, (SELECT COALESCE(MAX(position), 0) + 1 FROM notes), ?2, ?3, ?4)
-         ON CONFLICT (id) DO UPDATE SET title = excluded.title, uri = excluded.uri, body = excluded.body",
-        params![note.id, note.title, note.uri, note.body],
-    )?;
+    transaction
+        .prepare_cached(
+            "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold)
+         VALUES (?1, (SELECT COALESCE(MAX(position), 0) + 1 FROM notes), ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (id) DO UPDATE SET title = excluded.title, uri = excluded.uri, body = excluded.body,
+             uri_key = excluded.uri_key, title_fold = excluded.title_fold",
+        )?
+        .execute(params![note.id, note.title, note.uri, note.body, note_index_key(&note.uri), fold_title(&note.title)])?;
     Ok(())
+}
+
+/// A note without its body, from `SELECT id, title, uri`.
+fn bodiless_note(row: &rusqlite::Row<'_>) -> rusqlite::Result<Note> {
+    Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: String::new(), revision: String::new() })
+}
+
+/// Round 1's search: one range of `notes_by_place`, titles compared in the database, no body read.
+fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) -> rusqlite::Result<Vec<Note>> {
+    let (start, end) = workspace.index_range();
+    let mut statement = connection.prepare_cached(
+        "SELECT id, title, uri FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 AND instr(title_fold, ?3) > 0 ORDER BY position",
+    )?;
+    let rows = statement.query_map(params![start, end, fold_title(query)], bodiless_note)?;
+    rows.collect()
+}
+
+/// The live notes among `ids`, in listing order, without bodies.
+fn notes_by_ids(connection: &Connection, ids: &[String]) -> rusqlite::Result<Vec<Note>> {
+    let mut statement = connection.prepare_cached("SELECT position, id, title, uri FROM notes WHERE id = ?1")?;
+    let mut found: Vec<(i64, Note)> = Vec::new();
+    for id in ids {
+        if let Some(row) = statement
+            .query_row([id], |row| {
+                Ok((
+                    row.get(0)?,
+                    Note { id: row.get(1)?, title: row.get(2)?, uri: row.get(3)?, body: String::new(), revision: String::new() },
+                ))
+            })
+            .optional()?
+        {
+            found.push(row);
+        }
+    }
+    found.sort_by_key(|(position, _)| *position);
+    found.dedup_by_key(|(position, _)| *position);
+    Ok(found.into_iter().map(|(_, note)| note).collect())
 }
 
 #[async_trait]
 impl NoteStore for SqliteStore {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
         self.run(Access::Read, |connection, _| Ok(list_notes(connection)?)).await
+    }
+
+    async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
+        let (workspace, query) = (workspace.clone(), query.to_string());
+        self.run(Access::Read, move |connection, _| Ok(find_candidates(connection, &workspace, &query)?)).await
+    }
+
+    async fn notes_by_ids(&self, ids: &[String]) -> Result<Vec<Note>, StoreError> {
+        let ids = ids.to_vec();
+        self.run(Access::Read, move |connection, _| Ok(notes_by_ids(connection, &ids)?)).await
     }
 
     async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
@@ -781,14 +872,17 @@ impl StoreAdmin for SqliteStore {
 
     async fn move_to(&self, id: &str, uri: &str) -> Result<bool, StoreError> {
         let (id, uri) = (id.to_string(), uri.to_string());
-        self.run(Access::Write, move |connection, _| Ok(connection.execute("UPDATE notes SET uri = ?1 WHERE id = ?2", [&uri, &id])? == 1))
-            .await
+        self.run(Access::Write, move |connection, _| {
+            Ok(connection.execute("UPDATE notes SET uri = ?1, uri_key = ?3 WHERE id = ?2", params![uri, id, note_index_key(&uri)])? == 1)
+        })
+        .await
     }
 
     async fn rename(&self, id: &str, title: &str) -> Result<bool, StoreError> {
         let (id, title) = (id.to_string(), title.to_string());
         self.run(Access::Write, move |connection, _| {
-            Ok(connection.execute("UPDATE notes SET title = ?1 WHERE id = ?2", [&title, &id])? == 1)
+            Ok(connection.execute("UPDATE notes SET title = ?1, title_fold = ?3 WHERE id = ?2", params![title, id, fold_title(&title)])?
+                == 1)
         })
         .await
     }

@@ -196,6 +196,55 @@ pub async fn moved_and_prefix_sibling_notes_are_outside(kind: &dyn StoreKind) {
     ));
 }
 
+/// Round 1's search answers from the store's index: exactly the notes inside the workspace whose title holds
+/// the query (any case), in listing order, never a prefix sibling, another host or a traversal out (an
+/// encoded slash is decoded first, as containment does); the index follows moves, renames, deletes and
+/// upserts; the re-check by id lists the live ones.
+pub async fn candidates_are_the_workspace_notes_matching_the_title(kind: &dyn StoreKind) {
+    let store = open_fresh(kind, 10).await;
+    let (notes, admin) = (&store.stores.notes, &store.stores.admin);
+    let titled = |id: &str, title: &str, uri: &str| Note { title: title.into(), ..note(id, uri) };
+    for extra in [
+        titled("in-sub", "Weekly PLAN", "file:///w/sub/deep/p.md"),
+        titled("in-encoded", "plan, encoded", "file://localhost/w/%70lan.md"),
+        titled("sibling", "plan", "file:///w-evil/plan.md"),
+        titled("prefix", "plan", "file:///wx/plan.md"),
+        // Decoded before it is split (GUARANTEES.md §1.2): /w/x/plan.md, inside.
+        titled("slash", "plan", "file:///w%2Fx/plan.md"),
+        titled("climbs", "plan", "file:///w/../etc/plan.md"),
+        titled("host", "plan", "file://otherhost/w/plan.md"),
+        titled("garbage", "plan", "not a uri"),
+        titled("other-title", "groceries", "file:///w/g.md"),
+        titled("unicode", "ÉTÉ PLANS", "file:///w/ete.md"),
+    ] {
+        admin.upsert(extra).await.unwrap();
+    }
+    let ids = |found: Vec<Note>| found.into_iter().map(|note| note.id).collect::<Vec<_>>();
+    let find = |query: &'static str| async move { ids(notes.find_candidates(&workspace(), query).await.unwrap()) };
+    assert_eq!(find("plan").await, ["in-sub", "in-encoded", "slash", "unicode"]);
+    assert_eq!(find("été").await, ["unicode"], "case folding is Unicode's, not ASCII's");
+    assert_eq!(find("TITLE").await, ["n1", "n2", "n3"]);
+    let root = FileUri::parse("file:///").unwrap();
+    assert_eq!(
+        ids(notes.find_candidates(&root, "plan").await.unwrap()),
+        ["in-sub", "in-encoded", "sibling", "prefix", "slash", "climbs", "unicode"]
+    );
+    let sub = FileUri::parse("file:///w/sub").unwrap();
+    assert_eq!(ids(notes.find_candidates(&sub, "plan").await.unwrap()), ["in-sub"]);
+
+    assert!(admin.move_to("in-sub", "file:///w-evil/p.md").await.unwrap());
+    assert!(admin.move_to("sibling", "file:///w/back.md").await.unwrap());
+    assert!(admin.rename("in-encoded", "no longer").await.unwrap());
+    assert!(admin.remove("unicode").await.unwrap());
+    admin.upsert(titled("other-title", "plan now", "file:///w/g.md")).await.unwrap();
+    assert_eq!(find("plan").await, ["sibling", "slash", "other-title"], "the index follows every change");
+
+    let wanted: Vec<String> = ["n3", "gone", "n1", "in-sub"].map(String::from).to_vec();
+    let live = notes.notes_by_ids(&wanted).await.unwrap();
+    assert_eq!(ids(live.clone()), ["n1", "n3", "in-sub"], "listing order, absent ids left out");
+    assert_eq!(live[0].uri, "file:///w/n1.md");
+}
+
 pub async fn full_store_fails_closed_until_entries_expire(kind: &dyn StoreKind) {
     let store = open_fresh(kind, 2).await;
     let n1 = store.listed("n1").await;
@@ -564,6 +613,7 @@ macro_rules! contract_tests {
             claims_once_and_returns_the_record,
             claim_and_delete_consumes_only_when_it_deletes,
             moved_and_prefix_sibling_notes_are_outside,
+            candidates_are_the_workspace_notes_matching_the_title,
             full_store_fails_closed_until_entries_expire,
             a_principal_filling_its_share_leaves_the_others_working,
             delete_if_inside_rechecks_the_live_note,
@@ -591,6 +641,7 @@ macro_rules! contract_tests {
             claims_once_and_returns_the_record,
             claim_and_delete_consumes_only_when_it_deletes,
             moved_and_prefix_sibling_notes_are_outside,
+            candidates_are_the_workspace_notes_matching_the_title,
             full_store_fails_closed_until_entries_expire,
             a_principal_filling_its_share_leaves_the_others_working,
             claims_past_the_replay_window_are_refused,

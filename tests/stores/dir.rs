@@ -138,6 +138,31 @@ async fn notes_are_the_markdown_files_with_ids_from_paths_and_titles_from_headin
     assert_eq!(scene.store.resolver(), Resolver::Openat2, "this kernel has openat2 (Linux 5.6+) and it resolved w/sub");
 }
 
+/// Round 1's search opens the asked workspace's folder only: its files and subfolders, never a sibling
+/// folder, never through a symlinked folder (planted as the workspace itself or inside it).
+#[tokio::test]
+async fn the_search_walks_the_workspace_folder_only() {
+    for resolver in RESOLVERS {
+        let scene = Scene::new(resolver);
+        let base = scene.store.base().clone();
+        let at = |path: &str| base.join(&path.split('/').map(String::from).collect::<Vec<_>>()).unwrap();
+        let find = |workspace: FileUri, query: &'static str| {
+            let store = &scene.store;
+            async move { store.find_candidates(&workspace, query).await.unwrap().into_iter().map(|n| n.id).collect::<Vec<_>>() }
+        };
+        assert_eq!(find(scene.workspace(), "PLAN").await, ["w/plan"], "{resolver:?}");
+        assert_eq!(find(at("w/sub"), "plan").await, Vec::<String>::new(), "{resolver:?}");
+        assert_eq!(find(at("w/sub"), "todo").await, ["w/sub/todo"], "{resolver:?}");
+        assert_eq!(find(FileUri::parse("file:///").unwrap(), "plan").await, ["w/plan"], "a workspace above the base is the folder");
+        assert_eq!(find(FileUri::parse("file:///elsewhere").unwrap(), "plan").await, Vec::<String>::new());
+        symlink(&scene.outside, scene.notes.join("w/linked")).unwrap();
+        assert_eq!(find(at("w/linked"), "plan").await, Vec::<String>::new(), "{resolver:?}: a symlinked workspace holds nothing");
+        assert_eq!(find(scene.workspace(), "plan").await, ["w/plan"], "{resolver:?}: nothing through the link");
+        assert_eq!(find(at("w/missing"), "plan").await, Vec::<String>::new());
+        scene.assert_outside_untouched("search");
+    }
+}
+
 #[tokio::test]
 async fn a_symlink_to_a_file_outside_is_not_a_note_and_cannot_be_deleted() {
     for resolver in RESOLVERS {

@@ -117,7 +117,7 @@ async fn durability_is_what_the_server_reports() {
 }
 
 /// A step after every real one, standing for a newer mcpsim.
-const NEXT_STEP: Migration = Migration { version: 5, description: "a later step", sql: "CREATE TABLE later_step (x BIGINT);" };
+const NEXT_STEP: Migration = Migration { version: 6, description: "a later step", sql: "CREATE TABLE later_step (x BIGINT);" };
 
 #[tokio::test]
 #[ignore = "needs MCPSIM_TEST_POSTGRES_URL (CI starts one with .ci/postgres.sh)"]
@@ -129,17 +129,18 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
     let (_, first) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, &POSTGRES_MIGRATIONS[..1]).await.unwrap();
     assert_eq!(first, MigrationReport { version_before: 0, version_after: 1 });
     let (upgraded, current) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, POSTGRES_MIGRATIONS).await.unwrap();
-    assert_eq!(current, MigrationReport { version_before: 1, version_after: 4 }, "only the new steps run");
+    assert_eq!(current, MigrationReport { version_before: 1, version_after: 5 }, "only the new steps run");
     assert_eq!(upgraded.nonce_count().await, Ok(0), "the data of step 1 is untouched");
     let (_, again) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, POSTGRES_MIGRATIONS).await.unwrap();
-    assert_eq!(again, MigrationReport { version_before: 4, version_after: 4 }, "a restart applies nothing");
-    let with_next = [POSTGRES_MIGRATIONS[0], POSTGRES_MIGRATIONS[1], POSTGRES_MIGRATIONS[2], POSTGRES_MIGRATIONS[3], NEXT_STEP];
+    assert_eq!(again, MigrationReport { version_before: 5, version_after: 5 }, "a restart applies nothing");
+    let with_next =
+        [POSTGRES_MIGRATIONS[0], POSTGRES_MIGRATIONS[1], POSTGRES_MIGRATIONS[2], POSTGRES_MIGRATIONS[3], POSTGRES_MIGRATIONS[4], NEXT_STEP];
     let (_, later) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, &with_next).await.unwrap();
-    assert_eq!(later, MigrationReport { version_before: 4, version_after: 5 });
+    assert_eq!(later, MigrationReport { version_before: 5, version_after: 6 });
     let Err(StoreError::Unavailable(refusal)) = PostgresStore::open(config, clock(), limits).await else {
         panic!("an older mcpsim must refuse a newer schema");
     };
-    assert!(refusal.contains("version 5") && refusal.contains("upgrade mcpsim"), "{refusal}");
+    assert!(refusal.contains("version 6") && refusal.contains("upgrade mcpsim"), "{refusal}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

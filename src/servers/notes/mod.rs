@@ -8,7 +8,8 @@
 
 use crate::framework::pipeline::{RequestContext, Service};
 use crate::framework::ports::{
-    ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, Note, NoteStore, ReplayStore, StoreError,
+    note_is_inside, title_matches, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, Note, NoteStore, ReplayStore,
+    StoreError,
 };
 use crate::framework::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
@@ -159,9 +160,10 @@ impl NotesServer {
         // Capability compatibility comes before authorization (GUARANTEES.md §3.5): every delete asks the user.
         require_form_elicitation(context.meta)?;
         let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
-        let notes = self.notes.list_notes().await.map_err(store_failed)?;
+        let found = self.notes.find_candidates(&workspace, &arguments.title).await.map_err(store_failed)?;
+        // The store's index narrowed the search; it never authorizes: every candidate is checked here again.
         let candidates: Vec<Note> =
-            notes.into_iter().filter(|note| is_inside(&workspace, note) && title_matches(&note.title, &arguments.title)).collect();
+            found.into_iter().filter(|note| is_inside(&workspace, note) && title_matches(&note.title, &arguments.title)).collect();
         if candidates.is_empty() {
             // Never says whether matching notes exist elsewhere.
             return Ok(complete(
@@ -280,7 +282,7 @@ impl NotesServer {
     ) -> Result<Value, RpcError> {
         require_form_elicitation(meta)?;
         let workspace = self.authorize(principal, &arguments.workspace_uri)?;
-        let notes = self.notes.list_notes().await.map_err(store_failed)?;
+        let notes = self.notes.notes_by_ids(&claims.candidates).await.map_err(store_failed)?;
         // Only candidates still inside the workspace are described: a note moved elsewhere since round 1 (say,
         // into another principal's workspace) must not have its new location or title shown to this caller.
         let shown: Vec<Note> =
@@ -429,12 +431,8 @@ fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, 
     Ok(DeleteArguments { workspace_uri, title, canonical: canonical_bytes(&Value::Object(map.clone())) })
 }
 
-fn title_matches(title: &str, query: &str) -> bool {
-    title.to_lowercase().contains(&query.to_lowercase())
-}
-
 fn is_inside(workspace: &FileUri, note: &Note) -> bool {
-    FileUri::parse(&note.uri).is_ok_and(|uri| workspace.contains(&uri))
+    note_is_inside(workspace, note)
 }
 
 fn delete_choice_form(workspace: &FileUri, title: &str, candidates: &[Note]) -> Value {

@@ -1,0 +1,225 @@
+//! A confirmation's cost against the size of the store: round 1 (`notes_delete` without an answer: find the
+//! candidates, seal the state) and round 2 (accept: claim the nonce and delete the note in one store call)
+//! through the whole pipeline, against stores holding 10, 10^3, 10^5 and 10^6 notes. The asked workspace
+//! (alice's, as in the demo) holds the same notes at every size; the rest of the store is spread over 1,000
+//! other workspaces, with bodies of about 300 bytes. The cost should follow the workspace, not the store.
+//!
+//! ```sh
+//! cargo bench --bench store_scale                       # memory and SQLite
+//! MCPSIM_TEST_POSTGRES_URL=postgres://… cargo bench --bench store_scale   # and PostgreSQL
+//! MCPSIM_BENCH_SIZES=10,1000 cargo bench --bench store_scale             # fewer sizes
+//! ```
+//!
+//! SQLite is durable (`synchronous=FULL`), so round 2 includes the disk's sync; filler notes are inserted in
+//! one transaction outside the measurement. Reduced samples (10 per point, 2 s) keep the run to minutes.
+
+use criterion::{BatchSize, BenchmarkId, Criterion};
+use mcpsim::assembly::{notes_server, NotesPorts};
+use mcpsim::config::Deployment;
+use mcpsim::framework::pipeline::handle_message;
+use mcpsim::framework::ports::{fold_title, note_index_key, Note, NoteStore, ReplayStore};
+use mcpsim::policy::state::KeyRing;
+use mcpsim::servers::notes::NotesServer;
+use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use mcpsim::stores::system::{OsNonces, SystemClock};
+use mcpsim::stores::{open, StoreAdmin, StoreSpec};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const ALICE: &str = "file:///Users/alice/Documents/Notes";
+
+fn body(i: usize) -> String {
+    format!("# Weekly notes {i}\n\n{}\n", "Met with the team; reviewed the plan, the budget and the open questions. ".repeat(4))
+}
+
+/// The `i`-th filler note: outside alice's workspace, in one of 1,000 others.
+fn filler(i: usize) -> Note {
+    Note {
+        id: format!("filler-{i}"),
+        title: format!("Weekly notes {i}"),
+        uri: format!("file:///Users/user-{}/Notes/weekly-{i}.md", i % 1000),
+        body: body(i),
+        revision: String::new(),
+    }
+}
+
+/// The demo's notes and fillers up to `size` notes in all.
+fn notes_of(size: usize) -> Vec<Note> {
+    let demo = Deployment::demo().notes();
+    let fillers = size.saturating_sub(demo.len());
+    demo.into_iter().chain((0..fillers).map(filler)).collect()
+}
+
+fn call(arguments: Value, extra: Value) -> Vec<u8> {
+    let mut params = json!({
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } } },
+        "name": "notes_delete",
+        "arguments": arguments,
+    });
+    if let Value::Object(extra) = extra {
+        params.as_object_mut().unwrap().extend(extra);
+    }
+    json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params }).to_string().into_bytes()
+}
+
+/// A server over `notes` and `replay`, with a fixed key.
+fn server(notes: Arc<dyn NoteStore>, replay: Arc<dyn ReplayStore>) -> NotesServer {
+    let config = Deployment::demo().notes_config(KeyRing::new("bench", vec![7; 32]).unwrap(), None).unwrap();
+    notes_server(Arc::new(config), NotesPorts { notes, replay, clock: Arc::new(SystemClock), nonces: Arc::new(OsNonces) })
+}
+
+/// A store under test: its server and how to add a note outside the measurement.
+struct Subject {
+    server: NotesServer,
+    add: Box<dyn Fn(Note) + Send + Sync>,
+}
+
+fn memory_subject(size: usize) -> Subject {
+    let notes = Arc::new(MemoryNoteStore::new(notes_of(size)));
+    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), Arc::new(SystemClock), ReplayLimits::with_share(10_000_000, 100, 60_000)));
+    let adding = notes.clone();
+    Subject { server: server(notes, replay), add: Box::new(move |note| adding.upsert(note)) }
+}
+
+async fn database_subject(spec: StoreSpec, size: usize, bulk: impl AsyncFnOnce(&[Note])) -> (Subject, Arc<dyn StoreAdmin>) {
+    let stores = open(&spec, Arc::new(SystemClock), ReplayLimits::with_share(10_000_000, 100, 60_000)).await.expect("open the store");
+    bulk(&notes_of(size)).await;
+    let admin = stores.admin.clone();
+    let adding = stores.admin.clone();
+    let handle = tokio::runtime::Handle::current();
+    let add = Box::new(move |note: Note| {
+        let adding = adding.clone();
+        // Called from the bench's own thread, outside the runtime.
+        handle.block_on(async move { adding.upsert(note).await.unwrap() })
+    });
+    (Subject { server: server(stores.notes, stores.replay), add }, admin)
+}
+
+/// Inserts `notes` into a fresh SQLite file in one transaction (the store's own upsert takes one each).
+fn sqlite_bulk(path: &std::path::Path, notes: &[Note]) {
+    let mut connection = rusqlite::Connection::open(path).unwrap();
+    let transaction = connection.transaction().unwrap();
+    {
+        let mut insert = transaction
+            .prepare("INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+            .unwrap();
+        for (position, note) in notes.iter().enumerate() {
+            insert
+                .execute(rusqlite::params![
+                    note.id,
+                    position as i64 + 1,
+                    note.title,
+                    note.uri,
+                    note.body,
+                    note_index_key(&note.uri),
+                    fold_title(&note.title)
+                ])
+                .unwrap();
+        }
+    }
+    transaction.commit().unwrap();
+}
+
+async fn postgres_bulk(url: &str, notes: &[Note]) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client.batch_execute("BEGIN; DELETE FROM notes;").await.unwrap();
+    for chunk in notes.chunks(5_000) {
+        let mut columns: [Vec<String>; 5] = Default::default();
+        for note in chunk {
+            columns[0].push(note.id.clone());
+            columns[1].push(note.title.clone());
+            columns[2].push(note.uri.clone());
+            columns[3].push(note.body.clone());
+            columns[4].push(note_index_key(&note.uri).unwrap_or_default());
+        }
+        let folded: Vec<String> = chunk.iter().map(|note| fold_title(&note.title)).collect();
+        client
+            .execute(
+                "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold)
+                 SELECT i, nextval('note_positions'), t, u, b, k, f FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS x(i, t, u, b, k, f)",
+                &[&columns[0], &columns[1], &columns[2], &columns[3], &columns[4], &folded],
+            )
+            .await
+            .unwrap();
+    }
+    client.batch_execute("COMMIT; ANALYZE notes;").await.unwrap();
+}
+
+fn bench_subject(c: &mut Criterion, runtime: &tokio::runtime::Runtime, store: &str, size: usize, subject: &Subject) {
+    let round_one = call(json!({ "workspaceUri": ALICE, "title": "TPS report" }), json!({}));
+    let first = runtime.block_on(handle_message(&subject.server, "alice", &round_one, None));
+    let first = first.response.unwrap();
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let mut group = c.benchmark_group(format!("store_scale/{store}"));
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    group.bench_function(BenchmarkId::new("round_1", size), |b| {
+        b.iter(|| runtime.block_on(handle_message(&subject.server, "alice", &round_one, None)))
+    });
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    group.bench_function(BenchmarkId::new("round_2", size), |b| {
+        b.iter_batched(
+            || {
+                // A note of its own, its form asked for: outside the measurement.
+                let k = NEXT.fetch_add(1, Ordering::Relaxed);
+                let id = format!("bench-{k}");
+                let title = format!("Bench note {k}");
+                (subject.add)(Note {
+                    id: id.clone(),
+                    title: title.clone(),
+                    uri: format!("{ALICE}/bench-{k}.md"),
+                    body: body(0),
+                    revision: String::new(),
+                });
+                let arguments = json!({ "workspaceUri": ALICE, "title": title });
+                let asked = runtime.block_on(handle_message(&subject.server, "alice", &call(arguments.clone(), json!({})), None));
+                let state = asked.response.unwrap()["result"]["requestState"].as_str().unwrap().to_string();
+                let answer = json!({ "delete_choice": { "action": "accept", "content": { "note_id": id, "confirm": true } } });
+                call(arguments, json!({ "requestState": state, "inputResponses": answer }))
+            },
+            |round_two| {
+                let reply = runtime.block_on(handle_message(&subject.server, "alice", &round_two, None));
+                debug_assert_eq!(reply.response.as_ref().unwrap()["result"]["structuredContent"]["outcome"], "deleted");
+                reply
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let sizes: Vec<usize> = std::env::var("MCPSIM_BENCH_SIZES")
+        .map(|sizes| sizes.split(',').map(|n| n.trim().parse().expect("MCPSIM_BENCH_SIZES: numbers")).collect())
+        .unwrap_or_else(|_| vec![10, 1_000, 100_000, 1_000_000]);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let directory = std::env::temp_dir().join(format!("mcpsim-store-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    for &size in &sizes {
+        let subject = memory_subject(size);
+        bench_subject(&mut c, &runtime, "memory", size, &subject);
+        drop(subject);
+
+        let path = directory.join(format!("notes-{size}.db"));
+        let spec: StoreSpec = format!("sqlite:{}", path.display()).parse().unwrap();
+        let (subject, admin) = runtime.block_on(database_subject(spec, size, async |notes: &[Note]| sqlite_bulk(&path, notes)));
+        bench_subject(&mut c, &runtime, "sqlite", size, &subject);
+        runtime.block_on(admin.close()).unwrap();
+        drop(subject);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+
+        if let Ok(url) = std::env::var("MCPSIM_TEST_POSTGRES_URL") {
+            let spec: StoreSpec = format!("postgres:{url}").parse().unwrap();
+            let (subject, admin) = runtime.block_on(database_subject(spec, size, async |notes: &[Note]| postgres_bulk(&url, notes).await));
+            bench_subject(&mut c, &runtime, "postgres", size, &subject);
+            runtime.block_on(admin.close()).unwrap();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&directory);
+    c.final_summary();
+}
