@@ -10,6 +10,8 @@ use crate::assembly::{real_conformance_fixture, real_gateway, real_notes_server}
 use crate::cli::sandbox::{self, SandboxMode, SandboxPlan};
 use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
+use crate::eras::session::{SessionLimits, LEGACY_SESSIONS_MAX, LEGACY_SESSION_IDLE_MS, LEGACY_SESSION_LIFETIME_MS};
+use crate::eras::LegacyAdapter;
 use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
 use crate::policy::pinning::PinFile;
@@ -20,7 +22,7 @@ use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::{ReplayLimits, REPLAY_CAPACITY, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS};
 use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_text, STORE_SPEC_HELP};
-use crate::stores::system::SystemClock;
+use crate::stores::system::{OsNonces, SystemClock};
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{
     self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS,
@@ -316,6 +318,39 @@ pub struct ServeArgs {
     /// required refuses to start there. [default: best-effort]
     #[arg(long, value_enum, value_name = "MODE")]
     pub sandbox: Option<SandboxMode>,
+
+    /// Which MCP eras to serve: modern | both [default: modern].
+    ///
+    /// modern: MCP 2026-07-28 only; initialize gets -32601 naming the supported version, and no session
+    /// exists. both: also MCP 2025-11-25 clients that open with initialize, through a separate adapter over
+    /// the same server code (a confirmation becomes an elicitation/create request inside the call). Legacy
+    /// HTTP sessions (Mcp-Session-Id) live in the instance that made them: a fleet needs sticky routing for
+    /// legacy clients, while modern requests still go anywhere.
+    #[arg(long, value_enum, value_name = "ERAS")]
+    pub eras: Option<ErasArg>,
+}
+
+/// The eras `--eras` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ErasArg {
+    /// MCP 2026-07-28 only.
+    Modern,
+    /// MCP 2026-07-28 and, for clients that open with initialize, 2025-11-25.
+    Both,
+}
+
+/// A fresh 2025-11-25 adapter over `service` (one per instance: its sessions are that instance's own).
+fn legacy_adapter(service: &Arc<dyn Service>, eras: Option<ErasArg>, stdio: bool) -> Option<Arc<LegacyAdapter>> {
+    if eras != Some(ErasArg::Both) {
+        return None;
+    }
+    // A stdio process is one client's: its session lasts as long as the process.
+    let limits = if stdio {
+        SessionLimits { idle_ms: u64::MAX, lifetime_ms: u64::MAX, ..SessionLimits::default() }
+    } else {
+        SessionLimits::default()
+    };
+    Some(Arc::new(LegacyAdapter::new(service.clone(), limits, Arc::new(SystemClock), Arc::new(OsNonces))))
 }
 
 impl ServeArgs {
@@ -466,8 +501,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         };
         served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
-            None => run_stdio(&served).await,
-            Some(addresses) => run_http(&served, addresses, origins, limits).await,
+            None => run_stdio(&served, legacy_adapter(&served.service, args.eras, true)).await,
+            Some(addresses) => run_http(&served, addresses, origins, limits, args.eras).await,
         };
         if let Some(stores) = &served.stores {
             // After the last request: every committed change is durable already; this only releases connections.
@@ -638,15 +673,24 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>, replay_
     })
 }
 
-async fn run_stdio(served: &Served) -> Result<(), Failure> {
-    tracing::info!("serving stdio for principal {}; {}", served.stdio_principal, served.summary);
-    serve_stdio(&*served.service, &served.stdio_principal).await.map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
+async fn run_stdio(served: &Served, legacy: Option<Arc<LegacyAdapter>>) -> Result<(), Failure> {
+    let eras = if legacy.is_some() { "MCP 2026-07-28 and 2025-11-25" } else { "MCP 2026-07-28" };
+    tracing::info!("serving stdio ({eras}) for principal {}; {}", served.stdio_principal, served.summary);
+    serve_stdio(&*served.service, legacy.as_deref(), &served.stdio_principal)
+        .await
+        .map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
     tracing::info!("end of input; stopped");
     Ok(())
 }
 
 /// Serves one listener per address until SIGTERM or ctrl-c (or until one of them fails, which stops all).
-async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPolicy, mut limits: HttpLimits) -> Result<(), Failure> {
+async fn run_http(
+    served: &Served,
+    addresses: Vec<SocketAddr>,
+    origins: OriginPolicy,
+    mut limits: HttpLimits,
+    eras: Option<ErasArg>,
+) -> Result<(), Failure> {
     if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
         tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
     }
@@ -671,7 +715,7 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
             ))
         })?;
         let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
-        let options = HttpOptions { origins: origins.clone(), limits };
+        let options = HttpOptions { origins: origins.clone(), limits, legacy: legacy_adapter(&served.service, eras, false) };
         let router = http::router(served.service.clone(), served.authentication.clone(), options, local).map_err(Failure::usage)?;
         instances.push((listener, router, local));
     }
@@ -680,6 +724,13 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
     }
     tracing::info!("{}{}", if count == 1 { String::new() } else { format!("{count} instances; ") }, served.summary);
     tracing::info!("HTTP limits: {limits}");
+    if eras == Some(ErasArg::Both) {
+        tracing::info!(
+            "eras: MCP 2026-07-28 and 2025-11-25 (legacy sessions: at most {LEGACY_SESSIONS_MAX} per instance, idle {} min, at most {} h)",
+            LEGACY_SESSION_IDLE_MS / 60_000,
+            LEGACY_SESSION_LIFETIME_MS / 3_600_000
+        );
+    }
     let shutdown =
         http::shutdown_signal().map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
