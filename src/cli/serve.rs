@@ -16,6 +16,7 @@ use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
 use crate::policy::pinning::PinFile;
 use crate::policy::state::KeyRing;
+use crate::servers::fixture::legacy_suite::LegacySuiteFixture;
 use crate::servers::fixture::DEFAULT_STATE_TTL_MS;
 use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
@@ -140,6 +141,7 @@ Examples:
     mcpsim serve --stdio --principal alice                      # for an MCP client that starts it itself
     mcpsim serve --http 127.0.0.1:0 --instances 3 --store sqlite:./fleet.db --key-file keys.toml
     mcpsim serve --http 127.0.0.1:3000 --fixture conformance    # the conformance suite's fixture
+    mcpsim serve --http 127.0.0.1:8080 --eras both              # also MCP 2025-11-25 clients (initialize, sessions)
     mcpsim serve --http 127.0.0.1:8080 --gateway                # the security gateway in front of its backends
     mcpsim serve --stdio --store dir:$HOME/Notes --config me.toml --sandbox required   # a real folder, sandboxed
 
@@ -422,6 +424,9 @@ impl Failure {
 /// What one `mcpsim serve` process serves, and for whom.
 struct Served {
     service: Arc<dyn Service>,
+    /// What legacy sessions are served by, when not `service` itself (the fixture adds the 2025-11-25
+    /// suite's own tools for them, leaving modern answers untouched).
+    legacy_service: Option<Arc<dyn Service>>,
     /// How callers are told apart over HTTP.
     authentication: Authentication,
     /// The principal a stdio process acts for.
@@ -501,7 +506,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         };
         served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
-            None => run_stdio(&served, legacy_adapter(&served.service, args.eras, true)).await,
+            None => run_stdio(&served, legacy_adapter(served.legacy_service.as_ref().unwrap_or(&served.service), args.eras, true)).await,
             Some(addresses) => run_http(&served, addresses, origins, limits, args.eras).await,
         };
         if let Some(stores) = &served.stores {
@@ -531,8 +536,10 @@ fn instance_addresses(first: SocketAddr, instances: u16) -> Result<Vec<SocketAdd
 }
 
 fn conformance_fixture(state_ttl_secs: Option<u64>) -> Served {
+    let fixture = Arc::new(real_conformance_fixture(state_ttl_secs));
     Served {
-        service: Arc::new(real_conformance_fixture(state_ttl_secs)),
+        service: fixture.clone(),
+        legacy_service: Some(Arc::new(LegacySuiteFixture { fixture })),
         authentication: Authentication::Anonymous { principal: FIXTURE_PRINCIPAL.to_string() },
         stdio_principal: FIXTURE_PRINCIPAL.to_string(),
         summary: format!(
@@ -666,6 +673,7 @@ async fn open_notes_server(plan: NotesPlan, state_ttl_secs: Option<u64>, replay_
     );
     Ok(Served {
         service: Arc::new(server),
+        legacy_service: None,
         authentication: Authentication::Bearer(Tokens::new(tokens)),
         stdio_principal,
         summary,
@@ -715,7 +723,11 @@ async fn run_http(
             ))
         })?;
         let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
-        let options = HttpOptions { origins: origins.clone(), limits, legacy: legacy_adapter(&served.service, eras, false) };
+        let options = HttpOptions {
+            origins: origins.clone(),
+            limits,
+            legacy: legacy_adapter(served.legacy_service.as_ref().unwrap_or(&served.service), eras, false),
+        };
         let router = http::router(served.service.clone(), served.authentication.clone(), options, local).map_err(Failure::usage)?;
         instances.push((listener, router, local));
     }
@@ -892,7 +904,14 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
         replay_limits.principal_capacity,
     );
     let tokens = deployment.tokens();
-    Ok(Served { service: Arc::new(gateway), authentication: Authentication::Bearer(Tokens::new(tokens)), stdio_principal, summary, stores })
+    Ok(Served {
+        service: Arc::new(gateway),
+        legacy_service: None,
+        authentication: Authentication::Bearer(Tokens::new(tokens)),
+        stdio_principal,
+        summary,
+        stores,
+    })
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {

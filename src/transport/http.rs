@@ -28,7 +28,8 @@
 //! Each step runs only if every earlier one passed, so a request refused early costs nothing later (no token
 //! lookup for a GET, no body read for an unauthenticated caller):
 //!
-//! 1. **Method**: anything but POST → `405` with `Allow: POST` (there is no GET stream and no session to DELETE).
+//! 1. **Method**: anything but POST → `405` with `Allow: POST` (there is no GET stream; only a dual-era server has
+//!    sessions to DELETE, see below).
 //! 2. **Request target and Host**: the target must be in origin form (`/mcp`, never `http://host/mcp`: this is
 //!    an origin server, not a proxy, and an absolute target would name an authority the Host check never
 //!    sees), and there must be exactly one non-empty `Host` header (RFC 9112 §3.2) → else `400`.
@@ -63,8 +64,15 @@
 //! be noticed), then the response as the last event. A client that goes away ends the feed (that is the
 //! unsubscribe).
 //!
-//! `Mcp-Session-Id` is never minted, echoed or read: nothing here depends on which connection or session a
-//! request came from. Every request, refused or not, gets one log line (see [`super::log_request`]).
+//! On a modern-only server `Mcp-Session-Id` is never minted, echoed or read: nothing here depends on which
+//! connection or session a request came from. On a dual-era server (`serve --eras both`, [`HttpOptions::legacy`])
+//! a POST without the modern `MCP-Protocol-Version` that is an `initialize` or carries `Mcp-Session-Id` goes to
+//! the 2025-11-25 adapter ([`crate::eras`]) instead of the pipeline: its answer is one JSON body (with the
+//! `Mcp-Session-Id` an `initialize` minted) or, when the call asks the client something first, an SSE stream
+//! carrying the server's requests and then the response; the client's answers arrive as POSTs of their own.
+//! A DELETE with `Mcp-Session-Id` ends that session. The sessions are the adapter's, not the transport's.
+//!
+//! Every request, refused or not, gets one log line (see [`super::log_request`]).
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
 use crate::eras::{is_legacy_http, Channel, ClientLink, LegacyAdapter, LegacyReply};

@@ -71,7 +71,9 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut lines = BoundedLines::new(input, MESSAGE_BYTES_MAX);
-    let mut legacy_process = false;
+    // The first message decides the process's era: an `initialize` makes it a legacy session for good;
+    // anything else makes it modern, so a later `initialize` gets the modern `-32601`.
+    let mut legacy_process: Option<bool> = None;
     loop {
         let stopwatch = Stopwatch::start();
         let (summary, notifications, reply) = match lines.next_line().await? {
@@ -85,8 +87,7 @@ where
                 )
             }
             Line::Message(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
-            Line::Message(bytes) if legacy.is_some() && (legacy_process || is_initialize(&bytes)) => {
-                legacy_process = true;
+            Line::Message(bytes) if legacy.is_some() && *legacy_process.get_or_insert_with(|| is_initialize(&bytes)) => {
                 let adapter = legacy.expect("checked just above");
                 match legacy_call(adapter, principal, &bytes, &mut lines, &mut output).await? {
                     Some(reply) => (MessageSummary::of(&bytes), Vec::new(), reply),
