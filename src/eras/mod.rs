@@ -44,6 +44,8 @@ use tokio::sync::oneshot;
 pub const LEGACY_PROTOCOL_VERSION: &str = "2025-11-25";
 /// The legacy revisions an `initialize` may ask for and get (older ones differ from it in nothing served here).
 pub const LEGACY_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// How long a real transport lets a legacy call wait for the client's answer to a request sent inside it.
+pub const LEGACY_ANSWER_TIMEOUT_MS: u64 = 300_000;
 /// Rounds of server→client requests one legacy call may take before it is ended with an error.
 pub const LEGACY_ROUNDS_MAX: usize = 8;
 /// The session key of a stdio process (its one session).
@@ -469,6 +471,118 @@ mod tests {
         assert!(!is_legacy_http(Some(PROTOCOL_VERSION), Some("abc"), list), "a modern request never reads a session");
         assert!(!is_legacy_http(Some(PROTOCOL_VERSION), None, initialize), "a modern initialize gets the modern -32601");
         assert!(!is_initialize(br#"{"jsonrpc":"2.0","method":"initialize"}"#), "a notification is not a handshake");
+    }
+
+    use crate::assembly::demo_notes_server;
+    use crate::stores::deterministic::{ManualClock, SeededNonces};
+    use std::sync::Mutex;
+
+    /// A client that answers each server request with the next scripted result, from the adapter's own table.
+    struct ScriptedClient {
+        adapter: Arc<LegacyAdapter>,
+        answers: Mutex<Vec<Value>>,
+        asked: Mutex<Vec<Value>>,
+    }
+
+    #[async_trait]
+    impl ClientLink for ScriptedClient {
+        async fn send(&self, message: Value) -> bool {
+            self.asked.lock().unwrap().push(message.clone());
+            let next = if self.answers.lock().unwrap().is_empty() { None } else { Some(self.answers.lock().unwrap().remove(0)) };
+            if let (Some(_), Some(result)) = (message.get("id"), next) {
+                let raw = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": message["id"], "result": result })).unwrap();
+                let delivered = self.adapter.handle("alice", Channel::Stdio, &raw, self).await;
+                assert_eq!(delivered.http_status, 202);
+            }
+            true
+        }
+
+        async fn wait(&self, mut answer: oneshot::Receiver<Value>) -> Option<Value> {
+            answer.try_recv().ok()
+        }
+    }
+
+    fn scripted(capabilities: Value, answers: Vec<Value>) -> ScriptedClient {
+        let adapter = Arc::new(LegacyAdapter::new(
+            Arc::new(demo_notes_server()),
+            SessionLimits::default(),
+            Arc::new(ManualClock::new(0)),
+            Arc::new(SeededNonces::new(7)),
+        ));
+        let client = ScriptedClient { adapter, answers: Mutex::new(answers), asked: Mutex::default() };
+        let initialize = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": { "protocolVersion": "2025-11-25", "capabilities": capabilities } });
+        let opened = block_on(client.adapter.handle("alice", Channel::Stdio, &serde_json::to_vec(&initialize).unwrap(), &client));
+        assert_eq!(opened.response.unwrap()["result"]["protocolVersion"], "2025-11-25");
+        client
+    }
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
+    }
+
+    fn delete(client: &ScriptedClient, workspace: &str) -> Value {
+        let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "notes_delete", "arguments": { "workspaceUri": workspace, "title": "TPS" } } });
+        block_on(client.adapter.handle("alice", Channel::Stdio, &serde_json::to_vec(&call).unwrap(), client)).response.unwrap()
+    }
+
+    const ALICE_WORKSPACE: &str = "file:///Users/alice/Documents/Notes";
+
+    #[test]
+    fn a_legacy_confirmation_runs_the_modern_rounds_and_answers_in_the_legacy_shape() {
+        let client = scripted(
+            json!({ "elicitation": {} }),
+            vec![json!({ "action": "accept", "content": { "note_id": "note-7", "confirm": true } })],
+        );
+        let done = delete(&client, ALICE_WORKSPACE);
+        assert_eq!(done["result"]["structuredContent"]["noteId"], "note-7", "{done}");
+        assert!(done["result"].get("resultType").is_none());
+        let asked = client.asked.lock().unwrap();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0]["method"], "elicitation/create");
+    }
+
+    #[test]
+    fn a_legacy_client_without_elicitation_gets_the_modern_capability_refusal() {
+        let client = scripted(json!({}), vec![]);
+        assert_eq!(delete(&client, ALICE_WORKSPACE)["error"]["code"], -32021);
+        assert!(client.asked.lock().unwrap().is_empty(), "nothing was asked of the client");
+    }
+
+    #[test]
+    fn roots_only_narrow() {
+        let bob = "file:///Users/bob/Notes";
+        let client = scripted(json!({ "elicitation": {}, "roots": {} }), vec![json!({ "roots": [{ "uri": bob }] })]);
+        let refused = delete(&client, bob);
+        assert_eq!(refused["error"]["data"]["reason"], "workspace_unauthorized", "bob's workspace in the roots authorizes nothing");
+        assert!(
+            refused["error"]["message"].as_str().unwrap().contains("not a workspace you are authorized"),
+            "the server's own refusal: {refused}"
+        );
+        let client = scripted(json!({ "elicitation": {}, "roots": {} }), vec![json!({ "roots": [] })]);
+        let refused = delete(&client, ALICE_WORKSPACE);
+        assert!(refused["error"]["message"].as_str().unwrap().contains("outside every root"), "{refused}");
+    }
+
+    #[test]
+    fn a_client_that_does_not_answer_ends_the_call_and_nothing_is_consumed() {
+        let client = scripted(json!({ "elicitation": {} }), vec![]);
+        let ended = delete(&client, ALICE_WORKSPACE);
+        assert!(ended["error"]["message"].as_str().unwrap().contains("did not answer elicitation/create"), "{ended}");
+        client.answers.lock().unwrap().push(json!({ "action": "accept", "content": { "note_id": "note-7", "confirm": true } }));
+        assert_eq!(delete(&client, ALICE_WORKSPACE)["result"]["structuredContent"]["noteId"], "note-7", "the note was still there");
+    }
+
+    #[test]
+    fn stray_answers_and_other_principals_reach_nothing() {
+        let client = scripted(json!({ "elicitation": {} }), vec![]);
+        // The answer arrives for a request nobody asked: dropped.
+        let stray = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": "mcpsim-99", "result": {} })).unwrap();
+        let dropped = block_on(client.adapter.handle("alice", Channel::Stdio, &stray, &client));
+        assert_eq!((dropped.response, dropped.http_status), (None, 202));
+        // Bob's process has no session: it cannot call as alice's.
+        let ping = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": 3, "method": "ping" })).unwrap();
+        let refused = block_on(client.adapter.handle("bob", Channel::Stdio, &ping, &client));
+        assert_eq!(refused.http_status, 404);
     }
 
     #[test]

@@ -75,7 +75,7 @@
 //! Every request, refused or not, gets one log line (see [`super::log_request`]).
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
-use crate::eras::{is_legacy_http, Channel, ClientLink, LegacyAdapter, LegacyReply};
+use crate::eras::{is_legacy_http, Channel, ClientLink, LegacyAdapter, LegacyReply, LEGACY_ANSWER_TIMEOUT_MS};
 use crate::framework::{handle_exchange, Exchange, Service};
 use crate::policy::origin::{check_local_request, OriginPolicy};
 use crate::wire::errors::{echo, RpcError};
@@ -753,8 +753,6 @@ fn sse_event(message: &Value) -> Bytes {
 
 /// The legacy session header (read and written only for legacy requests of a dual-era server).
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-/// How long a legacy call waits for the client to answer a request the server sent it inside the call.
-pub const LEGACY_ANSWER_TIMEOUT_MS: u64 = 300_000;
 
 fn headers_session_id(value: &Option<HeaderValue>) -> Option<String> {
     value.as_ref().map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string())

@@ -11,7 +11,7 @@
 //! acknowledgement is written and the subscription ends at once with its closing result.
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
-use crate::eras::{is_initialize, Channel, ClientLink, LegacyAdapter};
+use crate::eras::{is_initialize, Channel, ClientLink, LegacyAdapter, LEGACY_ANSWER_TIMEOUT_MS};
 use crate::framework::{handle_exchange, Reply, Service};
 use crate::wire::errors::RpcError;
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
@@ -36,9 +36,6 @@ where
 {
     serve_lines_eras(service, None, principal, input, output).await
 }
-
-/// How long a legacy call waits for the client to answer a request the server sent it inside the call.
-pub const LEGACY_ANSWER_TIMEOUT_MS: u64 = 300_000;
 
 /// The client end of a legacy stdio call: messages are queued for stdout (written by the loop, in order).
 struct StdioLink {
