@@ -25,10 +25,12 @@ pub use crate::oracle::history::OperationId;
 pub(crate) enum Payload {
     /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
     /// `headers` are the HTTP routing headers the client sent (`None`: a transport without headers).
-    Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders> },
+    /// `session` is the `Mcp-Session-Id` a legacy client sends (the one its last `initialize` got).
+    Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders>, session: Option<String> },
     /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
     /// exactly this value, so the client need not parse the bytes back).
-    Response { operation: OperationId, value: Arc<Value> },
+    /// `session`: the `Mcp-Session-Id` a legacy `initialize` opened, returned beside the body as over HTTP.
+    Response { operation: OperationId, value: Arc<Value>, session: Option<String> },
     /// A task (or the admin) → a store actor.
     Call(StoreCall),
     /// A store actor → the task (or admin) that called it; `call` is the call's label.
@@ -86,6 +88,11 @@ pub enum StoreCall {
         tool: Option<String>,
         fields: Value,
     },
+    /// The legacy adapter on an instance → a legacy client: a server→client JSON-RPC request inside an open
+    /// call (`elicitation/create`, `roots/list`); the client's JSON-RPC answer is the return.
+    AskClient {
+        request: Value,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +108,8 @@ pub enum StoreReturn {
     },
     Listing(ToolListing),
     ToolResult(Result<Value, BackendError>),
+    /// A legacy client's JSON-RPC answer to an [`StoreCall::AskClient`].
+    ClientAnswer(Value),
     Failed(StoreError),
 }
 
@@ -119,6 +128,12 @@ impl StoreCall {
             StoreCall::ListTools => "list_tools",
             StoreCall::CallTool { .. } => "call_tool",
             StoreCall::AdminDescriptor { .. } => "admin_descriptor",
+            StoreCall::AskClient { request } => match request.get("method").and_then(Value::as_str) {
+                Some("elicitation/create") => "elicitation/create",
+                Some("roots/list") => "roots/list",
+                Some("sampling/createMessage") => "sampling/createMessage",
+                _ => "client_request",
+            },
         }
     }
 
@@ -141,6 +156,7 @@ impl StoreCall {
                 json!({ "principal": principal, "tool": tool, "arguments": arguments, "idempotencyKey": idempotency_key })
             }
             StoreCall::AdminDescriptor { tool, fields } => json!({ "tool": tool, "fields": fields }),
+            StoreCall::AskClient { request } => request.clone(),
         }
     }
 
@@ -185,6 +201,7 @@ impl StoreReturn {
             }),
             StoreReturn::ToolResult(Ok(result)) => json!({ "result": result.get("structuredContent").cloned().unwrap_or(Value::Null) }),
             StoreReturn::ToolResult(Err(error)) => json!({ "failed": error.to_string() }),
+            StoreReturn::ClientAnswer(answer) => answer.clone(),
             StoreReturn::Failed(error) => json!({ "failed": error.to_string() }),
         }
     }
