@@ -1413,6 +1413,18 @@ mod tests {
     }
 
     #[test]
+    fn legacy_clients_and_dual_era_instances_are_declared_and_checked() {
+        let text = "use demo\ninstance i1 eras both\ninstance i2\nclient desk principal alice legacy roots [\"file:///a\"] answers {\"action\": \"cancel\"}\n";
+        let scenario = parse("s.sim", "s", text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((scenario.cluster.instances[0].eras_both, scenario.cluster.instances[1].eras_both), (true, false));
+        let legacy = scenario.cluster.clients[0].legacy.clone().unwrap();
+        assert_eq!((legacy.roots, legacy.elicitation), (vec!["file:///a".to_string()], serde_json::json!({"action": "cancel"})));
+        assert!(error("use demo\ngateway g1 eras both\n").contains("2026-07-28 era only"));
+        assert!(error("use demo\ninstance i1 eras old\n").contains("`both` or `modern`"));
+        assert!(error("use demo\ninstance i1\nclient c principal alice legacy roots [1]\n").contains("URI strings"));
+    }
+
+    #[test]
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
