@@ -67,7 +67,10 @@ fn call(arguments: Value, extra: Value) -> Vec<u8> {
 /// A server over `notes` and `replay`, with a fixed key.
 fn server(notes: Arc<dyn NoteStore>, replay: Arc<dyn ReplayStore>) -> NotesServer {
     let config = Deployment::demo().notes_config(KeyRing::new("bench", vec![7; 32]).unwrap(), None).unwrap();
-    notes_server(Arc::new(config), NotesPorts { notes, replay, clock: Arc::new(SystemClock), nonces: Arc::new(OsNonces) })
+    notes_server(
+        Arc::new(config),
+        NotesPorts { notes, replay, clock: Arc::new(SystemClock), nonces: Arc::new(OsNonces), out_of_band: None },
+    )
 }
 
 /// A store under test: its server and how to add a note outside the measurement.

@@ -58,6 +58,8 @@ pub mod policy;
 
 pub mod framework;
 
+pub mod eras;
+
 pub mod servers;
 
 pub mod stores;

@@ -83,7 +83,7 @@ const SERVERS: &[(&str, Server)] = &[
         Server::Http { instances: 3 },
     ),
     ("mcpsim serve --http 127.0.0.1:8080 --instances 3 --store sqlite:./fleet.db --key-file keys.toml &", Server::Http { instances: 3 }),
-    ("cargo run -- serve --http 127.0.0.1:3000 --fixture conformance", Server::Http { instances: 1 }),
+    ("cargo run -- serve --http 127.0.0.1:3000 --fixture conformance --eras both", Server::Http { instances: 1 }),
 ];
 
 /// The commands a test cannot run, and why. Each must appear in some document.

@@ -96,6 +96,11 @@ scenario_snapshots! {
     gateway_revocation_reaches_the_backends => "52-gateway-revocation-reaches-the-backends.sim",
     gateway_body_names_the_tool_even_when_both_would_run => "53-gateway-body-names-the-tool-even-when-both-would-run.sim",
     gateway_an_operators_week => "54-gateway-an-operators-week.sim",
+    legacy_and_modern_clients_share_one_deployment => "60-legacy-and-modern-clients-share-one-deployment.sim",
+    legacy_roots_name_another_principals_workspace => "61-legacy-roots-name-another-principals-workspace.sim",
+    legacy_confirmation_races_a_modern_one => "62-legacy-confirmation-races-a-modern-one.sim",
+    legacy_session_on_another_instance => "63-legacy-session-on-another-instance.sim",
+    legacy_session_capabilities_stay_in_the_session => "64-legacy-session-capabilities-stay-in-the-session.sim",
 }
 
 #[test]

@@ -10,10 +10,13 @@ use crate::assembly::{real_conformance_fixture, real_gateway, real_notes_server}
 use crate::cli::sandbox::{self, SandboxMode, SandboxPlan};
 use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
+use crate::eras::session::{SessionLimits, LEGACY_SESSIONS_MAX, LEGACY_SESSION_IDLE_MS, LEGACY_SESSION_LIFETIME_MS};
+use crate::eras::LegacyAdapter;
 use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
 use crate::policy::pinning::PinFile;
 use crate::policy::state::KeyRing;
+use crate::servers::fixture::legacy_suite::LegacySuiteFixture;
 use crate::servers::fixture::DEFAULT_STATE_TTL_MS;
 use crate::servers::gateway::ports::AuditSink;
 use crate::stores::database::Durability;
@@ -22,7 +25,7 @@ use crate::stores::memory::{
     default_replay_capacity, sustained_claims_per_second, ReplayLimits, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS,
 };
 use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_text, STORE_SPEC_HELP};
-use crate::stores::system::SystemClock;
+use crate::stores::system::{OsNonces, SystemClock};
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{
     self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS,
@@ -140,6 +143,7 @@ Examples:
     mcpsim serve --stdio --principal alice                      # for an MCP client that starts it itself
     mcpsim serve --http 127.0.0.1:0 --instances 3 --store sqlite:./fleet.db --key-file keys.toml
     mcpsim serve --http 127.0.0.1:3000 --fixture conformance    # the conformance suite's fixture
+    mcpsim serve --http 127.0.0.1:8080 --eras both              # also MCP 2025-11-25 clients (initialize, sessions)
     mcpsim serve --http 127.0.0.1:8080 --gateway                # the security gateway in front of its backends
     mcpsim serve --stdio --store dir:$HOME/Notes --config me.toml --sandbox required   # a real folder, sandboxed
 
@@ -325,6 +329,39 @@ pub struct ServeArgs {
     /// required refuses to start there. [default: best-effort]
     #[arg(long, value_enum, value_name = "MODE")]
     pub sandbox: Option<SandboxMode>,
+
+    /// Which MCP eras to serve: modern | both [default: modern].
+    ///
+    /// modern: MCP 2026-07-28 only; initialize gets -32601 naming the supported version, and no session
+    /// exists. both: also MCP 2025-11-25 clients that open with initialize, through a separate adapter over
+    /// the same server code (a confirmation becomes an elicitation/create request inside the call). Legacy
+    /// HTTP sessions (Mcp-Session-Id) live in the instance that made them: a fleet needs sticky routing for
+    /// legacy clients, while modern requests still go anywhere.
+    #[arg(long, value_enum, value_name = "ERAS")]
+    pub eras: Option<ErasArg>,
+}
+
+/// The eras `--eras` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ErasArg {
+    /// MCP 2026-07-28 only.
+    Modern,
+    /// MCP 2026-07-28 and, for clients that open with initialize, 2025-11-25.
+    Both,
+}
+
+/// A fresh 2025-11-25 adapter over `service` (one per instance: its sessions are that instance's own).
+fn legacy_adapter(service: &Arc<dyn Service>, eras: Option<ErasArg>, stdio: bool) -> Option<Arc<LegacyAdapter>> {
+    if eras != Some(ErasArg::Both) {
+        return None;
+    }
+    // A stdio process is one client's: its session lasts as long as the process.
+    let limits = if stdio {
+        SessionLimits { idle_ms: u64::MAX, lifetime_ms: u64::MAX, ..SessionLimits::default() }
+    } else {
+        SessionLimits::default()
+    };
+    Some(Arc::new(LegacyAdapter::new(service.clone(), limits, Arc::new(SystemClock), Arc::new(OsNonces))))
 }
 
 impl ServeArgs {
@@ -399,6 +436,9 @@ impl Failure {
 /// What one `mcpsim serve` process serves, and for whom.
 struct Served {
     service: Arc<dyn Service>,
+    /// What legacy sessions are served by, when not `service` itself (the fixture adds the 2025-11-25
+    /// suite's own tools for them, leaving modern answers untouched).
+    legacy_service: Option<Arc<dyn Service>>,
     /// How callers are told apart over HTTP.
     authentication: Authentication,
     /// The principal a stdio process acts for.
@@ -496,8 +536,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         };
         served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
-            None => run_stdio(&served).await,
-            Some(addresses) => run_http(&served, addresses, origins, limits).await,
+            None => run_stdio(&served, legacy_adapter(served.legacy_service.as_ref().unwrap_or(&served.service), args.eras, true)).await,
+            Some(addresses) => run_http(&served, addresses, origins, limits, args.eras).await,
         };
         if let Some(stores) = &served.stores {
             // After the last request: every committed change is durable already; this only releases connections.
@@ -526,8 +566,10 @@ fn instance_addresses(first: SocketAddr, instances: u16) -> Result<Vec<SocketAdd
 }
 
 fn conformance_fixture(state_ttl_secs: Option<u64>) -> Served {
+    let fixture = Arc::new(real_conformance_fixture(state_ttl_secs));
     Served {
-        service: Arc::new(real_conformance_fixture(state_ttl_secs)),
+        service: fixture.clone(),
+        legacy_service: Some(Arc::new(LegacySuiteFixture { fixture })),
         authentication: Authentication::Anonymous { principal: FIXTURE_PRINCIPAL.to_string() },
         stdio_principal: FIXTURE_PRINCIPAL.to_string(),
         summary: format!(
@@ -677,6 +719,7 @@ async fn open_notes_server(
     let summary = if out_of_band { format!("{summary}; notes_publish and its out-of-band page at /connect/") } else { summary };
     Ok(Served {
         service: Arc::new(server),
+        legacy_service: None,
         authentication: Authentication::Bearer(Tokens::new(tokens)),
         stdio_principal,
         summary,
@@ -685,15 +728,24 @@ async fn open_notes_server(
     })
 }
 
-async fn run_stdio(served: &Served) -> Result<(), Failure> {
-    tracing::info!("serving stdio for principal {}; {}", served.stdio_principal, served.summary);
-    serve_stdio(&*served.service, &served.stdio_principal).await.map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
+async fn run_stdio(served: &Served, legacy: Option<Arc<LegacyAdapter>>) -> Result<(), Failure> {
+    let eras = if legacy.is_some() { "MCP 2026-07-28 and 2025-11-25" } else { "MCP 2026-07-28" };
+    tracing::info!("serving stdio ({eras}) for principal {}; {}", served.stdio_principal, served.summary);
+    serve_stdio(&*served.service, legacy.as_deref(), &served.stdio_principal)
+        .await
+        .map_err(|error| Failure::failed(format!("stdio failed: {error}")))?;
     tracing::info!("end of input; stopped");
     Ok(())
 }
 
 /// Serves one listener per address until SIGTERM or ctrl-c (or until one of them fails, which stops all).
-async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPolicy, mut limits: HttpLimits) -> Result<(), Failure> {
+async fn run_http(
+    served: &Served,
+    addresses: Vec<SocketAddr>,
+    origins: OriginPolicy,
+    mut limits: HttpLimits,
+    eras: Option<ErasArg>,
+) -> Result<(), Failure> {
     if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
         tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
     }
@@ -718,7 +770,6 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
             ))
         })?;
         let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
-        let options = HttpOptions { origins: origins.clone(), limits };
         let (service, page) = match &served.page {
             // This listener's server issues page URLs naming this listener; the flows are the store's.
             Some(plan) => {
@@ -731,6 +782,11 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
             }
             None => (served.service.clone(), None),
         };
+        let options = HttpOptions {
+            origins: origins.clone(),
+            limits,
+            legacy: legacy_adapter(served.legacy_service.as_ref().unwrap_or(&service), eras, false),
+        };
         let mut router = http::router(service, served.authentication.clone(), options, local).map_err(Failure::usage)?;
         if let Some(page) = page {
             router = router.merge(page);
@@ -742,6 +798,13 @@ async fn run_http(served: &Served, addresses: Vec<SocketAddr>, origins: OriginPo
     }
     tracing::info!("{}{}", if count == 1 { String::new() } else { format!("{count} instances; ") }, served.summary);
     tracing::info!("HTTP limits: {limits}");
+    if eras == Some(ErasArg::Both) {
+        tracing::info!(
+            "eras: MCP 2026-07-28 and 2025-11-25 (legacy sessions: at most {LEGACY_SESSIONS_MAX} per instance, idle {} min, at most {} h)",
+            LEGACY_SESSION_IDLE_MS / 60_000,
+            LEGACY_SESSION_LIFETIME_MS / 3_600_000
+        );
+    }
     let shutdown =
         http::shutdown_signal().map_err(|error| Failure::failed(format!("cannot install the SIGTERM/ctrl-c handlers: {error}")))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -905,6 +968,7 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
     let tokens = deployment.tokens();
     Ok(Served {
         service: Arc::new(gateway),
+        legacy_service: None,
         authentication: Authentication::Bearer(Tokens::new(tokens)),
         stdio_principal,
         summary,

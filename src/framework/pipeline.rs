@@ -152,6 +152,9 @@ pub async fn handle_exchange<S: Service + ?Sized>(service: &S, principal: &str, 
         Incoming::Request { id, method, params } => (id, method, params),
     };
     let refusal = match read_meta(params.as_ref()) {
+        // A 2025-11-25 client's handshake carries no modern `_meta`: it gets the answer that names the
+        // version this server speaks (VERS-008), not a complaint about a field its era never sent.
+        Err(_) if method == "initialize" => Err(RpcError::method_not_found(&method)),
         Err(error) => Err(error),
         Ok(meta) => {
             let headers_checked = match headers {

@@ -347,6 +347,13 @@ impl<'a> LiveWorld<'a> {
         if spec.clients.iter().any(|client| client.browser) {
             self.global_mismatch.push("the scenario has browser actors, which only the simulator has: its flows go otherwise live".into());
         }
+        let legacy: Vec<&str> = spec.clients.iter().filter(|c| c.legacy.is_some()).map(|c| c.name.as_str()).collect();
+        if !legacy.is_empty() {
+            self.global_mismatch.push(format!(
+                "the scenario declares 2025-11-25 client(s) {}: live runs do not play legacy sessions (the simulator does; tests/eras.rs drives the real binary)",
+                legacy.join(", ")
+            ));
+        }
         if !spec.use_demo {
             self.global_mismatch.push("the scenario does not `use demo`: the fleet holds whatever it was seeded with".into());
         }

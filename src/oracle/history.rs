@@ -178,6 +178,9 @@ pub enum EffectKind {
     BackendCalled { backend: String, tool: String, descriptor: Option<Value> },
     /// The operator approved `tool` (qualified) as `descriptor`.
     Approved { tool: String, descriptor: Value },
+    /// A server asked a legacy (2025-11-25) client `request` inside the operation's open call, and the client
+    /// answered `answer` (both JSON-RPC messages, as they travelled).
+    ClientAsked { request: Value, answer: Value },
 }
 
 /// One export, as the backend recorded it.

@@ -21,6 +21,8 @@ pub struct Client {
     next_request_id: i64,
     /// The last response of this client that asked for input.
     pub last_form: Option<OperationId>,
+    /// A 2025-11-25 client: it sends no `_meta` (its `initialize` negotiated what `_meta` would say).
+    pub legacy: bool,
 }
 
 /// How the user answered a form.
@@ -43,7 +45,7 @@ impl FormAction {
 
 impl Client {
     pub fn new(name: &str, principal: &str, capabilities: Value) -> Client {
-        Client { name: name.into(), principal: principal.into(), capabilities, next_request_id: 1, last_form: None }
+        Client { name: name.into(), principal: principal.into(), capabilities, next_request_id: 1, last_form: None, legacy: false }
     }
 
     pub fn meta(&self) -> Value {
@@ -60,7 +62,9 @@ impl Client {
         let Value::Object(mut params) = params else {
             return Err(format!("the params of {method} must be a JSON object"));
         };
-        params.entry("_meta").or_insert_with(|| self.meta());
+        if !self.legacy {
+            params.entry("_meta").or_insert_with(|| self.meta());
+        }
         let mut message = Map::new();
         message.insert("jsonrpc".into(), json!("2.0"));
         if !notification {

@@ -124,7 +124,16 @@ pub struct Play {
 
 /// Plays `scenario` in `world`: every statement once, in order.
 pub fn play(scenario: &Scenario, world: &mut dyn World) -> Play {
-    let clients = scenario.cluster.clients.iter().map(|c| Client::new(&c.name, &c.principal, c.capabilities.clone())).collect();
+    let clients = scenario
+        .cluster
+        .clients
+        .iter()
+        .map(|c| {
+            let mut client = Client::new(&c.name, &c.principal, c.capabilities.clone());
+            client.legacy = c.legacy.is_some();
+            client
+        })
+        .collect();
     let mut interpreter = Interpreter {
         scenario,
         world,
@@ -504,6 +513,11 @@ impl Interpreter<'_, '_> {
         if self.down.contains(&self.instance_index(&send.instance)) {
             return Some(format!("{} is crashed at this point of the scenario, but the {} one is up", send.instance, self.world.label()));
         }
+        if self.clients[self.client_index(&send.client)].legacy {
+            if let Err(why) = self.world.legacy_clients() {
+                return Some(format!("{} is a 2025-11-25 client: {why}", send.client));
+            }
+        }
         let mut templates: Vec<&Template> = send.headers.as_deref().into_iter().collect();
         let mut form = None;
         match &send.request {
@@ -609,6 +623,12 @@ impl Interpreter<'_, '_> {
                     step: index,
                     name: send.name.clone(),
                 });
+            }
+            Request::Answer(_) if self.clients[client].legacy => {
+                return Err(format!(
+                    "{} is a 2025-11-25 client: it answers inside the call (its `answers {{…}}`), never with `answer`",
+                    send.client
+                ));
             }
             Request::Answer(answer) => {
                 let form = match &answer.form {

@@ -166,6 +166,15 @@ pub trait World {
         Ok(())
     }
 
+    /// `Err(why)` when this world cannot play a 2025-11-25 client (its session, and the server→client requests
+    /// answered inside a call): only the simulator models them; the real binary is tested by `tests/eras.rs`.
+    fn legacy_clients(&self) -> Result<(), String> {
+        Err(format!(
+            "{} legacy clients are not played (no session or server→client requests over this world's transport); run the scenario in the simulator (`mcpsim run`), and see tests/eras.rs for the real binary",
+            self.label()
+        ))
+    }
+
     /// A line for the world's transcript (worlds without one ignore it).
     fn annotate(&mut self, annotation: Annotation) {
         let _ = annotation;

@@ -62,6 +62,8 @@ pub struct InstanceSpec {
     pub clock_offset_ms: i64,
     /// Declared with `gateway`: the security gateway in front of the backend actors.
     pub gateway: bool,
+    /// `eras both`: also serves 2025-11-25 clients through the legacy adapter (`serve --eras both`).
+    pub eras_both: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +74,17 @@ pub struct ClientSpec {
     /// Declared with `browser NAME user PRINCIPAL`: a browser signed in on the out-of-band page as the
     /// principal (it sends `browse` steps, never MCP requests).
     pub browser: bool,
+    /// `legacy …`: a 2025-11-25 client (no `_meta`, a session, server→client requests answered in the call).
+    pub legacy: Option<LegacyClientSpec>,
+}
+
+/// How a legacy client answers what a server asks it inside a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegacyClientSpec {
+    /// `roots [...]`: the root URIs it answers `roots/list` with.
+    pub roots: Vec<String>,
+    /// `answers {...}`: the result it answers every `elicitation/create` with (default: a decline).
+    pub elicitation: Value,
 }
 
 #[derive(Debug, Clone)]

@@ -390,6 +390,30 @@ impl<'a> Parser<'a> {
         Ok(self.duration(what, false)? as u64)
     }
 
+    /// After `legacy`: `roots ["file:///…", …]` and `answers {…}` (the result of every `elicitation/create`).
+    fn legacy_client(&mut self) -> Result<LegacyClientSpec, ParseError> {
+        let mut spec = LegacyClientSpec { roots: Vec::new(), elicitation: serde_json::json!({ "action": "decline" }) };
+        loop {
+            if self.keyword("roots") {
+                let Template::Literal(Value::Array(roots)) = self.json("the root URIs, a JSON array of strings")? else {
+                    return Err(self.error_here("roots must be a literal JSON array of URI strings"));
+                };
+                spec.roots = roots
+                    .iter()
+                    .map(|root| root.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| self.error_here("roots must be a literal JSON array of URI strings"))?;
+            } else if self.keyword("answers") {
+                match self.json("the elicitation/create result, a JSON object")? {
+                    Template::Literal(value @ Value::Object(_)) => spec.elicitation = value,
+                    _ => return Err(self.error_here("answers must be a literal JSON object (the elicitation/create result)")),
+                }
+            } else {
+                return Ok(spec);
+            }
+        }
+    }
+
     // ----- JSON with references -----
 
     fn json(&mut self, what: &str) -> Result<Template, ParseError> {
@@ -686,9 +710,10 @@ impl<'a> Parser<'a> {
                 }
                 let mut keys = Vec::new();
                 let mut clock_offset_ms = 0;
+                let mut eras_both = false;
                 loop {
                     if self.keyword("keys") {
-                        while !self.at_line_end() && self.peek_word().as_deref() != Some("clock") {
+                        while !self.at_line_end() && !matches!(self.peek_word().as_deref(), Some("clock" | "eras")) {
                             let (key, key_at) = self.word().ok_or_else(|| self.expected("a key id"))?;
                             if !self.keys.contains(&key) {
                                 return Err(self.error_at(key_at, format!("key {key} is not declared: add `key {key}` above")));
@@ -700,12 +725,23 @@ impl<'a> Parser<'a> {
                         }
                     } else if self.keyword("clock") {
                         clock_offset_ms = self.duration("the clock offset", true)?;
+                    } else if self.keyword("eras") {
+                        if self.keyword("both") {
+                            if keyword == "gateway" {
+                                return Err(self.error_here("a gateway serves the 2026-07-28 era only; `eras both` is for instances"));
+                            }
+                            eras_both = true;
+                        } else if self.keyword("modern") {
+                            eras_both = false;
+                        } else {
+                            return Err(self.expected("`both` or `modern` after `eras`"));
+                        }
                     } else {
                         break;
                     }
                 }
                 self.instances.insert(name.clone());
-                self.cluster.instances.push(InstanceSpec { name, keys, clock_offset_ms, gateway: keyword == "gateway" });
+                self.cluster.instances.push(InstanceSpec { name, keys, clock_offset_ms, gateway: keyword == "gateway", eras_both });
             }
             "client" => {
                 let (name, at) = self.name("the client's name")?;
@@ -721,16 +757,20 @@ impl<'a> Parser<'a> {
                         format!("principal {principal} is not declared: add `principal {principal} workspaces \"file:///…\"` or `use demo` above"),
                     ));
                 }
-                let capabilities = if self.keyword("capabilities") {
+                let legacy = if self.keyword("legacy") { Some(self.legacy_client()?) } else { None };
+                let capabilities = if legacy.is_none() && self.keyword("capabilities") {
                     match self.json("the capabilities object")? {
                         Template::Literal(value @ Value::Object(_)) => value,
                         _ => return Err(self.error_here("capabilities must be a literal JSON object")),
                     }
+                } else if legacy.is_some() {
+                    // A legacy client declares its capabilities in the initialize the scenario sends.
+                    serde_json::json!({})
                 } else {
                     serde_json::json!({ "elicitation": { "form": {} } })
                 };
                 self.clients.insert(name.clone());
-                self.cluster.clients.push(ClientSpec { name, principal, capabilities, browser: false });
+                self.cluster.clients.push(ClientSpec { name, principal, capabilities, browser: false, legacy });
             }
             "browser" => {
                 let (name, at) = self.name("the browser's name")?;
@@ -748,7 +788,7 @@ impl<'a> Parser<'a> {
                 }
                 self.clients.insert(name.clone());
                 self.browsers.insert(name.clone());
-                self.cluster.clients.push(ClientSpec { name, principal, capabilities: serde_json::json!({}), browser: true });
+                self.cluster.clients.push(ClientSpec { name, principal, capabilities: serde_json::json!({}), browser: true, legacy: None });
             }
             "state-ttl" => self.cluster.state_ttl_ms = Some(self.unsigned_duration("the requestState lifetime")?),
             "replay" => {
@@ -1442,6 +1482,18 @@ mod tests {
             }
             other => panic!("expected a page request, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn legacy_clients_and_dual_era_instances_are_declared_and_checked() {
+        let text = "use demo\ninstance i1 eras both\ninstance i2\nclient desk principal alice legacy roots [\"file:///a\"] answers {\"action\": \"cancel\"}\n";
+        let scenario = parse("s.sim", "s", text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((scenario.cluster.instances[0].eras_both, scenario.cluster.instances[1].eras_both), (true, false));
+        let legacy = scenario.cluster.clients[0].legacy.clone().unwrap();
+        assert_eq!((legacy.roots, legacy.elicitation), (vec!["file:///a".to_string()], serde_json::json!({"action": "cancel"})));
+        assert!(error("use demo\ngateway g1 eras both\n").contains("2026-07-28 era only"));
+        assert!(error("use demo\ninstance i1 eras old\n").contains("`both` or `modern`"));
+        assert!(error("use demo\ninstance i1\nclient c principal alice legacy roots [1]\n").contains("URI strings"));
     }
 
     #[test]

@@ -64,4 +64,18 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../scenarios/53-gateway-body-names-the-tool-even-when-both-would-run.sim"),
     ),
     ("54-gateway-an-operators-week.sim", include_str!("../../scenarios/54-gateway-an-operators-week.sim")),
+    (
+        "60-legacy-and-modern-clients-share-one-deployment.sim",
+        include_str!("../../scenarios/60-legacy-and-modern-clients-share-one-deployment.sim"),
+    ),
+    (
+        "61-legacy-roots-name-another-principals-workspace.sim",
+        include_str!("../../scenarios/61-legacy-roots-name-another-principals-workspace.sim"),
+    ),
+    ("62-legacy-confirmation-races-a-modern-one.sim", include_str!("../../scenarios/62-legacy-confirmation-races-a-modern-one.sim")),
+    ("63-legacy-session-on-another-instance.sim", include_str!("../../scenarios/63-legacy-session-on-another-instance.sim")),
+    (
+        "64-legacy-session-capabilities-stay-in-the-session.sim",
+        include_str!("../../scenarios/64-legacy-session-capabilities-stay-in-the-session.sim"),
+    ),
 ];

@@ -18,6 +18,7 @@ use crate::scenario::parser::derived_key_secret;
 use crate::servers::notes::DEFAULT_STATE_TTL_MS;
 use crate::sim::actors::gateway_mutants::GatewayVariant;
 use crate::sim::actors::instance::{notes_server_factory, ServiceFactory};
+use crate::sim::actors::legacy_mutants::EraVariant;
 use crate::sim::engine::cluster::{ClientSetup, Cluster, ClusterSetup, InstanceSetup};
 use crate::sim::engine::faults::Fault;
 use crate::sim::engine::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
@@ -63,6 +64,8 @@ pub struct RunOptions {
     pub factory: ServiceFactory,
     /// What gateway instances run (the real gateway unless a test substitutes a broken variant).
     pub gateway_variant: GatewayVariant,
+    /// What `eras both` instances run (the real 2025-11-25 adapter unless a test substitutes a broken one).
+    pub era_variant: EraVariant,
     /// Faults on (clients retry what gets lost, liveness is judged) with this plan; `None` for a run without
     /// faults (an exploration with `--faults` draws a plan per seed; a replay repeats the recorded one).
     pub faults: Option<Vec<Fault>>,
@@ -82,6 +85,7 @@ impl RunOptions {
             check_statelessness: true,
             factory: notes_server_factory(),
             gateway_variant: GatewayVariant::Real,
+            era_variant: EraVariant::Real,
             faults: None,
             check_determinism: false,
             mutant: None,
@@ -90,7 +94,13 @@ impl RunOptions {
 
     /// These options with `server` running in the instances (and named in the transcript if it is a mutant).
     pub fn with_server(self, server: &ServerUnderTest) -> RunOptions {
-        RunOptions { factory: server.factory.clone(), gateway_variant: server.gateway_variant, mutant: server.mutant, ..self }
+        RunOptions {
+            factory: server.factory.clone(),
+            gateway_variant: server.gateway_variant,
+            era_variant: server.era_variant,
+            mutant: server.mutant,
+            ..self
+        }
     }
 }
 
@@ -100,6 +110,8 @@ impl RunOptions {
 pub struct ServerUnderTest {
     pub factory: ServiceFactory,
     pub gateway_variant: GatewayVariant,
+    /// The adapter `eras both` instances run.
+    pub era_variant: EraVariant,
     /// The zoo mutant's name, when this is one.
     pub mutant: Option<&'static str>,
 }
@@ -107,7 +119,7 @@ pub struct ServerUnderTest {
 impl From<&ServiceFactory> for ServerUnderTest {
     /// A notes service alongside the real gateway.
     fn from(factory: &ServiceFactory) -> ServerUnderTest {
-        ServerUnderTest { factory: factory.clone(), gateway_variant: GatewayVariant::Real, mutant: None }
+        ServerUnderTest { factory: factory.clone(), gateway_variant: GatewayVariant::Real, era_variant: EraVariant::Real, mutant: None }
     }
 }
 
@@ -269,11 +281,15 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
                 key_ring: ring,
                 clock_offset_ms: instance.clock_offset_ms,
                 gateway: instance.gateway,
+                eras_both: instance.eras_both,
             }
         })
         .collect();
-    let clients =
-        spec.clients.iter().map(|c| ClientSetup { name: c.name.clone(), principal: c.principal.clone(), browser: c.browser }).collect();
+    let clients = spec
+        .clients
+        .iter()
+        .map(|c| ClientSetup { name: c.name.clone(), principal: c.principal.clone(), browser: c.browser, legacy: c.legacy.clone() })
+        .collect();
     let defaults = ReplayLimits::default();
     let (latency_ms_min, latency_ms_max) = spec.latency_ms.unwrap_or((LATENCY_MS_MIN_DEFAULT, LATENCY_MS_MAX_DEFAULT));
     ClusterSetup {
@@ -298,6 +314,7 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
         record_transcript: options.record_transcript,
         factory: options.factory.clone(),
         gateway_variant: options.gateway_variant,
+        era_variant: options.era_variant,
     }
 }
 

@@ -57,9 +57,13 @@ impl SimWorld {
 }
 
 impl SimWorld {
-    /// Where a request written for `instance` goes under this world's routing.
-    fn target(&mut self, instance: usize) -> usize {
+    /// Where a request written for `instance` goes under this world's routing. A legacy client's requests
+    /// stay where written: its session lives on one instance by design (the 2025-11-25 era is stateful).
+    fn target(&mut self, instance: usize, client: usize) -> usize {
         self.sent += 1;
+        if self.cluster.is_legacy_client(client) {
+            return instance;
+        }
         match &self.routing {
             Routing::AsWritten => instance,
             Routing::Shifted { pinned } => self.equivalent_instance(instance, self.sent, pinned),
@@ -73,7 +77,7 @@ impl World for SimWorld {
     }
 
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
-        let target = self.target(outgoing.instance);
+        let target = self.target(outgoing.instance, outgoing.client);
         let operation = self.cluster.send(outgoing, target).map_err(stopped)?;
         self.cluster.run_until_quiet().map_err(stopped)?;
         Ok(operation)
@@ -88,7 +92,7 @@ impl World for SimWorld {
         for item in items {
             match item {
                 Item::Send(outgoing) | Item::Browse(outgoing) => {
-                    let instance = self.target(outgoing.instance);
+                    let instance = self.target(outgoing.instance, outgoing.client);
                     sent.push(Ok(self.cluster.send(outgoing, instance).map_err(stopped)?));
                 }
                 Item::Admin(action) => self.cluster.admin(&action).map_err(Refused::Failed)?,
@@ -168,6 +172,10 @@ impl World for SimWorld {
         } else {
             Ok(())
         }
+    }
+
+    fn legacy_clients(&self) -> Result<(), String> {
+        Ok(())
     }
 
     fn annotate(&mut self, annotation: Annotation) {

@@ -28,7 +28,8 @@
 //! Each step runs only if every earlier one passed, so a request refused early costs nothing later (no token
 //! lookup for a GET, no body read for an unauthenticated caller):
 //!
-//! 1. **Method**: anything but POST → `405` with `Allow: POST` (there is no GET stream and no session to DELETE).
+//! 1. **Method**: anything but POST → `405` with `Allow: POST` (there is no GET stream; only a dual-era server has
+//!    sessions to DELETE, see below).
 //! 2. **Request target and Host**: the target must be in origin form (`/mcp`, never `http://host/mcp`: this is
 //!    an origin server, not a proxy, and an absolute target would name an authority the Host check never
 //!    sees), and there must be exactly one non-empty `Host` header (RFC 9112 §3.2) → else `400`.
@@ -63,10 +64,18 @@
 //! be noticed), then the response as the last event. A client that goes away ends the feed (that is the
 //! unsubscribe).
 //!
-//! `Mcp-Session-Id` is never minted, echoed or read: nothing here depends on which connection or session a
-//! request came from. Every request, refused or not, gets one log line (see [`super::log_request`]).
+//! On a modern-only server `Mcp-Session-Id` is never minted, echoed or read: nothing here depends on which
+//! connection or session a request came from. On a dual-era server (`serve --eras both`, [`HttpOptions::legacy`])
+//! a POST without the modern `MCP-Protocol-Version` that is an `initialize` or carries `Mcp-Session-Id` goes to
+//! the 2025-11-25 adapter ([`crate::eras`]) instead of the pipeline: its answer is one JSON body (with the
+//! `Mcp-Session-Id` an `initialize` minted) or, when the call asks the client something first, an SSE stream
+//! carrying the server's requests and then the response; the client's answers arrive as POSTs of their own.
+//! A DELETE with `Mcp-Session-Id` ends that session. The sessions are the adapter's, not the transport's.
+//!
+//! Every request, refused or not, gets one log line (see [`super::log_request`]).
 
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
+use crate::eras::{is_legacy_http, Channel, ClientLink, LegacyAdapter, LegacyReply, LEGACY_ANSWER_TIMEOUT_MS};
 use crate::framework::{handle_exchange, Exchange, Service};
 use crate::policy::origin::{check_local_request, OriginPolicy};
 use crate::wire::errors::{echo, RpcError};
@@ -227,16 +236,19 @@ pub enum Authentication {
 pub struct HttpOptions {
     pub origins: OriginPolicy,
     pub limits: HttpLimits,
+    /// On a dual-era server (`serve --eras both`): the 2025-11-25 adapter legacy requests go to.
+    pub legacy: Option<Arc<LegacyAdapter>>,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
-        HttpOptions { origins: OriginPolicy::Loopback, limits: HttpLimits::default() }
+        HttpOptions { origins: OriginPolicy::Loopback, limits: HttpLimits::default(), legacy: None }
     }
 }
 
 struct Endpoint {
     service: Arc<dyn Service>,
+    legacy: Option<Arc<LegacyAdapter>>,
     authentication: Authentication,
     origins: OriginPolicy,
     /// Listening on loopback: `Host` must name a loopback host too.
@@ -317,6 +329,7 @@ pub fn router(
     let limits = options.limits;
     let endpoint = Arc::new(Endpoint {
         service,
+        legacy: options.legacy,
         authentication,
         origins: options.origins,
         loopback_bind,
@@ -490,6 +503,9 @@ async fn mcp_endpoint(State(endpoint): State<Arc<Endpoint>>, request: Request) -
 
 impl Endpoint {
     async fn handle(&self, request: Request) -> Handled {
+        if request.method() == Method::DELETE && self.legacy.is_some() && request.headers().contains_key(MCP_SESSION_ID) {
+            return self.end_legacy_session(&request);
+        }
         if request.method() != Method::POST {
             let message = format!(
                 "{} is not supported: send each JSON-RPC message as its own POST to {MCP_PATH} (this stateless server has no GET stream and no session to DELETE)",
@@ -536,6 +552,7 @@ impl Endpoint {
         };
         let permit = InFlight { _principal: principal_slot, _listener: listener_permit };
         let routing = routing_headers(headers);
+        let session_header = headers.get(MCP_SESSION_ID).cloned();
         let body = match tokio::time::timeout(self.body_read_timeout, Bytes::from_request(request, &())).await {
             Ok(Ok(body)) => body,
             Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(&principal, None),
@@ -554,6 +571,13 @@ impl Endpoint {
             }
         };
         let summary = MessageSummary::of(&body);
+        if let Some(legacy) = &self.legacy {
+            let session_id = headers_session_id(&session_header);
+            if is_legacy_http(routing.protocol_version.as_deref(), session_id.as_deref(), &body) {
+                let (response, outcome) = legacy_exchange(legacy.clone(), principal.clone(), session_id, body, permit).await;
+                return Handled { response, principal: Some(principal), summary, outcome };
+            }
+        }
         let exchange = handle_exchange(&*self.service, &principal, &body, Some(&routing)).await;
         let mut outcome = outcome_of(&exchange.reply);
         let response = if exchange.is_streamed() {
@@ -572,6 +596,32 @@ impl Endpoint {
             }
         };
         Handled { response, principal: Some(principal), summary, outcome }
+    }
+
+    /// A legacy client's DELETE of its session (dual-era servers only): after the same Host, Origin and
+    /// authentication checks as a POST, `200` if the principal held that session, else `404`.
+    fn end_legacy_session(&self, request: &Request) -> Handled {
+        if let Some(refused) = check_target_and_host(request) {
+            return refused;
+        }
+        let headers = request.headers();
+        if let Some(refused) = self.check_host_and_origin(headers) {
+            return refused;
+        }
+        let principal = match self.authenticate(headers) {
+            Ok(principal) => principal.to_string(),
+            Err(refused) => return *refused,
+        };
+        let session_id = headers_session_id(&headers.get(MCP_SESSION_ID).cloned()).unwrap_or_default();
+        let closed = self.legacy.as_ref().is_some_and(|legacy| legacy.close(&session_id, &principal));
+        let (status, outcome) =
+            if closed { (StatusCode::OK, "legacy_session_closed") } else { (StatusCode::NOT_FOUND, "legacy_session_unknown") };
+        Handled {
+            response: status.into_response(),
+            principal: Some(principal),
+            summary: MessageSummary::default(),
+            outcome: outcome.into(),
+        }
     }
 
     fn check_host_and_origin(&self, headers: &HeaderMap) -> Option<Handled> {
@@ -699,6 +749,104 @@ fn stream_exchange(exchange: Exchange, permit: InFlight) -> Response {
 /// One SSE event carrying one JSON-RPC message (compact JSON never contains a newline).
 fn sse_event(message: &Value) -> Bytes {
     Bytes::from(format!("data: {message}\n\n"))
+}
+
+/// The legacy session header (read and written only for legacy requests of a dual-era server).
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+
+fn headers_session_id(value: &Option<HeaderValue>) -> Option<String> {
+    value.as_ref().map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string())
+}
+
+/// What a legacy call produces, in order: messages for the client, then its reply.
+enum LegacyOut {
+    Message(Value),
+    Done(LegacyReply),
+}
+
+/// The client end of a legacy HTTP call: messages go out on the call's own SSE stream; answers come back as
+/// POSTs carrying the session id, which the adapter hands to the waiting receiver.
+struct HttpLink {
+    sender: mpsc::Sender<LegacyOut>,
+}
+
+#[async_trait::async_trait]
+impl ClientLink for HttpLink {
+    async fn send(&self, message: Value) -> bool {
+        self.sender.send(LegacyOut::Message(message)).await.is_ok()
+    }
+
+    async fn wait(&self, answer: tokio::sync::oneshot::Receiver<Value>) -> Option<Value> {
+        tokio::time::timeout(Duration::from_millis(LEGACY_ANSWER_TIMEOUT_MS), answer).await.ok()?.ok()
+    }
+}
+
+/// Runs one legacy request. A reply that needs nothing of the client is one JSON body (with `Mcp-Session-Id`
+/// when `initialize` opened a session); a call that sends the client anything first is an SSE stream whose
+/// last event is the reply.
+async fn legacy_exchange(
+    legacy: Arc<LegacyAdapter>,
+    principal: String,
+    session_id: Option<String>,
+    body: Bytes,
+    permit: InFlight,
+) -> (Response, String) {
+    let (sender, mut receiver) = mpsc::channel::<LegacyOut>(STREAM_EVENTS_BUFFERED_MAX);
+    tokio::spawn(async move {
+        let link = HttpLink { sender: sender.clone() };
+        let reply = legacy.handle(&principal, Channel::Http { session_id: session_id.as_deref() }, &body, &link).await;
+        let _ = sender.send(LegacyOut::Done(reply)).await;
+    });
+    let first = match receiver.recv().await {
+        Some(LegacyOut::Done(reply)) => {
+            let outcome = format!(
+                "legacy {}",
+                outcome_of(&crate::framework::Reply { response: reply.response.clone(), http_status: reply.http_status })
+            );
+            let status = StatusCode::from_u16(reply.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let response = match &reply.response {
+                None => StatusCode::ACCEPTED.into_response(),
+                Some(message) => json_response(status, message),
+            };
+            let response = match reply.session_id.as_deref().and_then(|id| HeaderValue::from_str(id).ok()) {
+                Some(id) => with_header(response, MCP_SESSION_ID, id),
+                None => response,
+            };
+            return (response, outcome);
+        }
+        Some(LegacyOut::Message(message)) => message,
+        None => return (refusal(StatusCode::INTERNAL_SERVER_ERROR, "the legacy call ended without an answer"), "legacy_lost".into()),
+    };
+    let (events, events_out) = mpsc::channel::<Bytes>(STREAM_EVENTS_BUFFERED_MAX);
+    tokio::spawn(async move {
+        let _permit = permit;
+        if events.send(sse_event(&first)).await.is_err() {
+            return;
+        }
+        while let Some(out) = receiver.recv().await {
+            let message = match out {
+                LegacyOut::Message(message) => message,
+                LegacyOut::Done(reply) => match reply.response {
+                    Some(response) => response,
+                    None => return,
+                },
+            };
+            if events.send(sse_event(&message)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let response = (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
+        ],
+        Body::from_stream(EventStream { receiver: events_out }),
+    )
+        .into_response();
+    (response, "legacy (sse)".into())
 }
 
 /// The receiving end of a stream's events, as the `Stream` axum writes out.

@@ -31,6 +31,44 @@ pub(super) fn consent(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
             fail("the request had no params".into());
             continue;
         };
+        // A legacy (2025-11-25) call is confirmed inside itself: the server asked the client `elicitation/create`
+        // and the client answered. The question was asked in this very call (this principal, tool and
+        // arguments), so what must hold is that it offered the note and the answer accepted it.
+        let legacy: Vec<(&Value, &Value)> = history
+            .effects
+            .iter()
+            .filter(|e| e.operation == Some(id))
+            .filter_map(|e| match &e.kind {
+                EffectKind::ClientAsked { request, answer }
+                    if request.get("method").and_then(Value::as_str) == Some("elicitation/create") =>
+                {
+                    Some((request, answer))
+                }
+                _ => None,
+            })
+            .collect();
+        if !legacy.is_empty() {
+            let consented = legacy.iter().any(|(request, answer)| {
+                let result = answer.get("result").cloned().unwrap_or(Value::Null);
+                let offered = |note_id: &str| {
+                    reading::at(request, &["params", "requestedSchema", "properties", "note_id", "enum"])
+                        .and_then(Value::as_array)
+                        .is_some_and(|offered| offered.iter().any(|o| o.as_str() == Some(note_id)))
+                };
+                result.get("action").and_then(Value::as_str) == Some("accept")
+                    && reading::at(&result, &["content", "confirm"]) == Some(&Value::Bool(true))
+                    && match &mutation {
+                        Mutation::Deleted { note_id, .. } => {
+                            reading::text(&result, &["content", "note_id"]) == Some(*note_id) && offered(note_id)
+                        }
+                        Mutation::Exported(_) => true,
+                    }
+            });
+            if !consented {
+                fail("no elicitation/create asked inside the legacy call offered it and was answered accept with confirm: true".into());
+            }
+            continue;
+        }
         let accepted = reading.answer(id).is_some_and(|answer| {
             answer.get("action").and_then(Value::as_str) == Some("accept")
                 && reading::at(&Value::Object(answer.clone()), &["content", "confirm"]) == Some(&Value::Bool(true))

@@ -4,6 +4,7 @@
 //!   key ring, clock offset and nonce stream. Stateless, so a crash loses nothing but work in progress.
 //! * [`note_store`] and [`replay_store`]: the shared stores, each an actor serving one call per task.
 //! * [`admin`]: changes data behind everyone's back.
+//! * [`legacy`]: the 2025-11-25 adapter on an `eras both` instance, and how it asks a legacy client.
 //! * [`gateway`] and [`backend`]: gateway instances (the unchanged security gateway) in front of backend
 //!   actors (the unchanged notes and issues backends), sharing the replay store with the notes instances.
 //!
@@ -17,6 +18,8 @@ pub mod backend;
 pub mod gateway;
 pub mod gateway_mutants;
 pub mod instance;
+pub mod legacy;
+pub mod legacy_mutants;
 pub mod note_store;
 pub mod replay_store;
 
@@ -39,6 +42,8 @@ pub enum TaskOutput {
     Reply(Reply),
     /// A store actor finished serving a call.
     Return(StoreReturn),
+    /// An instance's legacy adapter finished handling a 2025-11-25 request.
+    Legacy(crate::eras::LegacyReply),
 }
 
 /// A task's work: polled only by the cluster, one poll per delivery, never by an async runtime.

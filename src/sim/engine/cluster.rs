@@ -15,7 +15,10 @@
 //! from the factory. The stores are separate actors and keep running: a crash of an instance after its
 //! claim-and-delete reached the replay store loses only the answer.
 
+use crate::assembly::NotesPorts;
 use crate::config::server_info;
+use crate::eras::session::SessionLimits;
+use crate::eras::{is_legacy_http, LegacyAdapter};
 use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, Note};
 use crate::framework::Service;
 use crate::oracle::grants::Grants;
@@ -33,6 +36,8 @@ use crate::sim::actors::backend;
 use crate::sim::actors::gateway::{self, GatewayWorld};
 use crate::sim::actors::gateway_mutants::GatewayVariant;
 use crate::sim::actors::instance::{handle_page, handle_request, incarnation_nonces, Instance, InstanceParts, ServiceFactory};
+use crate::sim::actors::legacy::{self, CurrentService};
+use crate::sim::actors::legacy_mutants::{self, EraVariant, LegacyMemory};
 use crate::sim::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use crate::sim::engine::clock::VirtualClock;
 use crate::sim::engine::faults::{Fault, StoreName, RETRIES_MAX, RETRY_TIMEOUT_MS};
@@ -41,11 +46,12 @@ use crate::sim::engine::network::{Envelope, Hold, Network, NetworkFull};
 use crate::sim::engine::random::{self, Stream};
 use crate::sim::engine::scheduler::{Decision, DecisionLog, Divergence, Scheduler};
 use crate::sim::render::transcript::{Body, Entry, Kind, Message, Transcript};
+use crate::stores::deterministic::SeededNonces;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use crate::stores::out_of_band::MemoryOutOfBandStore;
 use crate::wire::errors::Reason;
 use crate::wire::headers::RoutingHeaders;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -61,6 +67,8 @@ pub struct InstanceSetup {
     pub clock_offset_ms: i64,
     /// A gateway instance (in front of the backend actors) rather than a notes instance.
     pub gateway: bool,
+    /// Also serves 2025-11-25 clients, through the legacy adapter (`eras both`).
+    pub eras_both: bool,
 }
 
 /// A client as the cluster knows it: an actor acting for a principal (what it sends is the interpreter's).
@@ -70,6 +78,8 @@ pub struct ClientSetup {
     /// A browser actor signed in as `principal` on the out-of-band page: its requests go to the instance's
     /// page ([`Service::page`]), not its MCP pipeline.
     pub browser: bool,
+    /// A 2025-11-25 client: how it answers what a server asks it inside a call.
+    pub legacy: Option<crate::scenario::model::LegacyClientSpec>,
 }
 
 /// The base URL of the out-of-band page in the simulator (every instance serves it, as every process of a
@@ -95,6 +105,8 @@ pub struct ClusterSetup {
     pub factory: ServiceFactory,
     /// What gateway instances run (the real gateway unless a test substitutes a broken variant).
     pub gateway_variant: GatewayVariant,
+    /// What `eras both` instances run (the real adapter unless a test substitutes a broken variant).
+    pub era_variant: EraVariant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +211,15 @@ pub struct Cluster {
     backend_actors: Vec<ActorId>,
     /// Exports each backend's ledger held when the history last looked (new ones become effects).
     exports_seen: Vec<usize>,
+    /// Which instances serve both eras (by instance index).
+    eras_both: Vec<bool>,
+    /// Each `eras both` instance's legacy adapter of its current incarnation, and the service it reaches.
+    legacy: Vec<Option<(Arc<LegacyAdapter>, CurrentService)>>,
+    era_variant: EraVariant,
+    /// A broken adapter's memory, per instance incarnation (unused by the real one).
+    legacy_memory: Vec<LegacyMemory>,
+    /// The `Mcp-Session-Id` each legacy client holds (the last one an `initialize` gave it), by client.
+    legacy_sessions: Vec<Option<String>>,
 }
 
 /// A client request as sent, to send again.
@@ -225,6 +246,7 @@ impl Cluster {
         }
         let exchange = ExchangeHandle::default();
         let is_gateway: Vec<bool> = setup.instances.iter().map(|i| i.gateway).collect();
+        let eras_both: Vec<bool> = setup.instances.iter().map(|i| i.eras_both && !i.gateway).collect();
         // Backend actors exist only when a gateway does, so notes-only transcripts are unchanged.
         let gateway_world = is_gateway
             .iter()
@@ -280,6 +302,7 @@ impl Cluster {
             })
             .collect();
         let clients = setup.clients;
+        let legacy_sessions = vec![None; clients.len()];
         let initial_pins = gateway_world
             .iter()
             .flat_map(|world| crate::servers::gateway::ports::PinSource::pins(world.pins.as_ref()).pins.clone())
@@ -321,6 +344,11 @@ impl Cluster {
             is_gateway,
             exports_seen: vec![0; backend_actors.len()],
             backend_actors,
+            legacy: vec![None; eras_both.len()],
+            era_variant: setup.era_variant,
+            legacy_memory: vec![LegacyMemory::default(); eras_both.len()],
+            eras_both,
+            legacy_sessions,
         };
         for index in 0..instance_count {
             cluster.start_incarnation(index);
@@ -344,6 +372,11 @@ impl Cluster {
 
     fn client_actor(&self, index: usize) -> ActorId {
         self.admin_actor + 1 + index
+    }
+
+    /// Whether client `index` is a 2025-11-25 client.
+    pub(crate) fn is_legacy_client(&self, index: usize) -> bool {
+        self.clients[index].legacy.is_some()
     }
 
     pub fn note_store(&self) -> &MemoryNoteStore {
@@ -380,6 +413,20 @@ impl Cluster {
     fn start_incarnation(&mut self, index: usize) {
         let instance = &mut self.instances[index];
         instance.nonces = Some(Arc::new(incarnation_nonces(self.seed, instance.index, instance.incarnation)));
+        let (instance_index, incarnation, offset) = (instance.index, instance.incarnation, instance.clock_offset_ms);
+        self.legacy[index] = self.eras_both[index].then(|| {
+            // One adapter per incarnation: its sessions die with the process, as a real server's do.
+            let current = CurrentService::default();
+            let sessions = SeededNonces::from_rng(random::stream(self.seed, Stream::Sessions { instance: instance_index, incarnation }));
+            let adapter = LegacyAdapter::new(
+                Arc::new(current.clone()),
+                SessionLimits::default(),
+                Arc::new(self.clock.with_offset(offset)),
+                Arc::new(sessions),
+            );
+            (Arc::new(adapter), current)
+        });
+        self.legacy_memory[index] = LegacyMemory::default();
         self.rebuild_service(index);
     }
 
@@ -408,18 +455,34 @@ impl Cluster {
             key_ring: instance.key_ring.clone(),
             state_ttl_ms: self.state_ttl_ms,
         };
+        let config = Arc::new(config);
+        let out_of_band = self.clients.iter().any(|client| client.browser).then(|| crate::servers::notes::OutOfBand {
+            store: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
+            page_base: SIM_PAGE_BASE.to_string(),
+        });
+        let ports = NotesPorts {
+            notes: Arc::new(StoreClient::new(self.exchange.clone(), self.note_store_actor)),
+            replay: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
+            clock: Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
+            nonces: nonces.clone(),
+            out_of_band: out_of_band.clone(),
+        };
         let parts = InstanceParts {
-            config: Arc::new(config),
+            config: config.clone(),
             notes: Arc::new(StoreClient::new(self.exchange.clone(), self.note_store_actor)),
             replay: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
             clock: Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
             nonces,
-            out_of_band: self.clients.iter().any(|client| client.browser).then(|| crate::servers::notes::OutOfBand {
-                store: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
-                page_base: SIM_PAGE_BASE.to_string(),
-            }),
+            out_of_band,
         };
         let service: Arc<dyn Service> = (self.factory)(parts);
+        let mut service = service;
+        if let Some((_, current)) = &self.legacy[index] {
+            let memory = &self.legacy_memory[index];
+            let server = crate::assembly::notes_server(config, ports);
+            current.set(legacy_mutants::adapter_service(self.era_variant, memory, service.clone(), server));
+            service = legacy_mutants::modern_service(self.era_variant, memory, service);
+        }
         self.instances[index].service = Some(service);
     }
 
@@ -445,6 +508,7 @@ impl Cluster {
         self.instances[index].service = None;
         self.instances[index].gateway = None;
         self.instances[index].nonces = None;
+        self.legacy[index] = None;
         let dropped: Vec<TaskId> = self.tasks.iter().filter(|(_, t)| t.actor == actor).map(|(id, _)| *id).collect();
         let mut lost = Vec::new();
         for task in &dropped {
@@ -586,7 +650,8 @@ impl Cluster {
             );
             self.event(Some(from), text);
         }
-        let payload = Payload::Request { operation: id, principal, bytes, headers };
+        let session = self.legacy_sessions[client].clone();
+        let payload = Payload::Request { operation: id, principal, bytes, headers, session };
         self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?;
         Ok(id)
     }
@@ -809,7 +874,8 @@ impl Cluster {
         self.history.attempts.insert(id, attempt);
         let principal = self.clients[sent.client].principal.clone();
         let from = self.client_actor(sent.client);
-        let payload = Payload::Request { operation: id, principal, bytes: sent.bytes, headers: sent.headers };
+        let session = self.legacy_sessions[sent.client].clone();
+        let payload = Payload::Request { operation: id, principal, bytes: sent.bytes, headers: sent.headers, session };
         Ok(self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?)
     }
 
@@ -990,11 +1056,20 @@ impl Cluster {
     fn dispatch(&mut self, envelope: Envelope) -> Result<(), SimError> {
         let Envelope { from, to, from_task, to_task, payload, .. } = envelope;
         match (self.roles[to], payload) {
-            (Role::Instance(index), Payload::Request { operation, principal, bytes, headers }) => {
+            (Role::Instance(index), Payload::Request { operation, principal, bytes, headers, session }) => {
                 let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
                 let cause = Cause { operation: Some(operation), nonce: None };
                 let reply_to = ReplyTo::Client { actor: from, operation };
                 let browser = matches!(self.roles[from], Role::Client(client) if self.clients[client].browser);
+                let protocol_version = headers.as_ref().and_then(|h| h.protocol_version.as_deref());
+                if let Some((adapter, _)) = &self.legacy[index] {
+                    if is_legacy_http(protocol_version, session.as_deref(), &bytes) {
+                        // A dual-era instance sends a legacy request to its adapter, as `serve --eras both` does.
+                        let memory = (self.era_variant != EraVariant::Real).then(|| self.legacy_memory[index].clone());
+                        let task = legacy::handle_request(adapter.clone(), self.exchange.clone(), from, principal, bytes, session, memory);
+                        return self.spawn(to, cause, reply_to, None, task);
+                    }
+                }
                 let task = match (self.instances[index].gateway.clone(), &self.gateway_world) {
                     _ if browser => handle_page(service, principal, bytes),
                     (Some(gateway), Some(world)) => gateway::handle_request(world, gateway, principal, bytes, headers),
@@ -1016,7 +1091,26 @@ impl Cluster {
                 }
                 self.spawn(to, cause, ReplyTo::Caller { actor: from, task: from_task }, Some(call.clone()), backend::serve(actor, call))
             }
-            (Role::Client(_), Payload::Response { operation, value, .. }) => {
+            (Role::Client(client), Payload::Call(StoreCall::AskClient { request })) => {
+                let cause = from_task.and_then(|task| self.tasks.get(&task)).map(|t| t.cause.clone()).unwrap_or_default();
+                let answer = match &self.clients[client].legacy {
+                    Some(spec) => legacy::answer(spec, &request),
+                    None => {
+                        json!({ "jsonrpc": "2.0", "id": request.get("id"), "error": { "code": -32601, "message": "not a legacy client" } })
+                    }
+                };
+                let at_ms = self.clock.elapsed_ms();
+                let kind = EffectKind::ClientAsked { request: request.clone(), answer: answer.clone() };
+                self.history.effects.push(Effect { at_ms, delivery: self.deliveries, operation: cause.operation, kind });
+                let call = StoreCall::AskClient { request };
+                let task: TaskFuture = Box::pin(async move { TaskOutput::Return(StoreReturn::ClientAnswer(answer)) });
+                self.spawn(to, cause, ReplyTo::Caller { actor: from, task: from_task }, Some(call), task)
+            }
+            (Role::Client(client), Payload::Response { operation, value, session }) => {
+                if let Some(session) = session {
+                    // The client keeps the Mcp-Session-Id and sends it with everything that follows, wherever.
+                    self.legacy_sessions[client] = Some(session);
+                }
                 let at_ms = self.clock.elapsed_ms();
                 let transient = if self.history.clients_retry { transient(&value) } else { None };
                 self.history.operations[operation.0].outcome = Outcome::Answered { value, at_ms, delivery: self.deliveries };
@@ -1117,7 +1211,7 @@ impl Cluster {
         match (task.reply_to, output) {
             (ReplyTo::Client { actor, operation }, TaskOutput::Reply(reply)) => match reply.response {
                 Some(response) => {
-                    let payload = Payload::Response { operation, value: Arc::new(response) };
+                    let payload = Payload::Response { operation, value: Arc::new(response), session: None };
                     self.network.send(task.actor, actor, now_ms, None, None, payload)?;
                 }
                 None => {
@@ -1125,6 +1219,21 @@ impl Cluster {
                     self.event(Some(task.actor), text);
                 }
             },
+            (ReplyTo::Client { actor, operation }, TaskOutput::Legacy(reply)) => {
+                if let Some(session) = &reply.session_id {
+                    self.event(Some(task.actor), format!("opens a legacy session (Mcp-Session-Id {session})"));
+                }
+                match reply.response {
+                    Some(response) => {
+                        if reply.http_status != 200 {
+                            self.event(Some(task.actor), format!("answers with HTTP {}", reply.http_status));
+                        }
+                        let payload = Payload::Response { operation, value: Arc::new(response), session: reply.session_id };
+                        self.network.send(task.actor, actor, now_ms, None, None, payload)?;
+                    }
+                    None => self.event(Some(task.actor), format!("answers nothing (HTTP {})", reply.http_status)),
+                }
+            }
             (ReplyTo::Caller { actor, task: caller }, TaskOutput::Return(value)) => {
                 let label = task.call.as_ref().map_or("?", StoreCall::label);
                 self.record_effects(&task, &value);

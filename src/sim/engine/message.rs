@@ -26,10 +26,12 @@ pub use crate::oracle::history::OperationId;
 pub(crate) enum Payload {
     /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
     /// `headers` are the HTTP routing headers the client sent (`None`: a transport without headers).
-    Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders> },
+    /// `session` is the `Mcp-Session-Id` a legacy client sends (the one its last `initialize` got).
+    Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders>, session: Option<String> },
     /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
     /// exactly this value, so the client need not parse the bytes back).
-    Response { operation: OperationId, value: Arc<Value> },
+    /// `session`: the `Mcp-Session-Id` a legacy `initialize` opened, returned beside the body as over HTTP.
+    Response { operation: OperationId, value: Arc<Value>, session: Option<String> },
     /// A task (or the admin) → a store actor.
     Call(StoreCall),
     /// A store actor → the task (or admin) that called it; `call` is the call's label.
@@ -102,6 +104,11 @@ pub enum StoreCall {
         user: String,
         now_ms: u64,
     },
+    /// The legacy adapter on an instance → a legacy client: a server→client JSON-RPC request inside an open
+    /// call (`elicitation/create`, `roots/list`); the client's JSON-RPC answer is the return.
+    AskClient {
+        request: Value,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +127,8 @@ pub enum StoreReturn {
     FlowStarted,
     Flow(Option<FlowRecord>),
     FlowCompletion(Completion),
+    /// A legacy client's JSON-RPC answer to an [`StoreCall::AskClient`].
+    ClientAnswer(Value),
     Failed(StoreError),
 }
 
@@ -141,6 +150,12 @@ impl StoreCall {
             StoreCall::FlowStart { .. } => "flow_start",
             StoreCall::FlowRead { .. } => "flow_read",
             StoreCall::FlowComplete { .. } => "flow_complete",
+            StoreCall::AskClient { request } => match request.get("method").and_then(Value::as_str) {
+                Some("elicitation/create") => "elicitation/create",
+                Some("roots/list") => "roots/list",
+                Some("sampling/createMessage") => "sampling/createMessage",
+                _ => "client_request",
+            },
         }
     }
 
@@ -168,6 +183,7 @@ impl StoreCall {
             }),
             StoreCall::FlowRead { reference } => json!({ "reference": reference }),
             StoreCall::FlowComplete { reference, user, .. } => json!({ "reference": reference, "user": user }),
+            StoreCall::AskClient { request } => request.clone(),
         }
     }
 
@@ -219,6 +235,7 @@ impl StoreReturn {
                 FlowStatus::Completed { by } => json!({ "principal": record.flow.principal, "status": "completed", "by": by }),
             } }),
             StoreReturn::FlowCompletion(completion) => json!({ "completion": format!("{completion:?}") }),
+            StoreReturn::ClientAnswer(answer) => answer.clone(),
             StoreReturn::Failed(error) => json!({ "failed": error.to_string() }),
         }
     }

@@ -19,6 +19,8 @@ pub enum Stream {
     /// An exploration's faults of one kind (`mcpsim explore --faults`): one stream per kind, so turning a
     /// kind on or off never changes the faults drawn for the others.
     FaultKind(u16),
+    /// One instance incarnation's legacy session ids (apart from its nonces, so modern runs draw the same).
+    Sessions { instance: u16, incarnation: u16 },
 }
 
 impl Stream {
@@ -28,6 +30,7 @@ impl Stream {
             Stream::Latency => 2,
             Stream::FaultKind(kind) => (2 << 32) | u64::from(kind),
             Stream::Nonces { instance, incarnation } => (1 << 32) | (u64::from(instance) << 16) | u64::from(incarnation),
+            Stream::Sessions { instance, incarnation } => (3 << 32) | (u64::from(instance) << 16) | u64::from(incarnation),
         }
     }
 }

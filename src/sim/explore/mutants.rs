@@ -2,11 +2,13 @@
 //!
 //! They exist to prove the checker is not vacuous: every mutant must be caught by a safety property in the
 //! scenario that exposes it and again in a library scenario written for another lesson (`also_caught_by`),
-//! while the real server passes the same runs. The last five are gateways: the variants of
+//! while the real server passes the same runs. Five are gateways: the variants of
 //! `sim::actors::gateway_mutants`, each the real gateway with one defence removed, caught by mediation,
 //! consent, refusal or containment. They live here, in the simulator, and are reachable only through
 //! `RunOptions::factory` (`mcpsim run|explore --mutant NAME`), never from `serve`: the servers in
-//! `src/servers` are untouched. Each notes mutant is built one of two ways:
+//! `src/servers` are untouched. The two after them are 2025-11-25 adapters (`sim::actors::legacy_mutants`:
+//! the real `eras` adapter with one wrong decision around it), caught by containment and capabilities.
+//! Each notes mutant is built one of two ways:
 //!
 //! * a **port wrapper**: the real `NotesServer` over a replay store that makes the mistake (a store per
 //!   instance, delete before claim, a re-check separated from the delete, no re-check, eviction);
@@ -24,6 +26,7 @@ use crate::servers::notes::publish::read_publish_claims_unverified;
 use crate::servers::notes::{NotesServer, TOOL_NOTES_DELETE, TOOL_NOTES_PUBLISH};
 use crate::sim::actors::gateway_mutants::GatewayVariant;
 use crate::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
+use crate::sim::actors::legacy_mutants::EraVariant;
 use crate::sim::library;
 use crate::sim::runner::ServerUnderTest;
 use crate::stores::memory::{MemoryReplayStore, ReplayLimits};
@@ -56,6 +59,8 @@ enum Build {
     Notes(fn(InstanceParts) -> Arc<dyn Service>),
     /// In the gateway instances (the notes service is the real one).
     Gateway(GatewayVariant),
+    /// In the 2025-11-25 adapter of `eras both` instances (the notes service is the real one).
+    Eras(EraVariant),
 }
 
 impl Mutant {
@@ -64,17 +69,21 @@ impl Mutant {
     pub fn factory(&self) -> ServiceFactory {
         match self.build {
             Build::Notes(build) => Arc::new(move |parts: InstanceParts| build(parts)),
-            Build::Gateway(_) => notes_server_factory(),
+            Build::Gateway(_) | Build::Eras(_) => notes_server_factory(),
         }
     }
 
     /// Everything this mutant changes: its notes service and the gateway variant.
     pub fn server(&self) -> ServerUnderTest {
         let gateway_variant = match self.build {
-            Build::Notes(_) => GatewayVariant::Real,
+            Build::Notes(_) | Build::Eras(_) => GatewayVariant::Real,
             Build::Gateway(variant) => variant,
         };
-        ServerUnderTest { factory: self.factory(), gateway_variant, mutant: Some(self.name) }
+        let era_variant = match self.build {
+            Build::Eras(variant) => variant,
+            _ => EraVariant::Real,
+        };
+        ServerUnderTest { factory: self.factory(), gateway_variant, era_variant, mutant: Some(self.name) }
     }
 
     /// Whether it is a gateway variant (the notes service is the real one).
@@ -289,6 +298,22 @@ pub const MUTANTS: &[Mutant] = &[
         exposed_by: "30-url-mode-publish-completed-on-the-page.sim",
         also_caught_by: "31-url-mode-completed-by-the-wrong-user.sim",
         build: Build::Notes(accept_trusted_as_completion),
+        liveness: false,
+    },
+    Mutant {
+        name: "adapter-trusts-roots",
+        mistake: "A 2025-11-25 adapter that takes the client's root list as a grant, so a host can name another principal's workspace as its root and act in it.",
+        exposed_by: "61-legacy-roots-name-another-principals-workspace.sim",
+        also_caught_by: "60-legacy-and-modern-clients-share-one-deployment.sim",
+        build: Build::Eras(EraVariant::TrustsRoots),
+        liveness: false,
+    },
+    Mutant {
+        name: "session-capabilities-reach-modern-requests",
+        mistake: "A dual-era instance that lends a principal's legacy session capabilities to its modern requests, so a request that declared no forms is sent one.",
+        exposed_by: "64-legacy-session-capabilities-stay-in-the-session.sim",
+        also_caught_by: "60-legacy-and-modern-clients-share-one-deployment.sim",
+        build: Build::Eras(EraVariant::KeepsSessionCapabilities),
         liveness: false,
     },
 ];
