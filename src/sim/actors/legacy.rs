@@ -4,8 +4,8 @@
 //! An instance declared `eras both` holds one adapter per incarnation (its sessions live in that
 //! incarnation's memory: a restart, or another instance, does not know them). A legacy request is one task
 //! on the instance, running [`LegacyAdapter::handle`] exactly as the HTTP transport runs it. When the adapter
-//! asks the client something inside the call (`elicitation/create`, `roots/list`), [`SimClientLink`] parks
-//! the task the way a [`StoreClient`](super::StoreClient) call does: the request is an envelope to the
+//! asks the client something inside the call (`elicitation/create`, `roots/list`), `SimClientLink` parks
+//! the task the way a [`StoreClient`] call does: the request is an envelope to the
 //! client actor, whose answer is the envelope that resumes the task, so every question is an interleaving
 //! point. The client answers as the scenario declared it (`client … legacy roots [...] answers {...}`).
 
