@@ -101,6 +101,7 @@ scenario_snapshots! {
     legacy_confirmation_races_a_modern_one => "62-legacy-confirmation-races-a-modern-one.sim",
     legacy_session_on_another_instance => "63-legacy-session-on-another-instance.sim",
     legacy_session_capabilities_stay_in_the_session => "64-legacy-session-capabilities-stay-in-the-session.sim",
+    legacy_host_behind_a_modern_gateway => "65-legacy-host-behind-a-modern-gateway.sim",
 }
 
 #[test]

@@ -78,4 +78,5 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "64-legacy-session-capabilities-stay-in-the-session.sim",
         include_str!("../../scenarios/64-legacy-session-capabilities-stay-in-the-session.sim"),
     ),
+    ("65-legacy-host-behind-a-modern-gateway.sim", include_str!("../../scenarios/65-legacy-host-behind-a-modern-gateway.sim")),
 ];
