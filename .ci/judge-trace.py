@@ -6,7 +6,9 @@
 The validator reports each failing clause with the trace events (`seq`) that broke it. A finding whose event
 the server sent (direction server-to-client) is the server's; one on an event the client sent is the client's
 (an SDK's business, reported but not held against us). Exits 1 if any MUST-level clause has a server-side
-finding, 2 if the validator could not judge the trace; prints the totals and every finding either way.
+finding, 2 if the validator could not judge the trace, 3 if the trace is not one session's (the validator found
+both eras in it: a simulated run's export interleaves every client, and a 2025-11-25 session beside
+2026-07-28 requests is several sessions the format cannot tell apart); prints the totals and every finding.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ def main() -> int:
         print(f"mcp-trace-validator gave no verdict (exit {run.returncode}):\n{run.stderr}{run.stdout}", file=sys.stderr)
         return 2
     report = json.loads(run.stdout)
+    revisions = report.get("revisions") or []
+    if len(revisions) > 1:
+        # Each clause would be judged against the other era's traffic and the other clients' request ids.
+        print(f"  not judged: the trace holds {' and '.join(revisions)} traffic of several clients (not one session)")
+        return 3
 
     server_failures = 0
     for clause in report["requirements"]:
