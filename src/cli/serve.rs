@@ -295,7 +295,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
 
-    /// The share of the replay store (100 000 confirmations) one principal may hold, in percent [default: 25].
+    /// The share of the replay store (its `[replay] capacity`) one principal may hold, in percent [default: 25].
     ///
     /// A principal that fills its share (declining confirmations as fast as it can, say) is refused with
     /// replay_store_full while every other principal keeps working; the whole store's bound is kept too.
