@@ -54,16 +54,22 @@ fn sign_in(browser: &mut Browser, token: &str) {
     browser.wait_for_load(seen);
 }
 
-#[test]
-#[ignore = "needs /usr/bin/chromium (Debian's chromium package; .ci/run installs it)"]
-fn alice_signs_in_and_authorizes_then_the_retry_publishes() {
-    let server = HttpServer::start(&["--out-of-band"]);
-    let round1 = mcp(&server, "demo-alice", &publish(1, json!({})));
+/// Alice's round 1 of notes_publish: the page's URL, and the retry that accepts it (its sealed state).
+fn alice_starts_a_publication(server: &HttpServer) -> (String, Value) {
+    let round1 = mcp(server, "demo-alice", &publish(1, json!({})));
     let url = round1["result"]["inputRequests"]["publish_authorization"]["params"]["url"].as_str().unwrap().to_string();
     let accept = json!({
         "requestState": round1["result"]["requestState"],
         "inputResponses": { "publish_authorization": { "action": "accept" } },
     });
+    (url, accept)
+}
+
+#[test]
+#[ignore = "needs /usr/bin/chromium (Debian's chromium package; .ci/run installs it)"]
+fn alice_signs_in_and_authorizes_then_the_retry_publishes() {
+    let server = HttpServer::start(&["--out-of-band"]);
+    let (url, accept) = alice_starts_a_publication(&server);
 
     let mut browser = Browser::launch("url-mode-alice");
     browser.navigate(&url);
@@ -91,12 +97,7 @@ fn alice_signs_in_and_authorizes_then_the_retry_publishes() {
 #[ignore = "needs /usr/bin/chromium (Debian's chromium package; .ci/run installs it)"]
 fn the_wrong_user_and_a_tampered_link_are_refused_with_pages_that_say_why() {
     let server = HttpServer::start(&["--out-of-band"]);
-    let round1 = mcp(&server, "demo-alice", &publish(1, json!({})));
-    let url = round1["result"]["inputRequests"]["publish_authorization"]["params"]["url"].as_str().unwrap().to_string();
-    let accept = json!({
-        "requestState": round1["result"]["requestState"],
-        "inputResponses": { "publish_authorization": { "action": "accept" } },
-    });
+    let (url, accept) = alice_starts_a_publication(&server);
 
     let mut bob = Browser::launch("url-mode-bob");
     bob.navigate(&url);
