@@ -412,18 +412,29 @@ pub(crate) fn notes_delete_descriptor() -> Value {
     })
 }
 
-fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, RpcError> {
+/// The arguments of a tool taking exactly `workspaceUri` and `other`: the object and its workspace URI, or
+/// the refusal naming what is wrong (not an object, an unknown key, a missing or non-string URI).
+fn workspace_arguments<'a>(
+    arguments: Option<&'a Value>,
+    tool: &str,
+    other: &str,
+) -> Result<(&'a serde_json::Map<String, Value>, String), RpcError> {
     let invalid = |message: String| RpcError::invalid_params(Reason::ArgumentsInvalid, message);
     let Some(Value::Object(map)) = arguments else {
-        return Err(invalid("notes_delete needs arguments {workspaceUri, title}".into()));
+        return Err(invalid(format!("{tool} needs arguments {{workspaceUri, {other}}}")));
     };
-    if let Some(unknown) = map.keys().find(|key| *key != "workspaceUri" && *key != "title") {
-        return Err(invalid(format!("unknown argument {:?}: notes_delete takes only workspaceUri and title", echo(unknown))));
+    if let Some(unknown) = map.keys().find(|key| *key != "workspaceUri" && *key != other) {
+        return Err(invalid(format!("unknown argument {:?}: {tool} takes only workspaceUri and {other}", echo(unknown))));
     }
-    let workspace_uri = match map.get("workspaceUri") {
-        Some(Value::String(uri)) => uri.clone(),
-        _ => return Err(invalid("workspaceUri is required and must be a string".into())),
-    };
+    match map.get("workspaceUri") {
+        Some(Value::String(uri)) => Ok((map, uri.clone())),
+        _ => Err(invalid("workspaceUri is required and must be a string".into())),
+    }
+}
+
+fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, RpcError> {
+    let invalid = |message: String| RpcError::invalid_params(Reason::ArgumentsInvalid, message);
+    let (map, workspace_uri) = workspace_arguments(arguments, "notes_delete", "title")?;
     let title = match map.get("title") {
         Some(Value::String(title)) if !title.trim().is_empty() && title.chars().count() <= TITLE_CHARS_MAX => title.clone(),
         _ => return Err(invalid(format!("title is required: a non-blank string of at most {TITLE_CHARS_MAX} characters"))),

@@ -10,7 +10,7 @@
 //! note is published, once; not completed ⇒ another `input_required`; completed by someone else or unknown ⇒
 //! refused.
 
-use super::{is_inside, store_failed, NotesServer};
+use super::{is_inside, store_failed, workspace_arguments, NotesServer};
 use crate::framework::out_of_band::{
     Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore, PageAction, PageAnswer, PageRequest,
 };
@@ -120,16 +120,7 @@ pub(crate) fn notes_publish_descriptor() -> Value {
 
 fn parse_publish_arguments(arguments: Option<&Value>) -> Result<PublishArguments, RpcError> {
     let invalid = |message: String| RpcError::invalid_params(Reason::ArgumentsInvalid, message);
-    let Some(Value::Object(map)) = arguments else {
-        return Err(invalid("notes_publish needs arguments {workspaceUri, noteId}".into()));
-    };
-    if let Some(unknown) = map.keys().find(|key| *key != "workspaceUri" && *key != "noteId") {
-        return Err(invalid(format!("unknown argument {:?}: notes_publish takes only workspaceUri and noteId", echo(unknown))));
-    }
-    let workspace_uri = match map.get("workspaceUri") {
-        Some(Value::String(uri)) => uri.clone(),
-        _ => return Err(invalid("workspaceUri is required and must be a string".into())),
-    };
+    let (map, workspace_uri) = workspace_arguments(arguments, "notes_publish", "noteId")?;
     let note_id = match map.get("noteId") {
         Some(Value::String(id)) if !id.is_empty() && id.chars().count() <= 200 => id.clone(),
         _ => return Err(invalid("noteId is required: a non-empty string of at most 200 characters".into())),
@@ -385,5 +376,40 @@ impl NotesServer {
             answer.flow = record.map(|record| (record.flow.tool, record.flow.subject));
         }
         answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(arguments: Value) -> RpcError {
+        match parse_publish_arguments(Some(&arguments)) {
+            Ok(_) => panic!("{arguments} was taken"),
+            Err(error) => error,
+        }
+    }
+
+    #[test]
+    fn malformed_arguments_are_refused_saying_what_is_wrong() {
+        let uri = "file:///Users/alice/Documents/Notes";
+        let cases = [
+            (json!("note-7"), "notes_publish needs arguments {workspaceUri, noteId}"),
+            (json!({"workspaceUri": uri, "noteId": "note-7", "title": "x"}), "takes only workspaceUri and noteId"),
+            (json!({"noteId": "note-7"}), "workspaceUri is required"),
+            (json!({"workspaceUri": 7, "noteId": "note-7"}), "workspaceUri is required"),
+            (json!({"workspaceUri": uri}), "noteId is required"),
+            (json!({"workspaceUri": uri, "noteId": ""}), "noteId is required"),
+            (json!({"workspaceUri": uri, "noteId": "n".repeat(201)}), "noteId is required"),
+        ];
+        for (arguments, says) in cases {
+            let error = refusal(arguments.clone());
+            assert_eq!(error.code, -32602, "{arguments}");
+            assert_eq!(error.data, Some(json!({"reason": "arguments_invalid"})), "{arguments}");
+            assert!(error.message.contains(says), "{arguments}: {}", error.message);
+        }
+        assert!(parse_publish_arguments(None).is_err(), "no arguments at all");
+        let taken = parse_publish_arguments(Some(&json!({"workspaceUri": uri, "noteId": "n".repeat(200)}))).expect("200 characters");
+        assert_eq!((taken.workspace_uri.as_str(), taken.note_id.len()), (uri, 200));
     }
 }
