@@ -24,8 +24,9 @@ use crate::sim::engine::faults::Fault;
 use crate::sim::engine::network::{LATENCY_MS_MAX_DEFAULT, LATENCY_MS_MIN_DEFAULT};
 use crate::sim::engine::scheduler::{DecisionLog, Random, Replay, Scheduler, Scripted};
 use crate::sim::render::transcript::{Entry, Transcript};
-use crate::stores::memory::ReplayLimits;
+use crate::stores::memory::{MemoryNoteStore, ReplayLimits};
 use serde_json::Value;
+use std::sync::Arc;
 
 pub use crate::play::{Failure, FailureKind};
 
@@ -161,11 +162,47 @@ impl RunReport {
     }
 }
 
+/// A scenario made ready to be run many times (a run's re-runs, an exploration's seeds): the cluster its
+/// declarations describe — grants, key rings, the notes and their index — is worked out once, and every
+/// execution starts from a copy with its own seed, server and recording.
+pub struct Prepared<'s> {
+    scenario: &'s Scenario,
+    cluster: ClusterSetup,
+}
+
+impl<'s> Prepared<'s> {
+    pub fn new(scenario: &'s Scenario) -> Prepared<'s> {
+        Prepared { scenario, cluster: declared_cluster(scenario, &RunOptions::seeded(0)) }
+    }
+
+    pub fn scenario(&self) -> &'s Scenario {
+        self.scenario
+    }
+
+    /// The cluster an execution with `options` starts from.
+    fn cluster(&self, options: &RunOptions) -> ClusterSetup {
+        ClusterSetup {
+            seed: options.seed,
+            record_transcript: options.record_transcript,
+            factory: options.factory.clone(),
+            gateway_variant: options.gateway_variant,
+            era_variant: options.era_variant,
+            ..self.cluster.clone()
+        }
+    }
+}
+
 /// Runs a scenario once.
 pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
-    let mut outcome = execute(scenario, options, Routing::AsWritten);
+    run_prepared(&Prepared::new(scenario), options)
+}
+
+/// Runs a prepared scenario once: [`run`] without working out its cluster again.
+pub fn run_prepared(prepared: &Prepared<'_>, options: &RunOptions) -> RunReport {
+    let scenario = prepared.scenario;
+    let mut outcome = execute(prepared, options, Routing::AsWritten);
     let (statelessness, differences) =
-        if options.check_statelessness { compare_rerouted(scenario, options, &outcome) } else { (Statelessness::NotChecked, Vec::new()) };
+        if options.check_statelessness { compare_rerouted(prepared, options, &outcome) } else { (Statelessness::NotChecked, Vec::new()) };
     let mut violations = check::check_properties(&outcome.history);
     if violations.is_empty() {
         let names: Vec<&str> = check::judged(&outcome.history).into_iter().map(Property::as_str).collect();
@@ -184,7 +221,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
     }
     violations.extend(differences.into_iter().map(|message| Violation { property: Property::Statelessness, message }));
     if options.check_determinism {
-        let again = execute(scenario, &RunOptions { check_determinism: false, ..options.clone() }, Routing::AsWritten);
+        let again = execute(prepared, &RunOptions { check_determinism: false, ..options.clone() }, Routing::AsWritten);
         if let Some(difference) = first_difference(&outcome.history, &again.history) {
             violations.push(Violation { property: Property::Determinism, message: format!("the same seed ran twice and {difference}") });
         }
@@ -228,8 +265,12 @@ fn scheduler(choice: &SchedulerChoice, seed: u64) -> Box<dyn Scheduler> {
     }
 }
 
-/// The cluster a scenario declares.
+/// The cluster a scenario declares, as `options` run it.
 pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup {
+    Prepared::new(scenario).cluster(options)
+}
+
+fn declared_cluster(scenario: &Scenario, options: &RunOptions) -> ClusterSetup {
     let spec = &scenario.cluster;
     let demo = spec.use_demo.then(Deployment::demo);
     let mut authorizations = demo.as_ref().and_then(|d| d.authorizations().ok()).unwrap_or_else(Authorizations::new);
@@ -299,6 +340,7 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
         clients,
         authorizations,
         grants,
+        note_store: Arc::new(MemoryNoteStore::new(notes.clone())),
         notes,
         state_ttl_ms: spec.state_ttl_ms.or(demo.as_ref().map(|d| d.state_ttl_secs * 1000)).unwrap_or(DEFAULT_STATE_TTL_MS),
         replay_limits: match spec.replay_capacity {
@@ -318,8 +360,9 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
     }
 }
 
-fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execution {
-    let mut cluster = Cluster::new(cluster_setup(scenario, options), scheduler(&options.scheduler, options.seed));
+fn execute(prepared: &Prepared<'_>, options: &RunOptions, routing: Routing) -> Execution {
+    let scenario = prepared.scenario;
+    let mut cluster = Cluster::new(prepared.cluster(options), scheduler(&options.scheduler, options.seed));
     if let Some(faults) = &options.faults {
         cluster.enable_faults(faults);
     }
@@ -358,7 +401,8 @@ fn execute(scenario: &Scenario, options: &RunOptions, routing: Routing) -> Execu
 /// they carry per-instance nonces) and the final stores must be the same. A stateless server gives the
 /// rerouted run nothing to tell apart: it even makes the same store calls in the same order, so the recorded
 /// decisions fit it; a run that stops fitting them is itself a difference.
-fn compare_rerouted(scenario: &Scenario, options: &RunOptions, original: &Execution) -> (Statelessness, Vec<String>) {
+fn compare_rerouted(prepared: &Prepared<'_>, options: &RunOptions, original: &Execution) -> (Statelessness, Vec<String>) {
+    let scenario = prepared.scenario;
     let quiet = RunOptions {
         record_transcript: false,
         check_statelessness: false,
@@ -368,7 +412,7 @@ fn compare_rerouted(scenario: &Scenario, options: &RunOptions, original: &Execut
     };
     let pinned = crash_pinned(scenario);
     let pinned_names: Vec<&str> = pinned.iter().map(|&index| scenario.cluster.instances[index].name.as_str()).collect();
-    let shifted = execute(scenario, &quiet, Routing::Shifted { pinned });
+    let shifted = execute(prepared, &quiet, Routing::Shifted { pinned });
     let (before, after) = (&original.history.operations, &shifted.history.operations);
     let rerouted = before.iter().zip(after).filter(|(a, b)| a.instance != b.instance).count();
     if rerouted == 0 {
@@ -381,11 +425,11 @@ fn compare_rerouted(scenario: &Scenario, options: &RunOptions, original: &Execut
     let mut compared = 0;
     let mut differences = Vec::new();
     for (a, b) in before.iter().zip(after) {
-        let (left, right) = (masked(a.response()), masked(b.response()));
-        if left.is_some() || right.is_some() {
+        if a.response().is_some() || b.response().is_some() {
             compared += 1;
         }
-        if left != right {
+        if !same_when_masked(a.response(), b.response()) {
+            let (left, right) = (masked(a.response()), masked(b.response()));
             let line = scenario.steps[a.step].line;
             let moved = if a.instance != b.instance { format!(" (rerouted from {} to {})", a.instance, b.instance) } else { String::new() };
             differences.push(format!("line {line}{moved}: {} became {}", show(&left), show(&right)));
@@ -476,21 +520,50 @@ fn preview_text(text: &str) -> String {
     }
 }
 
+/// What a field's value is masked as, if it is one the comparison does not look into: a `requestState`, and
+/// an out-of-band page's URL (it carries a reference drawn from the instance's own nonces, as a state does).
+fn mask_of(key: &str, value: &Value) -> Option<&'static str> {
+    match value {
+        Value::String(_) if key == "requestState" => Some("<state>"),
+        Value::String(url) if key == "url" && url.contains(crate::servers::notes::publish::PAGE_PATH) => Some("<out-of-band page>"),
+        _ => None,
+    }
+}
+
+/// Whether two answers are the same once masked, compared in place (every answer of both runs is compared;
+/// only a difference is worth building the masked copies for).
+fn same_when_masked(a: Option<&Value>, b: Option<&Value>) -> bool {
+    fn same(a: &Value, b: &Value) -> bool {
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                x.len() == y.len()
+                    && x.iter().zip(y).all(|((kx, vx), (ky, vy))| {
+                        kx == ky
+                            && match (mask_of(kx, vx), mask_of(ky, vy)) {
+                                (None, None) => same(vx, vy),
+                                (masked_x, masked_y) => masked_x == masked_y,
+                            }
+                    })
+            }
+            (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, vy)),
+            _ => a == b,
+        }
+    }
+    match (a, b) {
+        (Some(a), Some(b)) => same(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
 fn masked(response: Option<&Value>) -> Option<Value> {
     fn mask(value: &Value) -> Value {
         match value {
             Value::Object(map) => Value::Object(
                 map.iter()
-                    .map(|(k, v)| {
-                        if k == "requestState" && v.is_string() {
-                            (k.clone(), Value::String("<state>".into()))
-                        } else if k == "url" && v.as_str().is_some_and(|url| url.contains(crate::servers::notes::publish::PAGE_PATH)) {
-                            // An out-of-band page's URL carries a reference drawn from the instance's own
-                            // nonces, as a state does: masked like one.
-                            (k.clone(), Value::String("<out-of-band page>".into()))
-                        } else {
-                            (k.clone(), mask(v))
-                        }
+                    .map(|(k, v)| match mask_of(k, v) {
+                        Some(masked) => (k.clone(), Value::String(masked.into())),
+                        None => (k.clone(), mask(v)),
                     })
                     .collect(),
             ),
@@ -505,5 +578,33 @@ fn show(value: &Option<Value>) -> String {
     match value {
         Some(value) => crate::scenario::template::preview(value),
         None => "no response".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_compare_equal_exactly_when_their_masked_copies_do() {
+        let page = format!("https://notes.example{}abc", crate::servers::notes::publish::PAGE_PATH);
+        let other_page = format!("https://notes.example{}xyz", crate::servers::notes::publish::PAGE_PATH);
+        let pairs = [
+            (json!({"result": {"requestState": "s1.a"}}), json!({"result": {"requestState": "s1.b"}})),
+            (json!({"result": {"requestState": "s1.a"}}), json!({"result": {"requestState": 7}})),
+            (json!({"result": {"url": page}}), json!({"result": {"url": other_page}})),
+            (json!({"result": {"url": page}}), json!({"result": {"url": "https://elsewhere.example/"}})),
+            (json!({"a": [1, {"requestState": "x"}]}), json!({"a": [1, {"requestState": "y"}]})),
+            (json!({"a": [1, 2]}), json!({"a": [1, 2, 3]})),
+            (json!({"a": 1}), json!({"b": 1})),
+            (json!({"a": 1, "b": 2}), json!({"a": 1})),
+            (json!("text"), json!("text")),
+        ];
+        for (a, b) in &pairs {
+            assert_eq!(same_when_masked(Some(a), Some(b)), masked(Some(a)) == masked(Some(b)), "{a} / {b}");
+        }
+        assert!(same_when_masked(None, None));
+        assert!(!same_when_masked(Some(&json!({})), None));
     }
 }

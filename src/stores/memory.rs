@@ -23,7 +23,7 @@ pub struct MemoryNoteStore {
     notes: Mutex<Notes>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Notes {
     /// Position → note: the listing order (positions only grow; a replaced note keeps its place).
     listing: BTreeMap<u64, Note>,
@@ -96,6 +96,13 @@ impl Notes {
 /// A note as a search returns it: everything but the body, which a confirmation form never shows.
 fn without_body(note: &Note) -> Note {
     Note { id: note.id.clone(), title: note.title.clone(), uri: note.uri.clone(), body: String::new(), revision: note.revision.clone() }
+}
+
+impl Clone for MemoryNoteStore {
+    /// Another store holding what this one holds now, indexes included (nothing is parsed again).
+    fn clone(&self) -> Self {
+        MemoryNoteStore { notes: Mutex::new(self.lock().clone()) }
+    }
 }
 
 impl MemoryNoteStore {

@@ -61,6 +61,7 @@ pub(crate) const STEP_DELIVERIES_MAX: usize = 10_000;
 
 pub use crate::scenario::model::{ADMIN, NOTE_STORE, REPLAY_STORE};
 
+#[derive(Clone)]
 pub struct InstanceSetup {
     pub name: String,
     pub key_ring: KeyRing,
@@ -72,6 +73,7 @@ pub struct InstanceSetup {
 }
 
 /// A client as the cluster knows it: an actor acting for a principal (what it sends is the interpreter's).
+#[derive(Clone)]
 pub struct ClientSetup {
     pub name: String,
     pub principal: String,
@@ -86,7 +88,9 @@ pub struct ClientSetup {
 /// fleet behind one name would).
 pub const SIM_PAGE_BASE: &str = "https://notes.example";
 
-/// Everything needed to build a cluster.
+/// Everything needed to build a cluster. A run builds it once and each execution (the run, its rerouted
+/// re-run, an exploration's next seed) starts from a copy.
+#[derive(Clone)]
 pub struct ClusterSetup {
     pub scenario: String,
     pub seed: u64,
@@ -96,6 +100,8 @@ pub struct ClusterSetup {
     /// The same grants in the oracle's own model, for the history.
     pub grants: Grants,
     pub notes: Vec<Note>,
+    /// `notes` in a note store, indexed: each cluster starts from a copy (indexing means parsing every URI).
+    pub note_store: Arc<MemoryNoteStore>,
     pub state_ttl_ms: u64,
     pub replay_limits: ReplayLimits,
     pub latency_ms_min: u64,
@@ -259,7 +265,7 @@ impl Cluster {
             names.push(format!("{}{BACKEND_ACTOR_SUFFIX}", backend.id));
         }
         let clock = VirtualClock::new();
-        let notes = Arc::new(MemoryNoteStore::new(setup.notes.clone()));
+        let notes = Arc::new(MemoryNoteStore::clone(&setup.note_store));
         let replay = Arc::new(MemoryReplayStore::new(
             Arc::new(StoreClient::new(exchange.clone(), note_store_actor)),
             Arc::new(clock.with_offset(0)),

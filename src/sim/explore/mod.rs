@@ -14,7 +14,7 @@ pub mod reproducer;
 use crate::oracle::check::Property;
 use crate::scenario::Scenario;
 use crate::sim::engine::faults::{self, Fault, FaultKind, PlanShape};
-use crate::sim::runner::{self, Failure, FailureKind, RunOptions, ServerUnderTest};
+use crate::sim::runner::{self, Failure, FailureKind, Prepared, RunOptions, ServerUnderTest};
 use crate::stores::memory::ReplayLimits;
 use coverage::Coverage;
 use std::ops::RangeInclusive;
@@ -118,19 +118,19 @@ pub fn fault_plan(scenario: &Scenario, seed: u64, kinds: &[FaultKind]) -> Vec<Fa
 /// simulator panic as an outcome of its own. Under faults a client's flow may go another way than the
 /// scenario wrote (a retry lands elsewhere, a state expires), so the properties are judged, not expectations.
 pub fn run_seed_with(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: &[FaultKind]) -> (usize, SeedOutcome) {
-    let (deliveries, outcome, _) = run_seed_covered(scenario, &server.into(), seed, faults, false);
+    let (deliveries, outcome, _) = run_seed_covered(&Prepared::new(scenario), &server.into(), seed, faults, false);
     (deliveries, outcome)
 }
 
 /// [`run_seed_with`], and with `cover` what the run reached (its transcript is recorded for that).
 fn run_seed_covered(
-    scenario: &Scenario,
+    prepared: &Prepared<'_>,
     server: &ServerUnderTest,
     seed: u64,
     faults: &[FaultKind],
     cover: bool,
 ) -> (usize, SeedOutcome, Option<coverage::RunCoverage>) {
-    run_options(scenario, &seed_options(scenario, server, seed, faults, cover), !faults.is_empty(), cover)
+    run_options(prepared, &seed_options(prepared.scenario(), server, seed, faults, cover), !faults.is_empty(), cover)
 }
 
 /// An exploration judges determinism on seed 1 and on every seed divisible by this (a second run of the seed
@@ -169,12 +169,12 @@ fn property_of(failure: &Failure) -> Option<Property> {
 }
 
 fn run_options(
-    scenario: &Scenario,
+    prepared: &Prepared<'_>,
     options: &RunOptions,
     faulty: bool,
     cover: bool,
 ) -> (usize, SeedOutcome, Option<coverage::RunCoverage>) {
-    match panic::catch_unwind(AssertUnwindSafe(|| runner::run(scenario, options))) {
+    match panic::catch_unwind(AssertUnwindSafe(|| runner::run_prepared(prepared, options))) {
         Ok(report) => {
             let outcome = seed_outcome(&report.failures, faulty);
             let covered = cover.then(|| coverage::of_run(&report, &outcome));
@@ -266,6 +266,7 @@ fn explore_seeds(
     let next_block = AtomicU64::new(0);
     // Each thread takes the next block of seeds until none is left, so a thread the machine runs less often
     // simply takes fewer blocks (contiguous halves would leave the other core idle waiting for it).
+    let prepared = Prepared::new(scenario);
     let run_blocks = || -> Chunk {
         let mut results = Vec::new();
         let mut covered = cover.then(|| Coverage::new(faults));
@@ -278,7 +279,7 @@ fn explore_seeds(
             let start = first + block * SEEDS_PER_BLOCK;
             let end = start.saturating_add(SEEDS_PER_BLOCK - 1).min(last);
             for seed in start..=end {
-                let (deliveries, outcome, run) = run_seed_covered(scenario, server, seed, faults, cover);
+                let (deliveries, outcome, run) = run_seed_covered(&prepared, server, seed, faults, cover);
                 if matches!(outcome, SeedOutcome::Unsafe(_) | SeedOutcome::NotLive(_)) {
                     failing_so_far.fetch_add(1, Ordering::Relaxed);
                 }
