@@ -40,8 +40,40 @@ pub fn state_nonce(token: &str) -> Option<String> {
     else {
         return None;
     };
-    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
-    claims.get("nonce").and_then(Value::as_str).map(str::to_string)
+    let claims: NonceClaim = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    match claims.0? {
+        Value::String(nonce) => Some(nonce),
+        _ => None,
+    }
+}
+
+/// The `nonce` of a state's claims object, the other claims skipped rather than built (the oracle reads a
+/// nonce for every continuation it judges). Only an object has claims; a later duplicate key wins, as when
+/// the whole payload is read as a JSON value.
+struct NonceClaim(Option<Value>);
+
+impl<'de> serde::Deserialize<'de> for NonceClaim {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = NonceClaim;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object of claims")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NonceClaim, A::Error> {
+                let mut nonce = None;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "nonce" {
+                        nonce = Some(map.next_value::<Value>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(NonceClaim(nonce))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
 }
 
 /// What a request presented to continue a flow, and what it answered.
@@ -225,5 +257,16 @@ mod tests {
         assert_eq!(state_nonce(&format!("s1.k1.{payload}.tag")).as_deref(), Some("n-1"));
         assert_eq!(state_nonce("opaque-state-of-another-server"), None);
         assert_eq!(state_nonce(&format!("s1.k1.{payload}")), None);
+        let token = |claims: &str| format!("s1.k1.{}.tag", URL_SAFE_NO_PAD.encode(claims));
+        assert_eq!(state_nonce(&token(r#"["n-1"]"#)), None, "claims are an object");
+        assert_eq!(state_nonce(&token(r#"{"nonce":7}"#)), None, "a nonce is a string");
+        assert_eq!(state_nonce(&token(r#"{"principal":"alice"}"#)), None);
+        assert_eq!(
+            state_nonce(&token(r#"{"nonce":"n-1","nonce":"n-2"}"#)).as_deref(),
+            Some("n-2"),
+            "the last one, as a JSON value reads it"
+        );
+        assert_eq!(state_nonce(&token(r#"{"nonce":"n-1","x":{"deep":[1,2,{"a":null}]}}"#)).as_deref(), Some("n-1"));
+        assert_eq!(state_nonce(&token(r#"{"nonce":"n-1""#)), None, "not JSON");
     }
 }
