@@ -142,11 +142,11 @@ pub(crate) fn answer_params(
     let (Some(key), None) = (keys.next(), keys.next()) else {
         return Err(format!("the result asks {} questions; this client answers exactly one", requests.len()));
     };
-    let mut params = match form_request.get("params") {
-        Some(Value::Object(params)) => params.clone(),
+    // The form's params without its `_meta` (the client adds its own again), copied without it.
+    let mut params: Map<String, Value> = match form_request.get("params") {
+        Some(Value::Object(params)) => params.iter().filter(|(key, _)| *key != "_meta").map(|(k, v)| (k.clone(), v.clone())).collect(),
         _ => Map::new(),
     };
-    params.remove("_meta");
     if let Some(arguments) = arguments {
         params.insert("arguments".into(), arguments);
     }
