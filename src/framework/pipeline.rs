@@ -10,7 +10,7 @@
 
 use crate::wire::errors::RpcError;
 use crate::wire::headers::{check_routing_headers, RoutingHeaders};
-use crate::wire::jsonrpc::{error_response, parse_message, result_response, Incoming, RequestId};
+use crate::wire::jsonrpc::{error_response, parse_decoded, parse_message, result_response, Incoming, Rejected, RequestId};
 use crate::wire::meta::{check_version, read_meta, RequestMeta};
 use async_trait::async_trait;
 use serde_json::Value;
@@ -142,7 +142,29 @@ pub async fn handle_message<S: Service + ?Sized>(service: &S, principal: &str, r
 
 /// Handles one raw message for an authenticated `principal`, keeping everything a stream can carry.
 pub async fn handle_exchange<S: Service + ?Sized>(service: &S, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> Exchange {
-    let incoming = match parse_message(raw) {
+    serve_incoming(service, principal, parse_message(raw), headers).await
+}
+
+/// [`handle_exchange`] for a message of `length` bytes that its carrier holds already decoded as `value`
+/// (the simulator's network carries what its clients built beside the bytes): the same pipeline from the
+/// JSON-RPC checks on.
+pub async fn handle_decoded_exchange<S: Service + ?Sized>(
+    service: &S,
+    principal: &str,
+    value: Value,
+    length: usize,
+    headers: Option<&RoutingHeaders>,
+) -> Exchange {
+    serve_incoming(service, principal, parse_decoded(value, length), headers).await
+}
+
+async fn serve_incoming<S: Service + ?Sized>(
+    service: &S,
+    principal: &str,
+    incoming: Result<Incoming, Rejected>,
+    headers: Option<&RoutingHeaders>,
+) -> Exchange {
+    let incoming = match incoming {
         Ok(incoming) => incoming,
         Err(rejected) => return Exchange::reply(Reply::error(rejected.id.as_ref(), &rejected.error)),
     };

@@ -90,6 +90,17 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<Incoming, Rejected> {
     }
     // serde_json refuses nesting deeper than 128 levels, so hostile depth is a parse error, not a stack overflow.
     let value: Value = serde_json::from_slice(bytes).map_err(|e| reject(None, RpcError::parse_error(e)))?;
+    parse_decoded(value, bytes.len())
+}
+
+/// [`parse_message`] for a message whose `length` bytes its carrier already holds decoded as `value` (the
+/// simulator's clients build the value and send its compact serialization): the same bounds and checks, only
+/// the JSON text is not read again.
+pub(crate) fn parse_decoded(value: Value, length: usize) -> Result<Incoming, Rejected> {
+    let reject = |id: Option<RequestId>, error: RpcError| Rejected { id, error };
+    if length > MESSAGE_BYTES_MAX {
+        return Err(reject(None, payload_too_large(Some(length))));
+    }
     let object = match value {
         Value::Object(object) => object,
         Value::Array(_) => return Err(reject(None, RpcError::invalid_request("batches are not supported; send one message per request"))),
@@ -195,6 +206,27 @@ mod tests {
         assert_eq!(code_of(b"{"), (None, PARSE_ERROR));
         assert_eq!(code_of(b""), (None, PARSE_ERROR));
         assert_eq!(code_of(&[0xff, 0xfe]), (None, PARSE_ERROR));
+    }
+
+    #[test]
+    fn a_decoded_message_is_judged_as_its_bytes_are() {
+        let messages: [&[u8]; 9] = [
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{}}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","id":"a","method":""}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#,
+            br#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            br#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#,
+            br#""text""#,
+        ];
+        for bytes in messages {
+            let value: Value = serde_json::from_slice(bytes).unwrap();
+            assert_eq!(parse_decoded(value, bytes.len()), parse_message(bytes), "{}", String::from_utf8_lossy(bytes));
+        }
+        let too_large = parse_decoded(json!({"jsonrpc": "2.0", "id": 1, "method": "x"}), MESSAGE_BYTES_MAX + 1).unwrap_err();
+        assert_eq!(too_large.error.code, INVALID_REQUEST, "the bound is on the bytes the value came as");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use super::{TaskFuture, TaskOutput};
 use crate::assembly::{self, NotesPorts};
 use crate::framework::ports::{Clock, NonceSource, NoteStore, ReplayStore};
-use crate::framework::{handle_message, Service};
+use crate::framework::{handle_decoded_exchange, handle_exchange, Service};
 use crate::policy::state::KeyRing;
 use crate::servers::notes::NotesConfig;
 use crate::sim::engine::random::{self, Stream};
@@ -75,15 +75,23 @@ impl Instance {
     }
 }
 
-/// The task that handles one request on an instance: `handle_message`, exactly as the real transports call it
-/// (with the routing headers the client sent, as over HTTP; without any, as over stdio).
+/// The task that handles one request on an instance: the pipeline the real transports call (with the routing
+/// headers the client sent, as over HTTP; without any, as over stdio). When the network carries the value
+/// the bytes encode, the pipeline starts from it instead of reading the same JSON text again.
 pub(crate) fn handle_request(
     service: Arc<dyn Service>,
     principal: String,
     bytes: Vec<u8>,
+    decoded: Option<Arc<serde_json::Value>>,
     headers: Option<crate::wire::headers::RoutingHeaders>,
 ) -> TaskFuture {
-    Box::pin(async move { TaskOutput::Reply(handle_message(&*service, &principal, &bytes, headers.as_ref()).await) })
+    Box::pin(async move {
+        let exchange = match decoded {
+            Some(value) => handle_decoded_exchange(&*service, &principal, (*value).clone(), bytes.len(), headers.as_ref()).await,
+            None => handle_exchange(&*service, &principal, &bytes, headers.as_ref()).await,
+        };
+        TaskOutput::Reply(exchange.reply)
+    })
 }
 
 /// The task that serves one browser request to an instance's out-of-band page, for a browser signed in as

@@ -657,7 +657,8 @@ impl Cluster {
             self.event(Some(from), text);
         }
         let session = self.legacy_sessions[client].clone();
-        let payload = Payload::Request { operation: id, principal, bytes, headers, session };
+        let decoded = self.history.operations[id.0].decoded_request();
+        let payload = Payload::Request { operation: id, principal, bytes, decoded, headers, session };
         self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?;
         Ok(id)
     }
@@ -881,7 +882,8 @@ impl Cluster {
         let principal = self.clients[sent.client].principal.clone();
         let from = self.client_actor(sent.client);
         let session = self.legacy_sessions[sent.client].clone();
-        let payload = Payload::Request { operation: id, principal, bytes: sent.bytes, headers: sent.headers, session };
+        let decoded = self.history.operations[id.0].decoded_request();
+        let payload = Payload::Request { operation: id, principal, bytes: sent.bytes, decoded, headers: sent.headers, session };
         Ok(self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?)
     }
 
@@ -1062,7 +1064,7 @@ impl Cluster {
     fn dispatch(&mut self, envelope: Envelope) -> Result<(), SimError> {
         let Envelope { from, to, from_task, to_task, payload, .. } = envelope;
         match (self.roles[to], payload) {
-            (Role::Instance(index), Payload::Request { operation, principal, bytes, headers, session }) => {
+            (Role::Instance(index), Payload::Request { operation, principal, bytes, decoded, headers, session }) => {
                 let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
                 let cause = Cause { operation: Some(operation), nonce: None };
                 let reply_to = ReplyTo::Client { actor: from, operation };
@@ -1079,7 +1081,7 @@ impl Cluster {
                 let task = match (self.instances[index].gateway.clone(), &self.gateway_world) {
                     _ if browser => handle_page(service, principal, bytes),
                     (Some(gateway), Some(world)) => gateway::handle_request(world, gateway, principal, bytes, headers),
-                    _ => handle_request(service, principal, bytes, headers),
+                    _ => handle_request(service, principal, bytes, decoded, headers),
                 };
                 self.spawn(to, cause, reply_to, None, task)
             }

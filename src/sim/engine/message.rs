@@ -27,7 +27,16 @@ pub(crate) enum Payload {
     /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
     /// `headers` are the HTTP routing headers the client sent (`None`: a transport without headers).
     /// `session` is the `Mcp-Session-Id` a legacy client sends (the one its last `initialize` got).
-    Request { operation: OperationId, principal: String, bytes: Vec<u8>, headers: Option<RoutingHeaders>, session: Option<String> },
+    /// `decoded` is the JSON value the bytes are the compact serialization of, when the cluster knows it (a
+    /// client built it, or the bytes were canonical): an instance need not read the text again.
+    Request {
+        operation: OperationId,
+        principal: String,
+        bytes: Vec<u8>,
+        decoded: Option<Arc<Value>>,
+        headers: Option<RoutingHeaders>,
+        session: Option<String>,
+    },
     /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
     /// exactly this value, so the client need not parse the bytes back).
     /// `session`: the `Mcp-Session-Id` a legacy `initialize` opened, returned beside the body as over HTTP.
