@@ -167,15 +167,21 @@ pub fn answer<'v>(
         Ok(history.settled(*id))
     };
     match targets {
-        Targets::One(name) => check_answer(operation(name)?, check, lookup),
+        Targets::One(name) => {
+            let operation = operation(name)?;
+            check_answer(operation, check, lookup, false).or_else(|_| check_answer(operation, check, lookup, true))
+        }
         Targets::Some { names, quantity } => {
-            let mut results = Vec::new();
+            let mut passed = 0;
             for name in names {
-                results.push((name, check_answer(operation(name)?, check, lookup)));
+                passed += usize::from(check_answer(operation(name)?, check, lookup, false).is_ok());
             }
-            let passed = results.iter().filter(|(_, r)| r.is_ok()).count();
             if quantity.holds(passed, names.len()) {
                 return Ok(());
+            }
+            let mut results = Vec::new();
+            for name in names {
+                results.push((name, check_answer(operation(name)?, check, lookup, true)));
             }
             let each: Vec<String> = results
                 .iter()
@@ -244,12 +250,24 @@ pub fn nonce_record(answer: &str, expected: Option<&Value>, actual: Option<&Valu
     }
 }
 
-fn check_answer<'v>(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(&str) -> Result<&'v Value, String>) -> Result<(), String> {
+fn check_answer<'v>(
+    operation: &Operation,
+    check: &AnswerCheck,
+    lookup: &dyn Fn(&str) -> Result<&'v Value, String>,
+    explain: bool,
+) -> Result<(), String> {
+    // Why a check failed is worth building only when it will be shown: most misses are alternatives or
+    // `one of` members that another answer satisfies.
+    macro_rules! miss {
+        ($($why:tt)*) => {
+            if explain { format!($($why)*) } else { String::new() }
+        };
+    }
     let got = || format!("got {}", operation.describe());
     if let AnswerCheck::Any(alternatives) = check {
         let mut misses = Vec::new();
         for alternative in alternatives {
-            match check_answer(operation, alternative, lookup) {
+            match check_answer(operation, alternative, lookup, explain) {
                 Ok(()) => return Ok(()),
                 Err(why) => misses.push(why),
             }
@@ -259,16 +277,16 @@ fn check_answer<'v>(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(
     if let AnswerCheck::NoResponse = check {
         return match operation.outcome {
             Outcome::NoResponse(_) => Ok(()),
-            _ => Err(format!("expected no response, {}", got())),
+            _ => Err(miss!("expected no response, {}", got())),
         };
     }
     let Some(response) = operation.response() else {
-        return Err(format!("expected a response, {}", got()));
+        return Err(miss!("expected a response, {}", got()));
     };
     match check {
         AnswerCheck::ResultType(expected) => match at(response, &["result", "resultType"]).and_then(Value::as_str) {
             Some(actual) if actual == expected => Ok(()),
-            _ => Err(format!("expected resultType {expected:?}, {}", got())),
+            _ => Err(miss!("expected resultType {expected:?}, {}", got())),
         },
         AnswerCheck::Error { code, reason } => {
             let actual_code = at(response, &["error", "code"]).and_then(Value::as_i64);
@@ -278,28 +296,28 @@ fn check_answer<'v>(operation: &Operation, check: &AnswerCheck, lookup: &dyn Fn(
             if code_matches && reason_matches {
                 Ok(())
             } else {
-                let wanted = match reason {
+                let wanted = || match reason {
                     Some(reason) => format!("error {code} {reason}"),
                     None => format!("error {code}"),
                 };
-                Err(format!("expected {wanted}, {}", got()))
+                Err(miss!("expected {}, {}", wanted(), got()))
             }
         }
         AnswerCheck::Equals { path, value } => {
             let expected = value.resolve(lookup)?;
             match follow(response, path) {
                 Some(actual) if *actual == expected => Ok(()),
-                Some(actual) => Err(format!("expected {} = {}, found {}", path.join("."), preview(&expected), preview(actual))),
-                None => Err(format!("expected {} = {}, but it is absent; {}", path.join("."), preview(&expected), got())),
+                Some(actual) => Err(miss!("expected {} = {}, found {}", path.join("."), preview(&expected), preview(actual))),
+                None => Err(miss!("expected {} = {}, but it is absent; {}", path.join("."), preview(&expected), got())),
             }
         }
         AnswerCheck::Absent { path } => match follow(response, path) {
             None => Ok(()),
-            Some(actual) => Err(format!("expected {} absent, found {}", path.join("."), preview(actual))),
+            Some(actual) => Err(miss!("expected {} absent, found {}", path.join("."), preview(actual))),
         },
         AnswerCheck::Present { path } => match follow(response, path) {
             Some(_) => Ok(()),
-            None => Err(format!("expected {} present, it is absent; {}", path.join("."), got())),
+            None => Err(miss!("expected {} present, it is absent; {}", path.join("."), got())),
         },
         AnswerCheck::NoResponse | AnswerCheck::Any(_) => unreachable!("handled above"),
     }
