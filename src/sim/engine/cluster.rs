@@ -315,7 +315,7 @@ impl Cluster {
             .map(|(name, pin)| (name, pin.descriptor))
             .collect();
         let history =
-            History { initial_grants: setup.grants.clone(), initial_notes: setup.notes.clone(), initial_pins, ..History::default() };
+            History { initial_grants: setup.grants, initial_notes: setup.notes, initial_pins, ..History::default() };
         let mut cluster = Cluster {
             seed: setup.seed,
             roles,
