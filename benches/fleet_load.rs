@@ -126,6 +126,12 @@ fn parse_options() -> Options {
     options
 }
 
+/// Cargo's temp directory for this package's benches (under `target/`): a 5-minute run's database and logs
+/// are not in the shared `/tmp`, where a 2026-12-01 run lost its database file mid-run to someone's cleanup.
+fn private_temp() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+}
+
 /// A store shared by the fleet and the driver (which adds the notes).
 struct Store {
     argument: String,
@@ -142,8 +148,8 @@ async fn open_store(kind: &str) -> Option<Store> {
     };
     let durability = if kind.ends_with("-relaxed") { "relaxed" } else { "durable" };
     let (argument, label, directory, database) = match kind {
-        "sqlite" => sqlite("SQLite", TempDir::new()),
-        "sqlite-relaxed" => sqlite("SQLite, relaxed", TempDir::new()),
+        "sqlite" => sqlite("SQLite", TempDir::new_in(private_temp())),
+        "sqlite-relaxed" => sqlite("SQLite, relaxed", TempDir::new_in(private_temp())),
         "sqlite-tmpfs" => sqlite("SQLite on tmpfs", TempDir::new_in(std::path::Path::new("/dev/shm"))),
         "postgres" | "postgres-relaxed" => {
             // The PostgreSQL rows are optional: without a server they are left out, and the driver says so.
@@ -617,7 +623,7 @@ async fn main() {
             continue;
         };
         add_background_notes(&store, options.notes, options.body_bytes).await;
-        let logs = TempDir::new();
+        let logs = TempDir::new_in(private_temp());
         let processes: Vec<Server> = (0..INSTANCES)
             .map(|instance| {
                 let mut arguments = vec![
@@ -712,7 +718,12 @@ async fn main() {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             logged.push(format!("{} lines ({:.1} MB)", text.lines().count(), text.len() as f64 / 1e6));
         }
-        sustained.push(format!("{}: request logs (stderr of each serve, to a file): {}", store.label, logged.join(", ")));
+        sustained.push(format!(
+            "{}: request logs (each serve's stderr, MCPSIM_LOG=info, to {}/serve-N.log, removed after the run): {}",
+            store.label,
+            logs.path().display(),
+            logged.join(", ")
+        ));
         let remaining = store.stores.admin.list().await.unwrap().len();
         assert_eq!(remaining, options.notes + refused, "every flow deleted its note, unless refused; the background notes stay");
         if let Some((server, name)) = &store.database {
