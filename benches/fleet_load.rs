@@ -7,8 +7,8 @@
 //! cargo bench --bench fleet_load -- --store sqlite --seconds 5 --concurrency 1,16
 //! # A deployment's load: 1 KiB bodies, states living 10 s (nonces are kept 10 + 60 s, so a 5-minute row
 //! # goes past the replay store's retention: once the capacity is reached each claim prunes what expired).
-//! cargo bench --bench fleet_load -- --store sqlite-relaxed,sqlite --concurrency 16 --seconds 300 \
-//!     --body-bytes 1024 --state-ttl 10 --replay-capacity 400000
+//! cargo bench --bench fleet_load -- --store sqlite-relaxed --concurrency 16 --seconds 300 \
+//!     --body-bytes 1024 --state-ttl 10 --replay-capacity 150000   # then --store sqlite
 //! ```
 //!
 //! For each store and each concurrency it measures, for the same duration:
@@ -126,8 +126,8 @@ fn parse_options() -> Options {
     options
 }
 
-/// Cargo's temp directory for this package's benches (under `target/`): a 5-minute run's database and logs
-/// are not in the shared `/tmp`, where a 2026-12-01 run lost its database file mid-run to someone's cleanup.
+/// Cargo's temp directory for this package's benches (under `target/`): a 5-minute run's database and ~150 MB
+/// of request logs stay out of the shared `/tmp`.
 fn private_temp() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
 }
