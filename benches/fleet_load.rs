@@ -5,12 +5,10 @@
 //! cargo bench --bench fleet_load                                  # SQLite; PostgreSQL too if configured
 //! eval "$(bash .ci/postgres.sh start)" && cargo bench --bench fleet_load   # ... with a local PostgreSQL
 //! cargo bench --bench fleet_load -- --store sqlite --seconds 5 --concurrency 1,16
-//! # A deployment's load: 1 KiB bodies, states living 10 s (nonces are kept 70 s, so a 90 s run goes past the
-//! # replay store's retention and prunes as it claims), a capacity sized for it. `--notes N` adds N more notes
-//! # first; the driver re-seeds between phases through `StoreAdmin::seed`, whose listing comparison is
-//! # quadratic in the store's size, so with thousands of notes the wall clock goes to seeding, not to flows.
-//! cargo bench --bench fleet_load -- --store sqlite-relaxed,sqlite --concurrency 16 --seconds 90 \
-//!     --body-bytes 1024 --state-ttl 10 --replay-capacity 200000
+//! # A deployment's load: 1 KiB bodies, states living 10 s (nonces are kept 10 + 60 s, so a 5-minute row
+//! # goes past the replay store's retention: once the capacity is reached each claim prunes what expired).
+//! cargo bench --bench fleet_load -- --store sqlite-relaxed --concurrency 16 --seconds 300 \
+//!     --body-bytes 1024 --state-ttl 10 --replay-capacity 150000   # then --store sqlite
 //! ```
 //!
 //! For each store and each concurrency it measures, for the same duration:
@@ -31,9 +29,20 @@
 //! Each flow needs a note of its own. They are added between measured phases (phases of
 //! [`FLOWS_PER_WORKER_PER_PHASE`] flows per worker, one seed transaction each), so the clock only runs while
 //! HTTP requests are in flight; the store never holds more than concurrency × that many notes.
-//! Requests go to 127.0.0.1 only; every run is bounded in time and in count. Output is a Markdown table,
-//! then for each flow row: refusals (`replay_store_full`, counted, not fatal), the rate over wall-clock time
-//! (note seeding between phases included) and the measured rate of each minute.
+//! Requests go to 127.0.0.1 only; every run is bounded in time and in count. Output is a Markdown table (p50
+//! and p99 of the whole flow and of each round), then for each flow row: refusals (`replay_store_full`,
+//! counted, not fatal), the rate over wall-clock time (note seeding between phases included), the measured
+//! rate of each minute, the load average before and after, and the CPU seconds of the servers and the driver.
+//!
+//! The request log is on (`MCPSIM_LOG=info`): each server's stderr goes to a file in a temp directory (its
+//! line count is printed at the end), not into the driver's memory.
+//!
+//! Keep-alive: a server closes a connection idle for its header-read deadline (`HEADER_READ_TIMEOUT_MS`,
+//! 10 s); a request sent on a pooled connection just as the server closes it fails mid-message (hyper's
+//! `IncompleteMessage`). The driver's pool drops connections idle for half that, and a request failing that
+//! way is sent once more on a fresh connection and counted. A retried round 2 is judged by the server's answer
+//! to the retry: the deletion, or `state_consumed` whose `previousOutcome` is the deletion of the flow's own
+//! note (the first was carried out, only its answer was lost: a replay, counted as one).
 
 // Shared with the end-to-end tests: the process handle and request builders.
 #[path = "../tests/e2e_support/mod.rs"]
@@ -43,15 +52,22 @@ mod e2e_support;
 mod store_support;
 
 use base64::Engine;
-use e2e_support::{delete_round_one, delete_round_two, post_message, request, HttpServer, TempConfig, ALICE_WORKSPACE};
+
+/// The driver's allocator is the binary's (mimalloc): with the system one, a quarter of the driver's CPU
+/// went to malloc and free (perf, 2026-12-01), on cores the servers share.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use e2e_support::{conforming_headers, delete_round_one, delete_round_two, request, TempConfig, ALICE_WORKSPACE, BIN, WAIT};
 use mcpsim::framework::ports::Note;
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::system::SystemClock;
 use mcpsim::stores::{open, StoreSpec, Stores};
+use mcpsim::transport::http::HEADER_READ_TIMEOUT_MS;
 use mcpsim::transport::Stopwatch;
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use store_support::{create_database, drop_database, postgres_server, TempDir, POSTGRES_URL_VARIABLE};
 
 /// Instances in the fleet (separate processes).
@@ -110,6 +126,12 @@ fn parse_options() -> Options {
     options
 }
 
+/// Cargo's temp directory for this package's benches (under `target/`): a 5-minute run's database and ~150 MB
+/// of request logs stay out of the shared `/tmp`.
+fn private_temp() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+}
+
 /// A store shared by the fleet and the driver (which adds the notes).
 struct Store {
     argument: String,
@@ -126,8 +148,8 @@ async fn open_store(kind: &str) -> Option<Store> {
     };
     let durability = if kind.ends_with("-relaxed") { "relaxed" } else { "durable" };
     let (argument, label, directory, database) = match kind {
-        "sqlite" => sqlite("SQLite", TempDir::new()),
-        "sqlite-relaxed" => sqlite("SQLite, relaxed", TempDir::new()),
+        "sqlite" => sqlite("SQLite", TempDir::new_in(private_temp())),
+        "sqlite-relaxed" => sqlite("SQLite, relaxed", TempDir::new_in(private_temp())),
         "sqlite-tmpfs" => sqlite("SQLite on tmpfs", TempDir::new_in(std::path::Path::new("/dev/shm"))),
         "postgres" | "postgres-relaxed" => {
             // The PostgreSQL rows are optional: without a server they are left out, and the driver says so.
@@ -149,6 +171,9 @@ async fn open_store(kind: &str) -> Option<Store> {
 /// Latencies in microseconds, and how long the measured part took.
 struct Measurement {
     latencies_us: Vec<u64>,
+    /// Of each flow in `latencies_us`: round 1's and round 2's request (retries included).
+    round_one_us: Vec<u64>,
+    round_two_us: Vec<u64>,
     elapsed_us: u64,
     /// Round 2s refused with `replay_store_full`.
     refusals: usize,
@@ -163,17 +188,141 @@ impl Measurement {
         self.latencies_us.len() as f64 * 1_000_000.0 / self.elapsed_us.max(1) as f64
     }
 
+    fn empty() -> Measurement {
+        Measurement {
+            latencies_us: Vec::new(),
+            round_one_us: Vec::new(),
+            round_two_us: Vec::new(),
+            elapsed_us: 0,
+            refusals: 0,
+            minutes: Vec::new(),
+            wall_us: 0,
+        }
+    }
+
     fn percentile_us(&mut self, percent: usize) -> u64 {
-        self.latencies_us.sort_unstable();
-        let index = (self.latencies_us.len() * percent / 100).min(self.latencies_us.len().saturating_sub(1));
-        self.latencies_us.get(index).copied().unwrap_or(0)
+        percentile(&mut self.latencies_us, percent)
     }
 }
 
+/// The `percent`-th percentile (nearest rank below) of `values`, sorting them.
+fn percentile(values: &mut [u64], percent: usize) -> u64 {
+    values.sort_unstable();
+    let index = (values.len() * percent / 100).min(values.len().saturating_sub(1));
+    values.get(index).copied().unwrap_or(0)
+}
+
 struct Fleet {
-    urls: Vec<String>,
+    /// Parsed once: parsing a URL per request showed in the driver's profile.
+    urls: Vec<reqwest::Url>,
+    /// Pooled keep-alive connections, dropped after half the servers' header-read deadline of idleness (the
+    /// servers close a connection idle that long, and a request sent on it as it closes fails mid-message).
     client: reqwest::Client,
+    /// No pool: a retry goes out on a connection of its own.
+    fresh: reqwest::Client,
     serial: AtomicU64,
+    retries: Retries,
+}
+
+/// Requests that failed at the transport on a reused connection and were sent once more on a fresh one.
+#[derive(Default)]
+struct Retries {
+    discover: AtomicU64,
+    round_one: AtomicU64,
+    /// Round 2s retried whose retry deleted the note: the first never reached the store.
+    round_two: AtomicU64,
+    /// Round 2s retried whose retry was answered `state_consumed` with `previousOutcome` the deletion of the
+    /// flow's own note: the first was carried out and only its answer was lost. A replay, not a failure.
+    round_two_replays: AtomicU64,
+    /// Retries answered `claim_in_progress` (the first still running), asked again.
+    in_progress: AtomicU64,
+}
+
+impl Retries {
+    fn total(&self) -> u64 {
+        [&self.discover, &self.round_one, &self.round_two, &self.round_two_replays].iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// A conforming POST of `message` as alice: the JSON-RPC response, or the transport error.
+async fn post_message(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    message: &serde_json::Value,
+) -> Result<serde_json::Value, reqwest::Error> {
+    let mut request = client.post(url.clone()).body(serde_json::to_vec(message).expect("a JSON value serializes"));
+    for (name, value) in conforming_headers(message, TOKEN) {
+        request = request.header(name, value);
+    }
+    let body = request.send().await?.bytes().await?;
+    Ok(serde_json::from_slice(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&body))))
+}
+
+/// Whether `error` is the client's keep-alive race: the request went out on a pooled connection that the
+/// server had already closed (hyper's `IncompleteMessage`, or a reset / broken pipe on write).
+fn is_reused_connection_error(error: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<hyper::Error>().is_some_and(|e| e.is_incomplete_message() || e.is_closed()) {
+            return true;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+            if matches!(io.kind(), BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof) {
+                return true;
+            }
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// Which request of a flow is posted, for the retry's accounting.
+#[derive(Clone, Copy)]
+enum Step {
+    Discover,
+    RoundOne,
+    RoundTwo,
+}
+
+impl Fleet {
+    /// Posts `message`; on a reused-connection failure, once more on a fresh connection (counted by the caller
+    /// through the returned flag). Any other failure, or a second one, ends the run: it is the server's.
+    async fn post(&self, url: &reqwest::Url, message: &serde_json::Value, step: Step) -> (serde_json::Value, bool) {
+        match post_message(&self.client, url, message).await {
+            Ok(response) => (response, false),
+            Err(error) if is_reused_connection_error(&error) => {
+                let counter = match step {
+                    Step::Discover => &self.retries.discover,
+                    Step::RoundOne => &self.retries.round_one,
+                    // Counted once the retry's answer says which it was.
+                    Step::RoundTwo => return (self.retry_round_two(url, message).await, true),
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                let response = post_message(&self.fresh, url, message)
+                    .await
+                    .unwrap_or_else(|e| panic!("a retry on a fresh connection failed too: {e} (first: {error})"));
+                (response, true)
+            }
+            Err(error) => panic!("{url}: {error} (not a reused-connection failure: the server's)"),
+        }
+    }
+
+    /// Round 2 again, on fresh connections, while the first is still being carried out (bounded).
+    async fn retry_round_two(&self, url: &reqwest::Url, message: &serde_json::Value) -> serde_json::Value {
+        for _ in 0..50 {
+            let response = post_message(&self.fresh, url, message)
+                .await
+                .unwrap_or_else(|e| panic!("a round 2 retry on a fresh connection failed too: {e}"));
+            if response["error"]["data"]["reason"] == "claim_in_progress" {
+                self.retries.in_progress.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            return response;
+        }
+        panic!("a round 2 retry was answered claim_in_progress for a second");
+    }
 }
 
 fn discover(id: u64) -> serde_json::Value {
@@ -198,9 +347,8 @@ async fn run_discover(fleet: &Arc<Fleet>, concurrency: usize, duration_ms: u64) 
                 while clock.elapsed_us() < duration_ms * 1000 && latencies.len() < budget {
                     let id = fleet.serial.fetch_add(1, Ordering::Relaxed);
                     let started = Stopwatch::start();
-                    let (status, response) =
-                        post_message(&fleet.client, &fleet.urls[turn % INSTANCES], TOKEN, &discover(id)).await.unwrap();
-                    assert!(status == 200 && response["result"]["resultType"] == "complete", "{response}");
+                    let (response, _) = fleet.post(&fleet.urls[turn % INSTANCES], &discover(id), Step::Discover).await;
+                    assert!(response["result"]["resultType"] == "complete", "{response}");
                     latencies.push(started.elapsed_us());
                     turn += 1;
                 }
@@ -212,7 +360,7 @@ async fn run_discover(fleet: &Arc<Fleet>, concurrency: usize, duration_ms: u64) 
     for worker in workers {
         latencies_us.extend(worker.await.unwrap());
     }
-    Measurement { latencies_us, elapsed_us: clock.elapsed_us(), refusals: 0, minutes: Vec::new(), wall_us: 0 }
+    Measurement { latencies_us, elapsed_us: clock.elapsed_us(), ..Measurement::empty() }
 }
 
 /// A note body of about `bytes` bytes of Markdown.
@@ -250,7 +398,7 @@ async fn add_background_notes(store: &Store, count: usize, body_bytes: usize) {
 async fn measure_flows(fleet: &Arc<Fleet>, store: &Store, concurrency: usize, seconds: u64, body_bytes: usize) -> Measurement {
     run_phase(fleet, store, concurrency, body_bytes).await;
     let wall = Stopwatch::start();
-    let mut total = Measurement { latencies_us: Vec::new(), elapsed_us: 0, refusals: 0, minutes: Vec::new(), wall_us: 0 };
+    let mut total = Measurement::empty();
     while total.elapsed_us < seconds * 1_000_000 && total.latencies_us.len() < OPERATIONS_MAX {
         let phase = run_phase(fleet, store, concurrency, body_bytes).await;
         let minute = (wall.elapsed_us() / 60_000_000) as usize;
@@ -260,6 +408,8 @@ async fn measure_flows(fleet: &Arc<Fleet>, store: &Store, concurrency: usize, se
         total.minutes[minute].0 += phase.latencies_us.len();
         total.minutes[minute].1 += phase.elapsed_us;
         total.latencies_us.extend(phase.latencies_us);
+        total.round_one_us.extend(phase.round_one_us);
+        total.round_two_us.extend(phase.round_two_us);
         total.elapsed_us += phase.elapsed_us;
         total.refusals += phase.refusals;
     }
@@ -296,37 +446,144 @@ async fn run_phase(fleet: &Arc<Fleet>, store: &Store, concurrency: usize, body_b
         .map(|(worker, notes)| {
             let fleet = fleet.clone();
             tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(notes.len());
+                let mut timings = Vec::with_capacity(notes.len());
                 let mut refusals = 0;
                 for (index, note) in notes.into_iter().enumerate() {
                     let first = (worker + index) % INSTANCES;
                     let id = fleet.serial.fetch_add(2, Ordering::Relaxed) as i64;
                     let started = Stopwatch::start();
-                    let (_, response) =
-                        post_message(&fleet.client, &fleet.urls[first], TOKEN, &delete_round_one(id, &note.title)).await.unwrap();
+                    let (response, _) = fleet.post(&fleet.urls[first], &delete_round_one(id, &note.title), Step::RoundOne).await;
+                    let round_one_us = started.elapsed_us();
                     let state = response["result"]["requestState"].as_str().unwrap_or_else(|| panic!("round 1: {response}")).to_string();
                     let confirmation = delete_round_two(id + 1, &note.title, &state, &note.id);
-                    let (_, response) =
-                        post_message(&fleet.client, &fleet.urls[(first + 1) % INSTANCES], TOKEN, &confirmation).await.unwrap();
+                    let (response, retried) = fleet.post(&fleet.urls[(first + 1) % INSTANCES], &confirmation, Step::RoundTwo).await;
                     if response["error"]["data"]["reason"] == "replay_store_full" {
                         refusals += 1;
                         continue;
                     }
-                    assert_eq!(response["result"]["structuredContent"]["deleted"], true, "round 2: {response}");
-                    latencies.push(started.elapsed_us());
+                    if retried {
+                        // Judged by what the server answered the retry: deleted now, or deleted by the first.
+                        let previous = &response["error"]["data"]["previousOutcome"];
+                        if response["error"]["data"]["reason"] == "state_consumed" {
+                            assert!(
+                                previous["outcome"] == "deleted" && previous["noteId"] == note.id.as_str(),
+                                "round 2 replayed: {response}"
+                            );
+                            fleet.retries.round_two_replays.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            assert_eq!(response["result"]["structuredContent"]["deleted"], true, "round 2 retried: {response}");
+                            fleet.retries.round_two.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else {
+                        assert_eq!(response["result"]["structuredContent"]["deleted"], true, "round 2: {response}");
+                    }
+                    let total_us = started.elapsed_us();
+                    timings.push((total_us, round_one_us, total_us - round_one_us));
                 }
-                (latencies, refusals)
+                (timings, refusals)
             })
         })
         .collect();
-    let elapsed_us = clock.elapsed_us();
-    let (mut latencies_us, mut refusals) = (Vec::new(), 0);
+    let (mut latencies_us, mut round_one_us, mut round_two_us, mut refusals) = (Vec::new(), Vec::new(), Vec::new(), 0);
     for worker in workers {
-        let (latencies, refused) = worker.await.unwrap();
-        latencies_us.extend(latencies);
+        let (timings, refused) = worker.await.unwrap();
+        for (total, one, two) in timings {
+            latencies_us.push(total);
+            round_one_us.push(one);
+            round_two_us.push(two);
+        }
         refusals += refused;
     }
-    Measurement { latencies_us, elapsed_us, refusals, minutes: Vec::new(), wall_us: 0 }
+    // The clock stops when the last worker is done (the spawned workers run while this task waits).
+    let elapsed_us = clock.elapsed_us();
+    Measurement { latencies_us, round_one_us, round_two_us, elapsed_us, refusals, ..Measurement::empty() }
+}
+
+/// One `mcpsim serve --http` process whose stderr (startup lines and the request log, `MCPSIM_LOG=info`) goes
+/// to a file, not to a pipe the driver would have to hold in memory: a 5-minute row writes about a million lines.
+struct Server {
+    child: std::process::Child,
+    url: String,
+    log: std::path::PathBuf,
+}
+
+impl Server {
+    fn start(arguments: &[&str], log: std::path::PathBuf) -> Server {
+        let file = std::fs::File::create(&log).expect("the request log file can be created");
+        let child = std::process::Command::new(BIN)
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(arguments)
+            .env("MCPSIM_LOG", "info")
+            .env_remove("MCPSIM_STORE")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("the mcpsim binary starts");
+        // Owned by the handle at once: if the server never announces itself, dropping the handle kills it.
+        let mut server = Server { child, url: String::new(), log };
+        let waited = Stopwatch::start();
+        loop {
+            let text = std::fs::read_to_string(&server.log).unwrap_or_default();
+            if let Some(line) = text.lines().find_map(|line| line.strip_prefix("listening on ")) {
+                server.url = line.to_string();
+                return server;
+            }
+            assert!(waited.elapsed_us() < WAIT.as_micros() as u64, "no 'listening on' line in {}: {text}", server.log.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// User + system CPU seconds the process has used so far.
+    fn cpu_seconds(&self) -> f64 {
+        cpu_seconds_of(&format!("/proc/{}/stat", self.child.id()))
+    }
+
+    /// SIGTERM, then a bounded wait; whether it exited cleanly.
+    fn terminate(mut self) -> bool {
+        let sent = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
+        assert!(sent.success());
+        let waited = Stopwatch::start();
+        while waited.elapsed_us() < WAIT.as_micros() as u64 {
+            if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        false
+    }
+}
+
+impl Drop for Server {
+    /// A run that panics leaves no server running (after `terminate`, the process is already gone).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// User + system CPU seconds from a `/proc/…/stat` file (0 where there is none: not Linux).
+fn cpu_seconds_of(stat: &str) -> f64 {
+    let Ok(text) = std::fs::read_to_string(stat) else { return 0.0 };
+    // Fields after the command name (which may contain spaces, so split after its closing parenthesis):
+    // state is field 3, utime 14 and stime 15.
+    let fields: Vec<&str> = text.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    // SAFETY: sysconf has no preconditions; it reads a constant of the system.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    ticks as f64 / per_second as f64
+}
+
+/// CPU seconds so far of the fleet's processes together, and of this driver.
+fn fleet_cpu_seconds(processes: &[Server]) -> (f64, f64) {
+    (processes.iter().map(Server::cpu_seconds).sum(), cpu_seconds_of("/proc/self/stat"))
+}
+
+/// The 1-minute load average (`/proc/loadavg`), or "?" where there is none.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|text| text.split_whitespace().next().map(str::to_string)).unwrap_or("?".into())
 }
 
 fn milliseconds(us: u64) -> String {
@@ -366,8 +623,9 @@ async fn main() {
             continue;
         };
         add_background_notes(&store, options.notes, options.body_bytes).await;
-        let processes: Vec<HttpServer> = (0..INSTANCES)
-            .map(|_| {
+        let logs = TempDir::new_in(private_temp());
+        let processes: Vec<Server> = (0..INSTANCES)
+            .map(|instance| {
                 let mut arguments = vec![
                     "--store",
                     &store.argument,
@@ -382,19 +640,26 @@ async fn main() {
                 if let Some(ttl) = &state_ttl {
                     arguments.extend(["--state-ttl", ttl]);
                 }
-                HttpServer::start(&arguments)
+                Server::start(&arguments, logs.path().join(format!("serve-{instance}.log")))
             })
             .collect();
+        let pids: Vec<String> = processes.iter().map(|process| process.child.id().to_string()).collect();
+        eprintln!("fleet_load: {}: serve processes {} (e.g. perf record -g -p PID)", store.label, pids.join(", "));
+        let idle = Duration::from_millis(HEADER_READ_TIMEOUT_MS / 2);
         let fleet = Arc::new(Fleet {
-            urls: processes.iter().map(|process| process.url.clone()).collect(),
-            client: reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().unwrap(),
+            urls: processes.iter().map(|process| process.url.parse().expect("a server's URL parses")).collect(),
+            client: reqwest::Client::builder().timeout(Duration::from_secs(30)).pool_idle_timeout(idle).build().unwrap(),
+            fresh: reqwest::Client::builder().timeout(Duration::from_secs(30)).pool_max_idle_per_host(0).build().unwrap(),
             serial: AtomicU64::new(1),
+            retries: Retries::default(),
         });
         let mut refused = 0;
         for &concurrency in &options.concurrencies {
             // The floor needs no long run: at most 5 s however long the flows run.
             let mut floor = measure_discover(&fleet, concurrency, options.seconds.min(5)).await;
+            let (load_before, cpu_before) = (load_average(), fleet_cpu_seconds(&processes));
             let mut flows = measure_flows(&fleet, &store, concurrency, options.seconds, options.body_bytes).await;
+            let (load_after, cpu_after) = (load_average(), fleet_cpu_seconds(&processes));
             let (floor_p50, flow_p50) = (floor.percentile_us(50), flows.percentile_us(50));
             println!(
                 "| {} | {concurrency} | server/discover | {:.0} | {} | {} | |",
@@ -411,23 +676,54 @@ async fn main() {
                 milliseconds(flows.percentile_us(99)),
                 flow_p50 as f64 / floor_p50.max(1) as f64
             );
+            for (round, latencies) in [("round 1", &mut flows.round_one_us), ("round 2", &mut flows.round_two_us)] {
+                let (p50, p99) = (percentile(latencies, 50), percentile(latencies, 99));
+                println!("| {} | {concurrency} | notes_delete, {round} | | {} | {} | |", store.label, milliseconds(p50), milliseconds(p99));
+            }
             refused += flows.refusals;
             let minutes: Vec<String> =
                 flows.minutes.iter().map(|(count, us)| format!("{:.0}", *count as f64 * 1_000_000.0 / (*us).max(1) as f64)).collect();
+            let confirmed = flows.latencies_us.len();
+            let (servers_cpu, driver_cpu) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
             sustained.push(format!(
-                "{} × {concurrency}: {} confirmed deletions in {:.0} s measured ({:.0} s wall clock: {:.0}/s with note seeding), {} capacity refusals; per minute (measured): {}",
+                "{} × {concurrency}: {confirmed} confirmed deletions in {:.0} s measured ({:.0} s wall clock: {:.0}/s with note seeding), {} capacity refusals; per minute (measured): {}; \
+                 load average {load_before} → {load_after}; CPU during the flows (note seeding included) {servers_cpu:.1} s in the {INSTANCES} servers, {driver_cpu:.1} s in the driver ({:.0} µs of server CPU and {:.0} µs of the driver's per confirmed deletion)",
                 store.label,
-                flows.latencies_us.len(),
                 flows.elapsed_us as f64 / 1e6,
                 flows.wall_us as f64 / 1e6,
-                flows.latencies_us.len() as f64 * 1e6 / flows.wall_us.max(1) as f64,
+                confirmed as f64 * 1e6 / flows.wall_us.max(1) as f64,
                 flows.refusals,
-                minutes.join(", ")
+                minutes.join(", "),
+                servers_cpu * 1e6 / confirmed.max(1) as f64,
+                driver_cpu * 1e6 / confirmed.max(1) as f64,
             ));
         }
+        let retries = &fleet.retries;
+        sustained.push(format!(
+            "{}: {} requests retried on a fresh connection after a reused one failed (discover {}, round 1 {}, round 2 {} deleted on the retry, {} replays answered state_consumed with the deletion; {} retries answered claim_in_progress and asked again); {} nonces held at the end, replay capacity {}",
+            store.label,
+            retries.total(),
+            retries.discover.load(Ordering::Relaxed),
+            retries.round_one.load(Ordering::Relaxed),
+            retries.round_two.load(Ordering::Relaxed),
+            retries.round_two_replays.load(Ordering::Relaxed),
+            retries.in_progress.load(Ordering::Relaxed),
+            store.stores.admin.nonce_count().await.unwrap(),
+            options.replay_capacity.map_or("the store's default".to_string(), |c| c.to_string()),
+        ));
+        let mut logged = Vec::new();
         for process in processes {
-            assert!(process.terminate().success(), "a fleet process failed to stop cleanly");
+            let log = process.log.clone();
+            assert!(process.terminate(), "a fleet process failed to stop cleanly; its log: {}", log.display());
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            logged.push(format!("{} lines ({:.1} MB)", text.lines().count(), text.len() as f64 / 1e6));
         }
+        sustained.push(format!(
+            "{}: request logs (each serve's stderr, MCPSIM_LOG=info, to {}/serve-N.log, removed after the run): {}",
+            store.label,
+            logs.path().display(),
+            logged.join(", ")
+        ));
         let remaining = store.stores.admin.list().await.unwrap().len();
         assert_eq!(remaining, options.notes + refused, "every flow deleted its note, unless refused; the background notes stay");
         if let Some((server, name)) = &store.database {

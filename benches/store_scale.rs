@@ -8,6 +8,7 @@
 //! cargo bench --bench store_scale                       # memory and SQLite
 //! MCPSIM_TEST_POSTGRES_URL=postgres://… cargo bench --bench store_scale   # and PostgreSQL
 //! MCPSIM_BENCH_SIZES=10,1000 cargo bench --bench store_scale             # fewer sizes
+//! MCPSIM_BENCH_STORES=postgres cargo bench --bench store_scale           # some stores only (memory,sqlite,postgres)
 //! ```
 //!
 //! SQLite is durable (`synchronous=FULL`), so round 2 includes the disk's sync; filler notes are inserted in
@@ -198,25 +199,42 @@ fn main() {
     let sizes: Vec<usize> = std::env::var("MCPSIM_BENCH_SIZES")
         .map(|sizes| sizes.split(',').map(|n| n.trim().parse().expect("MCPSIM_BENCH_SIZES: numbers")).collect())
         .unwrap_or_else(|_| vec![10, 1_000, 100_000, 1_000_000]);
+    let stores: Vec<String> = std::env::var("MCPSIM_BENCH_STORES")
+        .map(|stores| stores.split(',').map(|store| store.trim().to_string()).collect())
+        .unwrap_or_else(|_| ["memory", "sqlite", "postgres"].map(String::from).to_vec());
+    for store in &stores {
+        assert!(
+            ["memory", "sqlite", "postgres"].contains(&store.as_str()),
+            "MCPSIM_BENCH_STORES: memory, sqlite or postgres, not {store:?}"
+        );
+    }
+    let runs = |store: &str| stores.iter().any(|wanted| wanted == store);
+    if runs("postgres") && std::env::var_os("MCPSIM_TEST_POSTGRES_URL").is_none() {
+        eprintln!("store_scale: no PostgreSQL rows: MCPSIM_TEST_POSTGRES_URL is not set (eval \"$(bash .ci/postgres.sh start)\")");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let directory = std::env::temp_dir().join(format!("mcpsim-store-scale-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     for &size in &sizes {
-        let subject = memory_subject(size);
-        bench_subject(&mut c, &runtime, "memory", size, &subject);
-        drop(subject);
-
-        let path = directory.join(format!("notes-{size}.db"));
-        let spec: StoreSpec = format!("sqlite:{}", path.display()).parse().unwrap();
-        let (subject, admin) = runtime.block_on(database_subject(spec, size, async |notes: &[Note]| sqlite_bulk(&path, notes)));
-        bench_subject(&mut c, &runtime, "sqlite", size, &subject);
-        runtime.block_on(admin.close()).unwrap();
-        drop(subject);
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        if runs("memory") {
+            let subject = memory_subject(size);
+            bench_subject(&mut c, &runtime, "memory", size, &subject);
+            drop(subject);
         }
 
-        if let Ok(url) = std::env::var("MCPSIM_TEST_POSTGRES_URL") {
+        if runs("sqlite") {
+            let path = directory.join(format!("notes-{size}.db"));
+            let spec: StoreSpec = format!("sqlite:{}", path.display()).parse().unwrap();
+            let (subject, admin) = runtime.block_on(database_subject(spec, size, async |notes: &[Note]| sqlite_bulk(&path, notes)));
+            bench_subject(&mut c, &runtime, "sqlite", size, &subject);
+            runtime.block_on(admin.close()).unwrap();
+            drop(subject);
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+        }
+
+        if let Some(url) = std::env::var("MCPSIM_TEST_POSTGRES_URL").ok().filter(|_| runs("postgres")) {
             let spec: StoreSpec = format!("postgres:{url}").parse().unwrap();
             let (subject, admin) = runtime.block_on(database_subject(spec, size, async |notes: &[Note]| postgres_bulk(&url, notes).await));
             bench_subject(&mut c, &runtime, "postgres", size, &subject);

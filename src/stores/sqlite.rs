@@ -386,6 +386,11 @@ fn open_connection(path: &Path, durability: Durability) -> Outcome<Connection> {
         Durability::Relaxed => "NORMAL",
     };
     connection.pragma_update(None, "synchronous", synchronous)?;
+    // Temporary tables and indexes in memory, never in a file of the system's temp directory: under
+    // `serve`'s sandbox (Landlock, on by default) only the database's folder is writable, and a statement
+    // that spills (pruning 10^5 nonces with `DELETE … RETURNING`) failed with "unable to open database file"
+    // (fleet_load, 2026-12-01). The bundled SQLite defaults to files (SQLITE_TEMP_STORE=1).
+    connection.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(connection)
 }
 
@@ -1032,5 +1037,18 @@ mod tests {
         let last = (0..).find(|&attempt| busy_slept_us(attempt) >= SQLITE_BUSY_TIMEOUT_MS * 1000).unwrap();
         assert!((5_000..5_100).contains(&last), "about one call per millisecond once ramped up: {last}");
         assert!(!wait_for_write_lock(i32::try_from(last).unwrap()), "gives up without sleeping");
+    }
+
+    /// Under `serve`'s sandbox only the database's folder is writable: a statement that spills to a temporary
+    /// file in the system's temp directory (a large prune) would fail with "unable to open database file".
+    #[test]
+    fn temporary_tables_are_kept_in_memory_not_in_the_temp_directory() {
+        let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-temp-store-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let Ok(connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
+        let temp_store: i64 = connection.query_row("PRAGMA temp_store", [], |row| row.get(0)).unwrap();
+        drop(connection);
+        let _ = std::fs::remove_dir_all(&directory);
+        assert_eq!(temp_store, 2, "PRAGMA temp_store: 2 is MEMORY (0 default, 1 FILE)");
     }
 }
