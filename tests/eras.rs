@@ -136,15 +136,24 @@ async fn a_legacy_confirmation_is_an_elicitation_inside_the_call_and_deletes_onc
     let asked = events.next().await;
     legacy_post(&server.url, ALICE, Some(&session), &answer(&asked, json!({ "action": "decline" }))).await;
     assert_eq!(events.next().await["result"]["structuredContent"]["outcome"], "declined");
+    // A DELETE passes the checks a POST does: unauthenticated, from a foreign page, or by another principal,
+    // it ends nothing.
+    let delete = |token: Option<&str>, origin: Option<&str>| {
+        let mut request = reqwest::Client::new().delete(&server.url).header("Mcp-Session-Id", &session);
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        if let Some(origin) = origin {
+            request = request.header("Origin", origin);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(delete(None, None).await, 401);
+    assert_eq!(delete(Some(ALICE), Some("http://evil.example")).await, 403);
+    assert_eq!(delete(Some(BOB), None).await, 404, "bob cannot end alice's session");
+    assert_eq!(legacy_post(&server.url, ALICE, Some(&session), &ping).await.status().as_u16(), 200, "still alice's");
     // DELETE ends the session: its id is then unknown.
-    let ended = reqwest::Client::new()
-        .delete(&server.url)
-        .header("Authorization", format!("Bearer {ALICE}"))
-        .header("Mcp-Session-Id", &session)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ended.status().as_u16(), 200);
+    assert_eq!(delete(Some(ALICE), None).await, 200);
     assert_eq!(legacy_post(&server.url, ALICE, Some(&session), &ping).await.status().as_u16(), 404);
 }
 

@@ -514,17 +514,11 @@ impl Endpoint {
             let response = with_header(refusal(StatusCode::METHOD_NOT_ALLOWED, message), header::ALLOW, HeaderValue::from_static("POST"));
             return Handled::refused(response, None, "http_method_not_allowed");
         }
-        if let Some(refused) = check_target_and_host(&request) {
-            return refused;
-        }
-        let headers = request.headers();
-        if let Some(refused) = self.check_host_and_origin(headers) {
-            return refused;
-        }
-        let principal = match self.authenticate(headers) {
-            Ok(principal) => principal.to_string(),
+        let principal = match self.admit(&request) {
+            Ok(principal) => principal,
             Err(refused) => return *refused,
         };
+        let headers = request.headers();
         if let Some(refused) = check_content_negotiation(headers, &principal) {
             return refused;
         }
@@ -601,17 +595,11 @@ impl Endpoint {
     /// A legacy client's DELETE of its session (dual-era servers only): after the same Host, Origin and
     /// authentication checks as a POST, `200` if the principal held that session, else `404`.
     fn end_legacy_session(&self, request: &Request) -> Handled {
-        if let Some(refused) = check_target_and_host(request) {
-            return refused;
-        }
-        let headers = request.headers();
-        if let Some(refused) = self.check_host_and_origin(headers) {
-            return refused;
-        }
-        let principal = match self.authenticate(headers) {
-            Ok(principal) => principal.to_string(),
+        let principal = match self.admit(request) {
+            Ok(principal) => principal,
             Err(refused) => return *refused,
         };
+        let headers = request.headers();
         let session_id = headers_session_id(&headers.get(MCP_SESSION_ID).cloned()).unwrap_or_default();
         let closed = self.legacy.as_ref().is_some_and(|legacy| legacy.close(&session_id, &principal));
         let (status, outcome) =
@@ -622,6 +610,19 @@ impl Endpoint {
             summary: MessageSummary::default(),
             outcome: outcome.into(),
         }
+    }
+
+    /// What every POST and every legacy DELETE passes first, in this order: the target and Host, the Origin,
+    /// then authentication. Returns the authenticated principal.
+    fn admit(&self, request: &Request) -> Result<String, Box<Handled>> {
+        if let Some(refused) = check_target_and_host(request) {
+            return Err(Box::new(refused));
+        }
+        let headers = request.headers();
+        if let Some(refused) = self.check_host_and_origin(headers) {
+            return Err(Box::new(refused));
+        }
+        self.authenticate(headers).map(str::to_string)
     }
 
     fn check_host_and_origin(&self, headers: &HeaderMap) -> Option<Handled> {
