@@ -172,7 +172,7 @@ pub struct Prepared<'s> {
 
 impl<'s> Prepared<'s> {
     pub fn new(scenario: &'s Scenario) -> Prepared<'s> {
-        Prepared { scenario, cluster: declared_cluster(scenario, &RunOptions::seeded(0)) }
+        Prepared { scenario, cluster: declared_cluster(scenario) }
     }
 
     pub fn scenario(&self) -> &'s Scenario {
@@ -270,7 +270,10 @@ pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> Cluste
     Prepared::new(scenario).cluster(options)
 }
 
-fn declared_cluster(scenario: &Scenario, options: &RunOptions) -> ClusterSetup {
+/// The cluster the declarations describe; its seed, server and recording are placeholders that
+/// [`Prepared::cluster`] sets for each execution.
+fn declared_cluster(scenario: &Scenario) -> ClusterSetup {
+    let options = RunOptions::seeded(0);
     let spec = &scenario.cluster;
     let demo = spec.use_demo.then(Deployment::demo);
     let mut authorizations = demo.as_ref().and_then(|d| d.authorizations().ok()).unwrap_or_else(Authorizations::new);
