@@ -12,8 +12,11 @@ use e2e_support::*;
 use mcpsim::cli::sandbox::{self, SandboxMode, SandboxOutcome, SandboxPlan};
 use mcpsim::framework::ports::{ClaimAndDelete, ClaimRecord, NonceClaim, NoteStore, ReplayStore};
 use mcpsim::policy::containment::FileUri;
+use mcpsim::stores::admin::StoreAdmin;
+use mcpsim::stores::deterministic::ManualClock;
 use mcpsim::stores::dir::DirStore;
 use mcpsim::stores::memory::ReplayLimits;
+use mcpsim::stores::sqlite::SqliteStore;
 use mcpsim::stores::system::SystemClock;
 use mcpsim::stores::StoreSpec;
 use serde_json::{json, Value};
@@ -21,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const FOLDER_VARIABLE: &str = "MCPSIM_SANDBOX_FOLDER";
+const DATABASE_VARIABLE: &str = "MCPSIM_SANDBOX_DATABASE";
 
 /// A folder `notes/` (a workspace `w/` with a note) beside `outside/secret.md`, removed on drop.
 struct Scene(PathBuf);
@@ -177,4 +181,92 @@ fn a_sandboxed_stdio_server_deletes_the_chosen_file_and_only_it() {
     assert!(logs.contains("sandbox: active"), "{logs}");
     assert!(!scene.notes().join("Notes/tps-2024.md").exists());
     assert!(scene.notes().join("Notes/tps-2025.md").exists());
+}
+
+/// Expired nonces the SQLite prune test leaves for one claim to prune: enough that `DELETE … RETURNING`
+/// outgrows SQLite's in-memory temporary cache (a fleet's first large prune was about 10^5).
+const EXPIRED_NONCES: u64 = 200_000;
+/// The seeding clock; the nonces expire at `SEEDED_AT_MS + 1`. The child's clock is an hour later.
+const SEEDED_AT_MS: u64 = 1_000_000;
+
+/// The child of [`a_large_prune_of_a_sqlite_replay_store_works_in_the_sandbox`]: sandboxed as `serve` is for
+/// this database (only its folder writable), one claim over the capacity prunes every expired nonce.
+#[tokio::test]
+#[ignore = "not a test: the child the SQLite sandbox test starts, with the database in its environment"]
+async fn sqlite_sandbox_child() {
+    let Ok(database) = std::env::var(DATABASE_VARIABLE) else {
+        panic!("sqlite_sandbox_child runs only as a child of a_large_prune_of_a_sqlite_replay_store_works_in_the_sandbox");
+    };
+    let spec: StoreSpec = format!("sqlite:{database}").parse().unwrap();
+    let outcome = sandbox::apply(SandboxMode::Required, &SandboxPlan::for_store(&spec).unwrap()).expect("the sandbox applies");
+    let later = SEEDED_AT_MS + 3_600_000;
+    let limits = ReplayLimits::with_share(1_000, 100, 60_000);
+    let store = SqliteStore::open(Path::new(&database), Arc::new(ManualClock::new(later)), limits).await.unwrap();
+    let held_before = store.nonce_count().await.unwrap();
+    let claim = NonceClaim {
+        nonce: "fresh".into(),
+        principal: "alice".into(),
+        expires_at_ms: later + 10_000,
+        record: ClaimRecord::Declined { tool: None },
+    };
+    let report = json!({
+        "outcome": outcome.to_string(),
+        "held_before": held_before,
+        "claim": format!("{:?}", store.claim(claim).await),
+        "held_after": store.nonce_count().await.unwrap(),
+        // Where SQLite would have spilled: the system's temp directory is outside the sandbox.
+        "write_temp_dir": attempt(std::fs::write(std::env::temp_dir().join(format!("mcpsim-planted-{}", std::process::id())), "x")),
+    });
+    println!("<sandbox> {report}");
+}
+
+/// A fleet's replay store prunes what expired once it is full; under `serve`'s sandbox the first large prune
+/// failed (`unable to open database file`) because SQLite spilled it to a file in the system's temp directory.
+#[test]
+fn a_large_prune_of_a_sqlite_replay_store_works_in_the_sandbox() {
+    require_landlock();
+    let scene = Scene::new();
+    let database = scene.0.join("db/replay.db");
+    std::fs::create_dir_all(database.parent().unwrap()).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = SqliteStore::open(&database, Arc::new(ManualClock::new(SEEDED_AT_MS)), ReplayLimits::with_share(1_000, 100, 60_000))
+            .await
+            .unwrap();
+        let claim = NonceClaim {
+            nonce: "seed-0".into(),
+            principal: "alice".into(),
+            expires_at_ms: SEEDED_AT_MS + 1,
+            record: ClaimRecord::Declined { tool: None },
+        };
+        assert_eq!(format!("{:?}", store.claim(claim).await), "Ok(Claimed)");
+        store.close().await.unwrap();
+    });
+    // The rest in one statement, copying the first one's record, and the counters kept equal to the rows.
+    let connection = rusqlite::Connection::open(&database).unwrap();
+    connection
+        .execute_batch(&format!(
+            "BEGIN;
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {EXPIRED_NONCES} - 1)
+             INSERT INTO nonces (nonce, expires_at_ms, record, principal)
+               SELECT 'seed-' || i, expires_at_ms, record, principal FROM n, (SELECT * FROM nonces WHERE nonce = 'seed-0');
+             UPDATE replay_counter SET nonce_count = (SELECT COUNT(*) FROM nonces);
+             UPDATE replay_principals SET nonce_count = (SELECT COUNT(*) FROM nonces) WHERE principal = 'alice';
+             COMMIT;"
+        ))
+        .unwrap();
+    drop(connection);
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["sqlite_sandbox_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(DATABASE_VARIABLE, &database)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the child failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let line = stdout.lines().find_map(|line| line.split_once("<sandbox> ").map(|(_, rest)| rest)).expect("the child reported");
+    let report: Value = serde_json::from_str(line).unwrap();
+    assert!(report["outcome"].as_str().unwrap().starts_with("sandbox: active"), "{report}");
+    assert_eq!(report["write_temp_dir"], "denied", "the system's temp directory is outside the sandbox: {report}");
+    assert_eq!(report["held_before"], EXPIRED_NONCES, "{report}");
+    assert_eq!(report["claim"], "Ok(Claimed)", "{report}");
+    assert_eq!(report["held_after"], 1, "every expired nonce pruned, the new one held: {report}");
 }
