@@ -3,9 +3,12 @@
 
     python3 .ci/judge-trace.py --validator PATH TRACE.jsonl
 
-The validator reports each failing clause with the trace events (`seq`) that broke it. A finding whose event
-the server sent (direction server-to-client) is the server's; one on an event the client sent is the client's
-(an SDK's business, reported but not held against us). Exits 1 if any MUST-level clause has a server-side
+The validator reports each failing clause with the trace events (`seq`) that broke it, and the clause's text.
+A clause whose text puts the obligation on one party ("the client MUST …", "the server MUST …") is that
+party's, wherever its finding points (LIFE-003's missing `notifications/initialized` is found at the server's
+answer to `initialize`, but sending it is the client's duty); otherwise a finding whose event the server sent
+(direction server-to-client) is the server's and one on an event the client sent is the client's (an SDK's
+business, reported but not held against us). Exits 1 if any MUST-level clause has a server-side
 finding, 2 if the validator could not judge the trace, 3 if the trace is not one session's (the validator found
 both eras in it: a simulated run's export interleaves every client, and a 2025-11-25 session beside
 2026-07-28 requests is several sessions the format cannot tell apart); prints the totals and every finding.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 
@@ -22,6 +26,13 @@ import sys
 VALIDATOR_VERDICT_STATUSES = (0, 1)
 # Bound on how long one validation may take.
 VALIDATOR_SECONDS_MAX = 120
+
+
+def obligated_party(clause: dict) -> str | None:
+    """The one party the clause's quoted text obliges, if it names exactly one."""
+    quote = ((clause.get("source") or {}).get("quote") or "").lower()
+    parties = [party for party in ("client", "server") if re.search(rf"\b{party}s? (must|should)\b", quote)]
+    return parties[0] if len(parties) == 1 else None
 
 
 def main() -> int:
@@ -53,7 +64,9 @@ def main() -> int:
         if clause["outcome"] not in ("fail", "warn"):
             continue
         for finding in clause.get("findings", []):
-            side = "server" if directions.get(finding.get("seq")) == "server-to-client" else "client"
+            side = obligated_party(clause) or (
+                "server" if directions.get(finding.get("seq")) == "server-to-client" else "client"
+            )
             if clause["outcome"] == "fail" and side == "server":
                 server_failures += 1
             print(f"  {clause['outcome'].upper()} {clause['id']} ({clause['level']}, {side}-side) seq {finding.get('seq')}: {finding['detail']}")

@@ -142,6 +142,29 @@ fn jsonl_keeps_stdout_machine_readable_and_mermaid_draws_a_sequence() {
 }
 
 #[test]
+fn trace_client_exports_one_clients_session_and_names_the_clients_it_could_be() {
+    let file = "scenarios/62-legacy-confirmation-races-a-modern-one.sim";
+    let events = |client: &str| -> Vec<serde_json::Value> {
+        let output = mcpsim(repo(), &["run", file, "--format", "mcp-trace", "--trace-client", client]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout).lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+    };
+    let whole = mcpsim(repo(), &["run", file, "--format", "mcp-trace"]);
+    let whole = text(&whole.stdout).lines().count();
+    let (desk, alice) = (events("desk"), events("alice"));
+    assert_eq!(desk.len() + alice.len(), whole, "every message is one client's");
+    assert_eq!(desk[0]["payload"]["method"], "initialize", "the legacy host's session opens its trace");
+    assert_eq!(desk[0]["payload"]["params"]["clientInfo"]["name"], "desk");
+    assert!(alice.iter().all(|event| event["payload"]["method"] != "initialize"), "the modern client's trace is its own");
+    let unknown = mcpsim(repo(), &["run", file, "--format", "mcp-trace", "--trace-client", "bob"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(text(&unknown.stderr).contains("declares no client \"bob\"; its clients: alice, desk"), "{}", text(&unknown.stderr));
+    let no_trace = mcpsim(repo(), &["run", file, "--trace-client", "desk"]);
+    assert_eq!(no_trace.status.code(), Some(2));
+    assert!(text(&no_trace.stderr).contains("add --format mcp-trace"), "{}", text(&no_trace.stderr));
+}
+
+#[test]
 fn help_explains_the_exit_status_and_the_defaults() {
     let output = mcpsim(repo(), &["run", "--help"]);
     let stdout = text(&output.stdout);

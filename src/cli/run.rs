@@ -8,6 +8,7 @@ use crate::sim::engine::faults::FaultKind;
 use crate::sim::explore::{self, mutants};
 use crate::sim::library;
 use crate::sim::render::html::{self, RunInput};
+use crate::sim::render::mcp_trace;
 use crate::sim::render::transcript::Format;
 use crate::sim::runner::{self, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use crate::stores::StoreSpec;
@@ -34,6 +35,8 @@ Examples:
   mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp scenarios/02-retry-lands-on-another-instance.sim
   mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl
                                                # then: mcp-trace-validator validate trace.jsonl
+  mcpsim run scenarios/62-legacy-confirmation-races-a-modern-one.sim --format mcp-trace --trace-client desk > desk.jsonl
+                                               # one client's session (here the legacy one)
   mcpsim run scenarios/04-accepts-race-for-one-note.sim --format html > run.html
                                                # one page, opened from disk: timeline, inspector, checks
   mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
@@ -109,6 +112,10 @@ pub struct RunArgs {
     /// With --target: print every scenario's transcript and processes (failing ones are always printed).
     #[arg(long, requires = "target")]
     pub transcript: bool,
+    /// With --format mcp-trace: only this client's messages, one session per trace. The validator judges a
+    /// trace as one session; a scenario whose clients speak two eras is exported once per client.
+    #[arg(long, value_name = "CLIENT", conflicts_with_all = ["live", "target", "html_out"])]
+    pub trace_client: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -272,6 +279,23 @@ pub fn run(args: RunArgs) -> ExitCode {
                 "mcpsim run: --format {name} writes one {what} per scenario: name one (mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format {name} > {file}), or pass --out DIR for one file each"
             );
             return ExitCode::from(2);
+        }
+    }
+    if let Some(client) = &args.trace_client {
+        if format != Some(Format::McpTrace) {
+            eprintln!("mcpsim run: --trace-client {client} selects one client's messages of a trace: add --format mcp-trace");
+            return ExitCode::from(2);
+        }
+        for item in &loaded {
+            let clients: Vec<&str> = item.scenario.cluster.clients.iter().filter(|c| !c.browser).map(|c| c.name.as_str()).collect();
+            if !clients.contains(&client.as_str()) {
+                eprintln!(
+                    "mcpsim run: {} declares no client {client:?}; its clients: {}",
+                    item.path,
+                    if clients.is_empty() { "none".to_string() } else { clients.join(", ") }
+                );
+                return ExitCode::from(2);
+            }
         }
     }
     if let Some(dir) = &args.out {
@@ -451,7 +475,12 @@ fn run_seeds(
     if let Some(format) = output.format {
         // The failing run is the one worth reading; otherwise the first seed's.
         if let Some(report) = failed.as_ref().or(first.as_ref()) {
-            let _ = write!(out, "{}", report.transcript.render(format));
+            let rendered = match (format, &args.trace_client) {
+                (Format::McpTrace, Some(client)) => mcp_trace::render_client(&report.transcript, client)
+                    .expect("the client was checked against the scenario's declarations"),
+                _ => report.transcript.render(format),
+            };
+            let _ = write!(out, "{rendered}");
             if matches!(format, Format::Text | Format::Compact) {
                 let _ = writeln!(out);
             }

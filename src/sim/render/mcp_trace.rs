@@ -20,19 +20,36 @@
 //!   routing headers therefore do not appear; HTTP-level behaviour is judged on captures of the real
 //!   `serve --http` (`.ci/peers.sh`).
 //!
-//! Several clients of one scenario share the trace, interleaved as the scheduler delivered their messages.
+//! Several clients of one scenario share the trace, interleaved as the scheduler delivered their messages;
+//! [`render_client`] keeps one client's messages only (`mcpsim run … --trace-client NAME`): the validator
+//! judges a trace as one session, and clients of two eras in one trace cannot be (scenario 62).
 //! Output is byte-stable: same scenario and seed, same trace (no timestamps; keys sorted).
 
+use crate::sim::engine::message::ActorId;
 use crate::sim::render::transcript::{Body, Entry, Kind, Transcript};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 /// The trace events of a transcript, one JSON object per line.
 pub fn render(transcript: &Transcript) -> String {
+    render_of(transcript, None)
+}
+
+/// The trace of one client's session: the messages it sent and those it was sent, numbered from 0.
+/// `None` if the transcript has no actor of that name.
+pub fn render_client(transcript: &Transcript, client: &str) -> Option<String> {
+    let actor = transcript.actors.iter().position(|name| name == client)?;
+    Some(render_of(transcript, Some(actor)))
+}
+
+fn render_of(transcript: &Transcript, client: Option<ActorId>) -> String {
     let mut out = String::new();
     let mut seq = 0u64;
     for entry in &transcript.entries {
-        let Entry::Delivery { message, .. } = entry else { continue };
+        let Entry::Delivery { message, from, to, .. } = entry else { continue };
+        if client.is_some_and(|client| *from != client && *to != client) {
+            continue;
+        }
         let Body::Json(value) = &message.body else { continue };
         let direction = match message.kind {
             Kind::Request | Kind::Notify => "client-to-server",
@@ -117,6 +134,27 @@ mod tests {
         let methods: Vec<&str> = events.iter().filter_map(|event| event["payload"]["method"].as_str()).collect();
         assert!(methods.contains(&"tools/call"), "{methods:?}");
         assert!(events.iter().all(|event| event["payload"]["method"] != "notes/list"), "store traffic never appears");
+    }
+
+    #[test]
+    fn a_client_trace_holds_that_clients_session_and_every_message_is_in_one() {
+        let transcript = run_library_scenario("62-legacy-confirmation-races-a-modern-one.sim");
+        let all = parse(&render(&transcript)).unwrap();
+        let modern = parse(&render_client(&transcript, "alice").unwrap()).unwrap();
+        let legacy = parse(&render_client(&transcript, "desk").unwrap()).unwrap();
+        assert!(!modern.is_empty() && !legacy.is_empty());
+        assert_eq!(modern.len() + legacy.len(), all.len(), "each message is one client's");
+        for trace in [&modern, &legacy] {
+            for (index, event) in trace.iter().enumerate() {
+                assert_eq!(event["seq"], json!(index), "seq counts from 0 without gaps");
+            }
+        }
+        let methods = |trace: &[Value]| -> Vec<String> {
+            trace.iter().filter_map(|event| event["payload"]["method"].as_str().map(String::from)).collect()
+        };
+        assert_eq!(methods(&legacy).first().map(String::as_str), Some("initialize"), "the legacy session opens: {:?}", methods(&legacy));
+        assert!(!methods(&modern).iter().any(|method| method == "initialize"), "the modern client never initializes");
+        assert_eq!(render_client(&transcript, "mallory"), None, "no such actor");
     }
 
     #[test]
