@@ -145,6 +145,18 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         CREATE INDEX notes_by_place ON notes (uri_key, position);
     ",
     },
+    Migration {
+        version: 6,
+        description: "round 1's search answered from the index alone: notes_by_place also holds the titles, ids and URIs",
+        sql: "
+        -- Round 1 compares the title of every note in the asked workspace. With (uri_key, position) alone each
+        -- candidate cost a seek into the notes table, whose leaves hold the bodies (a few notes per page), and
+        -- every page read after another process's commit is a pread: most of a flow's store CPU
+        -- (fleet_load, perf, 2026-12-01). The wider index answers the search without reading a table row.
+        DROP INDEX notes_by_place;
+        CREATE INDEX notes_by_place ON notes (uri_key, position, title_fold, id, title, uri);
+    ",
+    },
 ];
 
 /// The schema step that added the search columns, after which opening fills them for older rows.
@@ -557,12 +569,15 @@ fn bodiless_note(row: &rusqlite::Row<'_>) -> rusqlite::Result<Note> {
     Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: String::new(), revision: String::new() })
 }
 
-/// Round 1's search: one range of `notes_by_place`, titles compared in the database, no body read.
+/// Round 1's search, in [`find_candidates`].
+const FIND_CANDIDATES: &str =
+    "SELECT id, title, uri FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 AND instr(title_fold, ?3) > 0 ORDER BY position";
+
+/// Round 1's search: one range of `notes_by_place`, titles compared in the database, from the index alone (no
+/// table row read, so no body).
 fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) -> rusqlite::Result<Vec<Note>> {
     let (start, end) = workspace.index_range();
-    let mut statement = connection.prepare_cached(
-        "SELECT id, title, uri FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 AND instr(title_fold, ?3) > 0 ORDER BY position",
-    )?;
+    let mut statement = connection.prepare_cached(FIND_CANDIDATES)?;
     let rows = statement.query_map(params![start, end, fold_title(query)], bodiless_note)?;
     rows.collect()
 }
@@ -1050,5 +1065,24 @@ mod tests {
         drop(connection);
         let _ = std::fs::remove_dir_all(&directory);
         assert_eq!(temp_store, 2, "PRAGMA temp_store: 2 is MEMORY (0 default, 1 FILE)");
+    }
+
+    /// Round 1 reads the titles of every note in the workspace: from the index, never from the table's rows
+    /// (whose pages hold the bodies).
+    #[test]
+    fn round_one_searches_the_index_alone() {
+        let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-covering-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let Ok(mut connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
+        let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
+        let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
+        let plan: Vec<String> = {
+            let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {FIND_CANDIDATES}")).unwrap();
+            let rows = statement.query_map(params![start, end, "plan"], |row| row.get::<_, String>(3)).unwrap();
+            rows.collect::<rusqlite::Result<_>>().unwrap()
+        };
+        drop(connection);
+        let _ = std::fs::remove_dir_all(&directory);
+        assert!(plan.iter().any(|step| step.contains("USING COVERING INDEX notes_by_place")), "{plan:?}");
     }
 }
