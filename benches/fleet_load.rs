@@ -52,6 +52,9 @@ mod e2e_support;
 mod store_support;
 
 use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 /// The driver's allocator is the binary's (mimalloc): with the system one, a quarter of the driver's CPU
 /// went to malloc and free (perf, 2026-12-01), on cores the servers share.
@@ -212,14 +215,22 @@ fn percentile(values: &mut [u64], percent: usize) -> u64 {
     values.get(index).copied().unwrap_or(0)
 }
 
+/// hyper's own pooled HTTP/1.1 client (what `mcpsim run --live` uses), not reqwest: reqwest's layers over
+/// the same client (URL re-parsing, redirect and decompression handling, header copies) made the driver cost
+/// about 320 µs of CPU per two-request flow, on the cores the servers share (fleet_load, 2026-12-01).
+type HttpClient = hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+type PostError = Box<dyn std::error::Error + Send + Sync>;
+/// How long one request may take before the run is stopped as failed.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 struct Fleet {
     /// Parsed once: parsing a URL per request showed in the driver's profile.
-    urls: Vec<reqwest::Url>,
+    urls: Vec<hyper::Uri>,
     /// Pooled keep-alive connections, dropped after half the servers' header-read deadline of idleness (the
     /// servers close a connection idle that long, and a request sent on it as it closes fails mid-message).
-    client: reqwest::Client,
+    client: HttpClient,
     /// No pool: a retry goes out on a connection of its own.
-    fresh: reqwest::Client,
+    fresh: HttpClient,
     serial: AtomicU64,
     retries: Retries,
 }
@@ -245,23 +256,26 @@ impl Retries {
 }
 
 /// A conforming POST of `message` as alice: the JSON-RPC response, or the transport error.
-async fn post_message(
-    client: &reqwest::Client,
-    url: &reqwest::Url,
-    message: &serde_json::Value,
-) -> Result<serde_json::Value, reqwest::Error> {
-    let mut request = client.post(url.clone()).body(serde_json::to_vec(message).expect("a JSON value serializes"));
+async fn post_message(client: &HttpClient, url: &hyper::Uri, message: &serde_json::Value) -> Result<serde_json::Value, PostError> {
+    let mut request = hyper::Request::post(url.clone());
     for (name, value) in conforming_headers(message, TOKEN) {
         request = request.header(name, value);
     }
-    let body = request.send().await?.bytes().await?;
+    let request = request.body(Full::new(Bytes::from(serde_json::to_vec(message).expect("a JSON value serializes"))))?;
+    let exchange = async {
+        let response = client.request(request).await?;
+        Ok::<Bytes, PostError>(response.into_body().collect().await?.to_bytes())
+    };
+    let body = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("{url}: no complete answer within {} s", REQUEST_TIMEOUT.as_secs()))?;
     Ok(serde_json::from_slice(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&body))))
 }
 
 /// Whether `error` is the client's keep-alive race: the request went out on a pooled connection that the
 /// server had already closed (hyper's `IncompleteMessage`, or a reset / broken pipe on write).
-fn is_reused_connection_error(error: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+fn is_reused_connection_error(error: &PostError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
     while let Some(cause) = source {
         if cause.downcast_ref::<hyper::Error>().is_some_and(|e| e.is_incomplete_message() || e.is_closed()) {
             return true;
@@ -288,7 +302,7 @@ enum Step {
 impl Fleet {
     /// Posts `message`; on a reused-connection failure, once more on a fresh connection (counted by the caller
     /// through the returned flag). Any other failure, or a second one, ends the run: it is the server's.
-    async fn post(&self, url: &reqwest::Url, message: &serde_json::Value, step: Step) -> (serde_json::Value, bool) {
+    async fn post(&self, url: &hyper::Uri, message: &serde_json::Value, step: Step) -> (serde_json::Value, bool) {
         match post_message(&self.client, url, message).await {
             Ok(response) => (response, false),
             Err(error) if is_reused_connection_error(&error) => {
@@ -309,7 +323,7 @@ impl Fleet {
     }
 
     /// Round 2 again, on fresh connections, while the first is still being carried out (bounded).
-    async fn retry_round_two(&self, url: &reqwest::Url, message: &serde_json::Value) -> serde_json::Value {
+    async fn retry_round_two(&self, url: &hyper::Uri, message: &serde_json::Value) -> serde_json::Value {
         for _ in 0..50 {
             let response = post_message(&self.fresh, url, message)
                 .await
@@ -648,8 +662,11 @@ async fn main() {
         let idle = Duration::from_millis(HEADER_READ_TIMEOUT_MS / 2);
         let fleet = Arc::new(Fleet {
             urls: processes.iter().map(|process| process.url.parse().expect("a server's URL parses")).collect(),
-            client: reqwest::Client::builder().timeout(Duration::from_secs(30)).pool_idle_timeout(idle).build().unwrap(),
-            fresh: reqwest::Client::builder().timeout(Duration::from_secs(30)).pool_max_idle_per_host(0).build().unwrap(),
+            client: hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(idle)
+                .build_http(),
+            fresh: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http(),
             serial: AtomicU64::new(1),
             retries: Retries::default(),
         });

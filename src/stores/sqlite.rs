@@ -51,6 +51,15 @@ pub const SQLITE_BUSY_SLEEP_MAX_US: u64 = 1_000;
 /// this bounds readers and the threads blocked in SQLite under load.
 pub const SQLITE_CONNECTIONS_MAX: usize = 8;
 
+/// WAL pages after which a commit checkpoints (SQLite's default is 1,000). With 1 KiB note bodies a flow
+/// writes about 8 pages, so at 1,000 flows/s a checkpoint runs about once a second (not eight times); the WAL
+/// file grows to about 40 MB (4 KiB pages) and is reused, not shrunk. Under `--durability relaxed` the WAL is
+/// synced only at checkpoints, so a power loss may undo up to this many pages of commits (or what the OS
+/// has not yet written back, whichever is less): about a second of commits at that rate. fleet_load
+/// (2026-12-01, 16 clients, relaxed): 882 and 995 µs of server CPU per confirmed deletion with 1,000; 769 and
+/// 762 with 10,000; `mmap_size = 256 MiB` made no difference (969, 905) and is not set.
+pub const SQLITE_WAL_CHECKPOINT_PAGES: i64 = 10_000;
+
 /// The schema, oldest first. Never edit a released step: add a new one.
 pub const SQLITE_MIGRATIONS: &[Migration] = &[
     Migration {
@@ -143,6 +152,18 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         ALTER TABLE notes ADD COLUMN uri_key TEXT;
         ALTER TABLE notes ADD COLUMN title_fold TEXT;
         CREATE INDEX notes_by_place ON notes (uri_key, position);
+    ",
+    },
+    Migration {
+        version: 6,
+        description: "round 1's search answered from the index alone: notes_by_place also holds the titles, ids and URIs",
+        sql: "
+        -- Round 1 compares the title of every note in the asked workspace. With (uri_key, position) alone each
+        -- candidate cost a seek into the notes table, whose leaves hold the bodies (a few notes per page), and
+        -- every page read after another process's commit is a pread: most of a flow's store CPU
+        -- (fleet_load, perf, 2026-12-01). The wider index answers the search without reading a table row.
+        DROP INDEX notes_by_place;
+        CREATE INDEX notes_by_place ON notes (uri_key, position, title_fold, id, title, uri);
     ",
     },
 ];
@@ -391,6 +412,11 @@ fn open_connection(path: &Path, durability: Durability) -> Outcome<Connection> {
     // that spills (pruning 10^5 nonces with `DELETE … RETURNING`) failed with "unable to open database file"
     // (fleet_load, 2026-12-01). The bundled SQLite defaults to files (SQLITE_TEMP_STORE=1).
     connection.pragma_update(None, "temp_store", "MEMORY")?;
+    // A checkpoint every SQLITE_WAL_CHECKPOINT_PAGES pages of WAL instead of SQLite's 1,000: each copies a page
+    // once however often it was rewritten since (the replay counter's page, the index roots: every commit),
+    // so fewer, larger checkpoints copy and sync less per commit.
+    let pages: i64 = connection.pragma_update_and_check(None, "wal_autocheckpoint", SQLITE_WAL_CHECKPOINT_PAGES, |row| row.get(0))?;
+    debug_assert_eq!(pages, SQLITE_WAL_CHECKPOINT_PAGES);
     Ok(connection)
 }
 
@@ -557,12 +583,15 @@ fn bodiless_note(row: &rusqlite::Row<'_>) -> rusqlite::Result<Note> {
     Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: String::new(), revision: String::new() })
 }
 
-/// Round 1's search: one range of `notes_by_place`, titles compared in the database, no body read.
+/// Round 1's search, in [`find_candidates`].
+const FIND_CANDIDATES: &str =
+    "SELECT id, title, uri FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 AND instr(title_fold, ?3) > 0 ORDER BY position";
+
+/// Round 1's search: one range of `notes_by_place`, titles compared in the database, from the index alone (no
+/// table row read, so no body).
 fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) -> rusqlite::Result<Vec<Note>> {
     let (start, end) = workspace.index_range();
-    let mut statement = connection.prepare_cached(
-        "SELECT id, title, uri FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 AND instr(title_fold, ?3) > 0 ORDER BY position",
-    )?;
+    let mut statement = connection.prepare_cached(FIND_CANDIDATES)?;
     let rows = statement.query_map(params![start, end, fold_title(query)], bodiless_note)?;
     rows.collect()
 }
@@ -1047,8 +1076,29 @@ mod tests {
         std::fs::create_dir_all(&directory).unwrap();
         let Ok(connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
         let temp_store: i64 = connection.query_row("PRAGMA temp_store", [], |row| row.get(0)).unwrap();
+        let checkpoint_pages: i64 = connection.query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0)).unwrap();
         drop(connection);
         let _ = std::fs::remove_dir_all(&directory);
         assert_eq!(temp_store, 2, "PRAGMA temp_store: 2 is MEMORY (0 default, 1 FILE)");
+        assert_eq!(checkpoint_pages, SQLITE_WAL_CHECKPOINT_PAGES, "checkpoints every SQLITE_WAL_CHECKPOINT_PAGES pages, not 1,000");
+    }
+
+    /// Round 1 reads the titles of every note in the workspace: from the index, never from the table's rows
+    /// (whose pages hold the bodies).
+    #[test]
+    fn round_one_searches_the_index_alone() {
+        let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-covering-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let Ok(mut connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
+        let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
+        let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
+        let plan: Vec<String> = {
+            let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {FIND_CANDIDATES}")).unwrap();
+            let rows = statement.query_map(params![start, end, "plan"], |row| row.get::<_, String>(3)).unwrap();
+            rows.collect::<rusqlite::Result<_>>().unwrap()
+        };
+        drop(connection);
+        let _ = std::fs::remove_dir_all(&directory);
+        assert!(plan.iter().any(|step| step.contains("USING COVERING INDEX notes_by_place")), "{plan:?}");
     }
 }
