@@ -57,6 +57,20 @@ fn require_landlock() -> i32 {
         .unwrap_or_else(|| panic!("this kernel has no Landlock (Linux 5.13+ with lsm=landlock): the sandbox cannot be shown to hold here"))
 }
 
+/// Runs the ignored test `child` of this binary as a child process with `variable` set to `value`, and returns
+/// the JSON report it printed after `<sandbox> ` (the child must succeed).
+fn child_report(child: &str, variable: &str, value: &Path) -> Value {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([child, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(variable, value)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the child failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let line = stdout.lines().find_map(|line| line.split_once("<sandbox> ").map(|(_, rest)| rest)).expect("the child reported");
+    serde_json::from_str(line).unwrap()
+}
+
 fn attempt(result: std::io::Result<impl Sized>) -> String {
     match result {
         Ok(_) => "ok".into(),
@@ -112,15 +126,7 @@ async fn store_delete(notes: &Path) -> String {
 fn an_unchecked_open_outside_the_folder_fails_in_the_sandbox() {
     let abi = require_landlock();
     let scene = Scene::new();
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["sandbox_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(FOLDER_VARIABLE, &scene.0)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the child failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    let line = stdout.lines().find_map(|line| line.split_once("<sandbox> ").map(|(_, rest)| rest)).expect("the child reported");
-    let report: Value = serde_json::from_str(line).unwrap();
+    let report = child_report("sandbox_child", FOLDER_VARIABLE, &scene.0);
     assert!(report["outcome"].as_str().unwrap().starts_with(&format!("sandbox: active (Landlock ABI {abi}")), "{report}");
     assert_eq!(report["read_note"], "ok", "{report}");
     for denied in ["read_outside", "read_passwd", "list_outside", "write_note", "write_outside", "remove_outside"] {
@@ -255,15 +261,7 @@ fn a_large_prune_of_a_sqlite_replay_store_works_in_the_sandbox() {
         ))
         .unwrap();
     drop(connection);
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["sqlite_sandbox_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(DATABASE_VARIABLE, &database)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the child failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    let line = stdout.lines().find_map(|line| line.split_once("<sandbox> ").map(|(_, rest)| rest)).expect("the child reported");
-    let report: Value = serde_json::from_str(line).unwrap();
+    let report = child_report("sqlite_sandbox_child", DATABASE_VARIABLE, &database);
     assert!(report["outcome"].as_str().unwrap().starts_with("sandbox: active"), "{report}");
     assert_eq!(report["write_temp_dir"], "denied", "the system's temp directory is outside the sandbox: {report}");
     assert_eq!(report["held_before"], EXPIRED_NONCES, "{report}");
