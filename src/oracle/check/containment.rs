@@ -59,9 +59,13 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     let mut uris: Vec<&str> = known.iter().map(|(_, note)| note.uri.as_str()).collect();
     uris.sort_unstable();
     uris.dedup();
+    // Every occurrence of a known URI contains their common prefix (`file:///w/` in most scenarios): a string
+    // without it shows none of them, and is not searched for each one.
+    let common = common_prefix(&uris);
     for operation in &history.operations {
         let super::super::history::Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
-        let strings = reading::strings(value);
+        let mut strings = reading::strings(value);
+        strings.retain(|text| text.contains(common));
         // Echoing what the client itself sent discloses nothing.
         let sent = operation.request_value.as_deref().map(reading::strings).unwrap_or_default();
         let shown: Vec<&str> = uris
@@ -87,5 +91,33 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
                 });
             }
         }
+    }
+}
+
+/// The longest prefix all of `uris` share (a whole character boundary; empty for no URIs).
+fn common_prefix<'u>(uris: &[&'u str]) -> &'u str {
+    let Some((&first, rest)) = uris.split_first() else { return "" };
+    let mut length = first.len();
+    for uri in rest {
+        length = first.bytes().zip(uri.bytes()).take(length).take_while(|(a, b)| a == b).count();
+    }
+    while !first.is_char_boundary(length) {
+        length -= 1;
+    }
+    &first[..length]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::common_prefix;
+
+    #[test]
+    fn the_common_prefix_of_known_uris_is_shared_by_all_of_them() {
+        assert_eq!(common_prefix(&[]), "");
+        assert_eq!(common_prefix(&["file:///w/a.md"]), "file:///w/a.md");
+        assert_eq!(common_prefix(&["file:///w/a.md", "file:///w/b.md", "file:///wx/c.md"]), "file:///w");
+        assert_eq!(common_prefix(&["file:///w/a.md", "https://x"]), "");
+        // Never inside a character: the prefix is a string.
+        assert_eq!(common_prefix(&["file:///\u{e9}", "file:///\u{e8}"]), "file:///");
     }
 }
