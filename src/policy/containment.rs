@@ -73,7 +73,8 @@ impl FileUri {
         if looks_percent_encoded(&decoded) {
             return Err(UriError::DoubleEncoded);
         }
-        let mut segments: Vec<String> = Vec::new();
+        // At most one segment per slash: sized once rather than grown.
+        let mut segments: Vec<String> = Vec::with_capacity(decoded.bytes().filter(|&b| b == b'/').count());
         for segment in decoded.split('/') {
             match segment {
                 "" | "." => {}
