@@ -84,8 +84,31 @@ pub enum KeyError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyRing {
     signing_key_id: String,
-    keys: BTreeMap<String, Vec<u8>>,
+    keys: BTreeMap<String, Key>,
 }
+
+/// A key and the HMAC state that has absorbed it: each tag starts from a copy of that state instead of
+/// hashing the padded key again (two of the four SHA-256 blocks of a state's tag). Compared by key bytes.
+#[derive(Clone)]
+struct Key {
+    bytes: Vec<u8>,
+    keyed: HmacSha256,
+}
+
+impl Key {
+    fn new(bytes: Vec<u8>) -> Key {
+        let keyed = HmacSha256::new_from_slice(&bytes).expect("HMAC accepts keys of any length");
+        Key { bytes, keyed }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for Key {}
 
 impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -109,20 +132,20 @@ fn check_key(id: &str, key: &[u8]) -> Result<(), KeyError> {
 impl KeyRing {
     pub fn new(signing_key_id: &str, key: Vec<u8>) -> Result<KeyRing, KeyError> {
         check_key(signing_key_id, &key)?;
-        Ok(KeyRing { signing_key_id: signing_key_id.to_string(), keys: BTreeMap::from([(signing_key_id.to_string(), key)]) })
+        Ok(KeyRing { signing_key_id: signing_key_id.to_string(), keys: BTreeMap::from([(signing_key_id.to_string(), Key::new(key))]) })
     }
 
     /// Adds a key that verifies but does not sign.
     pub(crate) fn add_verify_only(&mut self, id: &str, key: Vec<u8>) -> Result<(), KeyError> {
         check_key(id, &key)?;
-        self.keys.insert(id.to_string(), key);
+        self.keys.insert(id.to_string(), Key::new(key));
         Ok(())
     }
 
     /// Makes `id` the signing key; the previous signing key stays as verify-only until retired.
     pub fn rotate(&mut self, id: &str, key: Vec<u8>) -> Result<(), KeyError> {
         check_key(id, &key)?;
-        self.keys.insert(id.to_string(), key);
+        self.keys.insert(id.to_string(), Key::new(key));
         self.signing_key_id = id.to_string();
         Ok(())
     }
@@ -143,8 +166,8 @@ impl KeyRing {
         self.keys.keys().map(String::as_str)
     }
 
-    fn mac(key: &[u8], signed_part: &str) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
+    fn mac(key: &Key, signed_part: &str) -> HmacSha256 {
+        let mut mac = key.keyed.clone();
         mac.update(signed_part.as_bytes());
         mac
     }
@@ -156,8 +179,7 @@ impl KeyRing {
     /// The digest of canonical `arguments` bytes a state sealed with key `key_id` carries: HMAC-SHA256 under
     /// that key, domain-separated from state tags. `None` if the ring does not hold the key.
     pub(crate) fn arguments_digest(&self, key_id: &str, arguments: &[u8]) -> Option<String> {
-        let key = self.keys.get(key_id)?;
-        let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
+        let mut mac = self.keys.get(key_id)?.keyed.clone();
         mac.update(ARGUMENTS_DIGEST_DOMAIN);
         mac.update(arguments);
         Some(crate::wire::canonical::hex(&mac.finalize().into_bytes()))
