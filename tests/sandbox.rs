@@ -195,6 +195,16 @@ const EXPIRED_NONCES: u64 = 200_000;
 /// The seeding clock; the nonces expire at `SEEDED_AT_MS + 1`. The child's clock is an hour later.
 const SEEDED_AT_MS: u64 = 1_000_000;
 
+/// The replay limits of both sides of the SQLite prune test: 1,000 nonces, so the child's claim is over capacity.
+fn prune_limits() -> ReplayLimits {
+    ReplayLimits::with_share(1_000, 100, 60_000)
+}
+
+/// A declined confirmation of alice's, holding `nonce` until `expires_at_ms`.
+fn declined(nonce: &str, expires_at_ms: u64) -> NonceClaim {
+    NonceClaim { nonce: nonce.into(), principal: "alice".into(), expires_at_ms, record: ClaimRecord::Declined { tool: None } }
+}
+
 /// The child of [`a_large_prune_of_a_sqlite_replay_store_works_in_the_sandbox`]: sandboxed as `serve` is for
 /// this database (only its folder writable), one claim over the capacity prunes every expired nonce.
 #[tokio::test]
@@ -206,19 +216,12 @@ async fn sqlite_sandbox_child() {
     let spec: StoreSpec = format!("sqlite:{database}").parse().unwrap();
     let outcome = sandbox::apply(SandboxMode::Required, &SandboxPlan::for_store(&spec).unwrap()).expect("the sandbox applies");
     let later = SEEDED_AT_MS + 3_600_000;
-    let limits = ReplayLimits::with_share(1_000, 100, 60_000);
-    let store = SqliteStore::open(Path::new(&database), Arc::new(ManualClock::new(later)), limits).await.unwrap();
+    let store = SqliteStore::open(Path::new(&database), Arc::new(ManualClock::new(later)), prune_limits()).await.unwrap();
     let held_before = store.nonce_count().await.unwrap();
-    let claim = NonceClaim {
-        nonce: "fresh".into(),
-        principal: "alice".into(),
-        expires_at_ms: later + 10_000,
-        record: ClaimRecord::Declined { tool: None },
-    };
     let report = json!({
         "outcome": outcome.to_string(),
         "held_before": held_before,
-        "claim": format!("{:?}", store.claim(claim).await),
+        "claim": format!("{:?}", store.claim(declined("fresh", later + 10_000)).await),
         "held_after": store.nonce_count().await.unwrap(),
         // Where SQLite would have spilled: the system's temp directory is outside the sandbox.
         "write_temp_dir": attempt(std::fs::write(std::env::temp_dir().join(format!("mcpsim-planted-{}", std::process::id())), "x")),
@@ -235,16 +238,8 @@ fn a_large_prune_of_a_sqlite_replay_store_works_in_the_sandbox() {
     let database = scene.0.join("db/replay.db");
     std::fs::create_dir_all(database.parent().unwrap()).unwrap();
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let store = SqliteStore::open(&database, Arc::new(ManualClock::new(SEEDED_AT_MS)), ReplayLimits::with_share(1_000, 100, 60_000))
-            .await
-            .unwrap();
-        let claim = NonceClaim {
-            nonce: "seed-0".into(),
-            principal: "alice".into(),
-            expires_at_ms: SEEDED_AT_MS + 1,
-            record: ClaimRecord::Declined { tool: None },
-        };
-        assert_eq!(format!("{:?}", store.claim(claim).await), "Ok(Claimed)");
+        let store = SqliteStore::open(&database, Arc::new(ManualClock::new(SEEDED_AT_MS)), prune_limits()).await.unwrap();
+        assert_eq!(format!("{:?}", store.claim(declined("seed-0", SEEDED_AT_MS + 1)).await), "Ok(Claimed)");
         store.close().await.unwrap();
     });
     // The rest in one statement, copying the first one's record, and the counters kept equal to the rows.

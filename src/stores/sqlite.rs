@@ -1068,13 +1068,19 @@ mod tests {
         assert!(!wait_for_write_lock(i32::try_from(last).unwrap()), "gives up without sleeping");
     }
 
+    /// A durable connection to a new database in a folder of its own (the caller removes the folder).
+    fn scratch_connection(name: &str) -> (std::path::PathBuf, Connection) {
+        let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let Ok(connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
+        (directory, connection)
+    }
+
     /// Under `serve`'s sandbox only the database's folder is writable: a statement that spills to a temporary
     /// file in the system's temp directory (a large prune) would fail with "unable to open database file".
     #[test]
     fn temporary_tables_are_kept_in_memory_not_in_the_temp_directory() {
-        let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-temp-store-{}", std::process::id()));
-        std::fs::create_dir_all(&directory).unwrap();
-        let Ok(connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
+        let (directory, connection) = scratch_connection("temp-store");
         let temp_store: i64 = connection.query_row("PRAGMA temp_store", [], |row| row.get(0)).unwrap();
         let checkpoint_pages: i64 = connection.query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0)).unwrap();
         drop(connection);
@@ -1087,9 +1093,7 @@ mod tests {
     /// (whose pages hold the bodies).
     #[test]
     fn round_one_searches_the_index_alone() {
-        let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-covering-{}", std::process::id()));
-        std::fs::create_dir_all(&directory).unwrap();
-        let Ok(mut connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
+        let (directory, mut connection) = scratch_connection("covering");
         let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
         let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
         let plan: Vec<String> = {

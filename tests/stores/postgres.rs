@@ -4,10 +4,10 @@
 
 use crate::contract::{self, contract_tests, out_of_band_contract_tests, persistent_contract_tests, StoreKind};
 use crate::race::{processes_race, DATABASE_VARIABLE, SPEC_VARIABLE};
-use crate::support::{create_database, drop_database, postgres_server, TestClock};
+use crate::support::{create_database, drop_database, postgres_server, with_a_later_step, TestClock};
 use async_trait::async_trait;
 use mcpsim::framework::ports::{ClaimOutcome, StoreError};
-use mcpsim::stores::database::{Durability, Migration, MigrationReport};
+use mcpsim::stores::database::{Durability, MigrationReport};
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::postgres::{PostgresStore, POSTGRES_MIGRATIONS};
 use mcpsim::stores::spec::PostgresTarget;
@@ -116,9 +116,6 @@ async fn durability_is_what_the_server_reports() {
     }
 }
 
-/// A step after every real one, standing for a newer mcpsim.
-const NEXT_STEP: Migration = Migration { version: 6, description: "a later step", sql: "CREATE TABLE later_step (x BIGINT);" };
-
 #[tokio::test]
 #[ignore = "needs MCPSIM_TEST_POSTGRES_URL (CI starts one with .ci/postgres.sh)"]
 async fn migrations_run_once_and_newer_schemas_are_refused() {
@@ -133,9 +130,8 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
     assert_eq!(upgraded.nonce_count().await, Ok(0), "the data of step 1 is untouched");
     let (_, again) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, POSTGRES_MIGRATIONS).await.unwrap();
     assert_eq!(again, MigrationReport { version_before: 5, version_after: 5 }, "a restart applies nothing");
-    let with_next =
-        [POSTGRES_MIGRATIONS[0], POSTGRES_MIGRATIONS[1], POSTGRES_MIGRATIONS[2], POSTGRES_MIGRATIONS[3], POSTGRES_MIGRATIONS[4], NEXT_STEP];
-    let (_, later) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, &with_next).await.unwrap();
+    let with_next = with_a_later_step(POSTGRES_MIGRATIONS, "CREATE TABLE later_step (x BIGINT);");
+    let (_, later) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, with_next).await.unwrap();
     assert_eq!(later, MigrationReport { version_before: 5, version_after: 6 });
     let Err(StoreError::Unavailable(refusal)) = PostgresStore::open(config, clock(), limits).await else {
         panic!("an older mcpsim must refuse a newer schema");

@@ -3,11 +3,11 @@
 
 use crate::contract::{self, contract_tests, out_of_band_contract_tests, persistent_contract_tests, StoreKind};
 use crate::race::{processes_race, SPEC_VARIABLE};
-use crate::support::{unique_name, TempDir, TestClock};
+use crate::support::{unique_name, with_a_later_step, TempDir, TestClock};
 use async_trait::async_trait;
 use mcpsim::framework::ports::{ClaimOutcome, NoteStore, ReplayStore, StoreError};
 use mcpsim::policy::containment::FileUri;
-use mcpsim::stores::database::{Durability, Migration, MigrationReport};
+use mcpsim::stores::database::{Durability, MigrationReport};
 use mcpsim::stores::memory::ReplayLimits;
 use mcpsim::stores::sqlite::{SqliteStore, SQLITE_MIGRATIONS};
 use mcpsim::stores::{open, StoreAdmin, StoreSpec};
@@ -66,18 +66,6 @@ fn clock() -> Arc<TestClock> {
     Arc::new(TestClock::at(contract::START_MS))
 }
 
-/// A step after every real one, standing for a newer mcpsim.
-const NEXT_STEP: Migration = Migration { version: 7, description: "a later step", sql: "CREATE TABLE later_step (x INTEGER) STRICT;" };
-static WITH_NEXT_STEP: [Migration; 7] = [
-    SQLITE_MIGRATIONS[0],
-    SQLITE_MIGRATIONS[1],
-    SQLITE_MIGRATIONS[2],
-    SQLITE_MIGRATIONS[3],
-    SQLITE_MIGRATIONS[4],
-    SQLITE_MIGRATIONS[5],
-    NEXT_STEP,
-];
-
 #[tokio::test]
 async fn migrations_run_once_and_newer_schemas_are_refused() {
     let directory = TempDir::new();
@@ -105,7 +93,8 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
     assert_eq!(upgraded.claim(claim_at("new", u64::MAX >> 12)).await, Ok(ClaimOutcome::Claimed), "the upgraded schema takes claims");
     let (_, again) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
     assert_eq!(again, MigrationReport { version_before: 6, version_after: 6 }, "a restart applies nothing");
-    let (_, later) = SqliteStore::open_with_migrations(&path, clock(), limits, &WITH_NEXT_STEP).await.unwrap();
+    let with_next = with_a_later_step(SQLITE_MIGRATIONS, "CREATE TABLE later_step (x INTEGER) STRICT;");
+    let (_, later) = SqliteStore::open_with_migrations(&path, clock(), limits, with_next).await.unwrap();
     assert_eq!(later, MigrationReport { version_before: 6, version_after: 7 });
     let versions: Vec<(i64, String)> = {
         let connection = rusqlite::Connection::open(&path).unwrap();

@@ -1,6 +1,7 @@
 //! Test plumbing: a settable clock, temporary directories, and throwaway PostgreSQL databases.
 
 use mcpsim::framework::ports::Clock;
+use mcpsim::stores::database::Migration;
 use mcpsim::stores::spec::{PostgresTarget, StoreSpec};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -23,6 +24,13 @@ impl Clock for TestClock {
     fn now_ms(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
+}
+
+/// `migrations` and one step after the last, standing for a newer mcpsim: `sql` creates a table. Leaked (a
+/// few dozen bytes per test): the SQLite store takes its steps as `'static`, as its own are.
+pub fn with_a_later_step(migrations: &[Migration], sql: &'static str) -> &'static [Migration] {
+    let version = migrations.last().map_or(1, |last| last.version + 1);
+    migrations.iter().copied().chain([Migration { version, description: "a later step", sql }]).collect::<Vec<_>>().leak()
 }
 
 static UNIQUE: AtomicUsize = AtomicUsize::new(0);
