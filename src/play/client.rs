@@ -9,7 +9,7 @@ use crate::oracle::history::Operation;
 use crate::scenario::model::{Answer, AnswerAction};
 use crate::sim::engine::message::OperationId;
 use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION};
-use crate::wire::PROTOCOL_VERSION;
+use crate::wire::{object, PROTOCOL_VERSION};
 use serde_json::{json, Map, Value};
 
 pub struct Client {
@@ -49,11 +49,11 @@ impl Client {
     }
 
     pub fn meta(&self) -> Value {
-        json!({
-            KEY_PROTOCOL_VERSION: PROTOCOL_VERSION,
-            KEY_CLIENT_CAPABILITIES: self.capabilities,
-            KEY_CLIENT_INFO: { "name": self.name, "version": "1.0.0" },
-        })
+        object([
+            (KEY_PROTOCOL_VERSION, PROTOCOL_VERSION.into()),
+            (KEY_CLIENT_CAPABILITIES, self.capabilities.clone()),
+            (KEY_CLIENT_INFO, json!({ "name": self.name, "version": "1.0.0" })),
+        ])
     }
 
     /// A JSON-RPC request (or, with `notification`, a notification) with this client's `_meta` added to
@@ -66,12 +66,12 @@ impl Client {
             params.entry("_meta").or_insert_with(|| self.meta());
         }
         let mut message = Map::new();
-        message.insert("jsonrpc".into(), json!("2.0"));
+        message.insert("jsonrpc".into(), "2.0".into());
         if !notification {
-            message.insert("id".into(), json!(self.next_request_id));
+            message.insert("id".into(), self.next_request_id.into());
             self.next_request_id += 1;
         }
-        message.insert("method".into(), json!(method));
+        message.insert("method".into(), method.into());
         message.insert("params".into(), Value::Object(params));
         let message = Value::Object(message);
         Ok((serde_json::to_vec(&message).expect("a JSON value serializes"), message))
@@ -155,7 +155,7 @@ pub(crate) fn answer_params(
     if let FormAction::Accept(Some(content)) = action {
         response.insert("content".into(), content.clone());
     }
-    params.insert("inputResponses".into(), json!({ key.clone(): Value::Object(response) }));
+    params.insert("inputResponses".into(), Value::Object(Map::from_iter([(key.clone(), Value::Object(response))])));
     match state.or_else(|| result.get("requestState").cloned()) {
         Some(state) => params.insert("requestState".into(), state),
         None => params.remove("requestState"),

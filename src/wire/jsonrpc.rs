@@ -147,18 +147,18 @@ fn parse_object(mut object: Map<String, Value>) -> Result<Incoming, Rejected> {
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}`.
 pub(crate) fn result_response(id: &RequestId, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id.to_json(), "result": result })
+    super::object([("jsonrpc", "2.0".into()), ("id", id.to_json()), ("result", result)])
 }
 
 /// `{"jsonrpc":"2.0","method":…,"params":…}`: a notification (no `id`, never answered).
 pub fn notification(method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+    super::object([("jsonrpc", "2.0".into()), ("method", method.into()), ("params", params)])
 }
 
 /// `{"jsonrpc":"2.0","id":…|null,"error":{…}}`.
 pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
     let id = id.map(RequestId::to_json).unwrap_or(Value::Null);
-    json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
+    super::object([("jsonrpc", "2.0".into()), ("id", id), ("error", error.to_json())])
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub struct ServerInfo {
 
 impl ServerInfo {
     pub fn to_json(&self) -> Value {
-        json!({ "name": self.name, "version": self.version })
+        super::object([("name", self.name.as_str().into()), ("version", self.version.as_str().into())])
     }
 }
 
@@ -47,7 +47,7 @@ pub(crate) fn complete_cacheable(fields: Value, ttl_ms: u64, scope: CacheScope, 
 
 /// `resultType: "input_required"` with `inputRequests` and a `requestState`. Never cacheable.
 pub fn input_required(input_requests: Value, request_state: &str, server_info: &ServerInfo) -> Value {
-    finish(json!({ "inputRequests": input_requests, "requestState": request_state }), "input_required", server_info)
+    finish(super::object([("inputRequests", input_requests), ("requestState", request_state.into())]), "input_required", server_info)
 }
 
 fn finish(fields: Value, result_type: &str, server_info: &ServerInfo) -> Value {
@@ -55,8 +55,8 @@ fn finish(fields: Value, result_type: &str, server_info: &ServerInfo) -> Value {
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    map.insert("resultType".into(), json!(result_type));
-    let meta = map.entry("_meta").or_insert_with(|| json!({}));
+    map.insert("resultType".into(), result_type.into());
+    let meta = map.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(meta) = meta {
         meta.insert(KEY_SERVER_INFO.into(), server_info.to_json());
     }

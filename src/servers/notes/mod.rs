@@ -19,7 +19,7 @@ use crate::wire::canonical::canonical_bytes;
 use crate::wire::errors::{echo, Reason, RpcError};
 use crate::wire::meta::{require_form_elicitation, RequestMeta};
 use crate::wire::result::{complete, complete_cacheable, input_required, CacheScope, ServerInfo};
-use crate::wire::PROTOCOL_VERSION;
+use crate::wire::{object, PROTOCOL_VERSION};
 use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -208,7 +208,7 @@ impl NotesServer {
             )));
         }
         Ok(input_required(
-            json!({ INPUT_DELETE_CHOICE: delete_choice_form(&workspace, &arguments.title, &candidates) }),
+            object([(INPUT_DELETE_CHOICE, delete_choice_form(&workspace, &arguments.title, &candidates))]),
             &state,
             self.info(),
         ))
@@ -288,7 +288,7 @@ impl NotesServer {
         let shown: Vec<Note> =
             claims.candidates.iter().filter_map(|id| notes.iter().find(|n| &n.id == id && is_inside(&workspace, n)).cloned()).collect();
         Ok(input_required(
-            json!({ INPUT_DELETE_CHOICE: delete_choice_form_for_ids(&workspace, &arguments.title, &claims.candidates, &shown) }),
+            object([(INPUT_DELETE_CHOICE, delete_choice_form_for_ids(&workspace, &arguments.title, &claims.candidates, &shown))]),
             state,
             self.info(),
         ))
@@ -343,7 +343,10 @@ impl NotesServer {
     }
 
     fn outcome(&self, structured: Value, text: &str) -> Value {
-        complete(json!({ "content": [{ "type": "text", "text": text }], "structuredContent": structured, "isError": false }), self.info())
+        complete(
+            object([("content", json!([{ "type": "text", "text": text }])), ("structuredContent", structured), ("isError", false.into())]),
+            self.info(),
+        )
     }
 
     async fn resources_list(&self, principal: &str) -> Result<Value, RpcError> {
