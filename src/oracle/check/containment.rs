@@ -59,18 +59,17 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     let mut uris: Vec<&str> = known.iter().map(|(_, note)| note.uri.as_str()).collect();
     uris.sort_unstable();
     uris.dedup();
-    // Every occurrence of a known URI contains their common prefix (`file:///w/` in most scenarios): a string
-    // without it shows none of them, and is not searched for each one.
-    let common = common_prefix(&uris);
+    let known_uris = KnownUris::new(&uris);
     for operation in &history.operations {
         let super::super::history::Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
-        let mut strings = reading::strings(value);
-        strings.retain(|text| text.contains(common));
+        let strings = reading::strings(value);
+        let mut candidates: Vec<&str> = strings.iter().flat_map(|text| known_uris.starting_in(text)).collect();
+        candidates.sort_unstable();
+        candidates.dedup();
         // Echoing what the client itself sent discloses nothing.
         let sent = operation.request_value.as_deref().map(reading::strings).unwrap_or_default();
-        let shown: Vec<&str> = uris
-            .iter()
-            .copied()
+        let shown: Vec<&str> = candidates
+            .into_iter()
             .filter(|uri| {
                 strings.iter().any(|text| reading::shows_uri(text, uri)) && !sent.iter().any(|text| reading::shows_uri(text, uri))
             })
@@ -94,6 +93,40 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     }
 }
 
+/// The known note URIs, to find which of them a string may show without searching it for each one.
+struct KnownUris<'u> {
+    /// Sorted and without duplicates.
+    uris: &'u [&'u str],
+    /// Their common prefix (`file:///w/` in most scenarios): every occurrence of a known URI starts with it.
+    common: &'u str,
+    /// The lengths the known URIs have, shortest first.
+    lengths: Vec<usize>,
+}
+
+impl<'u> KnownUris<'u> {
+    fn new(uris: &'u [&'u str]) -> KnownUris<'u> {
+        let mut lengths: Vec<usize> = uris.iter().map(|uri| uri.len()).collect();
+        lengths.sort_unstable();
+        lengths.dedup();
+        KnownUris { uris, common: common_prefix(uris), lengths }
+    }
+
+    /// Every known URI that occurs in `text` (starts where the common prefix does and spells out in full),
+    /// whether or not a longer URI continues it: [`reading::shows_uri`] decides that.
+    fn starting_in<'t>(&'t self, text: &'t str) -> impl Iterator<Item = &'u str> + 't {
+        let bytes = text.as_bytes();
+        // Up to the end included: an empty URI occurs at the end of every text.
+        let starts = (0..=bytes.len()).filter(move |&start| bytes[start..].starts_with(self.common.as_bytes()));
+        starts.flat_map(move |start| {
+            self.lengths.iter().filter_map(move |&length| {
+                let piece = bytes.get(start..start + length)?;
+                let found = self.uris.binary_search_by(|uri| uri.as_bytes().cmp(piece)).ok()?;
+                Some(self.uris[found])
+            })
+        })
+    }
+}
+
 /// The longest prefix all of `uris` share (a whole character boundary; empty for no URIs).
 fn common_prefix<'u>(uris: &[&'u str]) -> &'u str {
     let Some((&first, rest)) = uris.split_first() else { return "" };
@@ -109,7 +142,29 @@ fn common_prefix<'u>(uris: &[&'u str]) -> &'u str {
 
 #[cfg(test)]
 mod tests {
-    use super::common_prefix;
+    use super::{common_prefix, KnownUris};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The candidates are exactly the known URIs the text contains, whatever the URIs and the text
+        /// (URIs that are prefixes of one another, overlapping occurrences, no common prefix).
+        #[test]
+        fn the_candidates_are_the_known_uris_a_text_contains(
+            mut uris in proptest::collection::vec("(f:/|f:/a|f:/ab|x)[ab/]{0,3}", 0..6),
+            pieces in proptest::collection::vec("(f:/|x|a|b|/|é| ){0,2}", 0..12),
+        ) {
+            let text: String = pieces.concat();
+            uris.sort_unstable();
+            uris.dedup();
+            let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+            let known = KnownUris::new(&uris);
+            let mut found: Vec<&str> = known.starting_in(&text).collect();
+            found.sort_unstable();
+            found.dedup();
+            let expected: Vec<&str> = uris.iter().copied().filter(|uri| text.contains(uri)).collect();
+            prop_assert_eq!(found, expected);
+        }
+    }
 
     #[test]
     fn the_common_prefix_of_known_uris_is_shared_by_all_of_them() {
