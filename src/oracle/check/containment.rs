@@ -115,8 +115,15 @@ impl<'u> KnownUris<'u> {
     /// whether or not a longer URI continues it: [`reading::shows_uri`] decides that.
     fn starting_in<'t>(&'t self, text: &'t str) -> impl Iterator<Item = &'u str> + 't {
         let bytes = text.as_bytes();
-        // Up to the end included: an empty URI occurs at the end of every text.
-        let starts = (0..=bytes.len()).filter(move |&start| bytes[start..].starts_with(self.common.as_bytes()));
+        // Every place the common prefix starts, overlapping ones too (`str::find` from one byte further on):
+        // most strings hold it once or never, and `find` skips the rest fast. An empty prefix starts
+        // everywhere, the end included (an empty URI occurs at the end of every text).
+        let mut from = Some(0);
+        let starts = std::iter::from_fn(move || {
+            let start = from? + text.get(from?..)?.find(self.common)?;
+            from = (start < text.len()).then(|| start + text[start..].chars().next().map_or(1, char::len_utf8));
+            Some(start)
+        });
         starts.flat_map(move |start| {
             self.lengths.iter().filter_map(move |&length| {
                 let piece = bytes.get(start..start + length)?;
