@@ -9,6 +9,10 @@
 //! CPU time of the benchmark thread (`two_round_delete_cpu/…`, Linux only), which is what "flows per
 //! second on one core" means and which other processes competing for the CPU do not inflate.
 //! Run with `cargo bench --bench sim_flows`.
+//!
+//! The allocator is the `mcpsim` binary's (mimalloc, with the default `cli` feature), so the figures are
+//! the simulator's as users run it; `cargo bench --bench sim_flows --no-default-features` measures the
+//! library on the system allocator.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mcpsim::scenario::{self, Scenario};
@@ -16,6 +20,10 @@ use mcpsim::sim::runner::{self, RunOptions};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Duration;
+
+#[cfg(feature = "cli")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Flows in the longer scenario.
 const FLOWS_PER_RUN: usize = 20;
