@@ -172,6 +172,15 @@ mod tests {
     }
 
     #[test]
+    fn responses_hold_their_members_as_json_would() {
+        let result = json!({ "content": [{ "type": "text", "text": "done" }], "_meta": { "k": [1, null] } });
+        let error = RpcError::invalid_params(Reason::ArgumentsInvalid, "no");
+        assert_eq!(result_response(&RequestId::Number(3), result.clone()), json!({ "jsonrpc": "2.0", "id": 3, "result": result }));
+        assert_eq!(notification("m", json!({ "a": 1 })), json!({ "jsonrpc": "2.0", "method": "m", "params": { "a": 1 } }));
+        assert_eq!(error_response(None, &error), json!({ "jsonrpc": "2.0", "id": null, "error": error.to_json() }));
+    }
+
+    #[test]
     fn accepts_integer_and_string_ids() {
         let m = parse_message(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}"#).unwrap();
         assert!(matches!(m, Incoming::Request { id: RequestId::Number(7), .. }));

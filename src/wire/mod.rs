@@ -16,7 +16,7 @@ pub use jsonrpc::{Incoming, RequestId};
 /// A JSON object of these members, each moved in. `serde_json::json!` copies an embedded `Value` by
 /// serializing it into a new tree; the answers and requests of every flow nest whole trees (a result in its
 /// response, a form in its result), and those copies were a tenth of a simulated flow's CPU time.
-pub fn object<const N: usize>(members: [(&str, serde_json::Value); N]) -> serde_json::Value {
+pub(crate) fn object<const N: usize>(members: [(&str, serde_json::Value); N]) -> serde_json::Value {
     serde_json::Value::Object(members.into_iter().map(|(key, value)| (key.to_string(), value)).collect())
 }
 
