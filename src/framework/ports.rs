@@ -43,6 +43,13 @@ pub fn note_is_inside(workspace: &FileUri, note: &Note) -> bool {
     FileUri::parse(&note.uri).is_ok_and(|uri| workspace.contains(&uri))
 }
 
+/// Whether a search for `folded_query` (already [`fold_title`]d) in `workspace` finds `note`: what the
+/// default [`NoteStore::find_candidates`] keeps of a listing. The title first: folding one title costs less
+/// than parsing one URI, and most notes fail it.
+pub fn is_candidate(note: &Note, workspace: &FileUri, folded_query: &str) -> bool {
+    fold_title(&note.title).contains(folded_query) && note_is_inside(workspace, note)
+}
+
 /// A note's place in a by-workspace index: its normalized URI's [`FileUri::index_key`], or `None` for a URI
 /// that does not parse (such a note is never a candidate).
 pub fn note_index_key(uri: &str) -> Option<String> {
@@ -72,9 +79,8 @@ pub trait NoteStore: Send + Sync {
     /// the workspace, not in the store.
     async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
         let notes = self.list_notes().await?;
-        // The title first: folding one title costs less than parsing one URI, and most notes fail it.
         let query = fold_title(query);
-        Ok(notes.into_iter().filter(|note| fold_title(&note.title).contains(&query) && note_is_inside(workspace, note)).collect())
+        Ok(notes.into_iter().filter(|note| is_candidate(note, workspace, &query)).collect())
     }
 
     /// The live notes among `ids`, in listing order, absent ones left out (the re-check of a form's candidates

@@ -24,7 +24,9 @@ pub mod note_store;
 pub mod replay_store;
 
 use crate::framework::out_of_band::{Completion, FlowRecord, OutOfBandFlow, OutOfBandStore};
-use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError};
+use crate::framework::ports::{
+    fold_title, is_candidate, ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
+};
 use crate::framework::Reply;
 use crate::policy::containment::FileUri;
 use crate::sim::engine::message::{ActorId, StoreCall, StoreReturn, TaskId};
@@ -156,14 +158,34 @@ fn unexpected(what: &str, value: StoreReturn) -> StoreError {
     }
 }
 
+impl StoreClient {
+    /// The note store's listing, shared with the history (which keeps its own handle on it).
+    async fn listing(&self) -> Result<Arc<Vec<Note>>, StoreError> {
+        match self.call(StoreCall::ListNotes).await {
+            StoreReturn::Notes(notes) => Ok(notes),
+            other => Err(unexpected("list_notes", other)),
+        }
+    }
+}
+
+/// The simulated note store answers every read with its whole listing (one `list_notes` delivery, as the
+/// transcripts show); the searches below copy only the notes they keep out of it, not the whole listing.
 #[async_trait]
 impl NoteStore for StoreClient {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
-        match self.call(StoreCall::ListNotes).await {
-            // The history keeps its own handle on the listing, so the handler gets a copy.
-            StoreReturn::Notes(notes) => Ok(Arc::try_unwrap(notes).unwrap_or_else(|shared| (*shared).clone())),
-            other => Err(unexpected("list_notes", other)),
-        }
+        let notes = self.listing().await?;
+        Ok(Arc::try_unwrap(notes).unwrap_or_else(|shared| (*shared).clone()))
+    }
+
+    async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
+        let notes = self.listing().await?;
+        let query = fold_title(query);
+        Ok(notes.iter().filter(|note| is_candidate(note, workspace, &query)).cloned().collect())
+    }
+
+    async fn notes_by_ids(&self, ids: &[String]) -> Result<Vec<Note>, StoreError> {
+        let notes = self.listing().await?;
+        Ok(notes.iter().filter(|note| ids.contains(&note.id)).cloned().collect())
     }
 
     async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {
