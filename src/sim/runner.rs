@@ -265,7 +265,8 @@ fn scheduler(choice: &SchedulerChoice, seed: u64) -> Box<dyn Scheduler> {
     }
 }
 
-/// The cluster a scenario declares, as `options` run it.
+/// The cluster a scenario declares, as `options` run it (live mode reads its notes).
+#[cfg(feature = "http")]
 pub(crate) fn cluster_setup(scenario: &Scenario, options: &RunOptions) -> ClusterSetup {
     Prepared::new(scenario).cluster(options)
 }
