@@ -115,7 +115,7 @@ impl<'u> KnownUris<'u> {
     /// whether or not a longer URI continues it: [`reading::shows_uri`] decides that.
     fn starting_in<'t>(&'t self, text: &'t str) -> impl Iterator<Item = &'u str> + 't {
         let bytes = text.as_bytes();
-        // Every place the common prefix starts, overlapping ones too (`str::find` from one byte further on):
+        // Every place the common prefix starts, overlapping ones too (`str::find` from one character further on):
         // most strings hold it once or never, and `find` skips the rest fast. An empty prefix starts
         // everywhere, the end included (an empty URI occurs at the end of every text).
         let mut from = Some(0);
