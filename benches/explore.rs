@@ -3,6 +3,7 @@
 //! block interleaved by that seed, the expectations, the safety-property checker and the statelessness
 //! re-run — with no transcript; and the same seeds with every fault on (`--faults all`: the seed's fault
 //! plan, clients retrying, liveness judged). Measured on one thread. Run with `cargo bench --bench explore`.
+//! On the binary's allocator (mimalloc, with the default `cli` feature), as `mcpsim explore` runs.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mcpsim::sim::actors::instance::notes_server_factory;
@@ -12,6 +13,10 @@ use mcpsim::sim::explore::{self, SeedOutcome};
 use mcpsim::sim::runner::{self, RunOptions};
 use std::hint::black_box;
 use std::time::Duration;
+
+#[cfg(feature = "cli")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Seeds per measured iteration.
 const SCHEDULES_PER_ITERATION: u64 = 100;
