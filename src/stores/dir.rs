@@ -36,8 +36,8 @@
 //! may exceed it by one each; no unexpired nonce is ever evicted.
 
 use crate::framework::ports::{
-    note_is_inside, title_matches, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore,
-    ReplayStore, StoreError,
+    fold_title, is_candidate, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
+    StoreError,
 };
 use crate::policy::containment::FileUri;
 use crate::stores::admin::{SeedReport, StoreAdmin};
@@ -989,7 +989,8 @@ impl NoteStore for DirStore {
 
     async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
         let notes = self.list_workspace(workspace)?;
-        Ok(notes.into_iter().filter(|note| note_is_inside(workspace, note) && title_matches(&note.title, query)).collect())
+        let query = fold_title(query);
+        Ok(notes.into_iter().filter(|note| is_candidate(note, workspace, &query)).collect())
     }
 
     async fn delete_if_inside(&self, id: &str, revision: &str, workspace: &FileUri) -> Result<GuardedDelete, StoreError> {

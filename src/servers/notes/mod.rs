@@ -8,8 +8,8 @@
 
 use crate::framework::pipeline::{RequestContext, Service};
 use crate::framework::ports::{
-    note_is_inside, title_matches, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, Note, NoteStore, ReplayStore,
-    StoreError,
+    fold_title, is_candidate, note_is_inside, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, Note, NoteStore,
+    ReplayStore, StoreError,
 };
 use crate::framework::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
@@ -162,8 +162,8 @@ impl NotesServer {
         let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
         let found = self.notes.find_candidates(&workspace, &arguments.title).await.map_err(store_failed)?;
         // The store's index narrowed the search; it never authorizes: every candidate is checked here again.
-        let candidates: Vec<Note> =
-            found.into_iter().filter(|note| is_inside(&workspace, note) && title_matches(&note.title, &arguments.title)).collect();
+        let query = fold_title(&arguments.title);
+        let candidates: Vec<Note> = found.into_iter().filter(|note| is_candidate(note, &workspace, &query)).collect();
         if candidates.is_empty() {
             // Never says whether matching notes exist elsewhere.
             return Ok(complete(
