@@ -31,7 +31,7 @@ use crate::framework::pipeline::{handle_exchange, Service};
 use crate::framework::ports::{Clock, NonceSource};
 use crate::policy::containment::FileUri;
 use crate::wire::errors::{Reason, RpcError};
-use crate::wire::jsonrpc::{error_response, parse_message, Incoming, RequestId};
+use crate::wire::jsonrpc::{error_response, parse_decoded, parse_json, Incoming, RequestId};
 use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_LOG_LEVEL, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
 use crate::wire::PROTOCOL_VERSION;
 use async_trait::async_trait;
@@ -162,8 +162,12 @@ impl LegacyAdapter {
         if let Some(reply) = self.answer_from_client(principal, channel, raw) {
             return reply;
         }
-        let (id, method, params) = match parse_message(raw) {
-            Ok(Incoming::Request { id, method, params }) => (id, method, params.unwrap_or_else(|| json!({}))),
+        let message = match parse_json(raw) {
+            Ok(message) => message,
+            Err(rejected) => return LegacyReply::error(rejected.id.as_ref(), &rejected.error, rejected.error.http_status),
+        };
+        let (id, method, params) = match parse_decoded(&message, raw.len()) {
+            Ok(Incoming::Request { id, method, params }) => (id, method.to_string(), params.cloned().unwrap_or_else(|| json!({}))),
             Ok(Incoming::Notification { .. }) => return LegacyReply::accepted(),
             Err(rejected) => return LegacyReply::error(rejected.id.as_ref(), &rejected.error, rejected.error.http_status),
         };

@@ -10,7 +10,7 @@
 
 use crate::wire::errors::RpcError;
 use crate::wire::headers::{check_routing_headers, RoutingHeaders};
-use crate::wire::jsonrpc::{error_response, parse_decoded, parse_message, result_response, Incoming, Rejected, RequestId};
+use crate::wire::jsonrpc::{error_response, parse_decoded, parse_json, result_response, Incoming, Rejected, RequestId};
 use crate::wire::meta::{check_version, read_meta, RequestMeta};
 use async_trait::async_trait;
 use serde_json::Value;
@@ -142,7 +142,10 @@ pub async fn handle_message<S: Service + ?Sized>(service: &S, principal: &str, r
 
 /// Handles one raw message for an authenticated `principal`, keeping everything a stream can carry.
 pub async fn handle_exchange<S: Service + ?Sized>(service: &S, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> Exchange {
-    serve_incoming(service, principal, parse_message(raw), headers).await
+    match parse_json(raw) {
+        Ok(value) => serve_incoming(service, principal, parse_decoded(&value, raw.len()), headers).await,
+        Err(rejected) => Exchange::reply(Reply::error(rejected.id.as_ref(), &rejected.error)),
+    }
 }
 
 /// [`handle_exchange`] for a message of `length` bytes that its carrier holds already decoded as `value`
@@ -151,7 +154,7 @@ pub async fn handle_exchange<S: Service + ?Sized>(service: &S, principal: &str, 
 pub async fn handle_decoded_exchange<S: Service + ?Sized>(
     service: &S,
     principal: &str,
-    value: Value,
+    value: &Value,
     length: usize,
     headers: Option<&RoutingHeaders>,
 ) -> Exchange {
@@ -161,7 +164,7 @@ pub async fn handle_decoded_exchange<S: Service + ?Sized>(
 async fn serve_incoming<S: Service + ?Sized>(
     service: &S,
     principal: &str,
-    incoming: Result<Incoming, Rejected>,
+    incoming: Result<Incoming<'_>, Rejected>,
     headers: Option<&RoutingHeaders>,
 ) -> Exchange {
     let incoming = match incoming {
@@ -173,21 +176,21 @@ async fn serve_incoming<S: Service + ?Sized>(
         Incoming::Notification { .. } => return Exchange::reply(Reply { response: None, http_status: 202 }),
         Incoming::Request { id, method, params } => (id, method, params),
     };
-    let refusal = match read_meta(params.as_ref()) {
+    let refusal = match read_meta(params) {
         // A 2025-11-25 client's handshake carries no modern `_meta`: it gets the answer that names the
         // version this server speaks (VERS-008), not a complaint about a field its era never sent.
-        Err(_) if method == "initialize" => Err(RpcError::method_not_found(&method)),
+        Err(_) if method == "initialize" => Err(RpcError::method_not_found(method)),
         Err(error) => Err(error),
         Ok(meta) => {
             let headers_checked = match headers {
-                Some(headers) => check_routing_headers(headers, &meta.protocol_version, &method, params.as_ref()),
+                Some(headers) => check_routing_headers(headers, &meta.protocol_version, method, params),
                 None => Ok(()),
             };
             headers_checked.and_then(|()| check_version(&meta)).and_then(|()| {
-                if service.has_method(&method) {
+                if service.has_method(method) {
                     Ok(meta)
                 } else {
-                    Err(RpcError::method_not_found(&method))
+                    Err(RpcError::method_not_found(method))
                 }
             })
         }
@@ -195,13 +198,14 @@ async fn serve_incoming<S: Service + ?Sized>(
     let meta = match refusal {
         Ok(meta) => meta,
         Err(error) => {
-            service.refused(principal, &id, &method, params.as_ref(), &error).await;
+            service.refused(principal, &id, method, params, &error).await;
             return Exchange::reply(Reply::error(Some(&id), &error));
         }
     };
-    let params = params.unwrap_or_else(|| Value::Object(Default::default()));
+    let no_params = Value::Object(Default::default());
+    let params = params.unwrap_or(&no_params);
     let context = RequestContext { principal, id: &id, meta: &meta };
-    match service.respond(context, &method, &params).await {
+    match service.respond(context, method, params).await {
         Ok(ServiceResponse { mut notifications, result, feed }) => {
             notifications.truncate(NOTIFICATIONS_PER_REQUEST_MAX);
             Exchange { notifications, reply: Reply { response: Some(result_response(&id, result)), http_status: 200 }, feed }

@@ -386,10 +386,10 @@ impl<'a> LiveWorld<'a> {
     fn record(&mut self, outgoing: &Outgoing, response: Option<Value>) -> OperationId {
         let id = OperationId(self.history.operations.len());
         let client = &self.scenario.cluster.clients[outgoing.client];
-        let exact = String::from_utf8_lossy(&outgoing.bytes).into_owned();
+        let exact = String::from_utf8_lossy(&outgoing.bytes()).into_owned();
         let value = match &outgoing.value {
             Some(value) => Some(value.clone()),
-            None => serde_json::from_slice::<Value>(&outgoing.bytes).ok(),
+            None => serde_json::from_slice::<Value>(&outgoing.bytes()).ok(),
         };
         let request_exact = match &value {
             Some(value) if serde_json::to_string(value).ok().as_deref() == Some(exact.as_str()) => None,
@@ -596,7 +596,7 @@ pub(crate) async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &O
         ("Accept", "application/json, text/event-stream"),
     ];
     headers.extend(outgoing.headers.pairs());
-    let answer = http.post(url, &headers, outgoing.bytes.clone()).await?;
+    let answer = http.post(url, &headers, outgoing.bytes().into_owned()).await?;
     if answer.status == 202 && answer.body.is_empty() {
         return Ok(None);
     }

@@ -111,15 +111,6 @@ pub enum NoResponse {
 }
 
 impl Operation {
-    /// The request as a JSON value when the bytes sent are exactly its compact serialization (no verbatim
-    /// copy was kept because none was needed), `None` otherwise.
-    pub fn decoded_request(&self) -> Option<Arc<Value>> {
-        if self.request_exact.is_some() {
-            return None;
-        }
-        self.request_value.clone()
-    }
-
     pub fn response(&self) -> Option<&Value> {
         match &self.outcome {
             Outcome::Answered { value, .. } => Some(value),

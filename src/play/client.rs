@@ -57,8 +57,8 @@ impl Client {
     }
 
     /// A JSON-RPC request (or, with `notification`, a notification) with this client's `_meta` added to
-    /// `params` unless `params` already has one. Returns the exact bytes to send, and the message they encode.
-    pub fn request(&mut self, method: &str, params: Value, notification: bool) -> Result<(Vec<u8>, Value), String> {
+    /// `params` unless `params` already has one. Its bytes are its compact serialization.
+    pub fn request(&mut self, method: &str, params: Value, notification: bool) -> Result<Value, String> {
         let Value::Object(mut params) = params else {
             return Err(format!("the params of {method} must be a JSON object"));
         };
@@ -73,8 +73,7 @@ impl Client {
         }
         message.insert("method".into(), method.into());
         message.insert("params".into(), Value::Object(params));
-        let message = Value::Object(message);
-        Ok((serde_json::to_vec(&message).expect("a JSON value serializes"), message))
+        Ok(Value::Object(message))
     }
 }
 
@@ -170,12 +169,11 @@ mod tests {
     #[test]
     fn requests_carry_meta_and_consecutive_ids() {
         let mut client = Client::new("alice", "alice", json!({"elicitation": {"form": {}}}));
-        let (bytes, first) = client.request("tools/list", json!({}), false).unwrap();
-        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), first, "the bytes encode the message");
-        let (_, second) = client.request("tools/list", json!({}), false).unwrap();
+        let first = client.request("tools/list", json!({}), false).unwrap();
+        let second = client.request("tools/list", json!({}), false).unwrap();
         assert_eq!((first["id"].clone(), second["id"].clone()), (json!(1), json!(2)));
         assert_eq!(first["params"]["_meta"][KEY_CLIENT_CAPABILITIES], json!({"elicitation": {"form": {}}}));
-        let (_, note) = client.request("tools/call", json!({"_meta": {}}), true).unwrap();
+        let note = client.request("tools/call", json!({"_meta": {}}), true).unwrap();
         assert!(note.get("id").is_none());
         assert_eq!(note["params"]["_meta"], json!({}), "a scenario's own _meta is sent as written");
         assert!(client.request("tools/list", json!([1]), false).is_err());

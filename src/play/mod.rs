@@ -595,7 +595,7 @@ impl Interpreter<'_, '_> {
                 return Ok(Outgoing {
                     client,
                     instance,
-                    bytes,
+                    raw: Some(bytes),
                     value: None,
                     notification,
                     headers,
@@ -611,11 +611,10 @@ impl Interpreter<'_, '_> {
                 };
                 let url = format!("{url}{}", appended.as_deref().unwrap_or(""));
                 let value = serde_json::json!({ "page": action.as_str(), "url": url });
-                let bytes = serde_json::to_vec(&value).expect("JSON serializes");
                 return Ok(Outgoing {
                     client,
                     instance,
-                    bytes,
+                    raw: None,
                     value: Some(value),
                     notification: false,
                     headers: RoutingHeaders::default(),
@@ -646,13 +645,13 @@ impl Interpreter<'_, '_> {
                 (method, params, false)
             }
         };
-        let (bytes, value) = self.clients[client].request(&method, params, notification)?;
+        let value = self.clients[client].request(&method, params, notification)?;
         let headers_written = written.is_some();
         let headers = written.unwrap_or_else(|| RoutingHeaders::for_message(&value));
         Ok(Outgoing {
             client,
             instance,
-            bytes,
+            raw: None,
             value: Some(value),
             notification,
             headers,

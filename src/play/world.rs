@@ -16,8 +16,9 @@ pub struct Outgoing {
     pub client: usize,
     /// The instance the scenario sends it to, by its position among the scenario's instances.
     pub instance: usize,
-    /// The exact bytes.
-    pub bytes: Vec<u8>,
+    /// The exact bytes a scenario wrote (a raw step's), when they are given; `None` when a client built the
+    /// message, whose bytes are then `value`'s compact serialization ([`Outgoing::bytes`]).
+    pub raw: Option<Vec<u8>>,
     /// What the bytes encode, when the client built them (a raw step's bytes are the world's to parse).
     pub value: Option<Value>,
     pub notification: bool,
@@ -30,6 +31,18 @@ pub struct Outgoing {
     pub step: usize,
     /// `as NAME`.
     pub name: Option<String>,
+}
+
+impl Outgoing {
+    /// The exact bytes to put on the wire: the raw ones, or the compact serialization of the built value (a
+    /// world that needs the text makes it here; the simulator's notes instances read the value itself).
+    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match (&self.raw, &self.value) {
+            (Some(bytes), _) => std::borrow::Cow::Borrowed(bytes),
+            (None, Some(value)) => std::borrow::Cow::Owned(crate::wire::canonical::canonical_bytes(value)),
+            (None, None) => std::borrow::Cow::Borrowed(&[]),
+        }
+    }
 }
 
 /// One item of a `parallel` block.
@@ -104,7 +117,7 @@ pub trait World {
     fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused>;
 
     /// A browser request to an instance's out-of-band page (URL-mode elicitation), from the browser actor
-    /// `outgoing.client` (signed in as its user); `outgoing.bytes` is `{"page":"open"|"complete","url":…}`.
+    /// `outgoing.client` (signed in as its user); `outgoing.bytes()` is `{"page":"open"|"complete","url":…}`.
     /// The world settles after it. Worlds without a browser actor refuse it.
     fn browse(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
         let _ = outgoing;

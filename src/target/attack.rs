@@ -84,7 +84,7 @@ impl Attacker<'_, '_> {
             .clients
             .entry(principal.to_string())
             .or_insert_with(|| Client::new(&format!("attacker-{principal}"), principal, form_capabilities()));
-        client.request(method, params, notification).map(|(_, value)| value).unwrap_or(Value::Null)
+        client.request(method, params, notification).unwrap_or(Value::Null)
     }
 
     /// Sends messages at once (written in the order given), each to its instance as its principal, with the
@@ -99,7 +99,7 @@ impl Attacker<'_, '_> {
                     client: 0,
                     instance: to,
                     headers: headers.unwrap_or_else(|| RoutingHeaders::for_message(&value)),
-                    bytes: serde_json::to_vec(&value).expect("a JSON value serializes"),
+                    raw: None,
                     value: Some(value),
                     notification,
                     headers_written,
@@ -110,7 +110,7 @@ impl Attacker<'_, '_> {
                 self.messages.push(format!(
                     "→ {} as {principal}{shown}: {}",
                     Fleet::instance_name(to),
-                    String::from_utf8_lossy(&outgoing.bytes)
+                    String::from_utf8_lossy(&outgoing.bytes())
                 ));
                 (to, principal, outgoing)
             })
@@ -455,7 +455,7 @@ fn missing_capability(a: &mut Attacker<'_, '_>) -> Verdict {
     let principal = a.principal();
     let tool = &a.target.file.tool;
     let mut client = Client::new("attacker-no-elicitation", &principal, json!({}));
-    let Ok((_, request)) = client.request("tools/call", json!({"name": tool.name, "arguments": tool.arguments}), false) else {
+    let Ok(request) = client.request("tools/call", json!({"name": tool.name, "arguments": tool.arguments}), false) else {
         return Verdict::Inconclusive("the request could not be built".into());
     };
     let answer = a.send(0, &principal, request);

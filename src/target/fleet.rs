@@ -300,14 +300,14 @@ impl<'t> Fleet<'t> {
 
     fn write_stdio(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Result<(), Lost> {
         let process = self.process(index, principal)?;
-        process.write_line(&outgoing.bytes).map_err(|message| Lost { message })
+        process.write_line(&outgoing.bytes()).map_err(|message| Lost { message })
     }
 
     /// The response to `outgoing`: the next line whose `id` is the request's (any line, when the request had
     /// no readable id, as a parse error is answered with `id: null`).
     fn read_stdio(&mut self, index: usize, principal: &str, outgoing: &Outgoing, timeout: Duration) -> Result<Value, Lost> {
         let id =
-            outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes).ok()).and_then(|v| v.get("id").cloned());
+            outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok()).and_then(|v| v.get("id").cloned());
         let start_ms = self.target.start_timeout_ms();
         let process = self.process(index, principal)?;
         // A process's first answer may also wait for it to start (an interpreter importing its SDK).

@@ -131,12 +131,12 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
             (Some(method), _) => {
                 let principal = effects.principal.clone().unwrap_or_else(|| target.file.tool.principal.clone());
                 let mut client = Client::new("mcpsim-probe", &principal, json!({}));
-                let (bytes, value) = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
+                let value = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
                 let outgoing = crate::play::world::Outgoing {
                     client: 0,
                     instance: 0,
                     headers: crate::wire::headers::RoutingHeaders::for_message(&value),
-                    bytes,
+                    raw: None,
                     value: Some(value),
                     notification: false,
                     headers_written: false,

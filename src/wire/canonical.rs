@@ -11,6 +11,23 @@ pub(crate) fn canonical_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("serializing a serde_json::Value cannot fail")
 }
 
+/// How many bytes [`canonical_bytes`] would make of `value`, without making them (serialized into a counter).
+pub fn canonical_len(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value).expect("serializing a serde_json::Value cannot fail");
+    counter.0
+}
+
 pub(crate) fn canonical_string(value: &Value) -> String {
     String::from_utf8(canonical_bytes(value)).expect("serde_json emits UTF-8")
 }
@@ -40,6 +57,14 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[1,2]},"b":1}"#).unwrap();
         assert_eq!(canonical_string(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
         assert_eq!(digest_hex(&a), digest_hex(&b));
+    }
+
+    #[test]
+    fn the_length_is_that_of_the_bytes() {
+        for text in [r#"{}"#, r#"{"b":"\u0001é\"\\","a":[1.5,-2,null,true,{"x":"\ud83d\ude00"}]}"#, r#""text""#, "[]"] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(canonical_len(&value), canonical_bytes(&value).len(), "{text}");
+        }
     }
 
     #[test]

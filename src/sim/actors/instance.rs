@@ -11,6 +11,7 @@ use crate::framework::ports::{Clock, NonceSource, NoteStore, ReplayStore};
 use crate::framework::{handle_decoded_exchange, handle_exchange, Service};
 use crate::policy::state::KeyRing;
 use crate::servers::notes::NotesConfig;
+use crate::sim::engine::message::RequestBody;
 use crate::sim::engine::random::{self, Stream};
 use crate::stores::deterministic::SeededNonces;
 use std::sync::Arc;
@@ -81,14 +82,13 @@ impl Instance {
 pub(crate) fn handle_request(
     service: Arc<dyn Service>,
     principal: String,
-    bytes: Vec<u8>,
-    decoded: Option<Arc<serde_json::Value>>,
+    body: RequestBody,
     headers: Option<crate::wire::headers::RoutingHeaders>,
 ) -> TaskFuture {
     Box::pin(async move {
-        let exchange = match decoded {
-            Some(value) => handle_decoded_exchange(&*service, &principal, (*value).clone(), bytes.len(), headers.as_ref()).await,
-            None => handle_exchange(&*service, &principal, &bytes, headers.as_ref()).await,
+        let exchange = match &body.decoded {
+            Some(value) => handle_decoded_exchange(&*service, &principal, value, body.length, headers.as_ref()).await,
+            None => handle_exchange(&*service, &principal, &body.bytes(), headers.as_ref()).await,
         };
         TaskOutput::Reply(exchange.reply)
     })

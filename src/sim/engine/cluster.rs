@@ -41,7 +41,7 @@ use crate::sim::actors::legacy_mutants::{self, EraVariant, LegacyMemory};
 use crate::sim::actors::{note_store, replay_store, ExchangeHandle, StoreClient, TaskFuture, TaskOutput};
 use crate::sim::engine::clock::VirtualClock;
 use crate::sim::engine::faults::{Fault, StoreName, RETRIES_MAX, RETRY_TIMEOUT_MS};
-use crate::sim::engine::message::{ActorId, OperationId, Payload, StoreCall, StoreReturn, TaskId};
+use crate::sim::engine::message::{ActorId, OperationId, Payload, RequestBody, StoreCall, StoreReturn, TaskId};
 use crate::sim::engine::network::{Envelope, Hold, Network, NetworkFull};
 use crate::sim::engine::random::{self, Stream};
 use crate::sim::engine::scheduler::{Decision, DecisionLog, Divergence, Scheduler};
@@ -232,7 +232,7 @@ pub struct Cluster {
 #[derive(Debug, Clone)]
 struct SentRequest {
     client: usize,
-    bytes: Vec<u8>,
+    body: RequestBody,
     headers: Option<RoutingHeaders>,
 }
 
@@ -611,23 +611,38 @@ impl Cluster {
     /// a rerouted run sends it instead). `outgoing.value` is what the bytes encode, when the client built them
     /// (it is parsed from the bytes otherwise). Returns the operation that tracks the answer.
     pub fn send(&mut self, outgoing: Outgoing, instance: usize) -> Result<OperationId, SimError> {
-        let Outgoing { client, bytes, value, notification, headers, headers_written, step, name, .. } = outgoing;
+        let Outgoing { client, raw, value, notification, headers, headers_written, step, name, .. } = outgoing;
         let headers = Some(headers);
-        if self.history.clients_retry {
-            let sent = SentRequest { client, bytes: bytes.clone(), headers: headers.clone() };
-            self.requests.insert(OperationId(self.history.operations.len()), sent);
-        }
         let id = OperationId(self.history.operations.len());
         let principal = self.clients[client].principal.clone();
-        // A client-built value is what the bytes encode; anything else is parsed, and kept verbatim if odd.
-        let (request_value, request_exact) = match value {
-            Some(value) => (Some(Arc::new(value)), None),
-            None => {
+        // A client-built value is what the bytes encode; anything else is parsed, and kept verbatim if odd (the
+        // instance then reads those bytes, as a server would; the value is the history's).
+        let (body, request_value, request_exact) = match (raw, value) {
+            (None, Some(value)) => {
+                let value = Arc::new(value);
+                (RequestBody::compact(value.clone()), Some(value), None)
+            }
+            (Some(bytes), Some(value)) => {
+                let value = Arc::new(value);
+                (RequestBody::exact(bytes, Some(value.clone())), Some(value), None)
+            }
+            (raw, None) => {
+                let bytes = raw.unwrap_or_default();
                 let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
                 let canonical = parsed.as_ref().is_some_and(|v| serde_json::to_vec(v).is_ok_and(|c| c == bytes));
-                (parsed.map(Arc::new), (!canonical).then(|| String::from_utf8_lossy(&bytes).into_owned()))
+                match parsed.map(Arc::new) {
+                    Some(value) if canonical => (RequestBody::compact(value.clone()), Some(value), None),
+                    parsed => {
+                        let exact = String::from_utf8_lossy(&bytes).into_owned();
+                        (RequestBody::exact(bytes, None), parsed, Some(exact))
+                    }
+                }
             }
         };
+        if self.history.clients_retry {
+            let sent = SentRequest { client, body: body.clone(), headers: headers.clone() };
+            self.requests.insert(id, sent);
+        }
         let now_ms = self.clock.elapsed_ms();
         self.history.operations.push(Operation {
             id,
@@ -656,8 +671,7 @@ impl Cluster {
             self.event(Some(from), text);
         }
         let session = self.legacy_sessions[client].clone();
-        let decoded = self.history.operations[id.0].decoded_request();
-        let payload = Payload::Request { operation: id, principal, bytes, decoded, headers, session };
+        let payload = Payload::Request { operation: id, principal, body, headers, session };
         self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?;
         Ok(id)
     }
@@ -881,8 +895,7 @@ impl Cluster {
         let principal = self.clients[sent.client].principal.clone();
         let from = self.client_actor(sent.client);
         let session = self.legacy_sessions[sent.client].clone();
-        let decoded = self.history.operations[id.0].decoded_request();
-        let payload = Payload::Request { operation: id, principal, bytes: sent.bytes, decoded, headers: sent.headers, session };
+        let payload = Payload::Request { operation: id, principal, body: sent.body, headers: sent.headers, session };
         Ok(self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?)
     }
 
@@ -1063,24 +1076,25 @@ impl Cluster {
     fn dispatch(&mut self, envelope: Envelope) -> Result<(), SimError> {
         let Envelope { from, to, from_task, to_task, payload, .. } = envelope;
         match (self.roles[to], payload) {
-            (Role::Instance(index), Payload::Request { operation, principal, bytes, decoded, headers, session }) => {
+            (Role::Instance(index), Payload::Request { operation, principal, body, headers, session }) => {
                 let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
                 let cause = Cause { operation: Some(operation), nonce: None };
                 let reply_to = ReplyTo::Client { actor: from, operation };
                 let browser = matches!(self.roles[from], Role::Client(client) if self.clients[client].browser);
                 let protocol_version = headers.as_ref().and_then(|h| h.protocol_version.as_deref());
                 if let Some((adapter, _)) = &self.legacy[index] {
-                    if is_legacy_http(protocol_version, session.as_deref(), &bytes) {
+                    if is_legacy_http(protocol_version, session.as_deref(), &body.bytes()) {
                         // A dual-era instance sends a legacy request to its adapter, as `serve --eras both` does.
                         let memory = (self.era_variant != EraVariant::Real).then(|| self.legacy_memory[index].clone());
+                        let bytes = body.bytes().into_owned();
                         let task = legacy::handle_request(adapter.clone(), self.exchange.clone(), from, principal, bytes, session, memory);
                         return self.spawn(to, cause, reply_to, None, task);
                     }
                 }
                 let task = match (self.instances[index].gateway.clone(), &self.gateway_world) {
-                    _ if browser => handle_page(service, principal, bytes),
-                    (Some(gateway), Some(world)) => gateway::handle_request(world, gateway, principal, bytes, headers),
-                    _ => handle_request(service, principal, bytes, decoded, headers),
+                    _ if browser => handle_page(service, principal, body.bytes().into_owned()),
+                    (Some(gateway), Some(world)) => gateway::handle_request(world, gateway, principal, body.bytes().into_owned(), headers),
+                    _ => handle_request(service, principal, body, headers),
                 };
                 self.spawn(to, cause, reply_to, None, task)
             }
@@ -1335,10 +1349,7 @@ fn envelope_label(envelope: &Envelope) -> String {
     match &envelope.payload {
         Payload::Call(call) => call.label().to_string(),
         Payload::Return { call, .. } => format!("return of {call}"),
-        Payload::Request { bytes, .. } => serde_json::from_slice::<Value>(bytes)
-            .ok()
-            .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string))
-            .unwrap_or_default(),
+        Payload::Request { body, .. } => body.method().unwrap_or_default(),
         Payload::Response { .. } => "response".to_string(),
     }
 }

@@ -24,19 +24,10 @@ pub use crate::oracle::history::OperationId;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Payload {
-    /// Client → instance: the raw JSON-RPC bytes, and the principal the transport authenticated.
+    /// Client → instance: the JSON-RPC request, and the principal the transport authenticated.
     /// `headers` are the HTTP routing headers the client sent (`None`: a transport without headers).
     /// `session` is the `Mcp-Session-Id` a legacy client sends (the one its last `initialize` got).
-    /// `decoded` is the JSON value the bytes are the compact serialization of, when the cluster knows it (a
-    /// client built it, or the bytes were canonical): an instance need not read the text again.
-    Request {
-        operation: OperationId,
-        principal: String,
-        bytes: Vec<u8>,
-        decoded: Option<Arc<Value>>,
-        headers: Option<RoutingHeaders>,
-        session: Option<String>,
-    },
+    Request { operation: OperationId, principal: String, body: RequestBody, headers: Option<RoutingHeaders>, session: Option<String> },
     /// Instance → client: the JSON-RPC response bytes, and the value they encode (the instance serialized
     /// exactly this value, so the client need not parse the bytes back).
     /// `session`: the `Mcp-Session-Id` a legacy `initialize` opened, returned beside the body as over HTTP.
@@ -45,6 +36,56 @@ pub(crate) enum Payload {
     Call(StoreCall),
     /// A store actor → the task (or admin) that called it; `call` is the call's label.
     Return { call: &'static str, value: StoreReturn },
+}
+
+/// A request's body as the simulated network carries it: its bytes, and what they encode when that is known.
+///
+/// The bytes of a message a client built are its value's compact serialization; they are made only where
+/// something reads the text (a legacy adapter, the gateway, the out-of-band page), never for the notes
+/// pipeline, which starts from the value. Their length is always known: the pipeline's size bound is on it.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestBody {
+    /// The exact bytes, when they are not `decoded`'s compact serialization (or nothing encodes them).
+    exact: Option<Vec<u8>>,
+    /// The JSON value the bytes encode, when the cluster knows it (a client built it, or the bytes were
+    /// its compact serialization): an instance need not read the text again.
+    pub decoded: Option<Arc<Value>>,
+    /// How many bytes the body is.
+    pub length: usize,
+}
+
+impl RequestBody {
+    /// A body that is `value`'s compact serialization.
+    pub fn compact(value: Arc<Value>) -> RequestBody {
+        RequestBody { exact: None, length: crate::wire::canonical::canonical_len(&value), decoded: Some(value) }
+    }
+
+    /// Exactly `bytes`, which encode `decoded` if it is given.
+    pub fn exact(bytes: Vec<u8>, decoded: Option<Arc<Value>>) -> RequestBody {
+        RequestBody { length: bytes.len(), exact: Some(bytes), decoded }
+    }
+
+    /// The bytes themselves.
+    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match (&self.exact, &self.decoded) {
+            (Some(bytes), _) => std::borrow::Cow::Borrowed(bytes),
+            (None, Some(value)) => std::borrow::Cow::Owned(crate::wire::canonical::canonical_bytes(value)),
+            (None, None) => std::borrow::Cow::Borrowed(&[]),
+        }
+    }
+
+    /// The JSON-RPC method, if the body names one.
+    pub fn method(&self) -> Option<String> {
+        let parsed;
+        let value = match &self.decoded {
+            Some(value) => &**value,
+            None => {
+                parsed = serde_json::from_slice::<Value>(&self.bytes()).ok()?;
+                &parsed
+            }
+        };
+        value.get("method").and_then(Value::as_str).map(str::to_string)
+    }
 }
 
 /// A store port call, or an admin change to the notes.

@@ -75,8 +75,8 @@ pub enum Body {
 impl Message {
     pub(crate) fn from_payload(payload: &Payload) -> Message {
         match payload {
-            Payload::Request { bytes, .. } => {
-                let (value, exact) = parse_exact(bytes);
+            Payload::Request { body, .. } => {
+                let (value, exact) = parse_exact(&body.bytes());
                 // A browser's page request (`{"page":…}`) has no id, and is answered: not a notification.
                 let notification = value.is_object() && value.get("id").is_none() && value.get("page").is_none();
                 Message { kind: if notification { Kind::Notify } else { Kind::Request }, body: Body::Json(Arc::new(value)), exact }
