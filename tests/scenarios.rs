@@ -272,3 +272,34 @@ fn routing_headers_reach_every_kind_of_instance_and_are_checked_against_the_body
     assert_eq!(failure.kind, runner::FailureKind::Step);
     assert!(failure.message.contains("not a routing header"), "{}", failure.message);
 }
+
+#[test]
+fn a_client_built_request_over_the_size_bound_is_refused_with_its_exact_size() {
+    // The simulated network carries a client's request as the value it built; the size bound still applies
+    // to the bytes that value is, as it does over a transport. A request a few bytes under it is served.
+    let bound = mcpsim::wire::jsonrpc::MESSAGE_BYTES_MAX;
+    // `$big` twice in one request: a scenario file is itself bounded at 1 MiB. Every control character is six
+    // bytes on the wire (`\u0001`), the worst case of the simulator's cheap bound on a request's size.
+    let scenario = |characters: usize| {
+        format!(
+            "use demo\ninstance i1\nclient alice principal alice\nlet big = \"{}\"\n\
+             send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": {{\"title\": $big, \"extra\": $big, \"x\": \"\\u0001\\u0001\"}}}} as over\n\
+             send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": {{\"title\": $big, \"extra\": $big}}}} as under\n",
+            "\\u0001".repeat(characters)
+        )
+    };
+    let run = |text: &str| {
+        let options = RunOptions { check_statelessness: false, ..RunOptions::seeded(1) };
+        runner::run(&scenario::parse("inline", "inline", text).unwrap(), &options)
+    };
+    let size = |report: &RunReport, index: usize| report.history.operations[index].request_value.as_deref().unwrap().to_string().len();
+    let empty = size(&run(&scenario(0)), 1);
+    let characters = (bound - empty) / 12;
+    let text = scenario(characters) + "expect over error -32600 payload_too_large\nexpect under error -32602 arguments_invalid\n";
+    let report = run(&text);
+    assert!(report.passed(), "{}", failures(&report));
+    let (over, under) = (size(&report, 0), size(&report, 1));
+    assert!(under <= bound && over > bound, "{under} and {over} straddle {bound}");
+    let message = report.history.operations[0].response().unwrap()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains(&format!("message of {over} bytes")), "{message}");
+}

@@ -28,6 +28,27 @@ pub fn canonical_len(value: &Value) -> usize {
     counter.0
 }
 
+/// A bound on [`canonical_len`] that reads only the sizes of the value's parts, never formats anything: a
+/// string of `n` bytes takes at most `2 + 6n` (every byte a `\u00XX` escape), a number at most 24 characters
+/// (ryu's longest `f64`; an `i64` or `u64` takes at most 20).
+pub fn canonical_len_bound(value: &Value) -> usize {
+    const NUMBER_CHARS_MAX: usize = 24;
+    let string = |text: &str| 2 + 6 * text.len();
+    match value {
+        Value::Null => 4,
+        Value::Bool(_) => 5,
+        Value::Number(_) => NUMBER_CHARS_MAX,
+        Value::String(text) => string(text),
+        // Brackets, and one comma fewer than items.
+        Value::Array(items) => 2 + items.len().saturating_sub(1) + items.iter().map(canonical_len_bound).sum::<usize>(),
+        // Braces, commas, and a colon per member.
+        Value::Object(members) => {
+            2 + members.len().saturating_sub(1)
+                + members.iter().map(|(key, value)| string(key) + 1 + canonical_len_bound(value)).sum::<usize>()
+        }
+    }
+}
+
 pub(crate) fn canonical_string(value: &Value) -> String {
     String::from_utf8(canonical_bytes(value)).expect("serde_json emits UTF-8")
 }
@@ -65,6 +86,33 @@ mod tests {
             let value: Value = serde_json::from_str(text).unwrap();
             assert_eq!(canonical_len(&value), canonical_bytes(&value).len(), "{text}");
         }
+    }
+
+    proptest::proptest! {
+        /// The bound is never below the length, whatever the value (escapes, numbers at their longest).
+        #[test]
+        fn the_bound_is_never_below_the_length(value in arbitrary_json()) {
+            proptest::prop_assert!(canonical_len_bound(&value) >= canonical_len(&value));
+        }
+    }
+
+    fn arbitrary_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            "[\\u{0}-\\u{1f}\"\\\\a-zé😀]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[\\u{0}-\\u{1f}\"a-z]{0,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     #[test]

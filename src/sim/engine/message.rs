@@ -50,14 +50,19 @@ pub(crate) struct RequestBody {
     /// The JSON value the bytes encode, when the cluster knows it (a client built it, or the bytes were
     /// its compact serialization): an instance need not read the text again.
     pub decoded: Option<Arc<Value>>,
-    /// How many bytes the body is.
+    /// How many bytes the body is, or, for a body far within the pipeline's size bound, a bound on that (all
+    /// the pipeline reads of it is whether it exceeds its own bound).
     pub length: usize,
 }
 
 impl RequestBody {
-    /// A body that is `value`'s compact serialization.
+    /// A body that is `value`'s compact serialization. Its length is counted only when the cheap bound on it
+    /// does not already show it within [`MESSAGE_BYTES_MAX`](crate::wire::jsonrpc::MESSAGE_BYTES_MAX).
     pub fn compact(value: Arc<Value>) -> RequestBody {
-        RequestBody { exact: None, length: crate::wire::canonical::canonical_len(&value), decoded: Some(value) }
+        use crate::wire::canonical::{canonical_len, canonical_len_bound};
+        let bound = canonical_len_bound(&value);
+        let length = if bound <= crate::wire::jsonrpc::MESSAGE_BYTES_MAX { bound } else { canonical_len(&value) };
+        RequestBody { exact: None, length, decoded: Some(value) }
     }
 
     /// Exactly `bytes`, which encode `decoded` if it is given.
