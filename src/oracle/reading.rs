@@ -83,19 +83,19 @@ pub struct Continuation<'h> {
     pub confirmation: String,
 }
 
-/// Where each state token was issued, and the form it came with.
+/// Where each state token was issued, and the form it came with (read in place from the history).
 #[derive(Debug, Clone)]
-pub struct Issue {
+pub struct Issue<'h> {
     pub operation: OperationId,
-    pub principal: String,
+    pub principal: &'h str,
     /// `params.name` of the request that was answered with the state.
-    pub tool: Option<String>,
+    pub tool: Option<&'h str>,
     /// `params.arguments` of that request.
-    pub arguments: Option<Value>,
+    pub arguments: Option<&'h Value>,
     /// The keys of `inputRequests`: the questions the state's flow asked.
-    pub asked: Vec<String>,
+    pub asked: Vec<&'h str>,
     /// Note ids a form offered (`requestedSchema.properties.note_id.enum`).
-    pub offered: Vec<String>,
+    pub offered: Vec<&'h str>,
 }
 
 /// The history, read once for every property.
@@ -104,7 +104,7 @@ pub struct Reading<'h> {
     /// Per operation: the continuation it sent, if it sent a `requestState`.
     continuations: Vec<Option<Continuation<'h>>>,
     /// Token → every answer that carried it as `result.requestState`, in operation order.
-    issued: BTreeMap<&'h str, Vec<Issue>>,
+    issued: BTreeMap<&'h str, Vec<Issue<'h>>>,
 }
 
 impl<'h> Reading<'h> {
@@ -117,7 +117,7 @@ impl<'h> Reading<'h> {
                 Some(Continuation { token, confirmation: state_nonce(token).unwrap_or_else(|| format!("state {token}")) })
             })
             .collect();
-        let mut issued: BTreeMap<&str, Vec<Issue>> = BTreeMap::new();
+        let mut issued: BTreeMap<&str, Vec<Issue<'h>>> = BTreeMap::new();
         for operation in &history.operations {
             let Some(response) = operation.response() else { continue };
             let Some(token) = text(response, &["result", "requestState"]) else { continue };
@@ -129,14 +129,14 @@ impl<'h> Reading<'h> {
                     at(request, &["params", "requestedSchema", "properties", "note_id", "enum"]).and_then(Value::as_array)
                 })
                 .flatten()
-                .filter_map(|id| id.as_str().map(str::to_string))
+                .filter_map(Value::as_str)
                 .collect();
             issued.entry(token).or_default().push(Issue {
                 operation: operation.id,
-                principal: operation.principal.clone(),
-                tool: operation.params().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_string),
-                arguments: operation.params().and_then(|p| p.get("arguments")).cloned(),
-                asked: requests.map(|r| r.keys().cloned().collect()).unwrap_or_default(),
+                principal: &operation.principal,
+                tool: operation.params().and_then(|p| p.get("name")).and_then(Value::as_str),
+                arguments: operation.params().and_then(|p| p.get("arguments")),
+                asked: requests.map(|r| r.keys().map(String::as_str).collect()).unwrap_or_default(),
                 offered,
             });
         }
@@ -157,7 +157,7 @@ impl<'h> Reading<'h> {
     }
 
     /// Every answer that issued `token`.
-    pub fn issues(&self, token: &str) -> &[Issue] {
+    pub fn issues(&self, token: &str) -> &[Issue<'h>] {
         self.issued.get(token).map(Vec::as_slice).unwrap_or_default()
     }
 
@@ -167,8 +167,8 @@ impl<'h> Reading<'h> {
     pub fn answer(&self, id: OperationId) -> Option<&'h Map<String, Value>> {
         let operation = self.operation(id);
         let responses = operation.params()?.get("inputResponses")?.as_object()?;
-        let asked: Vec<&String> = match self.continuation(id) {
-            Some(c) => self.issues(c.token).iter().flat_map(|issue| issue.asked.iter()).collect(),
+        let asked: Vec<&str> = match self.continuation(id) {
+            Some(c) => self.issues(c.token).iter().flat_map(|issue| issue.asked.iter().copied()).collect(),
             None => Vec::new(),
         };
         let entry = if asked.is_empty() {
@@ -178,7 +178,7 @@ impl<'h> Reading<'h> {
                 _ => None,
             }
         } else {
-            asked.iter().find_map(|key| responses.get(*key))
+            asked.iter().find_map(|&key| responses.get(key))
         };
         entry?.as_object()
     }

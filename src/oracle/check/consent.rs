@@ -70,12 +70,11 @@ pub(super) fn consent(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
             continue;
         }
         let accepted = reading.answer(id).is_some_and(|answer| {
+            let content = answer.get("content");
             answer.get("action").and_then(Value::as_str) == Some("accept")
-                && reading::at(&Value::Object(answer.clone()), &["content", "confirm"]) == Some(&Value::Bool(true))
+                && content.and_then(|c| c.get("confirm")) == Some(&Value::Bool(true))
                 && match &mutation {
-                    Mutation::Deleted { note_id, .. } => {
-                        reading::text(&Value::Object(answer.clone()), &["content", "note_id"]) == Some(*note_id)
-                    }
+                    Mutation::Deleted { note_id, .. } => content.and_then(|c| c.get("note_id")).and_then(Value::as_str) == Some(*note_id),
                     Mutation::Exported(_) => true,
                 }
         });
@@ -100,10 +99,10 @@ pub(super) fn consent(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
         let arguments = params.get("arguments");
         let bound = issues.iter().any(|issue| {
             issue.principal == operation.principal
-                && issue.tool.as_deref() == tool
-                && issue.arguments.as_ref() == arguments
+                && issue.tool == tool
+                && issue.arguments == arguments
                 && match &mutation {
-                    Mutation::Deleted { note_id, .. } => issue.offered.iter().any(|offered| offered == note_id),
+                    Mutation::Deleted { note_id, .. } => issue.offered.contains(note_id),
                     Mutation::Exported(_) => true,
                 }
         });

@@ -64,6 +64,9 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
         let super::super::history::Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
         let strings = reading::strings(value);
         let mut candidates: Vec<&str> = strings.iter().flat_map(|text| known_uris.starting_in(text)).collect();
+        if candidates.is_empty() {
+            continue;
+        }
         candidates.sort_unstable();
         candidates.dedup();
         // Echoing what the client itself sent discloses nothing.
@@ -97,8 +100,10 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
 struct KnownUris<'u> {
     /// Sorted and without duplicates.
     uris: &'u [&'u str],
-    /// Their common prefix (`file:///w/` in most scenarios): every occurrence of a known URI starts with it.
-    common: &'u str,
+    /// A searcher for their common prefix (`file:///w/` in most scenarios: every occurrence of a known URI
+    /// starts with it), built once: most answer strings are short, and building a substring searcher for
+    /// each of them cost more than searching.
+    finder: memchr::memmem::Finder<'u>,
     /// The lengths the known URIs have, shortest first.
     lengths: Vec<usize>,
 }
@@ -108,7 +113,7 @@ impl<'u> KnownUris<'u> {
         let mut lengths: Vec<usize> = uris.iter().map(|uri| uri.len()).collect();
         lengths.sort_unstable();
         lengths.dedup();
-        KnownUris { uris, common: common_prefix(uris), lengths }
+        KnownUris { uris, finder: memchr::memmem::Finder::new(common_prefix(uris)), lengths }
     }
 
     /// Every known URI that occurs in `text` (starts where the common prefix does and spells out in full),
@@ -120,7 +125,7 @@ impl<'u> KnownUris<'u> {
         // everywhere, the end included (an empty URI occurs at the end of every text).
         let mut from = Some(0);
         let starts = std::iter::from_fn(move || {
-            let start = from? + text.get(from?..)?.find(self.common)?;
+            let start = from? + self.finder.find(text.get(from?..)?.as_bytes())?;
             from = (start < text.len()).then(|| start + text[start..].chars().next().map_or(1, char::len_utf8));
             Some(start)
         });
