@@ -33,6 +33,9 @@ struct Notes {
     /// it; a note whose URI does not parse is not in it (it is inside no workspace).
     places: BTreeMap<(String, u64), String>,
     next: u64,
+    /// The listing as last handed out whole, shared until a change (the simulated note store answers every
+    /// read with it, and the history keeps each answer).
+    shared: Option<Arc<Vec<Note>>>,
 }
 
 impl Notes {
@@ -52,6 +55,7 @@ impl Notes {
 
     /// Adds a note at the end of the listing, or replaces the one with its id where it stands.
     fn upsert(&mut self, note: Note) {
+        self.shared = None;
         let position = match self.positions.get(&note.id) {
             Some(&position) => {
                 self.unplace(position);
@@ -70,6 +74,7 @@ impl Notes {
 
     fn remove(&mut self, id: &str) -> Option<Note> {
         let position = *self.positions.get(id)?;
+        self.shared = None;
         self.unplace(position);
         self.positions.remove(id);
         self.listing.remove(&position)
@@ -80,6 +85,7 @@ impl Notes {
         let Some(&position) = self.positions.get(id) else {
             return false;
         };
+        self.shared = None;
         self.unplace(position);
         if let Some(note) = self.listing.get_mut(&position) {
             change(note);
@@ -123,6 +129,15 @@ impl MemoryNoteStore {
 
     pub fn snapshot(&self) -> Vec<Note> {
         self.lock().listing.values().cloned().collect()
+    }
+
+    /// The notes in listing order, shared: the same list is handed out again until something changes.
+    pub fn listing(&self) -> Arc<Vec<Note>> {
+        let mut notes = self.lock();
+        if notes.shared.is_none() {
+            notes.shared = Some(Arc::new(notes.listing.values().cloned().collect()));
+        }
+        notes.shared.clone().unwrap_or_default()
     }
 
     /// How many notes the store holds.

@@ -12,10 +12,7 @@ use std::sync::Arc;
 pub fn serve(notes: Arc<MemoryNoteStore>, call: StoreCall) -> TaskFuture {
     Box::pin(async move {
         let value = match call {
-            StoreCall::ListNotes => match notes.list_notes().await {
-                Ok(list) => StoreReturn::Notes(Arc::new(list)),
-                Err(error) => StoreReturn::Failed(error),
-            },
+            StoreCall::ListNotes => StoreReturn::Notes(notes.listing()),
             StoreCall::DeleteIfInside { note_id, revision, workspace } => {
                 match notes.delete_if_inside(&note_id, &revision, &workspace).await {
                     Ok(outcome) => StoreReturn::Guarded(outcome),
