@@ -18,6 +18,8 @@ pub struct Client {
     pub principal: String,
     /// Declared in every request's `_meta`.
     pub capabilities: Value,
+    /// The `_meta` every request of this client carries, built once.
+    meta: Value,
     next_request_id: i64,
     /// The last response of this client that asked for input.
     pub last_form: Option<OperationId>,
@@ -45,15 +47,17 @@ impl FormAction {
 
 impl Client {
     pub fn new(name: &str, principal: &str, capabilities: Value) -> Client {
-        Client { name: name.into(), principal: principal.into(), capabilities, next_request_id: 1, last_form: None, legacy: false }
+        let meta = object([
+            (KEY_PROTOCOL_VERSION, PROTOCOL_VERSION.into()),
+            (KEY_CLIENT_CAPABILITIES, capabilities.clone()),
+            (KEY_CLIENT_INFO, json!({ "name": name, "version": "1.0.0" })),
+        ]);
+        Client { name: name.into(), principal: principal.into(), capabilities, meta, next_request_id: 1, last_form: None, legacy: false }
     }
 
+    /// The `_meta` this client sends: the protocol version, its capabilities, and its self-reported info.
     pub fn meta(&self) -> Value {
-        object([
-            (KEY_PROTOCOL_VERSION, PROTOCOL_VERSION.into()),
-            (KEY_CLIENT_CAPABILITIES, self.capabilities.clone()),
-            (KEY_CLIENT_INFO, json!({ "name": self.name, "version": "1.0.0" })),
-        ])
+        self.meta.clone()
     }
 
     /// A JSON-RPC request (or, with `notification`, a notification) with this client's `_meta` added to
