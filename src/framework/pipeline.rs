@@ -33,7 +33,7 @@ impl Reply {
 pub struct RequestContext<'a> {
     pub principal: &'a str,
     pub id: &'a RequestId,
-    pub meta: &'a RequestMeta,
+    pub meta: &'a RequestMeta<'a>,
 }
 
 #[async_trait]

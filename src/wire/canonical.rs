@@ -11,6 +11,11 @@ pub(crate) fn canonical_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("serializing a serde_json::Value cannot fail")
 }
 
+/// [`canonical_bytes`] of the object holding `members`, without building that object.
+pub(crate) fn canonical_object_bytes(members: &serde_json::Map<String, Value>) -> Vec<u8> {
+    serde_json::to_vec(members).expect("serializing a serde_json::Map cannot fail")
+}
+
 /// How many bytes [`canonical_bytes`] would make of `value`, without making them (serialized into a counter).
 pub fn canonical_len(value: &Value) -> usize {
     struct Counter(usize);
@@ -78,6 +83,12 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[1,2]},"b":1}"#).unwrap();
         assert_eq!(canonical_string(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
         assert_eq!(digest_hex(&a), digest_hex(&b));
+    }
+
+    #[test]
+    fn an_object_is_the_same_bytes_as_its_members() {
+        let value = serde_json::json!({"b": [1, {"z": null, "a": "é\u{1}"}], "a": true});
+        assert_eq!(canonical_object_bytes(value.as_object().unwrap()), canonical_bytes(&value));
     }
 
     #[test]

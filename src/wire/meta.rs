@@ -71,20 +71,21 @@ pub(crate) fn read_log_level(params: &Value) -> Result<Option<LogLevel>, RpcErro
     }
 }
 
-/// The validated `_meta` of one request.
+/// The validated `_meta` of one request, read in place from its params.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RequestMeta {
-    pub protocol_version: String,
-    pub client_capabilities: Map<String, Value>,
+pub struct RequestMeta<'a> {
+    pub protocol_version: &'a str,
+    /// Borrowed from the request (owned only where something builds capabilities of its own).
+    pub client_capabilities: std::borrow::Cow<'a, Map<String, Value>>,
     /// Self-reported, diagnostics only: never identity, never authorization.
-    pub client_info: Option<Value>,
-    pub progress_token: Option<Value>,
+    pub client_info: Option<&'a Value>,
+    pub progress_token: Option<&'a Value>,
 }
 
 /// Reads `params._meta`. A missing or wrong-typed required field is `-32602` with HTTP 400.
 ///
 /// A non-string version is treated like a missing one (SPEC-META-5): `-32022` echoes `requested` as a string.
-pub(crate) fn read_meta(params: Option<&Value>) -> Result<RequestMeta, RpcError> {
+pub(crate) fn read_meta(params: Option<&Value>) -> Result<RequestMeta<'_>, RpcError> {
     let params = match params {
         Some(Value::Object(params)) => params,
         Some(_) => return Err(RpcError::meta_invalid("params must be an object carrying _meta")),
@@ -96,24 +97,24 @@ pub(crate) fn read_meta(params: Option<&Value>) -> Result<RequestMeta, RpcError>
         None => return Err(RpcError::meta_invalid("params._meta is required on every request")),
     };
     let protocol_version = match meta.get(KEY_PROTOCOL_VERSION) {
-        Some(Value::String(version)) => version.clone(),
+        Some(Value::String(version)) => version.as_str(),
         Some(_) => return Err(invalid_field(KEY_PROTOCOL_VERSION, "must be a string")),
         None => return Err(invalid_field(KEY_PROTOCOL_VERSION, "is required")),
     };
     let client_capabilities = match meta.get(KEY_CLIENT_CAPABILITIES) {
-        Some(Value::Object(capabilities)) => capabilities.clone(),
+        Some(Value::Object(capabilities)) => std::borrow::Cow::Borrowed(capabilities),
         Some(_) => return Err(invalid_field(KEY_CLIENT_CAPABILITIES, "must be an object")),
         None => return Err(invalid_field(KEY_CLIENT_CAPABILITIES, "is required")),
     };
     let client_info = match meta.get(KEY_CLIENT_INFO) {
         None => None,
-        Some(info @ Value::Object(_)) => Some(info.clone()),
+        Some(info @ Value::Object(_)) => Some(info),
         Some(_) => return Err(invalid_field(KEY_CLIENT_INFO, "must be an object when present")),
     };
     let progress_token = match meta.get("progressToken") {
         None => None,
-        Some(token @ Value::String(_)) => Some(token.clone()),
-        Some(token @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(token.clone()),
+        Some(token @ Value::String(_)) => Some(token),
+        Some(token @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(token),
         Some(_) => return Err(invalid_field("progressToken", "must be a string or an integer")),
     };
     Ok(RequestMeta { protocol_version, client_capabilities, client_info, progress_token })
@@ -124,11 +125,11 @@ fn invalid_field(key: &str, problem: &str) -> RpcError {
 }
 
 /// `-32022` unless the request's version is the one we implement.
-pub(crate) fn check_version(meta: &RequestMeta) -> Result<(), RpcError> {
+pub(crate) fn check_version(meta: &RequestMeta<'_>) -> Result<(), RpcError> {
     if meta.protocol_version == PROTOCOL_VERSION {
         Ok(())
     } else {
-        Err(RpcError::unsupported_version(&meta.protocol_version))
+        Err(RpcError::unsupported_version(meta.protocol_version))
     }
 }
 
@@ -142,7 +143,7 @@ pub(crate) fn supports_form_elicitation(capabilities: &Map<String, Value>) -> bo
 }
 
 /// `-32021` with `requiredCapabilities` exactly `{"elicitation":{"form":{}}}` when form elicitation is undeclared.
-pub(crate) fn require_form_elicitation(meta: &RequestMeta) -> Result<(), RpcError> {
+pub(crate) fn require_form_elicitation(meta: &RequestMeta<'_>) -> Result<(), RpcError> {
     if supports_form_elicitation(&meta.client_capabilities) {
         Ok(())
     } else {
@@ -160,7 +161,7 @@ pub(crate) fn supports_url_elicitation(capabilities: &Map<String, Value>) -> boo
 }
 
 /// `-32021` with `requiredCapabilities` exactly `{"elicitation":{"url":{}}}` when URL elicitation is undeclared.
-pub(crate) fn require_url_elicitation(meta: &RequestMeta) -> Result<(), RpcError> {
+pub(crate) fn require_url_elicitation(meta: &RequestMeta<'_>) -> Result<(), RpcError> {
     if supports_url_elicitation(&meta.client_capabilities) {
         Ok(())
     } else {
@@ -176,8 +177,9 @@ mod tests {
     use super::*;
     use crate::wire::errors::*;
 
-    fn meta(value: Value) -> Result<RequestMeta, RpcError> {
-        read_meta(Some(&value))
+    /// Whether `params` reads as `_meta`, and the error when it does not.
+    fn meta(params: Value) -> Result<(), RpcError> {
+        read_meta(Some(&params)).map(|_| ())
     }
 
     #[test]
@@ -200,14 +202,16 @@ mod tests {
 
     #[test]
     fn client_info_is_optional() {
-        let m = meta(json!({"_meta": {KEY_PROTOCOL_VERSION: "2026-07-28", KEY_CLIENT_CAPABILITIES: {}}})).unwrap();
+        let params = json!({"_meta": {KEY_PROTOCOL_VERSION: "2026-07-28", KEY_CLIENT_CAPABILITIES: {}}});
+        let m = read_meta(Some(&params)).unwrap();
         assert!(m.client_info.is_none());
         assert!(check_version(&m).is_ok());
     }
 
     #[test]
     fn unknown_version_is_32022_with_exact_data() {
-        let m = meta(json!({"_meta": {KEY_PROTOCOL_VERSION: "2025-11-25", KEY_CLIENT_CAPABILITIES: {}}})).unwrap();
+        let params = json!({"_meta": {KEY_PROTOCOL_VERSION: "2025-11-25", KEY_CLIENT_CAPABILITIES: {}}});
+        let m = read_meta(Some(&params)).unwrap();
         let error = check_version(&m).unwrap_err();
         assert_eq!(error.code, UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(error.data, Some(json!({"supported":["2026-07-28"],"requested":"2025-11-25"})));
@@ -238,7 +242,8 @@ mod tests {
 
     #[test]
     fn missing_capability_data_is_exact() {
-        let m = meta(json!({"_meta": {KEY_PROTOCOL_VERSION: "2026-07-28", KEY_CLIENT_CAPABILITIES: {"elicitation":{"url":{}}}}})).unwrap();
+        let params = json!({"_meta": {KEY_PROTOCOL_VERSION: "2026-07-28", KEY_CLIENT_CAPABILITIES: {"elicitation":{"url":{}}}}});
+        let m = read_meta(Some(&params)).unwrap();
         let error = require_form_elicitation(&m).unwrap_err();
         assert_eq!(error.code, MISSING_REQUIRED_CLIENT_CAPABILITY);
         assert_eq!(error.data, Some(json!({"requiredCapabilities":{"elicitation":{"form":{}}}})));

@@ -86,8 +86,13 @@ impl LocalBackend {
     }
 }
 
-fn backend_meta() -> RequestMeta {
-    RequestMeta { protocol_version: PROTOCOL_VERSION.into(), client_capabilities: Map::new(), client_info: None, progress_token: None }
+fn backend_meta() -> RequestMeta<'static> {
+    RequestMeta {
+        protocol_version: PROTOCOL_VERSION,
+        client_capabilities: std::borrow::Cow::Owned(Map::new()),
+        client_info: None,
+        progress_token: None,
+    }
 }
 
 fn meta_params() -> Value {

@@ -15,7 +15,7 @@ use crate::framework::refusals;
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
 use crate::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
-use crate::wire::canonical::canonical_bytes;
+use crate::wire::canonical::canonical_object_bytes;
 use crate::wire::errors::{echo, Reason, RpcError};
 use crate::wire::meta::{require_form_elicitation, RequestMeta};
 use crate::wire::result::{complete, complete_cacheable, input_required, CacheScope, ServerInfo};
@@ -275,7 +275,7 @@ impl NotesServer {
     async fn ask_again(
         &self,
         principal: &str,
-        meta: &RequestMeta,
+        meta: &RequestMeta<'_>,
         arguments: &DeleteArguments,
         claims: &StateClaims,
         state: &str,
@@ -442,7 +442,7 @@ fn parse_delete_arguments(arguments: Option<&Value>) -> Result<DeleteArguments, 
         Some(Value::String(title)) if !title.trim().is_empty() && title.chars().count() <= TITLE_CHARS_MAX => title.clone(),
         _ => return Err(invalid(format!("title is required: a non-blank string of at most {TITLE_CHARS_MAX} characters"))),
     };
-    Ok(DeleteArguments { workspace_uri, title, canonical: canonical_bytes(&Value::Object(map.clone())) })
+    Ok(DeleteArguments { workspace_uri, title, canonical: canonical_object_bytes(map) })
 }
 
 fn is_inside(workspace: &FileUri, note: &Note) -> bool {

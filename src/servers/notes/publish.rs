@@ -18,7 +18,7 @@ use crate::framework::pipeline::RequestContext;
 use crate::framework::ports::{ClaimOutcome, ClaimRecord, NonceClaim};
 use crate::framework::refusals;
 use crate::policy::state::{key_id_of, OpenError};
-use crate::wire::canonical::canonical_bytes;
+use crate::wire::canonical::canonical_object_bytes;
 use crate::wire::errors::{echo, Reason, RpcError};
 use crate::wire::meta::{require_url_elicitation, RequestMeta};
 use crate::wire::result::{complete, input_required};
@@ -125,7 +125,7 @@ fn parse_publish_arguments(arguments: Option<&Value>) -> Result<PublishArguments
         Some(Value::String(id)) if !id.is_empty() && id.chars().count() <= 200 => id.clone(),
         _ => return Err(invalid("noteId is required: a non-empty string of at most 200 characters".into())),
     };
-    Ok(PublishArguments { workspace_uri, note_id, canonical: canonical_bytes(&Value::Object(map.clone())) })
+    Ok(PublishArguments { workspace_uri, note_id, canonical: canonical_object_bytes(map) })
 }
 
 fn authorization_request(out_of_band: &OutOfBand, reference: &str, note_id: &str, again: bool) -> Value {
@@ -293,7 +293,7 @@ impl NotesServer {
 
     fn ask_to_authorize_again(
         &self,
-        meta: &RequestMeta,
+        meta: &RequestMeta<'_>,
         out_of_band: &OutOfBand,
         claims: &PublishClaims,
         state: &str,

@@ -132,7 +132,7 @@ impl RecordsCapabilities {
     fn record(&self, context: &RequestContext<'_>) {
         if !context.meta.client_capabilities.is_empty() {
             let mut capabilities = self.memory.capabilities.lock().unwrap_or_else(|p| p.into_inner());
-            capabilities.insert(context.principal.to_string(), context.meta.client_capabilities.clone());
+            capabilities.insert(context.principal.to_string(), context.meta.client_capabilities.clone().into_owned());
         }
     }
 }
@@ -144,11 +144,11 @@ struct LendsCapabilities {
 
 impl LendsCapabilities {
     /// The wrong decision: what the principal's legacy session negotiated fills in what this request lacks.
-    fn lent(&self, context: &RequestContext<'_>) -> Option<crate::wire::meta::RequestMeta> {
+    fn lent<'m>(&self, context: &RequestContext<'m>) -> Option<crate::wire::meta::RequestMeta<'m>> {
         let capabilities = self.memory.capabilities.lock().unwrap_or_else(|p| p.into_inner()).get(context.principal).cloned()?;
         let mut meta = context.meta.clone();
         for (name, value) in capabilities {
-            meta.client_capabilities.entry(name).or_insert(value);
+            meta.client_capabilities.to_mut().entry(name).or_insert(value);
         }
         Some(meta)
     }

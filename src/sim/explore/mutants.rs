@@ -758,7 +758,7 @@ impl Service for MistakenService {
                         }
                         _ => {
                             if let Some(elicitation) = remembered.get(context.principal) {
-                                meta.client_capabilities.insert("elicitation".into(), elicitation.clone());
+                                meta.client_capabilities.to_mut().insert("elicitation".into(), elicitation.clone());
                             }
                         }
                     }
