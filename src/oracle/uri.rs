@@ -52,12 +52,17 @@ pub fn segments(uri: &str) -> Option<Vec<String>> {
 /// Whether `target` lies at or below `root`: the same host, and root's segments a prefix of target's.
 pub fn inside(root: &str, target: &str) -> bool {
     match (location(root), location(target)) {
-        (Some(root), Some(target)) => {
-            root.host == target.host
-                && target.segments.len() >= root.segments.len()
-                && target.segments[..root.segments.len()] == root.segments[..]
-        }
+        (Some(root), Some(target)) => root.contains(&target),
         _ => false,
+    }
+}
+
+impl Location {
+    /// Whether `target` is this location or below it: the same host, and this location's segments its first.
+    pub fn contains(&self, target: &Location) -> bool {
+        self.host == target.host
+            && target.segments.len() >= self.segments.len()
+            && target.segments[..self.segments.len()] == self.segments[..]
     }
 }
 
