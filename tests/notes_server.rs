@@ -987,7 +987,7 @@ mod live_notes {
         let h = Harness::new();
         let state = h.lesson_state().await;
         let mut revoked = demo_config();
-        revoked.authorizations.revoke("alice", &FileUri::parse(ALICE_WORKSPACE).unwrap());
+        std::sync::Arc::make_mut(&mut revoked.authorizations).revoke("alice", &FileUri::parse(ALICE_WORKSPACE).unwrap());
         let revoked_instance = h.instance(revoked);
         h.answer_on(&revoked_instance, "alice", &lesson_arguments(), &state, accept("note-7")).await.invalid("workspace_unauthorized");
         h.answer_on(&revoked_instance, "alice", &lesson_arguments(), &state, json!({})).await.invalid("workspace_unauthorized");

@@ -234,7 +234,7 @@ impl Deployment {
     pub fn notes_config(&self, key_ring: KeyRing, state_ttl_secs: Option<u64>) -> Result<NotesConfig, ConfigError> {
         Ok(NotesConfig {
             server_info: server_info(),
-            authorizations: self.authorizations()?,
+            authorizations: std::sync::Arc::new(self.authorizations()?),
             key_ring,
             state_ttl_ms: state_ttl_secs.unwrap_or(self.state_ttl_secs).saturating_mul(1000),
         })

@@ -20,9 +20,9 @@ pub struct History {
     pub operations: Vec<Operation>,
     pub effects: Vec<Effect>,
     /// Who could use which workspace at the start (the oracle's own model); `Effect::Revoked` entries narrow it.
-    pub initial_grants: Grants,
+    pub initial_grants: Arc<Grants>,
     /// The notes the world started with (what a response may show is judged against every note known).
-    pub initial_notes: Vec<Note>,
+    pub initial_notes: Arc<Vec<Note>>,
     /// A gateway's approved descriptors at the start, by qualified tool name (`Effect::Approved` adds to them).
     pub initial_pins: BTreeMap<String, Value>,
     /// Operations that are not a client's first attempt: its retries, and copies the network made. Every

@@ -342,10 +342,10 @@ fn declared_cluster(scenario: &Scenario) -> ClusterSetup {
         seed: options.seed,
         instances,
         clients,
-        authorizations,
-        grants,
+        authorizations: Arc::new(authorizations),
+        grants: Arc::new(grants),
         note_store: Arc::new(MemoryNoteStore::new(notes.clone())),
-        notes,
+        notes: Arc::new(notes),
         state_ttl_ms: spec.state_ttl_ms.or(demo.as_ref().map(|d| d.state_ttl_secs * 1000)).unwrap_or(DEFAULT_STATE_TTL_MS),
         replay_limits: match spec.replay_capacity {
             None => ReplayLimits { retention_grace_ms: spec.replay_grace_ms.unwrap_or(defaults.retention_grace_ms), ..defaults },

@@ -214,7 +214,7 @@ pub(crate) fn label(history: &History, operation: Option<OperationId>) -> String
 /// The grants as they were when `delivery` happened (revocations made after an earlier delivery apply): the
 /// initial grants themselves until a revocation narrows them.
 pub(crate) fn grants_at(history: &History, delivery: usize) -> std::borrow::Cow<'_, super::grants::Grants> {
-    let mut grants = std::borrow::Cow::Borrowed(&history.initial_grants);
+    let mut grants = std::borrow::Cow::Borrowed(&*history.initial_grants);
     for effect in &history.effects {
         if let EffectKind::Revoked { principal, workspace } = &effect.kind {
             if effect.delivery < delivery {

@@ -47,7 +47,8 @@ const METHODS: [&str; 5] = ["server/discover", "tools/list", "tools/call", "reso
 #[derive(Debug, Clone)]
 pub struct NotesConfig {
     pub server_info: ServerInfo,
-    pub authorizations: Authorizations,
+    /// Shared: every instance of a deployment (and every simulated incarnation) holds the same grants.
+    pub authorizations: Arc<Authorizations>,
     pub key_ring: KeyRing,
     pub state_ttl_ms: u64,
 }

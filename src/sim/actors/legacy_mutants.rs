@@ -80,7 +80,7 @@ impl TrustsRoots {
         let Some(requested) = requested else { return self.server.clone() };
         let inside = roots.iter().filter_map(|root| FileUri::parse(root).ok()).any(|root| root.contains(&requested));
         let mut config = (*self.server.config).clone();
-        if !inside || config.authorizations.grant(principal, &requested.to_string()).is_err() {
+        if !inside || Arc::make_mut(&mut config.authorizations).grant(principal, &requested.to_string()).is_err() {
             return self.server.clone();
         }
         NotesServer { config: Arc::new(config), ..self.server.clone() }

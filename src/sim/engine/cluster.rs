@@ -96,10 +96,10 @@ pub struct ClusterSetup {
     pub seed: u64,
     pub instances: Vec<InstanceSetup>,
     pub clients: Vec<ClientSetup>,
-    pub authorizations: Authorizations,
+    pub authorizations: Arc<Authorizations>,
     /// The same grants in the oracle's own model, for the history.
-    pub grants: Grants,
-    pub notes: Vec<Note>,
+    pub grants: Arc<Grants>,
+    pub notes: Arc<Vec<Note>>,
     /// `notes` in a note store, indexed: each cluster starts from a copy (indexing means parsing every URI).
     pub note_store: Arc<MemoryNoteStore>,
     pub state_ttl_ms: u64,
@@ -190,7 +190,7 @@ pub struct Cluster {
     replay: Arc<MemoryReplayStore>,
     /// The out-of-band flows, kept by the replay-store actor.
     flows: Arc<MemoryOutOfBandStore>,
-    authorizations: Authorizations,
+    authorizations: Arc<Authorizations>,
     state_ttl_ms: u64,
     factory: ServiceFactory,
     triggers: Vec<CrashTrigger>,
@@ -465,25 +465,22 @@ impl Cluster {
             store: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
             page_base: SIM_PAGE_BASE.to_string(),
         });
-        let ports = NotesPorts {
-            notes: Arc::new(StoreClient::new(self.exchange.clone(), self.note_store_actor)),
-            replay: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
-            clock: Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
-            nonces: nonces.clone(),
-            out_of_band: out_of_band.clone(),
-        };
+        let notes = Arc::new(StoreClient::new(self.exchange.clone(), self.note_store_actor));
+        let replay = Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor));
+        let clock = Arc::new(self.clock.with_offset(instance.clock_offset_ms));
         let parts = InstanceParts {
             config: config.clone(),
-            notes: Arc::new(StoreClient::new(self.exchange.clone(), self.note_store_actor)),
-            replay: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
-            clock: Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
-            nonces,
-            out_of_band,
+            notes: notes.clone(),
+            replay: replay.clone(),
+            clock: clock.clone(),
+            nonces: nonces.clone(),
+            out_of_band: out_of_band.clone(),
         };
         let service: Arc<dyn Service> = (self.factory)(parts);
         let mut service = service;
         if let Some((_, current)) = &self.legacy[index] {
             let memory = &self.legacy_memory[index];
+            let ports = NotesPorts { notes, replay, clock, nonces, out_of_band };
             let server = crate::assembly::notes_server(config, ports);
             current.set(legacy_mutants::adapter_service(self.era_variant, memory, service.clone(), server));
             service = legacy_mutants::modern_service(self.era_variant, memory, service);
@@ -707,7 +704,7 @@ impl Cluster {
         }
         if let AdminAction::Revoke { principal, workspace } = action {
             let root = FileUri::parse(workspace).map_err(|e| format!("cannot revoke {workspace:?}: {e}"))?;
-            self.authorizations.revoke(principal, &root);
+            Arc::make_mut(&mut self.authorizations).revoke(principal, &root);
             if let Some(world) = self.gateway_world.as_mut() {
                 world.reauthorize(&self.exchange, self.note_store_actor, &self.authorizations);
             }

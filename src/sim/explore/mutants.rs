@@ -662,7 +662,7 @@ impl MistakenService {
             return None;
         }
         let mut config = (*self.inner.config).clone();
-        config.authorizations.grant(principal, requested).ok()?;
+        Arc::make_mut(&mut config.authorizations).grant(principal, requested).ok()?;
         Some(NotesServer { config: Arc::new(config), ..self.inner.clone() })
     }
 
