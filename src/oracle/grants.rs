@@ -5,34 +5,40 @@
 use super::uri;
 use std::collections::BTreeMap;
 
-/// Principal → the workspace URIs granted to it.
+/// Principal → the workspaces granted to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
-    by_principal: BTreeMap<String, Vec<String>>,
+    by_principal: BTreeMap<String, Vec<Workspace>>,
+}
+
+/// A granted workspace: its URI as configured, and where that is in the oracle's URI model (read once, not
+/// at every question; `None` for a URI the model cannot place, which contains nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Workspace {
+    uri: String,
+    location: Option<uri::Location>,
 }
 
 impl Grants {
     pub fn grant(&mut self, principal: &str, workspace: &str) {
         let workspaces = self.by_principal.entry(principal.to_string()).or_default();
-        if !workspaces.iter().any(|w| w == workspace) {
-            workspaces.push(workspace.to_string());
+        if !workspaces.iter().any(|w| w.uri == workspace) {
+            workspaces.push(Workspace { uri: workspace.to_string(), location: uri::location(workspace) });
         }
     }
 
     /// Removes the principal's grants at or below `root`.
     pub fn revoke(&mut self, principal: &str, root: &str) {
         if let Some(workspaces) = self.by_principal.get_mut(principal) {
-            workspaces.retain(|workspace| !uri::inside(root, workspace));
+            workspaces.retain(|workspace| !uri::inside(root, &workspace.uri));
         }
     }
 
-    /// Whether `target` lies inside a workspace granted to `principal`.
+    /// Whether `target` lies inside a workspace granted to `principal` (the target is placed once).
     pub fn may_access(&self, principal: &str, target: &str) -> bool {
-        self.by_principal.get(principal).is_some_and(|workspaces| workspaces.iter().any(|w| uri::inside(w, target)))
-    }
-
-    pub fn principals(&self) -> impl Iterator<Item = (&str, &[String])> {
-        self.by_principal.iter().map(|(p, w)| (p.as_str(), w.as_slice()))
+        let Some(workspaces) = self.by_principal.get(principal) else { return false };
+        let Some(target) = uri::location(target) else { return false };
+        workspaces.iter().any(|workspace| workspace.location.as_ref().is_some_and(|root| root.contains(&target)))
     }
 }
 
