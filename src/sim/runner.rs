@@ -200,7 +200,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
 /// Runs a prepared scenario once: [`run`] without working out its cluster again.
 pub fn run_prepared(prepared: &Prepared<'_>, options: &RunOptions) -> RunReport {
     let scenario = prepared.scenario;
-    let mut outcome = execute(prepared, options, Routing::AsWritten);
+    let mut outcome = execute(prepared, options, Routing::AsWritten, Judge::Expectations);
     let (statelessness, differences) =
         if options.check_statelessness { compare_rerouted(prepared, options, &outcome) } else { (Statelessness::NotChecked, Vec::new()) };
     let mut violations = check::check_properties(&outcome.history);
@@ -221,7 +221,7 @@ pub fn run_prepared(prepared: &Prepared<'_>, options: &RunOptions) -> RunReport 
     }
     violations.extend(differences.into_iter().map(|message| Violation { property: Property::Statelessness, message }));
     if options.check_determinism {
-        let again = execute(prepared, &RunOptions { check_determinism: false, ..options.clone() }, Routing::AsWritten);
+        let again = execute(prepared, &RunOptions { check_determinism: false, ..options.clone() }, Routing::AsWritten, Judge::HistoryOnly);
         if let Some(difference) = first_difference(&outcome.history, &again.history) {
             violations.push(Violation { property: Property::Determinism, message: format!("the same seed ran twice and {difference}") });
         }
@@ -364,7 +364,17 @@ fn declared_cluster(scenario: &Scenario) -> ClusterSetup {
     }
 }
 
-fn execute(prepared: &Prepared<'_>, options: &RunOptions, routing: Routing) -> Execution {
+/// What an execution's play judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Judge {
+    /// The scenario's expectations (the run a report is about).
+    Expectations,
+    /// Nothing: a re-run compared with the first by its history and final stores alone (the rerouted
+    /// statelessness run, the determinism run), whose expectations nobody reads.
+    HistoryOnly,
+}
+
+fn execute(prepared: &Prepared<'_>, options: &RunOptions, routing: Routing, judge: Judge) -> Execution {
     let scenario = prepared.scenario;
     let mut cluster = Cluster::new(prepared.cluster(options), scheduler(&options.scheduler, options.seed));
     if let Some(faults) = &options.faults {
@@ -374,6 +384,9 @@ fn execute(prepared: &Prepared<'_>, options: &RunOptions, routing: Routing) -> E
         cluster.transcript_mut().push(Entry::Note { text: format!("warning: {warning}") });
     }
     let mut world = SimWorld::new(cluster, routing);
+    if judge == Judge::HistoryOnly {
+        world = world.without_expectations("a re-run compared by its answers and stores only");
+    }
     let played = play::play(scenario, &mut world);
     let cluster = world.cluster;
     let final_notes = cluster.note_store().snapshot().into_iter().map(|n| n.id).collect();
@@ -416,7 +429,7 @@ fn compare_rerouted(prepared: &Prepared<'_>, options: &RunOptions, original: &Ex
     };
     let pinned = crash_pinned(scenario);
     let pinned_names: Vec<&str> = pinned.iter().map(|&index| scenario.cluster.instances[index].name.as_str()).collect();
-    let shifted = execute(prepared, &quiet, Routing::Shifted { pinned });
+    let shifted = execute(prepared, &quiet, Routing::Shifted { pinned }, Judge::HistoryOnly);
     let (before, after) = (&original.history.operations, &shifted.history.operations);
     let rerouted = before.iter().zip(after).filter(|(a, b)| a.instance != b.instance).count();
     if rerouted == 0 {
