@@ -36,10 +36,27 @@ pub enum UriError {
 }
 
 /// A normalized `file` URI: a host (empty for local) and decoded path segments without dot segments.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// The segments are kept as one string, each preceded by `/` (the root is empty): a decoded segment never
+/// holds a slash (the decoded path is split at every one), so whole-segment containment is a prefix test
+/// that ends at a `/`, and a parse allocates two strings rather than one per segment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FileUri {
     host: String,
-    segments: Vec<String>,
+    path: String,
+}
+
+impl Ord for FileUri {
+    /// By host, then segment by segment (not by the joined path, where `/` would sort among the characters).
+    fn cmp(&self, other: &FileUri) -> std::cmp::Ordering {
+        self.host.cmp(&other.host).then_with(|| self.segments().cmp(other.segments()))
+    }
+}
+
+impl PartialOrd for FileUri {
+    fn partial_cmp(&self, other: &FileUri) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// Characters re-encoded when a segment is printed, so printing then parsing is the identity.
@@ -73,32 +90,39 @@ impl FileUri {
         if looks_percent_encoded(&decoded) {
             return Err(UriError::DoubleEncoded);
         }
-        // At most one segment per slash: sized once rather than grown.
-        let mut segments: Vec<String> = Vec::with_capacity(decoded.bytes().filter(|&b| b == b'/').count());
+        let mut normalized = String::with_capacity(decoded.len());
         for segment in decoded.split('/') {
             match segment {
                 "" | "." => {}
-                ".." => {
-                    if segments.pop().is_none() {
-                        return Err(UriError::Escapes);
-                    }
+                ".." => match normalized.rfind('/') {
+                    Some(last) => normalized.truncate(last),
+                    None => return Err(UriError::Escapes),
+                },
+                other => {
+                    normalized.push('/');
+                    normalized.push_str(other);
                 }
-                other => segments.push(other.to_string()),
             }
         }
-        Ok(FileUri { host, segments })
+        Ok(FileUri { host, path: normalized })
     }
 
     /// True when `other` is this URI or lies below it, comparing whole path segments on the same host.
     pub fn contains(&self, other: &FileUri) -> bool {
         self.host == other.host
-            && other.segments.len() >= self.segments.len()
-            && self.segments.iter().zip(&other.segments).all(|(a, b)| a == b)
+            && other.path.starts_with(&self.path)
+            && matches!(other.path.as_bytes().get(self.path.len()), None | Some(b'/'))
     }
 
     /// The decoded path segments, without dot segments.
-    pub fn segments(&self) -> &[String] {
-        &self.segments
+    pub fn segments(&self) -> std::iter::Skip<std::str::Split<'_, char>> {
+        // The path is empty (the root) or each segment follows a `/`: what precedes the first slash is no segment.
+        self.path.split('/').skip(1)
+    }
+
+    /// How many segments the path has.
+    pub fn segment_count(&self) -> usize {
+        self.path.bytes().filter(|&b| b == b'/').count()
     }
 
     /// The URI of an absolute local path, or `None` when the path is relative, has a `..` or `.` component, or
@@ -112,21 +136,33 @@ impl FileUri {
         }
         for component in components {
             match component {
-                Component::Normal(name) => segments.push(name.to_str()?.to_string()),
+                Component::Normal(name) => segments.push(name.to_str()?),
                 _ => return None,
             }
         }
-        let uri = FileUri { host: String::new(), segments };
+        let uri = FileUri::from_segments(String::new(), segments)?;
         (FileUri::parse(&uri.to_string()).ok()? == uri).then_some(uri)
     }
 
     /// This URI with `more` segments below it, or `None` when the result would not parse back to itself (a
     /// segment that is empty, a dot segment, or holds a slash, a control character or a percent-escape).
     pub fn join(&self, more: &[String]) -> Option<FileUri> {
-        let mut segments = self.segments.clone();
-        segments.extend(more.iter().cloned());
-        let uri = FileUri { host: self.host.clone(), segments };
+        let uri = FileUri::from_segments(self.host.clone(), self.segments().chain(more.iter().map(String::as_str)))?;
         (FileUri::parse(&uri.to_string()).ok()? == uri).then_some(uri)
+    }
+
+    /// The URI of these segments, or `None` if one holds a slash (it would be two segments: no URI parses
+    /// to it).
+    fn from_segments<'s>(host: String, segments: impl IntoIterator<Item = &'s str>) -> Option<FileUri> {
+        let mut path = String::new();
+        for segment in segments {
+            if segment.contains('/') {
+                return None;
+            }
+            path.push('/');
+            path.push_str(segment);
+        }
+        Some(FileUri { host, path })
     }
 
     pub fn host(&self) -> &str {
@@ -160,10 +196,10 @@ impl FileUri {
 impl std::fmt::Display for FileUri {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "file://{}", self.host)?;
-        if self.segments.is_empty() {
+        if self.path.is_empty() {
             return f.write_str("/");
         }
-        for segment in &self.segments {
+        for segment in self.segments() {
             write!(f, "/{}", utf8_percent_encode(segment, SEGMENT))?;
         }
         Ok(())
@@ -288,10 +324,11 @@ mod tests {
             let root_uri = FileUri::parse(&format!("file:///{}", root.join("/"))).unwrap();
             if let Ok(target) = FileUri::parse(&format!("file:///{}/{}", root.join("/"), tail.join("/"))) {
                 // Independent model: a target is inside iff its normalized segments start with the root's.
-                let model = target.segments().starts_with(root_uri.segments());
+                let (target_segments, root_segments): (Vec<&str>, Vec<&str>) = (target.segments().collect(), root_uri.segments().collect());
+                let model = target_segments.starts_with(&root_segments);
                 prop_assert_eq!(root_uri.contains(&target), model);
                 // And nothing whose normalized form has no dot-dot can be inside unless it was built under the root.
-                prop_assert!(target.segments().iter().all(|s| s != ".." && s != "."));
+                prop_assert!(target_segments.iter().all(|s| *s != ".." && *s != "."));
             }
         }
 
@@ -312,6 +349,17 @@ mod tests {
                 prop_assert_eq!(root.contains(&other), key.starts_with(&start));
                 prop_assert_eq!(root.contains(&other), start <= key && key < end);
             }
+        }
+
+        #[test]
+        fn uris_order_segment_by_segment(
+            a in proptest::collection::vec("[a-c-]{1,3}", 0..4),
+            b in proptest::collection::vec("[a-c-]{1,3}", 0..4),
+        ) {
+            // `-` sorts before `/`: ["a", "b"] comes before ["a-b"] segment by segment, after it as joined text.
+            let uri = |segments: &[String]| FileUri::parse(&format!("file:///{}", segments.join("/"))).unwrap();
+            prop_assert_eq!(uri(&a).cmp(&uri(&b)), a.cmp(&b));
+            prop_assert_eq!(uri(&a) == uri(&b), a == b);
         }
 
         #[test]

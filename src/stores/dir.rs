@@ -580,7 +580,7 @@ impl DirStore {
         let folders: Vec<String> = if workspace.contains(&self.base) {
             Vec::new()
         } else if self.base.contains(workspace) {
-            workspace.segments()[self.base.segments().len()..].to_vec()
+            workspace.segments().skip(self.base.segment_count()).map(str::to_string).collect()
         } else {
             return Ok(Vec::new());
         };
@@ -882,7 +882,7 @@ impl DirStore {
         if !self.base.contains(&parsed) || parsed == self.base {
             return Err(refuse(format!("not below {}; a directory store holds only files inside its folder", self.base)));
         }
-        let segments = parsed.segments()[self.base.segments().len()..].to_vec();
+        let segments: Vec<String> = parsed.segments().skip(self.base.segment_count()).map(str::to_string).collect();
         let id = note_id_checked(&segments).map_err(|refusal| refuse(format!("not a note path ({refusal})")))?;
         note_path(&id).map_err(|refusal| refuse(format!("not a note path ({refusal})")))
     }
