@@ -552,9 +552,9 @@ impl World for LiveWorld<'_> {
         &self.history
     }
 
-    fn notes(&self) -> Result<Vec<Note>, String> {
+    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String> {
         let ScenarioStore { store, .. } = self.store()?;
-        self.runtime.block_on(store.stores.admin.list()).map_err(unreadable(&store.spec))
+        self.runtime.block_on(store.stores.admin.list()).map(std::sync::Arc::new).map_err(unreadable(&store.spec))
     }
 
     fn consumed(&self) -> Result<Consumed, String> {

@@ -148,8 +148,9 @@ pub trait World {
     /// Every operation and effect so far.
     fn history(&self) -> &History;
 
-    /// The notes the store holds now (`Err`: why this world cannot read them).
-    fn notes(&self) -> Result<Vec<Note>, String>;
+    /// The notes the store holds now (`Err`: why this world cannot read them). Shared: a world that keeps
+    /// its listing whole (the simulator's note store) hands it out without copying it.
+    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String>;
 
     /// Nonces consumed since the scenario began.
     fn consumed(&self) -> Result<Consumed, String>;

@@ -155,8 +155,8 @@ impl World for SimWorld {
         self.cluster.history()
     }
 
-    fn notes(&self) -> Result<Vec<Note>, String> {
-        Ok(self.cluster.note_store().snapshot())
+    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String> {
+        Ok(self.cluster.note_store().listing())
     }
 
     fn consumed(&self) -> Result<Consumed, String> {
