@@ -109,12 +109,16 @@ pub struct Reading<'h> {
 
 impl<'h> Reading<'h> {
     pub fn new(history: &'h History) -> Reading<'h> {
+        // Concurrent answers and retries carry the same token: each token's nonce is read once.
+        let mut confirmations: BTreeMap<&str, String> = BTreeMap::new();
         let continuations = history
             .operations
             .iter()
             .map(|op| {
                 let token = op.params().and_then(|p| p.get("requestState")).and_then(Value::as_str)?;
-                Some(Continuation { token, confirmation: state_nonce(token).unwrap_or_else(|| format!("state {token}")) })
+                let confirmation =
+                    confirmations.entry(token).or_insert_with(|| state_nonce(token).unwrap_or_else(|| format!("state {token}"))).clone();
+                Some(Continuation { token, confirmation })
             })
             .collect();
         let mut issued: BTreeMap<&str, Vec<Issue<'h>>> = BTreeMap::new();
