@@ -206,10 +206,17 @@ impl Interpreter<'_, '_> {
         }
     }
 
+    /// Tells the world's transcript `annotation`, built only if the world keeps one.
+    fn annotate(&mut self, annotation: impl FnOnce() -> Annotation) {
+        if self.world.annotating() {
+            self.world.annotate(annotation());
+        }
+    }
+
     fn header(&mut self, line: usize, text: &str) {
         self.step_number += 1;
         let number = self.step_number;
-        self.world.annotate(Annotation::Step { number, line, text: text.to_string() });
+        self.annotate(|| Annotation::Step { number, line, text: text.to_string() });
     }
 
     /// A refusal that is no step of its own: the world stopped (end of the play), or the step failed.
@@ -259,28 +266,28 @@ impl Interpreter<'_, '_> {
             },
             Action::Expect(expectation) => {
                 if let Err(why) = self.world.expectations_judged() {
-                    self.world.annotate(Annotation::Note { text: format!("{why}: {text}") });
+                    self.annotate(|| Annotation::Note { text: format!("{why}: {text}") });
                     return;
                 }
                 let record = self.evaluate(index, line, text, expectation);
                 match &record.result {
                     ExpectationResult::Held => {
                         self.play.judged += 1;
-                        self.world.annotate(Annotation::Check { line, text: text.into(), failure: None });
+                        self.annotate(|| Annotation::Check { line, text: text.into(), failure: None });
                     }
                     ExpectationResult::HeldVacuously(why) => {
                         self.play.judged += 1;
                         let text =
                             format!("{text} (its condition did not hold: {})", why.trim_start_matches("the condition did not hold: "));
-                        self.world.annotate(Annotation::Check { line, text, failure: None });
+                        self.annotate(|| Annotation::Check { line, text, failure: None });
                     }
                     ExpectationResult::Failed(why) => {
                         self.play.judged += 1;
                         self.fail(FailureKind::Expectation, line, text, why.clone());
-                        self.world.annotate(Annotation::Check { line, text: text.into(), failure: Some(why.clone()) });
+                        self.annotate(|| Annotation::Check { line, text: text.into(), failure: Some(why.clone()) });
                     }
                     ExpectationResult::NotEvaluated(why) => {
-                        self.world.annotate(Annotation::Note { text: format!("not evaluated: {text}: {why}") });
+                        self.annotate(|| Annotation::Note { text: format!("not evaluated: {text}: {why}") });
                     }
                 }
                 self.play.expectations.push(record);
@@ -292,7 +299,7 @@ impl Interpreter<'_, '_> {
             Action::Parallel(items) => {
                 self.header(line, text);
                 for item in items {
-                    self.world.annotate(Annotation::Substep { line: item.line, text: item.text.clone() });
+                    self.annotate(|| Annotation::Substep { line: item.line, text: item.text.clone() });
                 }
                 self.parallel(index, line, text, items);
             }

@@ -193,4 +193,9 @@ pub trait World {
     fn annotate(&mut self, annotation: Annotation) {
         let _ = annotation;
     }
+
+    /// Whether [`World::annotate`] keeps what it is told (a world recording no transcript need not be told).
+    fn annotating(&self) -> bool {
+        true
+    }
 }

@@ -189,6 +189,10 @@ impl World for SimWorld {
         Ok(())
     }
 
+    fn annotating(&self) -> bool {
+        self.cluster.recording()
+    }
+
     fn annotate(&mut self, annotation: Annotation) {
         let entry = match annotation {
             Annotation::Step { number, line, text } => Entry::Step { number, line, text },

@@ -401,6 +401,11 @@ impl Cluster {
         &self.history
     }
 
+    /// Whether this execution records a transcript.
+    pub(crate) fn recording(&self) -> bool {
+        self.transcript.recording
+    }
+
     pub(crate) fn transcript_mut(&mut self) -> &mut Transcript {
         &mut self.transcript
     }
