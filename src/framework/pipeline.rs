@@ -183,7 +183,7 @@ async fn serve_incoming<S: Service + ?Sized>(
         Err(error) => Err(error),
         Ok(meta) => {
             let headers_checked = match headers {
-                Some(headers) => check_routing_headers(headers, &meta.protocol_version, method, params),
+                Some(headers) => check_routing_headers(headers, meta.protocol_version, method, params),
                 None => Ok(()),
             };
             headers_checked.and_then(|()| check_version(&meta)).and_then(|()| {

@@ -17,7 +17,7 @@ pub(crate) fn canonical_object_bytes(members: &serde_json::Map<String, Value>) -
 }
 
 /// How many bytes [`canonical_bytes`] would make of `value`, without making them (serialized into a counter).
-pub fn canonical_len(value: &Value) -> usize {
+pub(crate) fn canonical_len(value: &Value) -> usize {
     struct Counter(usize);
     impl std::io::Write for Counter {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -36,7 +36,7 @@ pub fn canonical_len(value: &Value) -> usize {
 /// A bound on [`canonical_len`] that reads only the sizes of the value's parts, never formats anything: a
 /// string of `n` bytes takes at most `2 + 6n` (every byte a `\u00XX` escape), a number at most 24 characters
 /// (ryu's longest `f64`; an `i64` or `u64` takes at most 20).
-pub fn canonical_len_bound(value: &Value) -> usize {
+pub(crate) fn canonical_len_bound(value: &Value) -> usize {
     const NUMBER_CHARS_MAX: usize = 24;
     let string = |text: &str| 2 + 6 * text.len();
     match value {
