@@ -37,11 +37,7 @@ impl Outgoing {
     /// The exact bytes to put on the wire: the raw ones, or the compact serialization of the built value (a
     /// world that needs the text makes it here; the simulator's notes instances read the value itself).
     pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
-        match (&self.raw, &self.value) {
-            (Some(bytes), _) => std::borrow::Cow::Borrowed(bytes),
-            (None, Some(value)) => std::borrow::Cow::Owned(crate::wire::canonical::canonical_bytes(value)),
-            (None, None) => std::borrow::Cow::Borrowed(&[]),
-        }
+        crate::wire::canonical::exact_or_compact(self.raw.as_deref(), self.value.as_ref())
     }
 }
 

@@ -11,6 +11,16 @@ pub(crate) fn canonical_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("serializing a serde_json::Value cannot fail")
 }
 
+/// A message's bytes: the `exact` ones when it has them, else the compact serialization of its `value` (a
+/// message a client built), made here, where something reads them; none when it has neither.
+pub(crate) fn exact_or_compact<'a>(exact: Option<&'a [u8]>, value: Option<&Value>) -> std::borrow::Cow<'a, [u8]> {
+    match (exact, value) {
+        (Some(bytes), _) => std::borrow::Cow::Borrowed(bytes),
+        (None, Some(value)) => std::borrow::Cow::Owned(canonical_bytes(value)),
+        (None, None) => std::borrow::Cow::Borrowed(&[]),
+    }
+}
+
 /// [`canonical_bytes`] of the object holding `members`, without building that object.
 pub(crate) fn canonical_object_bytes(members: &serde_json::Map<String, Value>) -> Vec<u8> {
     serde_json::to_vec(members).expect("serializing a serde_json::Map cannot fail")

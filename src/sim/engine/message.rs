@@ -72,11 +72,7 @@ impl RequestBody {
 
     /// The bytes themselves.
     pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
-        match (&self.exact, &self.decoded) {
-            (Some(bytes), _) => std::borrow::Cow::Borrowed(bytes),
-            (None, Some(value)) => std::borrow::Cow::Owned(crate::wire::canonical::canonical_bytes(value)),
-            (None, None) => std::borrow::Cow::Borrowed(&[]),
-        }
+        crate::wire::canonical::exact_or_compact(self.exact.as_deref(), self.decoded.as_deref())
     }
 
     /// The JSON-RPC method, if the body names one.
