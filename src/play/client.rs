@@ -16,9 +16,7 @@ pub struct Client {
     pub name: String,
     /// The principal the transport authenticates this client as (never taken from the message).
     pub principal: String,
-    /// Declared in every request's `_meta`.
-    pub capabilities: Value,
-    /// The `_meta` every request of this client carries, built once.
+    /// The `_meta` every request of this client carries (its declared capabilities among them), built once.
     meta: Value,
     next_request_id: i64,
     /// The last response of this client that asked for input.
@@ -49,10 +47,10 @@ impl Client {
     pub fn new(name: &str, principal: &str, capabilities: Value) -> Client {
         let meta = object([
             (KEY_PROTOCOL_VERSION, PROTOCOL_VERSION.into()),
-            (KEY_CLIENT_CAPABILITIES, capabilities.clone()),
+            (KEY_CLIENT_CAPABILITIES, capabilities),
             (KEY_CLIENT_INFO, json!({ "name": name, "version": "1.0.0" })),
         ]);
-        Client { name: name.into(), principal: principal.into(), capabilities, meta, next_request_id: 1, last_form: None, legacy: false }
+        Client { name: name.into(), principal: principal.into(), meta, next_request_id: 1, last_form: None, legacy: false }
     }
 
     /// The `_meta` this client sends: the protocol version, its capabilities, and its self-reported info.
