@@ -30,7 +30,12 @@ impl Grants {
     /// Removes the principal's grants at or below `root`.
     pub fn revoke(&mut self, principal: &str, root: &str) {
         if let Some(workspaces) = self.by_principal.get_mut(principal) {
-            workspaces.retain(|workspace| !uri::inside(root, &workspace.uri));
+            let root = uri::location(root);
+            // A root or workspace the model cannot place contains nothing and is inside nothing: it stays.
+            workspaces.retain(|workspace| match (&root, &workspace.location) {
+                (Some(root), Some(location)) => !root.contains(location),
+                _ => true,
+            });
         }
     }
 
@@ -56,5 +61,16 @@ mod tests {
         assert!(!grants.may_access("bob", "file:///w/notes/a.md"));
         grants.revoke("alice", "file:///w");
         assert!(!grants.may_access("alice", "file:///w/archive/a.md"), "revoking a parent revokes what is below it");
+    }
+
+    #[test]
+    fn what_the_model_cannot_place_is_inside_nothing_and_contains_nothing() {
+        let mut grants = Grants::default();
+        grants.grant("alice", "file:///w/notes");
+        grants.grant("alice", "https://example.com/notes");
+        assert!(!grants.may_access("alice", "not a uri"));
+        assert!(!grants.may_access("alice", "https://example.com/notes/a.md"), "an unplaceable workspace contains nothing");
+        grants.revoke("alice", "not a uri");
+        assert!(grants.may_access("alice", "file:///w/notes/a.md"), "an unplaceable root revokes nothing");
     }
 }

@@ -352,6 +352,13 @@ mod tests {
         }
 
         #[test]
+        fn a_joined_segment_holding_a_slash_is_refused(name in "[a-c]{1,3}") {
+            let base = FileUri::parse("file:///w").unwrap();
+            prop_assert_eq!(base.join(&[format!("{name}/x")]), None, "it would print as two segments");
+            prop_assert_eq!(base.join(std::slice::from_ref(&name)).map(|uri| uri.to_string()), Some(format!("file:///w/{name}")));
+        }
+
+        #[test]
         fn uris_order_segment_by_segment(
             a in proptest::collection::vec("[a-c-]{1,3}", 0..4),
             b in proptest::collection::vec("[a-c-]{1,3}", 0..4),
