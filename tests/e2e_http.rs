@@ -85,7 +85,10 @@ async fn two_rounds_over_http_delete_the_chosen_note_and_log_no_secrets() {
     let (_, response) = call(&server, ALICE, &resources_list(3)).await;
     assert_eq!(resource_names(&response), ["note-3", "note-14", "note-99"]);
 
-    let logs = server.stderr().join("\n");
+    // Every line the process wrote: a request's log line may still be on its way while the client holds the
+    // answer, so the lines are read once the process has exited.
+    let (_, logs) = server.terminate_with_stderr();
+    let logs = logs.join("\n");
     assert!(logs.contains("principal=\"alice\"") || logs.contains("principal=alice"), "{logs}");
     assert!(logs.contains("tool=\"notes_delete\""), "{logs}");
     assert!(logs.contains("input_required") && logs.contains("complete:deleted") && logs.contains("latency_us="), "{logs}");
