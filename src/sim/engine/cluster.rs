@@ -180,7 +180,8 @@ pub struct Cluster {
     instances: Vec<Instance>,
     clients: Vec<ClientSetup>,
     exchange: ExchangeHandle,
-    tasks: BTreeMap<TaskId, Task>,
+    /// Boxed: a task is a few hundred bytes, and a task is taken out and put back on every poll.
+    tasks: BTreeMap<TaskId, Box<Task>>,
     next_task: u64,
     network: Network,
     scheduler: Box<dyn Scheduler>,
@@ -519,7 +520,7 @@ impl Cluster {
         let dropped: Vec<TaskId> = self.tasks.iter().filter(|(_, t)| t.actor == actor).map(|(id, _)| *id).collect();
         let mut lost = Vec::new();
         for task in &dropped {
-            if let Some(Task { reply_to: ReplyTo::Client { operation, .. }, .. }) = self.tasks.remove(task) {
+            if let Some(Task { reply_to: ReplyTo::Client { operation, .. }, .. }) = self.tasks.remove(task).map(|task| *task) {
                 lost.push(operation);
             }
         }
@@ -1195,7 +1196,7 @@ impl Cluster {
     ) -> Result<(), SimError> {
         let id = TaskId(self.next_task);
         self.next_task += 1;
-        self.tasks.insert(id, Task { actor, cause, reply_to, call, future });
+        self.tasks.insert(id, Box::new(Task { actor, cause, reply_to, call, future }));
         self.poll(id)
     }
 
@@ -1225,7 +1226,7 @@ impl Cluster {
                 Ok(())
             }
             Poll::Pending => Err(SimError::Stuck { task: id.0, actor: self.names[task.actor].clone() }),
-            Poll::Ready(output) => self.finish(task, output),
+            Poll::Ready(output) => self.finish(*task, output),
         }
     }
 

@@ -58,7 +58,8 @@ pub struct Ready {
 pub struct NetworkFull;
 
 pub(crate) struct Network {
-    in_flight: BTreeMap<u64, Envelope>,
+    /// Boxed: an envelope is a few hundred bytes, and the map shifts its entries on every insert and removal.
+    in_flight: BTreeMap<u64, Box<Envelope>>,
     next_id: u64,
     actor_count: usize,
     /// One-way latency of the link `from → to`, at `from * actor_count + to`.
@@ -93,7 +94,7 @@ impl Network {
         self.next_id += 1;
         let deliver_at_ms = now_ms.saturating_add(self.latency_ms(from, to));
         let hold = Hold::Free;
-        self.in_flight.insert(id, Envelope { id, from, to, deliver_at_ms, from_task, to_task, payload, hold });
+        self.in_flight.insert(id, Box::new(Envelope { id, from, to, deliver_at_ms, from_task, to_task, payload, hold }));
         Ok(id)
     }
 
@@ -115,7 +116,7 @@ impl Network {
             Hold::UntilDelivery(_) => 1,
             Hold::UntilQuiet => 2,
         };
-        let Some(eligible) = self.in_flight.values().map(class).min() else { return Vec::new() };
+        let Some(eligible) = self.in_flight.values().map(|e| class(e)).min() else { return Vec::new() };
         self.in_flight
             .values()
             .filter(|e| class(e) == eligible)
@@ -124,17 +125,17 @@ impl Network {
     }
 
     pub fn take(&mut self, id: u64) -> Option<Envelope> {
-        self.in_flight.remove(&id)
+        self.in_flight.remove(&id).map(|envelope| *envelope)
     }
 
     pub fn get(&self, id: u64) -> Option<&Envelope> {
-        self.in_flight.get(&id)
+        self.in_flight.get(&id).map(|envelope| &**envelope)
     }
 
     /// Removes and returns (in id order) every envelope to or from `actor`.
     pub(crate) fn remove_touching(&mut self, actor: ActorId) -> Vec<Envelope> {
         let ids: Vec<u64> = self.in_flight.values().filter(|e| e.from == actor || e.to == actor).map(|e| e.id).collect();
-        ids.into_iter().filter_map(|id| self.in_flight.remove(&id)).collect()
+        ids.into_iter().filter_map(|id| self.take(id)).collect()
     }
 
     pub fn is_empty(&self) -> bool {
