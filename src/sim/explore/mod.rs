@@ -86,24 +86,51 @@ impl Exploration {
             SeedOutcome::Unsafe(failures) => {
                 self.unsafe_runs += 1;
                 self.note_properties(&failures);
-                if self.first_unsafe.is_none() {
-                    self.first_unsafe = Some((seed, failures));
-                }
+                keep_lowest(&mut self.first_unsafe, (seed, failures));
             }
             SeedOutcome::NotLive(failures) => {
                 self.note_properties(&failures);
                 self.not_live_runs += 1;
-                if self.first_not_live.is_none() {
-                    self.first_not_live = Some((seed, failures));
-                }
+                keep_lowest(&mut self.first_not_live, (seed, failures));
             }
             SeedOutcome::Crashed(message) => {
                 self.crashed_runs += 1;
-                if self.first_crash.is_none() {
-                    self.first_crash = Some((seed, message));
-                }
+                keep_lowest(&mut self.first_crash, (seed, message));
             }
         }
+    }
+
+    /// Adds what another part of the exploration found (other seeds): sums, the union of the properties, and
+    /// the lowest example seeds, so the whole is the same however the seeds were split between threads.
+    fn merge(&mut self, other: Exploration) {
+        self.schedules += other.schedules;
+        self.deliveries += other.deliveries;
+        self.unsafe_runs += other.unsafe_runs;
+        self.not_live_runs += other.not_live_runs;
+        self.expectation_runs += other.expectation_runs;
+        self.crashed_runs += other.crashed_runs;
+        if let Some(example) = other.first_unsafe {
+            keep_lowest(&mut self.first_unsafe, example);
+        }
+        if let Some(example) = other.first_not_live {
+            keep_lowest(&mut self.first_not_live, example);
+        }
+        if let Some(example) = other.first_crash {
+            keep_lowest(&mut self.first_crash, example);
+        }
+        for property in other.properties_broken {
+            if !self.properties_broken.contains(&property) {
+                self.properties_broken.push(property);
+            }
+        }
+        self.properties_broken.sort();
+    }
+}
+
+/// Keeps the example with the lower seed.
+fn keep_lowest<T>(kept: &mut Option<(u64, T)>, candidate: (u64, T)) {
+    if kept.as_ref().is_none_or(|(seed, _)| candidate.0 < *seed) {
+        *kept = Some(candidate);
     }
 }
 
@@ -243,7 +270,8 @@ pub fn explore_with_coverage(
 }
 
 /// One thread's seeds: each seed's deliveries and outcome, in the order it ran them, and what they reached.
-type Chunk = (Vec<(u64, usize, SeedOutcome)>, Option<Coverage>);
+/// What one thread found, over the seeds it ran.
+type Chunk = (Exploration, Option<Coverage>);
 
 fn explore_seeds(
     scenario: &Scenario,
@@ -267,8 +295,10 @@ fn explore_seeds(
     // Each thread takes the next block of seeds until none is left, so a thread the machine runs less often
     // simply takes fewer blocks (contiguous halves would leave the other core idle waiting for it).
     let prepared = Prepared::new(scenario);
+    // Each thread folds its seeds' outcomes as it goes (nothing is kept per seed: an exploration of millions of
+    // seeds holds no more than one of a few).
     let run_blocks = || -> Chunk {
-        let mut results = Vec::new();
+        let mut found = Exploration::default();
         let mut covered = cover.then(|| Coverage::new(faults));
         loop {
             let block = next_block.fetch_add(1, Ordering::Relaxed);
@@ -288,10 +318,10 @@ fn explore_seeds(
                 if let (Some(covered), Some(run)) = (covered.as_mut(), run) {
                     covered.add(seed, run);
                 }
-                results.push((seed, deliveries, outcome));
+                found.add(seed, deliveries, outcome);
             }
         }
-        (results, covered)
+        (found, covered)
     };
     let per_thread: Vec<Chunk> = if jobs == 1 {
         vec![run_blocks()]
@@ -303,18 +333,12 @@ fn explore_seeds(
     };
     let mut exploration = Exploration::default();
     let mut coverage = cover.then(|| Coverage::new(faults));
-    let mut results = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-    for (ran, covered) in per_thread {
-        results.extend(ran);
+    for (found, covered) in per_thread {
         // Sums, sets and the smallest example seed: the same whichever thread reached what.
+        exploration.merge(found);
         if let (Some(coverage), Some(covered)) = (coverage.as_mut(), covered) {
             coverage.merge(covered);
         }
-    }
-    // Which thread ran which block depends on timing; the answer is read in seed order only.
-    results.sort_unstable_by_key(|(seed, ..)| *seed);
-    for (seed, deliveries, outcome) in results {
-        exploration.add(seed, deliveries, outcome);
     }
     (exploration, coverage)
 }
@@ -346,4 +370,47 @@ pub fn first_failure(
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(kind: FailureKind, message: &str) -> Failure {
+        Failure { kind, line: 0, statement: String::new(), message: message.into() }
+    }
+
+    /// Seed `seed`'s outcome in a made-up exploration where every kind of outcome occurs, more than once.
+    fn outcome(seed: u64) -> SeedOutcome {
+        match seed % 7 {
+            1 => SeedOutcome::Unsafe(vec![failure(FailureKind::Property(Property::Consent), &format!("seed {seed}"))]),
+            3 => SeedOutcome::NotLive(vec![failure(FailureKind::Expectation, &format!("seed {seed}"))]),
+            4 if seed % 2 == 0 => SeedOutcome::Unsafe(vec![failure(FailureKind::Property(Property::AtMostOnce), "twice")]),
+            5 => SeedOutcome::Crashed(format!("seed {seed}")),
+            _ => SeedOutcome::Held,
+        }
+    }
+
+    #[test]
+    fn an_exploration_split_between_threads_merges_to_the_one_read_in_seed_order() {
+        let seeds = 10..=90u64;
+        let mut in_order = Exploration::default();
+        for seed in seeds.clone() {
+            in_order.add(seed, seed as usize, outcome(seed));
+        }
+        assert_eq!(in_order.first_unsafe.as_ref().map(|(seed, _)| *seed), Some(15));
+        assert_eq!(in_order.properties_broken, [Property::AtMostOnce, Property::Consent]);
+        // Blocks of 4 seeds dealt to three threads, each thread folding its own, merged in either order.
+        let mut threads = vec![Exploration::default(), Exploration::default(), Exploration::default()];
+        for seed in seeds.clone().rev() {
+            threads[((seed / 4) % 3) as usize].add(seed, seed as usize, outcome(seed));
+        }
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+            let mut merged = Exploration::default();
+            for thread in order {
+                merged.merge(threads[thread].clone());
+            }
+            assert_eq!(merged, in_order, "threads merged in the order {order:?}");
+        }
+    }
 }
