@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(in_order.first_unsafe.as_ref().map(|(seed, _)| *seed), Some(15));
         assert_eq!(in_order.properties_broken, [Property::AtMostOnce, Property::Consent]);
         // Blocks of 4 seeds dealt to three threads, each thread folding its own, merged in either order.
-        let mut threads = vec![Exploration::default(), Exploration::default(), Exploration::default()];
+        let mut threads: [Exploration; 3] = Default::default();
         for seed in seeds.clone().rev() {
             threads[((seed / 4) % 3) as usize].add(seed, seed as usize, outcome(seed));
         }
