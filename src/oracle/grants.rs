@@ -41,9 +41,14 @@ impl Grants {
 
     /// Whether `target` lies inside a workspace granted to `principal` (the target is placed once).
     pub fn may_access(&self, principal: &str, target: &str) -> bool {
-        let Some(workspaces) = self.by_principal.get(principal) else { return false };
-        let Some(target) = uri::location(target) else { return false };
-        workspaces.iter().any(|workspace| workspace.location.as_ref().is_some_and(|root| root.contains(&target)))
+        self.may_access_placed(principal, uri::location(target).as_ref())
+    }
+
+    /// [`Grants::may_access`] for a target already placed in the URI model (`None`: it cannot be placed, and
+    /// lies inside nothing).
+    pub fn may_access_placed(&self, principal: &str, target: Option<&uri::Location>) -> bool {
+        let (Some(workspaces), Some(target)) = (self.by_principal.get(principal), target) else { return false };
+        workspaces.iter().any(|workspace| workspace.location.as_ref().is_some_and(|root| root.contains(target)))
     }
 }
 

@@ -201,7 +201,16 @@ impl<'h> Reading<'h> {
 /// Every string inside a JSON value.
 pub fn strings(value: &Value) -> Vec<&str> {
     let mut found = Vec::new();
-    let mut pending = vec![value];
+    strings_into(value, &mut found, &mut Vec::new());
+    found
+}
+
+/// [`strings`] into `found` (emptied first), with `pending` as the walk's stack: a caller reading many values
+/// keeps both and allocates them once.
+pub fn strings_into<'v>(value: &'v Value, found: &mut Vec<&'v str>, pending: &mut Vec<&'v Value>) {
+    found.clear();
+    pending.clear();
+    pending.push(value);
     while let Some(value) = pending.pop() {
         match value {
             Value::String(text) => found.push(text.as_str()),
@@ -210,7 +219,6 @@ pub fn strings(value: &Value) -> Vec<&str> {
             _ => {}
         }
     }
-    found
 }
 
 /// Whether `text` shows `uri` as a whole URI (not as the start of a longer one).

@@ -9,6 +9,8 @@
 
 use super::*;
 use crate::framework::ports::Note;
+use crate::oracle::grants::Grants;
+use crate::oracle::uri::{self, Location};
 
 pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
@@ -22,12 +24,17 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     let location_at = |note_id: &str, delivery: usize| -> Option<&str> {
         known.iter().rev().find(|(at, note)| *at <= delivery && note.id == note_id).map(|(_, note)| note.uri.as_str())
     };
+    // Each URI is placed in the oracle's URI model once, however many deletions and answers name it.
+    let mut places: BTreeMap<&str, Option<Location>> = BTreeMap::new();
+    let mut may_access = |grants: &Grants, principal: &str, uri| {
+        grants.may_access_placed(principal, places.entry(uri).or_insert_with(|| uri::location(uri)).as_ref())
+    };
     for (effect, mutation) in mutations(history) {
         let Some(operation) = effect.operation.map(|id| reading.operation(id)) else { continue };
         let grants = grants_at(history, effect.delivery);
         let outside: Vec<String> = match &mutation {
             Mutation::Deleted { note_id, uri } => {
-                if grants.may_access(&operation.principal, uri) {
+                if may_access(&grants, &operation.principal, uri) {
                     Vec::new()
                 } else {
                     vec![format!("{note_id} ({uri})")]
@@ -37,7 +44,7 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
                 .note_ids
                 .iter()
                 .filter_map(|id| match location_at(id, effect.delivery) {
-                    Some(uri) if grants.may_access(&operation.principal, uri) => None,
+                    Some(uri) if may_access(&grants, &operation.principal, uri) => None,
                     Some(uri) => Some(format!("{id} ({uri})")),
                     None => Some(format!("{id} (a note the world never showed)")),
                 })
@@ -60,29 +67,31 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     uris.sort_unstable();
     uris.dedup();
     let known_uris = KnownUris::new(&uris);
+    // The walks' buffers, allocated once for every answer.
+    let (mut strings, mut sent, mut pending, mut candidates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for operation in &history.operations {
         let super::super::history::Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
-        let strings = reading::strings(value);
-        let mut candidates: Vec<&str> = strings.iter().flat_map(|text| known_uris.starting_in(text)).collect();
+        reading::strings_into(value, &mut strings, &mut pending);
+        candidates.clear();
+        candidates.extend(strings.iter().flat_map(|text| known_uris.starting_in(text)));
         if candidates.is_empty() {
             continue;
         }
         candidates.sort_unstable();
         candidates.dedup();
         // Echoing what the client itself sent discloses nothing.
-        let sent = operation.request_value.as_deref().map(reading::strings).unwrap_or_default();
-        let shown: Vec<&str> = candidates
-            .into_iter()
-            .filter(|uri| {
-                strings.iter().any(|text| reading::shows_uri(text, uri)) && !sent.iter().any(|text| reading::shows_uri(text, uri))
-            })
-            .collect();
-        if shown.is_empty() {
+        match operation.request_value.as_deref() {
+            Some(request) => reading::strings_into(request, &mut sent, &mut pending),
+            None => sent.clear(),
+        }
+        let shows = |texts: &[&str], uri: &str| texts.iter().any(|text| reading::shows_uri(text, uri));
+        candidates.retain(|uri| shows(&strings, uri) && !shows(&sent, uri));
+        if candidates.is_empty() {
             continue;
         }
         let grants = grants_at(history, *delivery);
-        for uri in shown {
-            if !grants.may_access(&operation.principal, uri) {
+        for &uri in &candidates {
+            if !may_access(&grants, &operation.principal, uri) {
                 violations.push(Violation {
                     property: Property::Containment,
                     message: format!(
