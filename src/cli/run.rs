@@ -450,6 +450,8 @@ fn run_seeds(
     let mut failed = None;
     let mut first = None;
     let last_seed = args.seed.saturating_add(args.seeds - 1);
+    // The scenario's cluster is worked out once for every seed.
+    let prepared = runner::Prepared::new(&item.scenario);
     for seed in args.seed..=last_seed {
         let mut options = RunOptions { check_determinism: true, ..RunOptions::seeded(seed).with_server(server) };
         options.scheduler = match args.scheduler {
@@ -461,7 +463,7 @@ fn run_seeds(
             options.faults = Some(explore::fault_plan(&item.scenario, seed, faults));
             options.check_statelessness = false;
         }
-        let report = runner::run(&item.scenario, &options);
+        let report = runner::run_prepared(&prepared, &options);
         messages += report.deliveries;
         orders.insert(report.decisions.choices().map(|d| (d.options, d.chosen)).collect::<Vec<_>>());
         if !report.passed() {

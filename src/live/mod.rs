@@ -215,11 +215,12 @@ pub(crate) fn run_live(
     let has_parallel = scenario.steps.iter().any(|s| matches!(s.action, Action::Parallel(_)));
     let seeds = if has_parallel { PARITY_SEEDS_MAX } else { 1 };
     let quiet = |seed| RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(seed) };
-    let simulated = runner::run(scenario, &quiet(seed));
+    let prepared = runner::Prepared::new(scenario);
+    let simulated = runner::run_prepared(&prepared, &quiet(seed));
     let mut runs = vec![(seed, simulated.history)];
     for offset in 1..seeds {
         let other = seed.wrapping_add(offset);
-        runs.push((other, runner::run(scenario, &quiet(other)).history));
+        runs.push((other, runner::run_prepared(&prepared, &quiet(other)).history));
     }
     let mut store_notes = Vec::new();
     let scenario_store = match store {

@@ -20,7 +20,7 @@ use crate::sim::engine::faults::Fault;
 use crate::sim::engine::message::ActorId;
 use crate::sim::engine::network::Ready;
 use crate::sim::engine::scheduler::{Divergence, Scheduler};
-use crate::sim::runner::{self, CustomScheduler, Failure, FailureKind, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
+use crate::sim::runner::{self, CustomScheduler, Failure, FailureKind, Prepared, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -74,7 +74,8 @@ pub struct Exhaustive {
 }
 
 struct Search<'a> {
-    scenario: &'a Scenario,
+    /// The scenario's cluster, worked out once for every schedule.
+    prepared: Prepared<'a>,
     server: ServerUnderTest,
     result: Exhaustive,
     end_states: BTreeSet<String>,
@@ -88,7 +89,7 @@ type Execution = (Vec<Vec<Transition>>, RunReport);
 /// first envelope after them; returns what was in flight at each branching point, and the report.
 /// The statelessness re-run is not part of it (one execution, one schedule).
 fn run_choices(
-    scenario: &Scenario,
+    prepared: &Prepared<'_>,
     server: &ServerUnderTest,
     seed: u64,
     faults: Option<&[Fault]>,
@@ -107,7 +108,7 @@ fn run_choices(
         faults: faults.map(<[Fault]>::to_vec),
         ..RunOptions::seeded(seed).with_server(server)
     };
-    let report = runner::run(scenario, &options);
+    let report = runner::run_prepared(prepared, &options);
     let trace = std::mem::take(&mut *seen.lock().expect("the run is over"));
     (trace, report)
 }
@@ -120,7 +121,7 @@ pub fn run_schedule(
     faults: Option<&[Fault]>,
     choices: &[u32],
 ) -> RunReport {
-    run_choices(scenario, &server.into(), seed, faults, choices, true).1
+    run_choices(&Prepared::new(scenario), &server.into(), seed, faults, choices, true).1
 }
 
 /// The choices at branching points a recorded run made.
@@ -143,8 +144,9 @@ pub fn shrink(
     target: crate::sim::explore::reproducer::Breaks,
 ) -> Vec<u32> {
     let server = server.into();
+    let prepared = Prepared::new(scenario);
     let breaks = |candidate: &[u32]| {
-        let (_, report) = run_choices(scenario, &server, seed, faults, candidate, false);
+        let (_, report) = run_choices(&prepared, &server, seed, faults, candidate, false);
         target.in_failures(&report.failures)
     };
     let mut current = choices.to_vec();
@@ -180,7 +182,7 @@ pub fn shrink(
 impl Search<'_> {
     fn execute(&mut self, prefix: &[u32]) -> Execution {
         self.result.executions += 1;
-        run_choices(self.scenario, &self.server, 1, None, prefix, false)
+        run_choices(&self.prepared, &self.server, 1, None, prefix, false)
     }
 
     fn visit(&mut self, prefix: Vec<u32>, sleep: Vec<Transition>, known: Option<Execution>) {
@@ -243,7 +245,8 @@ pub fn explore_every_order(scenario: &Scenario, server: impl Into<ServerUnderTes
 }
 
 fn search(scenario: &Scenario, server: ServerUnderTest, reduce: bool) -> Exhaustive {
-    let mut search = Search { scenario, server, result: Exhaustive::default(), end_states: BTreeSet::new(), reduce };
+    let mut search =
+        Search { prepared: Prepared::new(scenario), server, result: Exhaustive::default(), end_states: BTreeSet::new(), reduce };
     search.visit(Vec::new(), Vec::new(), None);
     search.result.end_states = search.end_states.len();
     search.result

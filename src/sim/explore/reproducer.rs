@@ -12,7 +12,7 @@ use crate::sim::engine::faults::Fault;
 use crate::sim::engine::scheduler::DecisionLog;
 use crate::sim::explore::exhaustive::{choices_of, run_schedule, shrink};
 use crate::sim::explore::mutants;
-use crate::sim::runner::{self, Failure, FailureKind, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
+use crate::sim::runner::{self, Failure, FailureKind, Prepared, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use serde::{Deserialize, Serialize};
 
 pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/3";
@@ -97,6 +97,7 @@ impl Reproducer {
         breaks: Breaks,
     ) -> Option<Reproducer> {
         let server = server_for(mutant).ok()?;
+        let prepared = Prepared::new(scenario);
         let fails = |faults: Option<&[Fault]>| {
             let options = RunOptions {
                 record_transcript: false,
@@ -104,7 +105,7 @@ impl Reproducer {
                 faults: faults.map(<[Fault]>::to_vec),
                 ..RunOptions::seeded(seed).with_server(&server)
             };
-            let report = runner::run(scenario, &options);
+            let report = runner::run_prepared(&prepared, &options);
             breaks.in_failures(&report.failures).then_some(report)
         };
         fails(faults)?;
