@@ -303,3 +303,17 @@ fn a_client_built_request_over_the_size_bound_is_refused_with_its_exact_size() {
     let message = report.history.operations[0].response().unwrap()["error"]["message"].as_str().unwrap().to_string();
     assert!(message.contains(&format!("message of {over} bytes")), "{message}");
 }
+
+#[test]
+fn a_wrong_consumed_count_lists_the_records_it_counted() {
+    // The count is taken without reading the records; they are written out only when it is not the one expected.
+    let text = "key k1\ninstance i1 keys k1\ninstance i2 keys k1\nprincipal alice workspaces \"file:///w\"\nclient alice principal alice\n\
+                note n0 title \"report\" uri \"file:///w/n0.md\"\n\
+                send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": {\"workspaceUri\": \"file:///w\", \"title\": \"report\"}}\n\
+                answer alice -> i2 accept {\"note_id\": \"n0\", \"confirm\": true} as done\n\
+                expect consumed count 1\nexpect consumed count 2\n";
+    let report = runner::run(&scenario::parse("inline", "inline", text).unwrap(), &RunOptions::seeded(1));
+    let failed = failures(&report);
+    assert_eq!(report.failures.len(), 1, "only the wrong count fails: {failed}");
+    assert!(failed.contains(r#"expected 2 consumed nonces, found 1: {"noteId":"n0","outcome":"deleted"}"#), "{failed}");
+}

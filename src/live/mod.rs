@@ -558,11 +558,12 @@ impl World for LiveWorld<'_> {
         self.runtime.block_on(store.stores.admin.list()).map(std::sync::Arc::new).map_err(unreadable(&store.spec))
     }
 
-    fn consumed(&self) -> Result<Consumed, String> {
+    fn consumed(&self) -> Result<Consumed<'_>, String> {
         let ScenarioStore { store, nonces_before } = self.store()?;
         let now = self.runtime.block_on(store.stores.admin.nonce_count()).map_err(unreadable(&store.spec))?;
         let count = usize::try_from(now.saturating_sub(*nonces_before)).unwrap_or(usize::MAX);
-        Ok(Consumed { count, listing: format!("{now} held now, {nonces_before} when the scenario started") })
+        let listing = format!("{now} held now, {nonces_before} when the scenario started");
+        Ok(Consumed { count, listing: Box::new(move || listing) })
     }
 
     fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {

@@ -131,7 +131,7 @@ fn on_store(expectation: &Expectation, context: &Context<'_>) -> ExpectationResu
             Expectation::NotesCount(expected) => notes_count(&world.notes()?, *expected),
             Expectation::ConsumedCount(expected) => {
                 let consumed = world.consumed()?;
-                consumed_count(consumed.count, *expected, &consumed.listing)
+                consumed_count(consumed.count, *expected, consumed.listing)
             }
             Expectation::Nonce { answer, record } => {
                 let nonce = match nonce_of(answer, context.answers, context.history) {
@@ -216,11 +216,11 @@ pub(crate) fn notes_count(notes: &[Note], expected: usize) -> Result<(), String>
 }
 
 /// `expect consumed N`: `found` consumed nonces, described by `listing`.
-pub(crate) fn consumed_count(found: usize, expected: usize, listing: &str) -> Result<(), String> {
+pub(crate) fn consumed_count(found: usize, expected: usize, listing: impl FnOnce() -> String) -> Result<(), String> {
     if found == expected {
         Ok(())
     } else {
-        Err(format!("expected {expected} consumed nonces, found {found}: {listing}"))
+        Err(format!("expected {expected} consumed nonces, found {found}: {}", listing()))
     }
 }
 

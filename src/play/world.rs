@@ -78,12 +78,12 @@ impl Refused {
     }
 }
 
-/// How a consumed-nonce count was found, for messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Consumed {
+/// How many nonces a world's replay store consumed, and how the count was found, for messages.
+pub struct Consumed<'w> {
     pub count: usize,
-    /// What was counted (the records, or how the count was taken).
-    pub listing: String,
+    /// What was counted (the records, or how the count was taken), written only for a message: a count that
+    /// is the one expected needs none.
+    pub listing: Box<dyn FnOnce() -> String + 'w>,
 }
 
 /// What the interpreter tells a world's transcript as it goes.
@@ -149,7 +149,7 @@ pub trait World {
     fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String>;
 
     /// Nonces consumed since the scenario began.
-    fn consumed(&self) -> Result<Consumed, String>;
+    fn consumed(&self) -> Result<Consumed<'_>, String>;
 
     /// The record a nonce was consumed with (`None`: unused).
     fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String>;

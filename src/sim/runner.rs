@@ -390,7 +390,7 @@ fn execute(prepared: &Prepared<'_>, options: &RunOptions, routing: Routing, judg
     let played = play::play(scenario, &mut world);
     let cluster = world.cluster;
     let final_notes = cluster.note_store().listing().iter().map(|n| n.id.clone()).collect();
-    let final_consumed = cluster.replay_store().consumed().len();
+    let final_consumed = cluster.replay_store().consumed_count();
     let deliveries = cluster.deliveries();
     let (mut transcript, history, decisions) = cluster.into_parts();
     // What ran, when it is not the real servers without faults: the header names it.

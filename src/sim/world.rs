@@ -159,9 +159,10 @@ impl World for SimWorld {
         Ok(self.cluster.note_store().listing())
     }
 
-    fn consumed(&self) -> Result<Consumed, String> {
-        let records: Vec<String> = self.cluster.replay_store().consumed().iter().map(|(_, record)| record.to_json().to_string()).collect();
-        Ok(Consumed { count: records.len(), listing: records.join(" ") })
+    fn consumed(&self) -> Result<Consumed<'_>, String> {
+        let store = self.cluster.replay_store();
+        let listing = move || store.consumed().iter().map(|(_, record)| record.to_json().to_string()).collect::<Vec<_>>().join(" ");
+        Ok(Consumed { count: store.consumed_count(), listing: Box::new(listing) })
     }
 
     fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {

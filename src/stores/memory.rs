@@ -580,6 +580,11 @@ impl MemoryReplayStore {
         }
     }
 
+    /// How many nonces are consumed ([`MemoryReplayStore::consumed`]'s length, without reading the records).
+    pub fn consumed_count(&self) -> usize {
+        self.lock().entries.values().filter(|held| !matches!(held.outcome, Outcome::Pending)).count()
+    }
+
     /// Consumed nonces and their records, in nonce order (for inspection and transcripts).
     pub fn consumed(&self) -> Vec<(String, ClaimRecord)> {
         let ledger = self.lock();
@@ -729,6 +734,23 @@ mod tests {
         );
         assert_eq!(ledger.reserve(&claim("new", 9_000), Entry::Pending, 3_100, limits), Ok(()));
         assert_eq!(ledger.entries.keys().map(NonceKey::text).collect::<Vec<_>>(), ["new"], "both expired entries were pruned");
+    }
+
+    #[test]
+    fn the_consumed_count_leaves_pending_claims_out_as_the_listing_does() {
+        let notes = Arc::new(MemoryNoteStore::new(Vec::new()));
+        let limits = ReplayLimits::with_share(8, 100, 100);
+        let replay = MemoryReplayStore::new(notes, Arc::new(TestClock(AtomicU64::new(1_000))), limits);
+        assert_eq!(replay.consumed_count(), 0);
+        replay.lock().reserve(&claim("pending", 9_000), Entry::Pending, 1_000, limits).unwrap();
+        replay
+            .lock()
+            .reserve(&claim("deleted", 9_000), Entry::Consumed(ClaimRecord::Deleted { note_id: "n1".into() }), 1_000, limits)
+            .unwrap();
+        replay.lock().reserve(&claim("cancelled", 9_000), Entry::Consumed(ClaimRecord::Cancelled), 1_000, limits).unwrap();
+        assert_eq!(replay.len(), 3);
+        assert_eq!(replay.consumed().len(), 2);
+        assert_eq!(replay.consumed_count(), 2);
     }
 
     #[tokio::test]

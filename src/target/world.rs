@@ -224,7 +224,7 @@ impl World for TargetWorld<'_, '_> {
         Err("a target's store is not read; its effects are probed (see [effects])".into())
     }
 
-    fn consumed(&self) -> Result<Consumed, String> {
+    fn consumed(&self) -> Result<Consumed<'_>, String> {
         Err("a target's replay store is not read".into())
     }
 
