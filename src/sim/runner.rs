@@ -396,7 +396,7 @@ fn execute(prepared: &Prepared<'_>, options: &RunOptions, routing: Routing, judg
     // What ran, when it is not the real servers without faults: the header names it.
     transcript.mutant = options.mutant.map(str::to_string);
     transcript.summary = if transcript.recording { scenario.summary.clone() } else { Vec::new() };
-    transcript.faults = options.faults.as_ref().map(|plan| {
+    transcript.faults = options.faults.as_ref().filter(|_| transcript.recording).map(|plan| {
         let instance = |index: usize| scenario.cluster.instances.get(index).map_or_else(|| format!("instance {index}"), |i| i.name.clone());
         plan.iter().map(|fault| fault.describe(&instance)).collect()
     });

@@ -6,6 +6,7 @@ use super::*;
 
 pub(super) fn liveness(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
+    let all_mutations = mutations(history);
     for operation in &history.operations {
         let first = operation.id;
         if history.attempts.contains_key(&first) || operation.notification || history.stranded.contains(&first) {
@@ -27,14 +28,17 @@ pub(super) fn liveness(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
         // A mutation this request's own attempts made must reach its client: the last answer reports it,
         // directly or as the outcome of the used confirmation (an expired state is the one excuse: the design
         // promises the recovery only while the state lives).
-        let made: Vec<String> = mutations(history)
-            .into_iter()
-            .filter(|(effect, _)| effect.operation.is_some_and(|id| attempts.contains(&id)))
-            .map(|(_, mutation)| mutation.describe())
-            .collect();
+        let made = || {
+            all_mutations
+                .iter()
+                .filter(|(effect, _)| effect.operation.is_some_and(|id| attempts.contains(&id)))
+                .map(|(_, mutation)| mutation)
+        };
+        let reported = reported(response);
         let expired = matches!(reading::reason(response), Some(reading::STATE_EXPIRED | reading::REPLAY_WINDOW_CLOSED));
-        let learned = matches!(reported(response), Some(Reported::Deletion(_) | Reported::Export(_)));
-        if !made.is_empty() && !expired && !learned {
+        let learned = matches!(reported, Some(Reported::Deletion(_) | Reported::Export(_)));
+        if !expired && !learned && made().next().is_some() {
+            let made: Vec<String> = made().map(Mutation::describe).collect();
             violations.push(Violation {
                 property: Property::Liveness,
                 message: format!(
@@ -47,7 +51,7 @@ pub(super) fn liveness(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
             });
             continue;
         }
-        if matches!(reported(response), Some(Reported::InProgress)) {
+        if matches!(reported, Some(Reported::InProgress)) {
             violations.push(Violation {
                 property: Property::Liveness,
                 message: format!(

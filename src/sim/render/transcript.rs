@@ -237,7 +237,8 @@ pub enum Entry {
     },
 }
 
-/// One run's transcript. When not recording (benchmarks), entries are not kept.
+/// One run's transcript. When not recording (benchmarks, explorations), entries are not kept, nor the
+/// summary and the faults' descriptions, which only a rendering reads.
 #[derive(Debug, Clone, Default)]
 pub struct Transcript {
     pub scenario: String,
@@ -251,7 +252,8 @@ pub struct Transcript {
     pub entries: Vec<Entry>,
     /// The zoo mutant that ran instead of the real servers, if one did.
     pub mutant: Option<String>,
-    /// With faults on, the faults of the run's plan (empty: faults on, none drawn); `None` without faults.
+    /// With faults on, the faults of the run's plan (empty: faults on, none drawn); `None` without faults (and
+    /// when not recording).
     pub faults: Option<Vec<String>>,
     /// The scenario's opening comment (what it teaches), shown at the top of the compact form.
     pub summary: Vec<String>,
