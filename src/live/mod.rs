@@ -387,15 +387,7 @@ impl<'a> LiveWorld<'a> {
     fn record(&mut self, outgoing: &Outgoing, response: Option<Value>) -> OperationId {
         let id = OperationId(self.history.operations.len());
         let client = &self.scenario.cluster.clients[outgoing.client];
-        let exact = String::from_utf8_lossy(&outgoing.bytes()).into_owned();
-        let value = match &outgoing.value {
-            Some(value) => Some(value.clone()),
-            None => serde_json::from_slice::<Value>(&outgoing.bytes()).ok(),
-        };
-        let request_exact = match &value {
-            Some(value) if serde_json::to_string(value).ok().as_deref() == Some(exact.as_str()) => None,
-            _ => Some(exact),
-        };
+        let (value, _, request_exact) = outgoing.recorded();
         let outcome = match response {
             Some(value) => Outcome::Answered { value: Arc::new(value), at_ms: 0, delivery: id.0 + 1 },
             None => Outcome::NoResponse(NoResponse::Notification),

@@ -87,13 +87,8 @@ impl<'f, 't> TargetWorld<'f, 't> {
         let id = OperationId(self.history.operations.len());
         let client = &self.scenario.cluster.clients[outgoing.client];
         let target = Fleet::instance_name(to);
-        let value = outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok());
-        let exact = String::from_utf8_lossy(&outgoing.bytes()).into_owned();
-        let request_exact = match &value {
-            Some(v) if serde_json::to_string(v).ok().as_deref() == Some(exact.as_str()) => None,
-            _ => Some(exact.clone()),
-        };
-        self.transcript.push(format!("→ {target} {}: {exact}", client.name));
+        let (value, text, request_exact) = outgoing.recorded();
+        self.transcript.push(format!("→ {target} {}: {text}", client.name));
         let outcome = match answer {
             Ok(Some(value)) => {
                 self.transcript.push(format!("← {target} {}: {value}", client.name));
