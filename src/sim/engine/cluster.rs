@@ -1086,10 +1086,11 @@ impl Cluster {
                 let browser = matches!(self.roles[from], Role::Client(client) if self.clients[client].browser);
                 let protocol_version = headers.as_ref().and_then(|h| h.protocol_version.as_deref());
                 if let Some((adapter, _)) = &self.legacy[index] {
-                    if is_legacy_http(protocol_version, session.as_deref(), &body.bytes()) {
+                    let bytes = body.bytes();
+                    if is_legacy_http(protocol_version, session.as_deref(), &bytes) {
                         // A dual-era instance sends a legacy request to its adapter, as `serve --eras both` does.
                         let memory = (self.era_variant != EraVariant::Real).then(|| self.legacy_memory[index].clone());
-                        let bytes = body.bytes().into_owned();
+                        let bytes = bytes.into_owned();
                         let task = legacy::handle_request(adapter.clone(), self.exchange.clone(), from, principal, bytes, session, memory);
                         return self.spawn(to, cause, reply_to, None, task);
                     }
