@@ -198,15 +198,8 @@ impl<'h> Reading<'h> {
     }
 }
 
-/// Every string inside a JSON value.
-pub fn strings(value: &Value) -> Vec<&str> {
-    let mut found = Vec::new();
-    strings_into(value, &mut found, &mut Vec::new());
-    found
-}
-
-/// [`strings`] into `found` (emptied first), with `pending` as the walk's stack: a caller reading many values
-/// keeps both and allocates them once.
+/// Every string inside a JSON value, into `found` (emptied first), with `pending` as the walk's stack: a
+/// caller reading many values keeps both and allocates them once.
 pub fn strings_into<'v>(value: &'v Value, found: &mut Vec<&'v str>, pending: &mut Vec<&'v Value>) {
     found.clear();
     pending.clear();
