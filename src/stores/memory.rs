@@ -133,11 +133,8 @@ impl MemoryNoteStore {
 
     /// The notes in listing order, shared: the same list is handed out again until something changes.
     pub fn listing(&self) -> Arc<Vec<Note>> {
-        let mut notes = self.lock();
-        if notes.shared.is_none() {
-            notes.shared = Some(Arc::new(notes.listing.values().cloned().collect()));
-        }
-        notes.shared.clone().unwrap_or_default()
+        let notes = &mut *self.lock();
+        notes.shared.get_or_insert_with(|| Arc::new(notes.listing.values().cloned().collect())).clone()
     }
 
     /// How many notes the store holds.

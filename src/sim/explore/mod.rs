@@ -65,11 +65,13 @@ pub struct Exploration {
 
 impl Exploration {
     fn note_properties(&mut self, failures: &[Failure]) {
-        for property in failures.iter().filter_map(property_of) {
-            if !self.properties_broken.contains(&property) {
-                self.properties_broken.push(property);
-                self.properties_broken.sort();
-            }
+        failures.iter().filter_map(property_of).for_each(|property| self.note_property(property));
+    }
+
+    /// Adds `property` to the set broken, kept sorted.
+    fn note_property(&mut self, property: Property) {
+        if let Err(place) = self.properties_broken.binary_search(&property) {
+            self.properties_broken.insert(place, property);
         }
     }
 
@@ -118,12 +120,7 @@ impl Exploration {
         if let Some(example) = other.first_crash {
             keep_lowest(&mut self.first_crash, example);
         }
-        for property in other.properties_broken {
-            if !self.properties_broken.contains(&property) {
-                self.properties_broken.push(property);
-            }
-        }
-        self.properties_broken.sort();
+        other.properties_broken.into_iter().for_each(|property| self.note_property(property));
     }
 }
 
@@ -269,8 +266,7 @@ pub fn explore_with_coverage(
     (exploration, coverage.unwrap_or_else(|| Coverage::new(faults)))
 }
 
-/// One thread's seeds: each seed's deliveries and outcome, in the order it ran them, and what they reached.
-/// What one thread found, over the seeds it ran.
+/// What one thread found over the seeds it ran, and what they reached.
 type Chunk = (Exploration, Option<Coverage>);
 
 fn explore_seeds(
