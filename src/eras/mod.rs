@@ -546,6 +546,20 @@ mod tests {
     }
 
     #[test]
+    fn bytes_that_are_no_json_rpc_request_are_refused_as_the_modern_pipeline_refuses_them() {
+        let client = scripted(json!({ "elicitation": {} }), vec![]);
+        let handle = |raw: &[u8]| block_on(client.adapter.handle("alice", Channel::Stdio, raw, &client));
+        let unparsed = handle(b"{\"jsonrpc\": \"2.0\", \"id\": 3, ");
+        assert_eq!(unparsed.http_status, 400);
+        let body = unparsed.response.unwrap();
+        assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (Value::Null, json!(-32700)), "{body}");
+        let no_method = handle(br#"{"jsonrpc":"2.0","id":4,"method":""}"#);
+        let body = no_method.response.unwrap();
+        assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(4), json!(-32600)), "{body}");
+        assert!(client.asked.lock().unwrap().is_empty(), "nothing was asked of the client");
+    }
+
+    #[test]
     fn a_legacy_client_without_elicitation_gets_the_modern_capability_refusal() {
         let client = scripted(json!({}), vec![]);
         assert_eq!(delete(&client, ALICE_WORKSPACE)["error"]["code"], -32021);
