@@ -198,15 +198,15 @@ impl<'h> Reading<'h> {
     }
 }
 
-/// Every string inside a JSON value, into `found` (emptied first), with `pending` as the walk's stack: a
-/// caller reading many values keeps both and allocates them once.
-pub fn strings_into<'v>(value: &'v Value, found: &mut Vec<&'v str>, pending: &mut Vec<&'v Value>) {
+/// Every string inside a JSON value that `keep` keeps, into `found` (emptied first), with `pending` as the
+/// walk's stack: a caller reading many values keeps both and allocates them once.
+pub fn strings_into<'v>(value: &'v Value, keep: impl Fn(&str) -> bool, found: &mut Vec<&'v str>, pending: &mut Vec<&'v Value>) {
     found.clear();
     pending.clear();
     pending.push(value);
     while let Some(value) = pending.pop() {
         match value {
-            Value::String(text) => found.push(text.as_str()),
+            Value::String(text) if keep(text) => found.push(text.as_str()),
             Value::Array(items) => pending.extend(items.iter()),
             Value::Object(map) => pending.extend(map.values()),
             _ => {}

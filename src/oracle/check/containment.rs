@@ -71,7 +71,8 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     let (mut strings, mut sent, mut pending, mut candidates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for operation in &history.operations {
         let super::super::history::Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
-        reading::strings_into(value, &mut strings, &mut pending);
+        // Only a string holding the known URIs' common prefix can show one of them.
+        reading::strings_into(value, |text| known_uris.may_occur_in(text), &mut strings, &mut pending);
         candidates.clear();
         candidates.extend(strings.iter().flat_map(|text| known_uris.starting_in(text)));
         if candidates.is_empty() {
@@ -81,7 +82,7 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
         candidates.dedup();
         // Echoing what the client itself sent discloses nothing.
         match operation.request_value.as_deref() {
-            Some(request) => reading::strings_into(request, &mut sent, &mut pending),
+            Some(request) => reading::strings_into(request, |text| known_uris.may_occur_in(text), &mut sent, &mut pending),
             None => sent.clear(),
         }
         let shows = |texts: &[&str], uri: &str| texts.iter().any(|text| reading::shows_uri(text, uri));
@@ -123,6 +124,11 @@ impl<'u> KnownUris<'u> {
         lengths.sort_unstable();
         lengths.dedup();
         KnownUris { uris, finder: memchr::memmem::Finder::new(common_prefix(uris)), lengths }
+    }
+
+    /// Whether any known URI may occur in `text`: whether it holds their common prefix.
+    fn may_occur_in(&self, text: &str) -> bool {
+        self.finder.find(text.as_bytes()).is_some()
     }
 
     /// Every known URI that occurs in `text` (starts where the common prefix does and spells out in full),
