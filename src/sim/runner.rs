@@ -204,7 +204,8 @@ pub fn run_prepared(prepared: &Prepared<'_>, options: &RunOptions) -> RunReport 
     let (statelessness, differences) =
         if options.check_statelessness { compare_rerouted(prepared, options, &outcome) } else { (Statelessness::NotChecked, Vec::new()) };
     let mut violations = check::check_properties(&outcome.history);
-    if violations.is_empty() {
+    // Only a kept transcript shows the line (the judged list is worked out for nothing otherwise).
+    if violations.is_empty() && outcome.transcript.recording {
         let names: Vec<&str> = check::judged(&outcome.history).into_iter().map(Property::as_str).collect();
         let text = format!("properties held: {}", names.join(", "));
         outcome.transcript.push(Entry::Check { line: 0, text, failure: None });
