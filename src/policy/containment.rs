@@ -7,6 +7,7 @@
 //! Containment compares whole segments: `/work/notes-evil` is not inside `/work/notes`.
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+use std::borrow::Cow;
 
 /// Longest URI we will look at; longer input is refused, not truncated.
 pub(crate) const URI_CHARS_MAX: usize = 4096;
@@ -83,11 +84,21 @@ impl FileUri {
             None => return Err(UriError::Relative),
         };
         let host = normalize_host(authority)?;
-        let decoded = percent_decode_str(path).decode_utf8().map_err(|_| UriError::Encoding)?;
-        if decoded.chars().any(|c| c == '\\' || c.is_control()) {
+        // Every server request and every store search parses a URI: a path without `%` is its own decoding
+        // (already UTF-8), and an ASCII one is checked byte by byte, the same test as by character.
+        let escaped = path.contains('%');
+        let decoded: Cow<'_, str> =
+            if escaped { percent_decode_str(path).decode_utf8().map_err(|_| UriError::Encoding)? } else { Cow::Borrowed(path) };
+        let forbidden = if decoded.is_ascii() {
+            decoded.bytes().any(|b| b == b'\\' || b.is_ascii_control())
+        } else {
+            decoded.chars().any(|c| c == '\\' || c.is_control())
+        };
+        if forbidden {
             return Err(UriError::ForbiddenCharacter);
         }
-        if looks_percent_encoded(&decoded) {
+        // Only a decoded escape can leave a `%` behind.
+        if escaped && looks_percent_encoded(&decoded) {
             return Err(UriError::DoubleEncoded);
         }
         let mut normalized = String::with_capacity(decoded.len());
@@ -301,7 +312,48 @@ mod tests {
         assert_eq!(inside("filé://x"), Err(UriError::NotFile));
     }
 
+    /// [`FileUri::parse`] as written before its fast paths: every path decoded, every character tested,
+    /// every decoding searched for a leftover escape.
+    fn parse_reference(input: &str) -> Result<FileUri, UriError> {
+        let rest = input.strip_prefix("file://").ok_or(UriError::NotFile)?;
+        let (authority, path) = rest.find('/').map(|slash| (&rest[..slash], &rest[slash..])).ok_or(UriError::Relative)?;
+        let host = normalize_host(authority)?;
+        let decoded = percent_decode_str(path).decode_utf8().map_err(|_| UriError::Encoding)?;
+        if decoded.chars().any(|c| c == '\\' || c.is_control()) {
+            return Err(UriError::ForbiddenCharacter);
+        }
+        if looks_percent_encoded(&decoded) {
+            return Err(UriError::DoubleEncoded);
+        }
+        let mut normalized = String::new();
+        for segment in decoded.split('/') {
+            match segment {
+                "" | "." => {}
+                ".." => match normalized.rfind('/') {
+                    Some(last) => normalized.truncate(last),
+                    None => return Err(UriError::Escapes),
+                },
+                other => {
+                    normalized.push('/');
+                    normalized.push_str(other);
+                }
+            }
+        }
+        Ok(FileUri { host, path: normalized })
+    }
+
     proptest! {
+        /// The fast paths (no `%`: no decoding; ASCII: bytes tested) parse exactly as the plain checks do:
+        /// paths with and without escapes, C0 and C1 controls (raw and escaped), backslashes, dot segments,
+        /// invalid UTF-8 escapes and non-ASCII text.
+        #[test]
+        fn the_fast_paths_parse_as_the_plain_checks(
+            pieces in proptest::collection::vec("(%|%25|%2[fF]|%2[eE]|%5[cC]|%0[0aA]|%[cC]2%85|%[fF][fF]|%41|\\\\|\u{1}|\u{7f}|\u{85}|é|a|/|\\.|\\.\\.)", 0..10),
+        ) {
+            let input = format!("file:///{}", pieces.concat());
+            prop_assert_eq!(FileUri::parse(&input), parse_reference(&input));
+        }
+
         #[test]
         fn parse_never_panics(input in ".{0,200}") {
             let _ = FileUri::parse(&input);
