@@ -66,8 +66,12 @@ impl Location {
     }
 }
 
-/// One round of `%XX` decoding; a malformed escape or invalid UTF-8 is `None`.
-fn percent_decode(text: &str) -> Option<String> {
+/// One round of `%XX` decoding; a malformed escape or invalid UTF-8 is `None`. Text without `%` is its own
+/// decoding (the checker places every URI an answer shows).
+fn percent_decode(text: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if !text.contains('%') {
+        return Some(std::borrow::Cow::Borrowed(text));
+    }
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut index = 0;
@@ -82,7 +86,7 @@ fn percent_decode(text: &str) -> Option<String> {
             index += 1;
         }
     }
-    String::from_utf8(out).ok()
+    String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
 }
 
 fn hex(byte: u8) -> Option<u8> {
