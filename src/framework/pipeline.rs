@@ -10,7 +10,7 @@
 
 use crate::wire::errors::RpcError;
 use crate::wire::headers::{check_routing_headers, RoutingHeaders};
-use crate::wire::jsonrpc::{error_response, parse_decoded, parse_json, result_response, Incoming, Rejected, RequestId};
+use crate::wire::jsonrpc::{into_error_response, parse_decoded, parse_json, result_response, Incoming, Rejected, RequestId};
 use crate::wire::meta::{check_version, read_meta, RequestMeta};
 use async_trait::async_trait;
 use serde_json::Value;
@@ -23,8 +23,9 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn error(id: Option<&RequestId>, error: &RpcError) -> Reply {
-        Reply { response: Some(error_response(id, error)), http_status: error.http_status }
+    fn error(id: Option<&RequestId>, error: RpcError) -> Reply {
+        let http_status = error.http_status;
+        Reply { response: Some(into_error_response(id, error)), http_status }
     }
 }
 
@@ -144,7 +145,7 @@ pub async fn handle_message<S: Service + ?Sized>(service: &S, principal: &str, r
 pub async fn handle_exchange<S: Service + ?Sized>(service: &S, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> Exchange {
     match parse_json(raw) {
         Ok(value) => serve_incoming(service, principal, parse_decoded(&value, raw.len()), headers).await,
-        Err(rejected) => Exchange::reply(Reply::error(rejected.id.as_ref(), &rejected.error)),
+        Err(rejected) => Exchange::reply(Reply::error(rejected.id.as_ref(), rejected.error)),
     }
 }
 
@@ -169,7 +170,7 @@ async fn serve_incoming<S: Service + ?Sized>(
 ) -> Exchange {
     let incoming = match incoming {
         Ok(incoming) => incoming,
-        Err(rejected) => return Exchange::reply(Reply::error(rejected.id.as_ref(), &rejected.error)),
+        Err(rejected) => return Exchange::reply(Reply::error(rejected.id.as_ref(), rejected.error)),
     };
     let (id, method, params) = match incoming {
         // Never executed, never answered: a request method sent as a notification has no caller to tell.
@@ -199,7 +200,7 @@ async fn serve_incoming<S: Service + ?Sized>(
         Ok(meta) => meta,
         Err(error) => {
             service.refused(principal, &id, method, params, &error).await;
-            return Exchange::reply(Reply::error(Some(&id), &error));
+            return Exchange::reply(Reply::error(Some(&id), error));
         }
     };
     let no_params = Value::Object(Default::default());
@@ -210,6 +211,6 @@ async fn serve_incoming<S: Service + ?Sized>(
             notifications.truncate(NOTIFICATIONS_PER_REQUEST_MAX);
             Exchange { notifications, reply: Reply { response: Some(result_response(&id, result)), http_status: 200 }, feed }
         }
-        Err(error) => Exchange::reply(Reply::error(Some(&id), &error)),
+        Err(error) => Exchange::reply(Reply::error(Some(&id), error)),
     }
 }

@@ -299,11 +299,16 @@ impl RpcError {
     }
 
     pub fn to_json(&self) -> Value {
+        self.clone().into_json()
+    }
+
+    /// [`RpcError::to_json`], moving the message and data instead of copying them.
+    pub fn into_json(self) -> Value {
         let mut error = Map::new();
         error.insert("code".into(), json!(self.code));
-        error.insert("message".into(), json!(self.message));
-        if let Some(data) = &self.data {
-            error.insert("data".into(), data.clone());
+        error.insert("message".into(), Value::String(self.message));
+        if let Some(data) = self.data {
+            error.insert("data".into(), data);
         }
         Value::Object(error)
     }

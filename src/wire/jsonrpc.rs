@@ -157,8 +157,13 @@ pub fn notification(method: &str, params: Value) -> Value {
 
 /// `{"jsonrpc":"2.0","id":…|null,"error":{…}}`.
 pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
+    into_error_response(id, error.clone())
+}
+
+/// [`error_response`] for an error the caller is done with: its message and data move into the response.
+pub(crate) fn into_error_response(id: Option<&RequestId>, error: RpcError) -> Value {
     let id = id.map(RequestId::to_json).unwrap_or(Value::Null);
-    super::object([("jsonrpc", "2.0".into()), ("id", id), ("error", error.to_json())])
+    super::object([("jsonrpc", "2.0".into()), ("id", id), ("error", error.into_json())])
 }
 
 #[cfg(test)]

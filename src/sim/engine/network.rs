@@ -116,12 +116,20 @@ impl Network {
             Hold::UntilDelivery(_) => 1,
             Hold::UntilQuiet => 2,
         };
-        let Some(eligible) = self.in_flight.values().map(|e| class(e)).min() else { return Vec::new() };
-        self.in_flight
-            .values()
-            .filter(|e| class(e) == eligible)
-            .map(|e| Ready { envelope: e.id, from: e.from, to: e.to, deliver_at_ms: e.deliver_at_ms })
-            .collect()
+        // One pass (the cluster asks before every delivery): a lower class found drops what was kept so far.
+        let mut eligible = u8::MAX;
+        let mut ready = Vec::new();
+        for envelope in self.in_flight.values() {
+            let class = class(envelope);
+            if class < eligible {
+                eligible = class;
+                ready.clear();
+            }
+            if class == eligible {
+                ready.push(Ready { envelope: envelope.id, from: envelope.from, to: envelope.to, deliver_at_ms: envelope.deliver_at_ms });
+            }
+        }
+        ready
     }
 
     pub fn take(&mut self, id: u64) -> Option<Envelope> {
