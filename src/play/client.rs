@@ -144,10 +144,13 @@ pub(crate) fn answer_params(
         return Err(format!("the result asks {} questions; this client answers exactly one", requests.len()));
     };
     // The form's params without its `_meta` (the client adds its own again), copied without it.
-    let mut params: Map<String, Value> = match form_request.get("params") {
-        Some(Value::Object(params)) => params.iter().filter(|(key, _)| *key != "_meta").map(|(k, v)| (k.clone(), v.clone())).collect(),
-        _ => Map::new(),
-    };
+    let mut params = Map::new();
+    if let Some(Value::Object(form_params)) = form_request.get("params") {
+        // Inserted in key order, one by one: collecting would gather them in a vector and sort it first.
+        for (key, value) in form_params.iter().filter(|(key, _)| *key != "_meta") {
+            params.insert(key.clone(), value.clone());
+        }
+    }
     if let Some(arguments) = arguments {
         params.insert("arguments".into(), arguments);
     }
