@@ -16,8 +16,7 @@ fn two_rounds_over_stdio_delete_the_chosen_note() {
     assert_eq!(resource_names(&server.call(&resources_list(4))), ["note-3", "note-14", "note-99"]);
     assert_eq!(reason(&server.call(&round_two(5, &state, "note-3"))), "state_consumed", "one confirmation, one delete");
 
-    let stderr = server.stderr();
-    let (status, stdout) = server.finish();
+    let (status, stdout, stderr) = server.finish_with_stderr();
     assert!(status.success(), "end of input stops the server cleanly: {status:?}");
     assert_eq!(stdout.len(), 5, "one line per response, nothing else on stdout: {stdout:?}");
     for line in &stdout {

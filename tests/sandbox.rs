@@ -157,10 +157,8 @@ fn off_is_off_and_required_says_the_abi() {
 fn serve_line(scene: &Scene, mode: &str) -> String {
     let store = format!("dir:{}=file:///Users/alice/Documents", scene.notes().display());
     let mut server = StdioServer::start(&["--store", &store, "--sandbox", mode]);
-    // Answered only after the start-up line was logged.
     assert!(server.call(&resources_list(1))["result"].is_object());
-    let logs = server.stderr();
-    let (status, _) = server.finish();
+    let (status, _, logs) = server.finish_with_stderr();
     assert!(status.success(), "{logs:?}");
     logs.into_iter().find(|line| line.contains("serving stdio")).expect("a start-up line")
 }
@@ -181,8 +179,8 @@ fn a_sandboxed_stdio_server_deletes_the_chosen_file_and_only_it() {
     let state = round_one["result"]["requestState"].as_str().unwrap().to_string();
     assert_deleted(&server.call(&round_two(2, &state, "Notes/tps-2024")), "Notes/tps-2024");
     assert_eq!(reason(&server.call(&round_two(3, &state, "Notes/tps-2025"))), "state_consumed");
-    let logs = server.stderr().join("\n");
-    let (status, _) = server.finish();
+    let (status, _, logs) = server.finish_with_stderr();
+    let logs = logs.join("\n");
     assert!(status.success());
     assert!(logs.contains("sandbox: active"), "{logs}");
     assert!(!scene.notes().join("Notes/tps-2024.md").exists());

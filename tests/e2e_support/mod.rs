@@ -303,6 +303,7 @@ pub struct StdioServer {
     stdout_lines: Arc<Mutex<Vec<String>>>,
     stdout_reader: Option<JoinHandle<()>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    stderr_reader: Option<JoinHandle<()>>,
 }
 
 impl StdioServer {
@@ -317,8 +318,8 @@ impl StdioServer {
             .expect("the mcpsim binary starts");
         let stdin = child.stdin.take();
         let (stdout_lines, stdout, stdout_reader) = collect_lines(child.stdout.take().unwrap());
-        let (stderr, _, _) = collect_lines(child.stderr.take().unwrap());
-        StdioServer { child, stdin, stdout, stdout_lines, stdout_reader: Some(stdout_reader), stderr }
+        let (stderr, _, stderr_reader) = collect_lines(child.stderr.take().unwrap());
+        StdioServer { child, stdin, stdout, stdout_lines, stdout_reader: Some(stdout_reader), stderr, stderr_reader: Some(stderr_reader) }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -354,6 +355,20 @@ impl StdioServer {
         (status, self.stdout_lines.lock().unwrap().clone())
     }
 
+    /// [`StdioServer::finish`], and every stderr line: read after the process exited, so a log line written
+    /// just before an answer cannot still be on its way (what [`StdioServer::stderr`] shows of a running one).
+    pub fn finish_with_stderr(mut self) -> (ExitStatus, Vec<String>, Vec<String>) {
+        let stderr_reader = self.stderr_reader.take();
+        let stderr = self.stderr.clone();
+        let (status, stdout) = self.finish();
+        if let Some(reader) = stderr_reader {
+            reader.join().expect("the stderr reader does not panic");
+        }
+        let stderr = stderr.lock().unwrap().clone();
+        (status, stdout, stderr)
+    }
+
+    /// The stderr lines read so far (the process may still be writing).
     pub fn stderr(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
     }
