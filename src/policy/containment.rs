@@ -102,21 +102,7 @@ impl FileUri {
         if escaped && looks_percent_encoded(&decoded) {
             return Err(UriError::DoubleEncoded);
         }
-        let mut normalized = String::with_capacity(decoded.len());
-        for segment in split_at_slashes(&decoded) {
-            match segment {
-                "" | "." => {}
-                ".." => match normalized.rfind('/') {
-                    Some(last) => normalized.truncate(last),
-                    None => return Err(UriError::Escapes),
-                },
-                other => {
-                    normalized.push('/');
-                    normalized.push_str(other);
-                }
-            }
-        }
-        Ok(FileUri { host, path: normalized })
+        Ok(FileUri { host, path: normalized_path(&decoded)? })
     }
 
     /// True when `other` is this URI or lies below it, comparing whole path segments on the same host.
@@ -233,6 +219,26 @@ fn normalize_host(authority: &str) -> Result<String, UriError> {
     }
 }
 
+/// A decoded path without its empty and dot segments, each `..` removing the segment before it (none left to
+/// remove: it escapes the root).
+fn normalized_path(decoded: &str) -> Result<String, UriError> {
+    let mut normalized = String::with_capacity(decoded.len());
+    for segment in split_at_slashes(decoded) {
+        match segment {
+            "" | "." => {}
+            ".." => match normalized.rfind('/') {
+                Some(last) => normalized.truncate(last),
+                None => return Err(UriError::Escapes),
+            },
+            other => {
+                normalized.push('/');
+                normalized.push_str(other);
+            }
+        }
+    }
+    Ok(normalized)
+}
+
 /// The pieces of `text` between slashes, empty ones included: `text.split('/')`, found byte by byte.
 fn split_at_slashes(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = Some(text);
@@ -332,7 +338,8 @@ mod tests {
     }
 
     /// [`FileUri::parse`] as written before its fast paths: every path decoded, every character tested,
-    /// every decoding searched for a leftover escape.
+    /// every decoding searched for a leftover escape, the separators found by `str` (the normalization after
+    /// them is shared; its splitting has a test of its own below).
     fn parse_reference(input: &str) -> Result<FileUri, UriError> {
         let rest = input.strip_prefix("file://").ok_or(UriError::NotFile)?;
         let (authority, path) = rest.find('/').map(|slash| (&rest[..slash], &rest[slash..])).ok_or(UriError::Relative)?;
@@ -344,21 +351,7 @@ mod tests {
         if looks_percent_encoded(&decoded) {
             return Err(UriError::DoubleEncoded);
         }
-        let mut normalized = String::new();
-        for segment in decoded.split('/') {
-            match segment {
-                "" | "." => {}
-                ".." => match normalized.rfind('/') {
-                    Some(last) => normalized.truncate(last),
-                    None => return Err(UriError::Escapes),
-                },
-                other => {
-                    normalized.push('/');
-                    normalized.push_str(other);
-                }
-            }
-        }
-        Ok(FileUri { host, path: normalized })
+        Ok(FileUri { host, path: normalized_path(&decoded)? })
     }
 
     proptest! {
