@@ -219,18 +219,18 @@ impl KeyRing {
         if token.len() > STATE_CHARS_MAX {
             return Err(OpenError::Malformed);
         }
-        // Exactly four parts: three dots, found as bytes (every request of a second round opens a state).
-        let mut dots = token.bytes().enumerate().filter(|&(_, byte)| byte == b'.').map(|(at, _)| at);
-        let (Some(first), Some(second), Some(third), None) = (dots.next(), dots.next(), dots.next(), dots.next()) else {
+        let mut parts = token.split('.');
+        let (Some(format), Some(key_id), Some(payload), Some(tag), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return Err(OpenError::Malformed);
         };
-        let (format, key_id, payload, tag) = (&token[..first], &token[first + 1..second], &token[second + 1..third], &token[third + 1..]);
         if format != FORMAT || key_id.is_empty() || payload.is_empty() {
             return Err(OpenError::Malformed);
         }
         let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| OpenError::Malformed)?;
         let key = self.keys.get(key_id).ok_or(OpenError::Signature)?;
-        let signed_part = &token[..third];
+        let signed_part = &token[..token.len() - tag_len(token)];
         Self::mac(key, signed_part).verify_slice(&tag).map_err(|_| OpenError::Signature)?;
         let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|_| OpenError::Malformed)?;
         serde_json::from_slice(&bytes).map_err(|_| OpenError::Malformed)
@@ -247,6 +247,11 @@ pub fn read_unverified(token: &str) -> Option<StateClaims> {
 /// The key id a token names (unverified: call after the token has been opened).
 pub(crate) fn key_id_of(token: &str) -> Option<&str> {
     token.split('.').nth(1)
+}
+
+/// Length of `.<tag>` at the end of the token.
+fn tag_len(token: &str) -> usize {
+    token.len() - token.rfind('.').expect("checked: four parts")
 }
 
 #[cfg(test)]
