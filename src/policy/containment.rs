@@ -107,9 +107,10 @@ impl FileUri {
 
     /// True when `other` is this URI or lies below it, comparing whole path segments on the same host.
     pub fn contains(&self, other: &FileUri) -> bool {
-        self.host == other.host
-            && other.path.starts_with(&self.path)
-            && matches!(other.path.as_bytes().get(self.path.len()), None | Some(b'/'))
+        let (root, path) = (self.path.as_bytes(), other.path.as_bytes());
+        same_text(&self.host, &other.host)
+            && path.get(..root.len()).is_some_and(|start| same_bytes(start, root))
+            && matches!(path.get(root.len()), None | Some(b'/'))
     }
 
     /// The decoded path segments, without dot segments.
@@ -202,6 +203,19 @@ impl std::fmt::Display for FileUri {
         }
         Ok(())
     }
+}
+
+/// `a == b`, without asking the C library to compare zero bytes. Every local URI's host is empty, and an empty
+/// `String`'s pointer is dangling: glibc's AVX-512 `memcmp` (the one it picks on AMD Zen 4, among others)
+/// answers such a zero-length comparison in 95–170 ns (a masked load of an unmapped page, which the CPU
+/// completes with a microcode assist), where a short comparison takes 2 ns. Measured 2026-12-02 on the 2-core
+/// machine; it was 5% of a simulated flow. Stores comparing a note's (often empty) revision use it too.
+pub fn same_text(a: &str, b: &str) -> bool {
+    same_bytes(a.as_bytes(), b.as_bytes())
+}
+
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
 }
 
 fn normalize_host(authority: &str) -> Result<String, UriError> {
@@ -319,6 +333,17 @@ mod tests {
         assert_eq!(inside("file:///Users/alice/Documents/Notes/..%5cprivate.md"), Err(UriError::ForbiddenCharacter));
         assert_eq!(inside("file:///Users/alice/Documents/Notes/a%00.md"), Err(UriError::ForbiddenCharacter));
         assert_eq!(inside("file:///Users/alice/Documents/Notes/%ff.md"), Err(UriError::Encoding));
+    }
+
+    #[test]
+    fn same_text_is_equality_including_empty_strings() {
+        assert!(same_text("", &String::new()));
+        assert!(same_text("notes", "notes"));
+        assert!(!same_text("", "n"));
+        assert!(!same_text("notes", "noted"));
+        let root = FileUri::parse("file:///").unwrap();
+        assert!(root.contains(&FileUri::parse("file:///a/b.md").unwrap()), "the root holds every local path");
+        assert!(!root.contains(&FileUri::parse("file://host/a.md").unwrap()), "but not another host's");
     }
 
     #[test]
