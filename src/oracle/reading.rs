@@ -62,8 +62,8 @@ impl<'de> serde::Deserialize<'de> for NonceClaim {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NonceClaim, A::Error> {
                 let mut nonce = None;
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    if key == "nonce" {
+                while let Some(IsNonce(is_nonce)) = map.next_key::<IsNonce>()? {
+                    if is_nonce {
                         nonce = Some(map.next_value::<Value>()?);
                     } else {
                         map.next_value::<serde::de::IgnoredAny>()?;
@@ -73,6 +73,26 @@ impl<'de> serde::Deserialize<'de> for NonceClaim {
             }
         }
         deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// Whether a claims object's key is `nonce`, read without making a string of it (a `Cow<str>` key would
+/// be built as an owned `String` for every claim).
+struct IsNonce(bool);
+
+impl<'de> serde::Deserialize<'de> for IsNonce {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = IsNonce;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a claim's name")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<IsNonce, E> {
+                Ok(IsNonce(key == "nonce"))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
     }
 }
 
@@ -105,6 +125,9 @@ pub struct Reading<'h> {
     continuations: Vec<Option<Continuation<'h>>>,
     /// Token → every answer that carried it as `result.requestState`, in operation order.
     issued: BTreeMap<&'h str, Vec<Issue<'h>>>,
+    /// Per operation: its answer to the question its state asked (see [`Reading::answer`]), read once: every
+    /// property asks for it.
+    answers: Vec<Option<&'h Map<String, Value>>>,
 }
 
 impl<'h> Reading<'h> {
@@ -144,7 +167,9 @@ impl<'h> Reading<'h> {
                 offered,
             });
         }
-        Reading { history, continuations, issued }
+        let mut reading = Reading { history, continuations, issued, answers: Vec::new() };
+        reading.answers = history.operations.iter().map(|operation| reading.find_answer(operation)).collect();
+        reading
     }
 
     pub fn operation(&self, id: OperationId) -> &'h Operation {
@@ -169,9 +194,12 @@ impl<'h> Reading<'h> {
     /// issuing form asked (extra, unrequested keys are ignored, as servers ignore them). For a state nobody
     /// issued, the one entry if there is exactly one.
     pub fn answer(&self, id: OperationId) -> Option<&'h Map<String, Value>> {
-        let operation = self.operation(id);
+        self.answers[id.0]
+    }
+
+    fn find_answer(&self, operation: &'h Operation) -> Option<&'h Map<String, Value>> {
         let responses = operation.params()?.get("inputResponses")?.as_object()?;
-        let asked: Vec<&str> = match self.continuation(id) {
+        let asked: Vec<&str> = match self.continuation(operation.id) {
             Some(c) => self.issues(c.token).iter().flat_map(|issue| issue.asked.iter().copied()).collect(),
             None => Vec::new(),
         };
@@ -273,5 +301,7 @@ mod tests {
         );
         assert_eq!(state_nonce(&token(r#"{"nonce":"n-1","x":{"deep":[1,2,{"a":null}]}}"#)).as_deref(), Some("n-1"));
         assert_eq!(state_nonce(&token(r#"{"nonce":"n-1""#)), None, "not JSON");
+        assert_eq!(state_nonce(&token(r#"{"non\u0063e":"n-3"}"#)).as_deref(), Some("n-3"), "an escaped name is still `nonce`");
+        assert_eq!(state_nonce(&token(r#"{"Nonce":"n-4","nonces":"n-5"}"#)), None, "only that exact name");
     }
 }
