@@ -337,7 +337,9 @@ mod tests {
 
     #[test]
     fn same_text_is_equality_including_empty_strings() {
-        assert!(same_text("", &String::new()));
+        // An empty `String` (whose pointer is dangling, the case `same_text` exists for) against a literal.
+        let empty = String::new();
+        assert!(same_text("", empty.as_str()));
         assert!(same_text("notes", "notes"));
         assert!(!same_text("", "n"));
         assert!(!same_text("notes", "noted"));
