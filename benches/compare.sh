@@ -32,8 +32,14 @@ fi
 build() {
     local tree=$1 target=$2
     (cd "$tree" && CARGO_TARGET_DIR=$target cargo build --release --quiet) >&2
-    (cd "$tree" && CARGO_TARGET_DIR=$target cargo bench --no-run --bench sim_flows --message-format=json 2>/dev/null) |
-        sed -n 's/.*"executable":"\([^"]*sim_flows[^"]*\)".*/\1/p' | tail -1
+    local exe
+    exe=$( (cd "$tree" && CARGO_TARGET_DIR=$target cargo bench --no-run --bench sim_flows --message-format=json 2>/dev/null) |
+        sed -n 's/.*"executable":"\([^"]*sim_flows[^"]*\)".*/\1/p' | tail -1) || exe=""
+    if [ -z "$exe" ] || [ ! -x "$exe" ]; then
+        echo "compare.sh: no sim_flows bench built in $tree; run \`cargo bench --no-run --bench sim_flows\` there to see why" >&2
+        exit 1
+    fi
+    echo "$exe"
 }
 
 echo "building $base_rev and $(git -C "$root" rev-parse --short HEAD) (each release build takes minutes)" >&2

@@ -686,6 +686,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_guarded_delete_needs_the_revision_the_form_showed() {
+        let (notes, _, _) = fixture(10);
+        // Seeded notes have an empty revision: an empty one matches it, any other is another copy.
+        assert_eq!(notes.delete_if_inside("n1", "copy-1", &workspace()).await, Ok(GuardedDelete::Gone));
+        assert!(matches!(notes.delete_if_inside("n1", "", &workspace()).await, Ok(GuardedDelete::Deleted(n)) if n.id == "n1"));
+        // After a swap the note is `copy-1`: the empty revision a form showed before no longer matches.
+        assert!(notes.swap("n2"));
+        assert_eq!(notes.delete_if_inside("n2", "", &workspace()).await, Ok(GuardedDelete::Gone));
+        assert!(matches!(notes.delete_if_inside("n2", "copy-1", &workspace()).await, Ok(GuardedDelete::Deleted(n)) if n.id == "n2"));
+    }
+
+    #[tokio::test]
     async fn a_nonce_is_claimed_once() {
         let (_, _, replay) = fixture(10);
         assert_eq!(replay.claim(claim("x", 2_000)).await, Ok(ClaimOutcome::Claimed));
