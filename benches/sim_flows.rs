@@ -8,6 +8,8 @@
 //! transcript recording, and each measured twice: in wall-clock time (`two_round_delete/…`) and in the
 //! CPU time of the benchmark thread (`two_round_delete_cpu/…`, Linux only), which is what "flows per
 //! second on one core" means and which other processes competing for the CPU do not inflate.
+//! Beside them, the floor (`handlers_alone_cpu/…`): the same requests through the same pipeline entry against
+//! memory stores called directly, with no simulator around them — what the unchanged handlers alone cost.
 //! Run with `cargo bench --bench sim_flows`.
 //!
 //! The allocator is the `mcpsim` binary's (mimalloc, with the default `cli` feature), so the figures are
@@ -92,5 +94,111 @@ fn flows(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, flows);
+/// The floor under a simulated flow: the requests the simulated client sends (taken from a run's history;
+/// each round 2 given the state its round 1 just sealed) through the pipeline entry the instances call,
+/// against fresh memory stores holding the scenario's notes, called directly: no cluster, network,
+/// scheduler, history, expectations or checker. Only the pipeline calls are timed (thread CPU time); making
+/// the stores and the server, and the client's copy of each round 2, are not. A simulated flow cannot cost
+/// less than this; `two_round_delete_cpu/…` less this is what the simulator adds.
+fn handlers_alone(c: &mut Criterion) {
+    use mcpsim::assembly::{notes_server, NotesPorts};
+    use mcpsim::framework::pipeline::handle_decoded_exchange;
+    use mcpsim::framework::ports::Note;
+    use mcpsim::policy::authorization::Authorizations;
+    use mcpsim::policy::state::KeyRing;
+    use mcpsim::servers::notes::{NotesConfig, NotesServer};
+    use mcpsim::stores::deterministic::{ManualClock, SeededNonces};
+    use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+    use mcpsim::wire::headers::RoutingHeaders;
+    use serde_json::Value;
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+
+    /// One request as the pipeline receives it: the value, its headers and its length in bytes.
+    struct Sent {
+        value: Value,
+        headers: RoutingHeaders,
+        length: usize,
+    }
+    // The memory stores answer at once: one poll finishes every call.
+    fn now<F: Future>(future: F) -> F::Output {
+        match std::pin::pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(output) => output,
+            Poll::Pending => panic!("a memory store call waited"),
+        }
+    }
+    if thread_cpu_ns().is_none() {
+        return;
+    }
+    let mut authorizations = Authorizations::new();
+    authorizations.grant("alice", "file:///w").expect("a valid workspace");
+    let config = Arc::new(NotesConfig {
+        server_info: mcpsim::config::deployment::server_info(),
+        authorizations: Arc::new(authorizations),
+        key_ring: KeyRing::new("k1", vec![7; 32]).expect("a valid key"),
+        // The scenario's (the notes server's default): it only changes digits inside the state.
+        state_ttl_ms: 300_000,
+    });
+    for (name, flows) in [("one_flow_per_run", 1), ("twenty_flows_per_run", FLOWS_PER_RUN)] {
+        let scenario = scenario_with(flows);
+        let report = runner::run(&scenario, &options(false));
+        let sent: Vec<Sent> = report
+            .history
+            .operations
+            .iter()
+            .filter_map(|operation| operation.request_value.as_deref())
+            .map(|value| Sent {
+                value: value.clone(),
+                headers: RoutingHeaders::for_message(value),
+                length: serde_json::to_vec(value).expect("serializes").len(),
+            })
+            .collect();
+        assert_eq!(sent.len(), 2 * flows, "each flow sends round 1, then round 2");
+        let notes: Vec<Note> = report.history.initial_notes.to_vec();
+        let server = |seed: u64| -> NotesServer {
+            let clock = Arc::new(ManualClock::new(1_000));
+            let notes = Arc::new(MemoryNoteStore::new(notes.clone()));
+            let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
+            let nonces = Arc::new(SeededNonces::new(seed));
+            notes_server(config.clone(), NotesPorts { notes, replay, clock, nonces, out_of_band: None })
+        };
+        let mut group = c.benchmark_group(format!("handlers_alone_cpu/{name}"));
+        group.throughput(Throughput::Elements(flows as u64));
+        group.bench_function("two_round_delete", |b| {
+            b.iter_custom(|iterations| {
+                let mut spent = 0;
+                for iteration in 0..iterations {
+                    let server = server(iteration);
+                    for pair in sent.chunks(2) {
+                        let (round_1, round_2) = (&pair[0], &pair[1]);
+                        let mut accept = round_2.value.clone();
+                        let start = thread_cpu_ns().unwrap_or(0);
+                        let first = now(handle_decoded_exchange(
+                            &server,
+                            "alice",
+                            black_box(&round_1.value),
+                            round_1.length,
+                            Some(&round_1.headers),
+                        ));
+                        spent += thread_cpu_ns().unwrap_or(0).saturating_sub(start);
+                        let state = first.reply.response.as_ref().and_then(|r| r["result"]["requestState"].as_str());
+                        accept["params"]["requestState"] = Value::from(state.expect("round 1 asks which note"));
+                        let start = thread_cpu_ns().unwrap_or(0);
+                        let second =
+                            now(handle_decoded_exchange(&server, "alice", black_box(&accept), round_2.length, Some(&round_2.headers)));
+                        spent += thread_cpu_ns().unwrap_or(0).saturating_sub(start);
+                        let deleted = second.reply.response.as_ref().map(|r| &r["result"]["structuredContent"]["deleted"]);
+                        assert_eq!(deleted, Some(&Value::Bool(true)), "round 2 deletes: {:?}", second.reply.response);
+                        black_box((first, second));
+                    }
+                }
+                Duration::from_nanos(spent)
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, flows, handlers_alone);
 criterion_main!(benches);

@@ -30,7 +30,7 @@ impl RoutingHeaders {
     /// is a string). A value that is not printable ASCII travels base64-wrapped (`=?base64?…?=`), as
     /// SPEC-HTTP-13 asks. The one builder of these headers: the simulator's clients, live mode and every HTTP
     /// client of ours use it, so all worlds take the pipeline's header check the same way.
-    pub(crate) fn for_message(message: &Value) -> RoutingHeaders {
+    pub fn for_message(message: &Value) -> RoutingHeaders {
         let text = |value: Option<&Value>| value.and_then(Value::as_str).map(encode_header_value);
         let params = message.get("params");
         let method = message.get("method").and_then(Value::as_str);
