@@ -9,7 +9,10 @@
 #   - sim_flows: criterion's median flows per CPU-second of the benchmark thread (two_round_delete_cpu/…);
 #   - explore: user CPU seconds of `mcpsim explore 04-accepts-race-for-one-note --seeds 4000 --jobs 1`,
 #     without and with `--faults all`.
-# and prints each figure, then the median ratio (this tree over BASE_REV). Only ratios of one run mean anything on
+#   - the floor, this tree only (where its bench has it): handlers_alone_cpu/…, the same requests through the
+#     pipeline with no simulator around them;
+# and prints each figure, then the median ratio (this tree over BASE_REV), and per flow what the handlers alone
+# and the simulator take against what five times BASE_REV's rate would allow. Only ratios of one run mean anything on
 # a shared machine: a figure of the same binary moves by ±10% within minutes there. BASE_REV must have the
 # `sim_flows` bench and `mcpsim explore` (1cdc87f, the baseline of the scale issue, has both).
 set -euo pipefail
@@ -50,13 +53,13 @@ new_bin=$dir/new-target/release/mcpsim
 results=$dir/results.txt
 : >"$results"
 
-# One criterion run of every CPU-time shape; each binary writes its own criterion folder, so no run is compared
-# with the other tree's.
+# One criterion run of every CPU-time shape matching $3 (default the simulated flows); each binary writes its own
+# criterion folder, so no run is compared with the other tree's.
 flows() {
-    local which=$1 exe=$2
-    CRITERION_HOME=$dir/criterion-$which "$exe" --bench two_round_delete_cpu/ --warm-up-time 2 --measurement-time 8 --noplot 2>/dev/null |
+    local which=$1 exe=$2 filter=${3:-two_round_delete_cpu/}
+    CRITERION_HOME=$dir/criterion-$which "$exe" --bench "$filter" --warm-up-time 2 --measurement-time 8 --noplot 2>/dev/null |
         awk -v which="$which" '
-            /^two_round_delete_cpu/ { name = $1 }
+            /^(two_round_delete_cpu|handlers_alone_cpu)\// { name = $1 }
             /thrpt:/ && name != "" {
                 value = $4; unit = $5
                 if (unit ~ /^Kelem/) value *= 1000; else if (unit ~ /^Melem/) value *= 1000000
@@ -79,6 +82,8 @@ for round in $(seq 1 "$rounds"); do
         explore "$which" "$bin" >>"$results"
         explore "$which" "$bin" --faults all >>"$results"
     done
+    # The floor (the handlers alone, no simulator around them), where this tree's bench has it.
+    flows new "$new_bench" handlers_alone_cpu/ >>"$results"
 done
 
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -89,10 +94,20 @@ figures = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(sys.argv[1]):
     which, name, value = line.split()
     figures[name][which].append(float(value))
+floors = {name.split("/")[1]: statistics.median(by["new"]) for name, by in figures.items() if name.startswith("handlers_alone_cpu/")}
 for name, by in sorted(figures.items()):
+    if name.startswith("handlers_alone_cpu/"):
+        continue
     base, new = by["base"], by["new"]
     # Explore figures are seconds (lower is better), flows are rates (higher is better).
     ratio = statistics.median(base) / statistics.median(new) if name.startswith("explore") else statistics.median(new) / statistics.median(base)
     show = lambda values: ", ".join(f"{v:g}" for v in values)
     print(f"{name}\n  base: {show(base)}\n  new:  {show(new)}\n  ratio of medians: {ratio:.2f}x")
+    shape = name.split("/")[1] if name.startswith("two_round_delete_cpu/") else None
+    if shape in floors:
+        # Per flow, in µs of CPU: what five times the base allows, what the handlers alone take, what the simulator adds.
+        us = lambda rate: 1e6 / rate
+        budget, floor, total = us(5 * statistics.median(base)), us(floors[shape]), us(statistics.median(new))
+        print(f"  per flow: {total:.1f} us, of which the handlers alone {floor:.1f} us and the simulator {total - floor:.1f} us;"
+              f" five times the base allows {budget:.1f} us, leaving the simulator {budget - floor:.1f} us")
 EOF
