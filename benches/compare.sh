@@ -9,10 +9,11 @@
 #   - sim_flows: criterion's median flows per CPU-second of the benchmark thread (two_round_delete_cpu/…);
 #   - explore: user CPU seconds of `mcpsim explore 04-accepts-race-for-one-note --seeds 4000 --jobs 1`,
 #     without and with `--faults all`.
-#   - the floor, this tree only (where its bench has it): handlers_alone_cpu/…, the same requests through the
-#     pipeline with no simulator around them;
+#   - the floor: handlers_alone_cpu/…, the same requests through the pipeline with no simulator around them, of
+#     this tree and of BASE_REV when its bench has it or benches/compare-BASE_REV.patch adds it (that patch is
+#     applied to the worktree only; 1cdc87f's instances received bytes, so its floor parses each request);
 # and prints each figure, then the median ratio (this tree over BASE_REV), and per flow what the handlers alone
-# and the simulator take against what five times BASE_REV's rate would allow. Only ratios of one run mean anything on
+# and the simulator take, against what five times BASE_REV's rate would allow and against BASE_REV's own split. Only ratios of one run mean anything on
 # a shared machine: a figure of the same binary moves by ±10% within minutes there. BASE_REV must have the
 # `sim_flows` bench and `mcpsim explore` (1cdc87f, the baseline of the scale issue, has both).
 set -euo pipefail
@@ -28,7 +29,12 @@ worktree=$dir/base-tree
 if [ ! -d "$worktree" ]; then
     git -C "$root" worktree add --detach "$worktree" "$base_rev" >/dev/null
 else
-    git -C "$worktree" checkout --detach --quiet "$base_rev"
+    git -C "$worktree" checkout --detach --quiet --force "$base_rev"
+fi
+# The floor ported to BASE_REV, when this tree carries a port for it (measurement only: never committed there).
+floor_patch=$root/benches/compare-$base_rev.patch
+if [ -f "$floor_patch" ]; then
+    git -C "$worktree" apply "$floor_patch"
 fi
 
 # Builds the tree at $1 into target directory $2 and prints the sim_flows executable's path.
@@ -82,7 +88,8 @@ for round in $(seq 1 "$rounds"); do
         explore "$which" "$bin" >>"$results"
         explore "$which" "$bin" --faults all >>"$results"
     done
-    # The floor (the handlers alone, no simulator around them), where this tree's bench has it.
+    # The floor (the handlers alone, no simulator around them), where the bench has it.
+    flows base "$base_bench" handlers_alone_cpu/ >>"$results"
     flows new "$new_bench" handlers_alone_cpu/ >>"$results"
 done
 
@@ -94,7 +101,8 @@ figures = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(sys.argv[1]):
     which, name, value = line.split()
     figures[name][which].append(float(value))
-floors = {name.split("/")[1]: statistics.median(by["new"]) for name, by in figures.items() if name.startswith("handlers_alone_cpu/")}
+floors = {(which, name.split("/")[1]): statistics.median(values)
+          for name, by in figures.items() if name.startswith("handlers_alone_cpu/") for which, values in by.items() if values}
 for name, by in sorted(figures.items()):
     if name.startswith("handlers_alone_cpu/"):
         continue
@@ -104,10 +112,15 @@ for name, by in sorted(figures.items()):
     show = lambda values: ", ".join(f"{v:g}" for v in values)
     print(f"{name}\n  base: {show(base)}\n  new:  {show(new)}\n  ratio of medians: {ratio:.2f}x")
     shape = name.split("/")[1] if name.startswith("two_round_delete_cpu/") else None
-    if shape in floors:
-        # Per flow, in µs of CPU: what five times the base allows, what the handlers alone take, what the simulator adds.
-        us = lambda rate: 1e6 / rate
-        budget, floor, total = us(5 * statistics.median(base)), us(floors[shape]), us(statistics.median(new))
+    us = lambda rate: 1e6 / rate
+    if ("new", shape) in floors:
+        # Per flow, in µs of CPU: what the handlers alone take, what the simulator adds, what five times the base allows.
+        budget, floor, total = us(5 * statistics.median(base)), us(floors[("new", shape)]), us(statistics.median(new))
         print(f"  per flow: {total:.1f} us, of which the handlers alone {floor:.1f} us and the simulator {total - floor:.1f} us;"
               f" five times the base allows {budget:.1f} us, leaving the simulator {budget - floor:.1f} us")
+        if ("base", shape) in floors:
+            base_total, base_floor = us(statistics.median(base)), us(floors[("base", shape)])
+            print(f"  base per flow: {base_total:.1f} us, of which the handlers alone {base_floor:.1f} us and the simulator"
+                  f" {base_total - base_floor:.1f} us; ratios: handlers {base_floor / floor:.2f}x,"
+                  f" simulator {(base_total - base_floor) / (total - floor):.2f}x")
 EOF
