@@ -206,10 +206,11 @@ impl std::fmt::Display for FileUri {
 }
 
 /// `a == b`, without asking the C library to compare zero bytes. Every local URI's host is empty, and an empty
-/// `String`'s pointer is dangling: glibc's AVX-512 `memcmp` (the one it picks on AMD Zen 4, among others)
+/// `String`'s pointer is dangling: glibc's AVX-512 `memcmp` (the one it picks on AVX-512 AMD CPUs, among others)
 /// answers such a zero-length comparison in 95–170 ns (a masked load of an unmapped page, which the CPU
 /// completes with a microcode assist), where a short comparison takes 2 ns. Measured 2026-12-02 on the 2-core
-/// machine; it was 5% of a simulated flow. Stores comparing a note's (often empty) revision use it too.
+/// machine (an AMD EPYC, family 26: Zen 5), where a simulated flow made 9 such comparisons (about 1 µs of its
+/// 20). Stores comparing a note's (often empty) revision use it too.
 pub fn same_text(a: &str, b: &str) -> bool {
     same_bytes(a.as_bytes(), b.as_bytes())
 }
