@@ -76,7 +76,9 @@ fn flows(c: &mut Criterion) {
             group.throughput(Throughput::Elements(flows as u64));
             group.bench_function(label, |b| b.iter(|| black_box(runner::run(black_box(&scenario), &options))));
             group.finish();
-            if thread_cpu_ns().is_some() {
+            if thread_cpu_ns().is_none() {
+                eprintln!("two_round_delete_cpu/{name}/{label}: not measured: this platform has no per-thread CPU clock");
+            } else {
                 let mut group = c.benchmark_group(format!("two_round_delete_cpu/{name}"));
                 group.throughput(Throughput::Elements(flows as u64));
                 group.bench_function(label, |b| {
@@ -117,6 +119,7 @@ fn handlers_alone(c: &mut Criterion) {
 
     /// One request as the pipeline receives it: the value, its headers and its length in bytes.
     struct Sent {
+        principal: String,
         value: Value,
         headers: RoutingHeaders,
         length: usize,
@@ -129,29 +132,38 @@ fn handlers_alone(c: &mut Criterion) {
         }
     }
     if thread_cpu_ns().is_none() {
+        eprintln!("handlers_alone_cpu: not measured: this platform has no per-thread CPU clock");
         return;
     }
-    let mut authorizations = Authorizations::new();
-    authorizations.grant("alice", "file:///w").expect("a valid workspace");
-    let config = Arc::new(NotesConfig {
-        server_info: mcpsim::config::deployment::server_info(),
-        authorizations: Arc::new(authorizations),
-        key_ring: KeyRing::new("k1", vec![7; 32]).expect("a valid key"),
-        // The scenario's (the notes server's default): it only changes digits inside the state.
-        state_ttl_ms: 300_000,
-    });
     for (name, flows) in [("one_flow_per_run", 1), ("twenty_flows_per_run", FLOWS_PER_RUN)] {
         let scenario = scenario_with(flows);
         let report = runner::run(&scenario, &options(false));
+        // The scenario's grants; any key will do (each round 2 carries the state this server sealed).
+        let mut authorizations = Authorizations::new();
+        for principal in &scenario.cluster.principals {
+            for workspace in &principal.workspaces {
+                authorizations.grant(&principal.name, workspace).expect("the parser checked the workspace");
+            }
+        }
+        let config = Arc::new(NotesConfig {
+            server_info: mcpsim::config::deployment::server_info(),
+            authorizations: Arc::new(authorizations),
+            key_ring: KeyRing::new("k1", vec![7; 32]).expect("a valid key"),
+            // The notes server's default, as the scenario leaves it: it only changes digits inside the state.
+            state_ttl_ms: 300_000,
+        });
         let sent: Vec<Sent> = report
             .history
             .operations
             .iter()
-            .filter_map(|operation| operation.request_value.as_deref())
-            .map(|value| Sent {
-                value: value.clone(),
-                headers: RoutingHeaders::for_message(value),
-                length: serde_json::to_vec(value).expect("serializes").len(),
+            .filter_map(|operation| {
+                let value = operation.request_value.as_deref()?;
+                Some(Sent {
+                    principal: operation.principal.clone(),
+                    value: value.clone(),
+                    headers: RoutingHeaders::for_message(value),
+                    length: serde_json::to_vec(value).expect("serializes").len(),
+                })
             })
             .collect();
         assert_eq!(sent.len(), 2 * flows, "each flow sends round 1, then round 2");
@@ -176,7 +188,7 @@ fn handlers_alone(c: &mut Criterion) {
                         let start = thread_cpu_ns().unwrap_or(0);
                         let first = now(handle_decoded_exchange(
                             &server,
-                            "alice",
+                            &round_1.principal,
                             black_box(&round_1.value),
                             round_1.length,
                             Some(&round_1.headers),
@@ -185,8 +197,13 @@ fn handlers_alone(c: &mut Criterion) {
                         let state = first.reply.response.as_ref().and_then(|r| r["result"]["requestState"].as_str());
                         accept["params"]["requestState"] = Value::from(state.expect("round 1 asks which note"));
                         let start = thread_cpu_ns().unwrap_or(0);
-                        let second =
-                            now(handle_decoded_exchange(&server, "alice", black_box(&accept), round_2.length, Some(&round_2.headers)));
+                        let second = now(handle_decoded_exchange(
+                            &server,
+                            &round_2.principal,
+                            black_box(&accept),
+                            round_2.length,
+                            Some(&round_2.headers),
+                        ));
                         spent += thread_cpu_ns().unwrap_or(0).saturating_sub(start);
                         let deleted = second.reply.response.as_ref().map(|r| &r["result"]["structuredContent"]["deleted"]);
                         assert_eq!(deleted, Some(&Value::Bool(true)), "round 2 deletes: {:?}", second.reply.response);
