@@ -33,8 +33,9 @@ else
 fi
 # The floor ported to BASE_REV, when this tree carries a port for it (measurement only: never committed there).
 floor_patch=$root/benches/compare-$base_rev.patch
-if [ -f "$floor_patch" ]; then
-    git -C "$worktree" apply "$floor_patch"
+if [ -f "$floor_patch" ] && ! git -C "$worktree" apply "$floor_patch"; then
+    echo "compare.sh: $floor_patch does not apply to $base_rev in $worktree; fix the patch or move it aside to compare without the base's floor" >&2
+    exit 1
 fi
 
 # Builds the tree at $1 into target directory $2 and prints the sim_flows executable's path.
