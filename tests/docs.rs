@@ -16,7 +16,7 @@
 //!
 //! Each document runs in a scratch directory of its own (holding links to `scenarios/` and `examples/`),
 //! its blocks in order, so a file one block writes (a key file, a counterexample) is there for the next.
-//! A command already run by an earlier document, with nothing redirected, is not run twice. The README's
+//! A command already run by an earlier document, with nothing redirected, is not run twice. The documents'
 //! servers listen on fixed ports (8080-8082, 3000): a lock file serializes this test across checkouts on
 //! one machine, and a port some other process holds is reported as such.
 
@@ -30,7 +30,16 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
-const DOCUMENTS: [&str; 5] = ["README.md", "docs/simulator.md", "docs/exploring.md", "docs/conformance.md", "docs/targets.md"];
+/// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
+const DOCUMENTS: [&str; 7] = [
+    "README.md",
+    "docs/simulator.md",
+    "docs/exploring.md",
+    "docs/serving.md",
+    "docs/conformance.md",
+    "docs/targets.md",
+    "docs/benchmarks.md",
+];
 /// Longest a command may take (the slowest recipe takes well under a minute on the 2-core machine).
 const COMMAND_SECONDS_MAX: u64 = 600;
 /// Longest a server may take to listen.
@@ -388,7 +397,7 @@ impl Drop for Running {
     }
 }
 
-/// Holds the machine-wide lock for the README's fixed ports until dropped (closing the file releases it).
+/// Holds the machine-wide lock for the documents' fixed ports until dropped (closing the file releases it).
 struct PortLock {
     _file: std::fs::File,
 }
@@ -508,6 +517,33 @@ fn conformance_doc_recipes_run_as_written() {
 #[test]
 fn targets_doc_recipes_run_as_written() {
     run_document("docs/targets.md", &commands_before("docs/targets.md"));
+}
+
+#[test]
+fn serving_doc_recipes_run_as_written() {
+    run_document("docs/serving.md", &commands_before("docs/serving.md"));
+}
+
+#[test]
+fn benchmarks_doc_recipes_run_as_written() {
+    run_document("docs/benchmarks.md", &commands_before("docs/benchmarks.md"));
+}
+
+/// A document added under `docs/` with commands in it is run like the others: it must be listed in [`DOCUMENTS`]
+/// (which has a test per entry), so none can be left out by forgetting it.
+#[test]
+fn every_document_is_run() {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(Path::new(ROOT).join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let path = Path::new(ROOT).join("docs").join(&name);
+        if name.ends_with(".md") && !sh_blocks(&std::fs::read_to_string(path).unwrap()).is_empty() {
+            found.push(format!("docs/{name}"));
+        }
+    }
+    for document in found {
+        assert!(DOCUMENTS.contains(&document.as_str()), "{document} is not in DOCUMENTS: its commands would never run");
+    }
 }
 
 /// Every command of every document is treated somehow, every exception is still needed, and the README's two

@@ -1,6 +1,6 @@
 //! The HTTP limits attacked from outside: the real `mcpsim serve --http`, raw sockets, short deadlines.
 //!
-//! What it shows (README "The HTTP endpoint checks", `serve --help` "HTTP limits"):
+//! What it shows (docs/serving.md "The HTTP endpoint", `serve --help` "HTTP limits"):
 //! - slowloris: a connection that sends nothing, or half its headers, or stays idle after a response, is closed
 //!   by the server; a body that stalls, or drips one byte at a time, is answered `408` and its connection
 //!   closed — so a stalled request gives back what it held;
@@ -13,7 +13,7 @@
 //!
 //! Deadlines are set short (hidden test flags) so each attack resolves in well under a second. The tests
 //! assert what happens, never how fast: every wait is bounded by [`WAIT`] only so a broken server fails the
-//! test instead of hanging it. How long things take is measured by `benches/http_attack.py` (README).
+//! test instead of hanging it. How long things take is measured by `benches/http_attack.py` (docs/benchmarks.md).
 
 mod e2e_support;
 

@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn the_example_deployment_is_the_embedded_demo() {
-        // examples/deployment.toml is what README's fleet recipes pass to --config: the demo, written out.
+        // examples/deployment.toml is what the fleet recipes of docs/serving.md pass to --config: the demo, written out.
         let example = Deployment::from_toml(include_str!("../../examples/deployment.toml"), "examples/deployment.toml").unwrap();
         assert_eq!(format!("{example:?}"), format!("{:?}", Deployment::demo()));
     }
