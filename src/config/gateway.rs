@@ -1,5 +1,5 @@
 //! Gateway deployments: the backends (by id), the access policy, the issue tracker's data and the pins —
-//! from a TOML file, or the embedded demo (`src/gateway_demo.toml`, pinned by `src/gateway_pins.json`).
+//! from a TOML file, or the embedded demo (`src/config/gateway_demo.toml`, pinned by `src/config/gateway_pins.json`).
 //!
 //! [`crate::assembly`] builds the gateway and its backends from a file, for real processes and the simulator.
 
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(
             DEFAULT_PINS_JSON,
             expected.to_json_string(),
-            "the demo descriptors changed: review them, then regenerate with MCPSIM_BLESS_PINS=1 cargo test --lib gateway_config"
+            "the demo descriptors changed: review them, then regenerate with MCPSIM_BLESS_PINS=1 cargo test --lib config::gateway"
         );
         assert_eq!(default_pins().pins.keys().collect::<Vec<_>>(), ["issues.search", "notes.export", "notes.search"]);
     }

@@ -3,7 +3,7 @@
 //! Nothing here comes from the servers' code: the field names and reasons are the protocol's and the ones
 //! `GUARANTEES.md` documents, spelled once, here.
 
-use super::history::{History, Operation, OperationId};
+use super::history::{Attempt, History, Operation, OperationId};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{Map, Value};
@@ -222,7 +222,24 @@ impl<'h> Reading<'h> {
 
     /// `label` of an operation, for messages: `alice's request id 3 to i2 (retry 1)`.
     pub fn label(&self, operation: Option<OperationId>) -> String {
-        super::check::label(self.history, operation)
+        label(self.history, operation)
+    }
+}
+
+/// `alice's request id 3 to i2 (retry 1)`.
+pub(crate) fn label(history: &History, operation: Option<OperationId>) -> String {
+    match operation {
+        Some(id) => {
+            let op = &history.operations[id.0];
+            let request_id = op.request_value.as_ref().and_then(|v| v.get("id")).map(Value::to_string).unwrap_or_else(|| "-".into());
+            let attempt = match history.attempts.get(&id) {
+                Some(Attempt::Retry { number, .. }) => format!(" (retry {number})"),
+                Some(Attempt::Duplicate { .. }) => " (a network copy)".to_string(),
+                None => String::new(),
+            };
+            format!("{}'s request id {request_id} to {}{attempt}", op.client, op.instance)
+        }
+        None => "the admin".into(),
     }
 }
 

@@ -5,7 +5,8 @@
 //! judged by the simulator's runner, which plays the scenario a second time with rounds rerouted; the
 //! determinism of §4.6 by the tests that replay a run and compare its bytes.
 
-use super::history::{Attempt, Effect, EffectKind, Export, History, OperationId, Outcome};
+use super::history::{Effect, EffectKind, Export, History, OperationId, Outcome};
+pub(crate) use super::reading::label;
 use super::reading::{self, Reading};
 use crate::scenario::template::preview;
 use serde_json::Value;
@@ -191,23 +192,6 @@ pub(crate) fn reported(response: &Value) -> Option<Reported<'_>> {
         reading::CLAIM_IN_PROGRESS => Some(Reported::InProgress),
         reason @ (reading::NOTE_GONE | reading::NOTE_OUTSIDE_WORKSPACE) => Some(Reported::Unused(reason)),
         _ => None,
-    }
-}
-
-/// `alice's request id 3 to i2 (retry 1)`.
-pub(crate) fn label(history: &History, operation: Option<OperationId>) -> String {
-    match operation {
-        Some(id) => {
-            let op = &history.operations[id.0];
-            let request_id = op.request_value.as_ref().and_then(|v| v.get("id")).map(Value::to_string).unwrap_or_else(|| "-".into());
-            let attempt = match history.attempts.get(&id) {
-                Some(Attempt::Retry { number, .. }) => format!(" (retry {number})"),
-                Some(Attempt::Duplicate { .. }) => " (a network copy)".to_string(),
-                None => String::new(),
-            };
-            format!("{}'s request id {request_id} to {}{attempt}", op.client, op.instance)
-        }
-        None => "the admin".into(),
     }
 }
 

@@ -10,7 +10,7 @@
 //! * pins, rate-limit counters and the audit log: one in-memory instance of each (`stores::gateway`) shared
 //!   by every gateway instance; audit records become transcript events as they are appended.
 //!
-//! The deployment is the embedded demo gateway (`src/gateway_demo.toml`: backends `issues`, `notes`,
+//! The deployment is the embedded demo gateway (`src/config/gateway_demo.toml`: backends `issues`, `notes`,
 //! `notes_mirror`; its policy) with the embedded pins (`notes.*` and `issues.search` reviewed, the mirror not).
 
 use super::backend::{BackendActor, BackendClient};

@@ -14,6 +14,7 @@
 //! this simulator and the clock only moves forwards, so swapping can change the virtual time a delivery
 //! observes by a few milliseconds; no scenario here depends on that, and the seed's latencies are fixed.)
 
+use crate::oracle::check::Property;
 use crate::oracle::history::EffectKind;
 use crate::scenario::Scenario;
 use crate::sim::engine::faults::Fault;
@@ -141,7 +142,7 @@ pub fn shrink(
     seed: u64,
     faults: Option<&[Fault]>,
     choices: &[u32],
-    target: crate::sim::explore::reproducer::Breaks,
+    target: Breaks,
 ) -> Vec<u32> {
     let server = server.into();
     let prepared = Prepared::new(scenario);
@@ -250,4 +251,44 @@ fn search(scenario: &Scenario, server: ServerUnderTest, reduce: bool) -> Exhaust
     search.visit(Vec::new(), Vec::new(), None);
     search.result.end_states = search.end_states.len();
     search.result
+}
+
+/// What a counterexample breaks, and is shrunk to keep breaking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breaks {
+    Property(Property),
+    /// The expectation on this line of the scenario (a run that broke no property).
+    Expectation(usize),
+}
+
+impl Breaks {
+    /// What to shrink toward in a failed run: the first property it broke, else its first failed expectation.
+    pub fn of(failures: &[Failure]) -> Option<Breaks> {
+        let property = failures.iter().find_map(|f| match f.kind {
+            FailureKind::Property(property) => Some(Breaks::Property(property)),
+            _ => None,
+        });
+        property.or_else(|| failures.iter().find(|f| f.kind == FailureKind::Expectation).map(|f| Breaks::Expectation(f.line)))
+    }
+
+    pub fn in_failures(&self, failures: &[Failure]) -> bool {
+        failures.iter().any(|f| match *self {
+            Breaks::Property(property) => f.kind == FailureKind::Property(property),
+            Breaks::Expectation(line) => f.kind == FailureKind::Expectation && f.line == line,
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Breaks::Property(property) => format!("property {} broken", property.as_str()),
+            Breaks::Expectation(line) => format!("expectation at line {line} failed"),
+        }
+    }
+
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Breaks::Property(property) => property.as_str().to_string(),
+            Breaks::Expectation(line) => format!("expectation at line {line}"),
+        }
+    }
 }

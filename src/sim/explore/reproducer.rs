@@ -5,14 +5,14 @@
 //! the mutant (if any), the seed (latencies and nonces), whether faults were on, and the full decision log
 //! (every choice, and every fault where it fired), replayed strictly.
 
-use crate::oracle::check::Property;
 use crate::scenario::{self, Scenario};
 use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::engine::faults::Fault;
 use crate::sim::engine::scheduler::DecisionLog;
+pub use crate::sim::explore::exhaustive::Breaks;
 use crate::sim::explore::exhaustive::{choices_of, run_schedule, shrink};
 use crate::sim::explore::mutants;
-use crate::sim::runner::{self, Failure, FailureKind, Prepared, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
+use crate::sim::runner::{self, Prepared, RunOptions, RunReport, SchedulerChoice, ServerUnderTest};
 use serde::{Deserialize, Serialize};
 
 pub const REPRODUCER_FORMAT: &str = "mcpsim-reproducer/3";
@@ -35,46 +35,6 @@ pub struct Reproducer {
     /// are in `decisions.faults`.
     pub faults_on: bool,
     pub decisions: DecisionLog,
-}
-
-/// What a counterexample breaks, and is shrunk to keep breaking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Breaks {
-    Property(Property),
-    /// The expectation on this line of the scenario (a run that broke no property).
-    Expectation(usize),
-}
-
-impl Breaks {
-    /// What to shrink toward in a failed run: the first property it broke, else its first failed expectation.
-    pub fn of(failures: &[Failure]) -> Option<Breaks> {
-        let property = failures.iter().find_map(|f| match f.kind {
-            FailureKind::Property(property) => Some(Breaks::Property(property)),
-            _ => None,
-        });
-        property.or_else(|| failures.iter().find(|f| f.kind == FailureKind::Expectation).map(|f| Breaks::Expectation(f.line)))
-    }
-
-    pub fn in_failures(&self, failures: &[Failure]) -> bool {
-        failures.iter().any(|f| match *self {
-            Breaks::Property(property) => f.kind == FailureKind::Property(property),
-            Breaks::Expectation(line) => f.kind == FailureKind::Expectation && f.line == line,
-        })
-    }
-
-    pub fn describe(&self) -> String {
-        match self {
-            Breaks::Property(property) => format!("property {} broken", property.as_str()),
-            Breaks::Expectation(line) => format!("expectation at line {line} failed"),
-        }
-    }
-
-    fn label(&self) -> String {
-        match self {
-            Breaks::Property(property) => property.as_str().to_string(),
-            Breaks::Expectation(line) => format!("expectation at line {line}"),
-        }
-    }
 }
 
 fn server_for(mutant: Option<&str>) -> Result<ServerUnderTest, String> {

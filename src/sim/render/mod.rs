@@ -7,3 +7,19 @@ pub mod compact;
 pub mod html;
 pub mod mcp_trace;
 pub mod transcript;
+
+use transcript::{Format, Transcript};
+
+impl Transcript {
+    /// The transcript in `format`. Dispatched here, above the three renderers, so that the compact and mcp-trace
+    /// renderings can read the transcript without the transcript reaching back into them.
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Text => self.to_text(),
+            Format::Compact => compact::render(self),
+            Format::Jsonl => self.to_jsonl(),
+            Format::Mermaid => self.to_mermaid(),
+            Format::McpTrace => mcp_trace::render(self),
+        }
+    }
+}

@@ -287,16 +287,6 @@ impl Transcript {
         self.actors.get(actor).map(String::as_str).unwrap_or("?")
     }
 
-    pub fn render(&self, format: Format) -> String {
-        match format {
-            Format::Text => self.to_text(),
-            Format::Compact => crate::sim::render::compact::render(self),
-            Format::Jsonl => self.to_jsonl(),
-            Format::Mermaid => self.to_mermaid(),
-            Format::McpTrace => crate::sim::render::mcp_trace::render(self),
-        }
-    }
-
     pub fn to_text(&self) -> String {
         let name_width = self.actors.iter().map(String::len).max().unwrap_or(1);
         let last_seq = self.entries.iter().rev().find_map(|e| if let Entry::Delivery { seq, .. } = e { Some(*seq) } else { None });
