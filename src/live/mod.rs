@@ -582,6 +582,24 @@ impl World for LiveWorld<'_> {
 /// One conforming POST of `outgoing` with its routing headers. `Ok(None)`: answered 202 with no body (a
 /// notification). `Err`: the exchange failed at the transport (refused connection, timeout, a body that is
 /// not a JSON-RPC message).
+/// The JSON-RPC response in an SSE body: the data of its last message event that is a response (an `id` with a
+/// `result` or an `error`), else of its last message event; the events as `sse-stream` parses them.
+async fn sse_response(body: bytes::Bytes) -> String {
+    let mut events = std::pin::pin!(sse_stream::SseStream::new(http_body_util::Full::new(body)));
+    let mut last = None;
+    let mut response = None;
+    while let Some(Ok(event)) = std::future::poll_fn(|cx| futures_core::Stream::poll_next(events.as_mut(), cx)).await {
+        let Some(data) = event.data else { continue };
+        let is_response = serde_json::from_str::<Value>(&data)
+            .is_ok_and(|value| value.get("id").is_some() && (value.get("result").is_some() || value.get("error").is_some()));
+        if is_response {
+            response = Some(data.clone());
+        }
+        last = Some(data);
+    }
+    response.or(last).unwrap_or_default()
+}
+
 pub(crate) async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, PostError> {
     let authorization = format!("Bearer {token}");
     let mut headers = vec![
@@ -595,13 +613,7 @@ pub(crate) async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &O
         return Ok(None);
     }
     let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
-    // An SSE answer ends with the response as its last `data:` event.
-    let text = String::from_utf8_lossy(&answer.body);
-    let json = if streamed {
-        text.lines().filter_map(|l| l.strip_prefix("data:")).next_back().map(str::trim).unwrap_or("").to_string()
-    } else {
-        text.into_owned()
-    };
+    let json = if streamed { sse_response(answer.body.clone()).await } else { String::from_utf8_lossy(&answer.body).into_owned() };
     match serde_json::from_str::<Value>(&json) {
         Ok(value) => Ok(Some(value)),
         Err(_) if outgoing.notification => Ok(None),
@@ -696,6 +708,26 @@ mod tests {
     use super::*;
     use crate::play::parity::outcome_of_response;
     use serde_json::json;
+
+    fn sse(body: &'static str) -> String {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(sse_response(bytes::Bytes::from_static(body.as_bytes())))
+    }
+
+    #[test]
+    fn an_sse_answer_is_its_response_event_whole() {
+        // A notification first, then the response split over two `data:` lines (joined with a newline, which JSON
+        // reads as whitespace), CRLF line ends and a comment: the old last-`data:`-line reading got `"id":7}`.
+        let body = ": keep-alive\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n\
+                    data: {\"jsonrpc\":\"2.0\",\"result\":{\"ok\":true},\r\ndata: \"id\":7}\r\n\r\n";
+        let value: Value = serde_json::from_str(&sse(body)).unwrap();
+        assert_eq!(value, json!({"jsonrpc": "2.0", "result": {"ok": true}, "id": 7}));
+        // A response is preferred to a notification sent after it; with no response, the last event is read.
+        let after = "data: {\"id\":1,\"error\":{\"code\":-32601}}\n\ndata: {\"method\":\"notifications/message\"}\n\n";
+        assert_eq!(serde_json::from_str::<Value>(&sse(after)).unwrap(), json!({"id": 1, "error": {"code": -32601}}));
+        assert_eq!(sse("data: {\"method\":\"x\"}\n\n"), "{\"method\":\"x\"}");
+        assert_eq!(sse(""), "");
+    }
 
     #[test]
     fn outcomes_name_result_types_codes_and_reasons() {
