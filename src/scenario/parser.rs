@@ -1400,26 +1400,12 @@ const EXPECT_FORMS: [(&str, &str); 7] = [
 /// The keywords `word` is most likely a typo of (all of those equally close): within two edits, and fewer than
 /// half its letters.
 fn closest_keywords(word: &str, keywords: &[&'static str]) -> Vec<&'static str> {
-    let distances: Vec<(usize, &'static str)> = keywords.iter().map(|keyword| (edit_distance(word, keyword), *keyword)).collect();
+    let distances: Vec<(usize, &'static str)> = keywords.iter().map(|keyword| (strsim::levenshtein(word, keyword), *keyword)).collect();
     let Some(best) = distances.iter().map(|(distance, _)| *distance).min() else { return Vec::new() };
     if best == 0 || best > 2 || best * 2 >= word.chars().count() {
         return Vec::new();
     }
     distances.into_iter().filter(|(distance, _)| *distance == best).map(|(_, keyword)| keyword).collect()
-}
-
-/// Levenshtein distance (insertions, deletions and substitutions of characters).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            current.push((previous[j] + usize::from(ca != *cb)).min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
 }
 
 fn strip_comment(line: &str) -> &str {
