@@ -6,7 +6,8 @@
 use crate::framework::ports::Note;
 use crate::policy::authorization::Authorizations;
 use crate::policy::state::KeyRing;
-use crate::servers::notes::{NotesConfig, DEFAULT_STATE_TTL_MS};
+use crate::policy::state::DEFAULT_STATE_TTL_MS;
+use crate::servers::notes::NotesConfig;
 use crate::stores::system::random_key;
 use crate::wire::result::ServerInfo;
 use base64::Engine;

@@ -5,10 +5,10 @@
 
 use crate::config::ConfigError;
 use crate::policy::pinning::{PinFile, PublisherEvidence};
+use crate::policy::state::DEFAULT_STATE_TTL_MS;
 use crate::servers::gateway::backends::{issues_descriptors, notes_descriptors, Issue, LiveDescriptors, DESCRIPTORS_MAX};
 use crate::servers::gateway::policy::AccessPolicy;
 use crate::servers::gateway::ports::ToolListing;
-use crate::servers::gateway::DEFAULT_STATE_TTL_MS;
 use crate::wire::result::ServerInfo;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};

@@ -9,6 +9,48 @@ use crate::policy::state::{key_id_of, KeyRing, OpenError, StateClaims};
 use crate::wire::errors::{Reason, RpcError};
 use serde_json::{Map, Value};
 
+/// What the user did with an elicitation: MRTR's three answers, each a decision of its own (`GUARANTEES.md` §2.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Validate the content, then continue; absent content is never consent.
+    Accept,
+    /// An explicit refusal: terminal, so the confirmation is used up.
+    Decline,
+    /// Dismissed: nothing changes and nothing is used up.
+    Cancel,
+}
+
+impl Action {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Action::Accept => "accept",
+            Action::Decline => "decline",
+            Action::Cancel => "cancel",
+        }
+    }
+}
+
+/// `inputResponses.KEY` read as an elicitation's result: an object whose `action` is `accept`, `decline` or
+/// `cancel`, with the object itself (an accept's `content` is the server's to validate against what it asked).
+/// Anything else is `response_invalid`, naming the key; nothing has been consumed when it is refused.
+pub(crate) fn elicitation_answer<'a>(key: &str, answer: &'a Value) -> Result<(Action, &'a Map<String, Value>), RpcError> {
+    let Value::Object(answer) = answer else {
+        return Err(RpcError::invalid_params(Reason::ResponseInvalid, format!("inputResponses.{key} must be an object")));
+    };
+    let action = match answer.get("action").and_then(Value::as_str) {
+        Some("accept") => Action::Accept,
+        Some("decline") => Action::Decline,
+        Some("cancel") => Action::Cancel,
+        _ => {
+            return Err(RpcError::invalid_params(
+                Reason::ResponseInvalid,
+                format!("inputResponses.{key}.action must be accept, decline or cancel"),
+            ))
+        }
+    };
+    Ok((action, answer))
+}
+
 /// The continuation fields of a `tools/call`, each optional.
 pub(crate) struct RoundTwoFields<'p> {
     pub request_state: Option<&'p str>,

@@ -36,9 +36,9 @@ use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcom
 use crate::play::parity;
 use crate::play::world::{Consumed, Item, Outgoing, Refused, World};
 use crate::play::{self, FailureKind};
+use crate::policy::state::DEFAULT_STATE_TTL_MS;
 use crate::scenario::model::{Action, AdminAction, Scenario, TriggerSpec};
 use crate::servers::gateway::backends::ExportRecord;
-use crate::servers::notes::DEFAULT_STATE_TTL_MS;
 use crate::sim::runner::{self, RunOptions};
 use crate::stores::admin::reseed;
 use crate::stores::{StoreSpec, Stores};

@@ -24,6 +24,9 @@ const FORMAT: &str = "s1";
 const ARGUMENTS_DIGEST_DOMAIN: &[u8] = b"mcpsim arguments digest v1\0";
 /// Longest `requestState` we will look at.
 pub const STATE_CHARS_MAX: usize = 8192;
+/// How long a sealed state may be answered unless a deployment says otherwise: five minutes, for every server
+/// (the notes server, the gateway, the conformance fixture), so a user has time to read a form.
+pub const DEFAULT_STATE_TTL_MS: u64 = 300_000;
 pub(crate) const KEY_ID_CHARS_MAX: usize = 32;
 pub(crate) const KEY_BYTES_MIN: usize = 32;
 

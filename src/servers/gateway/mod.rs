@@ -52,7 +52,7 @@ use self::policy::AccessPolicy;
 use self::ports::{AuditSink, Backend, BackendCall, BackendError, PinSource, RateDecision, RateLimiter};
 use crate::framework::pipeline::{handle_message, Reply, RequestContext, Service};
 use crate::framework::ports::{ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, ReplayStore, StoreError};
-use crate::framework::refusals;
+use crate::framework::refusals::{self, Action};
 use crate::policy::pinning::{is_backend_id, split_qualified, PinFile};
 use crate::policy::state::{KeyRing, StateClaims};
 use crate::wire::canonical::canonical_string;
@@ -72,7 +72,6 @@ pub(crate) const INPUT_CONFIRM: &str = "confirm";
 /// The catalog can change under a listing (quarantine, rug pull), so listings are fresh briefly.
 pub(crate) const GATEWAY_TOOLS_TTL_MS: u64 = 30_000;
 pub(crate) const GATEWAY_DISCOVER_TTL_MS: u64 = 3_600_000;
-pub(crate) const DEFAULT_STATE_TTL_MS: u64 = 300_000;
 pub(crate) const AUDIT_KEY_BYTES_MIN: usize = 32;
 pub(crate) const INSTANCE_NAME_CHARS_MAX: usize = 64;
 
@@ -474,11 +473,9 @@ impl Gateway {
             draft.decision = Decision::Asked;
             return Ok(input_required(json!({ INPUT_CONFIRM: confirm_form(call) }), state, self.info()));
         };
-        let Value::Object(answer) = answer else {
-            return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses.confirm must be an object"));
-        };
-        match answer.get("action").and_then(Value::as_str) {
-            Some("cancel") => {
+        let (action, answer) = refusals::elicitation_answer(INPUT_CONFIRM, answer)?;
+        match action {
+            Action::Cancel => {
                 draft.decision = Decision::Cancelled;
                 Ok(self.outcome(
                     json!({ "executed": false, "outcome": "cancelled" }),
@@ -486,7 +483,7 @@ impl Gateway {
                      expires; if it was already used, that answer reports what it did.",
                 ))
             }
-            Some("decline") => {
+            Action::Decline => {
                 let claim = NonceClaim {
                     nonce: claims.nonce.clone(),
                     principal: claims.principal.clone(),
@@ -506,7 +503,7 @@ impl Gateway {
                     ClaimOutcome::Expired => Err(refusals::replay_window_closed(call.name)),
                 }
             }
-            Some("accept") => {
+            Action::Accept => {
                 validate_confirmation(answer.get("content"))?;
                 // The digest the state carries (under the key that sealed it, which may no longer sign).
                 let confirmed = ClaimRecord::Confirmed { tool: call.name.to_string(), arguments_digest: claims.arguments_digest.clone() };
@@ -528,7 +525,6 @@ impl Gateway {
                 draft.approved_by = Some(call.context.principal.to_string());
                 self.execute(call, Some(&claims.nonce), draft).await
             }
-            _ => Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses.confirm.action must be accept, decline or cancel")),
         }
     }
 

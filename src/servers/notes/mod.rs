@@ -11,7 +11,7 @@ use crate::framework::ports::{
     fold_title, is_candidate, note_is_inside, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, NonceClaim, NonceSource, Note, NoteStore,
     ReplayStore, StoreError,
 };
-use crate::framework::refusals;
+use crate::framework::refusals::{self, Action};
 use crate::policy::authorization::{AuthorizationError, Authorizations};
 use crate::policy::containment::FileUri;
 use crate::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
@@ -39,7 +39,6 @@ pub(crate) const DISCOVER_TTL_MS: u64 = 3_600_000;
 pub(crate) const TOOLS_TTL_MS: u64 = 300_000;
 /// Notes change underneath clients (deletes, moves), so resource results are fresh for a short time only.
 pub(crate) const RESOURCES_TTL_MS: u64 = 5_000;
-pub(crate) const DEFAULT_STATE_TTL_MS: u64 = 300_000;
 
 const METHODS: [&str; 5] = ["server/discover", "tools/list", "tools/call", "resources/list", "resources/read"];
 
@@ -235,29 +234,22 @@ impl NotesServer {
             // The needed answer is missing: ask again with the same state (SPEC-MRTR-17); nothing consumed.
             return self.ask_again(context.principal, context.meta, arguments, &claims, state).await;
         };
-        let answer = match answer {
-            Value::Object(answer) => answer,
-            _ => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses.delete_choice must be an object")),
-        };
-        match answer.get("action").and_then(Value::as_str) {
+        let (action, answer) = refusals::elicitation_answer(INPUT_DELETE_CHOICE, answer)?;
+        match action {
             // A cancel reads no store, so it cannot know whether the confirmation was used meanwhile (a lost
             // answer); it says only what it knows, and how to find out the rest.
-            Some("cancel") => Ok(self.outcome(
+            Action::Cancel => Ok(self.outcome(
                 json!({ "deleted": false, "outcome": "cancelled" }),
                 "This answer deleted nothing: the form was dismissed, which uses nothing up. The confirmation can be answered \
                  until it expires; if it was already used, that answer reports what it did.",
             )),
-            Some("decline") => self.decline(&claims).await,
-            Some("accept") => {
+            Action::Decline => self.decline(&claims).await,
+            Action::Accept => {
                 let note_id = validate_accept(answer.get("content"), &claims.candidates)?;
                 // The grant may have been revoked since round 1.
                 let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
                 self.confirmed_delete(&claims, &note_id, &workspace).await
             }
-            _ => Err(RpcError::invalid_params(
-                Reason::ResponseInvalid,
-                "inputResponses.delete_choice.action must be accept, decline or cancel",
-            )),
         }
     }
 

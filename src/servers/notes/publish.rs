@@ -16,7 +16,7 @@ use crate::framework::out_of_band::{
 };
 use crate::framework::pipeline::RequestContext;
 use crate::framework::ports::{ClaimOutcome, ClaimRecord, NonceClaim};
-use crate::framework::refusals;
+use crate::framework::refusals::{self, Action};
 use crate::policy::state::{key_id_of, OpenError};
 use crate::wire::canonical::canonical_object_bytes;
 use crate::wire::errors::{echo, Reason, RpcError};
@@ -235,16 +235,13 @@ impl NotesServer {
         let Some(answer) = responses.get(INPUT_PUBLISH_AUTHORIZATION) else {
             return self.ask_to_authorize_again(context.meta, out_of_band, &claims, state);
         };
-        let action = match answer {
-            Value::Object(answer) => answer.get("action").and_then(Value::as_str),
-            _ => return Err(RpcError::invalid_params(Reason::ResponseInvalid, "inputResponses.publish_authorization must be an object")),
-        };
+        let (action, _) = refusals::elicitation_answer(INPUT_PUBLISH_AUTHORIZATION, answer)?;
         match action {
-            Some("cancel") => Ok(self.publish_outcome(
+            Action::Cancel => Ok(self.publish_outcome(
                 json!({ "published": false, "outcome": "cancelled" }),
                 "Nothing was published: the request was dismissed, which uses nothing up; it can be answered until it expires.",
             )),
-            Some("decline") => {
+            Action::Decline => {
                 let claim = NonceClaim {
                     nonce: claims.nonce.clone(),
                     principal: claims.principal.clone(),
@@ -263,7 +260,7 @@ impl NotesServer {
             }
             // `accept` only says the user agreed to open the page: whether the authorization happened is the
             // shared store's to say (SPEC-ELIC-5).
-            Some("accept") => {
+            Action::Accept => {
                 let record = out_of_band.store.flow(&claims.reference).await.map_err(store_failed)?;
                 match record {
                     None => Err(RpcError::invalid_params(
@@ -284,10 +281,6 @@ impl NotesServer {
                     }
                 }
             }
-            _ => Err(RpcError::invalid_params(
-                Reason::ResponseInvalid,
-                "inputResponses.publish_authorization.action must be accept, decline or cancel",
-            )),
         }
     }
 
