@@ -108,18 +108,7 @@ impl Options {
 
     /// The flags `mcpsim run` needs to repeat a run under these options, after the file and the seed.
     fn flags(&self) -> String {
-        let mut flags = String::new();
-        if self.scheduler == Scheduler::Scripted {
-            flags.push_str(" --scheduler scripted");
-        }
-        if !self.faults.is_empty() {
-            let kinds: Vec<&str> = self.faults.iter().map(|k| k.as_str()).collect();
-            flags.push_str(&format!(" --faults {}", kinds.join(",")));
-        }
-        if let Some(mutant) = self.mutant {
-            flags.push_str(&format!(" --mutant {mutant}"));
-        }
-        flags
+        crate::sim::runner::reproduce_flags(self.scheduler == Scheduler::Scripted, &self.faults, self.mutant)
     }
 
     fn run_options(&self, scenario: &Scenario, seed: u64) -> RunOptions {

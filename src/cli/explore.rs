@@ -265,7 +265,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             shrunk = counterexample(&scenario, &text, &found, args.save.as_deref(), format);
         }
     }
-    let flags = explore_flags(args.mutant.as_deref(), &faults);
+    let flags = crate::sim::runner::reproduce_flags(false, &faults, args.mutant.as_deref());
     if let (Some(path), Some(coverage)) = (&args.coverage_json, &coverage) {
         let mut json = coverage.to_json();
         if let Some(object) = json.as_object_mut() {
@@ -317,17 +317,6 @@ struct Report<'a> {
     /// `--mutant …` and `--faults …` as the commands that reproduce need them.
     flags: &'a str,
     seeds: (u64, u64),
-}
-
-/// `--mutant NAME --faults a,b` as given, for reproduce lines.
-fn explore_flags(mutant: Option<&str>, faults: &[FaultKind]) -> String {
-    let mut flags = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default();
-    if faults == FaultKind::ALL {
-        flags.push_str(" --faults all");
-    } else if !faults.is_empty() {
-        flags.push_str(&format!(" --faults {}", faults.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(",")));
-    }
-    flags
 }
 
 /// DIR/index.html, a page per example run under DIR/runs/, and DIR/counterexample.html.

@@ -330,19 +330,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         },
     };
     // What the reproduction needs besides the file and the seed.
-    let mut flags = String::new();
-    if matches!(args.scheduler, SchedulerArg::Scripted) {
-        flags.push_str(" --scheduler scripted");
-    }
-    if faults == FaultKind::ALL {
-        flags.push_str(" --faults all");
-    } else if !faults.is_empty() {
-        let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
-        flags.push_str(&format!(" --faults {}", kinds.join(",")));
-    }
-    if let Some(mutant) = &args.mutant {
-        flags.push_str(&format!(" --mutant {mutant}"));
-    }
+    let flags = crate::sim::runner::reproduce_flags(matches!(args.scheduler, SchedulerArg::Scripted), &faults, args.mutant.as_deref());
     let output = Output { format, pages: html || args.html_out.is_some() };
     let mut stdout = std::io::stdout().lock();
     let mut summaries = Vec::new();

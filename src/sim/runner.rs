@@ -192,6 +192,27 @@ impl<'s> Prepared<'s> {
     }
 }
 
+/// What `mcpsim run FILE --seed N` needs besides the file and the seed to repeat a run (or `mcpsim explore` an
+/// exploration): ` --scheduler scripted`, ` --faults all|a,b`, ` --mutant NAME`, in that order. Every reproduce
+/// line mcpsim prints (a failing run, an exploration's counterexample, a failing embedded run) is built here.
+pub fn reproduce_flags(scripted: bool, faults: &[crate::sim::engine::faults::FaultKind], mutant: Option<&str>) -> String {
+    use crate::sim::engine::faults::FaultKind;
+    let mut flags = String::new();
+    if scripted {
+        flags.push_str(" --scheduler scripted");
+    }
+    if faults == FaultKind::ALL {
+        flags.push_str(" --faults all");
+    } else if !faults.is_empty() {
+        let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
+        flags.push_str(&format!(" --faults {}", kinds.join(",")));
+    }
+    if let Some(mutant) = mutant {
+        flags.push_str(&format!(" --mutant {mutant}"));
+    }
+    flags
+}
+
 /// Runs a scenario once.
 pub fn run(scenario: &Scenario, options: &RunOptions) -> RunReport {
     run_prepared(&Prepared::new(scenario), options)
