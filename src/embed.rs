@@ -42,8 +42,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<Scenario, LoadError> {
 /// A scenario of the embedded library (`04-accepts-race-for-one-note`, with or without `.sim`), or of the
 /// mutant zoo (`zoo-move-races-the-accept`).
 pub fn library(name: &str) -> Result<Scenario, LoadError> {
-    let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
-    mutants::scenario_named(&file).ok_or_else(|| {
+    mutants::scenario_named(name).ok_or_else(|| {
         let names: Vec<&str> = library::SCENARIOS.iter().map(|(f, _)| f.trim_end_matches(".sim")).collect();
         LoadError::NotInLibrary(name.to_string(), names.join(", "))
     })

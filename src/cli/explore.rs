@@ -12,7 +12,6 @@ use crate::sim::explore::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTION
 use crate::sim::explore::mutants::{self, MUTANTS};
 use crate::sim::explore::reproducer::Reproducer;
 use crate::sim::explore::{self, Exploration, EXPLORE_SEEDS_MAX, JOBS_MAX};
-use crate::sim::library;
 use crate::sim::render::html::{self, CounterexampleLink, ExampleRun, ExplorationInput, RunInput};
 use crate::sim::render::transcript::Format;
 use crate::sim::runner::{Failure, FailureKind, RunReport, ServerUnderTest};
@@ -136,10 +135,8 @@ fn load_scenario(name: &str) -> Result<(Scenario, String), String> {
         let scenario = scenario::parse(name, stem, &text).map_err(|e| e.to_string())?;
         return Ok((scenario, text));
     }
-    let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
-    let text = library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).find(|(f, _)| *f == file).map(|(_, text)| text.to_string());
-    match (mutants::scenario_named(&file), text) {
-        (Some(scenario), Some(text)) => Ok((scenario, text)),
+    match (mutants::scenario_named(name), mutants::embedded(name)) {
+        (Some(scenario), Some((_, text))) => Ok((scenario, text.to_string())),
         _ => Err(super::run::not_found(name)),
     }
 }

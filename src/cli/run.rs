@@ -511,7 +511,7 @@ fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
         } else {
             // Not a file here: a scenario of the library (or the zoo), as `mcpsim explore` accepts them.
             let name = path.to_string_lossy();
-            match library_scenario(&name) {
+            match mutants::embedded(&name) {
                 Some((file, text)) => {
                     if let Some(item) = parse(file, file, text, unreadable) {
                         embedded.push(item);
@@ -556,13 +556,6 @@ pub(crate) fn list_scenarios() -> ExitCode {
     }
     let _ = writeln!(out, "\nRun one: mcpsim run NAME   Explore one: mcpsim explore NAME --seeds 1000   (names work in place of paths)");
     ExitCode::SUCCESS
-}
-
-/// The library or zoo scenario `name` names (with or without `.sim`): its file name and text.
-pub(crate) fn library_scenario(name: &str) -> Option<(&'static str, &'static str)> {
-    let name = name.strip_prefix("<embedded>/").unwrap_or(name);
-    let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
-    library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).find(|(f, _)| *f == file).copied()
 }
 
 /// "No such scenario", with the closest library name and where to find the rest.

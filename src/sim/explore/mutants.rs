@@ -400,9 +400,18 @@ pub(crate) const ZOO_SCENARIOS: &[(&str, &str)] = &[
     ),
 ];
 
-/// A library scenario (by file name) or a zoo scenario (by name), parsed.
+/// The embedded scenario a name means — the library's (`04-accepts-race-for-one-note`, with or without `.sim`,
+/// or as `<embedded>/FILE` in a report) or the zoo's (`zoo-move-races-the-accept`) — as its file name and text.
+/// Every lookup of an embedded scenario by name (run, explore, the embedded API) goes through here.
+pub fn embedded(name: &str) -> Option<(&'static str, &'static str)> {
+    let name = name.strip_prefix("<embedded>/").unwrap_or(name);
+    let file = if name.ends_with(".sim") || name.starts_with("zoo-") { name.to_string() } else { format!("{name}.sim") };
+    library::SCENARIOS.iter().chain(ZOO_SCENARIOS.iter()).find(|(f, _)| *f == file).copied()
+}
+
+/// The embedded scenario `name` means ([`embedded`]), parsed.
 pub fn scenario_named(name: &str) -> Option<Scenario> {
-    let (file, text) = library::SCENARIOS.iter().chain(ZOO_SCENARIOS.iter()).find(|(file, _)| *file == name)?;
+    let (file, text) = embedded(name)?;
     scenario::parse(file, file.trim_end_matches(".sim"), text).ok()
 }
 
