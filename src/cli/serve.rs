@@ -317,6 +317,8 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_connections_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_client_connections_max: Option<u32>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_requests_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_principal_requests_max: Option<u32>,
@@ -383,8 +385,10 @@ impl ServeArgs {
             header_read_timeout_ms: self.http_header_timeout_ms.unwrap_or(defaults.header_read_timeout_ms),
             body_read_timeout_ms: self.http_body_timeout_ms.unwrap_or(defaults.body_read_timeout_ms),
             connections_max: count(self.http_connections_max, defaults.connections_max),
+            client_connections_max: count(self.http_client_connections_max, defaults.client_connections_max),
             requests_in_flight_max: count(self.http_requests_max, defaults.requests_in_flight_max),
             principal_requests_in_flight_max: count(self.http_principal_requests_max, defaults.principal_requests_in_flight_max),
+            ..defaults
         }
     }
 }
@@ -759,7 +763,7 @@ async fn run_http(
             limits.connections_max = room;
         }
     }
-    let connections = ConnectionSlots::new(limits.connections_max);
+    let connections = ConnectionSlots::new(limits.connections_max, limits.client_connections_max);
     let count = addresses.len();
     let mut instances = Vec::with_capacity(count);
     for (index, address) in addresses.into_iter().enumerate() {
