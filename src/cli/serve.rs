@@ -10,8 +10,11 @@ use crate::assembly::{real_conformance_fixture, real_gateway, real_notes_server}
 use crate::cli::sandbox::{self, SandboxMode, SandboxPlan};
 use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
-use crate::eras::session::{SessionLimits, LEGACY_SESSIONS_MAX, LEGACY_SESSION_IDLE_MS, LEGACY_SESSION_LIFETIME_MS};
-use crate::eras::LegacyAdapter;
+use crate::eras::session::{
+    SessionLimits, LEGACY_PRINCIPAL_SESSION_BYTES_MAX, LEGACY_SESSIONS_BYTES_MAX, LEGACY_SESSIONS_MAX, LEGACY_SESSION_BYTES_MAX,
+    LEGACY_SESSION_IDLE_MS, LEGACY_SESSION_LIFETIME_MS,
+};
+use crate::eras::{LegacyAdapter, LEGACY_ANSWER_TIMEOUT_MS};
 use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
 use crate::policy::pinning::PinFile;
@@ -28,9 +31,11 @@ use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_t
 use crate::stores::system::{OsNonces, SystemClock};
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{
-    self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS,
-    MCP_PATH, PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
+    self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CLIENT_CONNECTIONS_MAX, CONNECTIONS_MAX,
+    HEADER_READ_TIMEOUT_MS, LEGACY_WAITING_MAX, LEGACY_WAITING_PER_PRINCIPAL_MAX, MCP_PATH, PAGE_BODY_BYTES_MAX,
+    PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
 };
+use crate::transport::page::{SIGN_IN_BURST_PER_CLIENT, SIGN_IN_BURST_PER_REFERENCE, SIGN_IN_INTERVAL_MS};
 use crate::transport::stdio::serve_stdio;
 use crate::wire::jsonrpc::MESSAGE_BYTES_MAX;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -161,12 +166,20 @@ fn after_long_help() -> String {
 HTTP limits (each refusal carries a JSON-RPC error body; README lists every check in order):
   headers      within {HEADER_READ_TIMEOUT_MS} ms of connecting or of the previous response (an idle keep-alive
                connection closes then too), else the connection is closed
-  body         within {BODY_READ_TIMEOUT_MS} ms of its headers and at most {MESSAGE_BYTES_MAX} bytes, else 408 (the
-               connection closes) or 413
+  body         within {BODY_READ_TIMEOUT_MS} ms of its headers on every route (the page's too) and at most
+               {MESSAGE_BYTES_MAX} bytes ({PAGE_BODY_BYTES_MAX} off /mcp), else 408 (the connection closes) or 413
   connections  {CONNECTIONS_MAX} open at once per process, over all its --instances (fewer if ulimit -n is
-               lower); one more is answered 503 (Retry-After: 1) and closed
+               lower); one more is answered 503 (Retry-After: 1) and closed; at most {CLIENT_CONNECTIONS_MAX} of them from one
+               client address (an IPv6 /64), beyond that 429 (Retry-After: 1) and closed
   in flight    {REQUESTS_IN_FLIGHT_MAX} requests per listener, of which {PRINCIPAL_REQUESTS_IN_FLIGHT_MAX} per principal; beyond, 503 or 429
-               (Retry-After: 1), never a queue"
+               (Retry-After: 1), never a queue
+  legacy       (--eras both) a call waiting for its client's answer holds no place in flight but one of
+               {LEGACY_WAITING_MAX} waiting places ({LEGACY_WAITING_PER_PRINCIPAL_MAX} per principal), until the answer, {LEGACY_ANSWER_TIMEOUT_S} s, or the client
+               closing its stream; a session keeps at most {LEGACY_SESSION_BYTES_MAX} bytes of capabilities and clientInfo,
+               a principal's sessions {LEGACY_PRINCIPAL_SESSION_BYTES_MAX}, an instance's {LEGACY_SESSIONS_BYTES_MAX}
+  page         (--out-of-band) sign-in attempts: a burst of {SIGN_IN_BURST_PER_CLIENT} per client address and {SIGN_IN_BURST_PER_REFERENCE} per
+               link, then one per {SIGN_IN_INTERVAL_MS} ms each; beyond, 429 (Retry-After) before the token is looked at",
+        LEGACY_ANSWER_TIMEOUT_S = LEGACY_ANSWER_TIMEOUT_MS / 1000
     )
 }
 
@@ -804,9 +817,12 @@ async fn run_http(
     tracing::info!("HTTP limits: {limits}");
     if eras == Some(ErasArg::Both) {
         tracing::info!(
-            "eras: MCP 2026-07-28 and 2025-11-25 (legacy sessions: at most {LEGACY_SESSIONS_MAX} per instance, idle {} min, at most {} h)",
+            "eras: MCP 2026-07-28 and 2025-11-25 (legacy sessions: at most {LEGACY_SESSIONS_MAX} per instance, idle {} min, at most {} h; at most {} KiB each, {} KiB per principal, {} KiB per instance)",
             LEGACY_SESSION_IDLE_MS / 60_000,
-            LEGACY_SESSION_LIFETIME_MS / 3_600_000
+            LEGACY_SESSION_LIFETIME_MS / 3_600_000,
+            LEGACY_SESSION_BYTES_MAX / 1024,
+            LEGACY_PRINCIPAL_SESSION_BYTES_MAX / 1024,
+            LEGACY_SESSIONS_BYTES_MAX / 1024
         );
     }
     let shutdown =

@@ -10,15 +10,25 @@
 //!   ends an idle keep-alive connection: after a response, waiting for the next request is reading headers.
 //! - **Body**: once the headers are in, the whole body must arrive within [`BODY_READ_TIMEOUT_MS`] → else
 //!   `408` and the connection is closed. A total deadline, not one per chunk: a client dripping one byte at
-//!   a time cannot stretch it.
+//!   a time cannot stretch it. On **every route** of the listener: [`MCP_PATH`] reads its own body after its
+//!   checks; any other route (the out-of-band page, a path that does not exist) gets a body already read by
+//!   the listener within the same deadline and at most [`PAGE_BODY_BYTES_MAX`] bytes (`413` beyond), and
+//!   one log line like a `/mcp` request's.
 //! - **Connections**: at most [`CONNECTIONS_MAX`] open at once per process (all its listeners together); one
 //!   more is answered `503` with `Retry-After` and closed. A connection holds a file descriptor, and a
-//!   process that runs out of them stops answering everyone.
+//!   process that runs out of them stops answering everyone. Of those, one client address (an IPv6 client
+//!   by its /64, [`client_key`]) holds at most [`CLIENT_CONNECTIONS_MAX`]; one more is answered `429` with
+//!   `Retry-After` and closed, so one address re-filling every slot as it frees cannot keep the others out.
 //! - **Requests in flight**: at most [`REQUESTS_IN_FLIGHT_MAX`] per listener are read, handled or streamed at
 //!   once, and at most [`PRINCIPAL_REQUESTS_IN_FLIGHT_MAX`] of them for one principal; beyond either, the
 //!   request is refused at once (`503` in total, `429` for the principal) rather than queued. So one
 //!   principal holding every request it may (its bodies stalled until their deadline) leaves the rest to
 //!   the others.
+//! - **Legacy calls waiting for their client** (dual-era servers): a call that asks its client something
+//!   gives its places in flight back while it waits (the answer, a POST of its own, needs one) and takes one
+//!   of [`LEGACY_WAITING_MAX`] waiting places of the listener, at most [`LEGACY_WAITING_PER_PRINCIPAL_MAX`]
+//!   for one principal (beyond, the call ends with an error saying so). The wait ends when the answer comes,
+//!   after [`LEGACY_ANSWER_TIMEOUT_MS`], or at once when the client closes the call's stream.
 //!
 //! The deadlines are hyper's own (the header-read timer) and tokio's (one timeout around the body read);
 //! the bounds are semaphores taken before anything is read.
