@@ -89,6 +89,15 @@ impl SignInThrottle {
     }
 }
 
+/// Milliseconds since the process first asked: the throttle's time, which a wall-clock step cannot move back
+/// (a clock set back an hour would otherwise hold every counted client off for that hour).
+fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    #[allow(clippy::disallowed_methods)] // Real transport only: a rate limit of real requests, never in a transcript.
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 struct PageState {
     service: Arc<dyn Service>,
     tokens: Tokens,
@@ -267,10 +276,11 @@ async fn sign_in(
     }
     // Counted before the token is looked at: a guess over the allowance learns nothing.
     let now_ms = SystemClock.now_ms();
+    let elapsed_ms = monotonic_ms();
     let client = client.map_or_else(|| "unknown".to_string(), |Extension(ClientAddress(address))| address.to_string());
     // A genuine reference is 22 characters; a longer one is counted by its first 64 (it names no flow anyway).
     let reference_key: String = reference.chars().take(64).collect();
-    let throttled = state.per_client.attempt(&client, now_ms).and_then(|()| state.per_reference.attempt(&reference_key, now_ms));
+    let throttled = state.per_client.attempt(&client, elapsed_ms).and_then(|()| state.per_reference.attempt(&reference_key, elapsed_ms));
     if let Err(wait_ms) = throttled {
         let seconds = wait_ms.div_ceil(1000).max(1);
         let says = format!("Too many sign-in attempts from here or for this page. Nothing was checked; try again in {seconds} s.");
