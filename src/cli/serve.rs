@@ -331,6 +331,9 @@ pub struct ServeArgs {
     pub http_connections_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_client_connections_max: Option<u32>,
+    /// Test setting of the page's sign-in throttle (hidden): one attempt per MS after the bursts.
+    #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), requires = "out_of_band")]
+    pub page_sign_in_interval_ms: Option<u64>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_requests_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
@@ -554,7 +557,10 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
             None => run_stdio(&served, legacy_adapter(served.legacy_service.as_ref().unwrap_or(&served.service), args.eras, true)).await,
-            Some(addresses) => run_http(&served, addresses, origins, limits, args.eras).await,
+            Some(addresses) => {
+                let sign_in_interval_ms = args.page_sign_in_interval_ms.unwrap_or(SIGN_IN_INTERVAL_MS);
+                run_http(&served, addresses, origins, limits, args.eras, sign_in_interval_ms).await
+            }
         };
         if let Some(stores) = &served.stores {
             // After the last request: every committed change is durable already; this only releases connections.
@@ -762,6 +768,7 @@ async fn run_http(
     origins: OriginPolicy,
     mut limits: HttpLimits,
     eras: Option<ErasArg>,
+    page_sign_in_interval_ms: u64,
 ) -> Result<(), Failure> {
     if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
         tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
@@ -794,7 +801,13 @@ async fn run_http(
                 let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.clone() };
                 let service: Arc<dyn Service> =
                     Arc::new(crate::servers::notes::NotesServer { out_of_band: Some(out_of_band), ..plan.server.clone() });
-                let page = crate::transport::page::page_router(service.clone(), plan.tokens.clone(), plan.key.clone(), base);
+                let page = crate::transport::page::page_router(
+                    service.clone(),
+                    plan.tokens.clone(),
+                    plan.key.clone(),
+                    base,
+                    page_sign_in_interval_ms,
+                );
                 (service, Some(page))
             }
             None => (served.service.clone(), None),

@@ -109,13 +109,15 @@ struct PageState {
 }
 
 /// The page's routes for `service` (whose notes server issues URLs starting with `base`), signing sessions
-/// with `key` and proving principals with `tokens`. Merge it into the listener's router.
-pub fn page_router(service: Arc<dyn Service>, tokens: Tokens, key: Vec<u8>, base: String) -> Router {
+/// with `key` and proving principals with `tokens`, allowing sign-in attempts at one per
+/// `sign_in_interval_ms` after their bursts ([`SIGN_IN_INTERVAL_MS`] unless a test says otherwise). Merge it
+/// into the listener's router.
+pub fn page_router(service: Arc<dyn Service>, tokens: Tokens, key: Vec<u8>, base: String, sign_in_interval_ms: u64) -> Router {
     let state = Arc::new(PageState {
         service,
         tokens,
-        per_client: SignInThrottle::new(SIGN_IN_BURST_PER_CLIENT, SIGN_IN_INTERVAL_MS),
-        per_reference: SignInThrottle::new(SIGN_IN_BURST_PER_REFERENCE, SIGN_IN_INTERVAL_MS),
+        per_client: SignInThrottle::new(SIGN_IN_BURST_PER_CLIENT, sign_in_interval_ms),
+        per_reference: SignInThrottle::new(SIGN_IN_BURST_PER_REFERENCE, sign_in_interval_ms),
         key,
         base: base.trim_end_matches('/').to_string(),
     });
