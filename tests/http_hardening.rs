@@ -3,7 +3,8 @@
 //! (GUARANTEES.md §5):
 //!
 //! - every route reads its body within the body deadline: a stalled POST to the out-of-band page, or to a
-//!   route that does not exist, is answered `408` and closed like one to `/mcp`, giving its slot back;
+//!   route that does not exist, is answered `408` and closed like one to `/mcp`, giving its slot back; page
+//!   requests hold places in flight of their own, bounded per address and per listener;
 //! - a legacy call waiting for its client's answer holds no place in flight (its answer never needs a place
 //!   the call holds; other principals stay served), waiting calls are bounded per principal, and a client
 //!   that goes away ends the wait at once;
@@ -152,6 +153,64 @@ async fn a_stalled_body_is_answered_408_and_closed_on_every_route() {
     let (_, log) = server.terminate_with_stderr();
     let log = log.join("\n");
     assert!(log.contains("route=\"POST /connect/{reference}/sign-in\"") && log.contains("outcome=\"http_body_timeout\""), "{log}");
+}
+
+#[tokio::test]
+async fn page_requests_have_bounded_places_of_their_own_per_address_and_per_listener() {
+    // Four places in flight off /mcp per listener, two per client address; bodies within 2 s.
+    let server = HttpServer::start(&[
+        "--out-of-band",
+        "--http-requests-max",
+        "4",
+        "--http-principal-requests-max",
+        "2",
+        "--http-body-timeout-ms",
+        "2000",
+    ]);
+    let sign_in = stalled_post(&format!("/connect/{REFERENCE}/sign-in"), "application/x-www-form-urlencoded", "");
+    let mut held = Vec::new();
+    for last in [2, 2, 3, 3] {
+        let mut stream = connect_from(loopback(last), &server.address).await.unwrap();
+        stream.write_all(&sign_in).unwrap();
+        held.push(stream);
+    }
+    // Wait until the server has taken all four (each stalled in its body read), by asking from a fifth address.
+    let started = now();
+    let page = format!("{}/connect/{REFERENCE}", server.url.trim_end_matches("/mcp"));
+    let busy = loop {
+        let response = client_from(loopback(4)).get(&page).send().await.unwrap();
+        if response.status().as_u16() == 503 {
+            break response;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "four stalled sign-ins never filled the page's places");
+    };
+    assert_eq!(busy.headers()["retry-after"], "1");
+    // A third from an address holding its two: 429, its share.
+    let mut third = connect_from(loopback(2), &server.address).await.unwrap();
+    third.write_all(&sign_in).unwrap();
+    assert_eq!(status_of(&read_until_closed_or_answered(&mut third)), 429);
+    // /mcp has places of its own: alice is served while the page's are all held.
+    assert_eq!(discover_status(&client_from(loopback(5)), &server.url, ALICE).await, 200);
+    // The stalled ones end at the body deadline and give their places back.
+    for stream in &mut held {
+        assert_eq!(status_of(&read_until_closed(stream)), 408);
+    }
+    let shown = client_from(loopback(4)).get(&page).send().await.unwrap();
+    assert_eq!(shown.status().as_u16(), 200, "the sign-in page again");
+}
+
+/// The first response on `stream` (its head, at least), without waiting for the connection to close.
+fn read_until_closed_or_answered(stream: &mut TcpStream) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 8192];
+    while !bytes.windows(4).any(|window| window == b"\r\n\r\n") {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(read) => bytes.extend_from_slice(&chunk[..read]),
+            Err(error) => panic!("no answer within {WAIT:?}: {error}"),
+        }
+    }
+    bytes
 }
 
 // --- 2: legacy calls waiting on their client ---------------------------------------------------------------

@@ -172,7 +172,7 @@ HTTP limits (each refusal carries a JSON-RPC error body; README lists every chec
                lower); one more is answered 503 (Retry-After: 1) and closed; at most {CLIENT_CONNECTIONS_MAX} of them from one
                client address (an IPv6 /64), beyond that 429 (Retry-After: 1) and closed
   in flight    {REQUESTS_IN_FLIGHT_MAX} requests per listener, of which {PRINCIPAL_REQUESTS_IN_FLIGHT_MAX} per principal; beyond, 503 or 429
-               (Retry-After: 1), never a queue
+               (Retry-After: 1), never a queue; off /mcp (the page) as many again, {PRINCIPAL_REQUESTS_IN_FLIGHT_MAX} per client address
   legacy       (--eras both) a call waiting for its client's answer holds no place in flight but one of
                {LEGACY_WAITING_MAX} waiting places ({LEGACY_WAITING_PER_PRINCIPAL_MAX} per principal), until the answer, {LEGACY_ANSWER_TIMEOUT_S} s, or the client
                closing its stream; a session keeps at most {LEGACY_SESSION_BYTES_MAX} bytes of capabilities and clientInfo,

@@ -13,7 +13,10 @@
 //!   a time cannot stretch it. On **every route** of the listener: [`MCP_PATH`] reads its own body after its
 //!   checks; any other route (the out-of-band page, a path that does not exist) gets a body already read by
 //!   the listener within the same deadline and at most [`PAGE_BODY_BYTES_MAX`] bytes (`413` beyond), and
-//!   one log line like a `/mcp` request's.
+//!   one log line like a `/mcp` request's. Such a request also takes a place in flight, from bounds of its
+//!   own sized like the endpoint's: per listener [`REQUESTS_IN_FLIGHT_MAX`] (`503`), per client address
+//!   [`PRINCIPAL_REQUESTS_IN_FLIGHT_MAX`] (`429`), so page requests and `/mcp` requests never crowd each
+//!   other out.
 //! - **Connections**: at most [`CONNECTIONS_MAX`] open at once per process (all its listeners together); one
 //!   more is answered `503` with `Retry-After` and closed. A connection holds a file descriptor, and a
 //!   process that runs out of them stops answering everyone. Of those, one client address (an IPv6 client
@@ -486,7 +489,12 @@ pub(crate) async fn serve_http(
     let refusals_in_flight = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
     // Every route's body is read within the body deadline (the MCP endpoint reads its own, after its checks),
     // and every request to a route but the MCP endpoint gets its log line here.
-    let guard = Arc::new(ListenerGuard { body_read_timeout: Duration::from_millis(limits.body_read_timeout_ms), span: span.clone() });
+    let guard = Arc::new(ListenerGuard {
+        body_read_timeout: Duration::from_millis(limits.body_read_timeout_ms),
+        in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_max)),
+        clients_in_flight: Arc::new(PrincipalSlots { max: limits.principal_requests_in_flight_max, held: Mutex::default() }),
+        span: span.clone(),
+    });
     let router = router.layer(axum::middleware::from_fn_with_state(guard, guard_route));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -593,9 +601,13 @@ where
     }
 }
 
-/// What [`guard_route`] needs: the body deadline, and the listener's log span.
+/// What [`guard_route`] needs: the body deadline, the bounds of requests in flight off the MCP endpoint (as
+/// many as the endpoint's, of which one client address may hold as many as one principal there), and the
+/// listener's log span.
 struct ListenerGuard {
     body_read_timeout: Duration,
+    in_flight: Arc<Semaphore>,
+    clients_in_flight: Arc<PrincipalSlots>,
     span: tracing::Span,
 }
 
@@ -608,8 +620,10 @@ pub struct RouteLog {
 }
 
 /// Every route but [`MCP_PATH`] (which reads its own body after its checks, within the same deadline): the
-/// whole body is read within the body deadline and at most [`PAGE_BODY_BYTES_MAX`] bytes before the route
-/// sees it (else `408`, closing the connection, or `413`), and the request gets its log line.
+/// request takes a place in flight (its client address's share, `429`, then the listener's, `503`, both with
+/// `Retry-After`; these are not the MCP endpoint's places, so neither kind of request can crowd out the
+/// other), its whole body is read within the body deadline and at most [`PAGE_BODY_BYTES_MAX`] bytes before
+/// the route sees it (else `408`, closing the connection, or `413`), and it gets its log line.
 async fn guard_route(State(guard): State<Arc<ListenerGuard>>, request: Request, next: axum::middleware::Next) -> Response {
     if request.uri().path() == MCP_PATH {
         return next.run(request).await;
@@ -617,9 +631,42 @@ async fn guard_route(State(guard): State<Arc<ListenerGuard>>, request: Request, 
     let stopwatch = Stopwatch::start();
     let route = route_name(request.uri().path());
     let method = request.method().clone();
+    let client = request.extensions().get::<ClientAddress>().map_or_else(|| "-".to_string(), |ClientAddress(address)| address.to_string());
+    let response = match guard.clients_in_flight.try_take(&client) {
+        None => {
+            let message = format!(
+                "your address has as many requests in flight here as one client may ({}); wait for one to finish, then retry",
+                guard.clients_in_flight.max
+            );
+            let response = with_header(refusal(StatusCode::TOO_MANY_REQUESTS, message), header::RETRY_AFTER, HeaderValue::from_static("1"));
+            with_route_log(response, None, "http_client_busy")
+        }
+        Some(client_slot) => match guard.in_flight.clone().try_acquire_owned() {
+            Err(_) => {
+                let response =
+                    refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
+                with_route_log(with_header(response, header::RETRY_AFTER, HeaderValue::from_static("1")), None, "http_busy")
+            }
+            Ok(permit) => {
+                let response = read_then_route(&guard, request, next).await;
+                drop((permit, client_slot));
+                response
+            }
+        },
+    };
+    let logged = response.extensions().get::<RouteLog>().cloned();
+    let principal = logged.as_ref().and_then(|log| log.principal.as_deref()).unwrap_or("-");
+    let outcome = logged.as_ref().map_or("-", |log| log.outcome.as_str());
+    let status = response.status().as_u16();
+    guard.span.in_scope(|| log_route(&method, route, principal, status, outcome, &stopwatch));
+    response
+}
+
+/// The body read within the deadline and the size bound, then the route.
+async fn read_then_route(guard: &ListenerGuard, request: Request, next: axum::middleware::Next) -> Response {
     let (parts, body) = request.into_parts();
     let read = tokio::time::timeout(guard.body_read_timeout, axum::body::to_bytes(body, PAGE_BODY_BYTES_MAX)).await;
-    let response = match read {
+    match read {
         Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
         Ok(Err(error)) => {
             let too_large = std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
@@ -640,13 +687,7 @@ async fn guard_route(State(guard): State<Arc<ListenerGuard>>, request: Request, 
                 with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close"));
             with_route_log(response, None, "http_body_timeout")
         }
-    };
-    let logged = response.extensions().get::<RouteLog>().cloned();
-    let principal = logged.as_ref().and_then(|log| log.principal.as_deref()).unwrap_or("-");
-    let outcome = logged.as_ref().map_or("-", |log| log.outcome.as_str());
-    let status = response.status().as_u16();
-    guard.span.in_scope(|| log_route(&method, route, principal, status, outcome, &stopwatch));
-    response
+    }
 }
 
 /// Attaches what the request log says of a route's response.
