@@ -10,8 +10,11 @@ use crate::assembly::{real_conformance_fixture, real_gateway, real_notes_server}
 use crate::cli::sandbox::{self, SandboxMode, SandboxPlan};
 use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::{load_key_file, ConfigError, Deployment, DEFAULT_PRINCIPAL};
-use crate::eras::session::{SessionLimits, LEGACY_SESSIONS_MAX, LEGACY_SESSION_IDLE_MS, LEGACY_SESSION_LIFETIME_MS};
-use crate::eras::LegacyAdapter;
+use crate::eras::session::{
+    SessionLimits, LEGACY_PRINCIPAL_SESSION_BYTES_MAX, LEGACY_SESSIONS_BYTES_MAX, LEGACY_SESSIONS_MAX, LEGACY_SESSION_BYTES_MAX,
+    LEGACY_SESSION_IDLE_MS, LEGACY_SESSION_LIFETIME_MS,
+};
+use crate::eras::{LegacyAdapter, LEGACY_ANSWER_TIMEOUT_MS};
 use crate::framework::Service;
 use crate::policy::origin::OriginPolicy;
 use crate::policy::pinning::PinFile;
@@ -28,9 +31,11 @@ use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_t
 use crate::stores::system::{OsNonces, SystemClock};
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{
-    self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS,
-    MCP_PATH, PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
+    self, Authentication, ConnectionSlots, HttpLimits, HttpOptions, Tokens, BODY_READ_TIMEOUT_MS, CLIENT_CONNECTIONS_MAX, CONNECTIONS_MAX,
+    HEADER_READ_TIMEOUT_MS, LEGACY_WAITING_MAX, LEGACY_WAITING_PER_PRINCIPAL_MAX, MCP_PATH, PAGE_BODY_BYTES_MAX,
+    PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
 };
+use crate::transport::page::{SIGN_IN_BURST_PER_CLIENT, SIGN_IN_BURST_PER_REFERENCE, SIGN_IN_INTERVAL_MS};
 use crate::transport::stdio::serve_stdio;
 use crate::wire::jsonrpc::MESSAGE_BYTES_MAX;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -161,12 +166,20 @@ fn after_long_help() -> String {
 HTTP limits (each refusal carries a JSON-RPC error body; README lists every check in order):
   headers      within {HEADER_READ_TIMEOUT_MS} ms of connecting or of the previous response (an idle keep-alive
                connection closes then too), else the connection is closed
-  body         within {BODY_READ_TIMEOUT_MS} ms of its headers and at most {MESSAGE_BYTES_MAX} bytes, else 408 (the
-               connection closes) or 413
+  body         within {BODY_READ_TIMEOUT_MS} ms of its headers on every route (the page's too) and at most
+               {MESSAGE_BYTES_MAX} bytes ({PAGE_BODY_BYTES_MAX} off /mcp), else 408 (the connection closes) or 413
   connections  {CONNECTIONS_MAX} open at once per process, over all its --instances (fewer if ulimit -n is
-               lower); one more is answered 503 (Retry-After: 1) and closed
+               lower); one more is answered 503 (Retry-After: 1) and closed; at most {CLIENT_CONNECTIONS_MAX} of them from one
+               client address (an IPv6 /64), beyond that 429 (Retry-After: 1) and closed
   in flight    {REQUESTS_IN_FLIGHT_MAX} requests per listener, of which {PRINCIPAL_REQUESTS_IN_FLIGHT_MAX} per principal; beyond, 503 or 429
-               (Retry-After: 1), never a queue"
+               (Retry-After: 1), never a queue; off /mcp (the page) as many again, {PRINCIPAL_REQUESTS_IN_FLIGHT_MAX} per client address
+  legacy       (--eras both) a call waiting for its client's answer holds no place in flight but one of
+               {LEGACY_WAITING_MAX} waiting places ({LEGACY_WAITING_PER_PRINCIPAL_MAX} per principal), until the answer, {LEGACY_ANSWER_TIMEOUT_S} s, or the client
+               closing its stream; a session keeps at most {LEGACY_SESSION_BYTES_MAX} bytes of capabilities and clientInfo,
+               a principal's sessions {LEGACY_PRINCIPAL_SESSION_BYTES_MAX}, an instance's {LEGACY_SESSIONS_BYTES_MAX}
+  page         (--out-of-band) sign-in attempts: a burst of {SIGN_IN_BURST_PER_CLIENT} per client address and {SIGN_IN_BURST_PER_REFERENCE} per
+               link, then one per {SIGN_IN_INTERVAL_MS} ms each; beyond, 429 (Retry-After) before the token is looked at",
+        LEGACY_ANSWER_TIMEOUT_S = LEGACY_ANSWER_TIMEOUT_MS / 1000
     )
 }
 
@@ -317,6 +330,11 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_connections_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
+    pub http_client_connections_max: Option<u32>,
+    /// Test setting of the page's sign-in throttle (hidden): one attempt per MS after the bursts.
+    #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), requires = "out_of_band")]
+    pub page_sign_in_interval_ms: Option<u64>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_requests_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_principal_requests_max: Option<u32>,
@@ -383,8 +401,10 @@ impl ServeArgs {
             header_read_timeout_ms: self.http_header_timeout_ms.unwrap_or(defaults.header_read_timeout_ms),
             body_read_timeout_ms: self.http_body_timeout_ms.unwrap_or(defaults.body_read_timeout_ms),
             connections_max: count(self.http_connections_max, defaults.connections_max),
+            client_connections_max: count(self.http_client_connections_max, defaults.client_connections_max),
             requests_in_flight_max: count(self.http_requests_max, defaults.requests_in_flight_max),
             principal_requests_in_flight_max: count(self.http_principal_requests_max, defaults.principal_requests_in_flight_max),
+            ..defaults
         }
     }
 }
@@ -537,7 +557,10 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         served.summary = format!("{}; {sandboxed}", served.summary);
         let result = match addresses {
             None => run_stdio(&served, legacy_adapter(served.legacy_service.as_ref().unwrap_or(&served.service), args.eras, true)).await,
-            Some(addresses) => run_http(&served, addresses, origins, limits, args.eras).await,
+            Some(addresses) => {
+                let sign_in_interval_ms = args.page_sign_in_interval_ms.unwrap_or(SIGN_IN_INTERVAL_MS);
+                run_http(&served, addresses, origins, limits, args.eras, sign_in_interval_ms).await
+            }
         };
         if let Some(stores) = &served.stores {
             // After the last request: every committed change is durable already; this only releases connections.
@@ -745,6 +768,7 @@ async fn run_http(
     origins: OriginPolicy,
     mut limits: HttpLimits,
     eras: Option<ErasArg>,
+    page_sign_in_interval_ms: u64,
 ) -> Result<(), Failure> {
     if matches!(&served.authentication, Authentication::Bearer(tokens) if tokens.is_empty()) {
         tracing::warn!("no principal has a token: every HTTP request will be refused (401). Add token = \"...\" to a principal.");
@@ -759,7 +783,7 @@ async fn run_http(
             limits.connections_max = room;
         }
     }
-    let connections = ConnectionSlots::new(limits.connections_max);
+    let connections = ConnectionSlots::new(limits.connections_max, limits.client_connections_max);
     let count = addresses.len();
     let mut instances = Vec::with_capacity(count);
     for (index, address) in addresses.into_iter().enumerate() {
@@ -777,7 +801,13 @@ async fn run_http(
                 let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.clone() };
                 let service: Arc<dyn Service> =
                     Arc::new(crate::servers::notes::NotesServer { out_of_band: Some(out_of_band), ..plan.server.clone() });
-                let page = crate::transport::page::page_router(service.clone(), plan.tokens.clone(), plan.key.clone(), base);
+                let page = crate::transport::page::page_router(
+                    service.clone(),
+                    plan.tokens.clone(),
+                    plan.key.clone(),
+                    base,
+                    page_sign_in_interval_ms,
+                );
                 (service, Some(page))
             }
             None => (served.service.clone(), None),
@@ -800,9 +830,12 @@ async fn run_http(
     tracing::info!("HTTP limits: {limits}");
     if eras == Some(ErasArg::Both) {
         tracing::info!(
-            "eras: MCP 2026-07-28 and 2025-11-25 (legacy sessions: at most {LEGACY_SESSIONS_MAX} per instance, idle {} min, at most {} h)",
+            "eras: MCP 2026-07-28 and 2025-11-25 (legacy sessions: at most {LEGACY_SESSIONS_MAX} per instance, idle {} min, at most {} h; at most {} KiB each, {} KiB per principal, {} KiB per instance)",
             LEGACY_SESSION_IDLE_MS / 60_000,
-            LEGACY_SESSION_LIFETIME_MS / 3_600_000
+            LEGACY_SESSION_LIFETIME_MS / 3_600_000,
+            LEGACY_SESSION_BYTES_MAX / 1024,
+            LEGACY_PRINCIPAL_SESSION_BYTES_MAX / 1024,
+            LEGACY_SESSIONS_BYTES_MAX / 1024
         );
     }
     let shutdown =

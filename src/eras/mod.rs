@@ -69,8 +69,16 @@ pub trait ClientLink: Send + Sync {
     /// Sends one message (a notification or a server→client request) to the client, in order; false when
     /// the client is gone.
     async fn send(&self, message: Value) -> bool;
-    /// Waits for the answer to a request sent, within the transport's own bound; `None` if none came.
+    /// Waits for the answer to a request sent, within the transport's own bound; `None` if none came (or
+    /// the client went away, which ends the wait at once).
     async fn wait(&self, answer: oneshot::Receiver<Value>) -> Option<Value>;
+    /// Called before the call's first request to the client: from here on the call waits on the client, and
+    /// a transport that bounds work in flight moves it out of that bound into its own bound of waiting calls
+    /// (so the client's answer never needs a place its own call holds). `Err` says why the call may not
+    /// wait (too many of the principal's calls wait already); it is ended with that message.
+    async fn park(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Which transport a message came over.
@@ -108,6 +116,19 @@ impl LegacyReply {
             session_id: None,
         }
     }
+}
+
+/// An `initialize` declaring more than one session may keep: `-32602` (`payload_too_large`), no session.
+fn session_too_large(id: &RequestId, sessions: &SessionTable) -> LegacyReply {
+    let limits = sessions.limits();
+    let error = RpcError::invalid_params(
+        Reason::PayloadTooLarge,
+        format!(
+            "initialize declares more than a session keeps ({} bytes of capabilities and clientInfo as JSON; {} for all of a principal's sessions): declare only what you use",
+            limits.session_bytes_max, limits.principal_bytes_max
+        ),
+    );
+    LegacyReply::error(Some(id), &error, 200)
 }
 
 /// Whether an HTTP POST to a dual-era server is legacy: never when it carries the modern
@@ -243,6 +264,10 @@ impl LegacyAdapter {
             client_info: params.get("clientInfo").cloned(),
             log_level: None,
         };
+        // A session too large to keep is refused before anything is asked of the server.
+        if negotiated.bytes() > self.sessions.limits().session_bytes_max {
+            return session_too_large(id, &self.sessions);
+        }
         // What the server offers is what its own discover says (asked as a client with no capabilities).
         let discover = self.modern(&negotiated_without_capabilities(principal), id, "server/discover", json!({})).await;
         let Some(discovered) = discover.response.as_ref().and_then(|r| r.get("result")) else {
@@ -261,9 +286,10 @@ impl LegacyAdapter {
         };
         let session_id = match opened {
             Ok(session_id) => session_id,
+            Err(SessionRefusal::TooLarge) => return session_too_large(id, &self.sessions),
             Err(_) => {
                 let error = RpcError::invalid_request(
-                    "this server holds as many legacy sessions as it allows; retry later, or use MCP 2026-07-28 (no sessions)",
+                    "this server holds as many legacy sessions (or as many bytes of them) as it allows for you; end one with DELETE or retry later, or use MCP 2026-07-28 (no sessions)",
                 );
                 return LegacyReply::error(Some(id), &error, 503);
             }
@@ -338,6 +364,9 @@ impl LegacyAdapter {
 
     /// Asks the client one server→client request and returns its result (an error answer refuses the call).
     async fn ask(&self, key: &str, method: &str, params: Value, link: &dyn ClientLink) -> Result<Value, RpcError> {
+        if let Err(message) = link.park().await {
+            return Err(RpcError::invalid_request(message));
+        }
         let (request_id, answer) = self.sessions.expect_answer(key).map_err(|refusal| match refusal {
             SessionRefusal::TooManyPending => RpcError::invalid_request("too many of this session's server requests wait for answers"),
             _ => RpcError::invalid_request("the session ended while the call was open; initialize again"),

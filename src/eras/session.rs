@@ -1,4 +1,4 @@
-//! Legacy (2025-11-25) sessions: what `initialize` negotiated, per instance, bounded in number and lifetime.
+//! Legacy (2025-11-25) sessions: what `initialize` negotiated, per instance, bounded in number, size and lifetime.
 //!
 //! A session is created only by a legacy `initialize` and is honoured only for legacy requests: a modern request
 //! never reads one (the adapter is not on its path at all). Time comes from the [`Clock`] port, so the simulator
@@ -22,6 +22,12 @@ pub const LEGACY_SESSION_IDLE_MS: u64 = 30 * 60 * 1000;
 pub const LEGACY_SESSION_LIFETIME_MS: u64 = 24 * 60 * 60 * 1000;
 /// Server→client requests one session may have waiting for an answer at once.
 pub const LEGACY_PENDING_PER_SESSION_MAX: usize = 16;
+/// Bytes one session may keep of what its `initialize` declared (capabilities, clientInfo, version, as JSON).
+pub const LEGACY_SESSION_BYTES_MAX: usize = 16 * 1024;
+/// Bytes all of one principal's sessions may keep together.
+pub const LEGACY_PRINCIPAL_SESSION_BYTES_MAX: usize = 128 * 1024;
+/// Bytes all the sessions of one instance may keep together.
+pub const LEGACY_SESSIONS_BYTES_MAX: usize = 1024 * 1024;
 
 /// The bounds of one table; [`SessionLimits::default`] is the named constants above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +36,10 @@ pub struct SessionLimits {
     pub per_principal_max: usize,
     pub idle_ms: u64,
     pub lifetime_ms: u64,
+    /// What one session keeps ([`Negotiated::bytes`]), one principal's together, and the table's together.
+    pub session_bytes_max: usize,
+    pub principal_bytes_max: usize,
+    pub bytes_max: usize,
 }
 
 impl Default for SessionLimits {
@@ -39,6 +49,9 @@ impl Default for SessionLimits {
             per_principal_max: LEGACY_SESSIONS_PER_PRINCIPAL_MAX,
             idle_ms: LEGACY_SESSION_IDLE_MS,
             lifetime_ms: LEGACY_SESSION_LIFETIME_MS,
+            session_bytes_max: LEGACY_SESSION_BYTES_MAX,
+            principal_bytes_max: LEGACY_PRINCIPAL_SESSION_BYTES_MAX,
+            bytes_max: LEGACY_SESSIONS_BYTES_MAX,
         }
     }
 }
@@ -54,8 +67,28 @@ pub struct Negotiated {
     pub log_level: Option<String>,
 }
 
+/// The log level a session keeps is one of the eight names (at most this long).
+const LOG_LEVEL_BYTES_MAX: usize = 16;
+
+impl Negotiated {
+    /// What this session keeps, in bytes, as the table counts it: its capabilities, clientInfo, protocol
+    /// version and principal as compact JSON, and room for a log level. The in-memory form is a small
+    /// multiple of this, so bounding it bounds the memory.
+    pub fn bytes(&self) -> usize {
+        let json = |value: &Value| serde_json::to_vec(value).map_or(usize::MAX, |bytes| bytes.len());
+        let capabilities = serde_json::to_vec(&self.capabilities).map_or(usize::MAX, |bytes| bytes.len());
+        capabilities
+            .saturating_add(self.client_info.as_ref().map_or(0, json))
+            .saturating_add(self.protocol_version.len())
+            .saturating_add(self.principal.len())
+            .saturating_add(LOG_LEVEL_BYTES_MAX)
+    }
+}
+
 struct Session {
     negotiated: Negotiated,
+    /// [`Negotiated::bytes`] when it was opened.
+    bytes: usize,
     created_ms: u64,
     last_used_ms: u64,
     /// Server→client requests waiting for the client's answer, by the id the server gave them.
@@ -68,8 +101,10 @@ struct Session {
 pub enum SessionRefusal {
     /// Unknown here, expired, or another principal's: the client must initialize again (HTTP 404).
     Unknown,
-    /// The table (or the principal's share of it) is full of live sessions.
+    /// The table (or the principal's share of it) is full of live sessions, or of their bytes.
     Full,
+    /// What this one session would keep is over [`SessionLimits::session_bytes_max`].
+    TooLarge,
     /// Too many server→client requests are waiting already.
     TooManyPending,
 }
@@ -102,8 +137,17 @@ impl SessionTable {
             && now_ms.saturating_sub(session.created_ms) < self.limits.lifetime_ms
     }
 
+    /// The bounds of this table.
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
     /// Opens a session for `negotiated` under `id`, or under a fresh unguessable id when `id` is `None`.
     pub fn open(&self, id: Option<&str>, negotiated: Negotiated) -> Result<String, SessionRefusal> {
+        let bytes = negotiated.bytes();
+        if bytes > self.limits.session_bytes_max {
+            return Err(SessionRefusal::TooLarge);
+        }
         let now_ms = self.clock.now_ms();
         let mut sessions = self.lock();
         sessions.retain(|_, session| self.is_live(session, now_ms));
@@ -115,10 +159,16 @@ impl SessionTable {
             None => self.nonces.nonce().iter().map(|byte| format!("{byte:02x}")).collect(),
         };
         let held = sessions.values().filter(|s| s.negotiated.principal == negotiated.principal).count();
-        if sessions.len() >= self.limits.sessions_max || held >= self.limits.per_principal_max {
+        let held_bytes: usize = sessions.values().filter(|s| s.negotiated.principal == negotiated.principal).map(|s| s.bytes).sum();
+        let total_bytes: usize = sessions.values().map(|s| s.bytes).sum();
+        if sessions.len() >= self.limits.sessions_max
+            || held >= self.limits.per_principal_max
+            || held_bytes.saturating_add(bytes) > self.limits.principal_bytes_max
+            || total_bytes.saturating_add(bytes) > self.limits.bytes_max
+        {
             return Err(SessionRefusal::Full);
         }
-        let session = Session { negotiated, created_ms: now_ms, last_used_ms: now_ms, pending: BTreeMap::new(), requests_sent: 0 };
+        let session = Session { negotiated, bytes, created_ms: now_ms, last_used_ms: now_ms, pending: BTreeMap::new(), requests_sent: 0 };
         sessions.insert(id.clone(), session);
         Ok(id)
     }
@@ -142,7 +192,7 @@ impl SessionTable {
 
     /// Records the level `logging/setLevel` asked for.
     pub fn set_log_level(&self, id: &str, level: &str) {
-        if let Some(session) = self.lock().get_mut(id) {
+        if let Some(session) = self.lock().get_mut(id).filter(|_| level.len() <= LOG_LEVEL_BYTES_MAX) {
             session.negotiated.log_level = Some(level.to_string());
         }
     }
@@ -250,7 +300,8 @@ mod tests {
 
     #[test]
     fn the_table_and_each_principal_share_are_bounded() {
-        let (clock, table) = table(SessionLimits { sessions_max: 3, per_principal_max: 2, idle_ms: 100, lifetime_ms: 1_000 });
+        let (clock, table) =
+            table(SessionLimits { sessions_max: 3, per_principal_max: 2, idle_ms: 100, lifetime_ms: 1_000, ..SessionLimits::default() });
         table.open(None, negotiated("alice")).unwrap();
         table.open(None, negotiated("alice")).unwrap();
         assert_eq!(table.open(None, negotiated("alice")), Err(SessionRefusal::Full), "alice's share");
@@ -259,6 +310,27 @@ mod tests {
         clock.0.fetch_add(100, Ordering::SeqCst);
         assert!(table.open(None, negotiated("carol")).is_ok(), "expired sessions make room");
         assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn sessions_are_bounded_by_size_each_per_principal_and_in_all() {
+        let limits = SessionLimits { session_bytes_max: 200, principal_bytes_max: 500, bytes_max: 600, ..SessionLimits::default() };
+        let (_, table) = table(limits);
+        let sized = |principal: &str, filler: usize| {
+            let mut negotiated = negotiated(principal);
+            negotiated.capabilities.insert("x".into(), Value::String("y".repeat(filler)));
+            negotiated
+        };
+        let each = sized("alice", 100).bytes();
+        assert!((130..=150).contains(&each), "{each}");
+        assert_eq!(table.open(None, sized("alice", 190)), Err(SessionRefusal::TooLarge), "one session's bound");
+        for _ in 0..3 {
+            table.open(None, sized("alice", 100)).unwrap();
+        }
+        assert_eq!(table.open(None, sized("alice", 100)), Err(SessionRefusal::Full), "alice's bytes are spent");
+        table.open(None, sized("bob", 100)).unwrap();
+        assert_eq!(table.open(None, sized("carol", 100)), Err(SessionRefusal::Full), "the table's bytes are spent");
+        assert_eq!(table.len(), 4, "a refusal keeps nothing");
     }
 
     #[test]

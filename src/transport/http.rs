@@ -10,15 +10,28 @@
 //!   ends an idle keep-alive connection: after a response, waiting for the next request is reading headers.
 //! - **Body**: once the headers are in, the whole body must arrive within [`BODY_READ_TIMEOUT_MS`] → else
 //!   `408` and the connection is closed. A total deadline, not one per chunk: a client dripping one byte at
-//!   a time cannot stretch it.
+//!   a time cannot stretch it. On **every route** of the listener: [`MCP_PATH`] reads its own body after its
+//!   checks; any other route (the out-of-band page, a path that does not exist) gets a body already read by
+//!   the listener within the same deadline and at most [`PAGE_BODY_BYTES_MAX`] bytes (`413` beyond), and
+//!   one log line like a `/mcp` request's. Such a request also takes a place in flight, from bounds of its
+//!   own sized like the endpoint's: per listener [`REQUESTS_IN_FLIGHT_MAX`] (`503`), per client address
+//!   [`PRINCIPAL_REQUESTS_IN_FLIGHT_MAX`] (`429`), so page requests and `/mcp` requests never crowd each
+//!   other out.
 //! - **Connections**: at most [`CONNECTIONS_MAX`] open at once per process (all its listeners together); one
 //!   more is answered `503` with `Retry-After` and closed. A connection holds a file descriptor, and a
-//!   process that runs out of them stops answering everyone.
+//!   process that runs out of them stops answering everyone. Of those, one client address (an IPv6 client
+//!   by its /64, [`client_key`]) holds at most [`CLIENT_CONNECTIONS_MAX`]; one more is answered `429` with
+//!   `Retry-After` and closed, so one address re-filling every slot as it frees cannot keep the others out.
 //! - **Requests in flight**: at most [`REQUESTS_IN_FLIGHT_MAX`] per listener are read, handled or streamed at
 //!   once, and at most [`PRINCIPAL_REQUESTS_IN_FLIGHT_MAX`] of them for one principal; beyond either, the
 //!   request is refused at once (`503` in total, `429` for the principal) rather than queued. So one
 //!   principal holding every request it may (its bodies stalled until their deadline) leaves the rest to
 //!   the others.
+//! - **Legacy calls waiting for their client** (dual-era servers): a call that asks its client something
+//!   gives its places in flight back while it waits (the answer, a POST of its own, needs one) and takes one
+//!   of [`LEGACY_WAITING_MAX`] waiting places of the listener, at most [`LEGACY_WAITING_PER_PRINCIPAL_MAX`]
+//!   for one principal (beyond, the call ends with an error saying so). The wait ends when the answer comes,
+//!   after [`LEGACY_ANSWER_TIMEOUT_MS`], or at once when the client closes the call's stream.
 //!
 //! The deadlines are hyper's own (the header-read timer) and tokio's (one timeout around the body read);
 //! the bounds are semaphores taken before anything is read.
@@ -95,7 +108,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -116,10 +129,19 @@ pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 pub const BODY_READ_TIMEOUT_MS: u64 = 10_000;
 /// Connections one process holds open at once, over all its listeners; one more is answered 503 and closed.
 pub const CONNECTIONS_MAX: usize = 512;
+/// Of those, the most one client address holds (an IPv6 client is its /64); one more is answered 429 and closed.
+pub const CLIENT_CONNECTIONS_MAX: usize = 64;
 /// Requests one listener reads, handles or streams at once; more are refused with 503 rather than queued.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 64;
 /// Of those, the most one principal may have; more of its requests are refused with 429.
 pub const PRINCIPAL_REQUESTS_IN_FLIGHT_MAX: usize = 16;
+/// Legacy calls one listener lets wait for their client's answer at once (a waiting call holds no place in
+/// flight: its client's answer needs one); one more call that would wait is ended with an error instead.
+pub const LEGACY_WAITING_MAX: usize = 256;
+/// Of those, the most one principal may have.
+pub const LEGACY_WAITING_PER_PRINCIPAL_MAX: usize = 16;
+/// Bytes of a request body any route but [`MCP_PATH`] may send (the page's forms are a few hundred bytes).
+pub const PAGE_BODY_BYTES_MAX: usize = 16 * 1024;
 /// Events buffered between a stream's producer and the socket; a slow reader holds the producer back.
 pub(crate) const STREAM_EVENTS_BUFFERED_MAX: usize = 16;
 /// How often an open subscription stream sends a `:` comment, so a client that vanished is noticed.
@@ -143,8 +165,13 @@ pub struct HttpLimits {
     pub body_read_timeout_ms: u64,
     /// Per process: the [`ConnectionSlots`] its listeners share.
     pub connections_max: usize,
+    /// Per process too: of `connections_max`, the most one client address holds.
+    pub client_connections_max: usize,
     pub requests_in_flight_max: usize,
     pub principal_requests_in_flight_max: usize,
+    /// Legacy calls waiting for their client, per listener and per principal (dual-era servers).
+    pub legacy_waiting_max: usize,
+    pub legacy_waiting_per_principal_max: usize,
 }
 
 impl Default for HttpLimits {
@@ -153,8 +180,11 @@ impl Default for HttpLimits {
             header_read_timeout_ms: HEADER_READ_TIMEOUT_MS,
             body_read_timeout_ms: BODY_READ_TIMEOUT_MS,
             connections_max: CONNECTIONS_MAX,
+            client_connections_max: CLIENT_CONNECTIONS_MAX,
             requests_in_flight_max: REQUESTS_IN_FLIGHT_MAX,
             principal_requests_in_flight_max: PRINCIPAL_REQUESTS_IN_FLIGHT_MAX,
+            legacy_waiting_max: LEGACY_WAITING_MAX,
+            legacy_waiting_per_principal_max: LEGACY_WAITING_PER_PRINCIPAL_MAX,
         }
     }
 }
@@ -164,10 +194,11 @@ impl std::fmt::Display for HttpLimits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "headers within {} ms, bodies within {} ms, {} connections per process, {} requests in flight per listener ({} per principal)",
+            "headers within {} ms, bodies within {} ms (every route), {} connections per process ({} per client address), {} requests in flight per listener ({} per principal)",
             self.header_read_timeout_ms,
             self.body_read_timeout_ms,
             self.connections_max,
+            self.client_connections_max,
             self.requests_in_flight_max,
             self.principal_requests_in_flight_max
         )
@@ -175,23 +206,103 @@ impl std::fmt::Display for HttpLimits {
 }
 
 /// The open connections a process allows, shared by all its listeners (a connection holds a file descriptor,
-/// and those are the process's).
+/// and those are the process's), and each client address's share of them.
 #[derive(Debug, Clone)]
 pub struct ConnectionSlots {
     slots: Arc<Semaphore>,
     max: usize,
+    clients: Arc<ClientConnections>,
+}
+
+/// Connections open per client address; an entry exists only while its client has one open.
+#[derive(Debug)]
+struct ClientConnections {
+    max: usize,
+    open: Mutex<BTreeMap<IpAddr, usize>>,
+}
+
+impl ClientConnections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<IpAddr, usize>> {
+        // A poisoned lock only means another thread panicked between two integer updates.
+        self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Why a connection was not given a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnectionRefusal {
+    /// The process holds as many as it allows.
+    Full,
+    /// This client address holds its share.
+    ClientFull,
+}
+
+/// One open connection's slot (the process's and its client's); given back when dropped.
+struct ConnectionSlot {
+    _process: OwnedSemaphorePermit,
+    clients: Arc<ClientConnections>,
+    client: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.lock();
+        if let Some(count) = open.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.client);
+            }
+        }
+    }
 }
 
 impl ConnectionSlots {
-    pub fn new(max: usize) -> ConnectionSlots {
-        ConnectionSlots { slots: Arc::new(Semaphore::new(max)), max }
+    /// At most `max` connections in all, and at most `client_max` of them from one client address.
+    pub fn new(max: usize, client_max: usize) -> ConnectionSlots {
+        let clients = Arc::new(ClientConnections { max: client_max, open: Mutex::default() });
+        ConnectionSlots { slots: Arc::new(Semaphore::new(max)), max, clients }
     }
 
     /// Connections open right now.
     pub fn open(&self) -> usize {
         self.max - self.slots.available_permits()
     }
+
+    /// A slot for a connection from `client` (already a [`client_key`]): its client's share first, then the
+    /// process's.
+    fn try_take(&self, client: IpAddr) -> Result<ConnectionSlot, ConnectionRefusal> {
+        let mut open = self.clients.lock();
+        let count = open.get(&client).copied().unwrap_or(0);
+        if count >= self.clients.max {
+            return Err(ConnectionRefusal::ClientFull);
+        }
+        let process = self.slots.clone().try_acquire_owned().map_err(|_| ConnectionRefusal::Full)?;
+        open.insert(client, count + 1);
+        drop(open);
+        Ok(ConnectionSlot { _process: process, clients: self.clients.clone(), client })
+    }
 }
+
+/// What the per-client bounds key on: an IPv4 address (an IPv4-mapped IPv6 one as IPv4), or an IPv6
+/// address's /64 (one host is usually given a whole /64, so its single addresses would be free).
+pub fn client_key(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(segments.into())
+            }
+        },
+    }
+}
+
+/// The client address of a request (its [`client_key`]), as the listener put it among the request's
+/// extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddress(pub IpAddr);
 
 /// Bearer tokens, held as SHA-256 digests: a lookup's timing depends on the digest, which says nothing useful
 /// about any real token's bytes.
@@ -255,6 +366,9 @@ struct Endpoint {
     loopback_bind: bool,
     in_flight: Arc<Semaphore>,
     principals_in_flight: Arc<PrincipalSlots>,
+    /// Legacy calls waiting for their client (they hold none of the places above while they wait).
+    legacy_waiting: Arc<Semaphore>,
+    legacy_waiting_principals: Arc<PrincipalSlots>,
     body_read_timeout: Duration,
     /// Names this listener in every log line of its requests: instances of a fleet log to one stream.
     span: tracing::Span,
@@ -335,12 +449,20 @@ pub fn router(
         loopback_bind,
         in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_max)),
         principals_in_flight: Arc::new(PrincipalSlots { max: limits.principal_requests_in_flight_max, held: Mutex::default() }),
+        legacy_waiting: Arc::new(Semaphore::new(limits.legacy_waiting_max)),
+        legacy_waiting_principals: Arc::new(PrincipalSlots { max: limits.legacy_waiting_per_principal_max, held: Mutex::default() }),
         body_read_timeout: Duration::from_millis(limits.body_read_timeout_ms),
         span: tracing::info_span!("http", listen = %local_address),
     });
     Ok(Router::new()
         .route(MCP_PATH, any(mcp_endpoint))
-        .fallback(|| async { refusal(StatusCode::NOT_FOUND, format!("nothing here; the MCP endpoint is POST {MCP_PATH}")) })
+        .fallback(|| async {
+            with_route_log(
+                refusal(StatusCode::NOT_FOUND, format!("nothing here; the MCP endpoint is POST {MCP_PATH}")),
+                None,
+                "http_not_found",
+            )
+        })
         .layer(DefaultBodyLimit::max(MESSAGE_BYTES_MAX))
         .with_state(endpoint))
 }
@@ -363,15 +485,25 @@ pub(crate) async fn serve_http(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms)).keep_alive(true);
     let refusal_bytes: Arc<[u8]> = connections_full_response(connections.max).into();
+    let client_refusal_bytes: Arc<[u8]> = client_connections_full_response(connections.clients.max).into();
     let refusals_in_flight = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
+    // Every route's body is read within the body deadline (the MCP endpoint reads its own, after its checks),
+    // and every request to a route but the MCP endpoint gets its log line here.
+    let guard = Arc::new(ListenerGuard {
+        body_read_timeout: Duration::from_millis(limits.body_read_timeout_ms),
+        in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_max)),
+        clients_in_flight: Arc::new(PrincipalSlots { max: limits.principal_requests_in_flight_max, held: Mutex::default() }),
+        span: span.clone(),
+    });
+    let router = router.layer(axum::middleware::from_fn_with_state(guard, guard_route));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // A client that gave up before we accepted: nothing to do. Anything else (no file
                     // descriptors left) is logged, and the listener pauses rather than spinning.
@@ -383,14 +515,23 @@ pub(crate) async fn serve_http(
                 }
             },
         };
-        let Ok(slot) = connections.slots.clone().try_acquire_owned() else {
-            let stopwatch = Stopwatch::start();
-            span.in_scope(|| log_request("http", "-", &MessageSummary::default(), 503, "http_connections_full", &stopwatch));
-            refuse_connection(stream, refusal_bytes.clone(), &refusals_in_flight);
-            continue;
+        let client = client_key(peer.ip());
+        let slot = match connections.try_take(client) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                let stopwatch = Stopwatch::start();
+                let (status, outcome, bytes) = match refusal {
+                    ConnectionRefusal::Full => (503, "http_connections_full", &refusal_bytes),
+                    ConnectionRefusal::ClientFull => (429, "http_client_connections_full", &client_refusal_bytes),
+                };
+                span.in_scope(|| log_request("http", "-", &MessageSummary::default(), status, outcome, &stopwatch));
+                refuse_connection(stream, bytes.clone(), &refusals_in_flight);
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone())));
+        let service = WithClient { inner: TowerToHyperService::new(router.clone()), client: ClientAddress(client) };
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             // A connection ending in an error (a missed header deadline, a client gone mid-request) has
             // nothing more to say: each request on it was logged when it was answered.
@@ -414,15 +555,167 @@ pub(crate) async fn serve_http(
 fn connections_full_response(connections_max: usize) -> Vec<u8> {
     let message =
         format!("the server holds as many connections as it allows ({connections_max}); retry shortly, or reuse an open connection");
-    let error = RpcError::invalid_request(message).with_status(503);
+    closing_response("503 Service Unavailable", message)
+}
+
+/// The bytes that answer a connection over its client address's share: a complete `429` that closes it.
+fn client_connections_full_response(client_connections_max: usize) -> Vec<u8> {
+    let message = format!(
+        "your address holds as many connections to this server as one client may ({client_connections_max}); reuse an open one, or close one and retry"
+    );
+    closing_response("429 Too Many Requests", message)
+}
+
+fn closing_response(status_line: &str, message: String) -> Vec<u8> {
+    let status: u16 = status_line.split(' ').next().and_then(|code| code.parse().ok()).unwrap_or(503);
+    let error = RpcError::invalid_request(message).with_status(status);
     let body = serde_json::to_vec(&error_response(None, &error)).expect("serializing a serde_json::Value cannot fail");
     let mut bytes = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        "HTTP/1.1 {status_line}\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
     bytes.extend_from_slice(&body);
     bytes
+}
+
+/// A connection's service: the router, with the connection's [`ClientAddress`] put among each request's
+/// extensions (what the per-client bounds of the routes key on).
+#[derive(Clone)]
+struct WithClient<S> {
+    inner: S,
+    client: ClientAddress,
+}
+
+impl<S, B> hyper::service::Service<hyper::Request<B>> for WithClient<S>
+where
+    S: hyper::service::Service<hyper::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn call(&self, mut request: hyper::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.client);
+        self.inner.call(request)
+    }
+}
+
+/// What [`guard_route`] needs: the body deadline, the bounds of requests in flight off the MCP endpoint (as
+/// many as the endpoint's, of which one client address may hold as many as one principal there), and the
+/// listener's log span.
+struct ListenerGuard {
+    body_read_timeout: Duration,
+    in_flight: Arc<Semaphore>,
+    clients_in_flight: Arc<PrincipalSlots>,
+    span: tracing::Span,
+}
+
+/// What a route other than the MCP endpoint tells the request log: who (if it knows) and how it ended.
+/// Never a token, a cookie or a flow reference.
+#[derive(Debug, Clone)]
+pub struct RouteLog {
+    pub principal: Option<String>,
+    pub outcome: String,
+}
+
+/// Every route but [`MCP_PATH`] (which reads its own body after its checks, within the same deadline): the
+/// request takes a place in flight (its client address's share, `429`, then the listener's, `503`, both with
+/// `Retry-After`; these are not the MCP endpoint's places, so neither kind of request can crowd out the
+/// other), its whole body is read within the body deadline and at most [`PAGE_BODY_BYTES_MAX`] bytes before
+/// the route sees it (else `408`, closing the connection, or `413`), and it gets its log line.
+async fn guard_route(State(guard): State<Arc<ListenerGuard>>, request: Request, next: axum::middleware::Next) -> Response {
+    if request.uri().path() == MCP_PATH {
+        return next.run(request).await;
+    }
+    let stopwatch = Stopwatch::start();
+    let route = route_name(request.uri().path());
+    let method = request.method().clone();
+    let client = request.extensions().get::<ClientAddress>().map_or_else(|| "-".to_string(), |ClientAddress(address)| address.to_string());
+    let response = match guard.clients_in_flight.try_take(&client) {
+        None => {
+            let message = format!(
+                "your address has as many requests in flight here as one client may ({}); wait for one to finish, then retry",
+                guard.clients_in_flight.max
+            );
+            let response = with_header(refusal(StatusCode::TOO_MANY_REQUESTS, message), header::RETRY_AFTER, HeaderValue::from_static("1"));
+            with_route_log(response, None, "http_client_busy")
+        }
+        Some(client_slot) => match guard.in_flight.clone().try_acquire_owned() {
+            Err(_) => {
+                let response =
+                    refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
+                with_route_log(with_header(response, header::RETRY_AFTER, HeaderValue::from_static("1")), None, "http_busy")
+            }
+            Ok(permit) => {
+                let response = read_then_route(&guard, request, next).await;
+                drop((permit, client_slot));
+                response
+            }
+        },
+    };
+    let logged = response.extensions().get::<RouteLog>().cloned();
+    let principal = logged.as_ref().and_then(|log| log.principal.as_deref()).unwrap_or("-");
+    let outcome = logged.as_ref().map_or("-", |log| log.outcome.as_str());
+    let status = response.status().as_u16();
+    guard.span.in_scope(|| log_route(&method, route, principal, status, outcome, &stopwatch));
+    response
+}
+
+/// The body read within the deadline and the size bound, then the route.
+async fn read_then_route(guard: &ListenerGuard, request: Request, next: axum::middleware::Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let read = tokio::time::timeout(guard.body_read_timeout, axum::body::to_bytes(body, PAGE_BODY_BYTES_MAX)).await;
+    match read {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Err(error)) => {
+            let too_large = std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            let response = if too_large {
+                refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("this route takes at most {PAGE_BODY_BYTES_MAX} bytes of body"))
+            } else {
+                refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again")
+            };
+            let outcome = if too_large { "http_payload_too_large" } else { "http_body_unreadable" };
+            with_route_log(with_header(response, header::CONNECTION, HeaderValue::from_static("close")), None, outcome)
+        }
+        Err(_elapsed) => {
+            let message = format!(
+                "the request body did not arrive within {} ms of its headers; send the whole body at once",
+                guard.body_read_timeout.as_millis()
+            );
+            let response =
+                with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close"));
+            with_route_log(response, None, "http_body_timeout")
+        }
+    }
+}
+
+/// Attaches what the request log says of a route's response.
+pub fn with_route_log(mut response: Response, principal: Option<&str>, outcome: &str) -> Response {
+    response.extensions_mut().insert(RouteLog { principal: principal.map(str::to_string), outcome: outcome.to_string() });
+    response
+}
+
+/// The route a path names, for the log: the page's routes without their reference, anything else as "other".
+fn route_name(path: &str) -> &'static str {
+    match path.strip_prefix(crate::servers::notes::publish::PAGE_PATH) {
+        Some(rest) if rest.ends_with("/sign-in") => "/connect/{reference}/sign-in",
+        Some(_) => "/connect/{reference}",
+        None => "other",
+    }
+}
+
+/// The log line of a request to a route other than the MCP endpoint.
+fn log_route(method: &Method, route: &str, principal: &str, status: u16, outcome: &str, latency: &Stopwatch) {
+    tracing::info!(
+        target: "mcpsim::request",
+        transport = "http",
+        principal,
+        route = ?format!("{method} {route}"),
+        status,
+        outcome,
+        latency_us = latency.elapsed_us(),
+    );
 }
 
 /// Answers a connection over the bound and closes it, on a task bounded in time ([`REFUSAL_LINGER_MS`]) and in
@@ -568,7 +861,12 @@ impl Endpoint {
         if let Some(legacy) = &self.legacy {
             let session_id = headers_session_id(&session_header);
             if is_legacy_http(routing.protocol_version.as_deref(), session_id.as_deref(), &body) {
-                let (response, outcome) = legacy_exchange(legacy.clone(), principal.clone(), session_id, body, permit).await;
+                let waiting = Waiting {
+                    listener: self.legacy_waiting.clone(),
+                    principals: self.legacy_waiting_principals.clone(),
+                    principal: principal.clone(),
+                };
+                let (response, outcome) = legacy_exchange(legacy.clone(), principal.clone(), session_id, body, permit, waiting).await;
                 return Handled { response, principal: Some(principal), summary, outcome };
             }
         }
@@ -765,10 +1063,39 @@ enum LegacyOut {
     Done(LegacyReply),
 }
 
+/// Where a legacy call's places go while it waits for its client: the listener's and the principal's bounds
+/// of waiting calls.
+struct Waiting {
+    listener: Arc<Semaphore>,
+    principals: Arc<PrincipalSlots>,
+    principal: String,
+}
+
+/// A waiting call's places among [`Waiting`]'s bounds; given back when the call ends.
+struct WaitingPlace {
+    _principal: PrincipalSlot,
+    _listener: OwnedSemaphorePermit,
+}
+
 /// The client end of a legacy HTTP call: messages go out on the call's own SSE stream; answers come back as
 /// POSTs carrying the session id, which the adapter hands to the waiting receiver.
+///
+/// The call holds its places in flight until it first waits on the client ([`ClientLink::park`]); then it
+/// trades them for a place among the waiting calls, so the answer it waits for (a POST of its own, which
+/// needs a place in flight) never waits for a place the call holds. A client gone (its stream closed) ends
+/// the wait at once.
 struct HttpLink {
     sender: mpsc::Sender<LegacyOut>,
+    in_flight: Mutex<Option<InFlight>>,
+    waiting: Waiting,
+    parked: Mutex<Option<WaitingPlace>>,
+    answer_timeout: Duration,
+}
+
+impl HttpLink {
+    fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 #[async_trait::async_trait]
@@ -778,23 +1105,53 @@ impl ClientLink for HttpLink {
     }
 
     async fn wait(&self, answer: tokio::sync::oneshot::Receiver<Value>) -> Option<Value> {
-        tokio::time::timeout(Duration::from_millis(LEGACY_ANSWER_TIMEOUT_MS), answer).await.ok()?.ok()
+        tokio::select! {
+            answered = tokio::time::timeout(self.answer_timeout, answer) => answered.ok()?.ok(),
+            // The call's stream was closed (the client went away): nobody will read an answer any more.
+            () = self.sender.closed() => None,
+        }
+    }
+
+    async fn park(&self) -> Result<(), String> {
+        let mut parked = HttpLink::lock(&self.parked);
+        if parked.is_some() {
+            return Ok(());
+        }
+        let Some(principal) = self.waiting.principals.try_take(&self.waiting.principal) else {
+            return Err(format!(
+                "as many of your legacy calls wait for your answers as one principal's may ({}): answer them, then retry",
+                self.waiting.principals.max
+            ));
+        };
+        let Ok(listener) = self.waiting.listener.clone().try_acquire_owned() else {
+            return Err("the server has as many legacy calls waiting for their clients as it allows; retry shortly".into());
+        };
+        *parked = Some(WaitingPlace { _principal: principal, _listener: listener });
+        HttpLink::lock(&self.in_flight).take();
+        Ok(())
     }
 }
 
 /// Runs one legacy request. A reply that needs nothing of the client is one JSON body (with `Mcp-Session-Id`
 /// when `initialize` opened a session); a call that sends the client anything first is an SSE stream whose
-/// last event is the reply.
+/// last event is the reply. The call holds `permit` until it parks ([`HttpLink`]).
 async fn legacy_exchange(
     legacy: Arc<LegacyAdapter>,
     principal: String,
     session_id: Option<String>,
     body: Bytes,
     permit: InFlight,
+    waiting: Waiting,
 ) -> (Response, String) {
     let (sender, mut receiver) = mpsc::channel::<LegacyOut>(STREAM_EVENTS_BUFFERED_MAX);
     tokio::spawn(async move {
-        let link = HttpLink { sender: sender.clone() };
+        let link = HttpLink {
+            sender: sender.clone(),
+            in_flight: Mutex::new(Some(permit)),
+            waiting,
+            parked: Mutex::new(None),
+            answer_timeout: Duration::from_millis(LEGACY_ANSWER_TIMEOUT_MS),
+        };
         let reply = legacy.handle(&principal, Channel::Http { session_id: session_id.as_deref() }, &body, &link).await;
         let _ = sender.send(LegacyOut::Done(reply)).await;
     });
@@ -820,17 +1177,31 @@ async fn legacy_exchange(
     };
     let (events, events_out) = mpsc::channel::<Bytes>(STREAM_EVENTS_BUFFERED_MAX);
     tokio::spawn(async move {
-        let _permit = permit;
         if events.send(sse_event(&first)).await.is_err() {
             return;
         }
-        while let Some(out) = receiver.recv().await {
+        let mut keepalive = tokio::time::interval(Duration::from_millis(STREAM_KEEPALIVE_MS));
+        keepalive.tick().await;
+        loop {
+            // Returning drops `receiver`: the call's link sees its client gone and stops waiting.
+            let out = tokio::select! {
+                biased;
+                () = events.closed() => return,
+                out = receiver.recv() => out,
+                _ = keepalive.tick() => {
+                    if events.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
             let message = match out {
-                LegacyOut::Message(message) => message,
-                LegacyOut::Done(reply) => match reply.response {
+                Some(LegacyOut::Message(message)) => message,
+                Some(LegacyOut::Done(reply)) => match reply.response {
                     Some(response) => response,
                     None => return,
                 },
+                None => return,
             };
             if events.send(sse_event(&message)).await.is_err() {
                 return;
@@ -1021,9 +1392,15 @@ mod tests {
         let options = HttpOptions { limits, ..HttpOptions::default() };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let router = router(Arc::new(server), Authentication::Bearer(tokens), options, address).unwrap();
-        let serving = tokio::spawn(serve_http(listener, router, ConnectionSlots::new(limits.connections_max), limits, async move {
-            let _ = stopped.await;
-        }));
+        let serving = tokio::spawn(serve_http(
+            listener,
+            router,
+            ConnectionSlots::new(limits.connections_max, limits.client_connections_max),
+            limits,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         let response = reqwest::Client::new()
             .post(format!("http://{address}{MCP_PATH}"))
             .header("Authorization", "Bearer demo-alice")

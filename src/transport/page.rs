@@ -13,17 +13,23 @@
 //!   refused outright.
 //! * **Pages** are self-contained HTML (one inline stylesheet, no script, no external resource) under a
 //!   Content-Security-Policy that admits nothing else; every value shown is escaped.
+//! * **Guessing is throttled**: sign-in attempts are counted per client address and per flow reference
+//!   ([`SignInThrottle`]); past either's allowance the attempt is answered `429` with `Retry-After`, before
+//!   the token is even looked at.
+//! * **Logged** like `/mcp`: each request gets one line (route without its reference, principal when known,
+//!   status, outcome), written by the listener ([`crate::transport::http`]); never a token or a cookie.
 
 use crate::framework::out_of_band::{PageAction, PageAnswer, PageRequest};
 use crate::framework::ports::Clock;
 use crate::framework::Service;
 use crate::servers::notes::publish::PAGE_PATH;
 use crate::stores::system::SystemClock;
-use crate::transport::http::Tokens;
+use crate::transport::http::{with_route_log, ClientAddress, RouteLog, Tokens};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::{Form, Router};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -38,18 +44,83 @@ pub const SESSION_COOKIE: &str = "mcpsim_page_session";
 pub const SESSION_TTL_MS: u64 = 15 * 60 * 1000;
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
+/// Sign-in attempts one client address may make in a burst; then one more per [`SIGN_IN_INTERVAL_MS`].
+pub const SIGN_IN_BURST_PER_CLIENT: u64 = 5;
+/// Sign-in attempts on one flow reference (from any address) in a burst; then one more per interval.
+pub const SIGN_IN_BURST_PER_REFERENCE: u64 = 10;
+/// The sustained rate of sign-in attempts each client address and each reference is allowed: one per this.
+pub const SIGN_IN_INTERVAL_MS: u64 = 1_000;
+/// Client addresses and references the throttle remembers at once (each 8 bytes of time and its key); when
+/// all are still counting, a new one is refused until one has recovered (fail closed).
+const THROTTLE_KEYS_MAX: usize = 4096;
+
+/// Sign-in attempts, bounded per key as a token bucket (GCRA): a burst, then one per interval. A key is
+/// forgotten once its bucket is full again, so it costs nothing at rest.
+#[derive(Debug)]
+pub struct SignInThrottle {
+    burst: u64,
+    interval_ms: u64,
+    /// Per key: when its bucket will be full again (the theoretical arrival time of the next attempt).
+    full_at: std::sync::Mutex<BTreeMap<String, u64>>,
+}
+
+impl SignInThrottle {
+    pub fn new(burst: u64, interval_ms: u64) -> SignInThrottle {
+        SignInThrottle { burst: burst.max(1), interval_ms: interval_ms.max(1), full_at: std::sync::Mutex::default() }
+    }
+
+    /// Counts an attempt under `key` at `now_ms`; `Err(ms)` when it is over the allowance, with how long until
+    /// the next one is allowed.
+    pub fn attempt(&self, key: &str, now_ms: u64) -> Result<(), u64> {
+        let mut full_at = self.full_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let tolerance = (self.burst - 1).saturating_mul(self.interval_ms);
+        let arrival = full_at.get(key).copied().unwrap_or(0).max(now_ms);
+        if arrival - now_ms > tolerance {
+            return Err(arrival - now_ms - tolerance);
+        }
+        if !full_at.contains_key(key) && full_at.len() >= THROTTLE_KEYS_MAX {
+            full_at.retain(|_, at| *at > now_ms);
+            if full_at.len() >= THROTTLE_KEYS_MAX {
+                return Err(self.interval_ms);
+            }
+        }
+        full_at.insert(key.to_string(), arrival + self.interval_ms);
+        Ok(())
+    }
+}
+
+/// Milliseconds since the process first asked: the throttle's time, which a wall-clock step cannot move back
+/// (a clock set back an hour would otherwise hold every counted client off for that hour).
+fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    #[allow(clippy::disallowed_methods)] // Real transport only: a rate limit of real requests, never in a transcript.
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 struct PageState {
     service: Arc<dyn Service>,
     tokens: Tokens,
+    per_client: SignInThrottle,
+    per_reference: SignInThrottle,
     key: Vec<u8>,
     /// `http://HOST:PORT`: what the URLs this listener's server issues start with.
     base: String,
 }
 
 /// The page's routes for `service` (whose notes server issues URLs starting with `base`), signing sessions
-/// with `key` and proving principals with `tokens`. Merge it into the listener's router.
-pub fn page_router(service: Arc<dyn Service>, tokens: Tokens, key: Vec<u8>, base: String) -> Router {
-    let state = Arc::new(PageState { service, tokens, key, base: base.trim_end_matches('/').to_string() });
+/// with `key` and proving principals with `tokens`, allowing sign-in attempts at one per
+/// `sign_in_interval_ms` after their bursts ([`SIGN_IN_INTERVAL_MS`] unless a test says otherwise). Merge it
+/// into the listener's router.
+pub fn page_router(service: Arc<dyn Service>, tokens: Tokens, key: Vec<u8>, base: String, sign_in_interval_ms: u64) -> Router {
+    let state = Arc::new(PageState {
+        service,
+        tokens,
+        per_client: SignInThrottle::new(SIGN_IN_BURST_PER_CLIENT, sign_in_interval_ms),
+        per_reference: SignInThrottle::new(SIGN_IN_BURST_PER_REFERENCE, sign_in_interval_ms),
+        key,
+        base: base.trim_end_matches('/').to_string(),
+    });
     Router::new()
         .route("/connect/{reference}", get(show).post(submit))
         .route("/connect/{reference}/sign-in", post(sign_in))
@@ -143,6 +214,14 @@ fn html(status: u16, outcome: &str, heading: &str, says: &str, form: &str) -> Re
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    with_route_log(response, None, outcome)
+}
+
+/// Names the principal the request acted for in its log line.
+fn logged_as(mut response: Response, principal: &str) -> Response {
+    if let Some(log) = response.extensions_mut().get_mut::<RouteLog>() {
+        log.principal = Some(principal.to_string());
+    }
     response
 }
 
@@ -184,24 +263,39 @@ async fn show(State(state): State<Arc<PageState>>, Path(reference): Path<String>
     } else {
         String::new()
     };
-    answer_page(&answer, &form)
+    logged_as(answer_page(&answer, &form), &principal)
 }
 
 async fn sign_in(
     State(state): State<Arc<PageState>>,
     Path(reference): Path<String>,
+    client: Option<Extension<ClientAddress>>,
     headers: HeaderMap,
     Form(form): Form<BTreeMap<String, String>>,
 ) -> Response {
     if state.foreign_origin(&headers) {
         return html(403, "foreign_origin", "Not authorized", "This sign-in was posted from another site. Nothing was done.", "");
     }
+    // Counted before the token is looked at: a guess over the allowance learns nothing.
+    let now_ms = SystemClock.now_ms();
+    let elapsed_ms = monotonic_ms();
+    let client = client.map_or_else(|| "unknown".to_string(), |Extension(ClientAddress(address))| address.to_string());
+    // A genuine reference is 22 characters; a longer one is counted by its first 64 (it names no flow anyway).
+    let reference_key: String = reference.chars().take(64).collect();
+    let throttled = state.per_client.attempt(&client, elapsed_ms).and_then(|()| state.per_reference.attempt(&reference_key, elapsed_ms));
+    if let Err(wait_ms) = throttled {
+        let seconds = wait_ms.div_ceil(1000).max(1);
+        let says = format!("Too many sign-in attempts from here or for this page. Nothing was checked; try again in {seconds} s.");
+        let mut response = html(429, "sign_in_throttled", "Slow down", &says, "");
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        return response;
+    }
     let Some(principal) = form.get("token").and_then(|token| state.tokens.principal(token.trim())) else {
         return sign_in_page(&reference, 401, "That token is not one this server knows. Nothing was done; try again.");
     };
     let cookie = format!(
         "{SESSION_COOKIE}={}; Path={PAGE_PATH}; HttpOnly; SameSite=Strict; Max-Age={}",
-        state.session_value(principal, SystemClock.now_ms()),
+        state.session_value(principal, now_ms),
         SESSION_TTL_MS / 1000
     );
     let mut response = (StatusCode::SEE_OTHER, "").into_response();
@@ -210,7 +304,7 @@ async fn sign_in(
         response.headers_mut().insert(header::LOCATION, location);
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
-    response
+    with_route_log(response, Some(principal), "signed_in")
 }
 
 async fn submit(
@@ -237,7 +331,7 @@ async fn submit(
         );
     }
     let answer = state.service.page(&principal, &PageRequest { action: PageAction::Complete, url: state.url(&reference) }).await;
-    answer_page(&answer, "")
+    logged_as(answer_page(&answer, ""), &principal)
 }
 
 #[cfg(test)]
@@ -249,6 +343,8 @@ mod tests {
         let state = PageState {
             service: Arc::new(crate::assembly::demo_notes_server()),
             tokens: Tokens::default(),
+            per_client: SignInThrottle::new(1, 1),
+            per_reference: SignInThrottle::new(1, 1),
             key: vec![7; 32],
             base: "http://h".into(),
         };
@@ -262,5 +358,20 @@ mod tests {
         assert!(state.session(&headers, 1_000).is_none(), "a renamed session fails its tag");
         assert_ne!(state.csrf(&value, "r1"), state.csrf(&value, "r2"), "a CSRF token is per page");
         assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+    }
+
+    #[test]
+    fn the_throttle_allows_a_burst_then_one_per_interval_per_key() {
+        let throttle = SignInThrottle::new(3, 1_000);
+        for _ in 0..3 {
+            assert_eq!(throttle.attempt("a", 10_000), Ok(()));
+        }
+        assert_eq!(throttle.attempt("a", 10_000), Err(1_000), "the burst is spent: the next one in a second");
+        assert_eq!(throttle.attempt("b", 10_000), Ok(()), "another key has its own allowance");
+        assert_eq!(throttle.attempt("a", 10_999), Err(1));
+        assert_eq!(throttle.attempt("a", 11_000), Ok(()));
+        assert_eq!(throttle.attempt("a", 11_000), Err(1_000), "one per interval after the burst");
+        assert_eq!(throttle.attempt("a", 20_000), Ok(()), "a rested key has its burst back");
+        assert_eq!(throttle.attempt("a", 20_000), Ok(()));
     }
 }
