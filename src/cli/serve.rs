@@ -163,7 +163,7 @@ fn after_long_help() -> String {
     format!(
         "{AFTER_HELP}
 
-HTTP limits (each refusal carries a JSON-RPC error body; README lists every check in order):
+HTTP limits (each refusal carries a JSON-RPC error body; docs/serving.md lists every check in order):
   headers      within {HEADER_READ_TIMEOUT_MS} ms of connecting or of the previous response (an idle keep-alive
                connection closes then too), else the connection is closed
   body         within {BODY_READ_TIMEOUT_MS} ms of its headers on every route (the page's too) and at most

@@ -3,7 +3,7 @@
 //! # Deadlines and bounds
 //!
 //! Every resource a client can hold is bounded in time or in count, each by a named constant (shown in
-//! `mcpsim serve --help` and in README's table of HTTP checks):
+//! `mcpsim serve --help` and in docs/serving.md's table of HTTP checks):
 //!
 //! - **Headers**: a connection must deliver a request's complete headers within [`HEADER_READ_TIMEOUT_MS`] of
 //!   opening, or of the end of its previous response; otherwise hyper closes it. This one deadline also

@@ -37,7 +37,7 @@ fn bounded(text: &str, chars_max: usize) -> String {
 
 /// Why a request was refused. Serialized in snake_case into `error.data.reason`.
 ///
-/// The set is closed and documented in README ("Failure reasons"); adding a variant is a wire change.
+/// The set is closed and documented in docs/notes-server.md ("Failure reasons"); adding a variant is a wire change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Reason {
     /// `params._meta` or one of its required fields is absent or of the wrong type.
