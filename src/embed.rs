@@ -107,7 +107,7 @@ impl Options {
 
     /// The flags `mcpsim run` needs to repeat a run under these options, after the file and the seed.
     fn flags(&self) -> String {
-        crate::sim::runner::reproduce_flags(self.scheduler == Scheduler::Scripted, &self.faults, self.mutant)
+        runner::reproduce_flags(self.scheduler == Scheduler::Scripted, &self.faults, self.mutant)
     }
 
     fn run_options(&self, scenario: &Scenario, seed: u64) -> RunOptions {

@@ -107,7 +107,7 @@ fn authorizing_too_much_breaks_containment() {
     let factory: ServiceFactory = Arc::new(|parts: InstanceParts| -> Arc<dyn Service> {
         let mut config = (*parts.config).clone();
         for principal in ["alice", "bob"] {
-            std::sync::Arc::make_mut(&mut config.authorizations).grant(principal, "file:///").unwrap();
+            Arc::make_mut(&mut config.authorizations).grant(principal, "file:///").unwrap();
         }
         Arc::new(NotesServer { config: Arc::new(config), ..server(parts) })
     });

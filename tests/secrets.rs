@@ -85,7 +85,7 @@ fn store_urls_are_shown_with_the_password_redacted() {
         format!("postgres://mcpsim:{PASSWORD}@127.0.0.1:1/fleet?connect_timeout=2"),
     ];
     for store in &stores {
-        let runs: [Run; 5] = [
+        let runs: [Run<'_>; 5] = [
             (&["serve", "--http", "127.0.0.1:0", "--store", store], &[]),
             (&["serve", "--http", "127.0.0.1:0"], &[("MCPSIM_STORE", store)]),
             (&["serve", "--http", "127.0.0.1:0", "--gateway", "--store", store], &[]),

@@ -227,9 +227,8 @@ fn module_graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     for path in &sources {
         let module = module_of(path);
         let code = code_of(&std::fs::read_to_string(path).unwrap());
-        let is_mod_file = path.file_name().is_some_and(|n| n == "mod.rs");
-        let parent: Vec<String> =
-            if is_mod_file { module[..module.len().saturating_sub(1)].to_vec() } else { module[..module.len().saturating_sub(1)].to_vec() };
+        // `super` of `a/b.rs` and of `a/b/mod.rs` (both module `a::b`) is `a`.
+        let parent: Vec<String> = module[..module.len().saturating_sub(1)].to_vec();
         let mut paths = crate_paths(&code);
         let mut rest = code.as_str();
         while let Some(at) = rest.find("super::") {

@@ -330,7 +330,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         },
     };
     // What the reproduction needs besides the file and the seed.
-    let flags = crate::sim::runner::reproduce_flags(matches!(args.scheduler, SchedulerArg::Scripted), &faults, args.mutant.as_deref());
+    let flags = runner::reproduce_flags(matches!(args.scheduler, SchedulerArg::Scripted), &faults, args.mutant.as_deref());
     let output = Output { format, pages: html || args.html_out.is_some() };
     let mut stdout = std::io::stdout().lock();
     let mut summaries = Vec::new();

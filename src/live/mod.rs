@@ -445,7 +445,7 @@ impl World for LiveWorld<'_> {
         for item in items {
             match item {
                 Item::Send(outgoing) => sends.push(outgoing),
-                Item::Browse(_) => return Err(Refused::Unsupported(crate::play::world::NO_BROWSER.into())),
+                Item::Browse(_) => return Err(Refused::Unsupported(play::world::NO_BROWSER.into())),
                 // The admin change races the clients in the simulator; live it cannot happen at all.
                 Item::Admin(_) => {
                     return Err(Refused::Unsupported("its admin change races the clients, which live mode cannot arrange".into()))
@@ -545,9 +545,9 @@ impl World for LiveWorld<'_> {
         &self.history
     }
 
-    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String> {
+    fn notes(&self) -> Result<Arc<Vec<Note>>, String> {
         let ScenarioStore { store, .. } = self.store()?;
-        self.runtime.block_on(store.stores.admin.list()).map(std::sync::Arc::new).map_err(unreadable(&store.spec))
+        self.runtime.block_on(store.stores.admin.list()).map(Arc::new).map_err(unreadable(&store.spec))
     }
 
     fn consumed(&self) -> Result<Consumed<'_>, String> {

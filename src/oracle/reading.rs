@@ -57,7 +57,7 @@ impl<'de> serde::Deserialize<'de> for NonceClaim {
         struct Visitor;
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = NonceClaim;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a JSON object of claims")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NonceClaim, A::Error> {
@@ -85,7 +85,7 @@ impl<'de> serde::Deserialize<'de> for IsNonce {
         struct Visitor;
         impl serde::de::Visitor<'_> for Visitor {
             type Value = IsNonce;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a claim's name")
             }
             fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<IsNonce, E> {

@@ -352,7 +352,7 @@ pub enum AdminAction {
     Descriptor {
         backend: String,
         tool: Option<String>,
-        fields: serde_json::Value,
+        fields: Value,
     },
     /// The operator reviews `backend.tool` and re-pins it to what the backend publishes now.
     Approve {

@@ -45,7 +45,7 @@ pub enum SchedulerChoice {
 
 /// Builds a fresh scheduler for each execution of a run (the statelessness re-run gets its own).
 #[derive(Clone)]
-pub struct CustomScheduler(pub std::sync::Arc<dyn Fn() -> Box<dyn Scheduler> + std::marker::Send + Sync>);
+pub struct CustomScheduler(pub Arc<dyn Fn() -> Box<dyn Scheduler> + Send + Sync>);
 
 impl std::fmt::Debug for CustomScheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

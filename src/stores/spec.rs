@@ -36,7 +36,7 @@ pub enum StoreSpec {
     /// process on this machine pointed at it. `uri`: the `file://` URI the folder's notes are below (by
     /// default the folder's own).
     #[cfg(unix)]
-    Dir { path: std::path::PathBuf, uri: Option<FileUri> },
+    Dir { path: PathBuf, uri: Option<FileUri> },
 }
 
 /// A parsed PostgreSQL connection string. Its `Debug` and `Display` never show the password.
@@ -187,7 +187,7 @@ fn parse_dir(rest: &str) -> Result<StoreSpec, StoreSpecError> {
             ),
             None => None,
         };
-        Ok(StoreSpec::Dir { path: std::path::PathBuf::from(path), uri })
+        Ok(StoreSpec::Dir { path: PathBuf::from(path), uri })
     }
     #[cfg(not(unix))]
     {

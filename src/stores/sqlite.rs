@@ -1069,7 +1069,7 @@ mod tests {
     }
 
     /// A durable connection to a new database in a folder of its own (the caller removes the folder).
-    fn scratch_connection(name: &str) -> (std::path::PathBuf, Connection) {
+    fn scratch_connection(name: &str) -> (PathBuf, Connection) {
         let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();
         let Ok(connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };

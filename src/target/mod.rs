@@ -132,7 +132,7 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
                 let principal = effects.principal.clone().unwrap_or_else(|| target.file.tool.principal.clone());
                 let mut client = Client::new("mcpsim-probe", &principal, json!({}));
                 let value = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
-                let outgoing = crate::play::world::Outgoing {
+                let outgoing = play::world::Outgoing {
                     client: 0,
                     instance: 0,
                     headers: crate::wire::headers::RoutingHeaders::for_message(&value),
@@ -181,7 +181,7 @@ fn probe_command(
 
 /// One answer in a line: what it was, as transcripts describe it.
 pub(crate) fn preview(value: &Value) -> String {
-    crate::play::parity::outcome_of_response(value)
+    play::parity::outcome_of_response(value)
 }
 
 /// An answer whole (for findings about its exact error data), or "no answer".
@@ -517,7 +517,7 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             let _ = writeln!(out, "   FAIL  property {property}: {}", finding.message);
         }
     }
-    for failure in report.spread.play.failures.iter().filter(|f| f.kind != crate::play::FailureKind::Expectation) {
+    for failure in report.spread.play.failures.iter().filter(|f| f.kind != play::FailureKind::Expectation) {
         let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, failure.statement, failure.message.replace('\n', " "));
     }
     for failure in report.failures.iter().filter(|f| f.starts_with("the target file says")) {

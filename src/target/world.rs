@@ -215,7 +215,7 @@ impl World for TargetWorld<'_, '_> {
         &self.history
     }
 
-    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String> {
+    fn notes(&self) -> Result<Arc<Vec<Note>>, String> {
         Err("a target's store is not read; its effects are probed (see [effects])".into())
     }
 

@@ -352,7 +352,7 @@ pub async fn pruned_nonces_stay_refused_for_a_lagging_clock(kind: &dyn StoreKind
     assert_eq!(replay.claim(claim("second", 9_000, declined())).await, Ok(ClaimOutcome::Claimed));
     assert_eq!(store.stores.admin.nonce_record("first").await, Ok(None), "first was pruned");
     // Another handle whose clock is far behind (for databases, another process's connections).
-    let lagging_clock = Arc::new(crate::support::TestClock::at(1_500));
+    let lagging_clock = Arc::new(TestClock::at(1_500));
     let lagging = match &store.spec {
         StoreSpec::Memory => {
             store.clock.set(1_500);

@@ -70,7 +70,7 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     // The walks' buffers, allocated once for every answer.
     let (mut strings, mut sent, mut pending, mut candidates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for operation in &history.operations {
-        let super::super::history::Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
+        let Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
         // Only a string holding the known URIs' common prefix can show one of them.
         reading::strings_into(value, |text| known_uris.may_occur_in(text), &mut strings, &mut pending);
         candidates.clear();

@@ -23,7 +23,7 @@ pub(super) fn honest_outcome(reading: &Reading<'_>, violations: &mut Vec<Violati
         if history.is_duplicate(operation.id) {
             continue;
         }
-        let super::super::history::Outcome::Answered { value: response, delivery, .. } = &operation.outcome else { continue };
+        let Outcome::Answered { value: response, delivery, .. } = &operation.outcome else { continue };
         let mut fail = |why: String| {
             violations
                 .push(Violation { property: Property::HonestOutcome, message: format!("{} {why}", label(history, Some(operation.id))) })

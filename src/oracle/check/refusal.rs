@@ -36,7 +36,7 @@ pub(super) fn refusal(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
         }
         // A decline the server acknowledged ends the flow: nothing may be mutated under that confirmation later.
         let acknowledged = reading::text(response, &["result", "structuredContent", "outcome"]) == Some("declined");
-        let (true, Some(declined), super::super::history::Outcome::Answered { delivery, .. }) =
+        let (true, Some(declined), Outcome::Answered { delivery, .. }) =
             (acknowledged, reading.confirmation(operation.id), &operation.outcome)
         else {
             continue;

@@ -410,11 +410,7 @@ pub(crate) fn notes_delete_descriptor() -> Value {
 
 /// The arguments of a tool taking exactly `workspaceUri` and `other`: the object and its workspace URI, or
 /// the refusal naming what is wrong (not an object, an unknown key, a missing or non-string URI).
-fn workspace_arguments<'a>(
-    arguments: Option<&'a Value>,
-    tool: &str,
-    other: &str,
-) -> Result<(&'a serde_json::Map<String, Value>, String), RpcError> {
+fn workspace_arguments<'a>(arguments: Option<&'a Value>, tool: &str, other: &str) -> Result<(&'a Map<String, Value>, String), RpcError> {
     let invalid = |message: String| RpcError::invalid_params(Reason::ArgumentsInvalid, message);
     let Some(Value::Object(map)) = arguments else {
         return Err(invalid(format!("{tool} needs arguments {{workspaceUri, {other}}}")));

@@ -560,8 +560,7 @@ impl Cluster {
 
     /// An outage: `store` refuses its next `calls` calls as unavailable (a scenario's `store … unavailable`).
     pub(crate) fn outage(&mut self, store: StoreName, calls: u32) {
-        let actor =
-            self.actor(if store == StoreName::Notes { crate::scenario::model::NOTE_STORE } else { crate::scenario::model::REPLAY_STORE });
+        let actor = self.actor(if store == StoreName::Notes { NOTE_STORE } else { REPLAY_STORE });
         self.event(actor, format!("outage: refuses its next {calls} call(s) as unavailable"));
         self.outages.push((store, calls));
     }
