@@ -10,8 +10,11 @@
 //!   `out_of_band_store_full`, while alice still starts a flow (memory and SQLite; PostgreSQL where CI runs one).
 
 mod e2e_support;
+#[allow(dead_code)] // The store tests' plumbing; this file uses its temp directories and PostgreSQL helpers.
+#[path = "stores/support.rs"]
+mod store_support;
 
-use e2e_support::{request, TempConfig, BIN};
+use e2e_support::{conforming_headers, request, run_to_exit, HttpServer, TempConfig, BIN, VERSION};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -253,4 +256,95 @@ fn temporary_claim_files_of_killed_writers_are_swept_and_no_claim_is_lost() {
         left.len(),
         answered.len()
     );
+}
+
+/// A `notes_publish` round 1 as `token` for its principal's own note (bob's TPS report, alice's shopping list),
+/// from a client declaring URL-mode elicitation.
+fn publish(id: i64, token: &str) -> Value {
+    let (workspace, note) =
+        if token == "demo-bob" { ("file:///Users/bob/Notes", "note-300") } else { (e2e_support::ALICE_WORKSPACE, "note-99") };
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "notes_publish",
+        "arguments": { "workspaceUri": workspace, "noteId": note },
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": VERSION,
+            "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "url": {} } },
+        },
+    } })
+}
+
+async fn mcp(client: &reqwest::Client, url: &str, token: &str, message: &Value) -> Value {
+    let mut request = client.post(url).body(serde_json::to_vec(message).unwrap());
+    for (name, value) in conforming_headers(message, token) {
+        request = request.header(name, value);
+    }
+    request.send().await.expect("the server answers").json().await.expect("a JSON-RPC response")
+}
+
+/// Bob, on `bobs`, starts 400 flows on a store that holds 400 (100 per principal): 100 start, 300 are refused
+/// `out_of_band_store_full`; alice, on `alices` (the same process, or another over the same database), still
+/// starts 50 of 50. Returns bob's (started, refused).
+async fn bob_fills_his_flow_share_and_alice_still_starts(bobs: &HttpServer, alices: &HttpServer) -> (usize, usize) {
+    let client = reqwest::Client::builder().timeout(e2e_support::WAIT).build().unwrap();
+    let (mut started, mut refused) = (0, 0);
+    for id in 0..400 {
+        let answer = mcp(&client, &bobs.url, "demo-bob", &publish(id, "demo-bob")).await;
+        if answer["result"]["resultType"] == "input_required" {
+            started += 1;
+        } else {
+            assert_eq!(reason(&answer), Some("out_of_band_store_full"), "bob's flow {id}: {answer}");
+            assert_eq!(answer["error"]["code"], -32603, "{answer}");
+            refused += 1;
+        }
+        assert!(started <= 100, "bob holds more than his share: {started}");
+    }
+    assert_eq!((started, refused), (100, 300), "bob: his share, then refused");
+    for id in 0..50 {
+        let answer = mcp(&client, &alices.url, "demo-alice", &publish(1_000 + id, "demo-alice")).await;
+        assert_eq!(answer["result"]["resultType"], "input_required", "alice's flow {id}: {answer}");
+        let url = answer["result"]["inputRequests"]["publish_authorization"]["params"]["url"].as_str().unwrap_or_default();
+        assert!(url.contains("/connect/"), "alice is sent to the page: {answer}");
+    }
+    (started, refused)
+}
+
+const FLOW_ARGS: [&str; 3] = ["--out-of-band", "--out-of-band-capacity", "400"];
+
+/// Issue 35 item 6, memory: one process's own flows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_bob_fills_his_out_of_band_share_and_alice_still_starts_a_flow() {
+    let server = HttpServer::start(&FLOW_ARGS);
+    let summary = server.stderr().join("\n");
+    assert!(summary.contains("room for 400 unexpired flows, 100 per principal"), "{summary}");
+    let (started, refused) = bob_fills_his_flow_share_and_alice_still_starts(&server, &server).await;
+    eprintln!("memory: bob {started} flows started, {refused} refused out_of_band_store_full; alice 50 of 50 started");
+}
+
+/// Two processes over one store: bob on one, alice on the other.
+async fn shared(argument: &str) -> (usize, usize) {
+    let (code, stderr) = run_to_exit(&["seed", "--store", argument]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let config = TempConfig::demo_with_shared_key();
+    let args = [&FLOW_ARGS[..], &["--store", argument, "--config", config.arg()]].concat();
+    let bobs = HttpServer::start(&args);
+    let alices = HttpServer::start(&args);
+    bob_fills_his_flow_share_and_alice_still_starts(&bobs, &alices).await
+}
+
+/// Issue 35 item 6, SQLite: the flows in the database two processes share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_bob_fills_his_out_of_band_share_and_alice_still_starts_a_flow() {
+    let directory = store_support::TempDir::new();
+    let argument = format!("sqlite:{}", directory.path().join("fleet.db").display());
+    let (started, refused) = shared(&argument).await;
+    eprintln!("sqlite: bob {started} flows started, {refused} refused out_of_band_store_full; alice 50 of 50 started");
+}
+
+/// Issue 35 item 6, PostgreSQL: the flows in the database two processes share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: MCPSIM_TEST_POSTGRES_URL (CI starts one with .ci/postgres.sh)"]
+async fn postgres_bob_fills_his_out_of_band_share_and_alice_still_starts_a_flow() {
+    let database = store_support::ScratchDatabase::create().await;
+    let (started, refused) = shared(&database.argument).await;
+    eprintln!("postgres: bob {started} flows started, {refused} refused out_of_band_store_full; alice 50 of 50 started");
 }
