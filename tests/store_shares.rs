@@ -206,8 +206,13 @@ fn temporary_claim_files_of_killed_writers_are_swept_and_no_claim_is_lost() {
     let args = ["--config", config.arg(), "--store", &store];
     let claims = folder.0.join(".mcpsim/claims");
     let mut answered: Vec<(Value, String)> = Vec::new();
-    let (mut kills, mut left_by_kills) = (0, 0);
+    let mut kills = 0;
+    // Every temporary file seen after a kill (a start after a kill sweeps them; one killed before it opened
+    // the store leaves them for the next, so they are counted by name, once).
+    let mut left_by_kills = std::collections::BTreeSet::new();
+    let mut swept_at_start = 0;
     for round in 0..40u64 {
+        let mut before = temps_in(&claims);
         let mut server = Served::start("bob", &args);
         let pid = server.child.id() as i32;
         let delay = std::time::Duration::from_millis(20 + (round * 7) % 40);
@@ -218,15 +223,19 @@ fn temporary_claim_files_of_killed_writers_are_swept_and_no_claim_is_lost() {
         });
         while let Some((answer, asked, state)) = server.decline() {
             assert_eq!(outcome(&answer), Some("declined"), "{answer}");
+            // It answered, so it opened the store: what the killed ones left is gone.
+            for temp in before.drain(..) {
+                assert!(!claims.join(&temp).exists(), "the start swept {temp}");
+                swept_at_start += 1;
+            }
             answered.push((asked, state));
         }
         killer.join().unwrap();
         let _ = server.child.wait();
         kills += 1;
-        left_by_kills += temps_in(&claims).len();
-        // What the next start sweeps; count them before it does.
+        left_by_kills.extend(temps_in(&claims));
         if round % 10 == 9 {
-            eprintln!("after {kills} kills: {left_by_kills} temporary files seen (cumulative over checks)");
+            eprintln!("after {kills} kills: {} temporary files left by them", left_by_kills.len());
         }
     }
     let left = temps_in(&claims);
@@ -252,7 +261,8 @@ fn temporary_claim_files_of_killed_writers_are_swept_and_no_claim_is_lost() {
     }
     assert!(!answered.is_empty(), "the killed processes answered some confirmations");
     eprintln!(
-        "{kills} kills; {} temporary files left before the last start ({left_by_kills} counted after kills); 0 of them after; {} answered claims all held",
+        "{kills} kills left {} temporary files ({swept_at_start} seen swept by the next start, {} left before the last one); none after it; {} answered claims all held",
+        left_by_kills.len(),
         left.len(),
         answered.len()
     );

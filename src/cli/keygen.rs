@@ -119,6 +119,7 @@ pub fn run(args: KeygenArgs) -> ExitCode {
 #[cfg(unix)]
 fn stdout_file_readable_by_others() -> Option<u32> {
     let stat = rustix::fs::fstat(std::io::stdout()).ok()?;
+    #[allow(clippy::useless_conversion)] // st_mode is a u16 on some Unixes
     let mode = u32::from(stat.st_mode) & 0o7777;
     (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile && mode & 0o077 != 0).then_some(mode)
 }
