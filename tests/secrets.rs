@@ -122,3 +122,57 @@ fn a_readable_configuration_holding_secrets_is_warned_about() {
     let (_, logs) = HttpServer::start(&["--config", config.arg()]).terminate_with_stderr();
     assert!(!logs.join("\n").contains("readable by other users"), "a private file is not warned about: {logs:?}");
 }
+
+/// Issue 35 item 17: `keygen --out` creates the key file itself, mode 600, exclusively: an existing file or a
+/// symlink planted at the name is never written through; a shell redirect into a file others can read is
+/// refused before the key is written.
+#[cfg(unix)]
+#[test]
+fn keygen_writes_a_private_key_file_itself_and_never_through_a_redirect() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let directory = std::env::temp_dir().join(format!("mcpsim-keygen-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    let keys = directory.join("keys.toml");
+    let keys_arg = keys.to_str().unwrap();
+    let (code, _, stderr) = run_with_env(&["keygen", "--out", keys_arg], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mode = std::fs::metadata(&keys).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key file is readable by its owner only");
+    let written = std::fs::read_to_string(&keys).unwrap();
+    assert!(written.contains("secret_base64 = \"") && !stderr.contains("secret_base64"), "{stderr}");
+
+    // Again: refused, the file unchanged (a fleet keeps one key file).
+    let (code, _, stderr) = run_with_env(&["keygen", "--out", keys_arg], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("exists already"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&keys).unwrap(), written, "never overwritten");
+
+    // A symlink planted at the name (to a file an attacker reads, or one not yet there): never followed.
+    let target = directory.join("attacker-reads-this");
+    let planted = directory.join("planted.toml");
+    symlink(&target, &planted).unwrap();
+    let (code, _, stderr) = run_with_env(&["keygen", "--out", planted.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(!target.exists(), "nothing was written through the symlink");
+
+    // A shell redirect: the shell creates the file with the umask's mode (here 644) before keygen runs.
+    let redirected = directory.join("redirected.toml");
+    let file = std::fs::File::create(&redirected).unwrap();
+    file.set_permissions(std::fs::Permissions::from_mode(0o644)).unwrap();
+    let output = std::process::Command::new(e2e_support::BIN).arg("keygen").stdout(file).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--out"), "the refusal says what to do instead: {stderr}");
+    assert_eq!(std::fs::read_to_string(&redirected).unwrap(), "", "no key reached the readable file");
+    // Into a private file, or a pipe, the key is printed.
+    let private = directory.join("private.toml");
+    let file = std::fs::File::create(&private).unwrap();
+    file.set_permissions(std::fs::Permissions::from_mode(0o600)).unwrap();
+    let status = std::process::Command::new(e2e_support::BIN).arg("keygen").stdout(file).status().unwrap();
+    assert!(status.success());
+    assert!(std::fs::read_to_string(&private).unwrap().contains("[[keys]]"));
+    let piped = std::process::Command::new(e2e_support::BIN).arg("keygen").output().unwrap();
+    assert!(piped.status.success() && String::from_utf8_lossy(&piped.stdout).contains("[[keys]]"));
+    let _ = std::fs::remove_dir_all(&directory);
+}

@@ -3,6 +3,8 @@
 //! The secret comes from the operating system's CSPRNG (the same source the servers draw nonces from), and the
 //! id is random too, so two keys made for a rotation never share one. With `--out FILE` the file is created
 //! readable by its owner only and never overwritten: every process of a fleet must keep sharing the same one.
+//! Printed instead, the key goes to a terminal or a pipe; a shell redirect into a file others can read (the
+//! shell creates it with the umask's mode before `chmod` can run) is refused before a byte is written.
 
 use crate::stores::system::random_key;
 use base64::Engine;
@@ -16,19 +18,21 @@ const EXIT_FAILED: u8 = 1;
 const AFTER_HELP: &str = "\
 Examples:
   mcpsim keygen --out keys.toml          # a new key file, readable by you only (refuses to overwrite one)
-  mcpsim keygen > keys.toml && chmod 600 keys.toml
   mcpsim serve --http 127.0.0.1:8080 --instances 3 --store sqlite:./fleet.db --key-file keys.toml
 
 Rotation: make a new key, put its [[keys]] table first in the key file (it signs from then on) and keep the
 old one after it (it still verifies the states it sealed until they expire); restart every process of the
-fleet with the new file. Exit status: 0 when the key was written; 1 if the file could not be written.";
+fleet with the new file. Without --out the key is printed to a terminal or a pipe (a secret manager, say); a
+shell redirect into a file (`> keys.toml`) is refused, since the shell creates it readable by others before
+any chmod: use --out. Exit status: 0 when the key was written; 1 if the file could not be written (or exists,
+or stdout is a file others can read).";
 
 /// Make a new signing key for a fleet's shared key file (`serve --key-file`).
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct KeygenArgs {
-    /// Write the key file here (created with mode 600; an existing file is never overwritten) instead of
-    /// printing it.
+    /// Write the key file here (created with mode 600; an existing file or a symlink is never overwritten)
+    /// instead of printing it. Use this rather than a shell redirect.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// The key's id (1–32 of A-Z a-z 0-9 _ -), sealed into every requestState it signs [default: random].
@@ -64,6 +68,12 @@ pub(crate) fn key_file(id: Option<&str>) -> String {
 pub fn run(args: KeygenArgs) -> ExitCode {
     let text = key_file(args.id.as_deref());
     let Some(path) = args.out else {
+        if let Some(mode) = stdout_file_readable_by_others() {
+            eprintln!(
+                "mcpsim keygen: stdout is a file others can read (mode {mode:o}), so the key would be readable by them; nothing was written. Write it with `mcpsim keygen --out FILE` (created with mode 600)"
+            );
+            return ExitCode::from(EXIT_FAILED);
+        }
         let mut stdout = std::io::stdout().lock();
         return match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
             Ok(()) => ExitCode::SUCCESS,
@@ -102,6 +112,21 @@ pub fn run(args: KeygenArgs) -> ExitCode {
             ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// The permission bits of stdout when it is a regular file that its group or others may read or write (a shell
+/// redirect under the usual umask); `None` for a terminal, a pipe, or a private file.
+#[cfg(unix)]
+fn stdout_file_readable_by_others() -> Option<u32> {
+    let stat = rustix::fs::fstat(std::io::stdout()).ok()?;
+    #[allow(clippy::useless_conversion)] // st_mode is a u16 on some Unixes
+    let mode = u32::from(stat.st_mode) & 0o7777;
+    (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile && mode & 0o077 != 0).then_some(mode)
+}
+
+#[cfg(not(unix))]
+fn stdout_file_readable_by_others() -> Option<u32> {
+    None
 }
 
 #[cfg(test)]

@@ -27,7 +27,8 @@ use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::{
     default_replay_capacity, sustained_claims_per_second, ReplayLimits, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS,
 };
-use crate::stores::spec::{open_for_gateway, open_with_durability, redact_store_text, STORE_SPEC_HELP};
+use crate::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_CAPACITY, OUT_OF_BAND_PRINCIPAL_SHARE_PERCENT};
+use crate::stores::spec::{open_for_gateway, open_with_limits, redact_store_text, STORE_SPEC_HELP};
 use crate::stores::system::{OsNonces, SystemClock};
 use crate::stores::{StoreSpec, Stores};
 use crate::transport::http::{
@@ -321,6 +322,20 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "fixture")]
     pub replay_capacity: Option<u32>,
 
+    /// With --out-of-band: the share of the out-of-band store (100,000 unexpired flows) one principal may
+    /// hold, in percent [default: 25].
+    ///
+    /// A principal that fills its share (starting notes_publish flows as fast as it can, say) is refused with
+    /// out_of_band_store_full while every other principal keeps starting flows; the whole store's bound is kept
+    /// too. Every process of a fleet should use the same share.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100), requires = "out_of_band")]
+    pub out_of_band_share: Option<u8>,
+
+    /// Test setting of the out-of-band store's capacity (hidden: the default is the documented one), so a
+    /// test fills a principal's share in a few requests.
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), requires = "out_of_band")]
+    pub out_of_band_capacity: Option<u32>,
+
     /// Test settings of the HTTP limits (hidden: the defaults are the documented ones). Short deadlines and
     /// small bounds let a test attack them in seconds.
     #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "stdio")]
@@ -391,6 +406,13 @@ impl ServeArgs {
         let capacity =
             configured.map_or_else(|| default_replay_capacity(store.replay_medium()), |n| usize::try_from(n).unwrap_or(usize::MAX));
         ReplayLimits::with_share(capacity, share, REPLAY_RETENTION_GRACE_MS)
+    }
+
+    /// The out-of-band store's bounds: the documented capacity (unless the hidden test setting says otherwise)
+    /// and each principal's share as configured.
+    fn out_of_band_limits(&self) -> OutOfBandLimits {
+        let capacity = self.out_of_band_capacity.map_or(OUT_OF_BAND_CAPACITY, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        OutOfBandLimits::with_share(capacity, self.out_of_band_share.map_or(OUT_OF_BAND_PRINCIPAL_SHARE_PERCENT, usize::from))
     }
 
     /// The HTTP limits: the documented defaults, unless a (hidden) test setting says otherwise.
@@ -551,7 +573,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
             }
             Plan::Notes(plan) => {
                 let limits = args.replay_limits(&plan.store, &plan.deployment);
-                open_notes_server(plan, args.state_ttl, limits, args.out_of_band).await?
+                let flows = args.out_of_band.then(|| args.out_of_band_limits());
+                open_notes_server(plan, args.state_ttl, limits, flows).await?
             }
         };
         served.summary = format!("{}; {sandboxed}", served.summary);
@@ -683,13 +706,16 @@ async fn open_notes_server(
     plan: NotesPlan,
     state_ttl_secs: Option<u64>,
     replay_limits: ReplayLimits,
-    out_of_band: bool,
+    out_of_band: Option<OutOfBandLimits>,
 ) -> Result<Served, Failure> {
+    let flow_limits = out_of_band.unwrap_or_default();
     let NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal } = plan;
     let stores = match &store {
         // This process's own store, loaded from the deployment (as every start before shared stores did).
-        StoreSpec::Memory => Stores::in_memory(deployment.notes(), Arc::new(SystemClock), replay_limits),
-        shared => open_with_durability(shared, Arc::new(SystemClock), replay_limits, durability).await.map_err(|error| {
+        StoreSpec::Memory => {
+            Stores::in_memory(deployment.notes(), Arc::new(SystemClock), replay_limits).with_out_of_band_limits(flow_limits)
+        }
+        shared => open_with_limits(shared, Arc::new(SystemClock), replay_limits, flow_limits, durability).await.map_err(|error| {
             Failure::failed(format!("cannot open the store {shared}: {error}. Check the path or URL ({STORE_SPEC_HELP})."))
         })?,
     };
@@ -733,13 +759,19 @@ async fn open_notes_server(
         if principals.is_empty() { "none".to_string() } else { principals.join(", ") },
         ttl_secs
     );
-    let page = out_of_band.then(|| PagePlan {
+    let page = out_of_band.is_some().then(|| PagePlan {
         server: server.clone(),
         tokens: Tokens::new(tokens.clone()),
         store: stores.out_of_band.clone(),
         key: crate::stores::system::random_key(),
     });
-    let summary = if out_of_band { format!("{summary}; notes_publish and its out-of-band page at /connect/") } else { summary };
+    let summary = match out_of_band {
+        Some(flows) => format!(
+            "{summary}; notes_publish and its out-of-band page at /connect/ (room for {} unexpired flows, {} per principal)",
+            flows.capacity, flows.principal_capacity
+        ),
+        None => summary,
+    };
     Ok(Served {
         service: Arc::new(server),
         legacy_service: None,

@@ -58,12 +58,24 @@ pub enum Completion {
     Unknown,
 }
 
-/// The shared out-of-band state. Bounded: a store full of unexpired flows refuses to start another
-/// (`StoreError`), never evicting one.
+/// What an attempt to start a flow did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowStart {
+    Started,
+    /// Refused, nothing recorded: the flow's principal holds its share of the store's unexpired flows, or the
+    /// store holds its capacity in all (fail closed, never evicting an unexpired flow). The
+    /// `out_of_band_store_full` refusal, not an outage.
+    Full,
+}
+
+/// The shared out-of-band state. Bounded in all and per principal: a principal holding its share of
+/// unexpired flows, or a store full of them, is refused another ([`FlowStart::Full`]), never evicting one,
+/// while the other principals keep starting theirs.
 #[async_trait]
 pub trait OutOfBandStore: Send + Sync {
-    /// Records a started flow; expired flows may be pruned meanwhile (`now_ms`).
-    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError>;
+    /// Records a started flow unless its principal's share or the store is full; expired flows may be
+    /// pruned meanwhile (`now_ms`).
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<FlowStart, StoreError>;
 
     /// The flow with this reference, if any.
     async fn flow(&self, reference: &str) -> Result<Option<FlowRecord>, StoreError>;

@@ -149,6 +149,15 @@ pub(crate) fn replay_full() -> RpcError {
     )
 }
 
+/// The shared out-of-band store refused a new flow: its principal holds its share of unexpired flows, or the
+/// store its capacity (fail closed, never evicting).
+pub(crate) fn out_of_band_full() -> RpcError {
+    RpcError::internal(
+        Reason::OutOfBandStoreFull,
+        "the out-of-band store holds as many unexpired flows as it allows (this principal's share of them, or all of them) and refuses new ones; nothing was started; retry after some expire",
+    )
+}
+
 /// A store failed; `consequence` says what that left undone (e.g. "nothing was changed").
 pub(crate) fn store_failed(error: StoreError, consequence: &str) -> RpcError {
     RpcError::internal(Reason::StoreUnavailable, format!("{error}; {consequence}"))

@@ -32,8 +32,17 @@
 //! [`DirStore::open`] finishes: a trash entry whose claim is pending and whose identity matches is deleted and
 //! its claim recorded; a mismatching one is put back and its claim released; a pending claim with no trash entry
 //! (killed before the rename) refuses every retry as `in_progress` until its state's retention ends, as in
-//! every other store. Capacity is counted by listing the claims, so two processes claiming at the same instant
-//! may exceed it by one each; no unexpired nonce is ever evicted.
+//! every other store.
+//!
+//! **Each principal's share.** A claim file names its principal (written into the temporary file before
+//! the link makes it visible, so no claim is ever seen without it), and the ledger refuses a principal
+//! holding its share ([`ReplayLimits::principal_capacity`]) as it refuses a full ledger: `Full`, never
+//! evicting, while every other principal keeps claiming. Claims written before the shares name nobody and
+//! count against the unnamed principal `""` (no live one) and the whole. Both bounds are counted by listing
+//! the claims (each file read once per inode, then kept in an index), so two processes claiming at the same
+//! instant may exceed one by one each. A writer killed between writing its temporary file and linking it
+//! leaves `tmp-PID-N`; opening the store and pruning sweep those whose pid is gone or that are older than
+//! [`TEMP_STALE_MS`].
 
 use crate::framework::ports::{
     fold_title, is_candidate, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
@@ -290,6 +299,11 @@ const FILE_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::CLOEXEC).union(OFlags::N
 struct ClaimFile {
     #[serde(rename = "expiresAtMs")]
     expires_at_ms: u64,
+    /// Whose confirmation it is: the principal's share of the ledger is counted from these. Absent in a claim
+    /// written by a version before the shares (counted in the whole ledger and in the unnamed principal `""`'s
+    /// share, as the SQLite store counts its nonces from before the shares: against no live principal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
     record: Value,
     /// Set while the delete is in flight: what it means to delete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,6 +328,20 @@ impl ClaimFile {
     }
 }
 
+/// What the ledger's capacity bounds read of one claim file: whose it is and when it expires. Kept per claim
+/// name with the file's inode, so a claim is read once while it stays the same file (a settled claim is a new
+/// file: another inode, read again).
+#[derive(Debug, Clone)]
+struct Indexed {
+    ino: u64,
+    principal: String,
+    expires_at_ms: u64,
+}
+
+/// Temporary files of a writer that may still be running are kept this long (by their modification time and
+/// the store's clock) before a sweep removes them; a dead writer's (its pid gone) go at the next sweep.
+pub const TEMP_STALE_MS: u64 = 10 * 60 * 1000;
+
 /// The directory store: notes, replay ledger and admin in one folder.
 pub struct DirStore {
     root: PathBuf,
@@ -328,6 +356,8 @@ pub struct DirStore {
     limits: ReplayLimits,
     seam: Mutex<Option<SeamHook>>,
     recovered: RecoveryReport,
+    /// The claims as last listed, by name (see [`Indexed`]): each principal's count without reading every file.
+    index: Mutex<std::collections::BTreeMap<String, Indexed>>,
 }
 
 /// What [`DirStore::open`] found and finished from an earlier process that stopped mid-delete.
@@ -341,6 +371,9 @@ pub struct RecoveryReport {
     pub restored: usize,
     /// Trash entries left for an operator (no claim names them, or their place is taken again).
     pub left: usize,
+    /// Temporary claim files a killed writer left in `.mcpsim/claims` (its pid gone, or older than
+    /// [`TEMP_STALE_MS`]): removed. Never a claim: claims are named by their nonce's digest, not `tmp-`.
+    pub swept: usize,
 }
 
 impl DirStore {
@@ -376,8 +409,10 @@ impl DirStore {
             limits,
             seam: Mutex::new(None),
             recovered: RecoveryReport::default(),
+            index: Mutex::new(std::collections::BTreeMap::new()),
         };
         store.recovered = store.recover()?;
+        store.recovered.swept = store.sweep_temps(store.clock.now_ms())?;
         Ok(store)
     }
 
@@ -756,11 +791,11 @@ impl DirStore {
     }
 
     /// Drops every claim whose retention has ended (never an unexpired one) and remembers the latest expiry
-    /// dropped, as a file named by it, so a lagging clock cannot get a pruned nonce accepted again.
+    /// dropped, as a file named by it, so a lagging clock cannot get a pruned nonce accepted again. Sweeps
+    /// the temporary files killed writers left, too.
     fn prune(&self, now_ms: u64) -> Result<(), StoreError> {
         let mut through = 0;
-        for name in self.claim_names()? {
-            let Some(claim) = self.read_claim(&name)? else { continue };
+        for (name, claim) in self.indexed_claims()? {
             if claim.expires_at_ms.saturating_add(self.limits.retention_grace_ms) <= now_ms {
                 through = through.max(claim.expires_at_ms);
                 // The horizon first: a nonce is never unclaimed without its expiry being refused from then on.
@@ -769,7 +804,68 @@ impl DirStore {
                 let _ = rfs::unlinkat(&self.trash, name.as_str(), AtFlags::empty());
             }
         }
+        self.sweep_temps(now_ms)?;
         Ok(())
+    }
+
+    /// Every claim now in the folder with whose it is and its expiry, by name: listed (names and inodes), and
+    /// only the files not seen before (or replaced since) read. A claim removed meanwhile is left out; one
+    /// that cannot be read is an error, as everywhere in the ledger.
+    fn indexed_claims(&self) -> Result<Vec<(String, Indexed)>, StoreError> {
+        let listed = entries_in(self.claims.as_fd())?;
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fresh = std::collections::BTreeMap::new();
+        for (name, ino) in listed {
+            let Ok(name) = name.into_string() else { continue };
+            if name.starts_with("tmp-") {
+                continue;
+            }
+            if let Some(known) = index.remove(&name).filter(|known| known.ino == ino) {
+                fresh.insert(name, known);
+                continue;
+            }
+            let Some(claim) = self.read_claim(&name)? else { continue };
+            let principal = claim.principal.unwrap_or_default();
+            fresh.insert(name, Indexed { ino, principal, expires_at_ms: claim.expires_at_ms });
+        }
+        *index = fresh;
+        Ok(index.iter().map(|(name, indexed)| (name.clone(), indexed.clone())).collect())
+    }
+
+    /// Whether recording one more claim of `principal` would pass its share or the whole ledger's bound.
+    fn is_full_for(&self, principal: &str) -> Result<bool, StoreError> {
+        let claims = self.indexed_claims()?;
+        let held = claims.iter().filter(|(_, claim)| claim.principal == principal).count();
+        Ok(held >= self.limits.principal_capacity || claims.len() >= self.limits.capacity)
+    }
+
+    /// Removes the temporary files of claims a killed writer left (`tmp-PID-N`): those whose writer's pid is
+    /// gone, and any older than [`TEMP_STALE_MS`] by the store's clock (a pid reused since, or a writer in
+    /// another pid namespace). A live writer's temporary file lives for one write, sync and link, so neither
+    /// rule meets it in practice; if one did, its link would fail and the claim be refused as unavailable
+    /// (nothing consumed), never a claim lost. Claims themselves are never `tmp-` names. Returns how many.
+    fn sweep_temps(&self, now_ms: u64) -> Result<usize, StoreError> {
+        let mut swept = 0;
+        for (name, _) in entries_in(self.claims.as_fd())? {
+            let Ok(name) = name.into_string() else { continue };
+            let Some(rest) = name.strip_prefix("tmp-") else { continue };
+            let writer = rest.split('-').next().and_then(|pid| pid.parse::<i32>().ok()).filter(|pid| *pid > 0);
+            let stale = match rfs::statat(&self.claims, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => {
+                    #[allow(clippy::unnecessary_cast)] // the field type differs between architectures
+                    let modified_ms = u64::try_from(stat.st_mtime as i64).unwrap_or(0).saturating_mul(1000);
+                    writer.is_some_and(|pid| !process_alive(pid)) || modified_ms.saturating_add(TEMP_STALE_MS) <= now_ms
+                }
+                Err(_) => false,
+            };
+            if stale && rfs::unlinkat(&self.claims, name.as_str(), AtFlags::empty()).is_ok() {
+                swept += 1;
+            }
+        }
+        if swept > 0 {
+            tracing::info!("directory store: removed {swept} temporary claim file(s) a killed writer left in {STATE_DIR}/claims");
+        }
+        Ok(swept)
     }
 
     fn raise_pruned_through(&self, through: u64) -> Result<(), StoreError> {
@@ -803,13 +899,19 @@ impl DirStore {
         if past_retention(claim.expires_at_ms, now_ms, self.limits.retention_grace_ms, self.pruned_through()?) {
             return Ok(Err(ClaimOutcome::Expired));
         }
-        if self.claim_names()?.len() >= self.limits.capacity {
+        // The principal's share, then the whole: pruned only when needed, never evicting (as the memory store).
+        if self.is_full_for(&claim.principal)? {
             self.prune(now_ms)?;
-            if self.claim_names()?.len() >= self.limits.capacity {
+            if self.is_full_for(&claim.principal)? {
                 return Ok(Err(ClaimOutcome::Full));
             }
         }
-        let content = ClaimFile { expires_at_ms: claim.expires_at_ms, record: claim.record.to_json(), pending };
+        let content = ClaimFile {
+            expires_at_ms: claim.expires_at_ms,
+            principal: Some(claim.principal.clone()),
+            record: claim.record.to_json(),
+            pending,
+        };
         let temp = self.write_temp(&content)?;
         let linked = rfs::linkat(&self.claims, temp.as_str(), &self.claims, name.as_str(), AtFlags::empty());
         let _ = rfs::unlinkat(&self.claims, temp.as_str(), AtFlags::empty());
@@ -824,9 +926,9 @@ impl DirStore {
         }
     }
 
-    /// Replaces a pending claim by its final record.
-    fn settle(&self, name: &str, expires_at_ms: u64, record: &ClaimRecord) -> Result<(), StoreError> {
-        let temp = self.write_temp(&ClaimFile { expires_at_ms, record: record.to_json(), pending: None })?;
+    /// Replaces a pending claim by its final record (whose it is stays).
+    fn settle(&self, name: &str, expires_at_ms: u64, principal: Option<String>, record: &ClaimRecord) -> Result<(), StoreError> {
+        let temp = self.write_temp(&ClaimFile { expires_at_ms, principal, record: record.to_json(), pending: None })?;
         rfs::renameat(&self.claims, temp.as_str(), &self.claims, name).map_err(|e| unavailable("record a deletion", e))
     }
 
@@ -851,7 +953,7 @@ impl DirStore {
                 }
                 Some(pending) if self.trash_entry_is(&entry, &pending.revision) => {
                     let record = ClaimRecord::Deleted { note_id: pending.note_id.clone() };
-                    self.settle(&entry, claim.expires_at_ms, &record)?;
+                    self.settle(&entry, claim.expires_at_ms, claim.principal.clone(), &record)?;
                     self.unlink_trash(&entry);
                     report.completed += 1;
                 }
@@ -966,6 +1068,29 @@ fn ensure_dir(parent: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, StoreError>
     })
 }
 
+/// Whether a process with this pid exists (signal 0 checks without sending). Only "no such process" counts
+/// as gone: a process we may not signal (another user's, or outside a Landlock signal scope) is alive.
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 sends nothing and touches no memory of ours.
+    let answer = unsafe { libc::kill(pid, 0) };
+    answer == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The entries of a folder (without `.` and `..`) with their inode numbers, sorted by name.
+fn entries_in(dir: BorrowedFd<'_>) -> Result<Vec<(std::ffi::CString, u64)>, StoreError> {
+    let mut listing = rfs::Dir::read_from(dir).map_err(|e| unavailable("read a folder", e))?;
+    let mut entries = Vec::new();
+    while let Some(entry) = listing.read() {
+        let entry = entry.map_err(|e| unavailable("read a folder", e))?;
+        let name = entry.file_name();
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            entries.push((name.to_owned(), entry.ino()));
+        }
+    }
+    entries.sort();
+    Ok(entries)
+}
+
 /// The entry names of a folder (without `.` and `..`), sorted.
 fn names_in(dir: BorrowedFd<'_>) -> Result<Vec<std::ffi::CString>, StoreError> {
     let mut listing = rfs::Dir::read_from(dir).map_err(|e| unavailable("read a folder", e))?;
@@ -1039,7 +1164,7 @@ impl ReplayStore for DirStore {
         };
         match taken {
             GuardedDelete::Deleted(note) => {
-                self.settle(&name, claim.expires_at_ms, &claim.record)?;
+                self.settle(&name, claim.expires_at_ms, Some(claim.principal.clone()), &claim.record)?;
                 self.at_seam(Seam::Recorded);
                 self.unlink_trash(&name);
                 Ok(ClaimAndDelete::Deleted(note))

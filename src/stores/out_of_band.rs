@@ -1,7 +1,8 @@
 //! The out-of-band store in memory: one process's flows (and, inside the simulator's replay-store actor, the
-//! whole cluster's). Bounded; expired flows are pruned when a new one starts, never an unexpired one.
+//! whole cluster's). Bounded in all and per principal; expired flows are pruned when a new one needs room,
+//! never an unexpired one.
 
-use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore};
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::StoreError;
 use async_trait::async_trait;
 use std::collections::BTreeMap;
@@ -9,34 +10,104 @@ use std::sync::{Mutex, MutexGuard};
 
 /// Most flows kept at once (unexpired ones are never evicted: a full store refuses to start another).
 pub const OUT_OF_BAND_CAPACITY: usize = 100_000;
+/// The share of an out-of-band store's capacity one principal may hold, in percent (`serve
+/// --out-of-band-share`): the replay store's default share, so one principal starting flows as fast as it can
+/// is refused while every other principal keeps starting theirs.
+pub const OUT_OF_BAND_PRINCIPAL_SHARE_PERCENT: usize = 25;
 /// How long an expired flow is kept, so a late page or retry is told "expired" rather than "unknown".
 pub const OUT_OF_BAND_GRACE_MS: u64 = 60_000;
+
+/// Bounds of an out-of-band store (every kind: memory, SQLite, PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfBandLimits {
+    /// Most unexpired flows held at once, all principals together.
+    pub capacity: usize,
+    /// Most one principal's flows hold at once (at most `capacity`).
+    pub principal_capacity: usize,
+}
+
+impl OutOfBandLimits {
+    /// `capacity` flows, each principal allowed `share_percent` of them (at least one).
+    pub fn with_share(capacity: usize, share_percent: usize) -> OutOfBandLimits {
+        let principal_capacity = (capacity.saturating_mul(share_percent.min(100)) / 100).clamp(1, capacity.max(1));
+        OutOfBandLimits { capacity, principal_capacity }
+    }
+
+    /// Whether a store holding `held` flows in all, `mine` of them the starting principal's, is full for it.
+    pub(crate) fn full(&self, held: usize, mine: usize) -> bool {
+        held >= self.capacity || mine >= self.principal_capacity
+    }
+}
+
+impl Default for OutOfBandLimits {
+    fn default() -> Self {
+        OutOfBandLimits::with_share(OUT_OF_BAND_CAPACITY, OUT_OF_BAND_PRINCIPAL_SHARE_PERCENT)
+    }
+}
 
 /// Flows by reference.
 #[derive(Debug)]
 pub struct MemoryOutOfBandStore {
-    flows: Mutex<BTreeMap<String, FlowRecord>>,
-    capacity: usize,
+    flows: Mutex<Flows>,
+    limits: OutOfBandLimits,
+}
+
+/// The flows, and how many each principal holds.
+#[derive(Debug, Default)]
+struct Flows {
+    by_reference: BTreeMap<String, FlowRecord>,
+    held: BTreeMap<String, usize>,
+}
+
+impl Flows {
+    fn held_by(&self, principal: &str) -> usize {
+        self.held.get(principal).copied().unwrap_or(0)
+    }
+
+    fn prune(&mut self, now_ms: u64) {
+        let held = &mut self.held;
+        self.by_reference.retain(|_, record| {
+            let keep = record.flow.expires_at_ms.saturating_add(OUT_OF_BAND_GRACE_MS) > now_ms;
+            if !keep {
+                if let Some(count) = held.get_mut(&record.flow.principal) {
+                    *count -= 1;
+                    if *count == 0 {
+                        held.remove(&record.flow.principal);
+                    }
+                }
+            }
+            keep
+        });
+    }
 }
 
 impl Default for MemoryOutOfBandStore {
     fn default() -> Self {
-        MemoryOutOfBandStore::with_capacity(OUT_OF_BAND_CAPACITY)
+        MemoryOutOfBandStore::with_limits(OutOfBandLimits::default())
     }
 }
 
 impl MemoryOutOfBandStore {
+    /// `capacity` flows, any principal may hold all of them.
     pub fn with_capacity(capacity: usize) -> Self {
-        MemoryOutOfBandStore { flows: Mutex::new(BTreeMap::new()), capacity }
+        MemoryOutOfBandStore::with_limits(OutOfBandLimits::with_share(capacity, 100))
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, FlowRecord>> {
+    pub fn with_limits(limits: OutOfBandLimits) -> Self {
+        MemoryOutOfBandStore { flows: Mutex::new(Flows::default()), limits }
+    }
+
+    pub fn limits(&self) -> OutOfBandLimits {
+        self.limits
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Flows> {
         self.flows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Every flow, in reference order (for tests and the simulator's observations).
     pub fn snapshot(&self) -> Vec<FlowRecord> {
-        self.lock().values().cloned().collect()
+        self.lock().by_reference.values().cloned().collect()
     }
 }
 
@@ -54,25 +125,32 @@ pub(crate) fn decide_completion(record: Option<&FlowRecord>, user: &str, now_ms:
 
 #[async_trait]
 impl OutOfBandStore for MemoryOutOfBandStore {
-    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<FlowStart, StoreError> {
         let mut flows = self.lock();
-        flows.retain(|_, record| record.flow.expires_at_ms.saturating_add(OUT_OF_BAND_GRACE_MS) > now_ms);
-        if flows.len() >= self.capacity {
-            return Err(StoreError::Unavailable("the out-of-band store is full of unexpired flows".into()));
+        // The principal's share, then the whole: pruned only when needed, never evicting an unexpired flow.
+        let full = |flows: &Flows| self.limits.full(flows.by_reference.len(), flows.held_by(&flow.principal));
+        if full(&flows) {
+            flows.prune(now_ms);
+            if full(&flows) {
+                return Ok(FlowStart::Full);
+            }
         }
-        flows.insert(flow.reference.clone(), FlowRecord { flow, status: FlowStatus::Started });
-        Ok(())
+        let principal = flow.principal.clone();
+        if flows.by_reference.insert(flow.reference.clone(), FlowRecord { flow, status: FlowStatus::Started }).is_none() {
+            *flows.held.entry(principal).or_insert(0) += 1;
+        }
+        Ok(FlowStart::Started)
     }
 
     async fn flow(&self, reference: &str) -> Result<Option<FlowRecord>, StoreError> {
-        Ok(self.lock().get(reference).cloned())
+        Ok(self.lock().by_reference.get(reference).cloned())
     }
 
     async fn complete(&self, reference: &str, user: &str, now_ms: u64) -> Result<Completion, StoreError> {
         let mut flows = self.lock();
-        let decision = decide_completion(flows.get(reference), user, now_ms);
+        let decision = decide_completion(flows.by_reference.get(reference), user, now_ms);
         if decision == Completion::Completed {
-            if let Some(record) = flows.get_mut(reference) {
+            if let Some(record) = flows.by_reference.get_mut(reference) {
                 record.status = FlowStatus::Completed { by: user.to_string() };
             }
         }
@@ -112,8 +190,23 @@ mod tests {
     async fn full_of_unexpired_flows_refuses_and_prunes_only_expired_ones() {
         let store = MemoryOutOfBandStore::with_capacity(1);
         store.start(flow("r1", "alice", 1_000), 0).await.unwrap();
-        assert!(store.start(flow("r2", "alice", 1_000), 0).await.is_err(), "never evicts an unexpired flow");
-        store.start(flow("r2", "alice", 100_000), 1_000 + OUT_OF_BAND_GRACE_MS).await.unwrap();
+        assert_eq!(store.start(flow("r2", "alice", 1_000), 0).await, Ok(FlowStart::Full), "never evicts an unexpired flow");
+        assert_eq!(store.start(flow("r2", "alice", 100_000), 1_000 + OUT_OF_BAND_GRACE_MS).await, Ok(FlowStart::Started));
         assert!(store.flow("r1").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_principal_holding_its_share_leaves_the_others_starting() {
+        let store = MemoryOutOfBandStore::with_limits(OutOfBandLimits::with_share(4, 50));
+        assert_eq!(store.limits().principal_capacity, 2);
+        assert_eq!(store.start(flow("b1", "bob", 1_000), 0).await, Ok(FlowStart::Started));
+        assert_eq!(store.start(flow("b2", "bob", 1_000), 0).await, Ok(FlowStart::Started));
+        assert_eq!(store.start(flow("b3", "bob", 9_000), 0).await, Ok(FlowStart::Full), "bob's share is full");
+        assert_eq!(store.start(flow("a1", "alice", 9_000), 0).await, Ok(FlowStart::Started), "alice is not bob");
+        assert_eq!(store.start(flow("c1", "carol", 9_000), 0).await, Ok(FlowStart::Started));
+        assert_eq!(store.start(flow("a2", "alice", 9_000), 0).await, Ok(FlowStart::Full), "the whole bound is kept");
+        // bob's expire (plus the grace): his places come back.
+        assert_eq!(store.start(flow("b3", "bob", 90_000), 1_000 + OUT_OF_BAND_GRACE_MS).await, Ok(FlowStart::Started));
+        assert_eq!(store.lock().held, BTreeMap::from([("alice".into(), 1), ("bob".into(), 1), ("carol".into(), 1)]));
     }
 }

@@ -16,7 +16,7 @@
 //! then `COMMIT` or `ROLLBACK`: two round trips and three statements where one statement per step took four
 //! and four. (A conflict, the rare case, costs one more statement to read the holder's record.)
 
-use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore};
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
     fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
     StoreError,
@@ -32,7 +32,7 @@ use crate::stores::database::{
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
-use crate::stores::out_of_band::{decide_completion, OUT_OF_BAND_CAPACITY, OUT_OF_BAND_GRACE_MS};
+use crate::stores::out_of_band::{decide_completion, OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
 use std::sync::Arc;
@@ -183,6 +183,11 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[
         CREATE INDEX notes_by_place ON notes (uri_key, position);
     "#,
     },
+    Migration {
+        version: 6,
+        description: "the out-of-band flows by principal: each principal's share of them is counted from this index",
+        sql: "CREATE INDEX out_of_band_flows_by_principal ON out_of_band_flows (principal);",
+    },
 ];
 
 /// The schema step that added the search columns, after which opening fills them for older rows.
@@ -235,6 +240,8 @@ pub struct PostgresStore {
     pool: Pool,
     clock: Arc<dyn Clock>,
     limits: ReplayLimits,
+    /// Bounds of the out-of-band flows (in all and per principal); [`PostgresStore::with_out_of_band_limits`].
+    flows: OutOfBandLimits,
     description: String,
 }
 
@@ -249,6 +256,11 @@ enum Reservation {
 impl PostgresStore {
     /// Connects and migrates the schema. Several processes may open the same database at once; migration is
     /// serialized by an advisory lock.
+    /// The same store, bounding its out-of-band flows by `limits` (in all and per principal).
+    pub fn with_out_of_band_limits(self, limits: OutOfBandLimits) -> PostgresStore {
+        PostgresStore { flows: limits, ..self }
+    }
+
     pub async fn open(config: tokio_postgres::Config, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<PostgresStore, StoreError> {
         Self::open_with_durability(config, clock, limits, Durability::Durable).await
     }
@@ -296,7 +308,7 @@ impl PostgresStore {
             .recycle_timeout(timeout)
             .build()
             .map_err(|e| StoreError::Unavailable(format!("{description}: cannot build the connection pool: {e}")))?;
-        let store = PostgresStore { pool, clock, limits, description };
+        let store = PostgresStore { pool, clock, limits, flows: OutOfBandLimits::default(), description };
         let report = store.migrate(migrations).await?;
         if migrations.iter().any(|migration| migration.version == NOTE_INDEX_VERSION) {
             store.backfill_search_columns().await?;
@@ -988,18 +1000,35 @@ fn flow_of(reference: &str, row: &tokio_postgres::Row) -> FlowRecord {
 /// The out-of-band flows in the database: every process pointed at it sees a flow started or completed by any.
 #[async_trait]
 impl OutOfBandStore for PostgresStore {
-    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<FlowStart, StoreError> {
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
-        let started: Result<(), StoreError> = async {
+        let started: Result<FlowStart, StoreError> = async {
             let step = |e: tokio_postgres::Error| self.error(&e);
-            let live: i64 = transaction.query_one("SELECT COUNT(*) FROM out_of_band_flows", &[]).await.map_err(step)?.get(0);
-            if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
+            // Concurrent starts of one principal serialize on a transaction-scoped advisory lock named by the
+            // principal, so its share is counted before any of them inserts (the whole bound may be passed by
+            // one per principal starting at the same instant).
+            transaction
+                .execute("SELECT pg_advisory_xact_lock(hashtextextended('mcpsim-flows:' || $1, 0))", &[&flow.principal])
+                .await
+                .map_err(step)?;
+            let (counted_in, principal, limits) = (&transaction, &flow.principal, self.flows);
+            let full = move || async move {
+                let held: i64 = counted_in.query_one("SELECT COUNT(*) FROM out_of_band_flows", &[]).await.map_err(step)?.get(0);
+                let mine: i64 = counted_in
+                    .query_one("SELECT COUNT(*) FROM out_of_band_flows WHERE principal = $1", &[principal])
+                    .await
+                    .map_err(step)?
+                    .get(0);
+                Ok::<bool, StoreError>(
+                    limits.full(usize::try_from(held).unwrap_or(usize::MAX), usize::try_from(mine).unwrap_or(usize::MAX)),
+                )
+            };
+            if full().await? {
                 let before = sql_ms(now_ms.saturating_sub(OUT_OF_BAND_GRACE_MS));
                 transaction.execute("DELETE FROM out_of_band_flows WHERE expires_at_ms <= $1", &[&before]).await.map_err(step)?;
-                let live: i64 = transaction.query_one("SELECT COUNT(*) FROM out_of_band_flows", &[]).await.map_err(step)?.get(0);
-                if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
-                    return Err(StoreError::Unavailable("the out-of-band store is full of unexpired flows".into()));
+                if full().await? {
+                    return Ok(FlowStart::Full);
                 }
             }
             let expires = sql_ms(flow.expires_at_ms);
@@ -1012,7 +1041,7 @@ impl OutOfBandStore for PostgresStore {
                 )
                 .await
                 .map_err(step)?;
-            Ok(())
+            Ok(FlowStart::Started)
         }
         .await;
         self.finish(transaction, started.is_ok()).await?;

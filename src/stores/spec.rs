@@ -10,7 +10,7 @@ use crate::stores::database::Durability;
 use crate::stores::dir::DirStore;
 use crate::stores::gateway::GatewayStores;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
-use crate::stores::out_of_band::MemoryOutOfBandStore;
+use crate::stores::out_of_band::{MemoryOutOfBandStore, OutOfBandLimits};
 #[cfg(feature = "postgres")]
 use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
 #[cfg(feature = "sqlite")]
@@ -254,6 +254,12 @@ impl Stores {
         Stores { notes, replay, admin, out_of_band: Arc::new(MemoryOutOfBandStore::default()) }
     }
 
+    /// These stores with this process's own out-of-band flows bounded by `flows` (for `memory` and `dir:`,
+    /// whose flows live in the process).
+    pub(crate) fn with_out_of_band_limits(self, flows: OutOfBandLimits) -> Stores {
+        Stores { out_of_band: Arc::new(MemoryOutOfBandStore::with_limits(flows)), ..self }
+    }
+
     /// Fresh in-process stores holding `notes`.
     pub(crate) fn in_memory(notes: Vec<Note>, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Stores {
         let notes = Arc::new(MemoryNoteStore::new(notes));
@@ -276,19 +282,35 @@ pub async fn open_with_durability(
     limits: ReplayLimits,
     durability: Durability,
 ) -> Result<Stores, StoreError> {
+    open_with_limits(spec, clock, limits, OutOfBandLimits::default(), durability).await
+}
+
+/// [`open_with_durability`], bounding the out-of-band flows by `flows` (in all and per principal) in every
+/// kind of store: the database's table for `sqlite:` and `postgres:`, this process's memory otherwise.
+pub async fn open_with_limits(
+    spec: &StoreSpec,
+    clock: Arc<dyn Clock>,
+    limits: ReplayLimits,
+    flows: OutOfBandLimits,
+    durability: Durability,
+) -> Result<Stores, StoreError> {
     // Only the database stores have commits to acknowledge.
     #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
     let _ = durability;
     match spec {
-        StoreSpec::Memory => Ok(Stores::in_memory(Vec::new(), clock, limits)),
+        StoreSpec::Memory => Ok(Stores::in_memory(Vec::new(), clock, limits).with_out_of_band_limits(flows)),
         #[cfg(feature = "sqlite")]
         StoreSpec::Sqlite(path) => {
-            let store = Arc::new(SqliteStore::open_with_durability(path, clock, limits, durability).await?);
+            let store = Arc::new(SqliteStore::open_with_durability(path, clock, limits, durability).await?.with_out_of_band_limits(flows));
             Ok(Stores { notes: store.clone(), replay: store.clone(), out_of_band: store.clone(), admin: store })
         }
         #[cfg(feature = "postgres")]
         StoreSpec::Postgres(target) => {
-            let store = Arc::new(PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability).await?);
+            let store = Arc::new(
+                PostgresStore::open_with_durability((*target.config).clone(), clock, limits, durability)
+                    .await?
+                    .with_out_of_band_limits(flows),
+            );
             Ok(Stores { notes: store.clone(), replay: store.clone(), out_of_band: store.clone(), admin: store })
         }
         #[cfg(unix)]
@@ -299,7 +321,12 @@ pub async fn open_with_durability(
                 tracing::warn!("{}: finished deletes an earlier process left half done: {recovered:?}", store.describe());
             }
             // A folder of notes keeps no out-of-band flows: this process's own, in memory.
-            Ok(Stores { notes: store.clone(), replay: store.clone(), admin: store, out_of_band: Arc::new(MemoryOutOfBandStore::default()) })
+            Ok(Stores {
+                notes: store.clone(),
+                replay: store.clone(),
+                admin: store,
+                out_of_band: Arc::new(MemoryOutOfBandStore::with_limits(flows)),
+            })
         }
     }
 }

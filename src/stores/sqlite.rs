@@ -14,7 +14,7 @@
 //! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
-use crate::framework::out_of_band::{Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore};
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
     fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
     StoreError,
@@ -30,7 +30,7 @@ use crate::stores::database::{
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
-use crate::stores::out_of_band::{decide_completion, OUT_OF_BAND_CAPACITY, OUT_OF_BAND_GRACE_MS};
+use crate::stores::out_of_band::{decide_completion, OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::BTreeMap;
@@ -166,6 +166,11 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         CREATE INDEX notes_by_place ON notes (uri_key, position, title_fold, id, title, uri);
     ",
     },
+    Migration {
+        version: 7,
+        description: "the out-of-band flows by principal: each principal's share of them is counted from this index",
+        sql: "CREATE INDEX out_of_band_flows_by_principal ON out_of_band_flows (principal);",
+    },
 ];
 
 /// The schema step that added the search columns, after which opening fills them for older rows.
@@ -193,6 +198,8 @@ fn backfill_search_columns(connection: &mut Connection) -> Outcome<()> {
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
+    /// Bounds of the out-of-band flows (in all and per principal); [`SqliteStore::with_out_of_band_limits`].
+    flows: OutOfBandLimits,
 }
 
 struct Inner {
@@ -248,6 +255,11 @@ enum Reservation {
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and migrates its schema. Several processes may open
     /// the same file at once; migration is serialized by the write lock.
+    /// The same store, bounding its out-of-band flows by `limits` (in all and per principal).
+    pub fn with_out_of_band_limits(self, limits: OutOfBandLimits) -> SqliteStore {
+        SqliteStore { flows: limits, ..self }
+    }
+
     pub async fn open(path: &Path, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<SqliteStore, StoreError> {
         Self::open_with_durability(path, clock, limits, Durability::Durable).await
     }
@@ -290,7 +302,7 @@ impl SqliteStore {
             limits,
             durability,
         });
-        let store = SqliteStore { inner };
+        let store = SqliteStore { inner, flows: OutOfBandLimits::default() };
         let report = store
             .run(Access::Write, move |connection, inner| {
                 let report = migrate(connection, migrations, inner.clock.now_ms())?;
@@ -1001,16 +1013,30 @@ fn read_flow(transaction: &Transaction<'_>, reference: &str) -> Outcome<Option<F
 /// The out-of-band flows in the file: every process pointed at it sees a flow started or completed by any.
 #[async_trait]
 impl OutOfBandStore for SqliteStore {
-    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<FlowStart, StoreError> {
+        let limits = self.flows;
         self.run(Access::Write, move |connection, _| {
             let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let live: i64 = transaction.prepare_cached("SELECT COUNT(*) FROM out_of_band_flows")?.query_row([], |row| row.get(0))?;
-            if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
+            // The whole, then the principal's share (from its index); pruned only when needed, never evicting.
+            let full = |transaction: &Transaction<'_>| -> Outcome<bool> {
+                let count = |sql: &str, principal: Option<&str>| -> Outcome<usize> {
+                    let mut statement = transaction.prepare_cached(sql)?;
+                    let counted: i64 = match principal {
+                        Some(principal) => statement.query_row([principal], |row| row.get(0))?,
+                        None => statement.query_row([], |row| row.get(0))?,
+                    };
+                    Ok(usize::try_from(counted).unwrap_or(usize::MAX))
+                };
+                let held = count("SELECT COUNT(*) FROM out_of_band_flows", None)?;
+                let mine = count("SELECT COUNT(*) FROM out_of_band_flows WHERE principal = ?1", Some(&flow.principal))?;
+                Ok(limits.full(held, mine))
+            };
+            if full(&transaction)? {
                 let before = sql_ms(now_ms.saturating_sub(OUT_OF_BAND_GRACE_MS));
                 transaction.prepare_cached("DELETE FROM out_of_band_flows WHERE expires_at_ms <= ?1")?.execute([before])?;
-                let live: i64 = transaction.prepare_cached("SELECT COUNT(*) FROM out_of_band_flows")?.query_row([], |row| row.get(0))?;
-                if usize::try_from(live).unwrap_or(usize::MAX) >= OUT_OF_BAND_CAPACITY {
-                    return Err(StoreError::Unavailable("the out-of-band store is full of unexpired flows".into()).into());
+                if full(&transaction)? {
+                    transaction.commit()?;
+                    return Ok(FlowStart::Full);
                 }
             }
             transaction
@@ -1020,7 +1046,7 @@ impl OutOfBandStore for SqliteStore {
                 )?
                 .execute(params![flow.reference, flow.principal, flow.tool, flow.subject, sql_ms(flow.expires_at_ms)])?;
             transaction.commit()?;
-            Ok(())
+            Ok(FlowStart::Started)
         })
         .await
     }

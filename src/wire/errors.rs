@@ -108,10 +108,13 @@ pub enum Reason {
     /// URL mode: the out-of-band flow was completed by someone other than the principal who started it.
     /// Nothing was done.
     OutOfBandWrongUser,
+    /// URL mode: the shared out-of-band store holds this principal's share of unexpired flows, or its whole
+    /// capacity, and refuses to start another (fail closed, never evicting). Nothing was started.
+    OutOfBandStoreFull,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 32] = [
+    pub const ALL: [Reason; 33] = [
         Reason::MetaInvalid,
         Reason::PayloadTooLarge,
         Reason::ArgumentsInvalid,
@@ -144,6 +147,7 @@ impl Reason {
         Reason::IdempotencyConflict,
         Reason::OutOfBandUnknown,
         Reason::OutOfBandWrongUser,
+        Reason::OutOfBandStoreFull,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -179,6 +183,7 @@ impl Reason {
             Reason::BackendUnavailable => "backend_unavailable",
             Reason::OutOfBandUnknown => "out_of_band_unknown",
             Reason::OutOfBandWrongUser => "out_of_band_wrong_user",
+            Reason::OutOfBandStoreFull => "out_of_band_store_full",
             Reason::IdempotencyConflict => "idempotency_conflict",
         }
     }

@@ -588,18 +588,58 @@ pub async fn racing_completions_complete_once(kind: &dyn StoreKind) {
     assert_eq!(completed, 1, "exactly one submission completes the flow");
 }
 
+/// A principal holding its share of the out-of-band flows is refused another (`Full`, nothing recorded) on every
+/// handle, while the others keep starting theirs; the whole store's bound is kept; its expired flows give its
+/// places back (GUARANTEES.md §2.9).
+pub async fn a_principal_holding_its_flow_share_leaves_the_others_starting(kind: &dyn StoreKind) {
+    use mcpsim::framework::out_of_band::{FlowStart, OutOfBandFlow};
+    use mcpsim::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
+    use mcpsim::stores::spec::open_with_limits;
+    let spec = kind.fresh().await;
+    let clock = Arc::new(TestClock::at(START_MS));
+    let limits = ReplayLimits { capacity: 100, principal_capacity: 100, retention_grace_ms: GRACE_MS };
+    let flow_limits = OutOfBandLimits::with_share(4, 50);
+    let open = || open_with_limits(&spec, clock.clone(), limits, flow_limits, kind.durability());
+    let one = open().await.unwrap_or_else(|e| panic!("open {spec}: {e}")).out_of_band;
+    // A memory store is one process's: its other handle is itself.
+    let two = if matches!(spec, StoreSpec::Memory) { one.clone() } else { open().await.unwrap().out_of_band };
+    let flow = |reference: &str, principal: &str, expires_at_ms: u64| OutOfBandFlow {
+        reference: reference.into(),
+        principal: principal.into(),
+        tool: "notes_publish".into(),
+        subject: "n1".into(),
+        expires_at_ms,
+    };
+    let now = START_MS;
+    assert_eq!(one.start(flow("b1", "bob", 2_000), now).await, Ok(FlowStart::Started));
+    assert_eq!(two.start(flow("b2", "bob", 2_000), now).await, Ok(FlowStart::Started));
+    assert_eq!(one.start(flow("b3", "bob", FAR_FUTURE_MS), now).await, Ok(FlowStart::Full), "bob's share is full");
+    assert_eq!(two.start(flow("b3", "bob", FAR_FUTURE_MS), now).await, Ok(FlowStart::Full), "on every handle");
+    assert_eq!(two.flow("b3").await, Ok(None), "a refused start records nothing");
+    assert_eq!(one.start(flow("a1", "alice", FAR_FUTURE_MS), now).await, Ok(FlowStart::Started), "alice is not bob");
+    assert_eq!(two.start(flow("c1", "carol", FAR_FUTURE_MS), now).await, Ok(FlowStart::Started));
+    assert_eq!(one.start(flow("a2", "alice", FAR_FUTURE_MS), now).await, Ok(FlowStart::Full), "the whole bound is kept");
+    // bob's two expire (plus the grace): his places come back, the others' flows stay.
+    let later = 2_000 + OUT_OF_BAND_GRACE_MS;
+    assert_eq!(two.start(flow("b3", "bob", FAR_FUTURE_MS), later).await, Ok(FlowStart::Started));
+    assert_eq!(one.flow("b1").await, Ok(None), "b1 was pruned");
+    assert!(one.flow("a1").await.unwrap().is_some() && one.flow("c1").await.unwrap().is_some());
+}
+
 /// The out-of-band checks every store kind runs (the flows of `dir:` are its process's own, in memory).
 macro_rules! out_of_band_contract_tests {
     (ignore = $why:literal, $kind:expr) => {
         $crate::contract::contract_tests!(@each_ignored $why, $kind;
             out_of_band_flows_complete_once_for_their_principal,
             racing_completions_complete_once,
+            a_principal_holding_its_flow_share_leaves_the_others_starting,
         );
     };
     ($kind:expr) => {
         $crate::contract::contract_tests!(@each $kind;
             out_of_band_flows_complete_once_for_their_principal,
             racing_completions_complete_once,
+            a_principal_holding_its_flow_share_leaves_the_others_starting,
         );
     };
 }

@@ -492,3 +492,46 @@ async fn processes_killed_mid_delete_leave_a_state_the_next_open_finishes() {
         }
     }
 }
+
+/// Each principal holds only its share of the folder's ledger, counted across handles (processes) from the
+/// principal each claim file records; claims a version before the shares wrote (no principal) are still
+/// honoured as claims and count in the whole ledger, against no live principal's share.
+#[tokio::test]
+async fn each_principal_holds_only_its_share_and_old_claims_count_against_none() {
+    use mcpsim::framework::ports::{ClaimOutcome, NonceClaim};
+    let directory = TempDir::new();
+    let clock = Arc::new(TestClock::at(1_000));
+    let limits = ReplayLimits { capacity: 6, principal_capacity: 2, retention_grace_ms: 100 };
+    let open = || DirStore::open(directory.path(), FileUri::parse("file:///w").ok(), clock.clone(), limits).unwrap();
+    let first = open();
+    // Two claims as the previous version wrote them: no principal.
+    let claims = directory.path().join(STATE_DIR).join("claims");
+    for nonce in ["old-1", "old-2"] {
+        let name = mcpsim::wire::canonical::digest_hex(&serde_json::Value::String(nonce.into()));
+        std::fs::write(claims.join(name), format!(r#"{{"expiresAtMs":{FAR_FUTURE_MS},"record":{{"outcome":"declined"}}}}"#)).unwrap();
+    }
+    let second = open();
+    let of = |principal: &str, nonce: &str| NonceClaim {
+        principal: principal.into(),
+        ..claim(nonce, FAR_FUTURE_MS, ClaimRecord::Declined { tool: None })
+    };
+    assert_eq!(
+        second.claim(of("alice", "old-1")).await,
+        Ok(ClaimOutcome::AlreadyClaimed { record: ClaimRecord::Declined { tool: None } }),
+        "an old claim is still a claim"
+    );
+    assert_eq!(first.claim(of("bob", "b1")).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(second.claim(of("bob", "b2")).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(first.claim(of("bob", "b3")).await, Ok(ClaimOutcome::Full), "bob's share is full, on every handle");
+    assert_eq!(second.claim(of("bob", "b3")).await, Ok(ClaimOutcome::Full));
+    assert_eq!(first.claim(of("alice", "a1")).await, Ok(ClaimOutcome::Claimed), "the old claims are not alice's");
+    assert_eq!(second.claim(of("alice", "a2")).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(first.claim(of("carol", "c1")).await, Ok(ClaimOutcome::Full), "the whole ledger's bound counts the old claims");
+    let written =
+        std::fs::read_to_string(claims.join(mcpsim::wire::canonical::digest_hex(&serde_json::Value::String("b1".into())))).unwrap();
+    assert!(written.contains(r#""principal":"bob""#), "the claim file records its principal: {written}");
+    // bob's claims expire (plus the grace): his places come back; the others' stay.
+    clock.set(FAR_FUTURE_MS + 100);
+    let later = |principal: &str, nonce: &str| NonceClaim { expires_at_ms: FAR_FUTURE_MS + 10_000, ..of(principal, nonce) };
+    assert_eq!(first.claim(later("bob", "b4")).await, Ok(ClaimOutcome::Claimed), "expired claims give places back");
+}

@@ -86,26 +86,26 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
             .unwrap();
     }
     let (upgraded, current) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(current, MigrationReport { version_before: 1, version_after: 6 }, "only the new steps run");
+    assert_eq!(current, MigrationReport { version_before: 1, version_after: 7 }, "only the new steps run");
     assert_eq!(upgraded.nonce_count().await, Ok(1), "the data of step 1 is untouched");
     let found = upgraded.find_candidates(&FileUri::parse("file:///w").unwrap(), "plan").await.unwrap();
     assert_eq!(found.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(), ["old-note"], "opening filled the search columns");
     assert_eq!(upgraded.claim(claim_at("new", u64::MAX >> 12)).await, Ok(ClaimOutcome::Claimed), "the upgraded schema takes claims");
     let (_, again) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(again, MigrationReport { version_before: 6, version_after: 6 }, "a restart applies nothing");
+    assert_eq!(again, MigrationReport { version_before: 7, version_after: 7 }, "a restart applies nothing");
     let with_next = with_a_later_step(SQLITE_MIGRATIONS, "CREATE TABLE later_step (x INTEGER) STRICT;");
     let (_, later) = SqliteStore::open_with_migrations(&path, clock(), limits, with_next).await.unwrap();
-    assert_eq!(later, MigrationReport { version_before: 6, version_after: 7 });
+    assert_eq!(later, MigrationReport { version_before: 7, version_after: 8 });
     let versions: Vec<(i64, String)> = {
         let connection = rusqlite::Connection::open(&path).unwrap();
         let mut statement = connection.prepare("SELECT version, description FROM schema_version ORDER BY version").unwrap();
         statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
     };
-    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6, 7, 8]);
     let Err(StoreError::Unavailable(refusal)) = SqliteStore::open(&path, clock(), limits).await else {
         panic!("an older mcpsim must refuse a newer schema");
     };
-    assert!(refusal.contains("version 7") && refusal.contains("upgrade mcpsim"), "{refusal}");
+    assert!(refusal.contains("version 8") && refusal.contains("upgrade mcpsim"), "{refusal}");
 }
 
 fn claim_at(nonce: &str, expires_at_ms: u64) -> mcpsim::framework::ports::NonceClaim {

@@ -12,7 +12,7 @@
 
 use super::{is_inside, store_failed, workspace_arguments, NotesServer};
 use crate::framework::out_of_band::{
-    Completion, FlowRecord, FlowStatus, OutOfBandFlow, OutOfBandStore, PageAction, PageAnswer, PageRequest,
+    Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore, PageAction, PageAnswer, PageRequest,
 };
 use crate::framework::pipeline::RequestContext;
 use crate::framework::ports::{ClaimOutcome, ClaimRecord, NonceClaim};
@@ -191,7 +191,10 @@ impl NotesServer {
             subject: claims.note_id.clone(),
             expires_at_ms: claims.expires_at_ms,
         };
-        out_of_band.store.start(flow, now_ms).await.map_err(|error| refusals::store_failed(error, "nothing was started"))?;
+        match out_of_band.store.start(flow, now_ms).await.map_err(|error| refusals::store_failed(error, "nothing was started"))? {
+            FlowStart::Started => {}
+            FlowStart::Full => return Err(refusals::out_of_band_full()),
+        }
         let state = self.config.key_ring.seal_claims(&claims);
         Ok(input_required(authorization_request(out_of_band, &claims.reference, &claims.note_id, false), &state, self.info()))
     }

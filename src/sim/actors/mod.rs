@@ -23,7 +23,7 @@ pub mod legacy_mutants;
 pub mod note_store;
 pub mod replay_store;
 
-use crate::framework::out_of_band::{Completion, FlowRecord, OutOfBandFlow, OutOfBandStore};
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
     fold_title, is_candidate, ClaimAndDelete, ClaimOutcome, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore, StoreError,
 };
@@ -199,9 +199,10 @@ impl NoteStore for StoreClient {
 
 #[async_trait]
 impl OutOfBandStore for StoreClient {
-    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<FlowStart, StoreError> {
         match self.call(StoreCall::FlowStart { flow, now_ms }).await {
-            StoreReturn::FlowStarted => Ok(()),
+            StoreReturn::FlowStarted => Ok(FlowStart::Started),
+            StoreReturn::FlowFull => Ok(FlowStart::Full),
             other => Err(unexpected("flow_start", other)),
         }
     }

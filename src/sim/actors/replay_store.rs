@@ -7,7 +7,7 @@
 //! elicitation), so every instance sees a flow started or completed on any other.
 
 use super::{TaskFuture, TaskOutput};
-use crate::framework::out_of_band::OutOfBandStore;
+use crate::framework::out_of_band::{FlowStart, OutOfBandStore};
 use crate::framework::ports::{ReplayStore, StoreError};
 use crate::sim::engine::message::{StoreCall, StoreReturn};
 use crate::stores::memory::MemoryReplayStore;
@@ -30,7 +30,8 @@ pub fn serve(replay: Arc<MemoryReplayStore>, flows: Arc<MemoryOutOfBandStore>, c
                 }
             }
             StoreCall::FlowStart { flow, now_ms } => match flows.start(flow, now_ms).await {
-                Ok(()) => StoreReturn::FlowStarted,
+                Ok(FlowStart::Started) => StoreReturn::FlowStarted,
+                Ok(FlowStart::Full) => StoreReturn::FlowFull,
                 Err(error) => StoreReturn::Failed(error),
             },
             StoreCall::FlowRead { reference } => match flows.flow(&reference).await {

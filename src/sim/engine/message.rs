@@ -176,6 +176,8 @@ pub enum StoreReturn {
     Listing(ToolListing),
     ToolResult(Result<Value, BackendError>),
     FlowStarted,
+    /// The out-of-band store refused to start the flow: its principal's share, or the store, is full.
+    FlowFull,
     Flow(Option<FlowRecord>),
     FlowCompletion(Completion),
     /// A legacy client's JSON-RPC answer to an [`StoreCall::AskClient`].
@@ -280,6 +282,7 @@ impl StoreReturn {
             StoreReturn::ToolResult(Ok(result)) => json!({ "result": result.get("structuredContent").cloned().unwrap_or(Value::Null) }),
             StoreReturn::ToolResult(Err(error)) => json!({ "failed": error.to_string() }),
             StoreReturn::FlowStarted => json!({ "started": true }),
+            StoreReturn::FlowFull => json!({ "started": false, "full": true }),
             StoreReturn::Flow(None) => json!({ "flow": null }),
             StoreReturn::Flow(Some(record)) => json!({ "flow": match &record.status {
                 FlowStatus::Started => json!({ "principal": record.flow.principal, "status": "started" }),

@@ -16,7 +16,7 @@
 //!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
 //!   state by re-sealing it, cancel consuming, decline not consuming, remembered capabilities).
 
-use crate::framework::out_of_band::{Completion, FlowRecord, OutOfBandFlow, OutOfBandStore};
+use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, NoteStore, ReplayStore, StoreError};
 use crate::framework::{RequestContext, Service};
 use crate::policy::containment::FileUri;
@@ -789,7 +789,7 @@ struct UnboundFlows {
 
 #[async_trait]
 impl OutOfBandStore for UnboundFlows {
-    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<(), StoreError> {
+    async fn start(&self, flow: OutOfBandFlow, now_ms: u64) -> Result<FlowStart, StoreError> {
         self.inner.start(flow, now_ms).await
     }
 
