@@ -582,3 +582,17 @@ fn blocks_are_read_as_a_shell_reads_them() {
     let ci = "echo x; cargo test\ncargo test --tests -- --ignored 2>&1 | tee\n";
     assert!(ci_runs(ci, "cargo test") && ci_runs(ci, "cargo test --tests -- --ignored") && !ci_runs(ci, "cargo test --tests"));
 }
+
+/// The closed set of failure reasons is documented whole: every `Reason` has its row in docs/notes-server.md's
+/// "Failure reasons" table, and the table names no reason the code lacks.
+#[test]
+fn every_failure_reason_has_its_row() {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("docs/notes-server.md")).unwrap();
+    let table = text.split("## Failure reasons").nth(1).expect("docs/notes-server.md has a Failure reasons section");
+    let rows: BTreeSet<&str> =
+        table.lines().filter_map(|line| line.strip_prefix("| `")).filter_map(|rest| rest.split('`').next()).filter(|name| *name != "data.reason").collect();
+    let reasons: BTreeSet<&str> = mcpsim::wire::errors::Reason::ALL.iter().map(|reason| reason.as_str()).collect();
+    let undocumented: Vec<&&str> = reasons.difference(&rows).collect();
+    let unknown: Vec<&&str> = rows.difference(&reasons).collect();
+    assert!(undocumented.is_empty() && unknown.is_empty(), "reasons without a row: {undocumented:?}; rows naming no reason: {unknown:?}");
+}
