@@ -2,7 +2,6 @@
 
 use crate::target::attack::{self, Verdict, ATTACKS};
 use crate::target::file::Target;
-use crate::target::process;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -52,10 +51,19 @@ pub fn run(args: AttackArgs) -> ExitCode {
             return ExitCode::from(EXIT_INCONCLUSIVE);
         }
     };
-    process::install_interrupt_handler();
-    let work_dir = std::env::temp_dir().join(format!("mcpsim-attack-{}", std::process::id()));
+    let work_dir = match super::target::begin("attack") {
+        Ok(dir) => dir,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::from(EXIT_INCONCLUSIVE);
+        }
+    };
+    let guard = crate::target::contain::Guard;
     let result = attack::run_battery(&target, &args.only, &mcpsim, &work_dir);
-    let _ = std::fs::remove_dir_all(&work_dir);
+    drop(guard);
+    if super::target::end("attack") {
+        return ExitCode::from(EXIT_INCONCLUSIVE);
+    }
     match result {
         Ok(reports) => {
             print!("{}", attack::render(&target, &reports));
@@ -68,7 +76,7 @@ pub fn run(args: AttackArgs) -> ExitCode {
             }
         }
         Err(error) => {
-            eprintln!("mcpsim attack: the fleet could not be started: {error}");
+            eprintln!("mcpsim attack: the fleet could not be started: {}", crate::target::shown(&error));
             ExitCode::from(EXIT_INCONCLUSIVE)
         }
     }
