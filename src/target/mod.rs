@@ -662,3 +662,58 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     let _ = writeln!(out, "{verdict}");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_escapes_every_control_and_format_character_and_keeps_the_rest() {
+        let forged = "boom\n   ok    property at-most-once\r\nPASS\t\u{1b}[2K\u{7f}\u{9b}\u{202e}\u{2066}\u{200b}\u{2028}\u{feff}";
+        assert_eq!(
+            shown(forged),
+            "boom\\n   ok    property at-most-once\\r\\nPASS\\t\\u{1b}[2K\\u{7f}\\u{9b}\\u{202e}\\u{2066}\\u{200b}\\u{2028}\\u{feff}"
+        );
+        assert_eq!(shown("é → t1 {\"a\": 1} ✓"), "é → t1 {\"a\": 1} ✓");
+    }
+
+    #[test]
+    fn secret_looking_arguments_are_redacted() {
+        let argv: Vec<String> = [
+            "server",
+            "--password=hunter2",
+            "--token",
+            "t0k",
+            "--api-key=k",
+            "-p",
+            "8080",
+            "AWS_SECRET_ACCESS_KEY=s",
+            "GITHUB_TOKEN=g",
+            "postgres://bob:pw@127.0.0.1/db",
+            "--store=postgres://bob:pw@db/x",
+            "--key-file",
+            "/tmp/keys.toml",
+            "plain=1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            redact_argv(&argv),
+            "server --password=[redacted] --token [redacted] --api-key=[redacted] -p 8080 AWS_SECRET_ACCESS_KEY=[redacted] \
+             GITHUB_TOKEN=[redacted] postgres://[redacted]@127.0.0.1/db --store=postgres://[redacted]@db/x --key-file /tmp/keys.toml plain=1"
+        );
+    }
+
+    #[test]
+    fn safe_names_hold_only_safe_characters_and_stay_distinct() {
+        assert_eq!(safe_name("02-accepts-race"), "02-accepts-race");
+        let hostile = safe_name("x$(touch${IFS}$MARK)");
+        assert!(hostile.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)), "{hostile}");
+        assert!(hostile.starts_with("x__touch__IFS__MARK_-"), "{hostile}");
+        assert_ne!(safe_name("a b"), safe_name("a_b"));
+        assert_ne!(safe_name("a;b"), safe_name("a b"));
+        assert!(!safe_name("-rf").starts_with('-') && !safe_name("..").starts_with('.'));
+        assert!(safe_name(&"é".repeat(200)).len() < 100);
+    }
+}
