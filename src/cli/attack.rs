@@ -14,9 +14,12 @@ const EXIT_INCONCLUSIVE: u8 = 3;
 Each attack runs on a fresh fleet started as the target file says (docs/targets.md) and is judged from the
 answers and the effect probe alone. A finding names the clause it breaks (SPEC-… ids of the spec digest, or
 mcpsim's own refusal property) and prints every message that reproduces it, with the instance it went to.
+Everything the target starts is contained (a cgroup of the run, or the MCPSIM_TARGET_RUN environment marker),
+killed and counted at the end, also after Ctrl-C or a SIGKILL of mcpsim (docs/targets.md).
 
 Exit status: 0 when every attack held (or did not apply); 1 on a finding; 2 for a target file that cannot be
-read or an unknown attack name; 3 when an attack could not be judged (its honest flow did not work).
+read or an unknown attack name; 3 when an attack could not be judged (its honest flow did not work), or
+processes of the target were counted still running at the end.
 
 Examples:
   mcpsim attack --target targets/mcpsim-stdio.toml                        # the whole battery: exit 0

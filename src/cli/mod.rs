@@ -162,7 +162,8 @@ mod tests {
         let mut checked = Vec::new();
         // Every subcommand, and every subcommand of a group (pins review, pins approve).
         let mut subcommands: Vec<clap::Command> = Vec::new();
-        for sub in command.get_subcommands() {
+        // (Hidden ones are internal, e.g. `target-watchdog`, which mcpsim starts itself.)
+        for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
             subcommands.push(sub.clone());
             subcommands.extend(sub.get_subcommands().cloned());
         }
