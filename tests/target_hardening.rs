@@ -213,13 +213,10 @@ impl Kind {
         }
     }
 
-    /// How many marked processes run once the fleet is up (the setup's daemon is killed with the setup
-    /// command's leaf before any instance starts).
+    /// How many marked processes run once the fleet is up (a setup command's daemon lives as long as the
+    /// fleet: it may be the database the instances use).
     fn running(self) -> usize {
-        match self {
-            Kind::DaemonServer | Kind::Wrapper => 2,
-            Kind::DaemonSetup => 1,
-        }
+        2
     }
 }
 
@@ -242,8 +239,8 @@ fn ended_by(kind: Kind, signal: i32, env: &[(&str, &str)]) -> Ran {
     let scratch = Scratch::new(&format!("{kind:?}-{signal}-{}", env.len()).to_lowercase());
     let file = scratch.write_target("t.toml", &kind.target(100_000));
     let child = scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], env);
-    // Once the instance's stderr file exists, the setup command (and its daemon) is over: what runs then is
-    // the instance and what it spawned.
+    // Once the instance's stderr file exists, the setup command is over: what runs then is its daemon, the
+    // instance and what that spawned.
     let mut before = 0;
     wait_for(20, "the target's processes starting", || {
         let started = files_under(&scratch.tmp()).iter().any(|p| p.ends_with("t1-alice.stderr"));

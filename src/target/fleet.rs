@@ -42,6 +42,9 @@ pub struct Fleet<'t> {
     data_dir: PathBuf,
     mcpsim: String,
     instances: Vec<Running>,
+    /// The setup commands, exited: kept so that what they left running (a database they started, a daemon)
+    /// lives as long as the fleet and is killed with it (their containment leaves).
+    setups: Vec<Process>,
     http: HttpClient,
     runtime: tokio::runtime::Runtime,
     /// Processes started so far, as "i2 alice pid 4711": the report's identity of each answer.
@@ -60,6 +63,7 @@ impl<'t> Fleet<'t> {
             data_dir: data_dir.to_path_buf(),
             mcpsim: mcpsim.to_string(),
             instances: Vec::new(),
+            setups: Vec::new(),
             http: HttpClient::new(Duration::from_millis(target.request_timeout_ms()), RESPONSE_BYTES_MAX),
             runtime,
             events: Vec::new(),
@@ -128,6 +132,7 @@ impl<'t> Fleet<'t> {
             if let Some(status) = process.exited() {
                 if status == "exit status: 0" {
                     self.events.push(format!("setup {}: {}", index + 1, redact_argv(&argv)));
+                    self.setups.push(process);
                     return Ok(());
                 }
                 let stderr = std::fs::read_to_string(&log).unwrap_or_default();

@@ -89,6 +89,8 @@ pub struct Process {
     pub fresh: bool,
     /// Its place in the run's containment (none outside a run, e.g. in unit tests).
     leaf: Option<Leaf>,
+    /// It was reaped: its pid (and so its group id, once the group is empty) may name another process now.
+    reaped: bool,
 }
 
 /// The bytes of lines read and not yet taken, and whether the reading side was dropped.
@@ -238,7 +240,7 @@ impl Process {
             });
             Lines { receiver, budget }
         });
-        Ok(Process { child, pid, stdin, lines, stderr_path, fresh: true, leaf })
+        Ok(Process { child, pid, stdin, lines, stderr_path, fresh: true, leaf, reaped: false })
     }
 
     /// Writes one line (the message and a newline) to its stdin.
@@ -271,18 +273,25 @@ impl Process {
     /// Whether it has exited (and how).
     pub fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
-            Ok(Some(status)) => Some(status.to_string()),
+            Ok(Some(status)) => {
+                self.reaped = true;
+                Some(status.to_string())
+            }
             _ => None,
         }
     }
 
     /// SIGKILL to its group and to everything in its leaf (what it spawned, wherever it went), then reap it.
     pub fn kill(&mut self) {
-        kill_group(self.pid as i32);
+        // Without a leaf, the group is all there is to kill (its id stays its own while any member lives).
+        if !self.reaped || self.leaf.is_none() {
+            kill_group(self.pid as i32);
+        }
         if let Some(leaf) = &mut self.leaf {
             leaf.kill();
         }
         let _ = self.child.wait();
+        self.reaped = true;
         // The reader thread may be waiting for room: let it go.
         self.lines = None;
         if let Ok(mut running) = RUNNING.lock() {
