@@ -126,11 +126,31 @@ fn own_cgroup() -> Option<PathBuf> {
     Some(Path::new(&mount).join(relative.trim_start_matches('/')))
 }
 
-/// A fresh cgroup for the run beside mcpsim's own, if one can be made and killed.
+/// A fresh cgroup for the run beside mcpsim's own, if one can be made, entered and killed: a trial process
+/// (this binary's `--version`) must be able to move itself into a leaf of it, as every target process will.
 fn cgroup_for(token: &str) -> Option<PathBuf> {
     let dir = own_cgroup()?.join(format!("mcpsim-{token}"));
     std::fs::create_dir(&dir).ok()?;
-    if dir.join("cgroup.kill").exists() && dir.join("cgroup.procs").exists() {
+    let trial = dir.join("trial");
+    let usable = dir.join("cgroup.kill").exists()
+        && std::fs::create_dir(&trial).is_ok()
+        && std::fs::OpenOptions::new().write(true).open(trial.join("cgroup.procs")).is_ok_and(|procs| {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
+            let mut command = Command::new(std::env::current_exe().unwrap_or_else(|_| "/bin/true".into()));
+            command.arg("--version").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            // SAFETY: only write(2) of a constant to a descriptor opened before the fork.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            command.status().is_ok_and(|status| status.success())
+        });
+    let _ = std::fs::remove_dir(&trial);
+    if usable {
         Some(dir)
     } else {
         let _ = std::fs::remove_dir(&dir);
