@@ -371,6 +371,49 @@ fn without_a_cgroup_the_marker_contains_daemons_and_wrappers_too() {
     ended_by(Kind::Wrapper, libc::SIGKILL, &marker);
 }
 
+/// Live processes whose command line holds `needle`.
+fn with_argv(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if cmdline.split(|&b| b == 0).any(|arg| arg == needle.as_bytes()) && live(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Without a cgroup, a daemon that also clears its environment escapes the marker scan; mcpsim, a child
+/// subreaper in that mode, adopts it and kills it at the run's end (normal exit and Ctrl-C).
+#[test]
+fn without_a_cgroup_a_daemon_that_clears_its_environment_is_adopted_and_killed() {
+    for signal in [None, Some(libc::SIGINT)] {
+        let scratch = Scratch::new(&format!("scrubbed-{}", signal.unwrap_or(0)));
+        let tag = format!("{}-argv", scratch.mark);
+        let command = format!(
+            r#"["sh", "-c", "(setsid env -i python3 -c 'import time; time.sleep(300)' {tag} </dev/null >/dev/null 2>&1 &); exec sleep 300"]"#
+        );
+        let file = scratch.write_target("t.toml", &stdio_target("", &command, if signal.is_some() { 100_000 } else { 300 }));
+        let child =
+            scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], &[("MCPSIM_TARGET_CONTAINMENT", "marker")]);
+        wait_for(20, "the scrubbed daemon starting", || !with_argv(&tag).is_empty());
+        if let Some(signal) = signal {
+            // SAFETY: signalling the child this test started.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+        let ran = finish(child, 60);
+        assert_eq!(ran.status, signal.map_or(1, |s| 128 + s), "{}\n{}", ran.stdout, ran.stderr);
+        let left = settles(10, || with_argv(&tag).len());
+        for pid in with_argv(&tag) {
+            // SAFETY: cleaning up what a failing run left; kill(2) touches no memory.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        assert_eq!(left, 0, "the daemon that cleared its environment outlived mcpsim ({signal:?}): {}", ran.stderr);
+        assert!(!ran.stderr.contains("still running"), "{}", ran.stderr);
+    }
+}
+
 /// A server that exits at once: writing to it is an error of the exchange, not a SIGPIPE that kills mcpsim.
 #[test]
 fn a_stdio_server_that_exits_at_start_does_not_kill_run_or_explore_by_sigpipe() {

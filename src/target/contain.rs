@@ -10,13 +10,16 @@
 //! * **marker** (no usable cgroup, or `MCPSIM_TARGET_CONTAINMENT=marker`): every started process carries
 //!   `MCPSIM_TARGET_RUN=<run token>.<n>` in its environment, which its children inherit; killing scans `/proc`
 //!   for the marker and SIGKILLs every match until none is found. A process that clears its environment is
-//!   not seen: what is left is *counted* by the same scan, so it is never claimed to be gone.
+//!   not seen by the scan; while mcpsim lives it is a child subreaper, so such orphans become its children
+//!   and the run's end kills every child but the watchdog. What is left is *counted* by the same scans, so it
+//!   is never claimed to be gone.
 //!
 //! The work directory (servers' stderr, key files, databases) is `$TMPDIR/mcpsim-target-<random>`, created
 //! exclusively with mode 0700. [`finish`] kills, counts, and removes it on every exit mcpsim sees (normal,
 //! error, Ctrl-C/SIGTERM, a panic unwinding past [`Guard`]); for the exits it does not see (SIGKILL, SIGPIPE
 //! on its own stdout), a **watchdog** does the same: a `mcpsim target-watchdog` process in its own process
-//! group, ignoring SIGINT/SIGTERM/SIGHUP, reading a pipe from mcpsim whose end-of-file means mcpsim is gone.
+//! group, ignoring SIGINT/SIGTERM/SIGHUP, reading a pipe from mcpsim whose end-of-file means mcpsim is gone
+//! (the pipe is close-on-exec, so no target process holds it open).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -59,6 +62,7 @@ pub struct Run {
     pub work_dir: PathBuf,
     next: AtomicU64,
     watchdog: Mutex<Option<Child>>,
+    watchdog_pid: Option<i32>,
     finished: AtomicBool,
 }
 
@@ -103,8 +107,26 @@ pub fn begin() -> Result<&'static Run, String> {
     } else {
         cgroup_for(&token).map(Mode::Cgroup).unwrap_or(Mode::Marker)
     };
+    if mode == Mode::Marker {
+        // While mcpsim lives, a target's orphans (a daemon's double fork, even one that clears its environment)
+        // become its children instead of init's: the run's end kills them too (`kill_adopted`).
+        // SAFETY: prctl only sets this process's subreaper attribute.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
+    }
     let watchdog = spawn_watchdog(&token, &mode, &work_dir);
-    let run = Run { token, mode, work_dir, next: AtomicU64::new(0), watchdog: Mutex::new(watchdog), finished: AtomicBool::new(false) };
+    let watchdog_pid = watchdog.as_ref().map(|child| child.id() as i32);
+    let run = Run {
+        token,
+        mode,
+        work_dir,
+        next: AtomicU64::new(0),
+        watchdog: Mutex::new(watchdog),
+        watchdog_pid,
+        finished: AtomicBool::new(false),
+    };
     let _ = RUN.set(run);
     RUN.get().ok_or_else(|| "the run could not be recorded".to_string())
 }
@@ -306,6 +328,48 @@ fn kill_marked(marker: &str) -> usize {
     })
 }
 
+/// mcpsim's child processes (pid, whether a zombie), from `/proc/*/stat`.
+pub fn children() -> Vec<(i32, bool)> {
+    let own = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut children = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let mut fields = rest.split_whitespace();
+        let (state, parent) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
+        if parent == own {
+            children.push((pid, state == "Z" || state == "X"));
+        }
+    }
+    children
+}
+
+/// Marker mode, at the run's end: every child of mcpsim but the watchdog (processes not yet killed, orphans
+/// it adopted as subreaper) SIGKILLed and reaped; returns how many still run.
+fn kill_adopted(watchdog: Option<i32>) -> usize {
+    wait_until(|| {
+        let mut alive = 0;
+        for (pid, zombie) in children().into_iter().filter(|&(pid, _)| Some(pid) != watchdog) {
+            // SAFETY: kill(2) and waitpid(2) on a child of ours touch no memory but the status we pass null for.
+            unsafe {
+                if !zombie {
+                    libc::kill(pid, libc::SIGKILL);
+                    alive += 1;
+                }
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+        }
+        alive
+    })
+}
+
+/// Whether the run contains by marker (and so mcpsim is a subreaper).
+pub fn by_marker() -> bool {
+    RUN.get().is_some_and(|run| run.mode == Mode::Marker)
+}
+
 /// What a sweep found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Swept {
@@ -348,7 +412,10 @@ pub fn finish() -> Swept {
         Mode::Cgroup(path) => Some(path.as_path()),
         Mode::Marker => None,
     };
-    let swept = sweep(&run.token, cgroup, &run.work_dir);
+    let mut swept = sweep(&run.token, cgroup, &run.work_dir);
+    if run.mode == Mode::Marker {
+        swept.left = swept.left.max(kill_adopted(run.watchdog_pid));
+    }
     if first {
         if let Ok(mut watchdog) = run.watchdog.lock() {
             if let Some(mut child) = watchdog.take() {
@@ -394,7 +461,8 @@ pub fn describe(swept: &Swept) -> String {
 pub fn watchdog(token: &str, cgroup: Option<&Path>, work_dir: &Path) -> std::process::ExitCode {
     // SAFETY: setting signal dispositions before any other thread exists touches no memory.
     unsafe {
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+        // SIGTTOU too: in its own (background) process group, a write to a `tostop` terminal would stop it.
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE, libc::SIGTTOU] {
             libc::signal(signal, libc::SIG_IGN);
         }
     }

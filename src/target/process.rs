@@ -296,6 +296,20 @@ impl Process {
         self.lines = None;
         if let Ok(mut running) = RUNNING.lock() {
             running.remove(&(self.pid as i32));
+            if contain::by_marker() {
+                reap_adopted(&running);
+            }
+        }
+    }
+}
+
+/// Marker mode (mcpsim a subreaper): reaps the dead orphans it adopted, so a long run does not collect zombies;
+/// a child that is a [`Process`] still registered is left to its own `wait`.
+fn reap_adopted(running: &BTreeSet<i32>) {
+    for (pid, _) in contain::children().into_iter().filter(|&(pid, zombie)| zombie && !running.contains(&pid)) {
+        // SAFETY: waitpid(2) on a dead child of ours, without a status.
+        unsafe {
+            libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
         }
     }
 }
