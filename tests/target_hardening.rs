@@ -238,7 +238,7 @@ fn normal_exit(kind: Kind, env: &[(&str, &str)]) {
 fn ended_by(kind: Kind, signal: i32, env: &[(&str, &str)]) -> Ran {
     let scratch = Scratch::new(&format!("{kind:?}-{signal}-{}", env.len()).to_lowercase());
     let file = scratch.write_target("t.toml", &kind.target(100_000));
-    let child = scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], env);
+    let mut child = Running(Some(scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], env)));
     // Once the instance's stderr file exists, the setup command is over: what runs then is its daemon, the
     // instance and what that spawned.
     let mut before = 0;
@@ -248,12 +248,7 @@ fn ended_by(kind: Kind, signal: i32, env: &[(&str, &str)]) -> Ran {
         started && before >= kind.running()
     });
     let dirs = scratch.work_dirs();
-    if dirs.len() != 1 {
-        // SAFETY: signalling the child this test started.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        let ran = finish(child, 30);
-        panic!("{dirs:?} {:?}\n{}\n{}", files_under(&scratch.dir), ran.stdout, ran.stderr);
-    }
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
     let name = dirs[0].strip_prefix("mcpsim-target-").expect("mcpsim-target-<random>");
     assert!(name.len() >= 16 && name.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
     assert!(!name.contains(&child.id().to_string()), "the name holds mcpsim's pid: {name}");
@@ -266,13 +261,32 @@ fn ended_by(kind: Kind, signal: i32, env: &[(&str, &str)]) -> Ran {
     }
     // SAFETY: signalling the child this test started.
     unsafe { libc::kill(child.id() as i32, signal) };
-    let ran = finish(child, 30);
+    let ran = finish(child.0.take().unwrap(), 30);
     assert_eq!(ran.status, 128 + signal, "{}", ran.stderr);
     let left = settles(10, || scratch.processes().len());
     assert_eq!(left, 0, "{before} processes ran; {left} outlived mcpsim ({kind:?}, signal {signal})");
     let dirs_left = settles(10, || scratch.work_dirs().len());
     assert_eq!(dirs_left, 0, "the work directory was left: {:?}", scratch.work_dirs());
     ran
+}
+
+/// An mcpsim the test started, killed if an assertion fails before the test ends it (so a failing test does
+/// not leave it running out its timeouts).
+struct Running(Option<Child>);
+
+impl Running {
+    fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {
