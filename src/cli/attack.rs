@@ -2,7 +2,6 @@
 
 use crate::target::attack::{self, Verdict, ATTACKS};
 use crate::target::file::Target;
-use crate::target::process;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,9 +14,12 @@ const EXIT_INCONCLUSIVE: u8 = 3;
 Each attack runs on a fresh fleet started as the target file says (docs/targets.md) and is judged from the
 answers and the effect probe alone. A finding names the clause it breaks (SPEC-… ids of the spec digest, or
 mcpsim's own refusal property) and prints every message that reproduces it, with the instance it went to.
+Everything the target starts is contained (a cgroup of the run, or the MCPSIM_TARGET_RUN environment marker),
+killed and counted at the end, also after Ctrl-C or a SIGKILL of mcpsim (docs/targets.md).
 
 Exit status: 0 when every attack held (or did not apply); 1 on a finding; 2 for a target file that cannot be
-read or an unknown attack name; 3 when an attack could not be judged (its honest flow did not work).
+read or an unknown attack name; 3 when an attack could not be judged (its honest flow did not work), or
+processes of the target were counted still running at the end.
 
 Examples:
   mcpsim attack --target targets/mcpsim-stdio.toml                        # the whole battery: exit 0
@@ -52,10 +54,19 @@ pub fn run(args: AttackArgs) -> ExitCode {
             return ExitCode::from(EXIT_INCONCLUSIVE);
         }
     };
-    process::install_interrupt_handler();
-    let work_dir = std::env::temp_dir().join(format!("mcpsim-attack-{}", std::process::id()));
+    let work_dir = match super::target::begin("attack") {
+        Ok(dir) => dir,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::from(EXIT_INCONCLUSIVE);
+        }
+    };
+    let guard = crate::target::contain::Guard;
     let result = attack::run_battery(&target, &args.only, &mcpsim, &work_dir);
-    let _ = std::fs::remove_dir_all(&work_dir);
+    drop(guard);
+    if super::target::end("attack") {
+        return ExitCode::from(EXIT_INCONCLUSIVE);
+    }
     match result {
         Ok(reports) => {
             print!("{}", attack::render(&target, &reports));
@@ -68,7 +79,7 @@ pub fn run(args: AttackArgs) -> ExitCode {
             }
         }
         Err(error) => {
-            eprintln!("mcpsim attack: the fleet could not be started: {error}");
+            eprintln!("mcpsim attack: the fleet could not be started: {}", crate::target::shown(&error));
             ExitCode::from(EXIT_INCONCLUSIVE)
         }
     }

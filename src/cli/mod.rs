@@ -55,6 +55,10 @@ Examples:
     Mutants,
     /// Attack a fleet of any MCP server (a target file) with the MRTR battery: replays, tampering, another principal, …
     Attack(attack::AttackArgs),
+    /// (internal) What `run`/`explore`/`attack --target` start beside themselves: when its stdin ends (mcpsim
+    /// gone, however it ended), kills every process of the target and removes the work directory.
+    #[command(hide = true)]
+    TargetWatchdog(target::WatchdogArgs),
     /// Replay a counterexample written by `mcpsim explore`, byte for byte.
     Replay(explore::ReplayArgs),
     /// List the scenario library (and the zoo's scenarios), each with the guarantee it teaches.
@@ -99,6 +103,7 @@ pub fn main() -> ExitCode {
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
         Command::Attack(args) => attack::run(args),
+        Command::TargetWatchdog(args) => target::watchdog(args),
         Command::Scenarios => run::list_scenarios(),
     }
 }
@@ -157,7 +162,8 @@ mod tests {
         let mut checked = Vec::new();
         // Every subcommand, and every subcommand of a group (pins review, pins approve).
         let mut subcommands: Vec<clap::Command> = Vec::new();
-        for sub in command.get_subcommands() {
+        // (Hidden ones are internal, e.g. `target-watchdog`, which mcpsim starts itself.)
+        for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
             subcommands.push(sub.clone());
             subcommands.extend(sub.get_subcommands().cloned());
         }

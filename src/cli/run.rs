@@ -102,7 +102,9 @@ pub struct RunArgs {
     pub mutant: Option<String>,
     /// Play the target scenarios (default: targets/scenarios/) against a fleet of any MCP server, as the target
     /// file (TOML) describes it: mcpsim starts its processes, is their only client and network, and judges the
-    /// properties from what it observes. See docs/targets.md.
+    /// properties from what it observes. Everything the target starts is contained (a cgroup of the run, or the
+    /// MCPSIM_TARGET_RUN environment marker; MCPSIM_TARGET_CONTAINMENT=marker forces the latter), killed and
+    /// counted at the end, also after Ctrl-C or a SIGKILL of mcpsim. See docs/targets.md.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "out", "html_out", "faults", "mutant", "scheduler"])]
     pub target: Option<PathBuf>,
     /// With --target: how many times a failing scenario is played again from its decision log (the servers'

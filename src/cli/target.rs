@@ -2,7 +2,7 @@
 
 use super::run::{FormatArg, RunArgs, SEEDS_MAX};
 use crate::target::file::Target;
-use crate::target::{self, process};
+use crate::target::{self, contain, process, shown};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,6 +17,39 @@ const EXIT_HARNESS: u8 = 3;
 pub(crate) const TARGET_SCENARIOS: &str = "targets/scenarios";
 /// Most re-runs of a failure.
 pub(crate) const RERUNS_MAX: usize = 100;
+
+/// `mcpsim target-watchdog` (hidden): see [`contain::watchdog`].
+#[derive(Debug, clap::Args)]
+pub struct WatchdogArgs {
+    #[arg(long)]
+    token: String,
+    #[arg(long)]
+    work_dir: PathBuf,
+    #[arg(long)]
+    cgroup: Option<PathBuf>,
+}
+
+pub fn watchdog(args: WatchdogArgs) -> ExitCode {
+    contain::watchdog(&args.token, args.cgroup.as_deref(), &args.work_dir)
+}
+
+/// Begins a run of target processes (containment, work directory, watchdog, Ctrl-C handler): its work
+/// directory, or the error to print.
+pub(crate) fn begin(command: &str) -> Result<PathBuf, String> {
+    process::install_interrupt_handler();
+    contain::begin().map(|run| run.work_dir.clone()).map_err(|why| format!("mcpsim {command}: {why}"))
+}
+
+/// Ends the run: kills and counts what is left, removes the work directory; says so on stderr unless nothing
+/// was left. Returns whether anything was.
+pub(crate) fn end(command: &str) -> bool {
+    let swept = contain::finish();
+    if swept.left > 0 || swept.dir_left {
+        eprintln!("mcpsim {command}: {}", contain::describe(&swept));
+        return true;
+    }
+    false
+}
 
 pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     let trace = match args.format {
@@ -57,8 +90,14 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             return ExitCode::from(EXIT_HARNESS);
         }
     };
-    process::install_interrupt_handler();
-    let work_dir = std::env::temp_dir().join(format!("mcpsim-target-{}", std::process::id()));
+    let work_dir = match begin("run") {
+        Ok(dir) => dir,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    let _guard = contain::Guard;
     let single = files.len() == 1;
     // With a trace on stdout, everything else goes to stderr.
     let say = |text: &str| {
@@ -80,8 +119,8 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                 if seed != args.seed {
                     continue;
                 }
-                say(&format!("# {}: SKIPPED: {error}\n\n", path.display()));
-                rows.push((path.display().to_string(), "SKIPPED".to_string()));
+                say(&format!("# {}: SKIPPED: {}\n\n", shown(&path.display().to_string()), shown(&error)));
+                rows.push((shown(&path.display().to_string()), "SKIPPED".to_string()));
                 continue;
             }
         };
@@ -101,27 +140,29 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                     let reproduced = report.reproduced.map(|(a, n)| format!(", reproduced {a}/{n}")).unwrap_or_default();
                     format!("FAIL ({what}{reproduced})")
                 };
-                rows.push((format!("{} seed {seed}", scenario.name), verdict));
+                rows.push((format!("{} seed {seed}", shown(&scenario.name)), verdict));
                 if !report.passed() {
-                    failing.push((path.display().to_string(), seed));
+                    failing.push((shown(&path.display().to_string()), seed));
                 }
             }
             Err(error) => {
-                say(&format!("# {}: ERROR: {error}\n\n", scenario.name));
-                rows.push((scenario.name.clone(), format!("ERROR: {error}")));
+                say(&format!("# {}: ERROR: {}\n\n", shown(&scenario.name), shown(&error)));
+                rows.push((shown(&scenario.name), format!("ERROR: {}", shown(&error))));
                 status = EXIT_HARNESS;
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&work_dir);
+    if end("run") {
+        status = EXIT_HARNESS;
+    }
     let mut summary = String::new();
     let (name, instances, transport) = (&target.file.name, target.file.instances, target.file.transport.as_str());
-    let _ = writeln!(summary, "target {name} ({}), {instances} instance(s) over {transport}:", file.display());
+    let _ = writeln!(summary, "target {} ({}), {instances} instance(s) over {transport}:", shown(name), shown(&file.display().to_string()));
     for (name, verdict) in &rows {
         let _ = writeln!(summary, "  {name:<56} {verdict}");
     }
     for (path, seed) in &failing {
-        let _ = writeln!(summary, "reproduce: mcpsim run --target {} {path} --seed {seed}", file.display());
+        let _ = writeln!(summary, "reproduce: mcpsim run --target {} {path} --seed {seed}", shown(&file.display().to_string()));
     }
     say(&summary);
     ExitCode::from(status)
@@ -153,8 +194,14 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         eprintln!("mcpsim explore: cannot find the mcpsim binary for {{mcpsim}}");
         return ExitCode::from(super::explore::EXIT_CRASHED);
     };
-    process::install_interrupt_handler();
-    let work_dir = std::env::temp_dir().join(format!("mcpsim-target-explore-{}", std::process::id()));
+    let work_dir = match begin("explore") {
+        Ok(dir) => dir,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::from(super::explore::EXIT_CRASHED);
+        }
+    };
+    let _guard = contain::Guard;
     let (first, last) = (*seeds.start(), *seeds.end());
     let mut failing: Vec<(u64, String)> = Vec::new();
     let mut broken: std::collections::BTreeMap<&'static str, usize> = std::collections::BTreeMap::new();
@@ -168,7 +215,7 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
                 }
                 let what = report.properties();
                 let what = if what.is_empty() { "expectations".to_string() } else { what.join(", ") };
-                println!("seed {seed}: FAIL ({what}): {}", report.spread.decisions.join("; "));
+                println!("seed {seed}: FAIL ({what}): {}", shown(&report.spread.decisions.join("; ")));
                 failing.push((seed, what));
             }
             Err(why) => {
@@ -177,11 +224,19 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&work_dir);
+    let left = end("explore");
     let runs = last - first + 1;
-    println!("explored {} against {} ({}): seeds {first}..={last}", scenario.name, target.file.name, file.display());
+    println!(
+        "explored {} against {} ({}): seeds {first}..={last}",
+        shown(&scenario.name),
+        shown(&target.file.name),
+        shown(&file.display().to_string())
+    );
     if let Some(error) = error {
-        println!("stopped: {error}");
+        println!("stopped: {}", shown(&error));
+        return ExitCode::from(super::explore::EXIT_CRASHED);
+    }
+    if left {
         return ExitCode::from(super::explore::EXIT_CRASHED);
     }
     if failing.is_empty() {
@@ -196,8 +251,8 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     );
     println!(
         "reproduce: mcpsim run --target {} {} --seed {} --reruns 5   # played again from its decision log, with how often it reproduced",
-        file.display(),
-        path.display(),
+        shown(&file.display().to_string()),
+        shown(&path.display().to_string()),
         failing[0].0
     );
     ExitCode::from(super::explore::EXIT_UNSAFE)

@@ -658,7 +658,7 @@ pub fn run_battery(target: &Target, only: &[String], mcpsim: &str, work_dir: &Pa
     for attack in ATTACKS.iter().filter(|a| only.is_empty() || only.iter().any(|o| o == a.name)) {
         let data_dir = work_dir.join(attack.name);
         let _ = std::fs::remove_dir_all(&data_dir);
-        std::fs::create_dir_all(&data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+        super::create_private_dir(&data_dir)?;
         let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
         let mut attacker =
             Attacker { target, fleet: &mut fleet, clients: BTreeMap::new(), data_dir: &data_dir, mcpsim, messages: Vec::new() };
@@ -678,8 +678,8 @@ pub fn render(target: &Target, reports: &[AttackReport]) -> String {
     let _ = writeln!(
         out,
         "# mcpsim attack: {} ({}), {} instance(s) over {}",
-        target.file.name,
-        target.path.display(),
+        super::shown(&target.file.name),
+        super::shown(&target.path.display().to_string()),
         target.file.instances,
         target.file.transport.as_str()
     );
@@ -690,7 +690,7 @@ pub fn render(target: &Target, reports: &[AttackReport]) -> String {
             Verdict::Inconclusive(why) => ("INCONCLUSIVE", why.clone()),
             Verdict::NotApplicable(why) => ("n/a", why.clone()),
         };
-        let _ = writeln!(out, "{mark:<12} {:<26} {:<34} {}: {detail}", report.name, report.clause, report.what);
+        let _ = writeln!(out, "{mark:<12} {:<26} {:<34} {}: {}", report.name, report.clause, report.what, super::shown(&detail));
     }
     for report in reports.iter().filter(|r| matches!(r.verdict, Verdict::Broken(_) | Verdict::Inconclusive(_))) {
         let _ = writeln!(
@@ -698,11 +698,11 @@ pub fn render(target: &Target, reports: &[AttackReport]) -> String {
             "\n## {} ({}): reproduction, every message as sent (mcpsim attack --target {} --only {})",
             report.name,
             report.clause,
-            target.path.display(),
+            super::shown(&target.path.display().to_string()),
             report.name
         );
         for message in &report.messages {
-            let _ = writeln!(out, "  {message}");
+            let _ = writeln!(out, "  {}", super::shown(message));
         }
     }
     let findings = reports.iter().filter(|r| matches!(r.verdict, Verdict::Broken(_))).count();

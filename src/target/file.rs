@@ -175,8 +175,18 @@ impl Target {
                     }
                 }
                 let url = file.url.as_deref().unwrap_or(DEFAULT_URL);
-                if !(url.starts_with("http://127.0.0.1:") || url.starts_with("http://localhost:") || url.starts_with("http://[::1]:")) {
-                    return Err(invalid(format!("url = {url:?}: mcpsim only starts servers on loopback (http://127.0.0.1:{{port}}/mcp)")));
+                // Checked with a stand-in port; the URL each instance gets is checked again once filled.
+                let template_ok = url.matches("{port}").count() == 1;
+                if !template_ok || check_url(&url.replace("{port}", "1"), Some(1)).is_err() {
+                    let why = if template_ok {
+                        check_url(&url.replace("{port}", "1"), Some(1)).err().unwrap_or_default()
+                    } else {
+                        "it must name {port} once, as the URL's port".to_string()
+                    };
+                    return Err(invalid(format!(
+                        "url = {url:?}: {why}; mcpsim only sends requests to the servers it starts, on loopback \
+                         (http://127.0.0.1:{{port}}/mcp)"
+                    )));
                 }
             }
             Transport::Stdio => {
@@ -233,6 +243,33 @@ impl Target {
 }
 
 const DEFAULT_URL: &str = "http://127.0.0.1:{port}/mcp";
+
+/// Whether `url` may receive requests (and bearer tokens): parsed as a URI, `http`, no userinfo, a loopback
+/// host (127.0.0.0/8, ::1, `localhost`) and, with `port`, exactly that port. `Err` says what is wrong.
+pub fn check_url(url: &str, port: Option<u16>) -> Result<(), String> {
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("url {url:?} is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("url {url:?}: the scheme must be http"));
+    }
+    let authority = uri.authority().ok_or_else(|| format!("url {url:?} has no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!("url {url:?} has userinfo (user@ or user:password@ before the host), which is refused"));
+    }
+    let host = authority.host();
+    let loopback = match host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    };
+    if !loopback {
+        return Err(format!("url {url:?}: the host {host} is not loopback (127.0.0.0/8, ::1 or localhost)"));
+    }
+    if let Some(port) = port {
+        if authority.port_u16() != Some(port) {
+            return Err(format!("url {url:?}: the port must be the one mcpsim chose, {{port}}"));
+        }
+    }
+    Ok(())
+}
 
 /// The values a command's placeholders take: `{mcpsim}`, `{data_dir}`, `{instance}`, `{port}`, `{principal}`.
 #[derive(Debug, Clone, Default)]
@@ -328,7 +365,24 @@ count = "result.resources"
         assert!(error(&GOOD.replace("\"stdio\"", "\"http\"")).contains("[principals.alice] has no token"));
         let remote = GOOD.replace("\"stdio\"", "\"http\"").replace("args = [", "token = \"t\"\nargs = [") + "";
         let remote = remote.replace("instances = 2", "instances = 2\nurl = \"http://example.com:{port}/mcp\"");
-        assert!(error(&remote).contains("only starts servers on loopback"));
+        assert!(error(&remote).contains("sends requests to the servers it starts, on loopback"));
+        for (url, why) in [
+            ("http://127.0.0.1:{port}@127.0.0.2:9/mcp", "has userinfo"),
+            ("http://alice:pw@127.0.0.1:{port}/mcp", "has userinfo"),
+            ("http://127.0.0.1.evil.example:{port}/mcp", "is not loopback"),
+            ("http://localhost.evil.example:{port}/mcp", "is not loopback"),
+            ("http://10.0.0.1:{port}/mcp", "is not loopback"),
+            ("https://127.0.0.1:{port}/mcp", "scheme must be http"),
+            ("http://127.0.0.1:9/mcp?p={port}", "the port must be the one mcpsim chose"),
+            ("http://127.0.0.1/mcp", "must name {port} once"),
+        ] {
+            let file = remote.replace("http://example.com:{port}/mcp", url);
+            assert!(error(&file).contains(why), "{url}: {}", error(&file));
+        }
+        for url in ["http://127.0.0.1:{port}/mcp", "http://127.0.0.9:{port}/", "http://[::1]:{port}/mcp", "http://localhost:{port}/x"] {
+            let file = remote.replace("http://example.com:{port}/mcp", url);
+            assert!(Target::parse(Path::new("t.toml"), &file).is_ok(), "{url}");
+        }
         assert!(error(&GOOD.replace("count = \"result.resources\"", "")).contains("method needs count"));
         assert!(error(&GOOD.replace("count = \"result.resources\"", "count = \"x\"\ncommand = [\"true\"]")).contains("exactly one of"));
     }

@@ -3,6 +3,7 @@
 
 use super::file::{Placeholders, Target, Transport};
 use super::process::Process;
+use super::redact_argv;
 use crate::live::http_client::HttpClient;
 use crate::live::post;
 use crate::play::world::Outgoing;
@@ -41,6 +42,9 @@ pub struct Fleet<'t> {
     data_dir: PathBuf,
     mcpsim: String,
     instances: Vec<Running>,
+    /// The setup commands, exited: kept so that what they left running (a database they started, a daemon)
+    /// lives as long as the fleet and is killed with it (their containment leaves).
+    setups: Vec<Process>,
     http: HttpClient,
     runtime: tokio::runtime::Runtime,
     /// Processes started so far, as "i2 alice pid 4711": the report's identity of each answer.
@@ -59,6 +63,7 @@ impl<'t> Fleet<'t> {
             data_dir: data_dir.to_path_buf(),
             mcpsim: mcpsim.to_string(),
             instances: Vec::new(),
+            setups: Vec::new(),
             http: HttpClient::new(Duration::from_millis(target.request_timeout_ms()), RESPONSE_BYTES_MAX),
             runtime,
             events: Vec::new(),
@@ -126,20 +131,21 @@ impl<'t> Fleet<'t> {
         for _ in 0..deadline.max(1) {
             if let Some(status) = process.exited() {
                 if status == "exit status: 0" {
-                    self.events.push(format!("setup {}: {}", index + 1, argv.join(" ")));
+                    self.events.push(format!("setup {}: {}", index + 1, redact_argv(&argv)));
+                    self.setups.push(process);
                     return Ok(());
                 }
                 let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!("setup command {:?} failed ({status}): {}", argv.join(" "), stderr.trim()));
+                return Err(format!("setup command {:?} failed ({status}): {}", redact_argv(&argv), stderr.trim()));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Err(format!("setup command {:?} did not finish within start_timeout_ms = {}", argv.join(" "), self.target.start_timeout_ms()))
+        Err(format!("setup command {:?} did not finish within start_timeout_ms = {}", redact_argv(&argv), self.target.start_timeout_ms()))
     }
 
     fn start_instance(&mut self, index: usize) -> Result<Running, String> {
         let name = Fleet::instance_name(index);
-        let _ = std::fs::create_dir_all(self.data_dir.join(&name));
+        let _ = super::create_private_dir(&self.data_dir.join(&name));
         match self.target.file.transport {
             Transport::Stdio => {
                 let mut processes = BTreeMap::new();
@@ -161,6 +167,8 @@ impl<'t> Fleet<'t> {
                 let argv = self.fill_all(&self.target.file.command, &p)?;
                 let env = self.env(&p, &BTreeMap::new())?;
                 let url = p.fill(self.target.url_template())?;
+                // Before anything is sent: the URL's host is loopback and its port the one chosen here.
+                super::file::check_url(&url, Some(port))?;
                 let stderr = self.data_dir.join(format!("{name}.stderr"));
                 let mut process = Process::start(&argv, &env, stderr.clone(), false)?;
                 // Ready once something accepts connections on the port.
@@ -181,7 +189,7 @@ impl<'t> Fleet<'t> {
                 if !ready {
                     return Err(format!(
                         "{name} ({}) accepted no connection on port {port} within start_timeout_ms = {}",
-                        argv.join(" "),
+                        redact_argv(&argv),
                         self.target.start_timeout_ms()
                     ));
                 }

@@ -2,6 +2,8 @@
 //! (`mcpsim run --target FILE`), with the properties judged from what was observed.
 //!
 //! * [`file`](mod@file): the target file (TOML) and its placeholders.
+//! * [`contain`]: everything a target starts kept in a cgroup of the run (or found by an environment marker),
+//!   killed and counted at the end; the work directory; the watchdog for when mcpsim is killed outright.
 //! * [`process`]: processes that are always killed (drop, panic, Ctrl-C, mcpsim's own death).
 //! * [`fleet`]: a target's instances started, reached over stdio or HTTP, killed and restarted.
 //! * [`world`]: the fleet as the interpreter's third [`crate::play::world::World`].
@@ -15,6 +17,7 @@
 //! log and reported with how often it reproduced: the servers' own timing is not mcpsim's to decide.
 
 pub mod attack;
+pub mod contain;
 pub mod file;
 pub mod fleet;
 pub mod process;
@@ -33,6 +36,112 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Text a server sent (or that holds some), made safe to print on one report line: control characters (C0
+/// incl. ESC, CR, LF, TAB; DEL; C1), Unicode format and bidi controls and line/paragraph separators become
+/// visible escapes (`\n`, `\r`, `\t`, `\u{1b}`), so a server can neither start a line of its own in a
+/// report nor move the cursor. Every human-readable report line with target text goes through this.
+pub fn shown(text: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || is_format_control(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Unicode's invisible format characters that reorder or hide text (category Cf, and the line and paragraph
+/// separators).
+fn is_format_control(c: char) -> bool {
+    matches!(c as u32,
+        0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2064
+        | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0x110BD | 0x1D173..=0x1D17A | 0xE0001 | 0xE0020..=0xE007F)
+}
+
+/// A command line as reports show it: secret-looking elements redacted (`--password=…`, `--token VALUE`,
+/// `*_KEY=…`/`*_TOKEN=…`/`*_SECRET=…`/`*_PASSWORD=…`, a URL's userinfo), then [`shown`].
+pub fn redact_argv(argv: &[String]) -> String {
+    const SECRET: [&str; 8] = ["password", "passwd", "token", "secret", "apikey", "api-key", "api_key", "credential"];
+    let secret_name = |name: &str| {
+        let name = name.to_ascii_lowercase();
+        SECRET.iter().any(|s| name.contains(s)) || name.ends_with("key") || name.ends_with("-auth") || name == "auth"
+    };
+    let mut out = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for arg in argv {
+        if std::mem::take(&mut hide_next) {
+            out.push("[redacted]".to_string());
+            continue;
+        }
+        let redacted = if let Some(flag) = arg.strip_prefix('-').filter(|_| arg.len() > 1) {
+            let flag = flag.trim_start_matches('-');
+            match flag.split_once('=') {
+                Some((name, _)) if secret_name(name) => format!("{}={}", &arg[..arg.len() - flag.len() + name.len()], "[redacted]"),
+                Some(_) => redact_userinfo(arg),
+                None => {
+                    hide_next = secret_name(flag);
+                    arg.clone()
+                }
+            }
+        } else if let Some((name, _)) =
+            arg.split_once('=').filter(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        {
+            if secret_name(name) {
+                format!("{name}=[redacted]")
+            } else {
+                redact_userinfo(arg)
+            }
+        } else {
+            redact_userinfo(arg)
+        };
+        out.push(redacted);
+    }
+    shown(&out.join(" "))
+}
+
+/// `scheme://user:pass@host…` → `scheme://[redacted]@host…`, wherever it appears in `text`.
+fn redact_userinfo(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail.find(['/', '?', '#', ' ']).unwrap_or(tail.len());
+        match tail[..authority_end].rfind('@') {
+            Some(userinfo) => {
+                out.push_str("[redacted]");
+                rest = &tail[userinfo..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A name mcpsim derives a path from (a scenario's file name), as `[A-Za-z0-9._-]` only: any other character
+/// becomes `_` and the original's digest is appended, so two names never meet and no `{data_dir}` value needs
+/// quoting in a command.
+pub fn safe_name(name: &str) -> String {
+    let kept: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).take(64).collect();
+    let kept = kept.trim_start_matches(['.', '-']).to_string();
+    if kept == name && !kept.is_empty() {
+        return kept;
+    }
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{kept}-{hex}")
+}
 
 /// What a target scenario's `{{…}}` placeholders are, from the target file.
 pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<String>> {
@@ -92,9 +201,10 @@ pub fn play_once(
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<PlayedOnce, String> {
-    let data_dir = work_dir.join(format!("{}-{}-{}", scenario.name, seed, if routing == Routing::One { "one" } else { "spread" }));
+    let data_dir =
+        work_dir.join(format!("{}-{}-{}", safe_name(&scenario.name), seed, if routing == Routing::One { "one" } else { "spread" }));
     let _ = std::fs::remove_dir_all(&data_dir);
-    std::fs::create_dir_all(&data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    create_private_dir(&data_dir)?;
     let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
     let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing);
@@ -116,6 +226,12 @@ pub fn play_once(
     drop(fleet);
     let _ = std::fs::remove_dir_all(&data_dir);
     Ok(PlayedOnce { play: played, history, decisions, transcript, events, effects })
+}
+
+/// A fresh data directory, mode 0700 (its parent, the run's work directory, is 0700 too).
+pub(crate) fn create_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
 /// The effect probe: the count it reads (added up over instances with `scope = "per-instance"`).
@@ -176,7 +292,7 @@ fn probe_command(
     let argv: Vec<String> = command.iter().map(|a| p.fill(a)).collect::<Result<_, _>>()?;
     let mut process = process::Process::start(&argv, &[], data_dir.join("probe.stderr"), true)?;
     let line = process.read_line(Duration::from_millis(target.request_timeout_ms() + target.start_timeout_ms()))?.unwrap_or_default();
-    line.trim().parse::<i64>().map_err(|_| format!("the effect probe {:?} printed {line:?}, not a number", argv.join(" ")))
+    line.trim().parse::<i64>().map_err(|_| format!("the effect probe {:?} printed {line:?}, not a number", redact_argv(&argv)))
 }
 
 /// One answer in a line: what it was, as transcripts describe it.
@@ -476,28 +592,38 @@ pub fn mcp_trace(target: &Target, played: &PlayedOnce) -> String {
 pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ =
-        writeln!(out, "# mcpsim target: {} ({})  scenario {}  seed {}", target.file.name, target.path.display(), report.name, report.seed);
+    let _ = writeln!(
+        out,
+        "# mcpsim target: {} ({})  scenario {}  seed {}",
+        shown(&target.file.name),
+        shown(&target.path.display().to_string()),
+        shown(&report.name),
+        report.seed
+    );
     let _ = writeln!(out, "decisions (mcpsim's, seeded; the servers' own timing is not):");
     for decision in &report.spread.decisions {
-        let _ = writeln!(out, "  {decision}");
+        let _ = writeln!(out, "  {}", shown(decision));
     }
     if transcript {
         let _ = writeln!(out, "processes:");
         for event in &report.spread.events {
-            let _ = writeln!(out, "  {event}");
+            let _ = writeln!(out, "  {}", shown(event));
         }
         let _ = writeln!(out, "transcript (scenario instance@fleet instance):");
         for line in &report.spread.transcript {
-            let _ = writeln!(out, "  {line}");
+            let _ = writeln!(out, "  {}", shown(line));
         }
     }
     for record in &report.spread.play.expectations {
         let _ = match &record.result {
-            ExpectationResult::Held => writeln!(out, "   ok    line {}: {}", record.line, record.text),
-            ExpectationResult::HeldVacuously(why) => writeln!(out, "   ok    line {}: {} ({why})", record.line, record.text),
-            ExpectationResult::Failed(why) => writeln!(out, "   FAIL  line {}: {}: {why}", record.line, record.text),
-            ExpectationResult::NotEvaluated(why) => writeln!(out, "   --    line {}: {}: not evaluated: {why}", record.line, record.text),
+            ExpectationResult::Held => writeln!(out, "   ok    line {}: {}", record.line, shown(&record.text)),
+            ExpectationResult::HeldVacuously(why) => {
+                writeln!(out, "   ok    line {}: {} ({})", record.line, shown(&record.text), shown(why))
+            }
+            ExpectationResult::Failed(why) => writeln!(out, "   FAIL  line {}: {}: {}", record.line, shown(&record.text), shown(why)),
+            ExpectationResult::NotEvaluated(why) => {
+                writeln!(out, "   --    line {}: {}: not evaluated: {}", record.line, shown(&record.text), shown(why))
+            }
         };
     }
     match &report.spread.effects {
@@ -505,7 +631,7 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             let _ = writeln!(out, "effects: the probe read {before} before and {after} after");
         }
         Err(why) => {
-            let _ = writeln!(out, "effects: not observed: {why}");
+            let _ = writeln!(out, "effects: not observed: {}", shown(why));
         }
     }
     for property in ["at-most-once", "consent", "refusal", "statelessness"] {
@@ -514,14 +640,14 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             let _ = writeln!(out, "   ok    property {property}");
         }
         for finding in broken {
-            let _ = writeln!(out, "   FAIL  property {property}: {}", finding.message);
+            let _ = writeln!(out, "   FAIL  property {property}: {}", shown(&finding.message));
         }
     }
     for failure in report.spread.play.failures.iter().filter(|f| f.kind != play::FailureKind::Expectation) {
-        let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, failure.statement, failure.message.replace('\n', " "));
+        let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, shown(&failure.statement), shown(&failure.message));
     }
     for failure in report.failures.iter().filter(|f| f.starts_with("the target file says")) {
-        let _ = writeln!(out, "   ERROR {failure}");
+        let _ = writeln!(out, "   ERROR {}", shown(failure));
     }
     if let Some((again, runs)) = report.reproduced {
         let _ = writeln!(out, "reproduced {again} of {runs} re-runs from its decision log");
@@ -535,4 +661,59 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     };
     let _ = writeln!(out, "{verdict}");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_escapes_every_control_and_format_character_and_keeps_the_rest() {
+        let forged = "boom\n   ok    property at-most-once\r\nPASS\t\u{1b}[2K\u{7f}\u{9b}\u{202e}\u{2066}\u{200b}\u{2028}\u{feff}";
+        assert_eq!(
+            shown(forged),
+            "boom\\n   ok    property at-most-once\\r\\nPASS\\t\\u{1b}[2K\\u{7f}\\u{9b}\\u{202e}\\u{2066}\\u{200b}\\u{2028}\\u{feff}"
+        );
+        assert_eq!(shown("é → t1 {\"a\": 1} ✓"), "é → t1 {\"a\": 1} ✓");
+    }
+
+    #[test]
+    fn secret_looking_arguments_are_redacted() {
+        let argv: Vec<String> = [
+            "server",
+            "--password=hunter2",
+            "--token",
+            "t0k",
+            "--api-key=k",
+            "-p",
+            "8080",
+            "AWS_SECRET_ACCESS_KEY=s",
+            "GITHUB_TOKEN=g",
+            "postgres://bob:pw@127.0.0.1/db",
+            "--store=postgres://bob:pw@db/x",
+            "--key-file",
+            "/tmp/keys.toml",
+            "plain=1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            redact_argv(&argv),
+            "server --password=[redacted] --token [redacted] --api-key=[redacted] -p 8080 AWS_SECRET_ACCESS_KEY=[redacted] \
+             GITHUB_TOKEN=[redacted] postgres://[redacted]@127.0.0.1/db --store=postgres://[redacted]@db/x --key-file /tmp/keys.toml plain=1"
+        );
+    }
+
+    #[test]
+    fn safe_names_hold_only_safe_characters_and_stay_distinct() {
+        assert_eq!(safe_name("02-accepts-race"), "02-accepts-race");
+        let hostile = safe_name("x$(touch${IFS}$MARK)");
+        assert!(hostile.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)), "{hostile}");
+        assert!(hostile.starts_with("x__touch__IFS__MARK_-"), "{hostile}");
+        assert_ne!(safe_name("a b"), safe_name("a_b"));
+        assert_ne!(safe_name("a;b"), safe_name("a b"));
+        assert!(!safe_name("-rf").starts_with('-') && !safe_name("..").starts_with('.'));
+        assert!(safe_name(&"é".repeat(200)).len() < 100);
+    }
 }

@@ -1,21 +1,34 @@
-//! The processes of a target: started in their own process group, always killed (SIGKILL to the group) and
-//! reaped — when dropped (also while a panic unwinds), on Ctrl-C or SIGTERM ([`install_interrupt_handler`]),
-//! and, on Linux, when mcpsim itself dies (`PR_SET_PDEATHSIG`).
+//! The processes of a target: started in their own process group and, once a run has begun, in a leaf of
+//! its containment ([`super::contain`]: a cgroup of its own, or the environment marker), so whatever they
+//! spawn (daemons, a wrapper shell's children) is killed with them; always killed and reaped — when dropped
+//! (also while a panic unwinds), on Ctrl-C or SIGTERM ([`install_interrupt_handler`]), and when mcpsim itself
+//! dies (`PR_SET_PDEATHSIG` for the direct child, the run's watchdog for the rest).
 //!
-//! A stdio process's stdout is read line by line on a thread of its own into a channel; its stderr goes to a
-//! file beside the scenario's data directory, so a server's logs never mix with its JSON-RPC.
+//! A stdio process's stdout is read line by line on a thread of its own into a bounded channel
+//! ([`LINES_BUFFERED_MAX`] lines, [`BYTES_BUFFERED_MAX`] bytes: a flooding server is held back by its own pipe,
+//! not buffered); its stderr goes to a file (mode 0600) in the run's work directory, so a server's logs never
+//! mix with its JSON-RPC. Writing to a process that has exited is an error of that exchange (EPIPE), never
+//! a SIGPIPE that would end mcpsim.
 
+use super::contain::{self, Leaf};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Mutex, Once};
+use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::Duration;
 
 /// Longest line read from a stdio process (a longer one is a failure of the exchange, not a read of it).
 pub const LINE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most lines read from a process's stdout and not yet taken by mcpsim.
+pub const LINES_BUFFERED_MAX: usize = 16;
+/// Most bytes of such lines (one longer line is still let through alone, so the bound is this plus
+/// [`LINE_BYTES_MAX`]).
+pub const BYTES_BUFFERED_MAX: usize = 1024 * 1024;
 
 /// Process groups started and not yet killed: what Ctrl-C kills.
 static RUNNING: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
@@ -29,8 +42,11 @@ fn kill_group(pgid: i32) {
 
 /// Kills every process group still running (what the interrupt handler does before mcpsim exits).
 pub fn kill_all() {
-    let groups: Vec<i32> = RUNNING.lock().map(|set| set.iter().copied().collect()).unwrap_or_default();
-    for pgid in groups {
+    kill_all_locked(RUNNING.lock().as_deref().ok());
+}
+
+fn kill_all_locked(running: Option<&BTreeSet<i32>>) {
+    for &pgid in running.into_iter().flatten() {
         kill_group(pgid);
     }
 }
@@ -49,8 +65,11 @@ pub fn install_interrupt_handler() {
                     _ = terminate.recv() => 143,
                 }
             });
-            kill_all();
-            eprintln!("mcpsim: interrupted; every process of the target was killed");
+            // Holding the registry, so no process can be started between the sweep and the exit.
+            let _held = RUNNING.lock();
+            kill_all_locked(_held.as_deref().ok());
+            let swept = contain::finish();
+            eprintln!("mcpsim: interrupted; {}", contain::describe(&swept));
             std::process::exit(status);
         });
         if let Err(error) = spawned {
@@ -64,10 +83,83 @@ pub struct Process {
     child: Child,
     pub pid: u32,
     stdin: Option<ChildStdin>,
-    lines: Option<Receiver<Result<String, String>>>,
+    lines: Option<Lines>,
     pub stderr_path: PathBuf,
     /// Nothing has been read from its stdout yet: its first answer may also wait for it to start.
     pub fresh: bool,
+    /// Its place in the run's containment (none outside a run, e.g. in unit tests).
+    leaf: Option<Leaf>,
+    /// It was reaped: its pid (and so its group id, once the group is empty) may name another process now.
+    reaped: bool,
+}
+
+/// The bytes of lines read and not yet taken, and whether the reading side was dropped.
+type Budget = Arc<(Mutex<(usize, bool)>, Condvar)>;
+
+/// The receiving end of a process's stdout lines.
+struct Lines {
+    receiver: Receiver<Result<String, String>>,
+    budget: Budget,
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.budget;
+        if let Ok(mut state) = lock.lock() {
+            state.1 = true;
+        }
+        wake.notify_all();
+    }
+}
+
+/// Waits until `bytes` more fit in the budget (or nothing is buffered); false when the reader is gone.
+fn reserve(budget: &Budget, bytes: usize) -> bool {
+    let (lock, wake) = &**budget;
+    let Ok(mut state) = lock.lock() else { return false };
+    while !state.1 && state.0 > 0 && state.0 + bytes > BYTES_BUFFERED_MAX {
+        state = match wake.wait(state) {
+            Ok(state) => state,
+            Err(_) => return false,
+        };
+    }
+    if state.1 {
+        return false;
+    }
+    state.0 += bytes;
+    true
+}
+
+fn release(budget: &Budget, bytes: usize) {
+    let (lock, wake) = &**budget;
+    if let Ok(mut state) = lock.lock() {
+        state.0 = state.0.saturating_sub(bytes);
+    }
+    wake.notify_all();
+}
+
+/// Writes `bytes` with SIGPIPE blocked on this thread, so a reader that has gone is the write's EPIPE, and
+/// takes back the SIGPIPE that write left pending (mcpsim's own stdout keeps the default disposition, so
+/// `mcpsim run … | head` still ends quietly).
+fn write_without_sigpipe(stdin: &mut ChildStdin, bytes: &[u8]) -> std::io::Result<()> {
+    // SAFETY: the signal mask calls take pointers to local sigset_t values that live across the calls.
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+        let result = stdin.write_all(bytes).and_then(|()| stdin.flush());
+        if libc::sigismember(&old, libc::SIGPIPE) == 0 {
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            if libc::sigismember(&pending, libc::SIGPIPE) == 1 {
+                let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                libc::sigtimedwait(&pipe, std::ptr::null_mut(), &now);
+            }
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        result
+    }
 }
 
 impl Process {
@@ -78,6 +170,7 @@ impl Process {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(&stderr_path)
             .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
         let mut command = Command::new(&argv[0]);
@@ -91,48 +184,63 @@ impl Process {
             command.stdin(Stdio::null()).stdout(Stdio::null());
         }
         command.process_group(0);
-        // SAFETY: prctl is async-signal-safe and only sets this child's parent-death signal.
-        #[cfg(target_os = "linux")]
+        let leaf = match contain::current() {
+            Some(run) => Some(run.leaf()?),
+            None => None,
+        };
+        if let Some(leaf) = &leaf {
+            command.env(contain::MARKER, &leaf.marker);
+        }
+        let procs = leaf.as_ref().and_then(|l| l.procs.as_ref()).map(AsRawFd::as_raw_fd);
+        // SAFETY: between fork and exec only async-signal-safe calls: prctl, and write(2) of a constant to a
+        // descriptor opened before the fork (writing "0" to cgroup.procs moves the writing process).
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
+                #[cfg(target_os = "linux")]
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(fd) = procs {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }
         // Registered while the lock is held, so Ctrl-C between the spawn and the insert cannot miss it.
         let mut running = RUNNING.lock().map_err(|_| "the process registry is poisoned".to_string())?;
-        let mut child = command.spawn().map_err(|e| format!("cannot start {:?}: {e}", argv.join(" ")))?;
+        if contain::finished() {
+            return Err("mcpsim is ending: no process is started any more".into());
+        }
+        let mut child = command.spawn().map_err(|e| format!("cannot start {:?}: {e}", super::redact_argv(argv)))?;
         let pid = child.id();
         running.insert(pid as i32);
         drop(running);
         let stdin = child.stdin.take();
         let lines = child.stdout.take().map(|stdout| {
-            let (sender, receiver) = mpsc::channel();
+            let (sender, receiver) = mpsc::sync_channel(LINES_BUFFERED_MAX);
+            let budget: Budget = Arc::new((Mutex::new((0, false)), Condvar::new()));
+            let reader_budget = budget.clone();
             let _ = std::thread::Builder::new().name(format!("stdout-{pid}")).spawn(move || {
                 let mut reader = BufReader::new(stdout);
                 loop {
                     let mut line = Vec::new();
-                    match std::io::Read::take(&mut reader, LINE_BYTES_MAX as u64 + 1).read_until(b'\n', &mut line) {
+                    let read = std::io::Read::take(&mut reader, LINE_BYTES_MAX as u64 + 1).read_until(b'\n', &mut line);
+                    let message = match read {
                         Ok(0) => break,
-                        Ok(_) if line.len() > LINE_BYTES_MAX => {
-                            let _ = sender.send(Err(format!("a line longer than {LINE_BYTES_MAX} bytes")));
-                            break;
-                        }
-                        Ok(_) => {
-                            if sender.send(Ok(String::from_utf8_lossy(&line).trim_end().to_string())).is_err() {
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = sender.send(Err(format!("reading stdout failed: {e}")));
-                            break;
-                        }
+                        Ok(_) if line.len() > LINE_BYTES_MAX => Err(format!("a line longer than {LINE_BYTES_MAX} bytes")),
+                        Ok(_) => Ok(String::from_utf8_lossy(&line).trim_end().to_string()),
+                        Err(e) => Err(format!("reading stdout failed: {e}")),
+                    };
+                    let (size, last) = (message.as_ref().map_or(0, String::len), message.is_err());
+                    drop(line);
+                    if !reserve(&reader_budget, size) || sender.send(message).is_err() || last {
+                        break;
                     }
                 }
             });
-            receiver
+            Lines { receiver, budget }
         });
-        Ok(Process { child, pid, stdin, lines, stderr_path, fresh: true })
+        Ok(Process { child, pid, stdin, lines, stderr_path, fresh: true, leaf, reaped: false })
     }
 
     /// Writes one line (the message and a newline) to its stdin.
@@ -140,14 +248,20 @@ impl Process {
         let stdin = self.stdin.as_mut().ok_or("the process has no stdin")?;
         let mut line = bytes.to_vec();
         line.push(b'\n');
-        stdin.write_all(&line).and_then(|()| stdin.flush()).map_err(|e| format!("writing to process {} failed: {e}", self.pid))
+        write_without_sigpipe(stdin, &line).map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => format!("process {} closed its stdin (it exited?): {e}", self.pid),
+            _ => format!("writing to process {} failed: {e}", self.pid),
+        })
     }
 
     /// The next line of its stdout within `timeout`: `Ok(None)` when it ended (the process closed stdout).
     pub fn read_line(&mut self, timeout: Duration) -> Result<Option<String>, String> {
         let lines = self.lines.as_ref().ok_or("the process has no stdout")?;
-        let answer = lines.recv_timeout(timeout);
+        let answer = lines.receiver.recv_timeout(timeout);
         self.fresh = false;
+        if let Ok(Ok(line)) = &answer {
+            release(&lines.budget, line.len());
+        }
         match answer {
             Ok(Ok(line)) => Ok(Some(line)),
             Ok(Err(why)) => Err(format!("process {}: {why}", self.pid)),
@@ -159,17 +273,43 @@ impl Process {
     /// Whether it has exited (and how).
     pub fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
-            Ok(Some(status)) => Some(status.to_string()),
+            Ok(Some(status)) => {
+                self.reaped = true;
+                Some(status.to_string())
+            }
             _ => None,
         }
     }
 
-    /// SIGKILL to its group, then reap it.
+    /// SIGKILL to its group and to everything in its leaf (what it spawned, wherever it went), then reap it.
     pub fn kill(&mut self) {
-        kill_group(self.pid as i32);
+        // Without a leaf, the group is all there is to kill (its id stays its own while any member lives).
+        if !self.reaped || self.leaf.is_none() {
+            kill_group(self.pid as i32);
+        }
+        if let Some(leaf) = &mut self.leaf {
+            leaf.kill();
+        }
         let _ = self.child.wait();
+        self.reaped = true;
+        // The reader thread may be waiting for room: let it go.
+        self.lines = None;
         if let Ok(mut running) = RUNNING.lock() {
             running.remove(&(self.pid as i32));
+            if contain::by_marker() {
+                reap_adopted(&running);
+            }
+        }
+    }
+}
+
+/// Marker mode (mcpsim a subreaper): reaps the dead orphans it adopted, so a long run does not collect zombies;
+/// a child that is a [`Process`] still registered is left to its own `wait`.
+fn reap_adopted(running: &BTreeSet<i32>) {
+    for (pid, _) in contain::children().into_iter().filter(|&(pid, zombie)| zombie && !running.contains(&pid)) {
+        // SAFETY: waitpid(2) on a dead child of ours, without a status.
+        unsafe {
+            libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
         }
     }
 }
