@@ -407,14 +407,7 @@ pub fn scenario_named(name: &str) -> Option<Scenario> {
 }
 
 fn server(parts: InstanceParts) -> NotesServer {
-    let ports = crate::assembly::NotesPorts {
-        notes: parts.notes,
-        replay: parts.replay,
-        clock: parts.clock,
-        nonces: parts.nonces,
-        out_of_band: parts.out_of_band,
-    };
-    crate::assembly::notes_server(parts.config, ports)
+    parts.notes_server()
 }
 
 /// Containment that needs nothing: the root of the file system contains every file URI.
