@@ -300,3 +300,357 @@ impl Cluster {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The loop driven directly: a cluster of the demo deployment, requests built by hand, and every assertion
+    //! made on what the cluster recorded (its history, its transcript, its decision log).
+
+    use super::super::{ClientSetup, ClusterSetup, CrashTrigger, InstanceSetup};
+    use super::*;
+    use crate::config::Deployment;
+    use crate::oracle::grants::Grants;
+    use crate::oracle::history::{Attempt, NoResponse, OperationId, Outgoing};
+    use crate::policy::state::{derived_key_secret, KeyRing};
+    use crate::sim::actors::gateway_mutants::GatewayVariant;
+    use crate::sim::actors::instance::notes_server_factory;
+    use crate::sim::engine::faults::{Fault, RETRY_TIMEOUT_MS};
+    use crate::sim::engine::network::Ready;
+    use crate::sim::engine::scheduler::{Divergence, Scheduler, Scripted};
+    use crate::sim::render::transcript::Body;
+    use crate::stores::memory::{MemoryNoteStore, ReplayLimits};
+    use crate::wire::headers::RoutingHeaders;
+    use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION};
+    use crate::wire::PROTOCOL_VERSION;
+    use serde_json::json;
+
+    const WORKSPACE: &str = "file:///Users/alice/Documents/Notes";
+
+    /// Always the first envelope in flight (in send order), or always the last.
+    struct Pick {
+        last: bool,
+    }
+
+    impl Scheduler for Pick {
+        fn name(&self) -> &'static str {
+            "pick"
+        }
+
+        fn choose(&mut self, ready: &[Ready]) -> Result<usize, Divergence> {
+            Ok(if self.last { ready.len() - 1 } else { 0 })
+        }
+    }
+
+    /// The demo deployment on `count` instances of one key (i1, i2, …) and the client alice, recording.
+    fn cluster(count: usize, scheduler: Box<dyn Scheduler>) -> Cluster {
+        let demo = Deployment::demo();
+        let mut grants = Grants::default();
+        for (principal, config) in &demo.principals {
+            for workspace in &config.workspaces {
+                grants.grant(principal, workspace);
+            }
+        }
+        let key_ring = KeyRing::new("k1", derived_key_secret("k1")).expect("a derived key is valid");
+        let instances = (1..=count)
+            .map(|n| InstanceSetup {
+                name: format!("i{n}"),
+                key_ring: key_ring.clone(),
+                clock_offset_ms: 0,
+                gateway: false,
+                eras_both: false,
+            })
+            .collect();
+        let notes = demo.notes();
+        let setup = ClusterSetup {
+            scenario: "unit".into(),
+            seed: 7,
+            instances,
+            clients: vec![ClientSetup { name: "alice".into(), principal: "alice".into(), browser: false, legacy: None }],
+            authorizations: Arc::new(demo.authorizations().expect("the demo is valid")),
+            grants: Arc::new(grants),
+            note_store: Arc::new(MemoryNoteStore::new(notes.clone())),
+            notes: Arc::new(notes),
+            state_ttl_ms: 60_000,
+            replay_limits: ReplayLimits::default(),
+            latency_ms_min: 1,
+            latency_ms_max: 10,
+            record_transcript: true,
+            factory: notes_server_factory(),
+            gateway_variant: GatewayVariant::Real,
+            era_variant: EraVariant::Real,
+        };
+        Cluster::new(setup, scheduler)
+    }
+
+    /// A request alice builds, as a conforming client does (its `_meta`, the routing headers it derives).
+    fn request(id: u64, method: &str, mut params: Value) -> Outgoing {
+        params["_meta"] = json!({
+            KEY_PROTOCOL_VERSION: PROTOCOL_VERSION,
+            KEY_CLIENT_CAPABILITIES: { "elicitation": { "form": {} } },
+            KEY_CLIENT_INFO: { "name": "alice", "version": "1.0.0" },
+        });
+        let value = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        Outgoing {
+            client: 0,
+            instance: 0,
+            raw: None,
+            headers: RoutingHeaders::for_message(&value),
+            value: Some(value),
+            notification: false,
+            headers_written: false,
+            step: 0,
+            name: None,
+        }
+    }
+
+    fn delete_round(id: u64) -> Outgoing {
+        request(id, "tools/call", json!({ "name": "notes_delete", "arguments": { "workspaceUri": WORKSPACE, "title": "TPS report" } }))
+    }
+
+    /// The confirmation of `note` answering the form of operation `round` (its state echoed).
+    fn confirm(cluster: &Cluster, round: OperationId, id: u64, note: &str) -> Outgoing {
+        let form = answer(cluster, round).expect("the first round was answered");
+        let state = form.pointer("/result/requestState").cloned().expect("the first round asks for input");
+        let mut outgoing = delete_round(id);
+        let params = &mut outgoing.value.as_mut().expect("built")["params"];
+        params["requestState"] = state;
+        params["inputResponses"] = json!({ "delete_choice": { "action": "accept", "content": { "note_id": note, "confirm": true } } });
+        outgoing.headers = RoutingHeaders::for_message(outgoing.value.as_ref().expect("built"));
+        outgoing
+    }
+
+    fn answer(cluster: &Cluster, operation: OperationId) -> Option<Value> {
+        match &cluster.history.operations[operation.0].outcome {
+            Outcome::Answered { value, .. } => Some(Value::clone(value)),
+            _ => None,
+        }
+    }
+
+    /// Every delivery of the transcript as `seq from -> to kind label` (a JSON-RPC message's label is its
+    /// method or `id N`, a store call's its operation).
+    fn deliveries(cluster: &Cluster) -> Vec<String> {
+        cluster
+            .transcript
+            .entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Entry::Delivery { seq, from, to, message, .. } => {
+                    Some(format!("{seq} {} -> {} {} {}", cluster.names[*from], cluster.names[*to], message.kind.as_str(), label(message)))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn label(message: &Message) -> String {
+        match &message.body {
+            Body::Json(value) => match value.get("method").and_then(Value::as_str) {
+                Some(method) => method.to_string(),
+                None => format!("id {}", value.get("id").unwrap_or(&Value::Null)),
+            },
+            Body::Call(call) => call.label().to_string(),
+            Body::Return { call, .. } => call.to_string(),
+        }
+    }
+
+    /// Every drop of the transcript as `from -x to kind label: reason`.
+    fn drops(cluster: &Cluster) -> Vec<String> {
+        cluster
+            .transcript
+            .entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Entry::Dropped { from, to, message, reason, .. } => Some(format!(
+                    "{} -x {} {} {}: {reason}",
+                    cluster.names[*from],
+                    cluster.names[*to],
+                    message.kind.as_str(),
+                    label(message)
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn delivery_time(cluster: &Cluster, wanted: usize) -> u64 {
+        cluster
+            .transcript
+            .entries
+            .iter()
+            .find_map(|entry| match entry {
+                Entry::Delivery { seq, time_ms, .. } if *seq == wanted => Some(*time_ms),
+                _ => None,
+            })
+            .expect("that delivery happened")
+    }
+
+    fn effects_of(cluster: &Cluster, operation: OperationId) -> Vec<&'static str> {
+        let name = |kind: &EffectKind| match kind {
+            EffectKind::NotesListed { .. } => "notes listed",
+            EffectKind::NonceConsumed { .. } => "nonce consumed",
+            EffectKind::NoteDeleted { .. } => "note deleted",
+            _ => "other",
+        };
+        cluster.history.effects.iter().filter(|effect| effect.operation == Some(operation)).map(|effect| name(&effect.kind)).collect()
+    }
+
+    fn note_present(cluster: &Cluster, id: &str) -> bool {
+        cluster.note_store().listing().iter().any(|note| note.id == id)
+    }
+
+    #[test]
+    fn each_envelope_is_delivered_exactly_once_and_the_answer_recorded_at_its_delivery() {
+        let mut cluster = cluster(1, Box::new(Scripted));
+        let operation = cluster.send(delete_round(1), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        assert_eq!(
+            deliveries(&cluster),
+            [
+                "1 alice -> i1 request tools/call",
+                "2 i1 -> notes call list_notes",
+                "3 notes -> i1 return list_notes",
+                "4 i1 -> alice response id 1"
+            ]
+        );
+        assert!(cluster.network.is_empty() && cluster.tasks.is_empty(), "nothing left in flight or running");
+        assert_eq!(cluster.deliveries(), 4);
+        assert_eq!(cluster.decisions.decisions.len(), 4, "one scheduling decision per delivery");
+        let Outcome::Answered { value, delivery, .. } = &cluster.history.operations[operation.0].outcome else {
+            panic!("the request was answered: {:?}", cluster.history.operations[operation.0].outcome)
+        };
+        assert_eq!(*delivery, 4, "answered when the response reached alice");
+        assert_eq!(value.pointer("/result/resultType"), Some(&json!("input_required")));
+        assert_eq!(effects_of(&cluster, operation), ["notes listed"], "the store's listing is the request's effect");
+    }
+
+    #[test]
+    fn the_schedulers_choice_is_the_envelope_delivered() {
+        for (last, first_to) in [(false, "i1"), (true, "i2")] {
+            let mut cluster = cluster(2, Box::new(Pick { last }));
+            cluster.send(request(1, "tools/list", json!({})), 0).unwrap();
+            cluster.send(request(2, "tools/list", json!({})), 1).unwrap();
+            assert!(cluster.deliver_next().unwrap());
+            let expected = if last { "1 alice -> i2 request tools/list" } else { "1 alice -> i1 request tools/list" };
+            assert_eq!(deliveries(&cluster), [expected], "the scheduler picking {}", if last { "last" } else { "first" });
+            assert_eq!(cluster.decisions.decisions, [Decision { options: 2, chosen: u32::from(last) }]);
+            cluster.run_until_quiet().unwrap();
+            assert!(deliveries(&cluster)[0].contains(first_to));
+            assert!(answer(&cluster, OperationId(0)).is_some() && answer(&cluster, OperationId(1)).is_some());
+        }
+    }
+
+    #[test]
+    fn a_duplicate_fault_delivers_the_request_twice_and_records_the_copy() {
+        let mut cluster = cluster(2, Box::new(Scripted));
+        cluster.enable_faults(&[Fault::Duplicate { at: 1, instance: 1 }]);
+        let original = cluster.send(request(1, "tools/list", json!({})), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        let requests: Vec<String> = deliveries(&cluster)
+            .iter()
+            .filter(|d| d.contains(" request "))
+            .filter_map(|d| Some(d.split_once(' ')?.1.to_string()))
+            .collect();
+        assert_eq!(requests, ["alice -> i1 request tools/list", "alice -> i2 request tools/list"]);
+        assert_eq!(cluster.history.operations.len(), 2, "the copy is an operation of its own");
+        assert_eq!(cluster.history.attempts.get(&OperationId(1)), Some(&Attempt::Duplicate { of: original }));
+        assert!(answer(&cluster, original).is_some() && answer(&cluster, OperationId(1)).is_some(), "both copies answered");
+        assert_eq!(cluster.decisions.faults, [Fault::Duplicate { at: 1, instance: 1 }], "the fault is in the decision log");
+    }
+
+    #[test]
+    fn a_delayed_envelope_is_overtaken_and_arrives_later() {
+        let mut cluster = cluster(2, Box::new(Pick { last: false }));
+        cluster.enable_faults(&[Fault::Delay { at: 1, delay_ms: 500, overtaken_by: 1 }]);
+        cluster.send(request(1, "tools/list", json!({})), 0).unwrap();
+        cluster.send(request(2, "tools/list", json!({})), 1).unwrap();
+        cluster.run_until_quiet().unwrap();
+        let shown = deliveries(&cluster);
+        assert_eq!(shown[0], "1 alice -> i2 request tools/list", "the held request to i1 is overtaken");
+        assert_eq!(shown[1], "2 alice -> i1 request tools/list", "and released at the next delivery");
+        assert!(delivery_time(&cluster, 2) >= 500, "it arrives 500ms late: at {}ms", delivery_time(&cluster, 2));
+        assert!(answer(&cluster, OperationId(0)).is_some() && answer(&cluster, OperationId(1)).is_some(), "nothing was lost");
+    }
+
+    #[test]
+    fn a_lost_request_is_retried_on_the_next_instance_only_once_the_network_is_quiet() {
+        let mut cluster = cluster(2, Box::new(Scripted));
+        cluster.enable_faults(&[Fault::Drop { at: 1 }]);
+        let lost = cluster.send(request(1, "tools/list", json!({})), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        assert_eq!(drops(&cluster), ["alice -x i1 request tools/list: fault: lost on the network"]);
+        assert_eq!(deliveries(&cluster), ["1 alice -> i2 request tools/list", "2 i2 -> alice response id 1"]);
+        assert!(delivery_time(&cluster, 1) >= RETRY_TIMEOUT_MS, "the retry waits for the client's timeout");
+        assert_eq!(cluster.history.operations[lost.0].outcome, Outcome::NoResponse(NoResponse::Lost));
+        assert_eq!(cluster.history.attempts.get(&OperationId(1)), Some(&Attempt::Retry { of: lost, number: 1 }));
+        assert!(answer(&cluster, OperationId(1)).is_some(), "the retry is answered");
+    }
+
+    #[test]
+    fn a_crash_after_the_claim_reached_the_store_loses_only_the_answer() {
+        let mut cluster = cluster(2, Box::new(Scripted));
+        let round = cluster.send(delete_round(1), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        let replay = cluster.replay_store_actor;
+        cluster.arm(CrashTrigger { instance: 0, moment: Moment::After, receiver: replay, label: "claim_and_delete".into(), sender: None });
+        let confirmation = cluster.send(confirm(&cluster, round, 2, "note-7"), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        let claims: Vec<String> = deliveries(&cluster).into_iter().filter(|d| d.contains("call claim_and_delete")).collect();
+        assert_eq!(claims.len(), 1, "the claim reached the store once: {claims:?}");
+        assert_eq!(drops(&cluster), ["replay -x i1 return claim_and_delete: i1 is down"], "only the answer is lost");
+        assert!(!note_present(&cluster, "note-7"), "the store deleted the note");
+        // The note store answers the re-check inside the claim first, then the claim returns.
+        assert_eq!(effects_of(&cluster, confirmation), ["note deleted", "nonce consumed"], "both effects are the confirmation's");
+        assert_eq!(cluster.history.operations[confirmation.0].outcome, Outcome::NoResponse(NoResponse::Lost));
+        assert!(!cluster.instances()[0].up, "the trigger crashed i1, which stays down");
+    }
+
+    #[test]
+    fn a_crash_before_the_claim_reached_the_store_drops_the_claim_and_changes_nothing() {
+        let mut cluster = cluster(2, Box::new(Scripted));
+        let round = cluster.send(delete_round(1), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        let replay = cluster.replay_store_actor;
+        cluster.arm(CrashTrigger { instance: 0, moment: Moment::Before, receiver: replay, label: "claim_and_delete".into(), sender: None });
+        let confirmation = cluster.send(confirm(&cluster, round, 2, "note-7"), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        assert_eq!(drops(&cluster), ["i1 -x replay call claim_and_delete: i1 crashed"]);
+        assert!(!deliveries(&cluster).iter().any(|d| d.contains("claim_and_delete")), "the claim was never delivered");
+        assert!(note_present(&cluster, "note-7"), "nothing was deleted");
+        assert_eq!(effects_of(&cluster, confirmation), Vec::<&str>::new());
+        assert_eq!(cluster.replay_store().consumed_count(), 0);
+        // The same confirmation on i2 completes it: the state was never used.
+        let retry = cluster.send(confirm(&cluster, round, 3, "note-7"), 1).unwrap();
+        cluster.run_until_quiet().unwrap();
+        assert_eq!(answer(&cluster, retry).and_then(|v| v.pointer("/result/structuredContent/deleted").cloned()), Some(json!(true)));
+        assert!(!note_present(&cluster, "note-7"));
+    }
+
+    #[test]
+    fn a_return_to_a_crashed_incarnations_task_resumes_nothing_in_the_next_incarnation() {
+        let mut cluster = cluster(1, Box::new(Scripted));
+        let round = cluster.send(delete_round(1), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        let replay = cluster.replay_store_actor;
+        cluster.arm(CrashTrigger { instance: 0, moment: Moment::After, receiver: replay, label: "claim_and_delete".into(), sender: None });
+        let confirmation = cluster.send(confirm(&cluster, round, 2, "note-7"), 0).unwrap();
+        while cluster.instances()[0].up {
+            assert!(cluster.deliver_next().unwrap(), "the trigger fires before the network is quiet");
+        }
+        // The store is still working on the claim for incarnation 0; incarnation 1 starts meanwhile.
+        cluster.restart(0);
+        assert_eq!(cluster.instances()[0].incarnation, 1);
+        cluster.run_until_quiet().unwrap();
+        let shown = deliveries(&cluster);
+        let last = shown.last().expect("deliveries happened");
+        assert!(last.ends_with("replay -> i1 return claim_and_delete"), "the return reaches i1 again: {shown:?}");
+        assert!(drops(&cluster).is_empty(), "i1 is up, so nothing is dropped");
+        assert!(cluster.tasks.is_empty(), "no task of the new incarnation was resumed or left waiting");
+        assert!(!shown.iter().any(|d| d.ends_with("i1 -> alice response id 2")), "nobody answers the confirmation");
+        assert_eq!(cluster.history.operations[confirmation.0].outcome, Outcome::NoResponse(NoResponse::Lost));
+        assert!(!note_present(&cluster, "note-7"), "the store finished the delete");
+        // The new incarnation serves: the same confirmation learns it was used.
+        let retry = cluster.send(confirm(&cluster, round, 3, "note-7"), 0).unwrap();
+        cluster.run_until_quiet().unwrap();
+        assert_eq!(answer(&cluster, retry).and_then(|v| v.pointer("/error/data/reason").cloned()), Some(json!("state_consumed")));
+    }
+}
