@@ -2,7 +2,7 @@
 //! what a client does about an answer that never comes (or says "try again"): the same request again, on the
 //! next live instance of the same deployment, within a retry budget.
 
-use super::{Cluster, SimError};
+use super::{ClientSetup, Cluster, SimError};
 use crate::oracle::history::{Attempt, Operation, OperationId, Outcome, Outgoing};
 use crate::scenario::template::at;
 use crate::sim::engine::faults::{RETRIES_MAX, RETRY_TIMEOUT_MS};
@@ -12,6 +12,13 @@ use crate::wire::errors::Reason;
 use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
 use std::sync::Arc;
+
+/// A client actor: who it is, and what it keeps between requests (only a legacy client keeps anything).
+pub(super) struct Client {
+    pub(super) setup: ClientSetup,
+    /// The `Mcp-Session-Id` a legacy client holds (the last one an `initialize` gave it).
+    pub(super) session: Option<String>,
+}
 
 /// A client request as sent, to send again.
 #[derive(Debug, Clone)]
@@ -29,7 +36,7 @@ impl Cluster {
         let Outgoing { client, raw, value, notification, headers, headers_written, step, name, .. } = outgoing;
         let headers = Some(headers);
         let id = OperationId(self.history.operations.len());
-        let principal = self.clients[client].principal.clone();
+        let principal = self.clients[client].setup.principal.clone();
         // A client-built value is what the bytes encode; anything else is parsed, and kept verbatim if odd (the
         // instance then reads those bytes, as a server would; the value is the history's).
         let (body, request_value, request_exact) = match (raw, value) {
@@ -61,7 +68,7 @@ impl Cluster {
         let now_ms = self.clock.elapsed_ms();
         self.history.operations.push(Operation {
             id,
-            client: self.clients[client].name.clone(),
+            client: self.clients[client].setup.name.clone(),
             principal: principal.clone(),
             instance: self.instances[instance].name.clone(),
             step,
@@ -85,7 +92,7 @@ impl Cluster {
             );
             self.event(Some(from), text);
         }
-        let session = self.legacy_sessions[client].clone();
+        let session = self.clients[client].session.clone();
         let payload = Payload::Request { operation: id, principal, body, headers, session };
         self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?;
         Ok(id)
@@ -114,9 +121,9 @@ impl Cluster {
         };
         self.history.operations.push(operation);
         self.history.attempts.insert(id, attempt);
-        let principal = self.clients[sent.client].principal.clone();
+        let principal = self.clients[sent.client].setup.principal.clone();
         let from = self.client_actor(sent.client);
-        let session = self.legacy_sessions[sent.client].clone();
+        let session = self.clients[sent.client].session.clone();
         let payload = Payload::Request { operation: id, principal, body: sent.body, headers: sent.headers, session };
         Ok(self.network.send(from, self.instance_actor(instance), now_ms, None, None, payload)?)
     }

@@ -104,7 +104,7 @@ impl Cluster {
                 let Some(service) = self.instances[index].service.clone() else { return Ok(()) };
                 let cause = Cause { operation: Some(operation), nonce: None };
                 let reply_to = ReplyTo::Client { actor: from, operation };
-                let browser = matches!(self.roles[from], Role::Client(client) if self.clients[client].browser);
+                let browser = matches!(self.roles[from], Role::Client(client) if self.clients[client].setup.browser);
                 let protocol_version = headers.as_ref().and_then(|h| h.protocol_version.as_deref());
                 if let Some((adapter, _)) = &self.instances[index].legacy {
                     let bytes = body.bytes();
@@ -138,7 +138,7 @@ impl Cluster {
             }
             (Role::Client(client), Payload::Call(StoreCall::AskClient { request })) => {
                 let cause = from_task.and_then(|task| self.tasks.get(&task)).map(|t| t.cause.clone()).unwrap_or_default();
-                let answer = match &self.clients[client].legacy {
+                let answer = match &self.clients[client].setup.legacy {
                     Some(spec) => legacy::answer(spec, &request),
                     None => {
                         let id = request.get("id").and_then(RequestId::from_json);
@@ -153,7 +153,7 @@ impl Cluster {
             (Role::Client(client), Payload::Response { operation, value, session }) => {
                 if let Some(session) = session {
                     // The client keeps the Mcp-Session-Id and sends it with everything that follows, wherever.
-                    self.legacy_sessions[client] = Some(session);
+                    self.clients[client].session = Some(session);
                 }
                 let at_ms = self.clock.elapsed_ms();
                 let transient = if self.history.clients_retry { super::client::transient(&value) } else { None };

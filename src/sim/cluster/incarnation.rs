@@ -67,7 +67,7 @@ impl Cluster {
             state_ttl_ms: self.state_ttl_ms,
         };
         let config = Arc::new(config);
-        let out_of_band = self.clients.iter().any(|client| client.browser).then(|| crate::servers::notes::OutOfBand {
+        let out_of_band = self.clients.iter().any(|client| client.setup.browser).then(|| crate::servers::notes::OutOfBand {
             store: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
             page_base: SIM_PAGE_BASE.to_string(),
         });

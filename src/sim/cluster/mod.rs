@@ -43,7 +43,7 @@ use crate::sim::engine::scheduler::{DecisionLog, Divergence, Scheduler};
 use crate::sim::render::transcript::Transcript;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use crate::stores::out_of_band::MemoryOutOfBandStore;
-use client::SentRequest;
+use client::{Client, SentRequest};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -184,7 +184,8 @@ pub struct Cluster {
     names: Vec<String>,
     /// Each instance's configuration and current incarnation (every per-instance fact, in one struct).
     instances: Vec<Instance>,
-    clients: Vec<ClientSetup>,
+    /// Each client actor (by client index), with what it keeps between requests.
+    clients: Vec<Client>,
     exchange: ExchangeHandle,
     /// Boxed: a task is a few hundred bytes, and a task is taken out and put back on every poll.
     tasks: BTreeMap<TaskId, Box<Task>>,
@@ -221,8 +222,6 @@ pub struct Cluster {
     /// The backends of the gateway world as actors, in its order.
     backends: Vec<BackendActor>,
     era_variant: EraVariant,
-    /// The `Mcp-Session-Id` each legacy client holds (the last one an `initialize` gave it), by client.
-    legacy_sessions: Vec<Option<String>>,
 }
 
 impl Cluster {
@@ -299,8 +298,7 @@ impl Cluster {
                 legacy_memory: LegacyMemory::default(),
             })
             .collect();
-        let clients = setup.clients;
-        let legacy_sessions = vec![None; clients.len()];
+        let clients = setup.clients.into_iter().map(|setup| Client { setup, session: None }).collect();
         let initial_pins = gateway_world
             .iter()
             .flat_map(|world| crate::servers::gateway::ports::PinSource::pins(world.pins.as_ref()).pins.clone())
@@ -340,7 +338,6 @@ impl Cluster {
             gateway_world,
             backends,
             era_variant: setup.era_variant,
-            legacy_sessions,
         };
         for index in 0..instance_count {
             cluster.start_incarnation(index);
@@ -368,7 +365,7 @@ impl Cluster {
 
     /// Whether client `index` is a 2025-11-25 client.
     pub(crate) fn is_legacy_client(&self, index: usize) -> bool {
-        self.clients[index].legacy.is_some()
+        self.clients[index].setup.legacy.is_some()
     }
 
     pub fn note_store(&self) -> &MemoryNoteStore {
