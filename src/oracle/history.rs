@@ -51,6 +51,8 @@ impl Outgoing {
     /// What a history keeps of this message, for a world that sends its text: the JSON it is (the built value,
     /// or its bytes parsed), that text, and the text again when it is not the value's compact serialization
     /// (an operation's `request_exact`: the bytes verbatim).
+    // Only the worlds over HTTP and processes (live, target) send text; the simulator sends the value.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn recorded(&self) -> (Option<Value>, String, Option<String>) {
         let bytes = self.bytes();
         let text = String::from_utf8_lossy(&bytes).into_owned();
