@@ -7,6 +7,7 @@
 use super::grants::Grants;
 use crate::framework::ports::Note;
 use crate::scenario::template::{at, preview};
+use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -14,6 +15,58 @@ use std::sync::Arc;
 /// One client request (or notification) as the history knows it; index into the run's operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OperationId(pub usize);
+
+/// One request (or notification) a client puts on the wire, as the interpreter built it: what a world sends
+/// and what its history's [`Operation`] records.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// The sending client, by its position among the scenario's clients.
+    pub client: usize,
+    /// The instance the scenario sends it to, by its position among the scenario's instances.
+    pub instance: usize,
+    /// The exact bytes a scenario wrote (a raw step's), when they are given; `None` when a client built the
+    /// message, whose bytes are then `value`'s compact serialization ([`Outgoing::bytes`]).
+    pub raw: Option<Vec<u8>>,
+    /// What the bytes encode, when the client built them (a raw step's bytes are the world's to parse).
+    pub value: Option<Value>,
+    pub notification: bool,
+    /// The HTTP routing headers sent with it: the ones a conforming client derives from the message, or the
+    /// scenario's own (`headers {…}`).
+    pub headers: RoutingHeaders,
+    /// Whether the scenario wrote `headers` itself (then transcripts say what was sent).
+    pub headers_written: bool,
+    /// Index of the scenario step that sends it.
+    pub step: usize,
+    /// `as NAME`.
+    pub name: Option<String>,
+}
+
+impl Outgoing {
+    /// The exact bytes to put on the wire: the raw ones, or the compact serialization of the built value (a
+    /// world that needs the text makes it here; the simulator's notes instances read the value itself).
+    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        crate::wire::canonical::exact_or_compact(self.raw.as_deref(), self.value.as_ref())
+    }
+
+    /// What a history keeps of this message, for a world that sends its text: the JSON it is (the built value,
+    /// or its bytes parsed), that text, and the text again when it is not the value's compact serialization
+    /// (an operation's `request_exact`: the bytes verbatim).
+    // Only the worlds over HTTP and processes (live, target) send text; the simulator sends the value.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn recorded(&self) -> (Option<Value>, String, Option<String>) {
+        let bytes = self.bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        // Parsed from the bytes, not from their lossy text: bytes that are not UTF-8 are no JSON.
+        let value = self.value.clone().or_else(|| serde_json::from_slice::<Value>(&bytes).ok());
+        let exact = match (&self.raw, &value) {
+            // A built message's bytes are its value's compact serialization.
+            (None, Some(_)) => None,
+            (_, Some(value)) if serde_json::to_string(value).ok().as_deref() == Some(text.as_str()) => None,
+            _ => Some(text.clone()),
+        };
+        (value, text, exact)
+    }
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -192,4 +245,38 @@ pub struct Export {
     pub principal: String,
     pub destination: String,
     pub note_ids: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outgoing(raw: Option<&[u8]>, value: Option<Value>) -> Outgoing {
+        Outgoing {
+            client: 0,
+            instance: 0,
+            raw: raw.map(<[u8]>::to_vec),
+            value,
+            notification: false,
+            headers: RoutingHeaders::default(),
+            headers_written: false,
+            step: 0,
+            name: None,
+        }
+    }
+
+    #[test]
+    fn a_message_is_recorded_verbatim_only_when_its_text_is_not_the_compact_form() {
+        let built = serde_json::json!({"id": 1, "method": "x"});
+        assert_eq!(outgoing(None, Some(built.clone())).recorded(), (Some(built.clone()), r#"{"id":1,"method":"x"}"#.into(), None));
+        let compact: &[u8] = br#"{"id":1,"method":"x"}"#;
+        assert_eq!(outgoing(Some(compact), None).recorded(), (Some(built.clone()), r#"{"id":1,"method":"x"}"#.into(), None));
+        let spaced: &[u8] = br#"{ "method": "x", "id": 1 }"#;
+        let text = String::from_utf8_lossy(spaced).into_owned();
+        assert_eq!(outgoing(Some(spaced), None).recorded(), (Some(built), text.clone(), Some(text)));
+        // Not UTF-8: no JSON, though its lossy text (a replacement character in quotes) would parse.
+        let (value, text, exact) = outgoing(Some(b"\"\xff\""), None).recorded();
+        assert_eq!(value, None);
+        assert_eq!(exact, Some(text));
+    }
 }

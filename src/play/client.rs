@@ -5,9 +5,8 @@
 //! the last form it was shown, so a scenario can say "answer it" without repeating anything. It does not
 //! validate its own answers: the server must, because a client controls everything it sends.
 
-use crate::oracle::history::Operation;
+use crate::oracle::history::{Operation, OperationId};
 use crate::scenario::model::{Answer, AnswerAction};
-use crate::sim::engine::message::OperationId;
 use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION};
 use crate::wire::{object, PROTOCOL_VERSION};
 use serde_json::{json, Map, Value};

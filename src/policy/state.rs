@@ -252,6 +252,13 @@ pub(crate) fn key_id_of(token: &str) -> Option<&str> {
     token.split('.').nth(1)
 }
 
+/// The secret of a key a scenario declares without one (and of a key a fault plan rotates to): derived from
+/// its id, so scenarios need no secrets. Only for simulation: real deployments configure random keys. Here,
+/// below both the scenario parser and the simulated cluster, so neither imports the other for it.
+pub(crate) fn derived_key_secret(id: &str) -> Vec<u8> {
+    <Sha256 as sha2::Digest>::digest(format!("mcpsim scenario key {id}").as_bytes()).to_vec()
+}
+
 /// Length of `.<tag>` at the end of the token.
 fn tag_len(token: &str) -> usize {
     token.len() - token.rfind('.').expect("checked: four parts")

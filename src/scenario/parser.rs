@@ -6,11 +6,10 @@
 
 use crate::config::Deployment;
 use crate::policy::containment::FileUri;
-use crate::policy::state::KeyRing;
+use crate::policy::state::{derived_key_secret, KeyRing};
 use crate::scenario::model::*;
 use crate::scenario::template::{Reference, Template};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 
 /// Largest scenario file we read.
@@ -41,12 +40,6 @@ pub struct ParseError {
     pub line: usize,
     pub column: usize,
     pub message: String,
-}
-
-/// The secret of a key declared without one: derived from its id, so scenarios need no secrets.
-/// (Only for simulation: real deployments configure random keys.)
-pub(crate) fn derived_key_secret(id: &str) -> Vec<u8> {
-    Sha256::digest(format!("mcpsim scenario key {id}").as_bytes()).to_vec()
 }
 
 /// What a scenario may mean but probably does not: an instance clock further off than the replay store's

@@ -2,7 +2,7 @@
 //! each followed by running the network until it is quiet (so sequential steps never race; only a
 //! `parallel` block puts several messages in flight for the scheduler to interleave).
 
-use super::engine::cluster::{Cluster, CrashTrigger, SimError};
+use super::cluster::{Cluster, CrashTrigger, SimError};
 use super::engine::faults::StoreName;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, OperationId};

@@ -101,7 +101,7 @@ impl GatewayWorld {
         self.backends.iter().find(|b| b.id == id)
     }
 
-    /// One gateway incarnation. `backend_actors[i]` is the actor of `self.backends[i]`.
+    /// One gateway incarnation. The `i`th of `backend_actors` is the actor of `self.backends[i]`.
     #[allow(clippy::too_many_arguments)] // Each is one of the instance's own ports or settings.
     pub fn gateway(
         &self,
@@ -109,7 +109,7 @@ impl GatewayWorld {
         key_ring: KeyRing,
         state_ttl_ms: u64,
         exchange: &ExchangeHandle,
-        backend_actors: &[ActorId],
+        backend_actors: impl Iterator<Item = ActorId>,
         replay: Arc<dyn ReplayStore>,
         clock: Arc<dyn Clock>,
         nonces: Arc<dyn NonceSource>,
@@ -118,7 +118,7 @@ impl GatewayWorld {
             .backends
             .iter()
             .zip(backend_actors)
-            .map(|(backend, &actor)| {
+            .map(|(backend, actor)| {
                 let port: Arc<dyn Backend> = Arc::new(BackendClient { client: StoreClient::new(exchange.clone(), actor) });
                 BackendHandle { id: backend.id.clone(), endpoint: in_process_endpoint(&backend.id), port }
             })

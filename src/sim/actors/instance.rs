@@ -5,12 +5,15 @@
 //! a skewed view of the virtual clock, and a nonce stream of its own. A crash drops its tasks; a restart
 //! builds a new incarnation from the same configuration, with a fresh nonce stream.
 
+use super::legacy::CurrentService;
+use super::legacy_mutants::LegacyMemory;
 use super::{TaskFuture, TaskOutput};
 use crate::assembly::{self, NotesPorts};
+use crate::eras::LegacyAdapter;
 use crate::framework::ports::{Clock, NonceSource, NoteStore, ReplayStore};
 use crate::framework::{handle_decoded_exchange, handle_exchange, Service};
 use crate::policy::state::KeyRing;
-use crate::servers::notes::NotesConfig;
+use crate::servers::notes::{NotesConfig, NotesServer};
 use crate::sim::engine::message::RequestBody;
 use crate::sim::engine::random::{self, Stream};
 use crate::stores::deterministic::SeededNonces;
@@ -22,6 +25,7 @@ pub(crate) fn incarnation_nonces(seed: u64, instance: u16, incarnation: u16) -> 
 }
 
 /// What a service factory receives to build one instance incarnation.
+#[derive(Clone)]
 pub struct InstanceParts {
     pub config: Arc<NotesConfig>,
     pub notes: Arc<dyn NoteStore>,
@@ -32,21 +36,22 @@ pub struct InstanceParts {
     pub out_of_band: Option<crate::servers::notes::OutOfBand>,
 }
 
+impl InstanceParts {
+    /// The real notes server over these parts, built by `assembly` (the simulator's one call of
+    /// [`assembly::notes_server`]: every simulated notes server, real or a mutant's base, comes from here).
+    pub fn notes_server(self) -> NotesServer {
+        let ports =
+            NotesPorts { notes: self.notes, replay: self.replay, clock: self.clock, nonces: self.nonces, out_of_band: self.out_of_band };
+        assembly::notes_server(self.config, ports)
+    }
+}
+
 /// Builds the service an instance runs. The default builds the real `NotesServer`; the hook exists so that
 /// deliberately broken variants can be simulated without touching the handlers.
 pub type ServiceFactory = Arc<dyn Fn(InstanceParts) -> Arc<dyn Service> + Send + Sync>;
 
 pub fn notes_server_factory() -> ServiceFactory {
-    Arc::new(|parts: InstanceParts| -> Arc<dyn Service> {
-        let ports = NotesPorts {
-            notes: parts.notes,
-            replay: parts.replay,
-            clock: parts.clock,
-            nonces: parts.nonces,
-            out_of_band: parts.out_of_band,
-        };
-        Arc::new(assembly::notes_server(parts.config, ports))
-    })
+    Arc::new(|parts: InstanceParts| -> Arc<dyn Service> { Arc::new(parts.notes_server()) })
 }
 
 /// One instance's configuration and current incarnation.
@@ -59,12 +64,20 @@ pub struct Instance {
     /// Starts at 0; each restart adds one.
     pub incarnation: u16,
     pub up: bool,
-    /// A gateway instance (the security gateway) rather than a notes instance.
+    /// Runs the security gateway rather than the notes server (configuration: kept while it is down).
+    pub is_gateway: bool,
+    /// Also serves 2025-11-25 clients, through the legacy adapter (`eras both`; never a gateway).
+    pub eras_both: bool,
+    /// The running gateway of a gateway instance's current incarnation.
     pub gateway: Option<crate::servers::gateway::Gateway>,
     /// The running incarnation; rebuilt on restart and when configuration changes.
     pub service: Option<Arc<dyn Service>>,
     /// The incarnation's nonce stream, kept across configuration changes (never restarted mid-life).
     pub nonces: Option<Arc<SeededNonces>>,
+    /// An `eras both` instance's legacy adapter of its current incarnation, and the service it reaches.
+    pub(crate) legacy: Option<(Arc<LegacyAdapter>, CurrentService)>,
+    /// A broken adapter's memory of the current incarnation (unused by the real one).
+    pub(crate) legacy_memory: LegacyMemory,
 }
 
 impl Instance {

@@ -50,11 +50,17 @@ impl LegacyMemory {
     }
 }
 
-/// The service an instance's adapter calls, for `variant`.
-pub fn adapter_service(variant: EraVariant, memory: &LegacyMemory, real: Arc<dyn Service>, server: NotesServer) -> Arc<dyn Service> {
+/// The service an instance's adapter calls, for `variant`. `server` builds the real notes server of the
+/// incarnation, for the variant that re-grants around it (built only then).
+pub fn adapter_service(
+    variant: EraVariant,
+    memory: &LegacyMemory,
+    real: Arc<dyn Service>,
+    server: impl FnOnce() -> NotesServer,
+) -> Arc<dyn Service> {
     match variant {
         EraVariant::Real => real,
-        EraVariant::TrustsRoots => Arc::new(TrustsRoots { server, memory: memory.clone() }),
+        EraVariant::TrustsRoots => Arc::new(TrustsRoots { server: server(), memory: memory.clone() }),
         EraVariant::KeepsSessionCapabilities => Arc::new(RecordsCapabilities { inner: real, memory: memory.clone() }),
     }
 }

@@ -1,9 +1,9 @@
-//! The engine of the simulator: virtual time ([`clock`]), seeded randomness ([`random`]), what travels
-//! ([`message`]) and the envelopes in flight ([`network`]), who is delivered next ([`scheduler`]), seeded
-//! faults ([`faults`]), and the loop that delivers one envelope and runs one actor ([`cluster`]).
+//! The ground floor of the simulator: virtual time ([`clock`]), seeded randomness ([`random`]), what travels
+//! ([`message`]) and the envelopes in flight ([`network`]), who is delivered next ([`scheduler`]), and seeded
+//! fault plans ([`faults`]). Nothing here knows an actor or a server; the cluster that runs them is
+//! [`crate::sim::cluster`], two floors up.
 
 pub mod clock;
-pub mod cluster;
 pub mod faults;
 pub mod message;
 pub mod network;

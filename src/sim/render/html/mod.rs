@@ -12,6 +12,7 @@
 //!
 //! [`Transcript`]: crate::sim::render::transcript::Transcript
 
+mod conversations;
 mod exploration;
 mod run;
 mod state;

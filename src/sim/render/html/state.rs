@@ -1,8 +1,8 @@
 //! A `requestState` as the inspector shows it: its decoded fields and whether its seal verifies with the
 //! keys of the run (the scenario's keys, and any a rotate-key fault introduced).
 
+use crate::policy::state::derived_key_secret;
 use crate::policy::state::{KeyRing, OpenError};
-use crate::scenario::parser::derived_key_secret;
 use crate::scenario::Scenario;
 use crate::sim::engine::faults::Fault;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
