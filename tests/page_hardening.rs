@@ -334,17 +334,43 @@ async fn every_page_route_refuses_a_host_that_is_not_the_pages() {
     assert!(retry_publishes(&server.url, &retry).await);
 }
 
+/// Runs `mcpsim ARGS`, which must exit by itself within [`WAIT`] (a server that starts instead is killed and
+/// the test fails); its exit code and stderr.
+fn run_refused(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = std::process::Command::new(BIN)
+        .args(args)
+        .env_remove("MCPSIM_STORE")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the mcpsim binary runs");
+    let mut polls = 0;
+    while child.try_wait().unwrap().is_none() {
+        polls += 1;
+        if polls > WAIT.as_millis() / 20 {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("mcpsim {args:?} did not refuse to start: it was still running after {WAIT:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    (child.wait().unwrap().code(), stderr)
+}
+
 #[tokio::test]
 async fn a_wildcard_bind_needs_a_public_url_and_the_links_and_checks_use_it() {
     // Refused at start-up, saying what to pass.
-    let (code, stderr) = run_to_exit(&["serve", "--http", "0.0.0.0:0", "--out-of-band"]);
+    let (code, stderr) = run_refused(&["serve", "--http", "0.0.0.0:0", "--out-of-band"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("needs --public-url URL") && stderr.contains("0.0.0.0 is no address a browser can open"), "{stderr}");
-    let (code, stderr) = run_to_exit(&["serve", "--http", "0.0.0.0:0", "--out-of-band", "--public-url", "https://notes.test/mcp"]);
+    let (code, stderr) = run_refused(&["serve", "--http", "0.0.0.0:0", "--out-of-band", "--public-url", "https://notes.test/mcp"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("http(s)://HOST[:PORT]"), "{stderr}");
     let bad_config = TempConfig::new(&format!("public_url = \"notes.test\"\n{DEMO_TOML}"));
-    let (code, stderr) = run_to_exit(&["serve", "--http", "0.0.0.0:0", "--out-of-band", "--config", bad_config.arg()]);
+    let (code, stderr) = run_refused(&["serve", "--http", "0.0.0.0:0", "--out-of-band", "--config", bad_config.arg()]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("public_url") && stderr.contains("http(s)://HOST[:PORT]"), "{stderr}");
 
