@@ -437,7 +437,11 @@ mod tests {
         headers.insert(header::COOKIE, HeaderValue::from_str(&format!("other=1; {SESSION_COOKIE}={value}")).unwrap());
         assert_eq!(state.session(&headers, 1_000).map(|(who, _)| who), Some("alice".to_string()));
         assert!(state.session(&headers, 1_000 + SESSION_TTL_MS).is_none(), "expired");
-        let forged = value.replacen(&URL_SAFE_NO_PAD.encode("alice"), &URL_SAFE_NO_PAD.encode("bob"), 1);
+        let parts: Vec<&str> = value.split('.').collect();
+        let claims = String::from_utf8(URL_SAFE_NO_PAD.decode(parts[2]).unwrap()).unwrap();
+        assert!(claims.contains("\"alice\""), "{claims}");
+        let renamed = URL_SAFE_NO_PAD.encode(claims.replace("\"alice\"", "\"bob\""));
+        let forged = [parts[0], parts[1], &renamed, parts[3]].join(".");
         headers.insert(header::COOKIE, HeaderValue::from_str(&format!("{SESSION_COOKIE}={forged}")).unwrap());
         assert!(state.session(&headers, 1_000).is_none(), "a renamed session fails its tag");
         let sign_in = state.fresh_sign_in_cookie(1_000);
