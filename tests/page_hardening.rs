@@ -403,6 +403,26 @@ async fn a_wildcard_bind_needs_a_public_url_and_the_links_and_checks_use_it() {
     assert!(retry_publishes(&mcp_url, &retry).await);
     drop(server);
 
+    // A reverse proxy on this machine in front of a loopback listener passes the public Host on: /mcp and
+    // the page accept it, /mcp still refuses any other name, and the page the listener's own.
+    let server = HttpServer::start(&["--out-of-band", "--public-url", public]);
+    let tools_list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": { "_meta": {
+        "io.modelcontextprotocol/protocolVersion": VERSION, "io.modelcontextprotocol/clientCapabilities": {} } } });
+    for (host, status) in [("notes.test:8443", 200), ("attacker.example", 403), ("notes.test", 403)] {
+        let mut request = reqwest::Client::new().post(&server.url).header("Host", host).body(tools_list.to_string());
+        for (name, value) in conforming_headers(&tools_list, ALICE) {
+            request = request.header(name, value);
+        }
+        assert_eq!(request.send().await.unwrap().status().as_u16(), status, "/mcp with Host {host}");
+    }
+    let (url, _) = start_flow(&server.url).await;
+    let reached = url.replace(public, &format!("http://{}", server.address));
+    let direct = send(reqwest::Method::GET, &reached, &Sent::default()).await;
+    assert_eq!((direct.status, direct.outcome()), (403, "wrong_host"), "with a public URL the page answers only its Host");
+    let proxied = send(reqwest::Method::GET, &reached, &Sent { host: Some("notes.test:8443"), ..Sent::default() }).await;
+    assert_eq!((proxied.status, proxied.outcome()), (200, "sign_in"));
+    drop(server);
+
     // From the deployment file, https: the link names it and the cookies are Secure.
     let config = TempConfig::new(&format!("public_url = \"https://notes.test/\"\n{DEMO_TOML}"));
     let server = HttpServer::start_at("0.0.0.0:0", &["--out-of-band", "--config", config.arg()], 1);

@@ -289,8 +289,8 @@ pub struct ServeArgs {
     /// The page's links start with it, and the page answers only requests whose Host names it (a proxy in
     /// front must pass the original Host on) and whose Origin, when sent, is it. Required when --http is not
     /// a loopback address (0.0.0.0:PORT names no reachable host); without it a loopback listener's links
-    /// name the listener (http://127.0.0.1:PORT). Overrides public_url in --config. HOST[:PORT] only, no
-    /// path.
+    /// name the listener (http://127.0.0.1:PORT), and with one a loopback listener's /mcp accepts that Host
+    /// too (a reverse proxy on this machine). Overrides public_url in --config. HOST[:PORT] only, no path.
     #[arg(long, value_name = "URL", requires = "out_of_band", value_parser = crate::policy::origin::parse_public_url)]
     pub public_url: Option<String>,
 
@@ -830,6 +830,7 @@ async fn run_http(
             origins: origins.clone(),
             limits,
             legacy: legacy_adapter(served.legacy_service.as_ref().unwrap_or(&service), eras, false),
+            public_url: served.page.as_ref().and_then(|plan| plan.public_url.clone()),
         };
         let mut router = http::router(service, served.authentication.clone(), options, local).map_err(Failure::usage)?;
         if let Some(page) = page {

@@ -134,6 +134,14 @@ pub fn parse_public_url(text: &str) -> Result<String, String> {
     })
 }
 
+/// Whether `host` (a Host header) names the host and port of `public_url` (as [`parse_public_url`] writes it;
+/// the scheme's default port may be left out or written).
+pub fn names_public_url(public_url: &str, host: &str) -> bool {
+    let scheme = if public_url.starts_with("https://") { "https" } else { "http" };
+    let host = host.trim();
+    !host.is_empty() && normalize_origin(&format!("{scheme}://{host}")).is_some_and(|origin| origin == public_url)
+}
+
 /// `host[:port]` where host is `localhost`, an IPv4 loopback address or `[::1]`, and port is 1 to 5 digits.
 pub(crate) fn is_loopback_authority(authority: &str) -> bool {
     if authority.is_empty() || authority.len() > HOST_CHARS_MAX {

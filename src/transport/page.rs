@@ -26,7 +26,7 @@
 use crate::framework::out_of_band::{PageAction, PageAnswer, PageRequest};
 use crate::framework::ports::{Clock, NonceSource};
 use crate::framework::Service;
-use crate::policy::origin::{is_loopback_authority, normalize_origin};
+use crate::policy::origin::{is_loopback_authority, names_public_url, normalize_origin};
 use crate::policy::state::{key_id_of, KeyRing};
 use crate::servers::notes::publish::PAGE_PATH;
 use crate::stores::system::{OsNonces, SystemClock};
@@ -194,9 +194,7 @@ impl PageState {
         };
         let origin = match &self.base {
             PageBase::Public(public) => {
-                let scheme = if public.starts_with("https://") { "https" } else { "http" };
-                let addressed = !host.is_empty() && normalize_origin(&format!("{scheme}://{host}")).is_some_and(|origin| origin == *public);
-                if !addressed {
+                if !names_public_url(public, &host) {
                     return Some((403, "wrong_host", "This page is not served under that host name. Nothing was done.".into()));
                 }
                 public.clone()
