@@ -654,7 +654,7 @@ fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
     if let Some(address) = args.http.filter(|address| args.out_of_band && public_url.is_none() && !address.ip().is_loopback()) {
         return Err(Failure::usage(format!(
             "--out-of-band on {address} needs --public-url URL: the address browsers reach this server at (e.g. --public-url https://notes.example.com, or http://HOST:{port} with this machine's name or IP), which the page's links name and its Host and Origin checks require; {ip} is no address a browser can open. Or listen on a loopback address (--http 127.0.0.1:{port})",
-            port = address.port(),
+            port = if address.port() == 0 { "PORT".to_string() } else { address.port().to_string() },
             ip = address.ip(),
         )));
     }
