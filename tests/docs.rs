@@ -589,8 +589,12 @@ fn blocks_are_read_as_a_shell_reads_them() {
 fn every_failure_reason_has_its_row() {
     let text = std::fs::read_to_string(Path::new(ROOT).join("docs/notes-server.md")).unwrap();
     let table = text.split("## Failure reasons").nth(1).expect("docs/notes-server.md has a Failure reasons section");
-    let rows: BTreeSet<&str> =
-        table.lines().filter_map(|line| line.strip_prefix("| `")).filter_map(|rest| rest.split('`').next()).filter(|name| *name != "data.reason").collect();
+    let rows: BTreeSet<&str> = table
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .filter(|name| *name != "data.reason")
+        .collect();
     let reasons: BTreeSet<&str> = mcpsim::wire::errors::Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     let undocumented: Vec<&&str> = reasons.difference(&rows).collect();
     let unknown: Vec<&&str> = rows.difference(&reasons).collect();

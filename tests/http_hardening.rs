@@ -157,7 +157,8 @@ async fn a_stalled_body_is_answered_408_and_closed_on_every_route() {
 
 #[tokio::test]
 async fn page_requests_have_bounded_places_of_their_own_per_address_and_per_listener() {
-    // Four places in flight off /mcp per listener, two per client address; bodies within 2 s.
+    // Four places in flight off /mcp per listener, two per client address; bodies within 6 s (time enough for
+    // the checks below while the four stalled requests hold their places, on a loaded machine too).
     let server = HttpServer::start(&[
         "--out-of-band",
         "--http-requests-max",
@@ -165,7 +166,7 @@ async fn page_requests_have_bounded_places_of_their_own_per_address_and_per_list
         "--http-principal-requests-max",
         "2",
         "--http-body-timeout-ms",
-        "2000",
+        "6000",
     ]);
     let sign_in = stalled_post(&format!("/connect/{REFERENCE}/sign-in"), "application/x-www-form-urlencoded", "");
     let mut held = Vec::new();
@@ -182,7 +183,7 @@ async fn page_requests_have_bounded_places_of_their_own_per_address_and_per_list
         if response.status().as_u16() == 503 {
             break response;
         }
-        assert!(started.elapsed() < Duration::from_secs(1), "four stalled sign-ins never filled the page's places");
+        assert!(started.elapsed() < Duration::from_secs(5), "four stalled sign-ins never filled the page's places");
     };
     assert_eq!(busy.headers()["retry-after"], "1");
     // A third from an address holding its two: 429, its share.
@@ -422,11 +423,26 @@ async fn one_address_flooding_connections_leaves_other_clients_served() {
 
 // --- 16: page requests logged, sign-in guessing throttled ----------------------------------------------------
 
+/// A sign-in as a browser makes it: the page's form fetched first (its pre-session cookie and CSRF token,
+/// which a guesser can fetch afresh for every guess), then posted with the token.
 async fn sign_in_attempt(client: &reqwest::Client, base: &str, reference: &str, token: &str) -> reqwest::Response {
+    let form = client.get(format!("{base}/connect/{reference}")).send().await.expect("the page answers");
+    let cookie = form
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find(|cookie| cookie.starts_with("mcpsim_page_sign_in="))
+        .map(|cookie| cookie.split(';').next().unwrap().to_string())
+        .unwrap_or_default();
+    let body = form.text().await.unwrap_or_default();
+    let marker = "name=\"csrf\" value=\"";
+    let csrf = body.find(marker).map(|at| &body[at + marker.len()..]).and_then(|rest| rest.split('"').next()).unwrap_or("");
     client
         .post(format!("{base}/connect/{reference}/sign-in"))
         .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}"))
+        .header("Cookie", cookie)
+        .body(format!("csrf={csrf}&token={token}"))
         .send()
         .await
         .expect("the page answers")
@@ -499,7 +515,8 @@ async fn sign_in_guesses_are_throttled_per_address_and_reference_and_every_page_
 
     let (_, log) = server.terminate_with_stderr();
     let page_lines: Vec<&String> = log.iter().filter(|line| line.contains("route=\"")).collect();
-    let expected_lines = before_throttled + 1 + attempts + 1 + 1;
+    // Each sign-in attempt is two requests (the form, then the post), as a browser's or a guesser's is.
+    let expected_lines = 2 * (before_throttled + 1) + 2 * attempts + 2 + 1;
     assert_eq!(page_lines.len(), expected_lines, "one line per page request: {page_lines:#?}");
     let all = log.join("\n");
     for line in [

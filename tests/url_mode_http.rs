@@ -74,9 +74,14 @@ async fn page(method: reqwest::Method, url: &str, cookie: Option<&str>, form: &[
     Page { status, body: response.text().await.unwrap(), cookie, headers }
 }
 
-/// Signs in on the page of `url` with `token`; returns the cookie pair to send back.
+/// Signs in on the page of `url` with `token` as a browser does (open the page: its sign-in form and the
+/// pre-session cookie its CSRF token is bound to; post the form); returns the session cookie pair to send back.
 async fn sign_in(url: &str, token: &str) -> String {
-    let signed = page(reqwest::Method::POST, &format!("{url}/sign-in"), None, &[("token", token)], None).await;
+    let form = page(reqwest::Method::GET, url, None, &[], None).await;
+    let pre_session = form.cookie.as_deref().expect("a pre-session cookie").split(';').next().unwrap().to_string();
+    let csrf = form.csrf();
+    let signed =
+        page(reqwest::Method::POST, &format!("{url}/sign-in"), Some(&pre_session), &[("csrf", &csrf), ("token", token)], None).await;
     assert_eq!(signed.status, 303, "{}", signed.body);
     let cookie = signed.cookie.expect("a session cookie");
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/connect/"), "{cookie}");
@@ -113,7 +118,15 @@ async fn the_principal_completes_the_page_and_the_retry_publishes_while_others_a
     assert_eq!((anonymous.status, anonymous.outcome()), (200, "sign_in"));
     assert!(anonymous.headers["content-security-policy"].to_str().unwrap().starts_with("default-src 'none'"));
     assert!(!anonymous.body.contains("http://") && !anonymous.body.contains("<script"), "self-contained, no script");
-    let wrong = page(reqwest::Method::POST, &format!("{url}/sign-in"), None, &[("token", "guess")], None).await;
+    let pre_session = anonymous.cookie.as_deref().expect("a pre-session cookie").split(';').next().unwrap().to_string();
+    let wrong = page(
+        reqwest::Method::POST,
+        &format!("{url}/sign-in"),
+        Some(&pre_session),
+        &[("csrf", &anonymous.csrf()), ("token", "guess")],
+        None,
+    )
+    .await;
     assert_eq!((wrong.status, wrong.outcome(), wrong.cookie.is_none()), (401, "sign_in", true));
 
     // Bob signs in as himself: refused, and without a CSRF token of the page his post is refused too.

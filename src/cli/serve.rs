@@ -36,7 +36,7 @@ use crate::transport::http::{
     HEADER_READ_TIMEOUT_MS, LEGACY_WAITING_MAX, LEGACY_WAITING_PER_PRINCIPAL_MAX, MCP_PATH, PAGE_BODY_BYTES_MAX,
     PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
 };
-use crate::transport::page::{SIGN_IN_BURST_PER_CLIENT, SIGN_IN_BURST_PER_REFERENCE, SIGN_IN_INTERVAL_MS};
+use crate::transport::page::{PageBase, SIGN_IN_BURST_PER_CLIENT, SIGN_IN_BURST_PER_REFERENCE, SIGN_IN_INTERVAL_MS};
 use crate::transport::stdio::serve_stdio;
 use crate::wire::jsonrpc::MESSAGE_BYTES_MAX;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -111,6 +111,7 @@ A --config file is TOML:
     title = "TPS report"
     uri = "file:///home/alice/notes/tps.md"
     body = "..."
+    public_url = "https://notes.example.com"   # optional, top of the file: what --public-url says
     [[keys]]                              # optional; the first signs, later ones only verify
     id = "k1"
     secret_base64 = "..."                 # at least 32 bytes once decoded
@@ -290,9 +291,21 @@ pub struct ServeArgs {
     /// With --http: offer `notes_publish`, whose URL-mode elicitation sends the user to this server's own
     /// out-of-band page (GET /connect/REFERENCE on the same listener): the user signs in there with their own
     /// token and authorizes; the MCP retry then publishes. The flows live in the store (shared through
-    /// sqlite:/postgres:, so any instance finishes any flow); page sessions are signed with this process's key.
+    /// sqlite:/postgres:, so any instance finishes any flow); page sessions are sealed with keys derived from
+    /// the signing key ring, so every process with the same --key-file accepts them. On a non-loopback
+    /// address it needs --public-url.
     #[arg(long, requires = "http", conflicts_with = "gateway")]
     pub out_of_band: bool,
+
+    /// With --out-of-band: the base URL browsers reach this server at, e.g. https://notes.example.com.
+    ///
+    /// The page's links start with it, and the page answers only requests whose Host names it (a proxy in
+    /// front must pass the original Host on) and whose Origin, when sent, is it. Required when --http is not
+    /// a loopback address (0.0.0.0:PORT names no reachable host); without it a loopback listener's links
+    /// name the listener (http://127.0.0.1:PORT), and with one a loopback listener's /mcp accepts that Host
+    /// too (a reverse proxy on this machine). Overrides public_url in --config. HOST[:PORT] only, no path.
+    #[arg(long, value_name = "URL", requires = "out_of_band", value_parser = crate::policy::origin::parse_public_url)]
+    pub public_url: Option<String>,
 
     /// With --http: run N instances, each its own listener, sharing one store and one key ring.
     ///
@@ -499,8 +512,12 @@ struct PagePlan {
     server: crate::servers::notes::NotesServer,
     tokens: Tokens,
     store: Arc<dyn crate::framework::out_of_band::OutOfBandStore>,
-    /// Signs page sessions and CSRF tokens: one key for every listener of this process.
-    key: Vec<u8>,
+    /// Seals page sessions and signs CSRF tokens: the signing key ring derived for the page, the same in
+    /// every process holding the same ring.
+    keys: KeyRing,
+    /// The configured public base URL (`--public-url`, else the deployment's `public_url`), as
+    /// [`crate::policy::origin::parse_public_url`] writes it.
+    public_url: Option<String>,
 }
 
 /// The notes server, decided before anything is opened: every argument and file is checked first.
@@ -514,6 +531,8 @@ struct NotesPlan {
     store: StoreSpec,
     durability: Durability,
     stdio_principal: String,
+    /// With --out-of-band: the public base URL of the page, if configured.
+    public_url: Option<String>,
 }
 
 /// What a process serves, decided before the runtime starts.
@@ -672,7 +691,20 @@ fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
         return Err(Failure::usage("--durability applies to a sqlite: or postgres: store; a memory store writes nothing to disk"));
     }
     let durability = args.durability.unwrap_or_default();
-    Ok(NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal })
+    let public_url = match &args.public_url {
+        Some(url) => Some(url.clone()),
+        // Checked when the configuration was loaded.
+        None => deployment.public_url.as_deref().map(crate::policy::origin::parse_public_url).transpose().map_err(Failure::usage)?,
+    };
+    if let Some(address) = args.http.filter(|address| args.out_of_band && public_url.is_none() && !address.ip().is_loopback()) {
+        return Err(Failure::usage(format!(
+            "--out-of-band on {address} needs --public-url URL: the address browsers reach this server at (e.g. --public-url https://notes.example.com, or http://HOST:{port} with this machine's name or IP), which the page's links name and its Host and Origin checks require; {ip} is no address a browser can open. Or listen on a loopback address (--http 127.0.0.1:{port})",
+            port = if address.port() == 0 { "PORT".to_string() } else { address.port().to_string() },
+            ip = address.ip(),
+        )));
+    }
+    let public_url = public_url.filter(|_| args.out_of_band);
+    Ok(NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal, public_url })
 }
 
 fn describe_ring(ring: &KeyRing, source: &str) -> String {
@@ -709,7 +741,9 @@ async fn open_notes_server(
     out_of_band: Option<OutOfBandLimits>,
 ) -> Result<Served, Failure> {
     let flow_limits = out_of_band.unwrap_or_default();
-    let NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal } = plan;
+    let NotesPlan { deployment, key_ring, keys, keys_shared, store, durability, stdio_principal, public_url } = plan;
+    // Derived before the ring goes into the server: the page never holds the ring's own keys.
+    let page_keys = key_ring.derive(crate::transport::page::PAGE_KEY_LABEL);
     let stores = match &store {
         // This process's own store, loaded from the deployment (as every start before shared stores did).
         StoreSpec::Memory => {
@@ -763,14 +797,19 @@ async fn open_notes_server(
         server: server.clone(),
         tokens: Tokens::new(tokens.clone()),
         store: stores.out_of_band.clone(),
-        key: crate::stores::system::random_key(),
+        keys: page_keys,
+        public_url: public_url.clone(),
     });
-    let summary = match out_of_band {
-        Some(flows) => format!(
-            "{summary}; notes_publish and its out-of-band page at /connect/ (room for {} unexpired flows, {} per principal)",
+    let summary = match (out_of_band, &public_url) {
+        (None, _) => summary,
+        (Some(flows), None) => format!(
+            "{summary}; notes_publish and its out-of-band page at /connect/ of each listener (room for {} unexpired flows, {} per principal)",
             flows.capacity, flows.principal_capacity
         ),
-        None => summary,
+        (Some(flows), Some(url)) => format!(
+            "{summary}; notes_publish and its out-of-band page at {url}/connect/ (room for {} unexpired flows, {} per principal)",
+            flows.capacity, flows.principal_capacity
+        ),
     };
     Ok(Served {
         service: Arc::new(server),
@@ -828,15 +867,19 @@ async fn run_http(
         let local = listener.local_addr().map_err(|error| Failure::failed(format!("cannot read the bound address: {error}")))?;
         let (service, page) = match &served.page {
             // This listener's server issues page URLs naming this listener; the flows are the store's.
+            // With a public URL every listener's links name it (they are one server behind it).
             Some(plan) => {
-                let base = format!("http://{local}");
-                let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.clone() };
+                let base = match &plan.public_url {
+                    Some(url) => PageBase::Public(url.clone()),
+                    None => PageBase::Loopback(format!("http://{local}")),
+                };
+                let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.url().to_string() };
                 let service: Arc<dyn Service> =
                     Arc::new(crate::servers::notes::NotesServer { out_of_band: Some(out_of_band), ..plan.server.clone() });
                 let page = crate::transport::page::page_router(
                     service.clone(),
                     plan.tokens.clone(),
-                    plan.key.clone(),
+                    plan.keys.clone(),
                     base,
                     page_sign_in_interval_ms,
                 );
@@ -848,6 +891,7 @@ async fn run_http(
             origins: origins.clone(),
             limits,
             legacy: legacy_adapter(served.legacy_service.as_ref().unwrap_or(&service), eras, false),
+            public_url: served.page.as_ref().and_then(|plan| plan.public_url.clone()),
         };
         let mut router = http::router(service, served.authentication.clone(), options, local).map_err(Failure::usage)?;
         if let Some(page) = page {

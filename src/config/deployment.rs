@@ -35,6 +35,10 @@ pub struct Deployment {
     /// The replay store's size (`[replay]`).
     #[serde(default)]
     pub replay: ReplayConfig,
+    /// The base URL browsers reach the fleet at (`https://notes.example.com`): the out-of-band page's links
+    /// start with it and its Host and Origin checks require it. `serve --public-url` overrides it.
+    #[serde(default)]
+    pub public_url: Option<String>,
 }
 
 /// `[replay]`: how many confirmations' nonces the replay store holds at once. Each is kept for its state's
@@ -181,6 +185,10 @@ impl Deployment {
             return Err(ConfigError::Invalid(format!(
                 "{origin}: [replay] capacity = 0 would refuse every confirmation; give at least 1, or leave it out for the store's default"
             )));
+        }
+        if let Some(url) = &deployment.public_url {
+            crate::policy::origin::parse_public_url(url)
+                .map_err(|message| ConfigError::Invalid(format!("{origin}: public_url {message}")))?;
         }
         let mut ids: Vec<&str> = deployment.notes.iter().map(|n| n.id.as_str()).collect();
         ids.sort();

@@ -121,6 +121,27 @@ pub fn normalize_origin(text: &str) -> Option<String> {
     }
 }
 
+/// A public base URL (`serve --public-url`, `public_url` in a deployment): `http://` or `https://`, a host and
+/// an optional port, nothing after them but an optional `/`; as [`normalize_origin`] writes it. The error says
+/// what was expected, quoting at most 80 characters of `text`.
+pub fn parse_public_url(text: &str) -> Result<String, String> {
+    let trimmed = text.trim();
+    normalize_origin(trimmed.strip_suffix('/').unwrap_or(trimmed)).ok_or_else(|| {
+        format!(
+            "{:?} is not a public base URL: expected http(s)://HOST[:PORT] with no path, query or credentials, e.g. https://notes.example.com (the address browsers reach this server at)",
+            truncate(text)
+        )
+    })
+}
+
+/// Whether `host` (a Host header) names the host and port of `public_url` (as [`parse_public_url`] writes it;
+/// the scheme's default port may be left out or written).
+pub fn names_public_url(public_url: &str, host: &str) -> bool {
+    let scheme = if public_url.starts_with("https://") { "https" } else { "http" };
+    let host = host.trim();
+    !host.is_empty() && normalize_origin(&format!("{scheme}://{host}")).is_some_and(|origin| origin == public_url)
+}
+
 /// `host[:port]` where host is `localhost`, an IPv4 loopback address or `[::1]`, and port is 1 to 5 digits.
 pub(crate) fn is_loopback_authority(authority: &str) -> bool {
     if authority.is_empty() || authority.len() > HOST_CHARS_MAX {
@@ -165,6 +186,18 @@ fn truncate(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn public_urls_are_origins_written_one_way() {
+        assert_eq!(parse_public_url("https://Notes.Example.com/").unwrap(), "https://notes.example.com");
+        assert_eq!(parse_public_url("http://10.0.0.5:80").unwrap(), "http://10.0.0.5");
+        assert_eq!(parse_public_url("http://[2001:db8::1]:8443").unwrap(), "http://[2001:db8::1]:8443");
+        for bad in
+            ["notes.example.com", "https://notes.example.com/mcp", "ftp://x", "https://u@x", "https://x?y", "null", "", "http://x:99999"]
+        {
+            assert!(parse_public_url(bad).unwrap_err().contains("http(s)://HOST[:PORT]"), "{bad}");
+        }
+    }
 
     #[test]
     fn loopback_hosts_and_origins_are_accepted() {

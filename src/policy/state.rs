@@ -22,6 +22,8 @@ type HmacSha256 = Hmac<Sha256>;
 const FORMAT: &str = "s1";
 /// Prefixes the bytes an arguments digest covers, so no digest is ever a valid state tag or the reverse.
 const ARGUMENTS_DIGEST_DOMAIN: &[u8] = b"mcpsim arguments digest v1\0";
+/// HKDF's salt for keys derived from the ring ([`KeyRing::derive`]): a derived key is never a ring key.
+const DERIVED_KEY_SALT: &[u8] = b"mcpsim derived key v1";
 /// Longest `requestState` we will look at.
 pub const STATE_CHARS_MAX: usize = 8192;
 /// How long a sealed state may be answered unless a deployment says otherwise: five minutes, for every server
@@ -188,6 +190,40 @@ impl KeyRing {
         Some(crate::wire::canonical::hex(&mac.finalize().into_bytes()))
     }
 
+    /// A ring for another purpose, derived from this one: the same key ids and the same signing key id, each key
+    /// HKDF-SHA256 of the ring's key with a fixed salt and `label` as its info (RFC 5869, one 32-byte block,
+    /// written out with `hmac`: extract `PRK = HMAC(salt, key)`, expand `HMAC(PRK, label ‖ 0x01)`). So every
+    /// process holding the same ring derives the same keys, a rotation of the ring rotates them (a value the
+    /// previous key signed still verifies while that key is in the ring), and the derived ring's tags are
+    /// never valid under the ring's own keys, nor under another label's.
+    pub fn derive(&self, label: &str) -> KeyRing {
+        let derive_one = |key: &Key| {
+            let mut extract = HmacSha256::new_from_slice(DERIVED_KEY_SALT).expect("HMAC accepts keys of any length");
+            extract.update(&key.bytes);
+            let pseudo_random_key = extract.finalize().into_bytes();
+            let mut expand = HmacSha256::new_from_slice(&pseudo_random_key).expect("HMAC accepts keys of any length");
+            expand.update(label.as_bytes());
+            expand.update(&[1]);
+            Key::new(expand.finalize().into_bytes().to_vec())
+        };
+        KeyRing {
+            signing_key_id: self.signing_key_id.clone(),
+            keys: self.keys.iter().map(|(id, key)| (id.clone(), derive_one(key))).collect(),
+        }
+    }
+
+    /// HMAC-SHA256 of `parts` (each after its length, so no two lists of parts share their bytes) under the key
+    /// `key_id`, base64url; `None` if the ring does not hold that key. For values bound to a sealed one (the
+    /// page's CSRF tokens), under the key that sealed it.
+    pub(crate) fn tag(&self, key_id: &str, parts: &[&str]) -> Option<String> {
+        let mut mac = self.keys.get(key_id)?.keyed.clone();
+        for part in parts {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        Some(URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+    }
+
     /// [`KeyRing::arguments_digest`] under the signing key: what a state sealed now carries.
     pub(crate) fn signing_arguments_digest(&self, arguments: &[u8]) -> String {
         self.arguments_digest(&self.signing_key_id, arguments).expect("the ring holds its signing key")
@@ -332,6 +368,27 @@ mod tests {
         r.retire("k1").unwrap();
         assert_eq!(r.open(&old, 0), Err(OpenError::Signature));
         assert!(r.open(&new, 0).is_ok());
+    }
+
+    #[test]
+    fn derived_rings_follow_the_ring_and_never_equal_it() {
+        let mut r = ring();
+        let page = r.derive("page");
+        assert_eq!(page, ring().derive("page"), "the same ring derives the same keys in every process");
+        assert_eq!(page.signing_key_id(), "k1");
+        assert_ne!(page.keys["k1"].bytes, r.keys["k1"].bytes, "a derived key is never the ring's own");
+        assert_ne!(page, r.derive("other"), "labels separate purposes");
+        assert_eq!(r.open(&page.seal(&claims()), 0), Err(OpenError::Signature), "a derived ring's seal is no state");
+        let old = page.seal(&claims());
+        r.rotate("k2", vec![9u8; 32]).unwrap();
+        let rotated = r.derive("page");
+        assert!(rotated.seal(&claims()).starts_with("s1.k2."), "the derived ring signs with the new key");
+        assert!(rotated.open(&old, 0).is_ok(), "the previous key still verifies");
+        r.retire("k1").unwrap();
+        assert_eq!(r.derive("page").open(&old, 0), Err(OpenError::Signature), "until it is retired");
+        assert_eq!(page.tag("k1", &["a", "b"]), ring().derive("page").tag("k1", &["a", "b"]));
+        assert_ne!(page.tag("k1", &["a", "b"]), page.tag("k1", &["a\nb"]));
+        assert_eq!(page.tag("k9", &["a"]), None);
     }
 
     #[test]

@@ -47,7 +47,8 @@
 //!    an origin server, not a proxy, and an absolute target would name an authority the Host check never
 //!    sees), and there must be exactly one non-empty `Host` header (RFC 9112 §3.2) → else `400`.
 //! 3. **Host and Origin** (DNS-rebinding defence, SPEC-HTTP-2): when the server listens on a loopback address,
-//!    `Host` must name a loopback host ([`check_local_request`]); an `Origin` header, when present, must be
+//!    `Host` must name a loopback host ([`check_local_request`]) or the configured public URL's host
+//!    ([`HttpOptions::public_url`]); an `Origin` header, when present, must be
 //!    allowed by the [`OriginPolicy`] (loopback origins by default). Otherwise `403`.
 //! 4. **Authentication**: `Authorization: Bearer TOKEN`, mapped to a principal by the deployment's tokens.
 //!    Missing → `401` with `WWW-Authenticate: Bearer realm="mcpsim"`; unknown → `401` adding
@@ -90,7 +91,7 @@
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
 use crate::eras::{is_legacy_http, Channel, ClientLink, LegacyAdapter, LegacyReply, LEGACY_ANSWER_TIMEOUT_MS};
 use crate::framework::{handle_exchange, Exchange, Service};
-use crate::policy::origin::{check_local_request, OriginPolicy};
+use crate::policy::origin::{check_local_request, names_public_url, OriginPolicy};
 use crate::wire::errors::{echo, RpcError};
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
@@ -349,11 +350,15 @@ pub struct HttpOptions {
     pub limits: HttpLimits,
     /// On a dual-era server (`serve --eras both`): the 2025-11-25 adapter legacy requests go to.
     pub legacy: Option<Arc<LegacyAdapter>>,
+    /// The configured public base URL (`serve --public-url`, as `policy::origin::parse_public_url` writes it):
+    /// on a loopback bind, a `Host` naming it is accepted too (a reverse proxy on this machine passing the
+    /// browser's Host on, as the out-of-band page needs).
+    pub public_url: Option<String>,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
-        HttpOptions { origins: OriginPolicy::Loopback, limits: HttpLimits::default(), legacy: None }
+        HttpOptions { origins: OriginPolicy::Loopback, limits: HttpLimits::default(), legacy: None, public_url: None }
     }
 }
 
@@ -362,8 +367,9 @@ struct Endpoint {
     legacy: Option<Arc<LegacyAdapter>>,
     authentication: Authentication,
     origins: OriginPolicy,
-    /// Listening on loopback: `Host` must name a loopback host too.
+    /// Listening on loopback: `Host` must name a loopback host too (or the public URL's, when configured).
     loopback_bind: bool,
+    public_url: Option<String>,
     in_flight: Arc<Semaphore>,
     principals_in_flight: Arc<PrincipalSlots>,
     /// Legacy calls waiting for their client (they hold none of the places above while they wait).
@@ -447,6 +453,7 @@ pub fn router(
         authentication,
         origins: options.origins,
         loopback_bind,
+        public_url: options.public_url,
         in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_max)),
         principals_in_flight: Arc::new(PrincipalSlots { max: limits.principal_requests_in_flight_max, held: Mutex::default() }),
         legacy_waiting: Arc::new(Semaphore::new(limits.legacy_waiting_max)),
@@ -926,7 +933,8 @@ impl Endpoint {
     fn check_host_and_origin(&self, headers: &HeaderMap) -> Option<Handled> {
         if self.loopback_bind {
             let host = headers.get(header::HOST).map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string());
-            if let Err(error) = check_local_request(host.as_deref(), None) {
+            let public = self.public_url.as_deref().zip(host.as_deref()).is_some_and(|(public, host)| names_public_url(public, host));
+            if let Err(error) = check_local_request(host.as_deref(), None).or_else(|error| if public { Ok(()) } else { Err(error) }) {
                 let status = StatusCode::from_u16(error.http_status).unwrap_or(StatusCode::FORBIDDEN);
                 return Some(Handled::refused(json_response(status, &error_response(None, &error)), None, "http_host_forbidden"));
             }

@@ -219,8 +219,13 @@ impl HttpServer {
 
     /// Starts the process and waits for `instances` "listening on" lines (pass `--instances N` in `extra_args`).
     pub fn start_instances(extra_args: &[&str], instances: usize) -> HttpServer {
+        HttpServer::start_at("127.0.0.1:0", extra_args, instances)
+    }
+
+    /// [`HttpServer::start_instances`] listening on `address` (e.g. `0.0.0.0:0`) instead of `127.0.0.1:0`.
+    pub fn start_at(address: &str, extra_args: &[&str], instances: usize) -> HttpServer {
         let mut child = Command::new(BIN)
-            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(["serve", "--http", address])
             .args(extra_args)
             // Debug lines of our own request log only (e.g. a subscription stream ending).
             .env("MCPSIM_LOG", "info,mcpsim::request=debug")

@@ -62,7 +62,12 @@ async def browser_step(url: str) -> None:
         opened = await browser.get(url)
         pages.append(outcome_of(opened.text))
         check(outcome_of(opened.text) == "sign_in", f"the page asks to sign in first: {outcome_of(opened.text)}")
-        signed = await browser.post(f"{url}/sign-in", data={"token": token})
+        # The sign-in form's CSRF token is bound to the pre-session cookie the page set with it.
+        pre_session = opened.headers["set-cookie"].split(";")[0]
+        sign_in_csrf = re.search(r'name="csrf" value="([^"]+)"', opened.text).group(1)
+        signed = await browser.post(
+            f"{url}/sign-in", data={"csrf": sign_in_csrf, "token": token}, headers={"Cookie": pre_session}
+        )
         check(signed.status_code == 303, f"sign-in redirects back to the page: {signed.status_code}")
         cookie = signed.headers["set-cookie"]
         check("HttpOnly" in cookie and "SameSite=Strict" in cookie, f"a protected session cookie: {cookie}")
