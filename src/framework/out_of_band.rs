@@ -58,6 +58,18 @@ pub enum Completion {
     Unknown,
 }
 
+/// Whether `user` may complete the flow `record` at `now_ms`: the decision every store makes on the record as
+/// it read it (the databases inside one transaction) and the page's preview of it, written once.
+pub(crate) fn decide_completion(record: Option<&FlowRecord>, user: &str, now_ms: u64) -> Completion {
+    match record {
+        None => Completion::Unknown,
+        Some(record) if record.flow.principal != user => Completion::NotYours,
+        Some(FlowRecord { status: FlowStatus::Completed { .. }, .. }) => Completion::AlreadyCompleted,
+        Some(record) if record.flow.expires_at_ms <= now_ms => Completion::Expired,
+        Some(_) => Completion::Completed,
+    }
+}
+
 /// What an attempt to start a flow did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlowStart {

@@ -2,7 +2,7 @@
 //! whole cluster's). Bounded in all and per principal; expired flows are pruned when a new one needs room,
 //! never an unexpired one.
 
-use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore};
+use crate::framework::out_of_band::{decide_completion, Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::StoreError;
 use async_trait::async_trait;
 use std::collections::BTreeMap;
@@ -108,18 +108,6 @@ impl MemoryOutOfBandStore {
     /// Every flow, in reference order (for tests and the simulator's observations).
     pub fn snapshot(&self) -> Vec<FlowRecord> {
         self.lock().by_reference.values().cloned().collect()
-    }
-}
-
-/// The decision every implementation makes, on the record as read (the databases make it inside one
-/// transaction).
-pub(crate) fn decide_completion(record: Option<&FlowRecord>, user: &str, now_ms: u64) -> Completion {
-    match record {
-        None => Completion::Unknown,
-        Some(record) if record.flow.principal != user => Completion::NotYours,
-        Some(FlowRecord { status: FlowStatus::Completed { .. }, .. }) => Completion::AlreadyCompleted,
-        Some(record) if record.flow.expires_at_ms <= now_ms => Completion::Expired,
-        Some(_) => Completion::Completed,
     }
 }
 

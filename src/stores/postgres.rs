@@ -16,6 +16,7 @@
 //! then `COMMIT` or `ROLLBACK`: two round trips and three statements where one statement per step took four
 //! and four. (A conflict, the rare case, costs one more statement to read the holder's record.)
 
+use crate::framework::out_of_band::decide_completion;
 use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
     fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
@@ -32,7 +33,7 @@ use crate::stores::database::{
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
-use crate::stores::out_of_band::{decide_completion, OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
+use crate::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Transaction};
 use std::sync::Arc;

@@ -14,6 +14,7 @@
 //! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
+use crate::framework::out_of_band::decide_completion;
 use crate::framework::out_of_band::{Completion, FlowRecord, FlowStart, FlowStatus, OutOfBandFlow, OutOfBandStore};
 use crate::framework::ports::{
     fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
@@ -30,7 +31,7 @@ use crate::stores::database::{
 };
 use crate::stores::gateway::{EXPORT_KEYS_MAX, RATE_COUNTERS_MAX};
 use crate::stores::memory::{past_retention, ReplayLimits};
-use crate::stores::out_of_band::{decide_completion, OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
+use crate::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::BTreeMap;

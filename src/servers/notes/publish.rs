@@ -343,7 +343,7 @@ impl NotesServer {
             Err(error) => return unavailable(error),
         };
         let decision = match request.action {
-            PageAction::Open => crate::stores::out_of_band::decide_completion(record.as_ref(), user, now_ms),
+            PageAction::Open => crate::framework::out_of_band::decide_completion(record.as_ref(), user, now_ms),
             PageAction::Complete => match out_of_band.store.complete(reference, user, now_ms).await {
                 Ok(decision) => decision,
                 Err(error) => return unavailable(error),
