@@ -5,7 +5,6 @@
 
 pub mod authorization;
 pub mod containment;
-#[cfg(feature = "http")]
 pub mod origin;
 pub mod pinning;
 pub mod scanner;

@@ -54,6 +54,8 @@ pub enum OriginPolicy {
 impl OriginPolicy {
     /// The policy for a list of configured origins (e.g. `--allow-origin` values): empty means
     /// [`OriginPolicy::Loopback`]. A trailing `/` is forgiven; anything else that is not an origin is refused.
+    // The HTTP transport's (`--allow-origin`); the rest of this module also serves the configuration.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn from_allowed(origins: &[String]) -> Result<OriginPolicy, String> {
         if origins.is_empty() {
             return Ok(OriginPolicy::Loopback);

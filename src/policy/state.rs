@@ -215,6 +215,7 @@ impl KeyRing {
     /// HMAC-SHA256 of `parts` (each after its length, so no two lists of parts share their bytes) under the key
     /// `key_id`, base64url; `None` if the ring does not hold that key. For values bound to a sealed one (the
     /// page's CSRF tokens), under the key that sealed it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // the out-of-band page's CSRF tokens
     pub(crate) fn tag(&self, key_id: &str, parts: &[&str]) -> Option<String> {
         let mut mac = self.keys.get(key_id)?.keyed.clone();
         for part in parts {

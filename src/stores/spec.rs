@@ -16,7 +16,7 @@ use crate::stores::postgres::{describe_config, parse_config, PostgresStore};
 #[cfg(feature = "sqlite")]
 use crate::stores::sqlite::SqliteStore;
 use crate::stores::system::SystemClock;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", unix))]
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
