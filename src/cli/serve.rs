@@ -297,13 +297,13 @@ pub struct ServeArgs {
     #[arg(long, requires = "http", conflicts_with = "gateway")]
     pub out_of_band: bool,
 
-    /// With --out-of-band: the base URL browsers reach this server at, e.g. https://notes.example.com.
+    /// With --out-of-band: the base URL browsers reach this server at, e.g. <https://notes.example.com>.
     ///
     /// The page's links start with it, and the page answers only requests whose Host names it (a proxy in
     /// front must pass the original Host on) and whose Origin, when sent, is it. Required when --http is not
     /// a loopback address (0.0.0.0:PORT names no reachable host); without it a loopback listener's links
-    /// name the listener (http://127.0.0.1:PORT), and with one a loopback listener's /mcp accepts that Host
-    /// too (a reverse proxy on this machine). Overrides public_url in --config. HOST[:PORT] only, no path.
+    /// name the listener (<http://127.0.0.1:PORT>), and with one a loopback listener's /mcp accepts that Host
+    /// too (a reverse proxy on this machine). Overrides public_url in --config. A scheme, a host and a port only: no path.
     #[arg(long, value_name = "URL", requires = "out_of_band", value_parser = crate::policy::origin::parse_public_url)]
     pub public_url: Option<String>,
 

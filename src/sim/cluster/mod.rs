@@ -3,10 +3,10 @@
 //! network, scheduler, fault plans) and on the actors (`sim::actors`), and imports nothing from the
 //! interpreter (`play`) or the scenario parser.
 //!
-//! One job per file: [`delivery`] the loop (one envelope, one task polled) and the dispatch to the receiving
-//! actor; [`incarnation`] instances started, crashed, restarted and reconfigured, every server built through
-//! `assembly`; [`client`] what a client sends, and its retries and failover; [`faults`] planned faults and
-//! crash triggers applied; [`recording`] the history and the transcript written. This file builds the world
+//! One job per file: `delivery` the loop (one envelope, one task polled) and the dispatch to the receiving
+//! actor; `incarnation` instances started, crashed, restarted and reconfigured, every server built through
+//! `assembly`; `client` what a client sends, and its retries and failover; `faults` planned faults and
+//! crash triggers applied; `recording` the history and the transcript written. This file builds the world
 //! and answers lookups.
 //!
 //! # Execution model
@@ -76,7 +76,7 @@ pub struct ClientSetup {
     pub name: String,
     pub principal: String,
     /// A browser actor signed in as `principal` on the out-of-band page: its requests go to the instance's
-    /// page ([`Service::page`]), not its MCP pipeline.
+    /// page ([`crate::framework::Service::page`]), not its MCP pipeline.
     pub browser: bool,
     /// A 2025-11-25 client: how it answers what a server asks it inside a call.
     pub legacy: Option<crate::scenario::model::LegacyClientSpec>,
