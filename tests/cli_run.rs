@@ -174,6 +174,21 @@ fn help_explains_the_exit_status_and_the_defaults() {
     }
 }
 
+/// One table of exit statuses for every command, in `mcpsim --help`; a usage error is 2 in every command.
+#[test]
+fn the_top_level_help_has_the_one_exit_status_table_and_usage_is_2_everywhere() {
+    let output = mcpsim(repo(), &["--help"]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success());
+    for expected in ["Exit status, the same in every command:", "  2  usage or configuration error", "  4  only liveness failed"] {
+        assert!(stdout.contains(expected), "{expected:?} missing from:\n{stdout}");
+    }
+    for command in ["run", "explore", "replay", "attack", "serve", "seed", "keygen", "demo"] {
+        let output = mcpsim(repo(), &[command, "--no-such-flag"]);
+        assert_eq!(output.status.code(), Some(2), "mcpsim {command} --no-such-flag");
+    }
+}
+
 #[test]
 fn a_failing_scenarios_final_block_lists_every_failure() {
     let scratch = Scratch::new("every-failure");

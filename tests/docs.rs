@@ -57,7 +57,7 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
         1,
         "the mutant is caught: a safety property broke",
     ),
-    ("cargo run -- explore 04-accepts-race-for-one-note --faults all --mutant claim-without-outcome", 2, "the mutant breaks only liveness"),
+    ("cargo run -- explore 04-accepts-race-for-one-note --faults all --mutant claim-without-outcome", 4, "the mutant breaks only liveness"),
     ("cargo run -- replay counterexample-zoo-move-races-the-accept-seed7.json", 1, "the replayed run breaks containment again"),
     (
         "mcpsim run --target targets/broken-own-memory-store.toml targets/scenarios/02-accepts-race.sim",

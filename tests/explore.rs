@@ -126,28 +126,28 @@ fn exit_codes_distinguish_held_unsafe_not_live_and_usage() {
         out.contains("reproduce: mcpsim explore 05-accepts-race-for-different-candidates --seed-range 1..1 --mutant delete-then-claim"),
         "{out}"
     );
-    assert_eq!(mcpsim(&["explore", "no-such-scenario"]).0, 4);
-    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--exhaustive", "--faults", "crash"]).0, 4);
+    assert_eq!(mcpsim(&["explore", "no-such-scenario"]).0, 2, "a usage error, as in every command");
+    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--exhaustive", "--faults", "crash"]).0, 2);
     let (code, out) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--seeds", "20", "--faults", "all"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("broke liveness         0") && out.contains("liveness with clients retrying"), "{out}");
     let saved = std::env::temp_dir().join(format!("mcpsim-exit-codes-liveness-{}.json", std::process::id()));
     let args = ["explore", "04-accepts-race-for-one-note", "--seeds", "3", "--faults", "drop", "--mutant", "claim-without-outcome"];
     let (code, out) = mcpsim(&[&args[..], &["--save", saved.to_str().unwrap()]].concat());
-    assert_eq!(code, 2, "{out}");
+    assert_eq!(code, 4, "only liveness broke: {out}");
     assert!(out.contains("LIVENESS FAILED") && out.contains("minimal counterexample: property liveness broken"), "{out}");
     let (code, replayed) = mcpsim(&["replay", saved.to_str().unwrap()]);
     std::fs::remove_file(&saved).unwrap();
-    assert_eq!(code, 2, "a replayed liveness failure exits 2 too: {replayed}");
+    assert_eq!(code, 4, "a replayed liveness failure exits 4 too: {replayed}");
     let (code, _) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--faults", "crash,partition"]);
-    assert_eq!(code, 4, "an unknown fault is a usage error");
-    assert_eq!(mcpsim(&["explore", "--all-mutants", "--faults", "all"]).0, 4, "each mutant has its own faults");
+    assert_eq!(code, 2, "an unknown fault is a usage error");
+    assert_eq!(mcpsim(&["explore", "--all-mutants", "--faults", "all"]).0, 2, "each mutant has its own faults");
     assert_eq!(mcpsim(&["explore", "--help"]).0, 0);
-    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--mutant", "no-such-mutant"]).0, 4);
-    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--seed-range", "9..3"]).0, 4);
+    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--mutant", "no-such-mutant"]).0, 2);
+    assert_eq!(mcpsim(&["explore", "04-accepts-race-for-one-note", "--seed-range", "9..3"]).0, 2);
     let typo = Command::new(env!("CARGO_BIN_EXE_mcpsim")).args(["explore", "04-acepts-race-for-one-note"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&typo.stderr);
-    assert_eq!(typo.status.code(), Some(4), "{stderr}");
+    assert_eq!(typo.status.code(), Some(2), "a usage error, as in every command: {stderr}");
     assert!(stderr.contains("did you mean 04-accepts-race-for-one-note?"), "a typo gets the closest name: {stderr}");
 }
 
@@ -411,6 +411,6 @@ fn a_reproducer_of_another_format_is_refused_with_what_to_do() {
     let output = Command::new(env!("CARGO_BIN_EXE_mcpsim")).args(["replay", file.to_str().unwrap()]).output().unwrap();
     std::fs::remove_file(&file).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("mcpsim-reproducer/1") && stderr.contains("run the exploration again"), "{stderr}");
 }

@@ -46,11 +46,7 @@ const ILLUSTRATIVE: &[(&str, &str)] = &[
 
 /// Arrows that still run the wrong way, each with the work that removes it. A new one fails the layer or
 /// circle test; one that is gone fails it too until its line here is removed, so this list only shrinks.
-const KNOWN: &[(&str, &str)] = &[
-    ("cli::explore <-> cli::target", "dispatch of --target and the exit codes move to cli/mod.rs and cli/common.rs"),
-    ("cli::live <-> cli::run", "dispatch of --live moves to cli/mod.rs"),
-    ("cli::run <-> cli::target", "dispatch of --target moves to cli/mod.rs"),
-];
+const KNOWN: &[(&str, &str)] = &[];
 
 /// `found` less the [`KNOWN`] exceptions of its kind (entries containing `marker`), plus each such exception
 /// that is no longer found (it must then leave the list).

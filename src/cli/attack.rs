@@ -5,9 +5,7 @@ use crate::target::file::Target;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const EXIT_FINDING: u8 = 1;
-const EXIT_USAGE: u8 = 2;
-const EXIT_INCONCLUSIVE: u8 = 3;
+use super::common::{EXIT_FAILED as EXIT_FINDING, EXIT_UNJUDGED as EXIT_INCONCLUSIVE, EXIT_USAGE};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\

@@ -21,21 +21,17 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub(crate) const EXIT_HELD: u8 = 0;
-pub(crate) const EXIT_UNSAFE: u8 = 1;
-pub(crate) const EXIT_NOT_LIVE: u8 = 2;
-pub(crate) const EXIT_CRASHED: u8 = 3;
-pub(crate) const EXIT_USAGE: u8 = 4;
+use super::common::{EXIT_FAILED as EXIT_UNSAFE, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED as EXIT_CRASHED, EXIT_USAGE};
 
 /// Seeds `--all-mutants` tries per mutant before declaring it survived.
 pub(crate) const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Exit status: 0 every run held; 1 a safety property failed in some run; 2 nothing unsafe happened, but something
-promised did not come about: with --faults the liveness property (a request never answered, a confirmation
-never settled), without faults the scenario's own expectations; 3 the simulator itself crashed; 4 usage error
-(unknown scenario, mutant or fault, bad seed range).
+Exit status (as in every command): 0 every run held; 1 a safety property or, without faults, one of the
+scenario's own expectations failed in some run; 2 usage error (unknown scenario, mutant or fault, bad seed
+range); 3 the simulator itself crashed; 4 nothing unsafe happened, but with --faults the liveness property
+broke (a request never answered, a confirmation never settled).
 
 Faults (--faults crash,drop,... or --faults all), each drawn per seed and recorded in the decision log:
   crash       an instance crashes and restarts at once, at any delivery point (even between claim and answer)
@@ -191,10 +187,10 @@ pub fn run(args: ExploreArgs) -> ExitCode {
                 Err(message) => return usage(&message),
             },
             (None, Some(0)) => return usage("--seeds must be at least 1"),
-            (None, Some(n)) if n > super::target::EXPLORE_SEEDS_MAX => {
+            (None, Some(n)) if n > super::common::EXPLORE_TARGET_SEEDS_MAX => {
                 return usage(&format!(
                     "--seeds is at most {} with --target (every seed starts fresh processes)",
-                    super::target::EXPLORE_SEEDS_MAX
+                    super::common::EXPLORE_TARGET_SEEDS_MAX
                 ))
             }
             (None, n) => 1..=n.unwrap_or(20),
@@ -450,8 +446,8 @@ fn counterexample(scenario: &Scenario, text: &str, found: &Found<'_>, save: Opti
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit status: 0 the run held; 1 it broke a safety property or an expectation; 2 it broke only liveness; \
-4 the file cannot be used.
+#[command(after_help = "Exit status (as in every command): 0 the run held; 1 it broke a safety property or an expectation; \
+2 the file cannot be used; 4 it broke only liveness.
 
 The first line says what is replayed: the scenario, the seed, and whether it ran against a MUTANT of the zoo
 (a deliberately unsafe server) or the real one, with which faults. The transcript's header says it too.
@@ -565,7 +561,7 @@ fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &
             println!("  {}", failure.to_string().replace('\n', "\n  "));
         }
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
-        return ExitCode::from(EXIT_NOT_LIVE);
+        return ExitCode::from(if faulty { EXIT_NOT_LIVE } else { EXIT_UNSAFE });
     }
     if faulty {
         println!("\nall held in every schedule: every safety property, and liveness with clients retrying up to {RETRIES_MAX} times");
@@ -601,7 +597,7 @@ fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, server:
         for failure in failures {
             println!("  {}", failure.to_string().replace('\n', "\n  "));
         }
-        return ExitCode::from(EXIT_NOT_LIVE);
+        return ExitCode::from(EXIT_UNSAFE);
     }
     println!("\nall held in every schedule");
     ExitCode::from(EXIT_HELD)

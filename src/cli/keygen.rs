@@ -12,8 +12,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Exit status when the file cannot be written (or already exists).
-const EXIT_FAILED: u8 = 1;
+/// The file cannot be written (or already exists): `common::EXIT_FAILED`.
+use super::common::EXIT_FAILED;
 
 const AFTER_HELP: &str = "\
 Examples:

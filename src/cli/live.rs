@@ -1,63 +1,42 @@
 //! `mcpsim run --live`: the scenarios against a running fleet, each followed by its parity report, then a
 //! summary table. The player itself is [`crate::live`].
 
+use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_USAGE};
 use super::run::RunArgs;
 use crate::live::{self, ExpectationResult, LiveFleet, LiveReport, LiveStore, Verdict};
 use crate::scenario::Scenario;
 use crate::stores::memory::ReplayLimits;
 use crate::stores::open;
 use crate::stores::system::SystemClock;
-use crate::transport::http::MCP_PATH;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// `--live` values: an `http://` URL; a bare `http://HOST:PORT` gets the MCP path.
-pub(crate) fn parse_url(text: &str) -> Result<String, String> {
-    let uri: hyper::Uri = text.trim().parse().map_err(|e| format!("{text:?} is not a URL ({e}); write e.g. http://127.0.0.1:8080/mcp"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("{text:?}: only http:// URLs are supported (put a TLS-terminating proxy's plain side here)"));
-    }
-    let Some(authority) = uri.authority() else {
-        return Err(format!("{text:?} names no host; write e.g. http://127.0.0.1:8080/mcp"));
-    };
-    let path = match uri.path_and_query().map(|p| p.as_str()) {
-        None | Some("" | "/") => MCP_PATH,
-        Some(path) => path,
-    };
-    Ok(format!("http://{authority}{path}"))
-}
-
-/// `--token` values: `PRINCIPAL=TOKEN`.
-pub(crate) fn parse_token(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((principal, token)) if !principal.trim().is_empty() && !token.is_empty() => {
-            Ok((principal.trim().to_string(), token.to_string()))
-        }
-        _ => Err("write PRINCIPAL=TOKEN, e.g. --token alice=demo-alice".into()),
-    }
-}
-
-pub fn run(args: &RunArgs, scenarios: Vec<(Scenario, String)>, unreadable: &[String]) -> ExitCode {
+/// `mcpsim run --live URL…`: the scenarios `args` names, against the fleet.
+pub fn run(args: &RunArgs) -> ExitCode {
+    let mut unreadable = Vec::new();
+    let scenarios: Vec<(Scenario, String)> =
+        super::run::load(&args.paths, &mut unreadable).into_iter().map(|item| (item.scenario, item.path)).collect();
+    let unreadable = &unreadable;
     let fleet = LiveFleet::with_demo_tokens(args.live.clone(), args.token.iter().cloned().collect());
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_FAILED);
         }
     };
     let store = match &args.reseed {
         None => None,
         Some(spec) if !spec.is_shared() => {
             eprintln!("error: --reseed memory: a memory store lives inside its `mcpsim serve` process; name the fleet's sqlite:PATH or postgres:URL");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
         Some(spec) => match runtime.block_on(open(spec, Arc::new(SystemClock), ReplayLimits::default())) {
             Ok(stores) => Some(LiveStore { spec: spec.clone(), stores }),
             Err(error) => {
                 eprintln!("error: --reseed {spec}: cannot open the store: {error}");
-                return ExitCode::from(1);
+                return ExitCode::from(EXIT_FAILED);
             }
         },
     };
@@ -65,7 +44,7 @@ pub fn run(args: &RunArgs, scenarios: Vec<(Scenario, String)>, unreadable: &[Str
     let unreachable = runtime.block_on(unreachable_urls(&fleet.urls));
     if !unreachable.is_empty() {
         eprintln!("{}", not_running(&fleet.urls, &unreachable));
-        return ExitCode::from(2);
+        return ExitCode::from(EXIT_USAGE);
     }
     let mut stdout = std::io::stdout().lock();
     let mut results: Vec<(String, String, Result<LiveReport, String>)> = Vec::new();
@@ -97,11 +76,11 @@ pub fn run(args: &RunArgs, scenarios: Vec<(Scenario, String)>, unreadable: &[Str
     }
     let refused = results.iter().any(|(_, _, r)| r.is_err());
     if !unreadable.is_empty() || refused {
-        ExitCode::from(2)
+        ExitCode::from(EXIT_USAGE)
     } else if results.iter().any(|(_, _, r)| r.as_ref().is_ok_and(|report| !report.passed())) {
-        ExitCode::from(1)
+        ExitCode::from(EXIT_FAILED)
     } else {
-        ExitCode::SUCCESS
+        ExitCode::from(EXIT_HELD)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `mcpsim` command line: wiring only. Each subcommand lives in its own module.
 
 pub mod attack;
+pub(crate) mod common;
 pub mod demo;
 pub mod explore;
 pub mod keygen;
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 
 /// Deterministic cluster simulator for stateless MCP 2026-07-28 servers, and the reference servers it simulates.
 #[derive(Debug, Parser)]
-#[command(name = "mcpsim", version, about, long_about = None, propagate_version = true)]
+#[command(name = "mcpsim", version, about, long_about = None, propagate_version = true, after_help = common::EXIT_TABLE)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -77,12 +78,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
-            // `explore` and `replay` keep exit statuses 1-3 for what a run found, so their usage errors are 4.
-            let explores = matches!(std::env::args().nth(1).as_deref(), Some("explore" | "replay"));
+            // Help and version exit 0; every usage error is 2, in every command (`common::EXIT_TABLE`).
             return match error.exit_code() {
                 0 => ExitCode::SUCCESS,
-                _ if explores => ExitCode::from(explore::EXIT_USAGE),
-                code => ExitCode::from(u8::try_from(code).unwrap_or(2)),
+                _ => ExitCode::from(common::EXIT_USAGE),
             };
         }
     };
@@ -96,7 +95,12 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Pins(args) => pins::run(args),
-        Command::Run(args) => run::run(args),
+        // `run` plays on one of three worlds: the target's processes, a live fleet, or the simulator.
+        Command::Run(args) => match &args.target {
+            Some(file) => target::run(&args, file),
+            None if !args.live.is_empty() => live::run(&args),
+            None => run::run(args),
+        },
         Command::Seed(args) => seed::run(args),
         Command::Keygen(args) => keygen::run(args),
         Command::Explore(args) => explore::run(args),

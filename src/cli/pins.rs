@@ -17,10 +17,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Exit status when something needs review (or an approval was refused): like `diff`, 1 means "differences".
-pub(crate) const EXIT_NEEDS_REVIEW: u8 = 1;
-/// Exit status for usage, configuration and file errors.
-pub(crate) const EXIT_ERROR: u8 = 2;
+/// Something needs review (or an approval was refused): like `diff`, 1 means "differences" (`common::EXIT_FAILED`).
+pub(crate) const EXIT_NEEDS_REVIEW: u8 = super::common::EXIT_FAILED;
+/// Usage, configuration and file errors (`common::EXIT_USAGE`).
+pub(crate) const EXIT_ERROR: u8 = super::common::EXIT_USAGE;
 
 #[derive(Debug, Args)]
 #[command(

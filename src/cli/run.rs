@@ -1,7 +1,7 @@
 //! `mcpsim run`: run scenario files against the simulated cluster, check every expectation and safety
 //! property, print transcripts and a summary table.
 
-use super::live;
+use super::common::{self, EXIT_FAILED, EXIT_USAGE};
 use crate::scenario::{self, Scenario};
 use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::engine::faults::FaultKind;
@@ -79,11 +79,11 @@ pub struct RunArgs {
     pub scheduler: SchedulerArg,
     /// Play the scenarios against a running fleet instead, over HTTP: one URL per scenario instance, in
     /// declaration order (e.g. --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp). See `mcpsim run --help`.
-    #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',', value_parser = live::parse_url, conflicts_with_all = ["seeds", "format", "scheduler"])]
+    #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',', value_parser = common::parse_url, conflicts_with_all = ["seeds", "format", "scheduler"])]
     pub live: Vec<String>,
     /// With --live: the bearer token of a principal, as PRINCIPAL=TOKEN (repeatable) [default: the demo's
     /// demo-alice and demo-bob].
-    #[arg(long, value_name = "PRINCIPAL=TOKEN", value_parser = live::parse_token, requires = "live")]
+    #[arg(long, value_name = "PRINCIPAL=TOKEN", value_parser = common::parse_token, requires = "live")]
     pub token: Vec<(String, String)>,
     /// Turn faults on, drawn from each seed as `mcpsim explore --faults` draws them (kinds, comma-separated,
     /// or `all`; `mcpsim explore --help` lists them): the transcript shows every fault and every retry.
@@ -220,9 +220,9 @@ pub enum SchedulerArg {
 }
 
 /// A scenario to run, and the path to print in reproductions.
-struct Loaded {
-    scenario: Scenario,
-    path: String,
+pub(crate) struct Loaded {
+    pub(crate) scenario: Scenario,
+    pub(crate) path: String,
 }
 
 /// One scenario's result over all its seeds.
@@ -245,22 +245,16 @@ struct Output {
     pages: bool,
 }
 
+/// `mcpsim run` on the simulator (`--target` and `--live` are dispatched by `cli::main`).
 pub fn run(args: RunArgs) -> ExitCode {
-    if let Some(file) = &args.target {
-        return super::target::run(&args, file);
-    }
     let mut unreadable = Vec::new();
     let loaded = load(&args.paths, &mut unreadable);
-    if !args.live.is_empty() {
-        let scenarios = loaded.into_iter().map(|item| (item.scenario, item.path)).collect();
-        return live::run(&args, scenarios, &unreadable);
-    }
     // One scenario named (a file or a library name): its transcript is printed without asking.
     let single = args.paths.len() == 1 && !args.paths[0].is_dir() && loaded.len() == 1;
     let html = args.format == Some(FormatArg::Html);
     if html && args.out.is_some() {
         eprintln!("mcpsim run: --out DIR writes transcripts; for a folder of HTML pages use --html-out DIR");
-        return ExitCode::from(2);
+        return ExitCode::from(EXIT_USAGE);
     }
     let format = match (&args.out, args.format) {
         (Some(_), format) => Some(format.and_then(FormatArg::transcript).unwrap_or(Format::Text)),
@@ -280,13 +274,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             eprintln!(
                 "mcpsim run: --format {name} writes one {what} per scenario: name one (mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format {name} > {file}), or pass --out DIR for one file each"
             );
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     }
     if let Some(client) = &args.trace_client {
         if format != Some(Format::McpTrace) {
             eprintln!("mcpsim run: --trace-client {client} selects one client's messages of a trace: add --format mcp-trace");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
         for item in &loaded {
             let clients: Vec<&str> = item.scenario.cluster.clients.iter().filter(|c| !c.browser).map(|c| c.name.as_str()).collect();
@@ -296,25 +290,25 @@ pub fn run(args: RunArgs) -> ExitCode {
                     item.path,
                     if clients.is_empty() { "none".to_string() } else { clients.join(", ") }
                 );
-                return ExitCode::from(2);
+                return ExitCode::from(EXIT_USAGE);
             }
         }
     }
     if let Some(dir) = &args.out {
         if let Err(error) = std::fs::create_dir_all(dir) {
             eprintln!("mcpsim run: --out {}: cannot create the folder: {error}", dir.display());
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     }
     if html && loaded.len() > 1 {
         eprintln!("mcpsim run: --format html writes one scenario's page; name one file, or write a folder of pages with --html-out DIR");
-        return ExitCode::from(2);
+        return ExitCode::from(EXIT_USAGE);
     }
     let faults = match FaultKind::parse_list(&args.faults) {
         Ok(kinds) => kinds,
         Err(message) => {
             eprintln!("mcpsim run: {message}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let server = match args.mutant.as_deref() {
@@ -327,7 +321,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                     "mcpsim run: no mutant is named {name:?}; the zoo: {} (`mcpsim mutants` says what each one gets wrong)",
                     names.join(", ")
                 );
-                return ExitCode::from(2);
+                return ExitCode::from(EXIT_USAGE);
             }
         },
     };
@@ -347,7 +341,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 let path = dir.join(format!("{}.{}", item.scenario.name, extension(format)));
                 if let Err(error) = std::fs::write(&path, transcript) {
                     eprintln!("mcpsim run: cannot write {}: {error}", path.display());
-                    return ExitCode::from(2);
+                    return ExitCode::from(EXIT_USAGE);
                 }
                 written.push(path);
                 summary
@@ -372,7 +366,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     if let Some(folder) = &args.html_out {
         if let Err(error) = write_pages(folder, &summaries, &loaded, &unreadable, &page) {
             eprintln!("mcpsim run: cannot write the pages into {}: {error}", folder.display());
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     }
     let mut table = render_table(&summaries, &unreadable, &flags);
@@ -388,9 +382,9 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
     let _ = stdout.flush();
     if !unreadable.is_empty() {
-        ExitCode::from(2)
+        ExitCode::from(EXIT_USAGE)
     } else if summaries.iter().any(|s| s.failed.is_some()) {
-        ExitCode::from(1)
+        ExitCode::from(EXIT_FAILED)
     } else {
         ExitCode::SUCCESS
     }
@@ -489,7 +483,7 @@ fn run_seeds(
     }
 }
 
-fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
+pub(crate) fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {
     if paths.is_empty() {
         let default = Path::new("scenarios");
         if default.is_dir() {

@@ -9,10 +9,8 @@ use crate::stores::{seed, StoreSpec};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Exit status for invalid arguments or configuration.
-const EXIT_USAGE: u8 = 2;
-/// Exit status when the store could not be opened or written.
-const EXIT_FAILED: u8 = 1;
+/// Invalid arguments or configuration: `EXIT_USAGE`; the store could not be opened or written: `EXIT_FAILED`.
+use super::common::{EXIT_FAILED, EXIT_USAGE};
 
 const AFTER_HELP: &str = "\
 Examples:

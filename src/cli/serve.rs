@@ -76,10 +76,9 @@ impl clap::builder::TypedValueParser for StoreSpecParser {
     }
 }
 
-/// Exit status for invalid arguments or configuration (as clap uses for usage errors).
-const EXIT_USAGE: u8 = 2;
-/// Exit status when serving failed at run time (e.g. the address is in use).
-const EXIT_FAILED: u8 = 1;
+/// Invalid arguments or configuration: `EXIT_USAGE`; serving failed at run time (e.g. the address is in use):
+/// `EXIT_FAILED`.
+use super::common::{EXIT_FAILED, EXIT_USAGE};
 
 const AFTER_HELP: &str = r#"Pointing an MCP client at it:
 

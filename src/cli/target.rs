@@ -1,5 +1,6 @@
 //! `mcpsim run --target FILE [SCENARIOS]`: the target scenarios played against a fleet of someone's server.
 
+use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_UNJUDGED as EXIT_HARNESS, EXIT_USAGE};
 use super::run::{FormatArg, RunArgs, SEEDS_MAX};
 use crate::target::file::Target;
 use crate::target::{self, contain, process, shown};
@@ -7,12 +8,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Exit status when a property or an expectation failed.
-const EXIT_FAILED: u8 = 1;
-/// Exit status for a target file or scenario that cannot be read.
-const EXIT_USAGE: u8 = 2;
-/// Exit status when the fleet could not be started or reached at all.
-const EXIT_HARNESS: u8 = 3;
 /// Where the scenarios for targets are, when none are named.
 pub(crate) const TARGET_SCENARIOS: &str = "targets/scenarios";
 /// Most re-runs of a failure.
@@ -108,7 +103,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
         }
     };
     let mut rows = Vec::new();
-    let mut status = 0u8;
+    let mut status = EXIT_HELD;
     let mut failing: Vec<(String, u64)> = Vec::new();
     let seeds = args.seed..args.seed.saturating_add(args.seeds.clamp(1, SEEDS_MAX));
     let runs: Vec<(&PathBuf, u64)> = files.iter().flat_map(|path| seeds.clone().map(move |seed| (path, seed))).collect();
@@ -168,9 +163,6 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     ExitCode::from(status)
 }
 
-/// Most seeds `explore --target` runs (each seed starts every instance twice).
-pub(crate) const EXPLORE_SEEDS_MAX: u64 = 500;
-
 /// `mcpsim explore --target FILE SCENARIO --seeds N`: the scenario under each seed's routing and release
 /// order; every failing seed is listed with the properties it broke, and the first one's reproduction.
 pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) -> ExitCode {
@@ -178,7 +170,7 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         Ok(target) => target,
         Err(error) => {
             eprintln!("mcpsim explore: {error}\n  (docs/targets.md describes every key; targets/ has examples)");
-            return ExitCode::from(super::explore::EXIT_USAGE);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let path = PathBuf::from(name);
@@ -187,18 +179,18 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         Ok(scenario) => scenario,
         Err(error) => {
             eprintln!("mcpsim explore: {error}\n  (a target scenario is a .sim file, or a name in {TARGET_SCENARIOS}/)");
-            return ExitCode::from(super::explore::EXIT_USAGE);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let Ok(mcpsim) = std::env::current_exe().map(|p| p.display().to_string()) else {
         eprintln!("mcpsim explore: cannot find the mcpsim binary for {{mcpsim}}");
-        return ExitCode::from(super::explore::EXIT_CRASHED);
+        return ExitCode::from(EXIT_HARNESS);
     };
     let work_dir = match begin("explore") {
         Ok(dir) => dir,
         Err(why) => {
             eprintln!("{why}");
-            return ExitCode::from(super::explore::EXIT_CRASHED);
+            return ExitCode::from(EXIT_HARNESS);
         }
     };
     let _guard = contain::Guard;
@@ -234,14 +226,14 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     );
     if let Some(error) = error {
         println!("stopped: {}", shown(&error));
-        return ExitCode::from(super::explore::EXIT_CRASHED);
+        return ExitCode::from(EXIT_HARNESS);
     }
     if left {
-        return ExitCode::from(super::explore::EXIT_CRASHED);
+        return ExitCode::from(EXIT_HARNESS);
     }
     if failing.is_empty() {
         println!("every one of {runs} seed(s) held (the servers' own timing is not mcpsim's: a clean run is evidence, not proof)");
-        return ExitCode::SUCCESS;
+        return ExitCode::from(EXIT_HELD);
     }
     let properties: Vec<String> = broken.iter().map(|(p, n)| format!("{p} in {n}")).collect();
     println!(
@@ -255,5 +247,5 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         shown(&path.display().to_string()),
         failing[0].0
     );
-    ExitCode::from(super::explore::EXIT_UNSAFE)
+    ExitCode::from(EXIT_FAILED)
 }
