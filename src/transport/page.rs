@@ -338,7 +338,10 @@ fn html(status: u16, outcome: &str, heading: &str, says: &str, form: &str) -> Re
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with the page's own
+    // form posts (Fetch, "serializing a request origin"), which the page refuses as any null origin; under
+    // `same-origin` its own posts carry its origin, and no link's reference leaves in a Referer to another site.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     with_route_log(response, None, outcome)
 }
