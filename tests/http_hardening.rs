@@ -173,17 +173,26 @@ async fn page_requests_have_bounded_places_of_their_own_per_address_and_per_list
     for last in [2, 2, 3, 3] {
         let mut stream = connect_from(loopback(last), &server.address).await.unwrap();
         stream.write_all(&sign_in).unwrap();
-        held.push(stream);
+        held.push((last, stream));
     }
     // Wait until the server has taken all four (each stalled in its body read), by asking from a fifth address.
+    // A probe takes a place while it is answered: a stalled request arriving meanwhile is refused (503) and
+    // is sent again, until all four are held.
     let started = now();
     let page = format!("{}/connect/{REFERENCE}", server.url.trim_end_matches("/mcp"));
     let busy = loop {
+        for (last, stream) in &mut held {
+            if answered_already(stream) {
+                *stream = connect_from(loopback(*last), &server.address).await.unwrap();
+                stream.write_all(&sign_in).unwrap();
+            }
+        }
         let response = client_from(loopback(4)).get(&page).send().await.unwrap();
-        if response.status().as_u16() == 503 {
+        let status = response.status().as_u16();
+        if status == 503 {
             break response;
         }
-        assert!(started.elapsed() < Duration::from_secs(5), "four stalled sign-ins never filled the page's places");
+        assert!(started.elapsed() < Duration::from_secs(5), "four stalled sign-ins never filled the page's places (last answer {status})");
     };
     assert_eq!(busy.headers()["retry-after"], "1");
     // A third from an address holding its two: 429, its share.
@@ -193,11 +202,20 @@ async fn page_requests_have_bounded_places_of_their_own_per_address_and_per_list
     // /mcp has places of its own: alice is served while the page's are all held.
     assert_eq!(discover_status(&client_from(loopback(5)), &server.url, ALICE).await, 200);
     // The stalled ones end at the body deadline and give their places back.
-    for stream in &mut held {
+    for (_, stream) in &mut held {
         assert_eq!(status_of(&read_until_closed(stream)), 408);
     }
     let shown = client_from(loopback(4)).get(&page).send().await.unwrap();
     assert_eq!(shown.status().as_u16(), 200, "the sign-in page again");
+}
+
+/// Whether the server has already answered on `stream` (a request refused at once), without waiting.
+fn answered_already(stream: &mut TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let answered = matches!(stream.peek(&mut byte), Ok(read) if read > 0);
+    stream.set_nonblocking(false).unwrap();
+    answered
 }
 
 /// The first response on `stream` (its head, at least), without waiting for the connection to close.
