@@ -50,6 +50,13 @@ pub fn notes_server(config: Arc<NotesConfig>, ports: NotesPorts) -> NotesServer 
     }
 }
 
+/// `server` offering `notes_publish` and its page over `out_of_band` (a listener's own page base, the flows of
+/// the store): each HTTP listener of `serve --out-of-band` builds its server here, so no server is put together
+/// outside this module.
+pub fn notes_server_with_out_of_band(server: &NotesServer, out_of_band: OutOfBand) -> NotesServer {
+    NotesServer { out_of_band: Some(out_of_band), ..server.clone() }
+}
+
 /// The notes server a real process runs, over opened `stores` (in memory, or shared with other processes
 /// through SQLite or PostgreSQL), signing with `key_ring`, with the wall clock and OS nonces. Every instance of
 /// a fleet is one of these; instances that share `stores` and `key_ring` finish each other's confirmations.

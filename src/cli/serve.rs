@@ -873,8 +873,7 @@ async fn run_http(
                     None => PageBase::Loopback(format!("http://{local}")),
                 };
                 let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.url().to_string() };
-                let service: Arc<dyn Service> =
-                    Arc::new(crate::servers::notes::NotesServer { out_of_band: Some(out_of_band), ..plan.server.clone() });
+                let service: Arc<dyn Service> = Arc::new(crate::assembly::notes_server_with_out_of_band(&plan.server, out_of_band));
                 let page = crate::transport::page::page_router(
                     service.clone(),
                     plan.tokens.clone(),
