@@ -280,29 +280,44 @@ pub struct Placeholders {
 impl Placeholders {
     /// `text` with every known `{name}` replaced; an unknown one is an error naming the ones that exist.
     pub fn fill(&self, text: &str) -> Result<String, String> {
-        let mut out = String::new();
-        let mut rest = text;
-        while let Some(open) = rest.find('{') {
-            out.push_str(&rest[..open]);
-            let after = &rest[open + 1..];
-            let Some(close) = after.find('}') else {
-                out.push_str(&rest[open..]);
-                rest = "";
-                break;
-            };
-            let name = &after[..close];
-            match self.values.get(name) {
-                Some(value) => out.push_str(value),
+        fill_delimited(text, ("{", "}"), None, |name| match self.values.get(name) {
+            Some(value) => Ok(value.clone()),
+            None => {
+                let known: Vec<String> = self.values.keys().map(|k| format!("{{{k}}}")).collect();
+                Err(format!("{text:?} uses {{{name}}}, which is not a placeholder here; these are: {}", known.join(" ")))
+            }
+        })
+    }
+}
+
+/// `text` with each `OPEN name CLOSE` replaced by what `value` answers for `name`: the one placeholder scanner of
+/// target files (`{name}` in commands) and target scenarios (`{{name}}`). An `OPEN` without its `CLOSE` is
+/// `unclosed` as an error, or, without one, kept as text.
+pub(crate) fn fill_delimited(
+    text: &str,
+    (open, close): (&str, &str),
+    unclosed: Option<&str>,
+    value: impl Fn(&str) -> Result<String, String>,
+) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(open) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + open.len()..];
+        let Some(end) = after.find(close) else {
+            match unclosed {
+                Some(error) => return Err(error.to_string()),
                 None => {
-                    let known: Vec<String> = self.values.keys().map(|k| format!("{{{k}}}")).collect();
-                    return Err(format!("{text:?} uses {{{name}}}, which is not a placeholder here; these are: {}", known.join(" ")));
+                    out.push_str(&rest[at..]);
+                    return Ok(out);
                 }
             }
-            rest = &after[close + 1..];
-        }
-        out.push_str(rest);
-        Ok(out)
+        };
+        out.push_str(&value(&after[..end])?);
+        rest = &after[end + close.len()..];
     }
+    out.push_str(rest);
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -385,6 +400,16 @@ count = "result.resources"
         }
         assert!(error(&GOOD.replace("count = \"result.resources\"", "")).contains("method needs count"));
         assert!(error(&GOOD.replace("count = \"result.resources\"", "count = \"x\"\ncommand = [\"true\"]")).contains("exactly one of"));
+    }
+
+    #[test]
+    fn one_scanner_fills_both_placeholder_forms() {
+        let value = |name: &str| if name.trim() == "x" { Ok("1".to_string()) } else { Err(format!("no {name}")) };
+        assert_eq!(fill_delimited("a{x}b{x}", ("{", "}"), None, value).unwrap(), "a1b1");
+        assert_eq!(fill_delimited("a{x", ("{", "}"), None, value).unwrap(), "a{x", "a command's lone brace is text");
+        assert_eq!(fill_delimited("{{ x }}:{{x}}", ("{{", "}}"), Some("unclosed"), value).unwrap(), "1:1");
+        assert_eq!(fill_delimited("{{x", ("{{", "}}"), Some("unclosed"), value).unwrap_err(), "unclosed");
+        assert_eq!(fill_delimited("{y}", ("{", "}"), None, value).unwrap_err(), "no y");
     }
 
     #[test]

@@ -159,25 +159,17 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
 /// this target (a placeholder the file leaves empty, or one that does not exist).
 pub fn fill_scenario(target: &Target, text: &str) -> Result<String, String> {
     let values = scenario_placeholders(target);
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(open) = rest.find("{{") {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 2..];
-        let close = after.find("}}").ok_or("a `{{` without its `}}`")?;
-        let name = after[..close].trim();
+    file::fill_delimited(text, ("{{", "}}"), Some("a `{{` without its `}}`"), |name| {
+        let name = name.trim();
         match values.get(name) {
-            Some(Some(value)) => out.push_str(value),
-            Some(None) => return Err(format!("it needs {{{{{name}}}}}, which the target file does not give (tool.other_principal)")),
+            Some(Some(value)) => Ok(value.clone()),
+            Some(None) => Err(format!("it needs {{{{{name}}}}}, which the target file does not give (tool.other_principal)")),
             None => {
                 let known: Vec<String> = values.keys().map(|k| format!("{{{{{k}}}}}")).collect();
-                return Err(format!("{{{{{name}}}}} is not a placeholder; these are: {}", known.join(" ")));
+                Err(format!("{{{{{name}}}}} is not a placeholder; these are: {}", known.join(" ")))
             }
         }
-        rest = &after[close + 2..];
-    }
-    out.push_str(rest);
-    Ok(out)
+    })
 }
 
 /// One play on one fresh fleet.
