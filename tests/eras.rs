@@ -13,42 +13,11 @@ use serde_json::{json, Value};
 
 const ALICE: &str = "demo-alice";
 const BOB: &str = "demo-bob";
-const LEGACY: &str = "2025-11-25";
 const BOB_WORKSPACE: &str = "file:///Users/bob/Notes";
-
-fn legacy_request(id: i64, method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
-}
-
-fn initialize(capabilities: Value) -> Value {
-    legacy_request(
-        0,
-        "initialize",
-        json!({ "protocolVersion": LEGACY, "capabilities": capabilities, "clientInfo": { "name": "eras-test", "version": "1" } }),
-    )
-}
-
-fn legacy_delete(id: i64, workspace: &str) -> Value {
-    legacy_request(id, "tools/call", json!({ "name": "notes_delete", "arguments": delete_arguments(workspace, "TPS report") }))
-}
-
-/// A POST as a legacy client sends it: no modern routing headers, the session id once there is one.
-async fn legacy_post(url: &str, token: &str, session: Option<&str>, message: &Value) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("Authorization", format!("Bearer {token}"))
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .body(serde_json::to_vec(message).unwrap());
-    if let Some(session) = session {
-        request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", LEGACY);
-    }
-    request.send().await.expect("the server answers")
-}
 
 /// Opens a legacy session as `token`; returns its id.
 async fn open_session(url: &str, token: &str, capabilities: Value) -> String {
-    let response = legacy_post(url, token, None, &initialize(capabilities)).await;
+    let response = legacy_post(&reqwest::Client::new(), url, token, None, &legacy_initialize(capabilities)).await;
     assert_eq!(response.status().as_u16(), 200);
     let session = response.headers().get("mcp-session-id").expect("a legacy initialize gets a session id").to_str().unwrap().to_string();
     let body: Value = response.json().await.unwrap();
@@ -56,7 +25,7 @@ async fn open_session(url: &str, token: &str, capabilities: Value) -> String {
     assert_eq!(body["result"]["serverInfo"]["name"], "mcpsim-notes");
     assert!(body["result"].get("resultType").is_none(), "a legacy result has no resultType: {body}");
     let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-    assert_eq!(legacy_post(url, token, Some(&session), &initialized).await.status().as_u16(), 202);
+    assert_eq!(legacy_post(&reqwest::Client::new(), url, token, Some(&session), &initialized).await.status().as_u16(), 202);
     session
 }
 
@@ -111,30 +80,32 @@ async fn modern(url: &str, token: &str, message: &Value, session: Option<&str>) 
 async fn a_legacy_confirmation_is_an_elicitation_inside_the_call_and_deletes_once() {
     let server = HttpServer::start(&["--eras", "both"]);
     let session = open_session(&server.url, ALICE, json!({ "elicitation": {} })).await;
-    let mut events = Events::new(legacy_post(&server.url, ALICE, Some(&session), &legacy_delete(5, ALICE_WORKSPACE)).await);
+    let mut events =
+        Events::new(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(5, ALICE_WORKSPACE)).await);
     let asked = events.next().await;
     assert_eq!(asked["method"], "elicitation/create", "{asked}");
     assert_eq!(asked["params"]["requestedSchema"]["properties"]["note_id"]["enum"], json!(["note-3", "note-7", "note-14"]));
     let reply = answer(&asked, accept("note-7"));
-    assert_eq!(legacy_post(&server.url, ALICE, Some(&session), &reply).await.status().as_u16(), 202);
+    assert_eq!(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &reply).await.status().as_u16(), 202);
     let done = events.next().await;
     assert_eq!(done["id"], 5);
     assert_eq!(done["result"]["structuredContent"], json!({ "deleted": true, "noteId": "note-7", "outcome": "deleted" }), "{done}");
     assert!(done["result"].get("resultType").is_none());
     // The same answer again reaches nothing: the question was answered once.
-    assert_eq!(legacy_post(&server.url, ALICE, Some(&session), &reply).await.status().as_u16(), 202);
+    assert_eq!(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &reply).await.status().as_u16(), 202);
     // Bob cannot answer alice's questions, nor use her session at all.
     let ping = legacy_request(6, "ping", json!({}));
-    assert_eq!(legacy_post(&server.url, BOB, Some(&session), &ping).await.status().as_u16(), 404);
-    let pong: Value = legacy_post(&server.url, ALICE, Some(&session), &ping).await.json().await.unwrap();
+    assert_eq!(legacy_post(&reqwest::Client::new(), &server.url, BOB, Some(&session), &ping).await.status().as_u16(), 404);
+    let pong: Value = legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &ping).await.json().await.unwrap();
     assert_eq!(pong["result"], json!({}));
     // The delete is the shared store's: a modern client sees it too.
     let (_, _, body) = modern(&server.url, ALICE, &resources_list(7), None).await;
     assert_eq!(resource_names(&serde_json::from_slice(&body).unwrap()), ["note-3", "note-14", "note-99"]);
     // A declined confirmation deletes nothing.
-    let mut events = Events::new(legacy_post(&server.url, ALICE, Some(&session), &legacy_delete(8, ALICE_WORKSPACE)).await);
+    let mut events =
+        Events::new(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(8, ALICE_WORKSPACE)).await);
     let asked = events.next().await;
-    legacy_post(&server.url, ALICE, Some(&session), &answer(&asked, json!({ "action": "decline" }))).await;
+    legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &answer(&asked, json!({ "action": "decline" }))).await;
     assert_eq!(events.next().await["result"]["structuredContent"]["outcome"], "declined");
     // A DELETE passes the checks a POST does: unauthenticated, from a foreign page, or by another principal,
     // it ends nothing.
@@ -151,10 +122,14 @@ async fn a_legacy_confirmation_is_an_elicitation_inside_the_call_and_deletes_onc
     assert_eq!(delete(None, None).await, 401);
     assert_eq!(delete(Some(ALICE), Some("http://evil.example")).await, 403);
     assert_eq!(delete(Some(BOB), None).await, 404, "bob cannot end alice's session");
-    assert_eq!(legacy_post(&server.url, ALICE, Some(&session), &ping).await.status().as_u16(), 200, "still alice's");
+    assert_eq!(
+        legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &ping).await.status().as_u16(),
+        200,
+        "still alice's"
+    );
     // DELETE ends the session: its id is then unknown.
     assert_eq!(delete(Some(ALICE), None).await, 200);
-    assert_eq!(legacy_post(&server.url, ALICE, Some(&session), &ping).await.status().as_u16(), 404);
+    assert_eq!(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &ping).await.status().as_u16(), 404);
 }
 
 #[tokio::test]
@@ -182,7 +157,7 @@ async fn modern_requests_on_a_dual_era_server_are_answered_as_on_a_modern_only_o
 #[tokio::test]
 async fn a_modern_only_server_answers_initialize_naming_its_version_and_mints_no_session() {
     let server = HttpServer::start(&["--eras", "modern"]);
-    let response = legacy_post(&server.url, ALICE, None, &initialize(json!({}))).await;
+    let response = legacy_post(&reqwest::Client::new(), &server.url, ALICE, None, &legacy_initialize(json!({}))).await;
     assert_eq!(response.status().as_u16(), 404);
     assert!(!response.headers().contains_key("mcp-session-id"));
     let body: Value = response.json().await.unwrap();
@@ -195,25 +170,49 @@ async fn roots_narrow_what_authorization_allows_and_never_widen_it() {
     let server = HttpServer::start(&["--eras", "both"]);
     let session = open_session(&server.url, ALICE, json!({ "elicitation": {}, "roots": {} })).await;
     // Roots naming bob's workspace: the call gets past the roots and is refused by the server's own authorization.
-    let mut events = Events::new(legacy_post(&server.url, ALICE, Some(&session), &legacy_delete(1, BOB_WORKSPACE)).await);
+    let mut events =
+        Events::new(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(1, BOB_WORKSPACE)).await);
     let asked = events.next().await;
     assert_eq!(asked["method"], "roots/list");
-    legacy_post(&server.url, ALICE, Some(&session), &answer(&asked, json!({ "roots": [{ "uri": BOB_WORKSPACE }] }))).await;
+    legacy_post(
+        &reqwest::Client::new(),
+        &server.url,
+        ALICE,
+        Some(&session),
+        &answer(&asked, json!({ "roots": [{ "uri": BOB_WORKSPACE }] })),
+    )
+    .await;
     assert_eq!(reason(&events.next().await), "workspace_unauthorized");
     // Roots that leave out alice's own workspace: refused though she is authorized for it.
-    let mut events = Events::new(legacy_post(&server.url, ALICE, Some(&session), &legacy_delete(2, ALICE_WORKSPACE)).await);
+    let mut events =
+        Events::new(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(2, ALICE_WORKSPACE)).await);
     let asked = events.next().await;
-    legacy_post(&server.url, ALICE, Some(&session), &answer(&asked, json!({ "roots": [{ "uri": "file:///Users/alice/Other" }] }))).await;
+    legacy_post(
+        &reqwest::Client::new(),
+        &server.url,
+        ALICE,
+        Some(&session),
+        &answer(&asked, json!({ "roots": [{ "uri": "file:///Users/alice/Other" }] })),
+    )
+    .await;
     let refused = events.next().await;
     assert_eq!(reason(&refused), "workspace_unauthorized");
     assert!(refused["error"]["message"].as_str().unwrap().contains("outside every root"), "{refused}");
     // Roots containing it: on to the confirmation, and nothing was deleted by the refusals.
-    let mut events = Events::new(legacy_post(&server.url, ALICE, Some(&session), &legacy_delete(3, ALICE_WORKSPACE)).await);
+    let mut events =
+        Events::new(legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(3, ALICE_WORKSPACE)).await);
     let asked = events.next().await;
-    legacy_post(&server.url, ALICE, Some(&session), &answer(&asked, json!({ "roots": [{ "uri": "file:///Users/alice" }] }))).await;
+    legacy_post(
+        &reqwest::Client::new(),
+        &server.url,
+        ALICE,
+        Some(&session),
+        &answer(&asked, json!({ "roots": [{ "uri": "file:///Users/alice" }] })),
+    )
+    .await;
     let asked = events.next().await;
     assert_eq!(asked["method"], "elicitation/create");
-    legacy_post(&server.url, ALICE, Some(&session), &answer(&asked, accept("note-14"))).await;
+    legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &answer(&asked, accept("note-14"))).await;
     assert_eq!(events.next().await["result"]["structuredContent"]["noteId"], "note-14");
 }
 
@@ -222,9 +221,9 @@ async fn sessions_live_on_the_instance_that_made_them() {
     let fleet = HttpServer::start_instances(&["--eras", "both", "--instances", "2"], 2);
     let session = open_session(&fleet.urls[0], ALICE, json!({ "elicitation": {} })).await;
     let ping = legacy_request(1, "ping", json!({}));
-    assert_eq!(legacy_post(&fleet.urls[0], ALICE, Some(&session), &ping).await.status().as_u16(), 200);
+    assert_eq!(legacy_post(&reqwest::Client::new(), &fleet.urls[0], ALICE, Some(&session), &ping).await.status().as_u16(), 200);
     // The other instance never saw it: 404, which tells a legacy client to initialize again there.
-    let elsewhere = legacy_post(&fleet.urls[1], ALICE, Some(&session), &ping).await;
+    let elsewhere = legacy_post(&reqwest::Client::new(), &fleet.urls[1], ALICE, Some(&session), &ping).await;
     assert_eq!(elsewhere.status().as_u16(), 404);
     let body: Value = elsewhere.json().await.unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains("initialize again"), "{body}");
@@ -234,7 +233,7 @@ async fn sessions_live_on_the_instance_that_made_them() {
 #[test]
 fn a_stdio_process_opened_with_initialize_is_one_legacy_session() {
     let mut server = StdioServer::start(&["--eras", "both"]);
-    let opened = server.call(&initialize(json!({ "elicitation": {} })));
+    let opened = server.call(&legacy_initialize(json!({ "elicitation": {} })));
     assert_eq!(opened["result"]["protocolVersion"], LEGACY);
     server.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     server.send(&legacy_delete(1, ALICE_WORKSPACE));
@@ -256,6 +255,6 @@ fn a_stdio_process_without_initialize_stays_modern() {
     let listed = server.call(&request(1, "tools/list", json!({})));
     assert_eq!(listed["result"]["resultType"], "complete", "{listed}");
     // Once modern, an initialize is what it is on a modern-only server.
-    let refused = server.call(&initialize(json!({})));
+    let refused = server.call(&legacy_initialize(json!({})));
     assert_eq!(refused["error"]["code"], -32601, "{refused}");
 }

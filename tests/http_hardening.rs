@@ -27,7 +27,6 @@ use std::time::Duration;
 
 const ALICE: &str = "demo-alice";
 const BOB: &str = "demo-bob";
-const LEGACY: &str = "2025-11-25";
 /// A well-formed flow reference (16 bytes in base64url) naming no flow: sign-in does not look flows up.
 const REFERENCE: &str = "AAAAAAAAAAAAAAAAAAAAAA";
 
@@ -234,37 +233,8 @@ fn read_until_closed_or_answered(stream: &mut TcpStream) -> Vec<u8> {
 
 // --- 2: legacy calls waiting on their client ---------------------------------------------------------------
 
-fn legacy_request(id: i64, method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
-}
-
-fn initialize(capabilities: Value) -> Value {
-    legacy_request(
-        0,
-        "initialize",
-        json!({ "protocolVersion": LEGACY, "capabilities": capabilities, "clientInfo": { "name": "hardening", "version": "1" } }),
-    )
-}
-
-fn legacy_delete(id: i64) -> Value {
-    legacy_request(id, "tools/call", json!({ "name": "notes_delete", "arguments": delete_arguments(ALICE_WORKSPACE, "TPS report") }))
-}
-
-async fn legacy_post(client: &reqwest::Client, url: &str, token: &str, session: Option<&str>, message: &Value) -> reqwest::Response {
-    let mut request = client
-        .post(url)
-        .header("Authorization", format!("Bearer {token}"))
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .body(serde_json::to_vec(message).unwrap());
-    if let Some(session) = session {
-        request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", LEGACY);
-    }
-    request.send().await.expect("the server answers")
-}
-
 async fn open_session(client: &reqwest::Client, url: &str, token: &str) -> String {
-    let response = legacy_post(client, url, token, None, &initialize(json!({ "elicitation": {} }))).await;
+    let response = legacy_post(client, url, token, None, &legacy_initialize(json!({ "elicitation": {} }))).await;
     assert_eq!(response.status().as_u16(), 200);
     response.headers()["mcp-session-id"].to_str().unwrap().to_string()
 }
@@ -287,7 +257,7 @@ async fn next_event(response: &mut reqwest::Response, buffer: &mut String) -> Va
 
 /// Opens a legacy delete call and reads its first event, the question to the client.
 async fn asked(client: &reqwest::Client, url: &str, session: &str, id: i64) -> (reqwest::Response, String, Value) {
-    let mut response = legacy_post(client, url, ALICE, Some(session), &legacy_delete(id)).await;
+    let mut response = legacy_post(client, url, ALICE, Some(session), &legacy_delete(id, ALICE_WORKSPACE)).await;
     assert_eq!(response.headers()["content-type"], "text/event-stream", "call {id} asks the client something");
     let mut buffer = String::new();
     let question = next_event(&mut response, &mut buffer).await;
@@ -319,7 +289,7 @@ async fn a_legacy_call_waiting_on_its_client_holds_no_place_and_ends_when_the_cl
     for id in 0..16 {
         waiting.push(asked(&reqwest::Client::new(), &server.url, &session, 100 + id).await);
     }
-    let refused = legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(200)).await;
+    let refused = legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(200, ALICE_WORKSPACE)).await;
     let refused: Value = refused.json().await.unwrap();
     assert!(refused["error"]["message"].as_str().unwrap().contains("as many of your legacy calls wait"), "{refused}");
     assert_eq!(discover_status(&reqwest::Client::new(), &server.url, BOB).await, 200, "bob still served beside 16 waiting calls");
@@ -329,7 +299,7 @@ async fn a_legacy_call_waiting_on_its_client_holds_no_place_and_ends_when_the_cl
     drop(waiting);
     let started = now();
     let freed = loop {
-        let response = legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(300)).await;
+        let response = legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(300, ALICE_WORKSPACE)).await;
         if response.headers()["content-type"] == "text/event-stream" {
             break started.elapsed();
         }
@@ -352,7 +322,7 @@ async fn legacy_sessions_are_bounded_by_size_each_and_per_principal() {
     let client = reqwest::Client::new();
 
     // bob's ~700 KB of capabilities: refused, no session, -32602 saying why.
-    let response = legacy_post(&client, &server.url, BOB, None, &initialize(capabilities_of(700_000))).await;
+    let response = legacy_post(&client, &server.url, BOB, None, &legacy_initialize(capabilities_of(700_000))).await;
     assert_eq!(response.status().as_u16(), 200);
     assert!(!response.headers().contains_key("mcp-session-id"), "no session was opened");
     let body: Value = response.json().await.unwrap();
@@ -362,7 +332,7 @@ async fn legacy_sessions_are_bounded_by_size_each_and_per_principal() {
     // Sessions just under the per-session bound: a principal's sessions hold at most 128 KiB together.
     let mut opened = Vec::new();
     let refusal = loop {
-        let response = legacy_post(&client, &server.url, BOB, None, &initialize(capabilities_of(15_000))).await;
+        let response = legacy_post(&client, &server.url, BOB, None, &legacy_initialize(capabilities_of(15_000))).await;
         match response.headers().get("mcp-session-id") {
             Some(id) => opened.push(id.to_str().unwrap().to_string()),
             None => break (response.status().as_u16(), response.json::<Value>().await.unwrap()),
@@ -374,11 +344,11 @@ async fn legacy_sessions_are_bounded_by_size_each_and_per_principal() {
     assert_eq!(refusal.0, 503, "{refusal:?}");
     assert!(refusal.1["error"]["message"].as_str().unwrap().contains("bytes"), "{refusal:?}");
     // Alice is not bob: her share is her own.
-    assert_eq!(legacy_post(&client, &server.url, ALICE, None, &initialize(capabilities_of(15_000))).await.status().as_u16(), 200);
+    assert_eq!(legacy_post(&client, &server.url, ALICE, None, &legacy_initialize(capabilities_of(15_000))).await.status().as_u16(), 200);
     // Ending one of bob's sessions gives its bytes back.
     let ended = client.delete(&server.url).header("Authorization", format!("Bearer {BOB}")).header("Mcp-Session-Id", &opened[0]);
     assert_eq!(ended.send().await.unwrap().status().as_u16(), 200);
-    let again = legacy_post(&client, &server.url, BOB, None, &initialize(capabilities_of(15_000))).await;
+    let again = legacy_post(&client, &server.url, BOB, None, &legacy_initialize(capabilities_of(15_000))).await;
     assert!(again.headers().contains_key("mcp-session-id"), "room again after a DELETE");
 }
 

@@ -403,3 +403,40 @@ pub fn run_with_env(args: &[&str], environment: &[(&str, &str)]) -> (Option<i32>
         .expect("the mcpsim binary runs");
     (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
+
+// ----- 2025-11-25 (legacy) clients, for the tests of `serve --eras both` -----
+
+/// The protocol revision a legacy client speaks.
+pub const LEGACY: &str = "2025-11-25";
+
+pub fn legacy_request(id: i64, method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+/// A legacy `initialize` declaring `capabilities`.
+pub fn legacy_initialize(capabilities: Value) -> Value {
+    legacy_request(
+        0,
+        "initialize",
+        json!({ "protocolVersion": LEGACY, "capabilities": capabilities, "clientInfo": { "name": "e2e-legacy", "version": "1" } }),
+    )
+}
+
+/// A legacy `notes_delete` call for the TPS reports of `workspace`.
+pub fn legacy_delete(id: i64, workspace: &str) -> Value {
+    legacy_request(id, "tools/call", json!({ "name": "notes_delete", "arguments": delete_arguments(workspace, "TPS report") }))
+}
+
+/// A POST as a legacy client sends it: no modern routing headers, the session id once there is one.
+pub async fn legacy_post(client: &reqwest::Client, url: &str, token: &str, session: Option<&str>, message: &Value) -> reqwest::Response {
+    let mut request = client
+        .post(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(serde_json::to_vec(message).unwrap());
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", LEGACY);
+    }
+    request.send().await.expect("the server answers")
+}
