@@ -289,9 +289,14 @@ pub struct ReplayLimits {
 impl ReplayLimits {
     /// `capacity` nonces, each principal allowed `share_percent` of them (at least one).
     pub fn with_share(capacity: usize, share_percent: usize, retention_grace_ms: u64) -> ReplayLimits {
-        let principal_capacity = (capacity.saturating_mul(share_percent.min(100)) / 100).clamp(1, capacity.max(1));
-        ReplayLimits { capacity, principal_capacity, retention_grace_ms }
+        ReplayLimits { capacity, principal_capacity: share_of(capacity, share_percent), retention_grace_ms }
     }
+}
+
+/// One principal's share of a shared store's `capacity`: `share_percent` of it, at least 1 and at most all. The
+/// replay store and the out-of-band flows take their shares by this one rule.
+pub(crate) fn share_of(capacity: usize, share_percent: usize) -> usize {
+    (capacity.saturating_mul(share_percent.min(100)) / 100).clamp(1, capacity.max(1))
 }
 
 impl Default for ReplayLimits {

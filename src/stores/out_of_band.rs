@@ -29,8 +29,7 @@ pub struct OutOfBandLimits {
 impl OutOfBandLimits {
     /// `capacity` flows, each principal allowed `share_percent` of them (at least one).
     pub fn with_share(capacity: usize, share_percent: usize) -> OutOfBandLimits {
-        let principal_capacity = (capacity.saturating_mul(share_percent.min(100)) / 100).clamp(1, capacity.max(1));
-        OutOfBandLimits { capacity, principal_capacity }
+        OutOfBandLimits { capacity, principal_capacity: crate::stores::memory::share_of(capacity, share_percent) }
     }
 
     /// Whether a store holding `held` flows in all, `mine` of them the starting principal's, is full for it.
@@ -65,19 +64,27 @@ impl Flows {
     }
 
     fn prune(&mut self, now_ms: u64) {
-        let held = &mut self.held;
+        let mut gone = Vec::new();
         self.by_reference.retain(|_, record| {
             let keep = record.flow.expires_at_ms.saturating_add(OUT_OF_BAND_GRACE_MS) > now_ms;
             if !keep {
-                if let Some(count) = held.get_mut(&record.flow.principal) {
-                    *count -= 1;
-                    if *count == 0 {
-                        held.remove(&record.flow.principal);
-                    }
-                }
+                gone.push(record.flow.principal.clone());
             }
             keep
         });
+        for principal in gone {
+            self.release(&principal);
+        }
+    }
+
+    /// One flow of `principal` is no longer held.
+    fn release(&mut self, principal: &str) {
+        if let Some(count) = self.held.get_mut(principal) {
+            *count -= 1;
+            if *count == 0 {
+                self.held.remove(principal);
+            }
+        }
     }
 }
 
@@ -124,9 +131,12 @@ impl OutOfBandStore for MemoryOutOfBandStore {
             }
         }
         let principal = flow.principal.clone();
-        if flows.by_reference.insert(flow.reference.clone(), FlowRecord { flow, status: FlowStatus::Started }).is_none() {
-            *flows.held.entry(principal).or_insert(0) += 1;
+        // A reference started again (never by a server: references are random) replaces the flow; its
+        // count moves with it, so no principal keeps a place it no longer holds.
+        if let Some(replaced) = flows.by_reference.insert(flow.reference.clone(), FlowRecord { flow, status: FlowStatus::Started }) {
+            flows.release(&replaced.flow.principal);
         }
+        *flows.held.entry(principal).or_insert(0) += 1;
         Ok(FlowStart::Started)
     }
 
@@ -181,6 +191,16 @@ mod tests {
         assert_eq!(store.start(flow("r2", "alice", 1_000), 0).await, Ok(FlowStart::Full), "never evicts an unexpired flow");
         assert_eq!(store.start(flow("r2", "alice", 100_000), 1_000 + OUT_OF_BAND_GRACE_MS).await, Ok(FlowStart::Started));
         assert!(store.flow("r1").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_reference_started_again_moves_its_place_to_the_new_principal() {
+        let store = MemoryOutOfBandStore::with_limits(OutOfBandLimits::with_share(4, 25));
+        assert_eq!(store.start(flow("r1", "bob", 1_000), 0).await, Ok(FlowStart::Started));
+        assert_eq!(store.start(flow("r1", "alice", 1_000), 0).await, Ok(FlowStart::Started), "the same reference, another principal");
+        // bob holds nothing now: his one place is free again; alice holds her one.
+        assert_eq!(store.start(flow("b2", "bob", 1_000), 0).await, Ok(FlowStart::Started));
+        assert_eq!(store.start(flow("a2", "alice", 1_000), 0).await, Ok(FlowStart::Full));
     }
 
     #[tokio::test]

@@ -255,13 +255,13 @@ enum Reservation {
 }
 
 impl PostgresStore {
-    /// Connects and migrates the schema. Several processes may open the same database at once; migration is
-    /// serialized by an advisory lock.
     /// The same store, bounding its out-of-band flows by `limits` (in all and per principal).
     pub fn with_out_of_band_limits(self, limits: OutOfBandLimits) -> PostgresStore {
         PostgresStore { flows: limits, ..self }
     }
 
+    /// Connects and migrates the schema. Several processes may open the same database at once; migration is
+    /// serialized by an advisory lock.
     pub async fn open(config: tokio_postgres::Config, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<PostgresStore, StoreError> {
         Self::open_with_durability(config, clock, limits, Durability::Durable).await
     }

@@ -317,7 +317,9 @@ pub async fn open_with_limits(
         StoreSpec::Dir { path, uri } => {
             let store = Arc::new(DirStore::open(path, uri.clone(), clock, limits)?);
             let recovered = store.recovered();
-            if recovered != Default::default() {
+            // Swept temporary claim files are logged by the sweep itself: no delete was half done for them.
+            let half_done = crate::stores::dir::RecoveryReport { swept: 0, ..recovered };
+            if half_done != Default::default() {
                 tracing::warn!("{}: finished deletes an earlier process left half done: {recovered:?}", store.describe());
             }
             // A folder of notes keeps no out-of-band flows: this process's own, in memory.

@@ -254,13 +254,13 @@ enum Reservation {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and migrates its schema. Several processes may open
-    /// the same file at once; migration is serialized by the write lock.
     /// The same store, bounding its out-of-band flows by `limits` (in all and per principal).
     pub fn with_out_of_band_limits(self, limits: OutOfBandLimits) -> SqliteStore {
         SqliteStore { flows: limits, ..self }
     }
 
+    /// Opens (creating if needed) the database at `path` and migrates its schema. Several processes may open
+    /// the same file at once; migration is serialized by the write lock.
     pub async fn open(path: &Path, clock: Arc<dyn Clock>, limits: ReplayLimits) -> Result<SqliteStore, StoreError> {
         Self::open_with_durability(path, clock, limits, Durability::Durable).await
     }
