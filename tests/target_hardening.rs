@@ -441,6 +441,13 @@ fn a_stdio_server_that_exits_at_start_does_not_kill_run_or_explore_by_sigpipe() 
     assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("2 of 2 seed(s) failed"), "{}", ran.stdout);
     assert_eq!(scratch.work_dirs(), Vec::<String>::new());
+    // Whether a server that exits at once is gone before the first write is the machine's timing; one that
+    // closes its stdin and stays makes every write meet EPIPE, every time.
+    let file = scratch.write_target("closed.toml", &stdio_target("", r#"["sh", "-c", "exec 0<&-; exec sleep 300"]"#, 300));
+    let ran = finish(scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], &[]), 60);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("closed its stdin"), "the write met EPIPE: {}", ran.stdout);
+    assert_eq!(scratch.work_dirs(), Vec::<String>::new());
 }
 
 /// mcpsim's own stdout closed (`| head`): it still ends by SIGPIPE, quietly, and the watchdog removes what it

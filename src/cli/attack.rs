@@ -5,7 +5,7 @@ use crate::target::file::Target;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::common::{EXIT_FAILED as EXIT_FINDING, EXIT_UNJUDGED as EXIT_INCONCLUSIVE, EXIT_USAGE};
+use super::common::{EXIT_FAILED, EXIT_UNJUDGED, EXIT_USAGE};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -49,36 +49,35 @@ pub fn run(args: AttackArgs) -> ExitCode {
         Ok(path) => path.display().to_string(),
         Err(error) => {
             eprintln!("mcpsim attack: cannot find the mcpsim binary for {{mcpsim}}: {error}");
-            return ExitCode::from(EXIT_INCONCLUSIVE);
+            return ExitCode::from(EXIT_UNJUDGED);
         }
     };
     let work_dir = match super::target::begin("attack") {
         Ok(dir) => dir,
         Err(why) => {
             eprintln!("{why}");
-            return ExitCode::from(EXIT_INCONCLUSIVE);
+            return ExitCode::from(EXIT_UNJUDGED);
         }
     };
-    let guard = crate::target::contain::Guard;
+    let _guard = crate::target::contain::Guard;
     let result = attack::run_battery(&target, &args.only, &mcpsim, &work_dir);
-    drop(guard);
-    if super::target::end("attack") {
-        return ExitCode::from(EXIT_INCONCLUSIVE);
-    }
+    // Processes counted still running make the run unjudged, but never hide what the battery found: the
+    // report is printed either way, and a finding still exits as one.
+    let left_running = super::target::end("attack");
     match result {
         Ok(reports) => {
             print!("{}", attack::render(&target, &reports));
             if reports.iter().any(|r| matches!(r.verdict, Verdict::Broken(_))) {
-                ExitCode::from(EXIT_FINDING)
-            } else if reports.iter().any(|r| matches!(r.verdict, Verdict::Inconclusive(_))) {
-                ExitCode::from(EXIT_INCONCLUSIVE)
+                ExitCode::from(EXIT_FAILED)
+            } else if left_running || reports.iter().any(|r| matches!(r.verdict, Verdict::Inconclusive(_))) {
+                ExitCode::from(EXIT_UNJUDGED)
             } else {
                 ExitCode::SUCCESS
             }
         }
         Err(error) => {
             eprintln!("mcpsim attack: the fleet could not be started: {}", crate::target::shown(&error));
-            ExitCode::from(EXIT_INCONCLUSIVE)
+            ExitCode::from(EXIT_UNJUDGED)
         }
     }
 }

@@ -21,7 +21,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::common::{EXIT_FAILED as EXIT_UNSAFE, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED as EXIT_CRASHED, EXIT_USAGE};
+use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED, EXIT_USAGE};
 
 /// Seeds `--all-mutants` tries per mutant before declaring it survived.
 pub(crate) const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
@@ -508,7 +508,7 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
         say(failure.to_string());
     }
     let only_liveness = report.failures.iter().all(|f| f.kind == FailureKind::Property(Property::Liveness));
-    ExitCode::from(if only_liveness { EXIT_NOT_LIVE } else { EXIT_UNSAFE })
+    ExitCode::from(if only_liveness { EXIT_NOT_LIVE } else { EXIT_FAILED })
 }
 
 fn usage_of(command: &str, message: &str) -> ExitCode {
@@ -534,12 +534,11 @@ fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &
         println!("  expectations failed    {}{also}", exploration.expectation_runs);
     }
     println!("  simulator crashed      {}", exploration.crashed_runs);
-    let mutant_flag = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default()
-        + &if faulty { format!(" --faults {}", kinds.join(",")) } else { String::new() };
+    let mutant_flag = crate::sim::runner::reproduce_flags(false, faults, mutant);
     if let Some((seed, message)) = &exploration.first_crash {
         println!("\nthe simulator crashed on seed {seed}: {message}");
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
-        return ExitCode::from(EXIT_CRASHED);
+        return ExitCode::from(EXIT_UNJUDGED);
     }
     if let Some((seed, failures)) = &exploration.first_unsafe {
         let properties: Vec<&str> = exploration.properties_broken.iter().map(|p| p.as_str()).collect();
@@ -549,10 +548,9 @@ fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &
         }
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
         if mutant.is_none() {
-            let faults = if faulty { format!(" --faults {}", kinds.join(",")) } else { String::new() };
-            println!("  transcript: mcpsim run {argument} --seed {seed}{faults}");
+            println!("  transcript: mcpsim run {argument} --seed {seed}{}", crate::sim::runner::reproduce_flags(false, faults, None));
         }
-        return ExitCode::from(EXIT_UNSAFE);
+        return ExitCode::from(EXIT_FAILED);
     }
     if let Some((seed, failures)) = &exploration.first_not_live {
         let what = if faulty { "LIVENESS FAILED" } else { "EXPECTATIONS FAILED" };
@@ -561,7 +559,7 @@ fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &
             println!("  {}", failure.to_string().replace('\n', "\n  "));
         }
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
-        return ExitCode::from(if faulty { EXIT_NOT_LIVE } else { EXIT_UNSAFE });
+        return ExitCode::from(if faulty { EXIT_NOT_LIVE } else { EXIT_FAILED });
     }
     if faulty {
         println!("\nall held in every schedule: every safety property, and liveness with clients retrying up to {RETRIES_MAX} times");
@@ -583,21 +581,21 @@ fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, server:
     if found.truncated {
         println!("  (stopped after {EXHAUSTIVE_EXECUTIONS_MAX} executions: the search is incomplete)");
     }
-    let mutant_flag = mutant.map(|m| format!(" --mutant {m}")).unwrap_or_default();
+    let mutant_flag = crate::sim::runner::reproduce_flags(false, &[], mutant);
     if let Some((choices, failures)) = &found.first_unsafe {
         println!("\nSAFETY VIOLATED; first schedule found (choices at branching points: {choices:?}):");
         for failure in failures {
             println!("  {}", failure.to_string().replace('\n', "\n  "));
         }
         println!("  search it again: mcpsim explore {argument} --exhaustive{mutant_flag}");
-        return ExitCode::from(EXIT_UNSAFE);
+        return ExitCode::from(EXIT_FAILED);
     }
     if let Some((choices, failures)) = &found.first_expectation {
         println!("\nEXPECTATIONS FAILED (no safety property broke); first schedule {choices:?}:");
         for failure in failures {
             println!("  {}", failure.to_string().replace('\n', "\n  "));
         }
-        return ExitCode::from(EXIT_UNSAFE);
+        return ExitCode::from(EXIT_FAILED);
     }
     println!("\nall held in every schedule");
     ExitCode::from(EXIT_HELD)
@@ -655,6 +653,6 @@ fn all_mutants(seeds: u64, jobs: usize) -> ExitCode {
         ExitCode::from(EXIT_HELD)
     } else {
         println!("\nNOT every mutant was caught with the real server clean (see the table)");
-        ExitCode::from(EXIT_UNSAFE)
+        ExitCode::from(EXIT_FAILED)
     }
 }

@@ -1,6 +1,6 @@
 //! `mcpsim run --target FILE [SCENARIOS]`: the target scenarios played against a fleet of someone's server.
 
-use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_UNJUDGED as EXIT_HARNESS, EXIT_USAGE};
+use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_UNJUDGED, EXIT_USAGE};
 use super::run::{FormatArg, RunArgs, SEEDS_MAX};
 use crate::target::file::Target;
 use crate::target::{self, contain, process, shown};
@@ -82,14 +82,14 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
         Ok(path) => path.display().to_string(),
         Err(error) => {
             eprintln!("mcpsim run: cannot find the mcpsim binary for {{mcpsim}}: {error}");
-            return ExitCode::from(EXIT_HARNESS);
+            return ExitCode::from(EXIT_UNJUDGED);
         }
     };
     let work_dir = match begin("run") {
         Ok(dir) => dir,
         Err(why) => {
             eprintln!("{why}");
-            return ExitCode::from(EXIT_HARNESS);
+            return ExitCode::from(EXIT_UNJUDGED);
         }
     };
     let _guard = contain::Guard;
@@ -143,12 +143,12 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             Err(error) => {
                 say(&format!("# {}: ERROR: {}\n\n", shown(&scenario.name), shown(&error)));
                 rows.push((shown(&scenario.name), format!("ERROR: {}", shown(&error))));
-                status = EXIT_HARNESS;
+                status = EXIT_UNJUDGED;
             }
         }
     }
     if end("run") {
-        status = EXIT_HARNESS;
+        status = EXIT_UNJUDGED;
     }
     let mut summary = String::new();
     let (name, instances, transport) = (&target.file.name, target.file.instances, target.file.transport.as_str());
@@ -184,13 +184,13 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     };
     let Ok(mcpsim) = std::env::current_exe().map(|p| p.display().to_string()) else {
         eprintln!("mcpsim explore: cannot find the mcpsim binary for {{mcpsim}}");
-        return ExitCode::from(EXIT_HARNESS);
+        return ExitCode::from(EXIT_UNJUDGED);
     };
     let work_dir = match begin("explore") {
         Ok(dir) => dir,
         Err(why) => {
             eprintln!("{why}");
-            return ExitCode::from(EXIT_HARNESS);
+            return ExitCode::from(EXIT_UNJUDGED);
         }
     };
     let _guard = contain::Guard;
@@ -226,10 +226,10 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     );
     if let Some(error) = error {
         println!("stopped: {}", shown(&error));
-        return ExitCode::from(EXIT_HARNESS);
+        return ExitCode::from(EXIT_UNJUDGED);
     }
     if left {
-        return ExitCode::from(EXIT_HARNESS);
+        return ExitCode::from(EXIT_UNJUDGED);
     }
     if failing.is_empty() {
         println!("every one of {runs} seed(s) held (the servers' own timing is not mcpsim's: a clean run is evidence, not proof)");
