@@ -422,10 +422,10 @@ async fn sign_in_attempt(client: &reqwest::Client, base: &str, reference: &str, 
         .filter_map(|value| value.to_str().ok())
         .find(|cookie| cookie.starts_with("mcpsim_page_sign_in="))
         .map(|cookie| cookie.split(';').next().unwrap().to_string())
-        .unwrap_or_default();
-    let body = form.text().await.unwrap_or_default();
+        .expect("the sign-in form sets a pre-session cookie");
+    let body = form.text().await.expect("the sign-in form has a body");
     let marker = "name=\"csrf\" value=\"";
-    let csrf = body.find(marker).map(|at| &body[at + marker.len()..]).and_then(|rest| rest.split('"').next()).unwrap_or("");
+    let csrf = body.find(marker).map(|at| &body[at + marker.len()..]).and_then(|rest| rest.split('"').next()).expect("a CSRF field");
     client
         .post(format!("{base}/connect/{reference}/sign-in"))
         .header("Content-Type", "application/x-www-form-urlencoded")

@@ -175,14 +175,15 @@ impl Target {
                     }
                 }
                 let url = file.url.as_deref().unwrap_or(DEFAULT_URL);
-                // Checked with a stand-in port; the URL each instance gets is checked again once filled.
-                let template_ok = url.matches("{port}").count() == 1;
-                if !template_ok || check_url(&url.replace("{port}", "1"), Some(1)).is_err() {
-                    let why = if template_ok {
-                        check_url(&url.replace("{port}", "1"), Some(1)).err().unwrap_or_default()
-                    } else {
-                        "it must name {port} once, as the URL's port".to_string()
-                    };
+                // Checked with two stand-in ports, so a literal port that happens to equal one of them (`:1`
+                // beside a `{port}` elsewhere) is not taken for the placeholder; the URL each instance gets is
+                // checked again once filled.
+                let checked = if url.matches("{port}").count() == 1 {
+                    check_url(&url.replace("{port}", "1"), Some(1)).and_then(|_| check_url(&url.replace("{port}", "2"), Some(2)))
+                } else {
+                    Err("it must name {port} once, as the URL's port".to_string())
+                };
+                if let Err(why) = checked {
                     return Err(invalid(format!(
                         "url = {url:?}: {why}; mcpsim only sends requests to the servers it starts, on loopback \
                          (http://127.0.0.1:{{port}}/mcp)"
@@ -389,6 +390,8 @@ count = "result.resources"
             ("http://10.0.0.1:{port}/mcp", "is not loopback"),
             ("https://127.0.0.1:{port}/mcp", "scheme must be http"),
             ("http://127.0.0.1:9/mcp?p={port}", "the port must be the one mcpsim chose"),
+            // A literal port equal to a stand-in is still not the placeholder.
+            ("http://127.0.0.1:1/mcp?p={port}", "the port must be the one mcpsim chose"),
             ("http://127.0.0.1/mcp", "must name {port} once"),
         ] {
             let file = remote.replace("http://example.com:{port}/mcp", url);
