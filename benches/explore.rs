@@ -6,11 +6,10 @@
 //! On the binary's allocator (mimalloc, with the default `cli` feature), as `mcpsim explore` runs.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use mcpsim::sim::actors::instance::notes_server_factory;
-use mcpsim::sim::engine::faults::FaultKind;
-use mcpsim::sim::explore::mutants;
-use mcpsim::sim::explore::{self, SeedOutcome};
-use mcpsim::sim::runner::{self, RunOptions};
+use mcpsim::testing::explore::{self, SeedOutcome};
+use mcpsim::testing::notes_server_factory;
+use mcpsim::testing::runner::{self, RunOptions};
+use mcpsim::FaultKind;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -22,7 +21,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const SCHEDULES_PER_ITERATION: u64 = 100;
 
 fn schedules(c: &mut Criterion) {
-    let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").expect("a library scenario");
+    let scenario = mcpsim::library("04-accepts-race-for-one-note.sim").expect("a library scenario");
     let factory = notes_server_factory();
     let mut group = c.benchmark_group("explore");
     group.throughput(Throughput::Elements(SCHEDULES_PER_ITERATION));

@@ -61,12 +61,12 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use e2e_support::{conforming_headers, delete_round_one, delete_round_two, request, TempConfig, ALICE_WORKSPACE, BIN, WAIT};
-use mcpsim::framework::ports::Note;
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::system::SystemClock;
-use mcpsim::stores::{open, StoreSpec, Stores};
-use mcpsim::transport::http::HEADER_READ_TIMEOUT_MS;
-use mcpsim::transport::Stopwatch;
+use mcpsim::testing::Note;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::Stopwatch;
+use mcpsim::testing::SystemClock;
+use mcpsim::testing::HEADER_READ_TIMEOUT_MS;
+use mcpsim::testing::{open, StoreSpec, Stores};
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,7 +142,7 @@ struct Store {
     label: &'static str,
     stores: Stores,
     _directory: Option<TempDir>,
-    database: Option<(mcpsim::stores::spec::PostgresTarget, String)>,
+    database: Option<(mcpsim::testing::PostgresTarget, String)>,
 }
 
 async fn open_store(kind: &str) -> Option<Store> {
@@ -615,8 +615,8 @@ async fn main() {
         std::fs::set_permissions(&key_file.path, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let deployment = TempConfig::new(&match options.replay_capacity {
-        Some(capacity) => format!("{}\n[replay]\ncapacity = {capacity}\n", mcpsim::config::DEMO_TOML),
-        None => mcpsim::config::DEMO_TOML.to_string(),
+        Some(capacity) => format!("{}\n[replay]\ncapacity = {capacity}\n", mcpsim::testing::DEMO_TOML),
+        None => mcpsim::testing::DEMO_TOML.to_string(),
     });
     let state_ttl = options.state_ttl.map(|ttl| ttl.to_string());
     println!(

@@ -15,19 +15,19 @@
 //! (and `…=direct`, and both with `MCPSIM_BENCH_CALLS=0` to subtract the setup).
 
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
-use mcpsim::assembly::{gateway_world, GatewayWorld, WorldOptions};
-use mcpsim::config::gateway::{default_pins, GatewayFile};
-use mcpsim::config::Deployment;
-use mcpsim::framework::pipeline::handle_message;
-use mcpsim::framework::ports::{Clock, NonceSource, StoreError};
-use mcpsim::policy::scanner::scan_descriptor;
-use mcpsim::policy::state::KeyRing;
-use mcpsim::servers::gateway::audit::AuditRecord;
-use mcpsim::servers::gateway::backends::NotesBackend;
-use mcpsim::servers::gateway::ports::{AuditSink, LocalBackend, RateLimit};
-use mcpsim::servers::gateway::{BackendHandle, Gateway};
-use mcpsim::stores::gateway::MemoryExportLedger;
-use mcpsim::wire::headers::RoutingHeaders;
+use mcpsim::testing::handle_message;
+use mcpsim::testing::scan_descriptor;
+use mcpsim::testing::AuditRecord;
+use mcpsim::testing::Deployment;
+use mcpsim::testing::KeyRing;
+use mcpsim::testing::MemoryExportLedger;
+use mcpsim::testing::NotesBackend;
+use mcpsim::testing::RoutingHeaders;
+use mcpsim::testing::{default_pins, GatewayFile};
+use mcpsim::testing::{gateway_world, GatewayWorld, WorldOptions};
+use mcpsim::testing::{AuditSink, LocalBackend, RateLimit};
+use mcpsim::testing::{BackendHandle, Gateway};
+use mcpsim::testing::{Clock, NonceSource, StoreError};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -77,7 +77,7 @@ fn world(clock: Arc<BenchClock>) -> GatewayWorld {
         audit_key: vec![7; 32],
         audit: Arc::new(FormattingAuditSink),
         pins: default_pins(),
-        replay_limits: mcpsim::stores::memory::ReplayLimits::default(),
+        replay_limits: mcpsim::testing::ReplayLimits::default(),
     };
     gateway_world(&file, &Deployment::demo(), options).unwrap()
 }

@@ -17,8 +17,8 @@
 //! library on the system allocator.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use mcpsim::scenario::{self, Scenario};
-use mcpsim::sim::runner::{self, RunOptions};
+use mcpsim::testing::runner::{self, RunOptions};
+use mcpsim::Scenario;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Duration;
@@ -48,7 +48,7 @@ fn scenario_with(flows: usize) -> Scenario {
         );
     }
     let _ = writeln!(text, "expect notes count 0\nexpect consumed count {flows}");
-    scenario::parse("bench.sim", "bench", &text).expect("the benchmark scenario parses")
+    mcpsim::parse("bench.sim", &text).expect("the benchmark scenario parses")
 }
 
 fn options(record_transcript: bool) -> RunOptions {
@@ -103,15 +103,15 @@ fn flows(c: &mut Criterion) {
 /// the stores and the server, and the client's copy of each round 2, are not. A simulated flow cannot cost
 /// less than this; `two_round_delete_cpu/…` less this is what the simulator adds.
 fn handlers_alone(c: &mut Criterion) {
-    use mcpsim::assembly::{notes_server, NotesPorts};
-    use mcpsim::framework::pipeline::handle_decoded_exchange;
-    use mcpsim::framework::ports::Note;
-    use mcpsim::policy::authorization::Authorizations;
-    use mcpsim::policy::state::KeyRing;
-    use mcpsim::servers::notes::{NotesConfig, NotesServer};
-    use mcpsim::stores::deterministic::{ManualClock, SeededNonces};
-    use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
-    use mcpsim::wire::headers::RoutingHeaders;
+    use mcpsim::testing::handle_decoded_exchange;
+    use mcpsim::testing::Authorizations;
+    use mcpsim::testing::KeyRing;
+    use mcpsim::testing::Note;
+    use mcpsim::testing::RoutingHeaders;
+    use mcpsim::testing::{notes_server, NotesPorts};
+    use mcpsim::testing::{ManualClock, SeededNonces};
+    use mcpsim::testing::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+    use mcpsim::testing::{NotesConfig, NotesServer};
     use serde_json::Value;
     use std::future::Future;
     use std::sync::Arc;
@@ -146,7 +146,7 @@ fn handlers_alone(c: &mut Criterion) {
             }
         }
         let config = Arc::new(NotesConfig {
-            server_info: mcpsim::config::deployment::server_info(),
+            server_info: mcpsim::testing::server_info(),
             authorizations: Arc::new(authorizations),
             key_ring: KeyRing::new("k1", vec![7; 32]).expect("a valid key"),
             // The notes server's default, as the scenario leaves it: it only changes digits inside the state.

@@ -15,15 +15,15 @@
 //! one transaction outside the measurement. Reduced samples (10 per point, 2 s) keep the run to minutes.
 
 use criterion::{BatchSize, BenchmarkId, Criterion};
-use mcpsim::assembly::{notes_server, NotesPorts};
-use mcpsim::config::Deployment;
-use mcpsim::framework::pipeline::handle_message;
-use mcpsim::framework::ports::{fold_title, note_index_key, Note, NoteStore, ReplayStore};
-use mcpsim::policy::state::KeyRing;
-use mcpsim::servers::notes::NotesServer;
-use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
-use mcpsim::stores::system::{OsNonces, SystemClock};
-use mcpsim::stores::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::handle_message;
+use mcpsim::testing::Deployment;
+use mcpsim::testing::KeyRing;
+use mcpsim::testing::NotesServer;
+use mcpsim::testing::{fold_title, note_index_key, Note, NoteStore, ReplayStore};
+use mcpsim::testing::{notes_server, NotesPorts};
+use mcpsim::testing::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use mcpsim::testing::{OsNonces, SystemClock};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

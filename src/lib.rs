@@ -38,9 +38,9 @@
 //!
 //! # Layout
 //!
-//! The modules below are the layers of `ARCHITECTURE.md`, lowest first; a module only imports from layers
-//! below it. They are public for the project's own tests and tools; the items re-exported here are the
-//! library's interface.
+//! The modules are the layers of `ARCHITECTURE.md`, lowest first; a module only imports from layers below it.
+//! They are private to the crate: the items re-exported here are the library's interface. The project's own
+//! tests, benchmarks and examples reach below it through `testing`, hidden and promised to nobody.
 
 mod embed;
 
@@ -51,39 +51,48 @@ pub use scenario::{ParseError, Scenario};
 pub use sim::engine::faults::FaultKind;
 pub use sim::render::transcript::Format;
 
+/// What the project's tests, benchmarks and examples name below the facade (not the library's interface).
+#[doc(hidden)]
+pub mod testing;
+
+/// The `mcpsim` command's entry point, for `src/main.rs` (not the library's interface).
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub use cli::main;
+
 // One module per layer, lowest first (the blank lines keep rustfmt from sorting them).
-pub mod wire;
+mod wire;
 
-pub mod policy;
+mod policy;
 
-pub mod framework;
+mod framework;
 
-pub mod eras;
+mod eras;
 
-pub mod servers;
+mod servers;
 
-pub mod stores;
+mod stores;
 
-pub mod config;
+mod config;
 
-pub mod assembly;
+mod assembly;
 
-pub mod scenario;
+mod scenario;
 
-pub mod oracle;
+mod oracle;
 
-pub mod play;
+mod play;
 
-pub mod sim;
+mod sim;
 
 #[cfg(feature = "http")]
-pub mod live;
+mod live;
 
 #[cfg(feature = "cli")]
-pub mod target;
+mod target;
 
 #[cfg(feature = "cli")]
-pub mod transport;
+mod transport;
 
 #[cfg(feature = "cli")]
-pub mod cli;
+mod cli;

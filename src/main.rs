@@ -5,5 +5,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    mcpsim::cli::main()
+    mcpsim::main()
 }

@@ -3,14 +3,14 @@
 //! the real server passes the same runs.
 
 use async_trait::async_trait;
-use mcpsim::framework::{RequestContext, Service};
-use mcpsim::oracle::check::Property;
-use mcpsim::scenario::{self, Scenario};
-use mcpsim::servers::notes::NotesServer;
-use mcpsim::sim::actors::instance::{InstanceParts, ServiceFactory};
-use mcpsim::sim::runner::{self, FailureKind, RunOptions, RunReport};
-use mcpsim::stores::memory::{MemoryReplayStore, ReplayLimits};
-use mcpsim::wire::{Reason, RpcError};
+use mcpsim::testing::runner::{self, FailureKind, RunOptions, RunReport};
+use mcpsim::testing::NotesServer;
+use mcpsim::testing::{InstanceParts, ServiceFactory};
+use mcpsim::testing::{MemoryReplayStore, ReplayLimits};
+use mcpsim::testing::{Reason, RpcError};
+use mcpsim::testing::{RequestContext, Service};
+use mcpsim::Property;
+use mcpsim::{testing::scenario, Scenario};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -113,7 +113,7 @@ fn authorizing_too_much_breaks_containment() {
     });
     let text = "use demo\ninstance i1\nclient alice principal alice\n\
         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": {\"workspaceUri\": \"file:///Users/alice/Documents/Notes-evil\", \"title\": \"TPS\"}} as sibling\n";
-    let scenario = scenario::parse("inline", "inline", text).unwrap();
+    let scenario = mcpsim::parse("inline", text).unwrap();
     assert!(properties_hold(&runner::run(&scenario, &RunOptions::seeded(1))), "the real server shows nothing outside");
     let broken = broken_properties(&scenario, factory, 1);
     assert_eq!(broken, BTreeSet::from([Property::Containment]));
@@ -155,7 +155,7 @@ fn per_instance_session_state_breaks_statelessness() {
         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS\"}} as round1\n\
         answer alice -> i1 accept {\"note_id\": \"note-7\", \"confirm\": true} as round2\n\
         expect round2 complete\n";
-    let scenario = scenario::parse("inline", "inline", text).unwrap();
+    let scenario = mcpsim::parse("inline", text).unwrap();
     let options = RunOptions { factory: factory.clone(), ..RunOptions::seeded(1) };
     let report = runner::run(&scenario, &options);
     assert!(!report.failures.iter().any(|f| f.kind == FailureKind::Expectation), "as written, the sticky server passes");
@@ -169,13 +169,13 @@ fn per_instance_session_state_breaks_statelessness() {
 /// against a history that lost the export, or recorded other notes, are caught.
 #[test]
 fn an_export_answer_must_name_an_export_the_backend_recorded() {
-    use mcpsim::oracle::check::check_properties;
-    use mcpsim::oracle::history::EffectKind;
+    use mcpsim::testing::check_properties;
+    use mcpsim::testing::EffectKind;
     let report = runner::run(&load("48-gateway-crash-between-claim-and-export.sim"), &RunOptions::seeded(1));
     assert!(report.passed(), "{:?}", report.failures);
     let is_export = |kind: &EffectKind| matches!(kind, EffectKind::Exported(_));
     assert_eq!(report.history.effects.iter().filter(|e| is_export(&e.kind)).count(), 1, "the scenario exports, once");
-    let honest = |history: &mcpsim::oracle::history::History| {
+    let honest = |history: &mcpsim::testing::History| {
         check_properties(history).into_iter().filter(|v| v.property == Property::HonestOutcome).map(|v| v.message).collect::<Vec<_>>()
     };
     assert_eq!(honest(&report.history), Vec::<String>::new());

@@ -105,7 +105,7 @@ fn library_names_run_in_place_of_paths_and_typos_get_the_closest_name() {
     let output = mcpsim(&scratch.0, &["scenarios"]);
     let listing = text(&output.stdout);
     assert!(output.status.success());
-    for (file, _) in mcpsim::sim::library::SCENARIOS {
+    for (file, _) in mcpsim::testing::library::SCENARIOS {
         assert!(listing.contains(file.trim_end_matches(".sim")), "{file} is listed");
     }
 }

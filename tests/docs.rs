@@ -595,7 +595,7 @@ fn every_failure_reason_has_its_row() {
         .filter_map(|rest| rest.split('`').next())
         .filter(|name| *name != "data.reason")
         .collect();
-    let reasons: BTreeSet<&str> = mcpsim::wire::errors::Reason::ALL.iter().map(|reason| reason.as_str()).collect();
+    let reasons: BTreeSet<&str> = mcpsim::testing::Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     let undocumented: Vec<&&str> = reasons.difference(&rows).collect();
     let unknown: Vec<&&str> = rows.difference(&reasons).collect();
     assert!(undocumented.is_empty() && unknown.is_empty(), "reasons without a row: {undocumented:?}; rows naming no reason: {unknown:?}");

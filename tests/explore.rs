@@ -3,11 +3,11 @@
 //! decision log, a panicking simulator is reported as a crash, and the CLI's exit codes distinguish the
 //! outcomes.
 
-use mcpsim::framework::Service;
-use mcpsim::sim::actors::instance::{notes_server_factory, InstanceParts, ServiceFactory};
-use mcpsim::sim::engine::faults::{Fault, FaultKind};
-use mcpsim::sim::explore::mutants;
-use mcpsim::sim::explore::{self, SeedOutcome};
+use mcpsim::testing::explore::{self, SeedOutcome};
+use mcpsim::testing::mutants;
+use mcpsim::testing::Service;
+use mcpsim::testing::{notes_server_factory, InstanceParts, ServiceFactory};
+use mcpsim::{testing::Fault, FaultKind};
 use std::process::Command;
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ const RACE_SCENARIOS: [&str; 4] = [
 #[test]
 fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
     for name in RACE_SCENARIOS {
-        let scenario = mutants::scenario_named(name).unwrap();
+        let scenario = mcpsim::library(name).unwrap();
         let found = explore::explore(&scenario, &notes_server_factory(), 1..=RACE_SCHEDULES, 1, &[], &|_, _| {});
         assert_eq!(found.schedules, RACE_SCHEDULES);
         assert_eq!((found.unsafe_runs, found.not_live_runs, found.crashed_runs), (0, 0, 0), "{name}: {found:?}");
@@ -38,7 +38,7 @@ fn the_real_design_holds_over_many_schedules_of_the_race_scenarios() {
 fn the_real_design_stays_safe_and_live_over_ten_thousand_schedules_with_every_fault_on() {
     let mut fired = std::collections::BTreeMap::new();
     for name in RACE_SCENARIOS {
-        let scenario = mutants::scenario_named(name).unwrap();
+        let scenario = mcpsim::library(name).unwrap();
         let (found, coverage) =
             explore::explore_with_coverage(&scenario, &notes_server_factory(), 1..=FAULTY_RACE_SCHEDULES, 2, &FaultKind::ALL, &|_, _| {});
         assert_eq!(found.schedules, FAULTY_RACE_SCHEDULES);
@@ -93,7 +93,7 @@ fn any_number_of_jobs_gives_the_same_answer_and_coverage() {
 #[test]
 fn a_panicking_simulator_is_reported_as_a_crash() {
     let factory: ServiceFactory = Arc::new(|_: InstanceParts| -> Arc<dyn Service> { panic!("a broken factory") });
-    let scenario = mutants::scenario_named("01-lesson-exchange-on-one-instance.sim").unwrap();
+    let scenario = mcpsim::library("01-lesson-exchange-on-one-instance.sim").unwrap();
     let (_, outcome) = explore::run_seed(&scenario, &factory, 1);
     assert_eq!(outcome, SeedOutcome::Crashed("a broken factory".into()));
 }
@@ -162,8 +162,8 @@ fn the_zoo_is_listed_one_sentence_each() {
 
 #[test]
 fn exhaustive_mode_visits_every_order_of_the_double_accept_and_the_reduction_keeps_every_end_state() {
-    use mcpsim::sim::explore::exhaustive::{explore_every_order, explore_exhaustively};
-    let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").unwrap();
+    use mcpsim::testing::explore::exhaustive::{explore_every_order, explore_exhaustively};
+    let scenario = mcpsim::library("04-accepts-race-for-one-note.sim").unwrap();
     let reduced = explore_exhaustively(&scenario, &notes_server_factory());
     let every = explore_every_order(&scenario, &notes_server_factory());
     assert!(!reduced.truncated && !every.truncated);
@@ -182,8 +182,8 @@ fn exhaustive_mode_visits_every_order_of_the_double_accept_and_the_reduction_kee
 
 #[test]
 fn exhaustive_mode_reaches_both_ends_of_a_swap_racing_the_delete() {
-    use mcpsim::sim::explore::exhaustive::explore_exhaustively;
-    let scenario = mutants::scenario_named("29-note-file-swapped-during-the-delete.sim").unwrap();
+    use mcpsim::testing::explore::exhaustive::explore_exhaustively;
+    let scenario = mcpsim::library("29-note-file-swapped-during-the-delete.sim").unwrap();
     let explored = explore_exhaustively(&scenario, &notes_server_factory());
     assert!(!explored.truncated);
     // The swap lands first (the accept hears note_gone) or the delete does (the copy shown is deleted, the
@@ -221,9 +221,9 @@ fn a_saved_counterexample_replays_its_transcript_byte_for_byte() {
 /// that log (choices and faults) gives the same transcript byte for byte.
 #[test]
 fn faults_fire_are_recorded_in_the_decision_log_and_replay_byte_for_byte() {
-    use mcpsim::sim::render::transcript::Format;
-    use mcpsim::sim::runner::{self, RunOptions, SchedulerChoice};
-    let scenario = mutants::scenario_named("04-accepts-race-for-one-note.sim").unwrap();
+    use mcpsim::testing::runner::{self, RunOptions, SchedulerChoice};
+    use mcpsim::Format;
+    let scenario = mcpsim::library("04-accepts-race-for-one-note.sim").unwrap();
     let mut fired_kinds = Vec::new();
     let (mut retries, mut duplicates) = (0, 0);
     for seed in 1..=300 {
@@ -235,8 +235,8 @@ fn faults_fire_are_recorded_in_the_decision_log_and_replay_byte_for_byte() {
         fired_kinds.extend(report.decisions.faults.iter().map(Fault::kind));
         for attempt in report.history.attempts.values() {
             match attempt {
-                mcpsim::oracle::history::Attempt::Retry { .. } => retries += 1,
-                mcpsim::oracle::history::Attempt::Duplicate { .. } => duplicates += 1,
+                mcpsim::testing::Attempt::Retry { .. } => retries += 1,
+                mcpsim::testing::Attempt::Duplicate { .. } => duplicates += 1,
             }
         }
         let replay = RunOptions {
@@ -270,7 +270,7 @@ fn mutants_are_caught_with_faults_on_and_liveness_needs_them() {
     assert!(without.properties_broken.is_empty(), "without retries liveness is not judged: {without:?}");
     let with = explore::explore(&mutant.scenario(), &mutant.factory(), 1..=50, 1, &FaultKind::ALL, &|_, _| {});
     assert!(with.not_live_runs > 0 && with.unsafe_runs == 0, "{with:?}");
-    assert_eq!(with.properties_broken, [mcpsim::oracle::check::Property::Liveness]);
+    assert_eq!(with.properties_broken, [mcpsim::Property::Liveness]);
 }
 
 /// Skew may cost availability, never at-most-once. An instance whose clock runs behind takes a state for
@@ -279,7 +279,7 @@ fn mutants_are_caught_with_faults_on_and_liveness_needs_them() {
 /// Within the grace, the lagging instance's own expiry check refuses it first (`state_expired`).
 #[test]
 fn clock_skew_at_any_size_costs_availability_never_at_most_once() {
-    use mcpsim::sim::runner::{self, RunOptions};
+    use mcpsim::testing::runner::{self, RunOptions};
     let scenario_with = |skew: &str| {
         let text = format!(
             "use demo\n\
@@ -301,7 +301,7 @@ fn clock_skew_at_any_size_costs_availability_never_at_most_once() {
              # The first form again, on the instance whose clock is behind: another of its candidates.\n\
              answer alice -> i2 accept {{\"note_id\": \"note-3\", \"confirm\": true}} for first as replayed\n"
         );
-        mcpsim::scenario::parse("inline", "skew-beyond-grace", &text).unwrap()
+        mcpsim::testing::scenario::parse("inline", "skew-beyond-grace", &text).unwrap()
     };
     let options = RunOptions { record_transcript: false, check_statelessness: false, ..RunOptions::seeded(1) };
     for (skew, refused_with) in [("-50s", "state_expired"), ("-90s", "replay_window_closed"), ("-1h", "replay_window_closed")] {
@@ -309,8 +309,7 @@ fn clock_skew_at_any_size_costs_availability_never_at_most_once() {
         assert!(run.passed(), "{skew} behind, 60 s grace: {:?}", run.failures);
         let replayed = run.history.operations.last().unwrap().response().unwrap();
         assert_eq!(replayed["error"]["data"]["reason"], refused_with, "{skew}: {replayed}");
-        let deleted =
-            run.history.effects.iter().filter(|e| matches!(e.kind, mcpsim::oracle::history::EffectKind::NoteDeleted { .. })).count();
+        let deleted = run.history.effects.iter().filter(|e| matches!(e.kind, mcpsim::testing::EffectKind::NoteDeleted { .. })).count();
         assert_eq!(deleted, 1, "{skew}: one confirmation, one deletion");
     }
 }
@@ -320,15 +319,15 @@ fn clock_skew_at_any_size_costs_availability_never_at_most_once() {
 /// server; with another instance up, the retry goes there and is answered.
 #[test]
 fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
-    use mcpsim::sim::render::transcript::Format;
-    use mcpsim::sim::runner::{self, RunOptions};
+    use mcpsim::testing::runner::{self, RunOptions};
+    use mcpsim::Format;
     let scenario_with = |instances: &str| {
         let text = format!(
             "use demo\nkey k1\n{instances}client alice principal alice\n\
              crash i1\n\
              send alice -> i1 tools/list {{}} as listed\n"
         );
-        mcpsim::scenario::parse("inline", "crashed-for-good", &text).unwrap()
+        mcpsim::testing::scenario::parse("inline", "crashed-for-good", &text).unwrap()
     };
     let options = RunOptions { check_statelessness: false, faults: Some(Vec::new()), ..RunOptions::seeded(1) };
     let alone = runner::run(&scenario_with("instance i1 keys k1\n"), &options);
@@ -336,7 +335,7 @@ fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
     assert!(alone.transcript.render(Format::Text).contains("no live instance to retry on; gives up"));
     let pair = runner::run(&scenario_with("instance i1 keys k1\ninstance i2 keys k1\n"), &options);
     assert!(pair.passed(), "{:?}", pair.failures);
-    assert!(pair.history.settled(mcpsim::sim::engine::message::OperationId(0)).response().is_some(), "the retry on i2 is answered");
+    assert!(pair.history.settled(mcpsim::testing::OperationId(0)).response().is_some(), "the retry on i2 is answered");
 }
 
 /// Found in review, kept fixed: a crash fault on the only instance of its kind restarts it before its client
@@ -345,16 +344,16 @@ fn a_request_with_no_live_instance_left_is_given_up_not_failed() {
 /// same deployment (same keys), never to one deliberately given other keys.
 #[test]
 fn crash_faults_restart_before_the_retry_and_retries_stay_within_the_deployment() {
-    use mcpsim::sim::render::transcript::Format;
-    use mcpsim::sim::runner::{self, RunOptions};
+    use mcpsim::testing::runner::{self, RunOptions};
+    use mcpsim::Format;
     let mutant = mutants::find("claim-without-outcome").unwrap();
-    let alone = mutants::scenario_named("01-lesson-exchange-on-one-instance.sim").unwrap();
+    let alone = mcpsim::library("01-lesson-exchange-on-one-instance.sim").unwrap();
     let found = explore::explore(&alone, &mutant.factory(), 1..=300, 2, &[FaultKind::Crash], &|_, _| {});
     assert!(found.not_live_runs > 0, "caught on one instance with crashes alone: {found:?}");
     let real = explore::explore(&alone, &notes_server_factory(), 1..=300, 2, &[FaultKind::Crash], &|_, _| {});
     assert_eq!((real.unsafe_runs, real.not_live_runs, real.crashed_runs), (0, 0, 0), "{real:?}");
     let run = |file: &str, seed: u64, kinds: &[FaultKind]| {
-        let scenario = mutants::scenario_named(file).unwrap();
+        let scenario = mcpsim::library(file).unwrap();
         let faults = Some(explore::fault_plan(&scenario, seed, kinds));
         let report = runner::run(&scenario, &RunOptions { check_statelessness: false, faults, ..RunOptions::seeded(seed) });
         assert!(report.passed(), "{file} seed {seed}: {:?}", report.failures);
@@ -372,8 +371,8 @@ fn crash_faults_restart_before_the_retry_and_retries_stay_within_the_deployment(
 /// and never tells. No safety property sees it; liveness, with clients retrying after lost answers, does.
 #[test]
 fn a_retry_that_never_learns_its_own_deletion_breaks_liveness() {
-    use mcpsim::framework::RequestContext;
-    use mcpsim::wire::RpcError;
+    use mcpsim::testing::RequestContext;
+    use mcpsim::testing::RpcError;
     use serde_json::Value;
     struct HidesTheOutcome(Arc<dyn Service>);
     #[async_trait::async_trait]
@@ -395,7 +394,7 @@ fn a_retry_that_never_learns_its_own_deletion_breaks_liveness() {
     }
     let real = notes_server_factory();
     let factory: ServiceFactory = Arc::new(move |parts: InstanceParts| -> Arc<dyn Service> { Arc::new(HidesTheOutcome(real(parts))) });
-    let scenario = mutants::scenario_named("02-retry-lands-on-another-instance.sim").unwrap();
+    let scenario = mcpsim::library("02-retry-lands-on-another-instance.sim").unwrap();
     let found = explore::explore(&scenario, &factory, 1..=200, 2, &[FaultKind::Drop], &|_, _| {});
     assert_eq!(found.unsafe_runs, 0, "{found:?}");
     assert!(found.not_live_runs > 0, "{found:?}");

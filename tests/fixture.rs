@@ -2,12 +2,12 @@
 //! suite (0.2.0-alpha.12, `--requirements 2026-07-28`) sends: same methods, params, `_meta`, capabilities
 //! and routing headers. Each test names the scenario it stands for.
 
-use mcpsim::framework::ports::{Clock, NonceSource};
-use mcpsim::framework::{handle_exchange, handle_message, Exchange};
-use mcpsim::policy::state::{KeyRing, StateClaims};
-use mcpsim::servers::fixture::{ConformanceFixture, FixtureConfig, PNG_BASE64};
-use mcpsim::stores::feed::MemoryChangeFeed;
-use mcpsim::wire::headers::RoutingHeaders;
+use mcpsim::testing::MemoryChangeFeed;
+use mcpsim::testing::RoutingHeaders;
+use mcpsim::testing::{handle_exchange, handle_message, Exchange};
+use mcpsim::testing::{Clock, NonceSource};
+use mcpsim::testing::{ConformanceFixture, FixtureConfig, PNG_BASE64};
+use mcpsim::testing::{KeyRing, StateClaims};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

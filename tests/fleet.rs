@@ -21,11 +21,11 @@ mod store_support;
 
 use base64::Engine;
 use e2e_support::*;
-use mcpsim::framework::ports::{ClaimRecord, Note};
-use mcpsim::policy::state::KeyRing;
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::system::SystemClock;
-use mcpsim::stores::{open, StoreSpec, Stores};
+use mcpsim::testing::KeyRing;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::SystemClock;
+use mcpsim::testing::{open, StoreSpec, Stores};
+use mcpsim::testing::{ClaimRecord, Note};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

@@ -3,20 +3,20 @@
 //! tampered or replayed confirmation, a flood — and checks both the answer and what was *not* spent: backend
 //! calls (descriptor reads and tool calls are counted separately), rate-limit tokens, exports and audit.
 
-use mcpsim::assembly::{gateway_world, GatewayWorld, WorldOptions};
-use mcpsim::config::gateway::GatewayFile;
-use mcpsim::config::Deployment;
-use mcpsim::framework::pipeline::Reply;
-use mcpsim::framework::ports::{Clock, NonceSource};
-use mcpsim::policy::pinning::{changes, PinFile};
-use mcpsim::policy::scanner::FindingLabel;
-use mcpsim::policy::state::KeyRing;
-use mcpsim::servers::gateway::backends::ExportRecord;
-use mcpsim::servers::gateway::policy::AccessPolicy;
-use mcpsim::servers::gateway::ports::{Backend, BackendCall, BackendError, RateLimit, ToolListing};
-use mcpsim::servers::gateway::{BackendHandle, Gateway};
-use mcpsim::stores::gateway::MemoryAuditSink;
-use mcpsim::wire::headers::RoutingHeaders;
+use mcpsim::testing::AccessPolicy;
+use mcpsim::testing::Deployment;
+use mcpsim::testing::ExportRecord;
+use mcpsim::testing::FindingLabel;
+use mcpsim::testing::GatewayFile;
+use mcpsim::testing::KeyRing;
+use mcpsim::testing::MemoryAuditSink;
+use mcpsim::testing::Reply;
+use mcpsim::testing::RoutingHeaders;
+use mcpsim::testing::{gateway_world, GatewayWorld, WorldOptions};
+use mcpsim::testing::{pin_changes, PinFile};
+use mcpsim::testing::{Backend, BackendCall, BackendError, RateLimit, ToolListing};
+use mcpsim::testing::{BackendHandle, Gateway};
+use mcpsim::testing::{Clock, NonceSource};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -122,8 +122,8 @@ impl Harness {
             key_ring: KeyRing::new("k1", vec![42; 32]).unwrap(),
             audit_key: vec![7; 32],
             audit: audit.clone(),
-            pins: mcpsim::config::gateway::default_pins(),
-            replay_limits: mcpsim::stores::memory::ReplayLimits::default(),
+            pins: mcpsim::testing::default_pins(),
+            replay_limits: mcpsim::testing::ReplayLimits::default(),
         };
         let world = gateway_world(&GatewayFile::demo(), &Deployment::demo(), options).unwrap();
         let mut backends = BTreeMap::new();
@@ -174,7 +174,7 @@ impl Harness {
         self.backends[backend].faults.lock().unwrap().push_back(fault);
     }
 
-    fn notes_descriptors(&self, backend: &str) -> &mcpsim::servers::gateway::backends::LiveDescriptors {
+    fn notes_descriptors(&self, backend: &str) -> &mcpsim::testing::LiveDescriptors {
         &self.world.notes_backends[backend].0.descriptors
     }
 
@@ -331,8 +331,8 @@ async fn a_schema_only_rug_pull_between_two_listings_is_quarantined_and_shown_as
 
     let catalog = harness.gateway.catalog().await;
     let pins = harness.world.pins.as_ref();
-    let pinned = &mcpsim::servers::gateway::ports::PinSource::pins(pins).pins["notes.export"].descriptor.clone();
-    let diff: Vec<String> = changes(pinned, &catalog.get("notes.export").unwrap().descriptor).iter().map(ToString::to_string).collect();
+    let pinned = &mcpsim::testing::PinSource::pins(pins).pins["notes.export"].descriptor.clone();
+    let diff: Vec<String> = pin_changes(pinned, &catalog.get("notes.export").unwrap().descriptor).iter().map(ToString::to_string).collect();
     assert_eq!(diff, [r#"+ /inputSchema/properties/destination/enum/1: "paste-bin-upload""#]);
 }
 
@@ -351,7 +351,7 @@ struct Verbatim(String);
 impl Backend for Verbatim {
     async fn list_tools(&self) -> Result<ToolListing, BackendError> {
         let result: Value = serde_json::from_str(&self.0).unwrap();
-        mcpsim::servers::gateway::ports::listing_from_result(result)
+        mcpsim::testing::listing_from_result(result)
     }
 
     async fn call_tool(&self, _call: BackendCall<'_>) -> Result<Value, BackendError> {
@@ -362,7 +362,7 @@ impl Backend for Verbatim {
 #[tokio::test]
 async fn reordering_keys_on_the_wire_is_not_a_change() {
     let harness = Harness::new();
-    let pinned = mcpsim::config::gateway::default_pins().pins["issues.search"].clone();
+    let pinned = mcpsim::testing::default_pins().pins["issues.search"].clone();
     // The issues descriptor with every object's keys written in reverse order.
     let reversed = r#"{"tools":[{"title":"Search issues","name":"search","inputSchema":{"type":"object","required":["query"],
         "properties":{"query":{"type":"string","minLength":1,"maxLength":200,"description":"Text to look for."}},
@@ -486,8 +486,8 @@ async fn approving_a_reviewed_tool_makes_it_callable_and_the_approval_is_recorde
     let harness = Harness::new();
     let catalog = harness.gateway.catalog().await;
     let mirror = catalog.get("notes_mirror.search").unwrap();
-    let mut pins: PinFile = mcpsim::servers::gateway::ports::PinSource::pins(harness.world.pins.as_ref()).as_ref().clone();
-    let approval = mcpsim::policy::pinning::Approval {
+    let mut pins: PinFile = mcpsim::testing::PinSource::pins(harness.world.pins.as_ref()).as_ref().clone();
+    let approval = mcpsim::testing::Approval {
         publisher: mirror.publisher.clone(),
         approved_at_ms: START_MS,
         approved_by: "operator".into(),
@@ -694,7 +694,7 @@ async fn a_request_failing_an_early_stage_spends_nothing_of_a_later_one() {
 async fn a_destination_outside_the_principals_grant_is_refused_before_the_backend_is_asked() {
     // carol may export, but only to "vault"; the backend knows "archive" only. The grant is checked first.
     let harness = Harness::with_policy(|policy| {
-        let grant: mcpsim::servers::gateway::policy::ToolGrant = toml::from_str("destinations = [\"vault\"]").unwrap();
+        let grant: mcpsim::testing::ToolGrant = toml::from_str("destinations = [\"vault\"]").unwrap();
         policy.principals.entry("carol".into()).or_default().tools.insert("notes.export".into(), grant);
     });
     let reply = harness.send("carol", &call(1, "notes.export", export_arguments())).await;
@@ -742,7 +742,7 @@ async fn export_asks_first_and_exports_once_on_a_validated_accept() {
 #[tokio::test]
 async fn a_tampered_retargeted_foreign_or_expired_state_is_refused_and_consumes_nothing() {
     let harness = Harness::with_policy(|policy| {
-        let grant: mcpsim::servers::gateway::policy::ToolGrant = toml::from_str("destinations = [\"archive\"]").unwrap();
+        let grant: mcpsim::testing::ToolGrant = toml::from_str("destinations = [\"archive\"]").unwrap();
         policy.principals.get_mut("bob").unwrap().tools.insert("notes.export".into(), grant);
     });
     let state = round_one(&harness, "alice").await;
@@ -907,7 +907,7 @@ async fn a_lost_answer_after_the_export_returns_the_first_outcome_on_retry() {
     assert_eq!(exported.len(), 1, "it ran; only the answer was lost");
 
     // Meanwhile another note starts to match: the retry still reports exactly what was exported.
-    harness.world.notes.upsert(mcpsim::framework::ports::Note {
+    harness.world.notes.upsert(mcpsim::testing::Note {
         id: "note-15".into(),
         title: "TPS report 2026".into(),
         uri: "file:///Users/alice/Documents/Notes/tps-2026.md".into(),
@@ -962,7 +962,7 @@ async fn the_audit_record_is_complete_and_redacted() {
     let text = serde_json::to_string(&records).unwrap();
     assert!(!text.contains("hunter2"), "no secret-looking argument value is recorded: {text}");
     let record = &records[1];
-    let pinned = mcpsim::config::gateway::default_pins().pins["notes.export"].digest.clone();
+    let pinned = mcpsim::testing::default_pins().pins["notes.export"].digest.clone();
     assert_eq!(record["descriptorDigest"], pinned.as_str());
     assert_eq!(record["policyVersion"], "demo-2026-07-28");
     assert_eq!(record["target"], "notes.export -> archive");

@@ -1,8 +1,8 @@
 //! `mcpsim pins review` / `mcpsim pins approve`, driven through the real binary: what an operator sees when a
 //! tool is unreviewed, rug-pulled or poisoned, and what an approval writes.
 
-use mcpsim::config::gateway::default_pins;
-use mcpsim::policy::pinning::{Approval, PinFile};
+use mcpsim::testing::default_pins;
+use mcpsim::testing::{Approval, PinFile};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -19,10 +19,10 @@ mod e2e_support;
 mod store_support;
 
 use e2e_support::*;
-use mcpsim::servers::gateway::backends::ExportRecord;
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::system::SystemClock;
-use mcpsim::stores::StoreSpec;
+use mcpsim::testing::ExportRecord;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::StoreSpec;
+use mcpsim::testing::SystemClock;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -79,14 +79,13 @@ impl SharedStore {
     async fn exports(&self) -> Vec<ExportRecord> {
         match &self.spec {
             StoreSpec::Sqlite(path) => {
-                let store = mcpsim::stores::sqlite::SqliteStore::open(path, Arc::new(SystemClock), ReplayLimits::default()).await.unwrap();
+                let store = mcpsim::testing::SqliteStore::open(path, Arc::new(SystemClock), ReplayLimits::default()).await.unwrap();
                 store.export_ledger("notes").exports().await.unwrap()
             }
             StoreSpec::Postgres(target) => {
-                let store =
-                    mcpsim::stores::postgres::PostgresStore::open(target.config().clone(), Arc::new(SystemClock), ReplayLimits::default())
-                        .await
-                        .unwrap();
+                let store = mcpsim::testing::PostgresStore::open(target.config().clone(), Arc::new(SystemClock), ReplayLimits::default())
+                    .await
+                    .unwrap();
                 store.export_ledger("notes").exports().await.unwrap()
             }
             StoreSpec::Memory | StoreSpec::Dir { .. } => unreachable!("a gateway fleet shares a database"),

@@ -4,9 +4,9 @@
 //! variant is not caught by scenarios about defences it keeps. (That each is also caught by a property is
 //! `tests/mutants.rs`'s table.)
 
-use mcpsim::scenario::{self, Scenario};
-use mcpsim::sim::actors::gateway_mutants::GatewayVariant;
-use mcpsim::sim::runner::{self, FailureKind, RunOptions};
+use mcpsim::testing::runner::{self, FailureKind, RunOptions};
+use mcpsim::testing::GatewayVariant;
+use mcpsim::{testing::scenario, Scenario};
 use std::path::Path;
 
 const SEEDS: u64 = 20;

@@ -10,7 +10,7 @@
 mod browser;
 
 use browser::Browser;
-use mcpsim::sim::engine::faults::FaultKind;
+use mcpsim::FaultKind;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

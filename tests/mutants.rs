@@ -5,14 +5,14 @@
 //! are what catch each mistake. A liveness mutant is run with faults on (clients retry), where the real
 //! server must stay live too. The table in `docs/exploring.md` is this test's output, kept in step by it.
 
-use mcpsim::oracle::check::Property;
-use mcpsim::scenario::Scenario;
-use mcpsim::sim::actors::gateway_mutants::GatewayVariant;
-use mcpsim::sim::engine::faults::FaultKind;
-use mcpsim::sim::explore;
-use mcpsim::sim::explore::mutants::{self, scenario_named, Mutant, MUTANTS};
-use mcpsim::sim::library;
-use mcpsim::sim::runner::{self, FailureKind, RunOptions};
+use mcpsim::testing::explore;
+use mcpsim::testing::library;
+use mcpsim::testing::mutants::{self, Mutant, MUTANTS};
+use mcpsim::testing::runner::{self, FailureKind, RunOptions};
+use mcpsim::testing::GatewayVariant;
+use mcpsim::FaultKind;
+use mcpsim::Property;
+use mcpsim::Scenario;
 use std::collections::BTreeSet;
 
 /// Seeds tried per mutant; each must be caught within them.
@@ -98,7 +98,7 @@ fn every_mutant_is_caught_by_a_property_in_a_scenario_written_for_another_lesson
             mutant.also_caught_by
         );
         let own = hunt(mutant, &mutant.scenario(), false);
-        let elsewhere = hunt(mutant, &scenario_named(mutant.also_caught_by).expect("a library scenario parses"), false);
+        let elsewhere = hunt(mutant, &mcpsim::library(mutant.also_caught_by).expect("a library scenario parses"), false);
         if elsewhere.is_none() {
             survivors.push(mutant.name);
         }

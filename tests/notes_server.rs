@@ -9,16 +9,16 @@
 mod common;
 
 use common::*;
-use mcpsim::framework::ports::{ClaimRecord, Note};
-use mcpsim::framework::Reply;
-use mcpsim::policy::containment::FileUri;
-use mcpsim::policy::state::{KeyRing, StateClaims, STATE_CHARS_MAX};
-use mcpsim::servers::notes::CANDIDATES_MAX;
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::wire::canonical::digest_hex;
-use mcpsim::wire::headers::RoutingHeaders;
-use mcpsim::wire::jsonrpc::MESSAGE_BYTES_MAX;
-use mcpsim::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
+use mcpsim::testing::digest_hex;
+use mcpsim::testing::FileUri;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::Reply;
+use mcpsim::testing::RoutingHeaders;
+use mcpsim::testing::CANDIDATES_MAX;
+use mcpsim::testing::MESSAGE_BYTES_MAX;
+use mcpsim::testing::{ClaimRecord, Note};
+use mcpsim::testing::{KeyRing, StateClaims, STATE_CHARS_MAX};
+use mcpsim::testing::{KEY_CLIENT_CAPABILITIES, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
 use serde_json::{json, Value};
 
 fn test_ring() -> KeyRing {
@@ -1836,9 +1836,9 @@ mod arbitrary_input {
 mod index_narrows_never_authorizes {
     use super::*;
     use async_trait::async_trait;
-    use mcpsim::framework::ports::{GuardedDelete, NoteStore, StoreError};
-    use mcpsim::servers::notes::NotesServer;
-    use mcpsim::stores::memory::MemoryNoteStore;
+    use mcpsim::testing::MemoryNoteStore;
+    use mcpsim::testing::NotesServer;
+    use mcpsim::testing::{GuardedDelete, NoteStore, StoreError};
     use std::sync::Arc;
 
     /// A store double whose "index" returns everything.

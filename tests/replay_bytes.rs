@@ -5,8 +5,8 @@
 //! A size, not a time: nothing here depends on the machine's speed.
 
 use base64::Engine;
-use mcpsim::framework::ports::{ClaimOutcome, ClaimRecord, Clock, NonceClaim, ReplayStore};
-use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits, MEMORY_REPLAY_BYTES_PER_NONCE};
+use mcpsim::testing::{ClaimOutcome, ClaimRecord, Clock, NonceClaim, ReplayStore};
+use mcpsim::testing::{MemoryNoteStore, MemoryReplayStore, ReplayLimits, MEMORY_REPLAY_BYTES_PER_NONCE};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;

@@ -9,16 +9,16 @@
 mod e2e_support;
 
 use e2e_support::*;
-use mcpsim::cli::sandbox::{self, SandboxMode, SandboxOutcome, SandboxPlan};
-use mcpsim::framework::ports::{ClaimAndDelete, ClaimRecord, NonceClaim, NoteStore, ReplayStore};
-use mcpsim::policy::containment::FileUri;
-use mcpsim::stores::admin::StoreAdmin;
-use mcpsim::stores::deterministic::ManualClock;
-use mcpsim::stores::dir::DirStore;
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::sqlite::SqliteStore;
-use mcpsim::stores::system::SystemClock;
-use mcpsim::stores::StoreSpec;
+use mcpsim::testing::dir::DirStore;
+use mcpsim::testing::sandbox::{self, SandboxMode, SandboxOutcome, SandboxPlan};
+use mcpsim::testing::FileUri;
+use mcpsim::testing::ManualClock;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::SqliteStore;
+use mcpsim::testing::StoreAdmin;
+use mcpsim::testing::StoreSpec;
+use mcpsim::testing::SystemClock;
+use mcpsim::testing::{ClaimAndDelete, ClaimRecord, NonceClaim, NoteStore, ReplayStore};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,10 +1,10 @@
 //! The scenario library as a regression suite: every scenario's transcript is a reviewed snapshot, every
 //! scenario holds under many interleavings, runs are deterministic, and parallel blocks really interleave.
 
-use mcpsim::oracle::history::Outcome;
-use mcpsim::scenario::{self, Scenario};
-use mcpsim::sim::runner::{self, RunOptions, RunReport, SchedulerChoice};
-use mcpsim::sim::{library, render::transcript::Format};
+use mcpsim::testing::runner::{self, RunOptions, RunReport, SchedulerChoice};
+use mcpsim::testing::Outcome;
+use mcpsim::Scenario;
+use mcpsim::{testing::library, Format};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -14,8 +14,8 @@ const SEEDS_PER_SCENARIO: u64 = 100;
 fn load(file: &str) -> Scenario {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let name = file.strip_suffix(".sim").expect("scenario files end in .sim");
-    scenario::parse(&format!("scenarios/{file}"), name, &text).unwrap_or_else(|e| panic!("{e}"))
+    assert!(file.ends_with(".sim"), "scenario files end in .sim");
+    mcpsim::parse(&format!("scenarios/{file}"), &text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn failures(report: &RunReport) -> String {
@@ -217,7 +217,7 @@ fn parallel_blocks_interleave_differently_across_seeds() {
                 .entries
                 .iter()
                 .filter_map(|entry| match entry {
-                    mcpsim::sim::render::transcript::Entry::Delivery { from, to, message, .. } => {
+                    mcpsim::testing::Entry::Delivery { from, to, message, .. } => {
                         Some(format!("{}>{}:{}", report.transcript.actors[*from], report.transcript.actors[*to], message.summary()))
                     }
                     _ => None,
@@ -242,7 +242,7 @@ fn raw_messages_are_sent_verbatim_and_transcribed_exactly() {
         send alice -> i1 raw \"{not json\" as garbage\n\
         expect garbage error -32700\n\
         expect garbage id = null\n";
-    let scenario = scenario::parse("inline", "inline", text).unwrap();
+    let scenario = mcpsim::parse("inline", text).unwrap();
     let report = runner::run(&scenario, &RunOptions::seeded(1));
     assert!(report.passed(), "{}", failures(&report));
     let jsonl = report.transcript.to_jsonl();
@@ -263,11 +263,11 @@ fn routing_headers_reach_every_kind_of_instance_and_are_checked_against_the_body
         expect no_headers complete\n\
         send alice -> g1 tools/list {} headers {\"MCP-Protocol-Version\": \"2025-06-18\", \"Mcp-Method\": \"tools/list\"} as gateway_version\n\
         expect gateway_version error -32020\n";
-    let scenario = scenario::parse("inline", "inline", text).unwrap();
+    let scenario = mcpsim::parse("inline", text).unwrap();
     let report = runner::run(&scenario, &RunOptions::seeded(1));
     assert!(report.passed(), "{}", failures(&report));
     let bad = "use demo\ngateway g1\nclient alice principal alice\nsend alice -> g1 tools/list {} headers {\"Host\": \"x\"}\n";
-    let report = runner::run(&scenario::parse("inline", "inline", bad).unwrap(), &RunOptions::seeded(1));
+    let report = runner::run(&mcpsim::parse("inline", bad).unwrap(), &RunOptions::seeded(1));
     let failure = report.failures.first().expect("an unknown header is a step failure");
     assert_eq!(failure.kind, runner::FailureKind::Step);
     assert!(failure.message.contains("not a routing header"), "{}", failure.message);
@@ -277,7 +277,7 @@ fn routing_headers_reach_every_kind_of_instance_and_are_checked_against_the_body
 fn a_client_built_request_over_the_size_bound_is_refused_with_its_exact_size() {
     // The simulated network carries a client's request as the value it built; the size bound still applies
     // to the bytes that value is, as it does over a transport. A request a few bytes under it is served.
-    let bound = mcpsim::wire::jsonrpc::MESSAGE_BYTES_MAX;
+    let bound = mcpsim::testing::MESSAGE_BYTES_MAX;
     // `$big` twice in one request: a scenario file is itself bounded at 1 MiB. Every control character is six
     // bytes on the wire (`\u0001`), the worst case of the simulator's cheap bound on a request's size.
     let scenario = |characters: usize| {
@@ -290,7 +290,7 @@ fn a_client_built_request_over_the_size_bound_is_refused_with_its_exact_size() {
     };
     let run = |text: &str| {
         let options = RunOptions { check_statelessness: false, ..RunOptions::seeded(1) };
-        runner::run(&scenario::parse("inline", "inline", text).unwrap(), &options)
+        runner::run(&mcpsim::parse("inline", text).unwrap(), &options)
     };
     let size = |report: &RunReport, index: usize| report.history.operations[index].request_value.as_deref().unwrap().to_string().len();
     let empty = size(&run(&scenario(0)), 1);
@@ -312,7 +312,7 @@ fn a_wrong_consumed_count_lists_the_records_it_counted() {
                 send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": {\"workspaceUri\": \"file:///w\", \"title\": \"report\"}}\n\
                 answer alice -> i2 accept {\"note_id\": \"n0\", \"confirm\": true} as done\n\
                 expect consumed count 1\nexpect consumed count 2\n";
-    let report = runner::run(&scenario::parse("inline", "inline", text).unwrap(), &RunOptions::seeded(1));
+    let report = runner::run(&mcpsim::parse("inline", text).unwrap(), &RunOptions::seeded(1));
     let failed = failures(&report);
     assert_eq!(report.failures.len(), 1, "only the wrong count fails: {failed}");
     assert!(failed.contains(r#"expected 2 consumed nonces, found 1: {"noteId":"n0","outcome":"deleted"}"#), "{failed}");

@@ -7,14 +7,18 @@
 //! - **Every path named exists.** A repository path (`src/…`, `docs/…`, `tests/…`, `scenarios/…`, a module path
 //!   such as `sim/engine/clock.rs`, …) or a relative Markdown link in a comment, a doc or a scenario names a file
 //!   or folder that is there; a rename that leaves a stale mention fails here, with the file and line.
+//! - **The facade is the API.** Every module `src/lib.rs` declares is private but `testing`, which is
+//!   `#[doc(hidden)]`; what `lib.rs` re-exports in view is the facade (`FACADE`), anything else it re-exports
+//!   is hidden; `src/testing.rs` re-exports by name, never a whole module's contents (`*`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The layers, lowest first: `src/lib.rs`'s order (`embed` is the facade on top).
-const LAYERS: [&str; 17] = [
+/// The layers, lowest first: `src/lib.rs`'s order (`embed` is the facade on top, `testing` the tests' view
+/// below it, beside it).
+const LAYERS: [&str; 18] = [
     "wire",
     "policy",
     "framework",
@@ -32,6 +36,7 @@ const LAYERS: [&str; 17] = [
     "transport",
     "cli",
     "embed",
+    "testing",
 ];
 
 /// Paths named as examples of what a reader writes, never meant to exist here, and why. Each must still be
@@ -390,4 +395,97 @@ fn a_planted_stale_path_is_found() {
     assert_eq!(found, ["1: sim/engine/cluster_of_old.rs", "1: docs/nowhere.md"]);
     let markdown = "See [the guide](docs/simulator.md#x), [gone](docs/gone.md) and [a site](https://example.org/a.md).\n";
     assert_eq!(stale_paths(root, &root.join("README.md"), markdown), ["1: docs/gone.md"]);
+}
+
+/// The library's interface: every name `src/lib.rs` re-exports without `#[doc(hidden)]`.
+const FACADE: [&str; 17] = [
+    "explore",
+    "library",
+    "load",
+    "parse",
+    "run",
+    "Explored",
+    "LoadError",
+    "Options",
+    "Report",
+    "Scheduler",
+    "Property",
+    "Failure",
+    "FailureKind",
+    "ParseError",
+    "Scenario",
+    "FaultKind",
+    "Format",
+];
+
+/// What `lib` (the text of `src/lib.rs`) makes public beyond the facade, as `line N: why`; and each facade name
+/// it no longer re-exports in view.
+fn public_surface_problems(lib: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut exported = BTreeSet::new();
+    let mut hidden = false;
+    for (index, line) in lib.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with("#[") {
+            hidden |= line == "#[doc(hidden)]";
+            continue;
+        }
+        if line.starts_with("//") {
+            continue;
+        }
+        let item_hidden = std::mem::take(&mut hidden);
+        let Some(rest) = line.strip_prefix("pub ") else { continue };
+        let at = index + 1;
+        if let Some(module) = rest.strip_prefix("mod ") {
+            if module != "testing;" {
+                problems.push(format!("line {at}: `{line}`: a layer module is `mod` (only the facade and `testing` are public)"));
+            } else if !item_hidden {
+                problems.push(format!("line {at}: `{line}` without `#[doc(hidden)]`: `testing` is not the library's interface"));
+            }
+        } else if let Some(used) = rest.strip_prefix("use ") {
+            if item_hidden {
+                continue;
+            }
+            let names = used.trim_end_matches(';').rsplit("::").next().unwrap_or("").trim_matches(|c| c == '{' || c == '}');
+            for name in names.split(',').map(|n| n.trim().rsplit(" as ").next().unwrap_or("")).filter(|n| !n.is_empty()) {
+                if !FACADE.contains(&name) {
+                    problems.push(format!("line {at}: `{name}` is re-exported in view but is not in the facade (hide it or add it to FACADE)"));
+                }
+                exported.insert(name.to_string());
+            }
+        } else {
+            problems.push(format!("line {at}: `{line}`: lib.rs declares no public item of its own; the facade lives in `embed.rs`"));
+        }
+    }
+    for name in FACADE.iter().filter(|name| !exported.contains(**name)) {
+        problems.push(format!("`{name}` of the facade is no longer re-exported"));
+    }
+    problems
+}
+
+#[test]
+fn only_the_facade_is_public() {
+    let lib = std::fs::read_to_string(Path::new(ROOT).join("src/lib.rs")).unwrap();
+    let problems = public_surface_problems(&lib);
+    assert!(problems.is_empty(), "src/lib.rs makes public more than the facade (ARCHITECTURE.md):\n{}", problems.join("\n"));
+    let testing = std::fs::read_to_string(Path::new(ROOT).join("src/testing.rs")).unwrap();
+    let globs: Vec<&str> = testing.lines().filter(|l| !l.trim_start().starts_with("//") && l.contains("::*")).collect();
+    assert!(globs.is_empty(), "src/testing.rs re-exports by name, not whole modules:\n{}", globs.join("\n"));
+}
+
+#[test]
+fn a_public_layer_is_found() {
+    let facade = format!("pub use embed::{{{}}};\n", FACADE.join(", "));
+    assert_eq!(public_surface_problems(&format!("{facade}#[doc(hidden)]\npub mod testing;\nmod wire;\n")), Vec::<String>::new());
+    let planted = format!("{facade}/// Tests.\npub mod testing;\npub mod wire;\npub use wire::Reason;\n#[doc(hidden)]\npub use cli::main;\npub fn f() {{}}\n");
+    assert_eq!(
+        public_surface_problems(&planted),
+        [
+            "line 3: `pub mod testing;` without `#[doc(hidden)]`: `testing` is not the library's interface",
+            "line 4: `pub mod wire;`: a layer module is `mod` (only the facade and `testing` are public)",
+            "line 5: `Reason` is re-exported in view but is not in the facade (hide it or add it to FACADE)",
+            "line 8: `pub fn f() {}`: lib.rs declares no public item of its own; the facade lives in `embed.rs`",
+        ]
+    );
+    assert_eq!(public_surface_problems("pub use embed::{run};\n").len(), FACADE.len() - 1);
 }

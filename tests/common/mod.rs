@@ -10,16 +10,16 @@
 #![allow(dead_code)]
 
 use async_trait::async_trait;
-use mcpsim::config::Deployment;
-use mcpsim::framework::ports::{Clock, GuardedDelete, NonceSource, Note, NoteStore, StoreError};
-use mcpsim::framework::{handle_message, Reply};
-use mcpsim::policy::containment::FileUri;
-use mcpsim::policy::state::KeyRing;
-use mcpsim::servers::notes::{NotesConfig, NotesServer};
-use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
-use mcpsim::wire::headers::RoutingHeaders;
-use mcpsim::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
-use mcpsim::wire::Reason;
+use mcpsim::testing::Deployment;
+use mcpsim::testing::FileUri;
+use mcpsim::testing::KeyRing;
+use mcpsim::testing::Reason;
+use mcpsim::testing::RoutingHeaders;
+use mcpsim::testing::{handle_message, Reply};
+use mcpsim::testing::{Clock, GuardedDelete, NonceSource, Note, NoteStore, StoreError};
+use mcpsim::testing::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
+use mcpsim::testing::{NotesConfig, NotesServer};
+use mcpsim::testing::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

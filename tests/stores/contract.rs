@@ -4,12 +4,12 @@
 
 use crate::support::TestClock;
 use async_trait::async_trait;
-use mcpsim::framework::ports::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, Note};
-use mcpsim::policy::containment::FileUri;
-use mcpsim::stores::database::Durability;
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::spec::open_with_durability;
-use mcpsim::stores::{SeedReport, StoreSpec, Stores};
+use mcpsim::testing::open_with_durability;
+use mcpsim::testing::Durability;
+use mcpsim::testing::FileUri;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, Note};
+use mcpsim::testing::{SeedReport, StoreSpec, Stores};
 use std::sync::Arc;
 
 /// A kind of store, able to provide fresh empty locations.
@@ -524,7 +524,7 @@ pub async fn restart_keeps_everything(kind: &dyn StoreKind) {
 /// The out-of-band flows (URL-mode elicitation): shared by every handle, completed only by the principal,
 /// once, before expiry; a refused attempt changes nothing.
 pub async fn out_of_band_flows_complete_once_for_their_principal(kind: &dyn StoreKind) {
-    use mcpsim::framework::out_of_band::{Completion, FlowStatus, OutOfBandFlow};
+    use mcpsim::testing::{Completion, FlowStatus, OutOfBandFlow};
     let store = open_fresh(kind, 10_000).await;
     let other = store.another_handle().await;
     let flow = |reference: &str, expires_at_ms: u64| OutOfBandFlow {
@@ -551,7 +551,7 @@ pub async fn out_of_band_flows_complete_once_for_their_principal(kind: &dyn Stor
 
 /// Many tasks over several handles submit one flow's page at once: exactly one completes it.
 pub async fn racing_completions_complete_once(kind: &dyn StoreKind) {
-    use mcpsim::framework::out_of_band::{Completion, OutOfBandFlow};
+    use mcpsim::testing::{Completion, OutOfBandFlow};
     const HANDLES: usize = 4;
     const TASKS: usize = 16;
     let store = open_fresh(kind, 10_000).await;
@@ -592,9 +592,9 @@ pub async fn racing_completions_complete_once(kind: &dyn StoreKind) {
 /// handle, while the others keep starting theirs; the whole store's bound is kept; its expired flows give its
 /// places back (GUARANTEES.md §2.9).
 pub async fn a_principal_holding_its_flow_share_leaves_the_others_starting(kind: &dyn StoreKind) {
-    use mcpsim::framework::out_of_band::{FlowStart, OutOfBandFlow};
-    use mcpsim::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
-    use mcpsim::stores::spec::open_with_limits;
+    use mcpsim::testing::open_with_limits;
+    use mcpsim::testing::{FlowStart, OutOfBandFlow};
+    use mcpsim::testing::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
     let spec = kind.fresh().await;
     let clock = Arc::new(TestClock::at(START_MS));
     let limits = ReplayLimits { capacity: 100, principal_capacity: 100, retention_grace_ms: GRACE_MS };

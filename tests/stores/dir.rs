@@ -8,11 +8,11 @@ use crate::contract::{self, claim, contract_tests, deleted_record, persistent_co
 use crate::race::{processes_race_with, Losers, SPEC_VARIABLE};
 use crate::support::{unique_name, TempDir, TestClock};
 use async_trait::async_trait;
-use mcpsim::framework::ports::{ClaimAndDelete, ClaimRecord, GuardedDelete, Note, NoteStore, ReplayStore};
-use mcpsim::policy::containment::FileUri;
-use mcpsim::stores::dir::{DirStore, Refusal, Resolver, Seam, STATE_DIR};
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::dir::{DirStore, Refusal, Resolver, Seam, STATE_DIR};
+use mcpsim::testing::FileUri;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::{ClaimAndDelete, ClaimRecord, GuardedDelete, Note, NoteStore, ReplayStore};
 use sha2::{Digest, Sha256};
 use std::os::unix::fs::{symlink, FileTypeExt};
 use std::path::{Path, PathBuf};
@@ -311,7 +311,7 @@ async fn traversal_and_malformed_names_are_refused_with_their_reason() {
             ("hidden", ".mcpsim/claims/x".into(), Refusal::Hidden),
         ];
         for (what, id, reason) in &cases {
-            assert_eq!(mcpsim::stores::dir::note_path(id).err(), Some(*reason), "{what}");
+            assert_eq!(mcpsim::testing::dir::note_path(id).err(), Some(*reason), "{what}");
             assert_eq!(scene.store.inspect(&format!("{id}.md")).err(), Some(*reason), "{resolver:?} {what}");
             let outcome = scene.store.delete_if_inside(id, &revision, &scene.store.base().clone()).await.unwrap();
             assert_eq!(outcome, GuardedDelete::Gone, "{resolver:?} {what}: no file can have that id");
@@ -323,7 +323,7 @@ async fn traversal_and_malformed_names_are_refused_with_their_reason() {
             assert_eq!(claimed, ClaimAndDelete::NoteGone, "{resolver:?} {what}");
         }
         let very_long = "y/".repeat(3000);
-        assert_eq!(mcpsim::stores::dir::note_path(&very_long).err(), Some(Refusal::PathTooLong));
+        assert_eq!(mcpsim::testing::dir::note_path(&very_long).err(), Some(Refusal::PathTooLong));
         assert_eq!(scene.store.nonce_count().await.unwrap(), 0);
         assert_eq!(scene.ids().await, ["w/plan", "w/sub/todo"]);
         scene.assert_outside_untouched("names");
@@ -336,7 +336,7 @@ async fn odd_files_on_disk_are_skipped_with_their_reason_and_never_block() {
     let w = scene.notes.join("w");
     std::fs::write(w.join("%2e%2e.md"), "# escaped\n").unwrap();
     std::fs::write(w.join(".hidden.md"), "# hidden\n").unwrap();
-    std::fs::write(w.join("big.md"), vec![b'a'; (mcpsim::stores::dir::NOTE_BYTES_MAX + 1) as usize]).unwrap();
+    std::fs::write(w.join("big.md"), vec![b'a'; (mcpsim::testing::dir::NOTE_BYTES_MAX + 1) as usize]).unwrap();
     std::fs::write(w.join("latin1.md"), [0xe9u8, 0x0a]).unwrap();
     std::fs::write(w.join("notes.txt"), "not markdown").unwrap();
     let fifo = w.join("pipe.md");
@@ -498,7 +498,7 @@ async fn processes_killed_mid_delete_leave_a_state_the_next_open_finishes() {
 /// honoured as claims and count in the whole ledger, against no live principal's share.
 #[tokio::test]
 async fn each_principal_holds_only_its_share_and_old_claims_count_against_none() {
-    use mcpsim::framework::ports::{ClaimOutcome, NonceClaim};
+    use mcpsim::testing::{ClaimOutcome, NonceClaim};
     let directory = TempDir::new();
     let clock = Arc::new(TestClock::at(1_000));
     let limits = ReplayLimits { capacity: 6, principal_capacity: 2, retention_grace_ms: 100 };
@@ -507,7 +507,7 @@ async fn each_principal_holds_only_its_share_and_old_claims_count_against_none()
     // Two claims as the previous version wrote them: no principal.
     let claims = directory.path().join(STATE_DIR).join("claims");
     for nonce in ["old-1", "old-2"] {
-        let name = mcpsim::wire::canonical::digest_hex(&serde_json::Value::String(nonce.into()));
+        let name = mcpsim::testing::digest_hex(&serde_json::Value::String(nonce.into()));
         std::fs::write(claims.join(name), format!(r#"{{"expiresAtMs":{FAR_FUTURE_MS},"record":{{"outcome":"declined"}}}}"#)).unwrap();
     }
     let second = open();
@@ -527,8 +527,7 @@ async fn each_principal_holds_only_its_share_and_old_claims_count_against_none()
     assert_eq!(first.claim(of("alice", "a1")).await, Ok(ClaimOutcome::Claimed), "the old claims are not alice's");
     assert_eq!(second.claim(of("alice", "a2")).await, Ok(ClaimOutcome::Claimed));
     assert_eq!(first.claim(of("carol", "c1")).await, Ok(ClaimOutcome::Full), "the whole ledger's bound counts the old claims");
-    let written =
-        std::fs::read_to_string(claims.join(mcpsim::wire::canonical::digest_hex(&serde_json::Value::String("b1".into())))).unwrap();
+    let written = std::fs::read_to_string(claims.join(mcpsim::testing::digest_hex(&serde_json::Value::String("b1".into())))).unwrap();
     assert!(written.contains(r#""principal":"bob""#), "the claim file records its principal: {written}");
     // bob's claims expire (plus the grace): his places come back; the others' stay.
     clock.set(FAR_FUTURE_MS + 100);

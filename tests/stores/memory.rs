@@ -2,7 +2,7 @@
 
 use crate::contract::{contract_tests, out_of_band_contract_tests, StoreKind};
 use async_trait::async_trait;
-use mcpsim::stores::StoreSpec;
+use mcpsim::testing::StoreSpec;
 
 struct MemoryKind;
 

@@ -6,12 +6,12 @@ use crate::contract::{self, contract_tests, out_of_band_contract_tests, persiste
 use crate::race::{processes_race, DATABASE_VARIABLE, SPEC_VARIABLE};
 use crate::support::{create_database, drop_database, postgres_server, with_a_later_step, TestClock};
 use async_trait::async_trait;
-use mcpsim::framework::ports::{ClaimOutcome, StoreError};
-use mcpsim::stores::database::{Durability, MigrationReport};
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::postgres::{PostgresStore, POSTGRES_MIGRATIONS};
-use mcpsim::stores::spec::PostgresTarget;
-use mcpsim::stores::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::PostgresTarget;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::{ClaimOutcome, StoreError};
+use mcpsim::testing::{Durability, MigrationReport};
+use mcpsim::testing::{PostgresStore, POSTGRES_MIGRATIONS};
 use std::sync::{Arc, Mutex};
 
 /// Fresh databases on the test server; they are dropped when the kind is.

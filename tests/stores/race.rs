@@ -5,10 +5,10 @@
 //! rest `NoteGone` with nothing consumed). Afterwards the database must agree with the answers.
 
 use crate::contract::{claim, deleted_record, note, revision_in, workspace, Opened, FAR_FUTURE_MS};
-use mcpsim::framework::ports::ClaimAndDelete;
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::system::SystemClock;
-use mcpsim::stores::{open, StoreSpec};
+use mcpsim::testing::ClaimAndDelete;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::SystemClock;
+use mcpsim::testing::{open, StoreSpec};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,7 +142,7 @@ pub async fn processes_race_with(parent: &Opened, environment: &[(&str, String)]
         let deleted: Vec<usize> = answers.iter().enumerate().filter(|(_, a)| *a == "deleted").map(|(i, _)| i).collect();
         assert_eq!(deleted.len(), 1, "round {round} ({mode}): exactly one deletion, got {answers:?}");
         let expected_loss = if mode == "same" { format!("claimed {}", deleted_record(&note_id).to_json()) } else { "gone".to_string() };
-        let pending = format!("claimed {}", mcpsim::framework::ports::ClaimRecord::InProgress.to_json());
+        let pending = format!("claimed {}", mcpsim::testing::ClaimRecord::InProgress.to_json());
         for (index, answer) in answers.iter().enumerate().filter(|(i, _)| *i != deleted[0]) {
             if losers == Losers::MaySeeInProgress && mode == "same" && answer == &pending {
                 continue;

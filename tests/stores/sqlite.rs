@@ -5,12 +5,12 @@ use crate::contract::{self, contract_tests, out_of_band_contract_tests, persiste
 use crate::race::{processes_race, SPEC_VARIABLE};
 use crate::support::{unique_name, with_a_later_step, TempDir, TestClock};
 use async_trait::async_trait;
-use mcpsim::framework::ports::{ClaimOutcome, NoteStore, ReplayStore, StoreError};
-use mcpsim::policy::containment::FileUri;
-use mcpsim::stores::database::{Durability, MigrationReport};
-use mcpsim::stores::memory::ReplayLimits;
-use mcpsim::stores::sqlite::{SqliteStore, SQLITE_MIGRATIONS};
-use mcpsim::stores::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::FileUri;
+use mcpsim::testing::ReplayLimits;
+use mcpsim::testing::{open, StoreAdmin, StoreSpec};
+use mcpsim::testing::{ClaimOutcome, NoteStore, ReplayStore, StoreError};
+use mcpsim::testing::{Durability, MigrationReport};
+use mcpsim::testing::{SqliteStore, SQLITE_MIGRATIONS};
 use std::sync::Arc;
 
 struct SqliteKind {
@@ -108,12 +108,12 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
     assert!(refusal.contains("version 8") && refusal.contains("upgrade mcpsim"), "{refusal}");
 }
 
-fn claim_at(nonce: &str, expires_at_ms: u64) -> mcpsim::framework::ports::NonceClaim {
-    mcpsim::framework::ports::NonceClaim {
+fn claim_at(nonce: &str, expires_at_ms: u64) -> mcpsim::testing::NonceClaim {
+    mcpsim::testing::NonceClaim {
         nonce: nonce.into(),
         principal: "alice".into(),
         expires_at_ms,
-        record: mcpsim::framework::ports::ClaimRecord::Declined { tool: None },
+        record: mcpsim::testing::ClaimRecord::Declined { tool: None },
     }
 }
 

@@ -1,8 +1,8 @@
 //! Test plumbing: a settable clock, temporary directories, and throwaway PostgreSQL databases.
 
-use mcpsim::framework::ports::Clock;
-use mcpsim::stores::database::Migration;
-use mcpsim::stores::spec::{PostgresTarget, StoreSpec};
+use mcpsim::testing::Clock;
+use mcpsim::testing::Migration;
+use mcpsim::testing::{PostgresTarget, StoreSpec};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
