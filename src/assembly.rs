@@ -50,9 +50,11 @@ pub fn notes_server(config: Arc<NotesConfig>, ports: NotesPorts) -> NotesServer 
     }
 }
 
+// Built by `mcpsim serve` and `demo` alone (the `cli` feature).
 /// `server` offering `notes_publish` and its page over `out_of_band` (a listener's own page base, the flows of
 /// the store): each HTTP listener of `serve --out-of-band` builds its server here, so no server is put together
 /// outside this module.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn notes_server_with_out_of_band(server: &NotesServer, out_of_band: OutOfBand) -> NotesServer {
     NotesServer { out_of_band: Some(out_of_band), ..server.clone() }
 }
@@ -60,6 +62,7 @@ pub fn notes_server_with_out_of_band(server: &NotesServer, out_of_band: OutOfBan
 /// The notes server a real process runs, over opened `stores` (in memory, or shared with other processes
 /// through SQLite or PostgreSQL), signing with `key_ring`, with the wall clock and OS nonces. Every instance of
 /// a fleet is one of these; instances that share `stores` and `key_ring` finish each other's confirmations.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_notes_server(
     deployment: &Deployment,
     key_ring: KeyRing,
@@ -80,6 +83,7 @@ pub fn real_notes_server(
 /// A notes server over fresh in-memory stores seeded from `deployment`, with the given key ring, clock and
 /// nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs). Returns the note store too, so
 /// the caller can inspect the notes.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn in_memory_notes_server(
     deployment: &Deployment,
     key_ring: KeyRing,
@@ -105,6 +109,7 @@ pub fn demo_notes_server() -> NotesServer {
 // ----- the conformance fixture -----
 
 /// The conformance fixture over the given key ring, clock, nonces and change feed.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn conformance_fixture(
     key_ring: KeyRing,
     state_ttl_secs: Option<u64>,
@@ -121,6 +126,7 @@ pub fn conformance_fixture(
 
 /// The conformance fixture a real process runs: a random key of this process, the wall clock, OS nonces and
 /// an in-process change feed (list-changed announcements reach this process's subscribers only).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_conformance_fixture(state_ttl_secs: Option<u64>) -> ConformanceFixture {
     let key_ring = KeyRing::new("local", random_key()).expect("a random 32-byte key is valid");
     conformance_fixture(key_ring, state_ttl_secs, Arc::new(SystemClock), Arc::new(OsNonces), Arc::new(MemoryChangeFeed::new()))
@@ -296,6 +302,7 @@ fn gateway_over(
 /// With `shared` (a SQLite or PostgreSQL store), the notes, the replay ledger, the rate counters and the export
 /// ledgers are the database's, shared with every other gateway process pointed at it; without, they are this
 /// process's own, in memory.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_gateway(
     file: &GatewayFile,
     deployment: &Deployment,

@@ -45,7 +45,9 @@ pub use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits
 pub use crate::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
 #[cfg(feature = "postgres")]
 pub use crate::stores::postgres::{PostgresStore, POSTGRES_MIGRATIONS};
-pub use crate::stores::spec::{open_with_durability, open_with_limits, PostgresTarget};
+#[cfg(feature = "postgres")]
+pub use crate::stores::spec::PostgresTarget;
+pub use crate::stores::spec::{open_with_durability, open_with_limits};
 #[cfg(feature = "sqlite")]
 pub use crate::stores::sqlite::{SqliteStore, SQLITE_MIGRATIONS};
 pub use crate::stores::system::{OsNonces, SystemClock};

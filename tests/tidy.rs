@@ -449,7 +449,8 @@ fn public_surface_problems(lib: &str) -> Vec<String> {
             let names = used.trim_end_matches(';').rsplit("::").next().unwrap_or("").trim_matches(|c| c == '{' || c == '}');
             for name in names.split(',').map(|n| n.trim().rsplit(" as ").next().unwrap_or("")).filter(|n| !n.is_empty()) {
                 if !FACADE.contains(&name) {
-                    problems.push(format!("line {at}: `{name}` is re-exported in view but is not in the facade (hide it or add it to FACADE)"));
+                    problems
+                        .push(format!("line {at}: `{name}` is re-exported in view but is not in the facade (hide it or add it to FACADE)"));
                 }
                 exported.insert(name.to_string());
             }
@@ -477,7 +478,9 @@ fn only_the_facade_is_public() {
 fn a_public_layer_is_found() {
     let facade = format!("pub use embed::{{{}}};\n", FACADE.join(", "));
     assert_eq!(public_surface_problems(&format!("{facade}#[doc(hidden)]\npub mod testing;\nmod wire;\n")), Vec::<String>::new());
-    let planted = format!("{facade}/// Tests.\npub mod testing;\npub mod wire;\npub use wire::Reason;\n#[doc(hidden)]\npub use cli::main;\npub fn f() {{}}\n");
+    let planted = format!(
+        "{facade}/// Tests.\npub mod testing;\npub mod wire;\npub use wire::Reason;\n#[doc(hidden)]\npub use cli::main;\npub fn f() {{}}\n"
+    );
     assert_eq!(
         public_surface_problems(&planted),
         [

@@ -15,6 +15,8 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+// Read by `mcpsim serve` and `demo` alone (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub const DEFAULT_PRINCIPAL: &str = "alice";
 
 /// The embedded demo, as a config file would say it (tests and the README rely on it).
@@ -277,6 +279,7 @@ fn key_ring_of(keys: &[KeyConfig]) -> Result<Option<KeyRing>, ConfigError> {
     Ok(Some(ring))
 }
 
+// The key file of `mcpsim keygen` and `serve --keys` (the `cli` feature).
 /// A key file: only the signing keys, so the secret can be distributed and protected apart from the
 /// deployment. The same `[[keys]]` tables a deployment file takes:
 ///
@@ -290,12 +293,14 @@ fn key_ring_of(keys: &[KeyConfig]) -> Result<Option<KeyRing>, ConfigError> {
 /// ```
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 struct KeyFile {
     #[serde(default)]
     keys: Vec<KeyConfig>,
 }
 
 /// Reads a key file (TOML `[[keys]]` tables). It must name at least one key.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn load_key_file(path: &Path) -> Result<KeyRing, ConfigError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;

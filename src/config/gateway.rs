@@ -91,7 +91,9 @@ pub fn default_pins() -> PinFile {
     PinFile::parse(DEFAULT_PINS_JSON).expect("the embedded pins are valid")
 }
 
+// Read by `mcpsim pins` and `serve --gateway` alone (the `cli` feature).
 /// Reads a pin file, or the embedded pins when no path is given.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn load_pins(path: Option<&Path>) -> Result<PinFile, ConfigError> {
     let Some(path) = path else { return Ok(default_pins()) };
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;

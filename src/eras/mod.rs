@@ -44,7 +44,9 @@ use tokio::sync::oneshot;
 pub const LEGACY_PROTOCOL_VERSION: &str = "2025-11-25";
 /// The legacy revisions an `initialize` may ask for and get (older ones differ from it in nothing served here).
 pub const LEGACY_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+// The transports' bound (the `cli` feature); the simulator answers in virtual time.
 /// How long a real transport lets a legacy call wait for the client's answer to a request sent inside it.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub const LEGACY_ANSWER_TIMEOUT_MS: u64 = 300_000;
 /// Rounds of server→client requests one legacy call may take before it is ended with an error.
 pub const LEGACY_ROUNDS_MAX: usize = 8;
@@ -52,16 +54,6 @@ pub const LEGACY_ROUNDS_MAX: usize = 8;
 const STDIO_SESSION: &str = "stdio";
 /// Server→client requests the adapter sends for an embedded input request.
 const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
-
-/// Which eras a server serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Eras {
-    /// 2026-07-28 only: `initialize` gets `-32601` naming the supported version; no sessions exist.
-    #[default]
-    Modern,
-    /// 2026-07-28, and 2025-11-25 through this adapter for clients that open with `initialize`.
-    Both,
-}
 
 /// Where the adapter's messages to the client go, and how its answers come back (a transport's part).
 #[async_trait]
@@ -86,7 +78,9 @@ pub trait ClientLink: Send + Sync {
 pub enum Channel<'a> {
     /// An HTTP POST and the `Mcp-Session-Id` it carried.
     Http { session_id: Option<&'a str> },
+    // Only the stdio transport (the `cli` feature) sends it.
     /// A line of a stdio process (the process is the session).
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     Stdio,
 }
 
@@ -168,12 +162,9 @@ impl LegacyAdapter {
         LegacyAdapter { service, sessions: SessionTable::new(limits, clock, nonces) }
     }
 
-    /// The sessions this instance holds.
-    pub fn sessions(&self) -> &SessionTable {
-        &self.sessions
-    }
-
+    // A legacy client's DELETE reaches it over HTTP alone (the `cli` feature).
     /// Ends an HTTP session (a legacy client's DELETE); false when `principal` held no such session.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     pub fn close(&self, session_id: &str, principal: &str) -> bool {
         self.sessions.close(session_id, principal)
     }

@@ -13,6 +13,4 @@ pub mod pipeline;
 pub mod ports;
 pub mod refusals;
 
-pub use pipeline::{
-    handle_decoded_exchange, handle_exchange, handle_message, Exchange, NotificationFeed, Reply, RequestContext, Service, ServiceResponse,
-};
+pub use pipeline::{handle_decoded_exchange, handle_exchange, handle_message, Exchange, Reply, RequestContext, Service};

@@ -33,11 +33,6 @@ pub fn fold_title(title: &str) -> String {
     title.to_lowercase()
 }
 
-/// Whether a note titled `title` matches a search for `query`: the folded query is part of the folded title.
-pub fn title_matches(title: &str, query: &str) -> bool {
-    folded_title_contains(title, &fold_title(query))
-}
-
 /// Whether [`fold_title`] of `title` contains `folded_query` (itself folded already). An ASCII title folds to
 /// its ASCII lower case, so it is searched in place, ignoring ASCII case, without folding a copy (candidate
 /// searches test every note a listing or an index range holds).
@@ -84,7 +79,7 @@ pub trait NoteStore: Send + Sync {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError>;
 
     /// The candidates of a confirmation: the notes inside `workspace` whose title contains `query` ignoring
-    /// case ([`title_matches`]), in listing order. An index narrows, it never authorizes: a store may return
+    /// case ([`folded_title_contains`] of the [`fold_title`]d query), in listing order. An index narrows, it never authorizes: a store may return
     /// more than that (the notes server checks every candidate's containment and title again and drops the
     /// rest), never fewer. Bodies may be left empty. The default reads every note; the stores of `stores`
     /// answer from an index on [`FileUri::index_key`] and the folded title, so the cost follows the notes in

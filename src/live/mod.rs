@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::play::expect::ExpectationResult;
-pub use crate::play::parity::{outcome_of, ParityRow, Verdict};
+pub use crate::play::parity::{ParityRow, Verdict};
 
 /// How long one live request may take before it counts as a transport failure.
 pub(crate) const LIVE_REQUEST_TIMEOUT_MS: u64 = 10_000;

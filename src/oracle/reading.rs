@@ -106,7 +106,6 @@ pub struct Continuation<'h> {
 /// Where each state token was issued, and the form it came with (read in place from the history).
 #[derive(Debug, Clone)]
 pub struct Issue<'h> {
-    pub operation: OperationId,
     pub principal: &'h str,
     /// `params.name` of the request that was answered with the state.
     pub tool: Option<&'h str>,
@@ -159,7 +158,6 @@ impl<'h> Reading<'h> {
                 .filter_map(Value::as_str)
                 .collect();
             issued.entry(token).or_default().push(Issue {
-                operation: operation.id,
                 principal: &operation.principal,
                 tool: operation.params().and_then(|p| p.get("name")).and_then(Value::as_str),
                 arguments: operation.params().and_then(|p| p.get("arguments")),
@@ -218,11 +216,6 @@ impl<'h> Reading<'h> {
     /// The answer's action: `accept`, `decline`, `cancel`.
     pub fn action(&self, id: OperationId) -> Option<&'h str> {
         self.answer(id)?.get("action")?.as_str()
-    }
-
-    /// `label` of an operation, for messages: `alice's request id 3 to i2 (retry 1)`.
-    pub fn label(&self, operation: Option<OperationId>) -> String {
-        label(self.history, operation)
     }
 }
 

@@ -4,7 +4,7 @@
 //! A URI is read as a host and a list of path segments: the path percent-decoded once (so `%2f` is a `/` and
 //! `%2e%2e` a `..`), then split, then dot segments resolved, empty segments dropped. The host is compared
 //! case-insensitively, `localhost` being the empty host. What is not a `file` URI, or has a query, a fragment,
-//! a bad escape or a NUL, lies inside nothing. `inside(root, target)` compares hosts and whole segments, never
+//! a bad escape or a NUL, lies inside nothing. `Location::contains` compares hosts and whole segments, never
 //! strings, so `/notes-evil` is not inside `/notes`.
 
 /// A `file` URI as the oracle reads it.
@@ -42,19 +42,6 @@ pub fn location(uri: &str) -> Option<Location> {
         }
     }
     Some(Location { host, segments })
-}
-
-/// The path segments of a `file` URI (see [`location`]).
-pub fn segments(uri: &str) -> Option<Vec<String>> {
-    location(uri).map(|l| l.segments)
-}
-
-/// Whether `target` lies at or below `root`: the same host, and root's segments a prefix of target's.
-pub fn inside(root: &str, target: &str) -> bool {
-    match (location(root), location(target)) {
-        (Some(root), Some(target)) => root.contains(&target),
-        _ => false,
-    }
 }
 
 impl Location {
@@ -102,6 +89,14 @@ mod tests {
     use proptest::prelude::*;
 
     const ROOT: &str = "file:///Users/alice/Documents/Notes";
+
+    /// Whether `target` lies at or below `root`: the same host, and root's segments a prefix of target's.
+    fn inside(root: &str, target: &str) -> bool {
+        match (location(root), location(target)) {
+            (Some(root), Some(target)) => root.contains(&target),
+            _ => false,
+        }
+    }
 
     #[test]
     fn segments_not_strings_decide() {

@@ -12,9 +12,6 @@ use crate::wire::{object, PROTOCOL_VERSION};
 use serde_json::{json, Map, Value};
 
 pub struct Client {
-    pub name: String,
-    /// The principal the transport authenticates this client as (never taken from the message).
-    pub principal: String,
     /// The `_meta` every request of this client carries (its declared capabilities among them), built once.
     meta: Value,
     next_request_id: i64,
@@ -43,13 +40,15 @@ impl FormAction {
 }
 
 impl Client {
-    pub fn new(name: &str, principal: &str, capabilities: Value) -> Client {
+    /// A client that calls itself `name` in its `clientInfo` (the principal is the transport's to authenticate,
+    /// never the message's).
+    pub fn new(name: &str, capabilities: Value) -> Client {
         let meta = object([
             (KEY_PROTOCOL_VERSION, PROTOCOL_VERSION.into()),
             (KEY_CLIENT_CAPABILITIES, capabilities),
             (KEY_CLIENT_INFO, json!({ "name": name, "version": "1.0.0" })),
         ]);
-        Client { name: name.into(), principal: principal.into(), meta, next_request_id: 1, last_form: None, legacy: false }
+        Client { meta, next_request_id: 1, last_form: None, legacy: false }
     }
 
     /// The `_meta` this client sends: the protocol version, its capabilities, and its self-reported info.
@@ -172,7 +171,7 @@ mod tests {
 
     #[test]
     fn requests_carry_meta_and_consecutive_ids() {
-        let mut client = Client::new("alice", "alice", json!({"elicitation": {"form": {}}}));
+        let mut client = Client::new("alice", json!({"elicitation": {"form": {}}}));
         let first = client.request("tools/list", json!({}), false).unwrap();
         let second = client.request("tools/list", json!({}), false).unwrap();
         assert_eq!((first["id"].clone(), second["id"].clone()), (json!(1), json!(2)));

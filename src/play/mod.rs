@@ -13,6 +13,8 @@
 
 pub mod client;
 pub mod expect;
+// Live mode (`http`) and targets compare their plays with the simulator's.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub mod parity;
 pub mod world;
 
@@ -79,8 +81,10 @@ pub enum StepOutcome {
     Failed(String),
 }
 
+// Read by the parity report of live mode (`http`) and of targets (`cli`).
 /// One statement that acts (lets and expectations are not steps).
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub struct StepRecord {
     /// Index among the scenario's statements.
     pub index: usize,
@@ -91,6 +95,7 @@ pub struct StepRecord {
 
 /// One expectation, as judged.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub struct ExpectationRecord {
     pub index: usize,
     pub line: usize,
@@ -129,7 +134,7 @@ pub fn play(scenario: &Scenario, world: &mut dyn World) -> Play {
         .clients
         .iter()
         .map(|c| {
-            let mut client = Client::new(&c.name, &c.principal, c.capabilities.clone());
+            let mut client = Client::new(&c.name, c.capabilities.clone());
             client.legacy = c.legacy.is_some();
             client
         })

@@ -30,8 +30,10 @@ pub const NO_BROWSER: &str =
 pub enum Refused {
     /// This world cannot do it at all (a live fleet cannot advance the wall clock): the step is skipped.
     Unsupported(String),
+    // Only live mode and targets (`http`) compare a play with the simulator's.
     /// It was done, but the world was not as the scenario assumed (the store held no such note): what
     /// follows may differ from the scenario's intent.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Differs(String),
     /// It was attempted and failed (a request the transport could not deliver, a key the ring refused).
     Failed(String),

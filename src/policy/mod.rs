@@ -5,6 +5,8 @@
 
 pub mod authorization;
 pub mod containment;
+// Host/Origin rules of the HTTP transport and `serve` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub mod origin;
 pub mod pinning;
 pub mod scanner;

@@ -86,8 +86,10 @@ pub trait StoreAdmin: Send + Sync {
     }
 }
 
+// Reseeding a live fleet (`http`) and `mcpsim run`.
 /// What [`reseed`] changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub struct ReseedReport {
     pub seed: SeedReport,
     /// Notes the seed does not mention, removed.
@@ -108,6 +110,7 @@ impl std::fmt::Display for ReseedReport {
 /// Leaves exactly `notes` in the store, in their order: the seed (`mcpsim seed`'s, idempotent), then every
 /// other note removed. Consumed nonces are never touched: a confirmation used before stays used. For a test
 /// fleet between scenarios (`mcpsim run --live --reseed`); servers may keep serving meanwhile.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub async fn reseed(admin: &dyn StoreAdmin, notes: &[Note]) -> Result<ReseedReport, StoreError> {
     let seed = admin.seed(notes).await?;
     let wanted: BTreeSet<&str> = notes.iter().map(|note| note.id.as_str()).collect();

@@ -66,16 +66,20 @@ impl AuditSink for MemoryAuditSink {
     }
 }
 
+// The audit log of `serve --gateway` (the `cli` feature).
 /// Longest audit line written; records are small, so a longer one means something is wrong.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub const AUDIT_LINE_BYTES_MAX: usize = 64 * 1024;
 
 /// Append-only JSON Lines: one record per line, sorted keys, flushed per record.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub struct JsonLinesAuditSink {
     /// Where the lines go, for error messages (`<stderr>` for standard error).
     label: PathBuf,
     file: Mutex<Box<dyn Write + Send>>,
 }
 
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 impl JsonLinesAuditSink {
     /// Opens (creating if needed) `path` for appending; existing lines are never touched.
     pub fn open(path: &Path) -> std::io::Result<Self> {
@@ -216,13 +220,16 @@ impl ExportLedger for MemoryExportLedger {
     }
 }
 
+// The stores `serve --gateway` opens (the `cli` feature).
 /// The export ledger of a notes backend, by its id.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub type LedgerOf = Arc<dyn Fn(&str) -> Arc<dyn ExportLedger> + Send + Sync>;
 
 /// The state a gateway deployment shares among its processes: the notes its notes backends read, the replay
 /// ledger of confirmations, the rate counters and each notes backend's export ledger. In memory for one
 /// process; in SQLite or PostgreSQL for any number of them.
 #[derive(Clone)]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub struct GatewayStores {
     pub notes: Arc<dyn NoteStore>,
     pub replay: Arc<dyn ReplayStore>,

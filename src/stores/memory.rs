@@ -242,10 +242,13 @@ pub const REPLAY_RETENTION_GRACE_MS: u64 = 60_000;
 /// (ledger entry, expiry index and their share of the trees' nodes), as `tests/replay_bytes.rs` measures it
 /// with a counting allocator.
 pub const MEMORY_REPLAY_BYTES_PER_NONCE: usize = 200;
+// `serve`'s default replay capacity and its log line (the `cli` feature).
 /// What `serve` lets a memory replay store hold by default: its default capacity is this budget over
 /// [`MEMORY_REPLAY_BYTES_PER_NONCE`] (335,544 nonces).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub const MEMORY_REPLAY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 /// Nonces a SQLite or PostgreSQL replay store holds by default under `serve`: a row each, on disk.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub const DATABASE_REPLAY_CAPACITY: usize = 5_000_000;
 
 /// Where a replay store keeps its nonces, for sizing it.
@@ -260,6 +263,7 @@ pub enum ReplayMedium {
 
 /// The replay capacity `serve` gives a store by default when `[replay] capacity` does not say: memory is
 /// bounded by bytes, the databases by rows; the folder store keeps the original 100,000 (a file each).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn default_replay_capacity(medium: ReplayMedium) -> usize {
     match medium {
         ReplayMedium::Memory => MEMORY_REPLAY_BUDGET_BYTES / MEMORY_REPLAY_BYTES_PER_NONCE,
@@ -271,6 +275,7 @@ pub fn default_replay_capacity(medium: ReplayMedium) -> usize {
 /// The confirmations per second a replay store of `capacity` nonces sustains without refusing
 /// (`replay_store_full`): every nonce is held for its state's lifetime plus the grace period, so at most
 /// `capacity / (ttl + grace)` can be claimed per second, all principals together (one principal: its share).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn sustained_claims_per_second(capacity: usize, state_ttl_ms: u64, grace_ms: u64) -> f64 {
     capacity as f64 * 1000.0 / state_ttl_ms.saturating_add(grace_ms).max(1) as f64
 }

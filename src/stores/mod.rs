@@ -22,4 +22,6 @@ pub mod sqlite;
 pub mod system;
 
 pub use admin::{SeedReport, StoreAdmin};
-pub use spec::{open, seed, StoreSpec, Stores};
+#[cfg(feature = "cli")]
+pub use spec::seed;
+pub use spec::{open, StoreSpec, Stores};

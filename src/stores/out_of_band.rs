@@ -96,6 +96,7 @@ impl Default for MemoryOutOfBandStore {
 
 impl MemoryOutOfBandStore {
     /// `capacity` flows, any principal may hold all of them.
+    #[cfg(test)]
     pub fn with_capacity(capacity: usize) -> Self {
         MemoryOutOfBandStore::with_limits(OutOfBandLimits::with_share(capacity, 100))
     }
@@ -104,17 +105,13 @@ impl MemoryOutOfBandStore {
         MemoryOutOfBandStore { flows: Mutex::new(Flows::default()), limits }
     }
 
+    #[cfg(test)]
     pub fn limits(&self) -> OutOfBandLimits {
         self.limits
     }
 
     fn lock(&self) -> MutexGuard<'_, Flows> {
         self.flows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Every flow, in reference order (for tests and the simulator's observations).
-    pub fn snapshot(&self) -> Vec<FlowRecord> {
-        self.lock().by_reference.values().cloned().collect()
     }
 }
 

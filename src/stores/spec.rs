@@ -333,9 +333,11 @@ pub async fn open_with_limits(
     }
 }
 
+// `serve --gateway` and `mcpsim seed` alone (the `cli` feature).
 /// Opens a shared store (`sqlite:` or `postgres:`) for a gateway: the handler ports and admin handle as
 /// [`open_with_durability`] gives them, and the gateway's own shared state in the same database. `None` for
 /// `memory`, which a gateway keeps in its process (see `assembly::gateway_world`).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub async fn open_for_gateway(
     spec: &StoreSpec,
     clock: Arc<dyn Clock>,
@@ -386,6 +388,7 @@ where
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub enum SeedError {
     #[error(
         "a memory store lives inside one `mcpsim serve` process and is loaded from its --config at start; seed a sqlite: or postgres: store instead"
@@ -397,6 +400,7 @@ pub enum SeedError {
 
 /// Loads `notes` (a deployment's notes) into a shared store, creating its schema if needed. Idempotent:
 /// running it again restores the notes exactly (content and listing order), keeping any other notes after them.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub async fn seed(spec: &StoreSpec, notes: &[Note]) -> Result<SeedReport, SeedError> {
     if matches!(spec, StoreSpec::Memory) {
         return Err(SeedError::MemoryIsPerProcess);

@@ -80,10 +80,8 @@ impl Attacker<'_, '_> {
 
     /// Builds a request as `principal`'s client would (its `_meta`, the next id).
     fn build(&mut self, principal: &str, method: &str, params: Value, notification: bool) -> Value {
-        let client = self
-            .clients
-            .entry(principal.to_string())
-            .or_insert_with(|| Client::new(&format!("attacker-{principal}"), principal, form_capabilities()));
+        let client =
+            self.clients.entry(principal.to_string()).or_insert_with(|| Client::new(&format!("attacker-{principal}"), form_capabilities()));
         client.request(method, params, notification).unwrap_or(Value::Null)
     }
 
@@ -454,7 +452,7 @@ fn missing_capability(a: &mut Attacker<'_, '_>) -> Verdict {
     let before = attempt!(a.effects());
     let principal = a.principal();
     let tool = &a.target.file.tool;
-    let mut client = Client::new("attacker-no-elicitation", &principal, json!({}));
+    let mut client = Client::new("attacker-no-elicitation", json!({}));
     let Ok(request) = client.request("tools/call", json!({"name": tool.name, "arguments": tool.arguments}), false) else {
         return Verdict::Inconclusive("the request could not be built".into());
     };

@@ -82,10 +82,6 @@ impl<'t> Fleet<'t> {
         self.instances.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.instances.is_empty()
-    }
-
     pub fn instance_name(index: usize) -> String {
         format!("t{}", index + 1)
     }
@@ -221,27 +217,6 @@ impl<'t> Fleet<'t> {
 
     pub fn is_down(&self, index: usize) -> bool {
         matches!(self.instances[index], Running::Down)
-    }
-
-    /// The pid that answers `principal` at `index` (for transcripts).
-    pub fn pid(&self, index: usize, principal: &str) -> Option<u32> {
-        match &self.instances[index] {
-            Running::Stdio(processes) => processes.get(principal).map(|p| p.pid),
-            Running::Http { process, .. } => Some(process.pid),
-            Running::Down => None,
-        }
-    }
-
-    /// Every pid running now.
-    pub fn pids(&self) -> Vec<u32> {
-        self.instances
-            .iter()
-            .flat_map(|r| match r {
-                Running::Stdio(processes) => processes.values().map(|p| p.pid).collect::<Vec<_>>(),
-                Running::Http { process, .. } => vec![process.pid],
-                Running::Down => Vec::new(),
-            })
-            .collect()
     }
 
     fn token(&self, principal: &str) -> String {

@@ -238,7 +238,7 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
         total += match (&effects.method, &effects.command) {
             (Some(method), _) => {
                 let principal = effects.principal.clone().unwrap_or_else(|| target.file.tool.principal.clone());
-                let mut client = Client::new("mcpsim-probe", &principal, json!({}));
+                let mut client = Client::new("mcpsim-probe", json!({}));
                 let value = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
                 let outgoing = play::world::Outgoing {
                     client: 0,

@@ -40,11 +40,6 @@ fn kill_group(pgid: i32) {
     }
 }
 
-/// Kills every process group still running (what the interrupt handler does before mcpsim exits).
-pub fn kill_all() {
-    kill_all_locked(RUNNING.lock().as_deref().ok());
-}
-
 fn kill_all_locked(running: Option<&BTreeSet<i32>>) {
     for &pgid in running.into_iter().flatten() {
         kill_group(pgid);
@@ -84,7 +79,6 @@ pub struct Process {
     pub pid: u32,
     stdin: Option<ChildStdin>,
     lines: Option<Lines>,
-    pub stderr_path: PathBuf,
     /// Nothing has been read from its stdout yet: its first answer may also wait for it to start.
     pub fresh: bool,
     /// Its place in the run's containment (none outside a run, e.g. in unit tests).
@@ -240,7 +234,7 @@ impl Process {
             });
             Lines { receiver, budget }
         });
-        Ok(Process { child, pid, stdin, lines, stderr_path, fresh: true, leaf, reaped: false })
+        Ok(Process { child, pid, stdin, lines, fresh: true, leaf, reaped: false })
     }
 
     /// Writes one line (the message and a newline) to its stdin.

@@ -264,11 +264,6 @@ impl ConnectionSlots {
         ConnectionSlots { slots: Arc::new(Semaphore::new(max)), max, clients }
     }
 
-    /// Connections open right now.
-    pub fn open(&self) -> usize {
-        self.max - self.slots.available_permits()
-    }
-
     /// A slot for a connection from `client` (already a [`client_key`]): its client's share first, then the
     /// process's.
     fn try_take(&self, client: IpAddr) -> Result<ConnectionSlot, ConnectionRefusal> {

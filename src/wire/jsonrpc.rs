@@ -56,14 +56,6 @@ pub enum Incoming<'a> {
     },
 }
 
-impl Incoming<'_> {
-    pub fn method(&self) -> &str {
-        match self {
-            Incoming::Request { method, .. } | Incoming::Notification { method, .. } => method,
-        }
-    }
-}
-
 /// A refusal to parse: the error and the id to answer with (`None` serializes as `null`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Rejected {

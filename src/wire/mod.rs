@@ -11,7 +11,7 @@ pub mod meta;
 pub mod result;
 
 pub use errors::{Reason, RpcError};
-pub use jsonrpc::{Incoming, RequestId};
+pub use jsonrpc::RequestId;
 
 /// A JSON object of these members, each moved in. `serde_json::json!` copies an embedded `Value` by
 /// serializing it into a new tree; the answers and requests of every flow nest whole trees (a result in its

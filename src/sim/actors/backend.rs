@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 /// The suffix of a backend actor's name: backend `notes` is the actor `notes-backend` (the bare id `notes`
 /// is the note store).
-pub use crate::scenario::model::BACKEND_ACTOR_SUFFIX;
 
 /// One backend server: its handler, the descriptors it publishes, and (notes backends) its export archive.
 pub struct BackendActor {

@@ -114,7 +114,9 @@ fn run_choices(
     (trace, report)
 }
 
+// Shrinking a failing order is `mcpsim explore --exhaustive`'s (the `cli` feature).
 /// Runs a schedule given by its choices at branching points (see `run_choices`), with a transcript.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn run_schedule(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,
@@ -126,16 +128,19 @@ pub fn run_schedule(
 }
 
 /// The choices at branching points a recorded run made.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn choices_of(report: &RunReport) -> Vec<u32> {
     report.decisions.decisions.iter().filter(|d| d.options > 1).map(|d| d.chosen).collect()
 }
 
 /// Most executions one shrink runs.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub const SHRINK_EXECUTIONS_MAX: usize = 2_000;
 
 /// Delta debugging on a failing schedule: makes as many choices as possible the default (the first envelope
 /// in flight), in halving chunks then one at a time, and drops the trailing defaults, keeping every step
 /// that still breaks `property`. Returns the smallest schedule found.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn shrink(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,
@@ -255,12 +260,14 @@ fn search(scenario: &Scenario, server: ServerUnderTest, reduce: bool) -> Exhaust
 
 /// What a counterexample breaks, and is shrunk to keep breaking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub enum Breaks {
     Property(Property),
     /// The expectation on this line of the scenario (a run that broke no property).
     Expectation(usize),
 }
 
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 impl Breaks {
     /// What to shrink toward in a failed run: the first property it broke, else its first failed expectation.
     pub fn of(failures: &[Failure]) -> Option<Breaks> {

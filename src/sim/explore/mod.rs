@@ -9,6 +9,8 @@
 pub mod coverage;
 pub mod exhaustive;
 pub mod mutants;
+// `mcpsim explore --save` and `run --replay` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub mod reproducer;
 
 use crate::oracle::check::Property;
@@ -21,7 +23,9 @@ use std::ops::RangeInclusive;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+// `mcpsim explore`'s own bound and reports (the `cli` feature).
 /// Most seeds one exploration runs.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub const EXPLORE_SEEDS_MAX: u64 = 10_000_000;
 /// Most threads one exploration uses.
 pub(crate) const JOBS_MAX: usize = 64;
@@ -175,6 +179,7 @@ fn seed_options(scenario: &Scenario, server: &ServerUnderTest, seed: u64, faults
 }
 
 /// One seed of an exploration again, exactly as the exploration ran it, with its transcript (for a report).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn run_report(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u64, faults: &[FaultKind]) -> runner::RunReport {
     runner::run(scenario, &seed_options(scenario, &server.into(), seed, faults, true))
 }
@@ -340,6 +345,7 @@ fn explore_seeds(
 }
 
 /// The first seed in `seeds` that breaks a safety property, searched in order, with the property broken.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn first_violation(scenario: &Scenario, server: impl Into<ServerUnderTest>, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
     let server = server.into();
     for seed in seeds {
@@ -353,6 +359,7 @@ pub fn first_violation(scenario: &Scenario, server: impl Into<ServerUnderTest>, 
 /// The first seed in `seeds` whose run fails at all (a property, or without faults an expectation),
 /// searched in order, with `faults` on if not empty. The gateway mutants are caught this way without faults
 /// (the scenario's expectations state the defence they lack); a mutant that only breaks liveness, with them.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn first_failure(
     scenario: &Scenario,
     server: impl Into<ServerUnderTest>,

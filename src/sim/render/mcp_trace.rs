@@ -27,7 +27,7 @@
 
 use crate::sim::engine::message::ActorId;
 use crate::sim::render::transcript::{Body, Entry, Kind, Transcript};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::fmt::Write as _;
 
 /// The trace events of a transcript, one JSON object per line.
@@ -35,8 +35,10 @@ pub fn render(transcript: &Transcript) -> String {
     render_of(transcript, None)
 }
 
+// `mcpsim run --format mcp-trace --client` (the `cli` feature).
 /// The trace of one client's session: the messages it sent and those it was sent, numbered from 0.
 /// `None` if the transcript has no actor of that name.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn render_client(transcript: &Transcript, client: &str) -> Option<String> {
     let actor = transcript.actors.iter().position(|name| name == client)?;
     Some(render_of(transcript, Some(actor)))
@@ -78,21 +80,22 @@ fn render_of(transcript: &Transcript, client: Option<ActorId>) -> String {
     out
 }
 
-/// Parses a trace back into its events (for tests and tools that post-process an export).
-pub fn parse(trace: &str) -> Result<Vec<Value>, String> {
-    trace
-        .lines()
-        .enumerate()
-        .map(|(index, line)| serde_json::from_str(line).map_err(|error| format!("line {}: {error}", index + 1)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scenario;
     use crate::sim::library;
     use crate::sim::render::transcript::Message;
+    use serde_json::Value;
+
+    /// A trace read back into its events.
+    fn parse(trace: &str) -> Result<Vec<Value>, String> {
+        trace
+            .lines()
+            .enumerate()
+            .map(|(index, line)| serde_json::from_str(line).map_err(|error| format!("line {}: {error}", index + 1)))
+            .collect()
+    }
     use crate::sim::runner::{self, RunOptions};
 
     fn run_library_scenario(file: &str) -> Transcript {
