@@ -79,7 +79,7 @@ pub trait NoteStore: Send + Sync {
     async fn list_notes(&self) -> Result<Vec<Note>, StoreError>;
 
     /// The candidates of a confirmation: the notes inside `workspace` whose title contains `query` ignoring
-    /// case ([`folded_title_contains`] of the [`fold_title`]d query), in listing order. An index narrows, it never authorizes: a store may return
+    /// case (`folded_title_contains` of the folded query), in listing order. An index narrows, it never authorizes: a store may return
     /// more than that (the notes server checks every candidate's containment and title again and drops the
     /// rest), never fewer. Bodies may be left empty. The default reads every note; the stores of `stores`
     /// answer from an index on [`FileUri::index_key`] and the folded title, so the cost follows the notes in

@@ -89,9 +89,9 @@ pub enum Refusal {
     PercentEncoded,
     /// A NUL, slash, backslash or control character in a name.
     ForbiddenCharacter,
-    /// A name longer than [`NAME_BYTES_MAX`] bytes.
+    /// A name longer than `NAME_BYTES_MAX` bytes.
     NameTooLong,
-    /// A path longer than [`PATH_BYTES_MAX`] bytes or deeper than [`DEPTH_MAX`] folders.
+    /// A path longer than `PATH_BYTES_MAX` bytes or deeper than `DEPTH_MAX` folders.
     PathTooLong,
     /// Not named `*.md`.
     NotMarkdown,

@@ -61,7 +61,7 @@ pub enum Decision {
 pub struct AuditRecord {
     /// The principal whose validated `accept` authorized this call.
     pub approved_by: Option<String>,
-    /// Redacted arguments (see [`crate::servers::gateway::arguments::redact`]).
+    /// Redacted arguments (see `servers::gateway::arguments::redact`).
     pub arguments: Option<Map<String, Value>>,
     pub arguments_digest: Option<String>,
     pub at_ms: u64,

@@ -70,7 +70,7 @@ pub trait Backend: Send + Sync {
 }
 
 /// A backend running in this process: any [`Service`] of ours, called without serialization. Listings go
-/// through its `tools/list`, or, when it offers one, straight to its [`LiveListing`] snapshot.
+/// through its `tools/list`, or, when it offers one, straight to its `LiveListing` snapshot.
 pub struct LocalBackend {
     service: Arc<dyn Service>,
     live: Option<Arc<dyn LiveListing>>,

@@ -257,7 +257,7 @@ pub fn explore(
     explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, false).0
 }
 
-/// [`explore`], and what the runs reached ([`Coverage`]). Each run records its transcript, which coverage is
+/// [`explore`], and what the runs reached (`Coverage`). Each run records its transcript, which coverage is
 /// read from, so this is slower than [`explore`]; the answer is still the same for any number of jobs.
 pub fn explore_with_coverage(
     scenario: &Scenario,

@@ -549,11 +549,11 @@ pub enum Format {
     /// Every message whole (compact JSON, `requestState` tokens and note bodies abbreviated): the snapshot format.
     Text,
     /// For reading in a terminal: `_meta` once per sender, long values shortened, lines wrapped (see
-    /// [`crate::sim::render::compact`]).
+    /// `sim::render::compact`).
     Compact,
     Jsonl,
     Mermaid,
-    /// The independent validator's trace format (see [`crate::sim::render::mcp_trace`]).
+    /// The independent validator's trace format (see `sim::render::mcp_trace`).
     McpTrace,
 }
 
