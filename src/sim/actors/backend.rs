@@ -18,9 +18,6 @@ use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// The suffix of a backend actor's name: backend `notes` is the actor `notes-backend` (the bare id `notes`
-/// is the note store).
-
 /// One backend server: its handler, the descriptors it publishes, and (notes backends) its export archive.
 pub struct BackendActor {
     /// The configured id that prefixes its tools (`notes` in `notes.export`).
