@@ -31,7 +31,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 7] = [
+const DOCUMENTS: [&str; 8] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
@@ -39,6 +39,7 @@ const DOCUMENTS: [&str; 7] = [
     "docs/conformance.md",
     "docs/targets.md",
     "docs/benchmarks.md",
+    "docs/ci.md",
 ];
 /// Longest a command may take (the slowest recipe takes well under a minute on the 2-core machine).
 const COMMAND_SECONDS_MAX: u64 = 600;
@@ -527,6 +528,11 @@ fn serving_doc_recipes_run_as_written() {
 #[test]
 fn benchmarks_doc_recipes_run_as_written() {
     run_document("docs/benchmarks.md", &commands_before("docs/benchmarks.md"));
+}
+
+#[test]
+fn ci_doc_recipes_run_as_written() {
+    run_document("docs/ci.md", &commands_before("docs/ci.md"));
 }
 
 /// A document added under `docs/` with commands in it is run like the others: it must be listed in [`DOCUMENTS`]
