@@ -103,11 +103,12 @@ fn flows(c: &mut Criterion) {
 /// the stores and the server, and the client's copy of each round 2, are not. A simulated flow cannot cost
 /// less than this; `two_round_delete_cpu/…` less this is what the simulator adds.
 fn handlers_alone(c: &mut Criterion) {
-    use mcpsim::assembly::{notes_server, NotesPorts};
+    use mcpsim::assembly::notes_server;
     use mcpsim::framework::pipeline::handle_decoded_exchange;
     use mcpsim::framework::ports::Note;
     use mcpsim::policy::authorization::Authorizations;
     use mcpsim::policy::state::KeyRing;
+    use mcpsim::servers::notes::NotesPorts;
     use mcpsim::servers::notes::{NotesConfig, NotesServer};
     use mcpsim::stores::deterministic::{ManualClock, SeededNonces};
     use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};

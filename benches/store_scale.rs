@@ -15,11 +15,12 @@
 //! one transaction outside the measurement. Reduced samples (10 per point, 2 s) keep the run to minutes.
 
 use criterion::{BatchSize, BenchmarkId, Criterion};
-use mcpsim::assembly::{notes_server, NotesPorts};
+use mcpsim::assembly::notes_server;
 use mcpsim::config::Deployment;
 use mcpsim::framework::pipeline::handle_message;
 use mcpsim::framework::ports::{fold_title, note_index_key, Note, NoteStore, ReplayStore};
 use mcpsim::policy::state::KeyRing;
+use mcpsim::servers::notes::NotesPorts;
 use mcpsim::servers::notes::NotesServer;
 use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use mcpsim::stores::system::{OsNonces, SystemClock};

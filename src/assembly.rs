@@ -17,7 +17,7 @@ use crate::servers::gateway::backends::{ExportLedger, IssuesBackend, LiveDescrip
 use crate::servers::gateway::ports::RateLimiter;
 use crate::servers::gateway::ports::{AuditSink, LiveListing, LocalBackend};
 use crate::servers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts};
-use crate::servers::notes::{NotesConfig, NotesServer, OutOfBand};
+use crate::servers::notes::{NotesConfig, NotesPorts, NotesServer};
 use crate::stores::feed::MemoryChangeFeed;
 use crate::stores::gateway::{GatewayStores, MemoryExportLedger, MemoryRateLimiter, SharedPins};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
@@ -28,33 +28,9 @@ use std::sync::Arc;
 
 // ----- the notes server -----
 
-/// What a notes server reaches the world through.
-pub struct NotesPorts {
-    pub notes: Arc<dyn NoteStore>,
-    pub replay: Arc<dyn ReplayStore>,
-    pub clock: Arc<dyn Clock>,
-    pub nonces: Arc<dyn NonceSource>,
-    /// The shared out-of-band flows and the page's base URL (URL-mode elicitation, `notes_publish`), if offered.
-    pub out_of_band: Option<OutOfBand>,
-}
-
 /// A notes server of `config` over `ports`.
 pub fn notes_server(config: Arc<NotesConfig>, ports: NotesPorts) -> NotesServer {
-    NotesServer {
-        config,
-        notes: ports.notes,
-        replay: ports.replay,
-        clock: ports.clock,
-        nonces: ports.nonces,
-        out_of_band: ports.out_of_band,
-    }
-}
-
-/// `server` offering `notes_publish` and its page over `out_of_band` (a listener's own page base, the flows of
-/// the store): each HTTP listener of `serve --out-of-band` builds its server here, so no server is put together
-/// outside this module.
-pub fn notes_server_with_out_of_band(server: &NotesServer, out_of_band: OutOfBand) -> NotesServer {
-    NotesServer { out_of_band: Some(out_of_band), ..server.clone() }
+    NotesServer { config, ports }
 }
 
 /// The notes server a real process runs, over opened `stores` (in memory, or shared with other processes
@@ -337,7 +313,7 @@ mod tests {
     #[tokio::test]
     async fn built_servers_use_the_stores_they_are_given() {
         let server = demo_notes_server();
-        assert_eq!(server.notes.list_notes().await.unwrap().len(), 7);
+        assert_eq!(server.ports.notes.list_notes().await.unwrap().len(), 7);
         let (_, notes) = in_memory_notes_server(
             &Deployment::demo(),
             KeyRing::new("k", random_key()).unwrap(),

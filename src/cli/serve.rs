@@ -508,7 +508,10 @@ struct Served {
 /// The notes server and what its out-of-band page needs, before the listeners' addresses are known (a
 /// page URL names the listener that issued it).
 struct PagePlan {
-    server: crate::servers::notes::NotesServer,
+    /// What each listener's notes server is built from: the configuration and the ports of the store, to
+    /// which the listener adds its own out-of-band page base.
+    config: Arc<crate::servers::notes::NotesConfig>,
+    ports: crate::servers::notes::NotesPorts,
     tokens: Tokens,
     store: Arc<dyn crate::framework::out_of_band::OutOfBandStore>,
     /// Seals page sessions and signs CSRF tokens: the signing key ring derived for the page, the same in
@@ -793,7 +796,8 @@ async fn open_notes_server(
         ttl_secs
     );
     let page = out_of_band.is_some().then(|| PagePlan {
-        server: server.clone(),
+        config: server.config.clone(),
+        ports: server.ports.clone(),
         tokens: Tokens::new(tokens.clone()),
         store: stores.out_of_band.clone(),
         keys: page_keys,
@@ -872,8 +876,9 @@ async fn run_http(
                     Some(url) => PageBase::Public(url.clone()),
                     None => PageBase::Loopback(format!("http://{local}")),
                 };
-                let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.url().to_string() };
-                let service: Arc<dyn Service> = Arc::new(crate::assembly::notes_server_with_out_of_band(&plan.server, out_of_band));
+                let mut ports = plan.ports.clone();
+                ports.out_of_band = Some(crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.url().to_string() });
+                let service: Arc<dyn Service> = Arc::new(crate::assembly::notes_server(plan.config.clone(), ports));
                 let page = crate::transport::page::page_router(
                     service.clone(),
                     plan.tokens.clone(),

@@ -10,12 +10,13 @@
 #![allow(dead_code)]
 
 use async_trait::async_trait;
+use mcpsim::assembly::notes_server;
 use mcpsim::config::Deployment;
 use mcpsim::framework::ports::{Clock, GuardedDelete, NonceSource, Note, NoteStore, StoreError};
 use mcpsim::framework::{handle_message, Reply};
 use mcpsim::policy::containment::FileUri;
 use mcpsim::policy::state::KeyRing;
-use mcpsim::servers::notes::{NotesConfig, NotesServer};
+use mcpsim::servers::notes::{NotesConfig, NotesPorts, NotesServer};
 use mcpsim::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use mcpsim::wire::headers::RoutingHeaders;
 use mcpsim::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
@@ -291,20 +292,20 @@ impl Harness {
         let clock = Arc::new(TestClock::new(START_MS));
         let replay = Arc::new(MemoryReplayStore::new(note_store.clone(), clock.clone(), limits));
         let nonces = Arc::new(CountingNonces::default());
-        let server = NotesServer {
-            config: Arc::new(demo_config()),
+        let ports = NotesPorts {
             notes: note_store.clone(),
             replay: replay.clone(),
             clock: clock.clone(),
             nonces: nonces.clone(),
             out_of_band: None,
         };
+        let server = notes_server(Arc::new(demo_config()), ports);
         Harness { notes, note_store, replay, clock, nonces, server, next_id: AtomicI64::new(1) }
     }
 
     /// Another instance of the deployment: its own configuration, the same shared stores, clock and nonces.
     pub fn instance(&self, config: NotesConfig) -> NotesServer {
-        NotesServer { config: Arc::new(config), ..self.server.clone() }
+        notes_server(Arc::new(config), self.server.ports.clone())
     }
 
     /// A request id never used before in this harness.
