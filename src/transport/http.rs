@@ -97,7 +97,7 @@ use crate::wire::errors::{echo, RpcError};
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
@@ -567,27 +567,60 @@ async fn guard_route(State(guard): State<Arc<ListenerGuard>>, request: Request, 
 /// The body read within the deadline and the size bound, then the route.
 async fn read_then_route(guard: &ListenerGuard, request: Request, next: axum::middleware::Next) -> Response {
     let (parts, body) = request.into_parts();
-    let read = tokio::time::timeout(guard.body_read_timeout, axum::body::to_bytes(body, PAGE_BODY_BYTES_MAX)).await;
-    match read {
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
-        Ok(Err(error)) => {
-            let too_large = std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            let response = if too_large {
-                refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("this route takes at most {PAGE_BODY_BYTES_MAX} bytes of body"))
-            } else {
-                refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again")
-            };
-            let outcome = if too_large { "http_payload_too_large" } else { "http_body_unreadable" };
+    match read_body(body, guard.body_read_timeout, PAGE_BODY_BYTES_MAX).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Err(failure) => {
+            let too_large =
+                || refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("this route takes at most {PAGE_BODY_BYTES_MAX} bytes of body"));
+            let (response, outcome) = failure.refusal(guard.body_read_timeout, too_large);
             with_route_log(with_header(response, header::CONNECTION, HeaderValue::from_static("close")), None, outcome)
         }
-        Err(_elapsed) => {
-            let message = format!(
-                "the request body did not arrive within {} ms of its headers; send the whole body at once",
-                guard.body_read_timeout.as_millis()
-            );
-            let response =
-                with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close"));
-            with_route_log(response, None, "http_body_timeout")
+    }
+}
+
+/// Why a request's body was not read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFailure {
+    /// More than the route takes.
+    TooLarge,
+    /// The connection failed while the body was read.
+    Unreadable,
+    /// Not all of it arrived within the body deadline.
+    Late,
+}
+
+/// The one body read of every route (`/mcp` after its checks, every other route in [`guard_route`]): the
+/// whole body within `deadline` of the headers, at most `max` bytes.
+async fn read_body(body: Body, deadline: Duration, max: usize) -> Result<Bytes, BodyFailure> {
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(error)) if std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>()) => {
+            Err(BodyFailure::TooLarge)
+        }
+        Ok(Err(_)) => Err(BodyFailure::Unreadable),
+        Err(_elapsed) => Err(BodyFailure::Late),
+    }
+}
+
+impl BodyFailure {
+    /// The answer and its log outcome: `too_large` is the route's own `413`; a body that came late is answered
+    /// `408` closing the connection (what is left of the body would be read as the next request).
+    fn refusal(self, deadline: Duration, too_large: impl FnOnce() -> Response) -> (Response, &'static str) {
+        match self {
+            BodyFailure::TooLarge => (too_large(), "http_payload_too_large"),
+            BodyFailure::Unreadable => {
+                (refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again"), "http_body_unreadable")
+            }
+            BodyFailure::Late => {
+                let message = format!(
+                    "the request body did not arrive within {} ms of its headers; send the whole body at once",
+                    deadline.as_millis()
+                );
+                (
+                    with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close")),
+                    "http_body_timeout",
+                )
+            }
         }
     }
 }
@@ -745,21 +778,12 @@ impl Endpoint {
         };
         let routing = routing_headers(headers);
         let session_header = headers.get(MCP_SESSION_ID).cloned();
-        let body = match tokio::time::timeout(self.body_read_timeout, Bytes::from_request(request, &())).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(&principal, None),
-            Ok(Err(_)) => {
-                let response = refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again");
-                return Handled::refused(response, Some(&principal), "http_body_unreadable");
-            }
-            Err(_elapsed) => {
-                let message = format!(
-                    "the request body did not arrive within {} ms of its headers; send the whole body at once",
-                    self.body_read_timeout.as_millis()
-                );
-                let response =
-                    with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close"));
-                return Handled::refused(response, Some(&principal), "http_body_timeout");
+        let body = match read_body(request.into_body(), self.body_read_timeout, MESSAGE_BYTES_MAX).await {
+            Ok(body) => body,
+            Err(failure) => {
+                let too_large = || json_response(StatusCode::PAYLOAD_TOO_LARGE, &error_response(None, &payload_too_large(None)));
+                let (response, outcome) = failure.refusal(self.body_read_timeout, too_large);
+                return Handled::refused(response, Some(&principal), outcome);
             }
         };
         let summary = MessageSummary::of(&body);
@@ -878,18 +902,53 @@ impl Endpoint {
 
 /// Step 2: an origin-form request target and exactly one non-empty `Host` (RFC 9112 §3.2), for every bind.
 fn check_target_and_host(request: &Request) -> Option<Handled> {
+    let refused = target_and_host(request).err()?;
+    let message = match refused {
+        Misaddressed::AbsoluteTarget => format!("{} ({MCP_PATH})", refused.says()),
+        _ => refused.says().to_string(),
+    };
+    Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, message), None, refused.outcome()))
+}
+
+/// Why a request is refused before anything looks at where it is addressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Misaddressed {
+    /// An absolute-form target (`GET http://host/path`): a proxy request.
+    AbsoluteTarget,
+    HostMissing,
+    HostRepeated,
+}
+
+impl Misaddressed {
+    pub(crate) fn says(self) -> &'static str {
+        match self {
+            Misaddressed::AbsoluteTarget => "send the request target as a path, not as an absolute URI: this server is not a proxy",
+            Misaddressed::HostMissing => "send a Host header naming this server",
+            Misaddressed::HostRepeated => "send exactly one Host header",
+        }
+    }
+
+    pub(crate) fn outcome(self) -> &'static str {
+        match self {
+            Misaddressed::AbsoluteTarget => "http_target_not_origin_form",
+            Misaddressed::HostMissing => "http_host_missing",
+            Misaddressed::HostRepeated => "http_host_repeated",
+        }
+    }
+}
+
+/// The one check of every route (`/mcp` and the page's) that a request's target is origin-form and that it
+/// carries exactly one non-empty `Host`, which it returns (what it must name is each route's own rule).
+pub(crate) fn target_and_host(request: &Request) -> Result<&HeaderValue, Misaddressed> {
     let target = request.uri();
     if target.scheme().is_some() || target.authority().is_some() {
-        let message = format!("send the request target as a path ({MCP_PATH}), not as an absolute URI: this server is not a proxy");
-        return Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, message), None, "http_target_not_origin_form"));
+        return Err(Misaddressed::AbsoluteTarget);
     }
     let hosts: Vec<&HeaderValue> = request.headers().get_all(header::HOST).iter().collect();
     match hosts.as_slice() {
-        [host] if !host.as_bytes().iter().all(u8::is_ascii_whitespace) => None,
-        [] | [_] => {
-            Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, "send a Host header naming this server"), None, "http_host_missing"))
-        }
-        _ => Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, "send exactly one Host header"), None, "http_host_repeated")),
+        [host] if !host.as_bytes().iter().all(u8::is_ascii_whitespace) => Ok(host),
+        [] | [_] => Err(Misaddressed::HostMissing),
+        _ => Err(Misaddressed::HostRepeated),
     }
 }
 
