@@ -365,6 +365,8 @@ pub struct ServeArgs {
     pub http_requests_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_principal_requests_max: Option<u32>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), requires = "eras")]
+    pub http_legacy_waiting_max: Option<u32>,
 
     /// Restrict this process with Landlock (Linux) to the files its store needs: required | best-effort | off.
     ///
@@ -438,6 +440,7 @@ impl ServeArgs {
             client_connections_max: count(self.http_client_connections_max, defaults.client_connections_max),
             requests_in_flight_max: count(self.http_requests_max, defaults.requests_in_flight_max),
             principal_requests_in_flight_max: count(self.http_principal_requests_max, defaults.principal_requests_in_flight_max),
+            legacy_waiting_max: count(self.http_legacy_waiting_max, defaults.legacy_waiting_max),
             ..defaults
         }
     }
