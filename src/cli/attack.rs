@@ -52,18 +52,14 @@ pub fn run(args: AttackArgs) -> ExitCode {
             return ExitCode::from(EXIT_UNJUDGED);
         }
     };
-    let work_dir = match super::target::begin("attack") {
-        Ok(dir) => dir,
-        Err(why) => {
-            eprintln!("{why}");
-            return ExitCode::from(EXIT_UNJUDGED);
-        }
+    let run = match super::target::TargetRun::begin("attack") {
+        Ok(run) => run,
+        Err(status) => return status,
     };
-    let _guard = crate::target::contain::Guard;
-    let result = attack::run_battery(&target, &args.only, &mcpsim, &work_dir);
+    let result = attack::run_battery(&target, &args.only, &mcpsim, run.work_dir());
     // Processes counted still running make the run unjudged, but never hide what the battery found: the
     // report is printed either way, and a finding still exits as one.
-    let left_running = super::target::end("attack");
+    let left_running = run.end();
     match result {
         Ok(reports) => {
             print!("{}", attack::render(&target, &reports));
