@@ -16,8 +16,8 @@ Everything the target starts is contained (a cgroup of the run, or the MCPSIM_TA
 killed and counted at the end, also after Ctrl-C or a SIGKILL of mcpsim (docs/targets.md).
 
 Exit status: 0 when every attack held (or did not apply); 1 on a finding; 2 for a target file that cannot be
-read or an unknown attack name; 3 when an attack could not be judged (its honest flow did not work), or
-processes of the target were counted still running at the end.
+read, an unknown attack name or an unsafe TMPDIR; 3 when an attack could not be judged (its honest flow did
+not work), or processes of the target (or its work directory) were left at the end.
 
 Examples:
   mcpsim attack --target targets/mcpsim-stdio.toml                        # the whole battery: exit 0
