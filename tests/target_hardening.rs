@@ -10,9 +10,10 @@
 //!   name cannot inject a command through `{data_dir}`; secrets in a setup command's argv are not printed; a
 //!   flooding stdio server does not grow mcpsim's memory.
 
-use std::io::Read;
+mod common;
+
+use common::child::{finish, Ran};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -111,35 +112,6 @@ fn marked(needle: &str) -> Vec<u32> {
         }
     }
     pids
-}
-
-struct Ran {
-    status: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Waits for `child` at most `seconds` (killing it if it overstays), then reads what it printed.
-fn finish(mut child: Child, seconds: u64) -> Ran {
-    let mut status = None;
-    for _ in 0..seconds * 50 {
-        if let Some(done) = child.try_wait().unwrap() {
-            status = Some(done);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("mcpsim ran longer than {seconds} s and was killed");
-    };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let Some(mut out) = child.stdout.take() {
-        out.read_to_string(&mut stdout).unwrap();
-    }
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    Ran { status: status.code().or(status.signal().map(|s| 128 + s)).unwrap(), stdout, stderr }
 }
 
 /// Polls `count` until it is 0 (within `seconds`); returns the last count.

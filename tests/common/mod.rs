@@ -1,4 +1,4 @@
-//! Shared harness for in-process tests of the notes server.
+//! Shared harness for in-process tests of the notes server (and, in `child`, a child mcpsim run to its end).
 //!
 //! A harness is the embedded demo deployment (`config::Deployment::demo()`) with memory stores, a fixed signing
 //! key, a clock the test moves by hand and nonces from a counter, so every run sees the same states and bytes.
@@ -8,6 +8,8 @@
 //!
 //! Every test binary includes this module but uses a different part of it.
 #![allow(dead_code)]
+
+pub mod child;
 
 use async_trait::async_trait;
 use mcpsim::assembly::notes_server;
