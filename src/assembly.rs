@@ -17,7 +17,7 @@ use crate::servers::gateway::backends::{ExportLedger, IssuesBackend, LiveDescrip
 use crate::servers::gateway::ports::RateLimiter;
 use crate::servers::gateway::ports::{AuditSink, LiveListing, LocalBackend};
 use crate::servers::gateway::{BackendHandle, Gateway, GatewayConfig, GatewayPorts};
-use crate::servers::notes::{NotesConfig, NotesServer, OutOfBand};
+use crate::servers::notes::{NotesConfig, NotesPorts, NotesServer};
 use crate::stores::feed::MemoryChangeFeed;
 use crate::stores::gateway::{GatewayStores, MemoryExportLedger, MemoryRateLimiter, SharedPins};
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
@@ -28,41 +28,14 @@ use std::sync::Arc;
 
 // ----- the notes server -----
 
-/// What a notes server reaches the world through.
-pub struct NotesPorts {
-    pub notes: Arc<dyn NoteStore>,
-    pub replay: Arc<dyn ReplayStore>,
-    pub clock: Arc<dyn Clock>,
-    pub nonces: Arc<dyn NonceSource>,
-    /// The shared out-of-band flows and the page's base URL (URL-mode elicitation, `notes_publish`), if offered.
-    pub out_of_band: Option<OutOfBand>,
-}
-
 /// A notes server of `config` over `ports`.
 pub fn notes_server(config: Arc<NotesConfig>, ports: NotesPorts) -> NotesServer {
-    NotesServer {
-        config,
-        notes: ports.notes,
-        replay: ports.replay,
-        clock: ports.clock,
-        nonces: ports.nonces,
-        out_of_band: ports.out_of_band,
-    }
-}
-
-// Built by `mcpsim serve` and `demo` alone (the `cli` feature).
-/// `server` offering `notes_publish` and its page over `out_of_band` (a listener's own page base, the flows of
-/// the store): each HTTP listener of `serve --out-of-band` builds its server here, so no server is put together
-/// outside this module.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
-pub fn notes_server_with_out_of_band(server: &NotesServer, out_of_band: OutOfBand) -> NotesServer {
-    NotesServer { out_of_band: Some(out_of_band), ..server.clone() }
+    NotesServer { config, ports }
 }
 
 /// The notes server a real process runs, over opened `stores` (in memory, or shared with other processes
 /// through SQLite or PostgreSQL), signing with `key_ring`, with the wall clock and OS nonces. Every instance of
 /// a fleet is one of these; instances that share `stores` and `key_ring` finish each other's confirmations.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_notes_server(
     deployment: &Deployment,
     key_ring: KeyRing,
@@ -83,7 +56,6 @@ pub fn real_notes_server(
 /// A notes server over fresh in-memory stores seeded from `deployment`, with the given key ring, clock and
 /// nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs). Returns the note store too, so
 /// the caller can inspect the notes.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn in_memory_notes_server(
     deployment: &Deployment,
     key_ring: KeyRing,
@@ -109,7 +81,6 @@ pub fn demo_notes_server() -> NotesServer {
 // ----- the conformance fixture -----
 
 /// The conformance fixture over the given key ring, clock, nonces and change feed.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn conformance_fixture(
     key_ring: KeyRing,
     state_ttl_secs: Option<u64>,
@@ -126,7 +97,6 @@ pub fn conformance_fixture(
 
 /// The conformance fixture a real process runs: a random key of this process, the wall clock, OS nonces and
 /// an in-process change feed (list-changed announcements reach this process's subscribers only).
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_conformance_fixture(state_ttl_secs: Option<u64>) -> ConformanceFixture {
     let key_ring = KeyRing::new("local", random_key()).expect("a random 32-byte key is valid");
     conformance_fixture(key_ring, state_ttl_secs, Arc::new(SystemClock), Arc::new(OsNonces), Arc::new(MemoryChangeFeed::new()))
@@ -302,7 +272,6 @@ fn gateway_over(
 /// With `shared` (a SQLite or PostgreSQL store), the notes, the replay ledger, the rate counters and the export
 /// ledgers are the database's, shared with every other gateway process pointed at it; without, they are this
 /// process's own, in memory.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_gateway(
     file: &GatewayFile,
     deployment: &Deployment,
@@ -344,7 +313,7 @@ mod tests {
     #[tokio::test]
     async fn built_servers_use_the_stores_they_are_given() {
         let server = demo_notes_server();
-        assert_eq!(server.notes.list_notes().await.unwrap().len(), 7);
+        assert_eq!(server.ports.notes.list_notes().await.unwrap().len(), 7);
         let (_, notes) = in_memory_notes_server(
             &Deployment::demo(),
             KeyRing::new("k", random_key()).unwrap(),

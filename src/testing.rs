@@ -60,7 +60,8 @@ pub mod dir {
 }
 
 // Configuration and assembly: the demo deployment, the gateway's file and pins, servers built over ports.
-pub use crate::assembly::{gateway_world, notes_server, GatewayWorld, NotesPorts, WorldOptions};
+pub use crate::assembly::{gateway_world, notes_server, GatewayWorld, WorldOptions};
+pub use crate::servers::notes::NotesPorts;
 pub use crate::config::deployment::server_info;
 pub use crate::config::gateway::{default_pins, GatewayFile};
 pub use crate::config::{Deployment, DEMO_TOML};

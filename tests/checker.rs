@@ -23,14 +23,7 @@ fn load(file: &str) -> Scenario {
 }
 
 fn server(parts: InstanceParts) -> NotesServer {
-    NotesServer {
-        config: parts.config,
-        notes: parts.notes,
-        replay: parts.replay,
-        clock: parts.clock,
-        nonces: parts.nonces,
-        out_of_band: parts.out_of_band,
-    }
+    parts.notes_server()
 }
 
 /// Properties broken in any of the first `seeds` runs.
@@ -65,8 +58,10 @@ fn the_real_server_breaks_no_property_in_these_runs() {
 #[test]
 fn a_replay_store_per_instance_breaks_at_most_once() {
     let factory: ServiceFactory = Arc::new(|parts: InstanceParts| -> Arc<dyn Service> {
-        let own_replay = Arc::new(MemoryReplayStore::new(parts.notes.clone(), parts.clock.clone(), ReplayLimits::default()));
-        Arc::new(NotesServer { replay: own_replay, ..server(parts) })
+        let mut parts = parts;
+        parts.ports.replay =
+            Arc::new(MemoryReplayStore::new(parts.ports.notes.clone(), parts.ports.clock.clone(), ReplayLimits::default()));
+        Arc::new(server(parts))
     });
     let broken = broken_properties(&load("05-accepts-race-for-different-candidates.sim"), factory.clone(), 10);
     assert!(broken.contains(&Property::AtMostOnce), "{broken:?}");
@@ -105,11 +100,12 @@ fn treating_decline_as_accept_breaks_refusal_and_consent() {
 #[test]
 fn authorizing_too_much_breaks_containment() {
     let factory: ServiceFactory = Arc::new(|parts: InstanceParts| -> Arc<dyn Service> {
-        let mut config = (*parts.config).clone();
+        let mut parts = parts;
+        let config = Arc::make_mut(&mut parts.config);
         for principal in ["alice", "bob"] {
             Arc::make_mut(&mut config.authorizations).grant(principal, "file:///").unwrap();
         }
-        Arc::new(NotesServer { config: Arc::new(config), ..server(parts) })
+        Arc::new(server(parts))
     });
     let text = "use demo\ninstance i1\nclient alice principal alice\n\
         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": {\"workspaceUri\": \"file:///Users/alice/Documents/Notes-evil\", \"title\": \"TPS\"}} as sibling\n";

@@ -7,12 +7,14 @@
 //!   requests hold places in flight of their own, bounded per address and per listener;
 //! - a legacy call waiting for its client's answer holds no place in flight (its answer never needs a place
 //!   the call holds; other principals stay served), waiting calls are bounded per principal, and a client
-//!   that goes away ends the wait at once;
+//!   that goes away ends the wait at once; a call finding every waiting place of the listener taken ends at
+//!   once with a `-32600` saying so;
 //! - legacy sessions are bounded by size, each and per principal, with a `-32602` / `503` that says so;
 //! - one client address holds at most its share of the process's connections (`429` beyond), so a flood
 //!   from one address leaves others served;
 //! - page requests are logged (no token, cookie or reference in the log) and sign-in guesses are throttled
-//!   per address and per flow reference (`429` with `Retry-After`).
+//!   per address and per flow reference (`429` with `Retry-After`); with the throttle's tables full, a new
+//!   address is refused and one over its allowance still is.
 //!
 //! Deadlines are set short with the hidden test flags. Upper bounds on time are generous (3x the deadline);
 //! the times measured are printed (`--nocapture`) for the record.
@@ -309,6 +311,47 @@ async fn a_legacy_call_waiting_on_its_client_holds_no_place_and_ends_when_the_cl
     eprintln!("16 abandoned legacy calls gave their places back {freed:?} after their client went away");
 }
 
+#[tokio::test]
+async fn a_legacy_call_finding_every_waiting_place_taken_is_refused_and_served_once_one_is_free() {
+    // Two waiting places for the listener (16 per principal): alice's third question finds them all taken.
+    let server = HttpServer::start(&["--eras", "both", "--http-legacy-waiting-max", "2"]);
+    let alice = reqwest::Client::new();
+    let session = open_session(&alice, &server.url, ALICE).await;
+    let waiting = vec![
+        asked(&reqwest::Client::new(), &server.url, &session, 1).await,
+        asked(&reqwest::Client::new(), &server.url, &session, 2).await,
+    ];
+
+    let started = now();
+    let refused = legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(3, ALICE_WORKSPACE)).await;
+    let status = refused.status().as_u16();
+    let content_type = refused.headers()["content-type"].to_str().unwrap().to_string();
+    let refused: Value = refused.json().await.unwrap();
+    eprintln!(
+        "a legacy call finding both waiting places taken: HTTP {status}, error {} after {:?}",
+        refused["error"]["code"],
+        started.elapsed()
+    );
+    assert_eq!((status, content_type.as_str()), (200, "application/json"), "{refused}");
+    assert_eq!(refused["id"], 3, "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("as many legacy calls waiting for their clients as it allows"), "{refused}");
+    assert_eq!(discover_status(&reqwest::Client::new(), &server.url, BOB).await, 200, "waiting calls hold no place in flight");
+
+    // The two waiting calls' client goes away: their places come back, and the same call is asked again.
+    drop(waiting);
+    let started = now();
+    loop {
+        let response = legacy_post(&reqwest::Client::new(), &server.url, ALICE, Some(&session), &legacy_delete(4, ALICE_WORKSPACE)).await;
+        if response.headers()["content-type"] == "text/event-stream" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(3), "the waiting places were not given back within 3 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 // --- 9: legacy sessions bounded by size ----------------------------------------------------------------------
 
 /// Capabilities whose JSON takes about `bytes` bytes.
@@ -434,6 +477,63 @@ async fn sign_in_attempt(client: &reqwest::Client, base: &str, reference: &str, 
         .send()
         .await
         .expect("the page answers")
+}
+
+/// A bare sign-in POST (no form, no cookie: it is counted before anything is looked at) from `from` on
+/// `reference`, on a connection of its own; the status.
+async fn bare_sign_in(from: IpAddr, address: &str, reference: &str) -> u16 {
+    let mut stream = connect_from(from, address).await.unwrap_or_else(|error| panic!("connecting from {from}: {error}"));
+    let head = format!(
+        "POST /connect/{reference}/sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 11\r\nConnection: close\r\n\r\ntoken=guess"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    status_of(&read_until_closed(&mut stream))
+}
+
+/// The `index`th address of 127.1.0.0/16 (all loopback on Linux), none of which another test uses.
+fn filler_address(index: usize) -> IpAddr {
+    IpAddr::from([127, 1, (index / 250) as u8, (index % 250 + 1) as u8])
+}
+
+#[tokio::test]
+async fn a_full_sign_in_throttle_table_admits_no_new_key_and_still_refuses_over_limit_sign_ins() {
+    // Allowances that do not come back within the test: every key counted stays in its table.
+    let server = HttpServer::start(&["--out-of-band", "--page-sign-in-interval-ms", "600000"]);
+    let over = loopback(20);
+    for attempt in 0..5 {
+        assert_eq!(
+            bare_sign_in(over, &server.address, &format!("over{attempt:0>18}")).await,
+            403,
+            "counted, then refused as a forged form"
+        );
+    }
+    assert_eq!(bare_sign_in(over, &server.address, "over-the-limit-attempt").await, 429, "the sixth attempt from one address");
+
+    // Fresh addresses and fresh references, one attempt each, until a table is full (4096 keys each).
+    let started = now();
+    let mut checked = 0;
+    let full_at = loop {
+        let status = bare_sign_in(filler_address(checked), &server.address, &format!("{checked:0>22}")).await;
+        if status == 429 {
+            break checked;
+        }
+        assert_eq!(status, 403, "attempt {checked}");
+        checked += 1;
+        assert!(checked <= 4096, "more keys were admitted than a table holds");
+    };
+    eprintln!("{checked} fresh addresses and references counted in {:?} before the tables were full", started.elapsed());
+    assert!(full_at >= 4096 - 16, "the tables hold 4096 keys each; full after {full_at}");
+
+    // Full: a new address (with a new reference) is refused before anything is looked at, however many
+    // come, and the address over its allowance is still refused. Keys already counted keep their allowance.
+    for index in 0..20 {
+        let status = bare_sign_in(filler_address(5000 + index), &server.address, &format!("new{index:0>19}")).await;
+        assert_eq!(status, 429, "new key {index} while the tables are full");
+    }
+    assert_eq!(bare_sign_in(over, &server.address, "over-the-limit-again").await, 429, "over its allowance, table full or not");
+    assert_eq!(bare_sign_in(filler_address(0), &server.address, &format!("{:0>22}", 0)).await, 403, "a counted key keeps its allowance");
+    let (_, log) = server.terminate_with_stderr();
+    assert!(log.iter().filter(|line| line.contains("outcome=\"sign_in_throttled\"")).count() >= 22, "every refusal is logged");
 }
 
 #[tokio::test]

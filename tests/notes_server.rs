@@ -1861,7 +1861,9 @@ mod index_narrows_never_authorizes {
     }
 
     fn over_wrong_index(h: &Harness) -> NotesServer {
-        NotesServer { notes: Arc::new(WrongIndex(h.notes.clone())), ..h.server.clone() }
+        let mut ports = h.server.ports.clone();
+        ports.notes = Arc::new(WrongIndex(h.notes.clone()));
+        mcpsim::testing::notes_server(h.server.config.clone(), ports)
     }
 
     #[tokio::test]

@@ -554,3 +554,33 @@ async fn a_page_session_from_one_process_is_accepted_by_another_of_the_fleet() {
     assert_eq!((done.status, done.outcome()), (200, "completed"), "{}", done.body);
     assert!(retry_publishes(&first.url, &retry).await, "process 1 publishes what was authorized on process 2");
 }
+
+#[tokio::test]
+async fn a_page_post_over_16_kib_is_refused_413_and_changes_nothing() {
+    let server = HttpServer::start(&["--out-of-band", "--page-sign-in-interval-ms", "1"]);
+    let (url, retry) = start_flow(&server.url).await;
+    let padding = "x".repeat(16 * 1024);
+
+    // A sign-in with the right token and a valid form, over 16 KiB: 413, and nobody is signed in.
+    let mut alice = Browser::new();
+    let form = alice.get(&url).await;
+    let signed = alice.post(&format!("{url}/sign-in"), &[("csrf", form.csrf()), ("token", ALICE.into()), ("pad", padding.clone())]).await;
+    assert_eq!(signed.status, 413, "{}", signed.body);
+    assert!(signed.body.contains("at most 16384 bytes"), "{}", signed.body);
+    assert!(signed.set_cookie(SESSION_COOKIE).is_none(), "an oversized sign-in signs nobody in");
+    assert_eq!(alice.get(&url).await.outcome(), "sign_in", "still signed out");
+
+    // Signed in, a submit with a valid CSRF token over 16 KiB: 413, and the flow is still open.
+    alice.sign_in(&url, ALICE).await;
+    let ready = alice.get(&url).await;
+    assert_eq!(ready.outcome(), "ready");
+    let submitted = alice.post(&url, &[("csrf", ready.csrf()), ("pad", padding)]).await;
+    assert_eq!(submitted.status, 413, "{}", submitted.body);
+    assert!(!retry_publishes(&server.url, &retry).await, "an oversized submit completed nothing");
+    assert_eq!(alice.get(&url).await.outcome(), "ready", "the flow is still open");
+
+    // The same submit within the bound completes it (so the refusal above was the size's).
+    let done = alice.post(&url, &[("csrf", ready.csrf())]).await;
+    assert_eq!((done.status, done.outcome()), (200, "completed"), "{}", done.body);
+    assert!(retry_publishes(&server.url, &retry).await);
+}

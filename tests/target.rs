@@ -4,7 +4,9 @@
 //!
 //! Every mcpsim run here is bounded ([`RUN_SECONDS_MAX`]) and killed if it overstays.
 
-use std::io::Read;
+mod common;
+
+use common::child::{finish, Ran};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -14,35 +16,6 @@ const RUN_SECONDS_MAX: u64 = 180;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-struct Ran {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Waits for `child` at most `seconds`, killing it if it overstays.
-fn finish(mut child: Child, seconds: u64) -> Ran {
-    let mut status = None;
-    for _ in 0..seconds * 50 {
-        if let Some(done) = child.try_wait().unwrap() {
-            status = Some(done);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("mcpsim ran longer than {seconds} s and was killed");
-    }
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    let status = status.unwrap();
-    Ran { status: status.code().or(status.signal().map(|s| 128 + s)), stdout, stderr }
 }
 
 fn spawn(args: &[&str]) -> Child {
@@ -79,7 +52,7 @@ const SCENARIOS: [&str; 6] = [
 #[test]
 fn our_stdio_fleet_passes_every_target_scenario() {
     let ran = run(&["run", "--target", "targets/mcpsim-stdio.toml"]);
-    assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
     for scenario in SCENARIOS {
         assert!(row(&ran, scenario).ends_with("PASS"), "{}", row(&ran, scenario));
     }
@@ -89,7 +62,7 @@ fn our_stdio_fleet_passes_every_target_scenario() {
 #[test]
 fn our_http_fleet_passes_every_target_scenario() {
     let ran = run(&["run", "--target", "targets/mcpsim-http.toml"]);
-    assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
     for scenario in SCENARIOS {
         assert!(row(&ran, scenario).ends_with("PASS"), "{}", row(&ran, scenario));
     }
@@ -98,7 +71,7 @@ fn our_http_fleet_passes_every_target_scenario() {
 #[test]
 fn one_memory_store_per_process_breaks_at_most_once() {
     let ran = run(&["run", "--target", "targets/broken-own-memory-store.toml", "--reruns", "0"]);
-    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
     assert!(row(&ran, "02-accepts-race").contains("FAIL (at-most-once"), "{}", row(&ran, "02-accepts-race"));
     assert!(row(&ran, "01-retry-lands-elsewhere").contains("at-most-once"), "{}", row(&ran, "01-retry-lands-elsewhere"));
     assert!(ran.stdout.contains("FAIL  property at-most-once: one confirmation succeeded 2 times"), "{}", ran.stdout);
@@ -108,7 +81,7 @@ fn one_memory_store_per_process_breaks_at_most_once() {
 #[test]
 fn processes_without_a_shared_key_break_statelessness() {
     let ran = run(&["run", "--target", "targets/broken-no-shared-key.toml", "--reruns", "0"]);
-    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
     let retry = row(&ran, "01-retry-lands-elsewhere");
     assert!(retry.contains("FAIL (statelessness"), "{retry}");
     assert!(ran.stdout.contains("FAIL  property statelessness: line"), "{}", ran.stdout);
@@ -129,7 +102,7 @@ fn a_failure_is_played_again_from_its_decision_log_and_says_how_often_it_reprodu
         "3",
     ];
     let first = run(&args);
-    assert_eq!(first.status, Some(1), "{}", first.stdout);
+    assert_eq!(first.status, 1, "{}", first.stdout);
     assert!(first.stdout.contains("reproduced 3 of 3 re-runs from its decision log"), "{}", first.stdout);
     // The decisions are the seed's: a second invocation logs exactly the same ones.
     let decisions = |ran: &Ran| -> Vec<String> {
@@ -154,7 +127,7 @@ fn a_target_file_with_an_unknown_key_is_refused_with_the_file_the_line_and_the_k
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, good.replace("instances = 3", "instances = 3\nreplicas = 3")).unwrap();
     let ran = run(&["run", "--target", bad.to_str().unwrap()]);
-    assert_eq!(ran.status, Some(2), "{}", ran.stderr);
+    assert_eq!(ran.status, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains(&format!("{}: TOML parse error at line 6", bad.display())), "{}", ran.stderr);
     assert!(ran.stderr.contains("unknown field `replicas`, expected one of `name`, `transport`, `instances`"), "{}", ran.stderr);
     assert!(ran.stderr.contains("docs/targets.md"), "{}", ran.stderr);
@@ -240,7 +213,7 @@ fn interrupted_by(signal: i32, expected_status: Option<i32>) {
     unsafe { libc::kill(child.id() as i32, signal) };
     let ran = finish(child, 30);
     if let Some(status) = expected_status {
-        assert_eq!(ran.status, Some(status), "{}", ran.stderr);
+        assert_eq!(ran.status, status, "{}", ran.stderr);
         assert!(ran.stderr.contains("interrupted; every process of the target was killed"), "{}", ran.stderr);
     }
     assert_all_gone(&pids);
@@ -267,7 +240,7 @@ fn the_processes_die_with_mcpsim_even_when_it_is_killed_outright() {
 fn the_attack_battery_holds_against_our_stdio_and_http_fleets() {
     for (file, applicable) in [("targets/mcpsim-stdio.toml", 15), ("targets/mcpsim-http.toml", 16)] {
         let ran = run(&["attack", "--target", file]);
-        assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+        assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
         assert!(ran.stdout.contains(&format!("16 attack(s): {applicable} held, 0 finding(s), 0 inconclusive")), "{}", ran.stdout);
         for clause in ["SPEC-MRTR-7", "SPEC-MRTR-8(a)", "SPEC-META-6", "SPEC-MRTR-16"] {
             assert!(ran.stdout.contains(clause), "{clause}: {}", ran.stdout);
@@ -278,7 +251,7 @@ fn the_attack_battery_holds_against_our_stdio_and_http_fleets() {
 #[test]
 fn the_attack_battery_finds_the_replays_a_per_process_store_lets_through_and_prints_their_reproduction() {
     let ran = run(&["attack", "--target", "targets/broken-own-memory-store.toml", "--only", "replay-concurrent,tampered-state"]);
-    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
     let finding = ran.stdout.lines().find(|l| l.starts_with("FINDING")).expect("a finding");
     assert!(
         finding.contains("replay-concurrent") && finding.contains("SPEC-MRTR-8") && finding.contains("3 of 3 concurrent accepts succeeded"),
@@ -296,7 +269,7 @@ fn the_attack_battery_finds_the_replays_a_per_process_store_lets_through_and_pri
 #[test]
 fn an_unknown_attack_is_refused_with_the_battery() {
     let ran = run(&["attack", "--target", "targets/mcpsim-stdio.toml", "--only", "replay"]);
-    assert_eq!(ran.status, Some(2));
+    assert_eq!(ran.status, 2);
     assert!(ran.stderr.contains("there is no attack \"replay\"; the battery: replay-sequential, replay-concurrent"), "{}", ran.stderr);
 }
 
@@ -307,7 +280,7 @@ fn a_wrong_input_key_in_the_target_file_is_reported_against_the_file() {
     let good = std::fs::read_to_string(repo().join("targets/mcpsim-stdio.toml")).unwrap();
     std::fs::write(&file, good.replace("input_key = \"delete_choice\"", "input_key = \"confirm\"")).unwrap();
     let ran = run(&["run", "--target", file.to_str().unwrap(), "targets/scenarios/01-retry-lands-elsewhere.sim", "--reruns", "0"]);
-    assert_eq!(ran.status, Some(1), "{}", ran.stdout);
+    assert_eq!(ran.status, 1, "{}", ran.stdout);
     assert!(ran.stdout.contains("the target file says tool.input_key = \"confirm\", but round1 on i1@"), "{}", ran.stdout);
     assert!(ran.stdout.contains("asked under delete_choice"), "{}", ran.stdout);
     let _ = std::fs::remove_dir_all(&dir);
@@ -316,7 +289,7 @@ fn a_wrong_input_key_in_the_target_file_is_reported_against_the_file() {
 #[test]
 fn explore_with_a_target_runs_each_seed_on_fresh_processes_and_lists_the_failing_ones() {
     let ran = run(&["explore", "--target", "targets/broken-own-memory-store.toml", "02-accepts-race", "--seeds", "3"]);
-    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("3 of 3 seed(s) failed: at-most-once in 3"), "{}", ran.stdout);
     assert!(ran.stdout.contains("seed 2: FAIL (at-most-once"), "{}", ran.stdout);
     assert!(
@@ -326,7 +299,7 @@ fn explore_with_a_target_runs_each_seed_on_fresh_processes_and_lists_the_failing
         ran.stdout
     );
     let clean = run(&["explore", "--target", "targets/mcpsim-stdio.toml", "02-accepts-race", "--seeds", "3"]);
-    assert_eq!(clean.status, Some(0), "{}\n{}", clean.stdout, clean.stderr);
+    assert_eq!(clean.status, 0, "{}\n{}", clean.stdout, clean.stderr);
     assert!(clean.stdout.contains("every one of 3 seed(s) held"), "{}", clean.stdout);
 }
 
@@ -334,7 +307,7 @@ fn explore_with_a_target_runs_each_seed_on_fresh_processes_and_lists_the_failing
 fn the_mcp_trace_of_a_target_run_names_the_instance_of_every_message() {
     let ran =
         run(&["run", "--target", "targets/mcpsim-http.toml", "targets/scenarios/01-retry-lands-elsewhere.sim", "--format", "mcp-trace"]);
-    assert_eq!(ran.status, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
     let events: Vec<serde_json::Value> = ran.stdout.lines().map(|l| serde_json::from_str(l).expect("one JSON event per line")).collect();
     assert_eq!(events.len(), 6, "three requests and their answers: {}", ran.stdout);
     for (seq, event) in events.iter().enumerate() {

@@ -10,9 +10,10 @@
 //!   name cannot inject a command through `{data_dir}`; secrets in a setup command's argv are not printed; a
 //!   flooding stdio server does not grow mcpsim's memory.
 
-use std::io::Read;
+mod common;
+
+use common::child::{finish, Ran};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -111,35 +112,6 @@ fn marked(needle: &str) -> Vec<u32> {
         }
     }
     pids
-}
-
-struct Ran {
-    status: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Waits for `child` at most `seconds` (killing it if it overstays), then reads what it printed.
-fn finish(mut child: Child, seconds: u64) -> Ran {
-    let mut status = None;
-    for _ in 0..seconds * 50 {
-        if let Some(done) = child.try_wait().unwrap() {
-            status = Some(done);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("mcpsim ran longer than {seconds} s and was killed");
-    };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let Some(mut out) = child.stdout.take() {
-        out.read_to_string(&mut stdout).unwrap();
-    }
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    Ran { status: status.code().or(status.signal().map(|s| 128 + s)).unwrap(), stdout, stderr }
 }
 
 /// Polls `count` until it is 0 (within `seconds`); returns the last count.
@@ -259,6 +231,16 @@ fn ended_by(kind: Kind, signal: i32, env: &[(&str, &str)]) -> Ran {
     for file in stderr_files {
         assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600, "{}", file.display());
     }
+    if !env.iter().any(|(key, _)| *key == "MCPSIM_TARGET_CONTAINMENT") {
+        // Contained by a cgroup: every process of the target is in a leaf of the run's cgroup, which sits
+        // beside mcpsim's own and is named by the same random token as the work directory.
+        let run_cgroup = format!("{}/mcpsim-{name}/", cgroup_of(child.id()).expect("mcpsim's cgroup").trim_end_matches('/'));
+        for pid in scratch.processes() {
+            let Some(cgroup) = cgroup_of(pid) else { continue }; // gone meanwhile
+            let leaf = cgroup.strip_prefix(&run_cgroup).unwrap_or_else(|| panic!("process {pid} is in {cgroup}, not under {run_cgroup}"));
+            assert!(leaf.starts_with('p') && leaf[1..].bytes().all(|b| b.is_ascii_digit()), "process {pid} is in {cgroup}: not a leaf");
+        }
+    }
     // SAFETY: signalling the child this test started.
     unsafe { libc::kill(child.id() as i32, signal) };
     let ran = finish(child.0.take().unwrap(), 30);
@@ -287,6 +269,12 @@ impl Drop for Running {
             let _ = child.wait();
         }
     }
+}
+
+/// The cgroup v2 path of `pid` (`/proc/PID/cgroup`'s `0::` line), while it runs.
+fn cgroup_of(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(|line| line.strip_prefix("0::")).map(|path| path.trim().to_string())
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {
@@ -448,6 +436,68 @@ fn a_stdio_server_that_exits_at_start_does_not_kill_run_or_explore_by_sigpipe() 
     assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("closed its stdin"), "the write met EPIPE: {}", ran.stdout);
     assert_eq!(scratch.work_dirs(), Vec::<String>::new());
+}
+
+/// A TMPDIR where someone else could replace the work directory (writable by others without the sticky bit,
+/// or owned by another user) is refused before anything starts: exit 2, nothing created, nothing started.
+#[test]
+fn an_unsafe_tmpdir_is_refused_with_exit_2_before_anything_starts() {
+    let scratch = Scratch::new("unsafe-tmpdir");
+    let file = scratch.write_target("t.toml", &Kind::DaemonServer.target(300));
+    let tmp = scratch.tmp();
+    let refused = |what: &str, expected: &str| {
+        for args in [
+            vec!["run", "--target", file.as_str(), &scratch.scenario(), "--reruns", "0"],
+            vec!["explore", "--target", file.as_str(), &scratch.scenario(), "--seeds", "1"],
+            vec!["attack", "--target", file.as_str()],
+        ] {
+            let ran = finish(scratch.spawn(&args, &[]), 60);
+            assert_eq!(ran.status, 2, "{what}, {}: {}\n{}", args[0], ran.stdout, ran.stderr);
+            assert!(ran.stderr.contains(expected) && ran.stderr.contains("set TMPDIR to"), "{what}, {}: {}", args[0], ran.stderr);
+            assert_eq!(scratch.work_dirs(), Vec::<String>::new(), "{what}: a work directory was made");
+            assert_eq!(scratch.processes(), Vec::<u32>::new(), "{what}: the target was started");
+        }
+    };
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777)).unwrap();
+    refused("mode 0777", "writable by others without the sticky bit (mode 777)");
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // SAFETY: chown(2) of the test's own directory, with a NUL-terminated path.
+    let path = std::ffi::CString::new(tmp.display().to_string()).unwrap();
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0, "chown as root");
+        refused("owned by 65534", "belongs to user 65534");
+        assert_eq!(unsafe { libc::chown(path.as_ptr(), 0, 0) }, 0);
+    }
+    // The same directory, safe again (sticky and world-writable, as /tmp is): the run goes ahead.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let ran = finish(scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], &[]), 60);
+    assert_eq!(ran.status, 1, "a sticky world-writable TMPDIR is safe: {}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(scratch.work_dirs(), Vec::<String>::new());
+}
+
+/// What the run's end cannot clean up makes the run unjudged (exit 3) and is said on stderr: here a setup
+/// command mounts a file system inside the work directory, so the directory cannot be removed.
+#[test]
+#[ignore = "needs root with CAP_SYS_ADMIN (mount); CI runs it"]
+fn a_work_directory_that_cannot_be_removed_makes_the_run_exit_3() {
+    let scratch = Scratch::new("pinned-dir");
+    let setup = r#"["sh", "-c", "mkdir -p {data_dir}/pinned && mount -t tmpfs mcpsim-pinned {data_dir}/pinned"]"#;
+    let file = scratch.write_target("t.toml", &stdio_target(setup, PLAIN_SERVER, 300));
+    let ran = finish(scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], &[]), 60);
+    // Unmount whatever the run left mounted before asserting, so a failure leaves nothing behind either.
+    let mounted: Vec<String> = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("mcpsim-pinned ") && line.contains(&scratch.mark))
+        .map(|line| line.split_whitespace().nth(1).unwrap().to_string())
+        .collect();
+    for point in &mounted {
+        assert!(Command::new("umount").arg(point).status().unwrap().success(), "umount {point}");
+    }
+    assert_eq!(mounted.len(), 1, "the setup command mounted once: {}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.status, 3, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("could not be removed"), "{}", ran.stderr);
+    assert_eq!(scratch.processes(), Vec::<u32>::new());
 }
 
 /// mcpsim's own stdout closed (`| head`): it still ends by SIGPIPE, quietly, and the watchdog removes what it

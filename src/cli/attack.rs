@@ -16,8 +16,8 @@ Everything the target starts is contained (a cgroup of the run, or the MCPSIM_TA
 killed and counted at the end, also after Ctrl-C or a SIGKILL of mcpsim (docs/targets.md).
 
 Exit status: 0 when every attack held (or did not apply); 1 on a finding; 2 for a target file that cannot be
-read or an unknown attack name; 3 when an attack could not be judged (its honest flow did not work), or
-processes of the target were counted still running at the end.
+read, an unknown attack name or an unsafe TMPDIR; 3 when an attack could not be judged (its honest flow did
+not work), or processes of the target (or its work directory) were left at the end.
 
 Examples:
   mcpsim attack --target targets/mcpsim-stdio.toml                        # the whole battery: exit 0
@@ -52,18 +52,14 @@ pub fn run(args: AttackArgs) -> ExitCode {
             return ExitCode::from(EXIT_UNJUDGED);
         }
     };
-    let work_dir = match super::target::begin("attack") {
-        Ok(dir) => dir,
-        Err(why) => {
-            eprintln!("{why}");
-            return ExitCode::from(EXIT_UNJUDGED);
-        }
+    let run = match super::target::TargetRun::begin("attack") {
+        Ok(run) => run,
+        Err(status) => return status,
     };
-    let _guard = crate::target::contain::Guard;
-    let result = attack::run_battery(&target, &args.only, &mcpsim, &work_dir);
+    let result = attack::run_battery(&target, &args.only, &mcpsim, run.work_dir());
     // Processes counted still running make the run unjudged, but never hide what the battery found: the
     // report is printed either way, and a finding still exits as one.
-    let left_running = super::target::end("attack");
+    let left_running = run.end();
     match result {
         Ok(reports) => {
             print!("{}", attack::render(&target, &reports));

@@ -365,6 +365,8 @@ pub struct ServeArgs {
     pub http_requests_max: Option<u32>,
     #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "stdio")]
     pub http_principal_requests_max: Option<u32>,
+    #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), requires = "eras")]
+    pub http_legacy_waiting_max: Option<u32>,
 
     /// Restrict this process with Landlock (Linux) to the files its store needs: required | best-effort | off.
     ///
@@ -438,6 +440,7 @@ impl ServeArgs {
             client_connections_max: count(self.http_client_connections_max, defaults.client_connections_max),
             requests_in_flight_max: count(self.http_requests_max, defaults.requests_in_flight_max),
             principal_requests_in_flight_max: count(self.http_principal_requests_max, defaults.principal_requests_in_flight_max),
+            legacy_waiting_max: count(self.http_legacy_waiting_max, defaults.legacy_waiting_max),
             ..defaults
         }
     }
@@ -508,7 +511,10 @@ struct Served {
 /// The notes server and what its out-of-band page needs, before the listeners' addresses are known (a
 /// page URL names the listener that issued it).
 struct PagePlan {
-    server: crate::servers::notes::NotesServer,
+    /// What each listener's notes server is built from: the configuration and the ports of the store, to
+    /// which the listener adds its own out-of-band page base.
+    config: Arc<crate::servers::notes::NotesConfig>,
+    ports: crate::servers::notes::NotesPorts,
     tokens: Tokens,
     store: Arc<dyn crate::framework::out_of_band::OutOfBandStore>,
     /// Seals page sessions and signs CSRF tokens: the signing key ring derived for the page, the same in
@@ -793,7 +799,8 @@ async fn open_notes_server(
         ttl_secs
     );
     let page = out_of_band.is_some().then(|| PagePlan {
-        server: server.clone(),
+        config: server.config.clone(),
+        ports: server.ports.clone(),
         tokens: Tokens::new(tokens.clone()),
         store: stores.out_of_band.clone(),
         keys: page_keys,
@@ -872,8 +879,9 @@ async fn run_http(
                     Some(url) => PageBase::Public(url.clone()),
                     None => PageBase::Loopback(format!("http://{local}")),
                 };
-                let out_of_band = crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.url().to_string() };
-                let service: Arc<dyn Service> = Arc::new(crate::assembly::notes_server_with_out_of_band(&plan.server, out_of_band));
+                let mut ports = plan.ports.clone();
+                ports.out_of_band = Some(crate::servers::notes::OutOfBand { store: plan.store.clone(), page_base: base.url().to_string() });
+                let service: Arc<dyn Service> = Arc::new(crate::assembly::notes_server(plan.config.clone(), ports));
                 let page = crate::transport::page::page_router(
                     service.clone(),
                     plan.tokens.clone(),

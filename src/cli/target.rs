@@ -28,22 +28,56 @@ pub fn watchdog(args: WatchdogArgs) -> ExitCode {
     contain::watchdog(&args.token, args.cgroup.as_deref(), &args.work_dir)
 }
 
-/// Begins a run of target processes (containment, work directory, watchdog, Ctrl-C handler): its work
-/// directory, or the error to print.
-pub(crate) fn begin(command: &str) -> Result<PathBuf, String> {
-    process::install_interrupt_handler();
-    contain::begin().map(|run| run.work_dir.clone()).map_err(|why| format!("mcpsim {command}: {why}"))
+/// A run of target processes, begun by `run --target`, `explore --target` and `attack` alike: containment,
+/// work directory, watchdog and Ctrl-C handler. [`TargetRun::end`] ends it once; dropped without that (an
+/// early return, a panic unwinding), it is ended then, quietly.
+pub(crate) struct TargetRun {
+    command: &'static str,
+    work_dir: PathBuf,
+    ended: bool,
 }
 
-/// Ends the run: kills and counts what is left, removes the work directory; says so on stderr unless nothing
-/// was left. Returns whether anything was.
-pub(crate) fn end(command: &str) -> bool {
-    let swept = contain::finish();
-    if swept.left > 0 || swept.dir_left {
-        eprintln!("mcpsim {command}: {}", contain::describe(&swept));
-        return true;
+impl TargetRun {
+    /// Begins the run, or prints why it cannot and returns the exit status: an unsafe `TMPDIR` (the work
+    /// directory's parent) is the user's to fix (2), anything else leaves the run unjudged (3).
+    pub(crate) fn begin(command: &'static str) -> Result<TargetRun, ExitCode> {
+        if let Err(why) = contain::check_temp_dir(&std::env::temp_dir()) {
+            eprintln!("mcpsim {command}: {why}");
+            return Err(ExitCode::from(EXIT_USAGE));
+        }
+        process::install_interrupt_handler();
+        match contain::begin() {
+            Ok(run) => Ok(TargetRun { command, work_dir: run.work_dir.clone(), ended: false }),
+            Err(why) => {
+                eprintln!("mcpsim {command}: {why}");
+                Err(ExitCode::from(EXIT_UNJUDGED))
+            }
+        }
     }
-    false
+
+    pub(crate) fn work_dir(&self) -> &Path {
+        &self.work_dir
+    }
+
+    /// Ends the run: kills and counts what is left, removes the work directory; says so on stderr unless
+    /// nothing was left. Returns whether anything was.
+    pub(crate) fn end(mut self) -> bool {
+        self.ended = true;
+        let swept = contain::finish();
+        if swept.left > 0 || swept.dir_left {
+            eprintln!("mcpsim {}: {}", self.command, contain::describe(&swept));
+            return true;
+        }
+        false
+    }
+}
+
+impl Drop for TargetRun {
+    fn drop(&mut self) {
+        if !self.ended {
+            contain::finish();
+        }
+    }
 }
 
 pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
@@ -85,14 +119,10 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             return ExitCode::from(EXIT_UNJUDGED);
         }
     };
-    let work_dir = match begin("run") {
-        Ok(dir) => dir,
-        Err(why) => {
-            eprintln!("{why}");
-            return ExitCode::from(EXIT_UNJUDGED);
-        }
+    let run = match TargetRun::begin("run") {
+        Ok(run) => run,
+        Err(status) => return status,
     };
-    let _guard = contain::Guard;
     let single = files.len() == 1;
     // With a trace on stdout, everything else goes to stderr.
     let say = |text: &str| {
@@ -119,7 +149,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                 continue;
             }
         };
-        match target::run_scenario(&target, &scenario, seed, args.reruns.min(RERUNS_MAX), &mcpsim, &work_dir) {
+        match target::run_scenario(&target, &scenario, seed, args.reruns.min(RERUNS_MAX), &mcpsim, run.work_dir()) {
             Ok(report) => {
                 let text = target::render(&target, &report, single || args.transcript || !report.passed());
                 if trace {
@@ -147,7 +177,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             }
         }
     }
-    if end("run") {
+    if run.end() {
         status = EXIT_UNJUDGED;
     }
     let mut summary = String::new();
@@ -186,20 +216,16 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         eprintln!("mcpsim explore: cannot find the mcpsim binary for {{mcpsim}}");
         return ExitCode::from(EXIT_UNJUDGED);
     };
-    let work_dir = match begin("explore") {
-        Ok(dir) => dir,
-        Err(why) => {
-            eprintln!("{why}");
-            return ExitCode::from(EXIT_UNJUDGED);
-        }
+    let run = match TargetRun::begin("explore") {
+        Ok(run) => run,
+        Err(status) => return status,
     };
-    let _guard = contain::Guard;
     let (first, last) = (*seeds.start(), *seeds.end());
     let mut failing: Vec<(u64, String)> = Vec::new();
     let mut broken: std::collections::BTreeMap<&'static str, usize> = std::collections::BTreeMap::new();
     let mut error = None;
     for seed in seeds {
-        match target::run_scenario(&target, &scenario, seed, 0, &mcpsim, &work_dir) {
+        match target::run_scenario(&target, &scenario, seed, 0, &mcpsim, run.work_dir()) {
             Ok(report) if report.passed() => {}
             Ok(report) => {
                 for property in report.properties() {
@@ -216,7 +242,7 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
             }
         }
     }
-    let left = end("explore");
+    let left = run.end();
     let runs = last - first + 1;
     println!(
         "explored {} against {} ({}): seeds {first}..={last}",

@@ -15,8 +15,10 @@
 //!   is never claimed to be gone.
 //!
 //! The work directory (servers' stderr, key files, databases) is `$TMPDIR/mcpsim-target-<random>`, created
-//! exclusively with mode 0700. [`finish`] kills, counts, and removes it on every exit mcpsim sees (normal,
-//! error, Ctrl-C/SIGTERM, a panic unwinding past [`Guard`]); for the exits it does not see (SIGKILL, SIGPIPE
+//! exclusively with mode 0700, in a `TMPDIR` that [`check_temp_dir`] found safe (owned by root or the user,
+//! writable by others only with the sticky bit). [`finish`] kills, counts, and removes it on every exit
+//! mcpsim sees (normal, error, Ctrl-C/SIGTERM, a panic unwinding past the command's run, which finishes when
+//! dropped); for the exits it does not see (SIGKILL, SIGPIPE
 //! on its own stdout), a **watchdog** does the same: a `mcpsim target-watchdog` process in its own process
 //! group, ignoring SIGINT/SIGTERM/SIGHUP, reading a pipe from mcpsim whose end-of-file means mcpsim is gone
 //! (the pipe is close-on-exec, so no target process holds it open).
@@ -83,6 +85,37 @@ fn random_hex() -> String {
     let mut bytes = [0u8; 12];
     OsRng.fill_bytes(&mut bytes);
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `dir` is a safe parent for the work directory: a directory (not a symbolic link) owned by root or
+/// by mcpsim's user, and writable by others only with the sticky bit (as `/tmp` is), so nobody else can
+/// rename, replace or remove what mcpsim creates in it. `Err` says what to do.
+pub fn check_temp_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let fix = "set TMPDIR to a directory of your own (mode 0700) or to one like /tmp (owned by root, mode 1777)";
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("the temporary directory {} (TMPDIR) cannot be read: {e}; {fix}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("the temporary directory {} (TMPDIR) is not a directory; {fix}", dir.display()));
+    }
+    // SAFETY: geteuid(2) has no failure mode and touches no memory.
+    let user = unsafe { libc::geteuid() };
+    if meta.uid() != 0 && meta.uid() != user {
+        return Err(format!(
+            "the temporary directory {} (TMPDIR) belongs to user {}, not to root or to you ({user}): its owner could replace the run's work directory; {fix}",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode();
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(format!(
+            "the temporary directory {} (TMPDIR) is writable by others without the sticky bit (mode {:o}): anyone could replace the run's work directory; {fix}",
+            dir.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// Begins the run: the work directory, the containment, the watchdog. Once per mcpsim process.
@@ -430,15 +463,6 @@ pub fn finish() -> Swept {
 /// Whether the run is over (no process may be started any more).
 pub fn finished() -> bool {
     RUN.get().is_some_and(|run| run.finished.load(Ordering::SeqCst))
-}
-
-/// Finishes the run when dropped: the path a panic unwinds through.
-pub struct Guard;
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        finish();
-    }
 }
 
 /// The honest sentence about what a finish left.

@@ -132,11 +132,11 @@ impl<'t> Fleet<'t> {
                     return Ok(());
                 }
                 let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!("setup command {:?} failed ({status}): {}", redact_argv(&argv), stderr.trim()));
+                return Err(format!("setup command `{}` failed ({status}): {}", redact_argv(&argv), stderr.trim()));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Err(format!("setup command {:?} did not finish within start_timeout_ms = {}", redact_argv(&argv), self.target.start_timeout_ms()))
+        Err(format!("setup command `{}` did not finish within start_timeout_ms = {}", redact_argv(&argv), self.target.start_timeout_ms()))
     }
 
     fn start_instance(&mut self, index: usize) -> Result<Running, String> {

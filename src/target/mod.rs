@@ -284,7 +284,7 @@ fn probe_command(
     let argv: Vec<String> = command.iter().map(|a| p.fill(a)).collect::<Result<_, _>>()?;
     let mut process = process::Process::start(&argv, &[], data_dir.join("probe.stderr"), true)?;
     let line = process.read_line(Duration::from_millis(target.request_timeout_ms() + target.start_timeout_ms()))?.unwrap_or_default();
-    line.trim().parse::<i64>().map_err(|_| format!("the effect probe {:?} printed {line:?}, not a number", redact_argv(&argv)))
+    line.trim().parse::<i64>().map_err(|_| format!("the effect probe `{}` printed {line:?}, not a number", redact_argv(&argv)))
 }
 
 /// One answer in a line: what it was, as transcripts describe it.

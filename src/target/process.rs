@@ -205,7 +205,7 @@ impl Process {
         if contain::finished() {
             return Err("mcpsim is ending: no process is started any more".into());
         }
-        let mut child = command.spawn().map_err(|e| format!("cannot start {:?}: {e}", super::redact_argv(argv)))?;
+        let mut child = command.spawn().map_err(|e| format!("cannot start `{}`: {e}", super::redact_argv(argv)))?;
         let pid = child.id();
         running.insert(pid as i32);
         drop(running);
@@ -328,6 +328,17 @@ pub fn alive(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_that_cannot_start_is_shown_escaped_once() {
+        let log = std::env::temp_dir().join(format!("mcpsim-process-escape-{}.stderr", std::process::id()));
+        let argv: Vec<String> = ["/nonexistent/mcpsim \"x\"\ny", "--token", "s3cret"].iter().map(|s| s.to_string()).collect();
+        let error = Process::start(&argv, &[], log.clone(), false).err().expect("no such program");
+        let _ = std::fs::remove_file(&log);
+        // `shown` makes the newline `\n`; a second escape (Debug's) would make it `\\n` and the quotes `\"`.
+        assert!(error.starts_with("cannot start `/nonexistent/mcpsim \"x\"\\ny --token [redacted]`: "), "{error}");
+        assert!(!error.contains("s3cret"), "{error}");
+    }
 
     #[test]
     fn a_process_is_killed_when_a_panic_unwinds_past_it() {

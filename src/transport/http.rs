@@ -88,6 +88,7 @@
 //!
 //! Every request, refused or not, gets one log line (see [`super::log_request`]).
 
+use super::slots::{KeyedSlots, Slot, SlotRefusal};
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
 use crate::eras::{is_legacy_http, Channel, ClientLink, LegacyAdapter, LegacyReply, LEGACY_ANSWER_TIMEOUT_MS};
 use crate::framework::{handle_exchange, Exchange, Service};
@@ -96,7 +97,7 @@ use crate::wire::errors::{echo, RpcError};
 use crate::wire::headers::RoutingHeaders;
 use crate::wire::jsonrpc::{error_response, payload_too_large, MESSAGE_BYTES_MAX};
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
@@ -116,7 +117,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tracing::Instrument;
 
 /// The one MCP endpoint.
@@ -210,72 +211,19 @@ impl std::fmt::Display for HttpLimits {
 /// and those are the process's), and each client address's share of them.
 #[derive(Debug, Clone)]
 pub struct ConnectionSlots {
-    slots: Arc<Semaphore>,
-    max: usize,
-    clients: Arc<ClientConnections>,
-}
-
-/// Connections open per client address; an entry exists only while its client has one open.
-#[derive(Debug)]
-struct ClientConnections {
-    max: usize,
-    open: Mutex<BTreeMap<IpAddr, usize>>,
-}
-
-impl ClientConnections {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<IpAddr, usize>> {
-        // A poisoned lock only means another thread panicked between two integer updates.
-        self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// Why a connection was not given a slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ConnectionRefusal {
-    /// The process holds as many as it allows.
-    Full,
-    /// This client address holds its share.
-    ClientFull,
-}
-
-/// One open connection's slot (the process's and its client's); given back when dropped.
-struct ConnectionSlot {
-    _process: OwnedSemaphorePermit,
-    clients: Arc<ClientConnections>,
-    client: IpAddr,
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        let mut open = self.clients.lock();
-        if let Some(count) = open.get_mut(&self.client) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.client);
-            }
-        }
-    }
+    places: Arc<KeyedSlots<IpAddr>>,
 }
 
 impl ConnectionSlots {
     /// At most `max` connections in all, and at most `client_max` of them from one client address.
     pub fn new(max: usize, client_max: usize) -> ConnectionSlots {
-        let clients = Arc::new(ClientConnections { max: client_max, open: Mutex::default() });
-        ConnectionSlots { slots: Arc::new(Semaphore::new(max)), max, clients }
+        ConnectionSlots { places: KeyedSlots::new(client_max, max) }
     }
 
-    /// A slot for a connection from `client` (already a [`client_key`]): its client's share first, then the
-    /// process's.
-    fn try_take(&self, client: IpAddr) -> Result<ConnectionSlot, ConnectionRefusal> {
-        let mut open = self.clients.lock();
-        let count = open.get(&client).copied().unwrap_or(0);
-        if count >= self.clients.max {
-            return Err(ConnectionRefusal::ClientFull);
-        }
-        let process = self.slots.clone().try_acquire_owned().map_err(|_| ConnectionRefusal::Full)?;
-        open.insert(client, count + 1);
-        drop(open);
-        Ok(ConnectionSlot { _process: process, clients: self.clients.clone(), client })
+    /// A slot for a connection from `client` (already a [`client_key`]): its client's share first
+    /// ([`SlotRefusal::Share`]), then the process's ([`SlotRefusal::Total`]).
+    fn try_take(&self, client: IpAddr) -> Result<Slot<IpAddr>, SlotRefusal> {
+        self.places.try_take(&client)
     }
 }
 
@@ -365,67 +313,19 @@ struct Endpoint {
     /// Listening on loopback: `Host` must name a loopback host too (or the public URL's, when configured).
     loopback_bind: bool,
     public_url: Option<String>,
-    in_flight: Arc<Semaphore>,
-    principals_in_flight: Arc<PrincipalSlots>,
-    /// Legacy calls waiting for their client (they hold none of the places above while they wait).
-    legacy_waiting: Arc<Semaphore>,
-    legacy_waiting_principals: Arc<PrincipalSlots>,
+    /// Requests in flight: the listener's bound and each principal's share of it.
+    in_flight: Arc<KeyedSlots<String>>,
+    /// Legacy calls waiting for their client, per listener and per principal (they hold no place in flight
+    /// while they wait).
+    legacy_waiting: Arc<KeyedSlots<String>>,
     body_read_timeout: Duration,
     /// Names this listener in every log line of its requests: instances of a fleet log to one stream.
     span: tracing::Span,
 }
 
-/// Requests in flight per principal, each at most `max`. Entries exist only while a principal has requests
-/// in flight, so the map is bounded by the requests in flight.
-#[derive(Debug)]
-struct PrincipalSlots {
-    max: usize,
-    held: Mutex<BTreeMap<String, usize>>,
-}
-
-impl PrincipalSlots {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, usize>> {
-        // A poisoned lock only means another thread panicked between two integer updates.
-        self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn try_take(self: &Arc<Self>, principal: &str) -> Option<PrincipalSlot> {
-        let mut held = self.lock();
-        let count = held.entry(principal.to_string()).or_insert(0);
-        if *count >= self.max {
-            if *count == 0 {
-                held.remove(principal);
-            }
-            return None;
-        }
-        *count += 1;
-        Some(PrincipalSlot { slots: self.clone(), principal: principal.to_string() })
-    }
-}
-
-/// One request's place in its principal's share; given back when dropped.
-struct PrincipalSlot {
-    slots: Arc<PrincipalSlots>,
-    principal: String,
-}
-
-impl Drop for PrincipalSlot {
-    fn drop(&mut self) {
-        let mut held = self.slots.lock();
-        if let Some(count) = held.get_mut(&self.principal) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.principal);
-            }
-        }
-    }
-}
-
-/// What a request in flight holds until its response is written (for a stream, until the stream ends).
-struct InFlight {
-    _principal: PrincipalSlot,
-    _listener: OwnedSemaphorePermit,
-}
+/// What a request in flight holds until its response is written (for a stream, until the stream ends): its
+/// place among the listener's and its principal's.
+type InFlight = Slot<String>;
 
 /// The router serving [`MCP_PATH`] for a server listening on `local_address`. Refuses
 /// [`Authentication::Anonymous`] unless `local_address` is a loopback address.
@@ -449,10 +349,8 @@ pub fn router(
         origins: options.origins,
         loopback_bind,
         public_url: options.public_url,
-        in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_max)),
-        principals_in_flight: Arc::new(PrincipalSlots { max: limits.principal_requests_in_flight_max, held: Mutex::default() }),
-        legacy_waiting: Arc::new(Semaphore::new(limits.legacy_waiting_max)),
-        legacy_waiting_principals: Arc::new(PrincipalSlots { max: limits.legacy_waiting_per_principal_max, held: Mutex::default() }),
+        in_flight: KeyedSlots::new(limits.principal_requests_in_flight_max, limits.requests_in_flight_max),
+        legacy_waiting: KeyedSlots::new(limits.legacy_waiting_per_principal_max, limits.legacy_waiting_max),
         body_read_timeout: Duration::from_millis(limits.body_read_timeout_ms),
         span: tracing::info_span!("http", listen = %local_address),
     });
@@ -486,15 +384,14 @@ pub(crate) async fn serve_http(
     let span = tracing::info_span!("http", listen = %local_address);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms)).keep_alive(true);
-    let refusal_bytes: Arc<[u8]> = connections_full_response(connections.max).into();
-    let client_refusal_bytes: Arc<[u8]> = client_connections_full_response(connections.clients.max).into();
+    let refusal_bytes: Arc<[u8]> = connections_full_response(connections.places.total()).into();
+    let client_refusal_bytes: Arc<[u8]> = client_connections_full_response(connections.places.share()).into();
     let refusals_in_flight = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
     // Every route's body is read within the body deadline (the MCP endpoint reads its own, after its checks),
     // and every request to a route but the MCP endpoint gets its log line here.
     let guard = Arc::new(ListenerGuard {
         body_read_timeout: Duration::from_millis(limits.body_read_timeout_ms),
-        in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_max)),
-        clients_in_flight: Arc::new(PrincipalSlots { max: limits.principal_requests_in_flight_max, held: Mutex::default() }),
+        in_flight: KeyedSlots::new(limits.principal_requests_in_flight_max, limits.requests_in_flight_max),
         span: span.clone(),
     });
     let router = router.layer(axum::middleware::from_fn_with_state(guard, guard_route));
@@ -523,8 +420,8 @@ pub(crate) async fn serve_http(
             Err(refusal) => {
                 let stopwatch = Stopwatch::start();
                 let (status, outcome, bytes) = match refusal {
-                    ConnectionRefusal::Full => (503, "http_connections_full", &refusal_bytes),
-                    ConnectionRefusal::ClientFull => (429, "http_client_connections_full", &client_refusal_bytes),
+                    SlotRefusal::Total => (503, "http_connections_full", &refusal_bytes),
+                    SlotRefusal::Share => (429, "http_client_connections_full", &client_refusal_bytes),
                 };
                 span.in_scope(|| log_request("http", "-", &MessageSummary::default(), status, outcome, &stopwatch));
                 refuse_connection(stream, bytes.clone(), &refusals_in_flight);
@@ -608,8 +505,8 @@ where
 /// listener's log span.
 struct ListenerGuard {
     body_read_timeout: Duration,
-    in_flight: Arc<Semaphore>,
-    clients_in_flight: Arc<PrincipalSlots>,
+    /// Keyed by client address.
+    in_flight: Arc<KeyedSlots<String>>,
     span: tracing::Span,
 }
 
@@ -634,27 +531,25 @@ async fn guard_route(State(guard): State<Arc<ListenerGuard>>, request: Request, 
     let route = route_name(request.uri().path());
     let method = request.method().clone();
     let client = request.extensions().get::<ClientAddress>().map_or_else(|| "-".to_string(), |ClientAddress(address)| address.to_string());
-    let response = match guard.clients_in_flight.try_take(&client) {
-        None => {
+    let response = match guard.in_flight.try_take(&client) {
+        Err(SlotRefusal::Share) => {
             let message = format!(
                 "your address has as many requests in flight here as one client may ({}); wait for one to finish, then retry",
-                guard.clients_in_flight.max
+                guard.in_flight.share()
             );
             let response = with_header(refusal(StatusCode::TOO_MANY_REQUESTS, message), header::RETRY_AFTER, HeaderValue::from_static("1"));
             with_route_log(response, None, "http_client_busy")
         }
-        Some(client_slot) => match guard.in_flight.clone().try_acquire_owned() {
-            Err(_) => {
-                let response =
-                    refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
-                with_route_log(with_header(response, header::RETRY_AFTER, HeaderValue::from_static("1")), None, "http_busy")
-            }
-            Ok(permit) => {
-                let response = read_then_route(&guard, request, next).await;
-                drop((permit, client_slot));
-                response
-            }
-        },
+        Err(SlotRefusal::Total) => {
+            let response =
+                refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
+            with_route_log(with_header(response, header::RETRY_AFTER, HeaderValue::from_static("1")), None, "http_busy")
+        }
+        Ok(place) => {
+            let response = read_then_route(&guard, request, next).await;
+            drop(place);
+            response
+        }
     };
     let logged = response.extensions().get::<RouteLog>().cloned();
     let principal = logged.as_ref().and_then(|log| log.principal.as_deref()).unwrap_or("-");
@@ -667,27 +562,60 @@ async fn guard_route(State(guard): State<Arc<ListenerGuard>>, request: Request, 
 /// The body read within the deadline and the size bound, then the route.
 async fn read_then_route(guard: &ListenerGuard, request: Request, next: axum::middleware::Next) -> Response {
     let (parts, body) = request.into_parts();
-    let read = tokio::time::timeout(guard.body_read_timeout, axum::body::to_bytes(body, PAGE_BODY_BYTES_MAX)).await;
-    match read {
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
-        Ok(Err(error)) => {
-            let too_large = std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            let response = if too_large {
-                refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("this route takes at most {PAGE_BODY_BYTES_MAX} bytes of body"))
-            } else {
-                refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again")
-            };
-            let outcome = if too_large { "http_payload_too_large" } else { "http_body_unreadable" };
+    match read_body(body, guard.body_read_timeout, PAGE_BODY_BYTES_MAX).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Err(failure) => {
+            let too_large =
+                || refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("this route takes at most {PAGE_BODY_BYTES_MAX} bytes of body"));
+            let (response, outcome) = failure.refusal(guard.body_read_timeout, too_large);
             with_route_log(with_header(response, header::CONNECTION, HeaderValue::from_static("close")), None, outcome)
         }
-        Err(_elapsed) => {
-            let message = format!(
-                "the request body did not arrive within {} ms of its headers; send the whole body at once",
-                guard.body_read_timeout.as_millis()
-            );
-            let response =
-                with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close"));
-            with_route_log(response, None, "http_body_timeout")
+    }
+}
+
+/// Why a request's body was not read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFailure {
+    /// More than the route takes.
+    TooLarge,
+    /// The connection failed while the body was read.
+    Unreadable,
+    /// Not all of it arrived within the body deadline.
+    Late,
+}
+
+/// The one body read of every route (`/mcp` after its checks, every other route in [`guard_route`]): the
+/// whole body within `deadline` of the headers, at most `max` bytes.
+async fn read_body(body: Body, deadline: Duration, max: usize) -> Result<Bytes, BodyFailure> {
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(error)) if std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>()) => {
+            Err(BodyFailure::TooLarge)
+        }
+        Ok(Err(_)) => Err(BodyFailure::Unreadable),
+        Err(_elapsed) => Err(BodyFailure::Late),
+    }
+}
+
+impl BodyFailure {
+    /// The answer and its log outcome: `too_large` is the route's own `413`; a body that came late is answered
+    /// `408` closing the connection (what is left of the body would be read as the next request).
+    fn refusal(self, deadline: Duration, too_large: impl FnOnce() -> Response) -> (Response, &'static str) {
+        match self {
+            BodyFailure::TooLarge => (too_large(), "http_payload_too_large"),
+            BodyFailure::Unreadable => {
+                (refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again"), "http_body_unreadable")
+            }
+            BodyFailure::Late => {
+                let message = format!(
+                    "the request body did not arrive within {} ms of its headers; send the whole body at once",
+                    deadline.as_millis()
+                );
+                (
+                    with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close")),
+                    "http_body_timeout",
+                )
+            }
         }
     }
 }
@@ -822,52 +750,42 @@ impl Endpoint {
             return too_large(&principal, declared_length.and_then(|length| usize::try_from(length).ok()));
         }
         // The principal's share first: a principal over it is refused without touching the listener's bound.
-        let Some(principal_slot) = self.principals_in_flight.try_take(&principal) else {
-            let message = format!(
-                "you have as many requests in flight as one principal may ({}); wait for one to finish, then retry",
-                self.principals_in_flight.max
-            );
-            let response = with_header(refusal(StatusCode::TOO_MANY_REQUESTS, message), header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return Handled::refused(response, Some(&principal), "http_principal_busy");
-        };
-        let Ok(listener_permit) = self.in_flight.clone().try_acquire_owned() else {
-            let response =
-                refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
-            return Handled::refused(
-                with_header(response, header::RETRY_AFTER, HeaderValue::from_static("1")),
-                Some(&principal),
-                "http_busy",
-            );
-        };
-        let permit = InFlight { _principal: principal_slot, _listener: listener_permit };
-        let routing = routing_headers(headers);
-        let session_header = headers.get(MCP_SESSION_ID).cloned();
-        let body = match tokio::time::timeout(self.body_read_timeout, Bytes::from_request(request, &())).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(&principal, None),
-            Ok(Err(_)) => {
-                let response = refusal(StatusCode::BAD_REQUEST, "the request body could not be read completely; send it again");
-                return Handled::refused(response, Some(&principal), "http_body_unreadable");
-            }
-            Err(_elapsed) => {
+        let permit = match self.in_flight.try_take(&principal) {
+            Ok(permit) => permit,
+            Err(SlotRefusal::Share) => {
                 let message = format!(
-                    "the request body did not arrive within {} ms of its headers; send the whole body at once",
-                    self.body_read_timeout.as_millis()
+                    "you have as many requests in flight as one principal may ({}); wait for one to finish, then retry",
+                    self.in_flight.share()
                 );
                 let response =
-                    with_header(refusal(StatusCode::REQUEST_TIMEOUT, message), header::CONNECTION, HeaderValue::from_static("close"));
-                return Handled::refused(response, Some(&principal), "http_body_timeout");
+                    with_header(refusal(StatusCode::TOO_MANY_REQUESTS, message), header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return Handled::refused(response, Some(&principal), "http_principal_busy");
+            }
+            Err(SlotRefusal::Total) => {
+                let response =
+                    refusal(StatusCode::SERVICE_UNAVAILABLE, "the server is handling as many requests as it allows at once; retry shortly");
+                return Handled::refused(
+                    with_header(response, header::RETRY_AFTER, HeaderValue::from_static("1")),
+                    Some(&principal),
+                    "http_busy",
+                );
+            }
+        };
+        let routing = routing_headers(headers);
+        let session_header = headers.get(MCP_SESSION_ID).cloned();
+        let body = match read_body(request.into_body(), self.body_read_timeout, MESSAGE_BYTES_MAX).await {
+            Ok(body) => body,
+            Err(failure) => {
+                let too_large = || json_response(StatusCode::PAYLOAD_TOO_LARGE, &error_response(None, &payload_too_large(None)));
+                let (response, outcome) = failure.refusal(self.body_read_timeout, too_large);
+                return Handled::refused(response, Some(&principal), outcome);
             }
         };
         let summary = MessageSummary::of(&body);
         if let Some(legacy) = &self.legacy {
             let session_id = headers_session_id(&session_header);
             if is_legacy_http(routing.protocol_version.as_deref(), session_id.as_deref(), &body) {
-                let waiting = Waiting {
-                    listener: self.legacy_waiting.clone(),
-                    principals: self.legacy_waiting_principals.clone(),
-                    principal: principal.clone(),
-                };
+                let waiting = Waiting { places: self.legacy_waiting.clone(), principal: principal.clone() };
                 let (response, outcome) = legacy_exchange(legacy.clone(), principal.clone(), session_id, body, permit, waiting).await;
                 return Handled { response, principal: Some(principal), summary, outcome };
             }
@@ -979,18 +897,53 @@ impl Endpoint {
 
 /// Step 2: an origin-form request target and exactly one non-empty `Host` (RFC 9112 §3.2), for every bind.
 fn check_target_and_host(request: &Request) -> Option<Handled> {
+    let refused = target_and_host(request).err()?;
+    let message = match refused {
+        Misaddressed::AbsoluteTarget => format!("{} ({MCP_PATH})", refused.says()),
+        _ => refused.says().to_string(),
+    };
+    Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, message), None, refused.outcome()))
+}
+
+/// Why a request is refused before anything looks at where it is addressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Misaddressed {
+    /// An absolute-form target (`GET http://host/path`): a proxy request.
+    AbsoluteTarget,
+    HostMissing,
+    HostRepeated,
+}
+
+impl Misaddressed {
+    pub(crate) fn says(self) -> &'static str {
+        match self {
+            Misaddressed::AbsoluteTarget => "send the request target as a path, not as an absolute URI: this server is not a proxy",
+            Misaddressed::HostMissing => "send a Host header naming this server",
+            Misaddressed::HostRepeated => "send exactly one Host header",
+        }
+    }
+
+    pub(crate) fn outcome(self) -> &'static str {
+        match self {
+            Misaddressed::AbsoluteTarget => "http_target_not_origin_form",
+            Misaddressed::HostMissing => "http_host_missing",
+            Misaddressed::HostRepeated => "http_host_repeated",
+        }
+    }
+}
+
+/// The one check of every route (`/mcp` and the page's) that a request's target is origin-form and that it
+/// carries exactly one non-empty `Host`, which it returns (what it must name is each route's own rule).
+pub(crate) fn target_and_host(request: &Request) -> Result<&HeaderValue, Misaddressed> {
     let target = request.uri();
     if target.scheme().is_some() || target.authority().is_some() {
-        let message = format!("send the request target as a path ({MCP_PATH}), not as an absolute URI: this server is not a proxy");
-        return Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, message), None, "http_target_not_origin_form"));
+        return Err(Misaddressed::AbsoluteTarget);
     }
     let hosts: Vec<&HeaderValue> = request.headers().get_all(header::HOST).iter().collect();
     match hosts.as_slice() {
-        [host] if !host.as_bytes().iter().all(u8::is_ascii_whitespace) => None,
-        [] | [_] => {
-            Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, "send a Host header naming this server"), None, "http_host_missing"))
-        }
-        _ => Some(Handled::refused(refusal(StatusCode::BAD_REQUEST, "send exactly one Host header"), None, "http_host_repeated")),
+        [host] if !host.as_bytes().iter().all(u8::is_ascii_whitespace) => Ok(host),
+        [] | [_] => Err(Misaddressed::HostMissing),
+        _ => Err(Misaddressed::HostRepeated),
     }
 }
 
@@ -1069,15 +1022,8 @@ enum LegacyOut {
 /// Where a legacy call's places go while it waits for its client: the listener's and the principal's bounds
 /// of waiting calls.
 struct Waiting {
-    listener: Arc<Semaphore>,
-    principals: Arc<PrincipalSlots>,
+    places: Arc<KeyedSlots<String>>,
     principal: String,
-}
-
-/// A waiting call's places among [`Waiting`]'s bounds; given back when the call ends.
-struct WaitingPlace {
-    _principal: PrincipalSlot,
-    _listener: OwnedSemaphorePermit,
 }
 
 /// The client end of a legacy HTTP call: messages go out on the call's own SSE stream; answers come back as
@@ -1091,7 +1037,8 @@ struct HttpLink {
     sender: mpsc::Sender<LegacyOut>,
     in_flight: Mutex<Option<InFlight>>,
     waiting: Waiting,
-    parked: Mutex<Option<WaitingPlace>>,
+    /// The call's place among [`Waiting`]'s bounds while it waits; given back when the call ends.
+    parked: Mutex<Option<Slot<String>>>,
     answer_timeout: Duration,
 }
 
@@ -1120,16 +1067,18 @@ impl ClientLink for HttpLink {
         if parked.is_some() {
             return Ok(());
         }
-        let Some(principal) = self.waiting.principals.try_take(&self.waiting.principal) else {
-            return Err(format!(
-                "as many of your legacy calls wait for your answers as one principal's may ({}): answer them, then retry",
-                self.waiting.principals.max
-            ));
-        };
-        let Ok(listener) = self.waiting.listener.clone().try_acquire_owned() else {
-            return Err("the server has as many legacy calls waiting for their clients as it allows; retry shortly".into());
-        };
-        *parked = Some(WaitingPlace { _principal: principal, _listener: listener });
+        match self.waiting.places.try_take(&self.waiting.principal) {
+            Ok(place) => *parked = Some(place),
+            Err(SlotRefusal::Share) => {
+                return Err(format!(
+                    "as many of your legacy calls wait for your answers as one principal's may ({}): answer them, then retry",
+                    self.waiting.places.share()
+                ))
+            }
+            Err(SlotRefusal::Total) => {
+                return Err("the server has as many legacy calls waiting for their clients as it allows; retry shortly".into())
+            }
+        }
         HttpLink::lock(&self.in_flight).take();
         Ok(())
     }
@@ -1417,22 +1366,6 @@ mod tests {
         assert_eq!(response.headers()["retry-after"], "1");
         stop.send(()).unwrap();
         serving.await.unwrap().unwrap();
-    }
-
-    #[test]
-    fn a_principal_holds_at_most_its_share_and_gives_it_back() {
-        let slots = Arc::new(PrincipalSlots { max: 2, held: Mutex::default() });
-        let first = slots.try_take("bob").expect("a first slot");
-        let second = slots.try_take("bob").expect("a second slot");
-        assert!(slots.try_take("bob").is_none(), "bob's share is two");
-        let alice = slots.try_take("alice").expect("alice is not bob");
-        drop(first);
-        let third = slots.try_take("bob").expect("a slot given back is free again");
-        drop((second, third, alice));
-        assert!(slots.lock().is_empty(), "no entry outlives its principal's requests");
-        let none = Arc::new(PrincipalSlots { max: 0, held: Mutex::default() });
-        assert!(none.try_take("bob").is_none());
-        assert!(none.lock().is_empty(), "a refusal leaves no entry behind");
     }
 
     #[test]

@@ -11,6 +11,8 @@
 pub mod http;
 #[cfg(feature = "http")]
 pub mod page;
+#[cfg(feature = "http")]
+mod slots;
 pub mod stdio;
 
 use crate::framework::Reply;

@@ -35,7 +35,7 @@ use crate::policy::origin::{is_loopback_authority, names_public_url, normalize_o
 use crate::policy::state::{key_id_of, KeyRing};
 use crate::servers::notes::publish::PAGE_PATH;
 use crate::stores::system::{OsNonces, SystemClock};
-use crate::transport::http::{with_route_log, ClientAddress, RouteLog, Tokens};
+use crate::transport::http::{target_and_host, with_route_log, ClientAddress, RouteLog, Tokens};
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -252,17 +252,14 @@ impl PageState {
 
     /// Why a request is not addressed to this page, if it is not: `(status, outcome, sentence)`.
     fn misaddressed(&self, request: &Request) -> Option<(u16, &'static str, String)> {
-        let target = request.uri();
-        if target.scheme().is_some() || target.authority().is_some() {
-            return Some((400, "bad_request", "Send the request target as a path, not as an absolute URL: this is not a proxy.".into()));
-        }
-        let headers = request.headers();
-        let hosts: Vec<&HeaderValue> = headers.get_all(header::HOST).iter().collect();
-        let host = match hosts.as_slice() {
-            [host] => host.to_str().unwrap_or("").trim().to_ascii_lowercase(),
-            [] => return Some((400, "bad_request", "Send a Host header naming this page's server.".into())),
-            _ => return Some((400, "bad_request", "Send exactly one Host header.".into())),
+        let host = match target_and_host(request) {
+            Ok(host) => host.to_str().unwrap_or("").trim().to_ascii_lowercase(),
+            Err(refused) => {
+                let says = refused.says();
+                return Some((400, "bad_request", format!("{}{}.", says[..1].to_ascii_uppercase(), &says[1..])));
+            }
         };
+        let headers = request.headers();
         let origin = match &self.base {
             PageBase::Public(public) => {
                 if !names_public_url(public, &host) {

@@ -1,4 +1,4 @@
-//! Shared harness for in-process tests of the notes server.
+//! Shared harness for in-process tests of the notes server (and, in `child`, a child mcpsim run to its end).
 //!
 //! A harness is the embedded demo deployment (`config::Deployment::demo()`) with memory stores, a fixed signing
 //! key, a clock the test moves by hand and nonces from a counter, so every run sees the same states and bytes.
@@ -9,6 +9,8 @@
 //! Every test binary includes this module but uses a different part of it.
 #![allow(dead_code)]
 
+pub mod child;
+
 use async_trait::async_trait;
 use mcpsim::testing::Deployment;
 use mcpsim::testing::FileUri;
@@ -18,7 +20,7 @@ use mcpsim::testing::RoutingHeaders;
 use mcpsim::testing::{handle_message, Reply};
 use mcpsim::testing::{Clock, GuardedDelete, NonceSource, Note, NoteStore, StoreError};
 use mcpsim::testing::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
-use mcpsim::testing::{NotesConfig, NotesServer};
+use mcpsim::testing::{notes_server, NotesConfig, NotesPorts, NotesServer};
 use mcpsim::testing::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION, KEY_SERVER_INFO};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -291,20 +293,20 @@ impl Harness {
         let clock = Arc::new(TestClock::new(START_MS));
         let replay = Arc::new(MemoryReplayStore::new(note_store.clone(), clock.clone(), limits));
         let nonces = Arc::new(CountingNonces::default());
-        let server = NotesServer {
-            config: Arc::new(demo_config()),
+        let ports = NotesPorts {
             notes: note_store.clone(),
             replay: replay.clone(),
             clock: clock.clone(),
             nonces: nonces.clone(),
             out_of_band: None,
         };
+        let server = notes_server(Arc::new(demo_config()), ports);
         Harness { notes, note_store, replay, clock, nonces, server, next_id: AtomicI64::new(1) }
     }
 
     /// Another instance of the deployment: its own configuration, the same shared stores, clock and nonces.
     pub fn instance(&self, config: NotesConfig) -> NotesServer {
-        NotesServer { config: Arc::new(config), ..self.server.clone() }
+        notes_server(Arc::new(config), self.server.ports.clone())
     }
 
     /// A request id never used before in this harness.

@@ -52,10 +52,10 @@ pub struct NotesConfig {
     pub state_ttl_ms: u64,
 }
 
-/// The notes server: configuration plus ports. Holds no per-client state.
+/// What a notes server reaches the world through: real stores, the wall clock and OS nonces in a process;
+/// message-passing store clients, a virtual clock and seeded nonces in the simulator.
 #[derive(Clone)]
-pub struct NotesServer {
-    pub config: Arc<NotesConfig>,
+pub struct NotesPorts {
     pub notes: Arc<dyn NoteStore>,
     pub replay: Arc<dyn ReplayStore>,
     pub clock: Arc<dyn Clock>,
@@ -63,6 +63,14 @@ pub struct NotesServer {
     /// The shared out-of-band flows and the page's base URL: with them the server offers `notes_publish`
     /// (URL-mode elicitation) and serves its page; without, neither exists.
     pub out_of_band: Option<OutOfBand>,
+}
+
+/// The notes server: configuration plus ports (put together by `assembly::notes_server`). Holds no
+/// per-client state.
+#[derive(Clone)]
+pub struct NotesServer {
+    pub config: Arc<NotesConfig>,
+    pub ports: NotesPorts,
 }
 
 #[async_trait]
@@ -117,7 +125,7 @@ impl NotesServer {
     /// The same bytes for every caller and every call: pins and public caches stay valid.
     fn tools_list(&self) -> Value {
         let mut tools = vec![notes_delete_descriptor()];
-        if self.out_of_band.is_some() {
+        if self.ports.out_of_band.is_some() {
             tools.push(publish::notes_publish_descriptor());
         }
         complete_cacheable(json!({ "tools": tools }), TOOLS_TTL_MS, CacheScope::Public, self.info())
@@ -128,7 +136,7 @@ impl NotesServer {
             Some(Value::String(name)) => name.as_str(),
             _ => return Err(RpcError::invalid_params(Reason::ArgumentsInvalid, "tools/call needs params.name, a string")),
         };
-        if name == TOOL_NOTES_PUBLISH && self.out_of_band.is_some() {
+        if name == TOOL_NOTES_PUBLISH && self.ports.out_of_band.is_some() {
             return self.publish_call(context, params).await;
         }
         if name != TOOL_NOTES_DELETE {
@@ -160,7 +168,7 @@ impl NotesServer {
         // Capability compatibility comes before authorization (GUARANTEES.md §3.5): every delete asks the user.
         require_form_elicitation(context.meta)?;
         let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
-        let found = self.notes.find_candidates(&workspace, &arguments.title).await.map_err(store_failed)?;
+        let found = self.ports.notes.find_candidates(&workspace, &arguments.title).await.map_err(store_failed)?;
         // The store's index narrowed the search; it never authorizes: every candidate is checked here again.
         let query = fold_title(&arguments.title);
         let candidates: Vec<Note> = found.into_iter().filter(|note| is_candidate(note, &workspace, &query)).collect();
@@ -181,7 +189,7 @@ impl NotesServer {
                 arguments.title
             )));
         }
-        let now_ms = self.clock.now_ms();
+        let now_ms = self.ports.clock.now_ms();
         let claims = StateClaims {
             principal: context.principal.to_string(),
             method: "tools/call".into(),
@@ -197,7 +205,7 @@ impl NotesServer {
             phase: INPUT_DELETE_CHOICE.into(),
             issued_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(self.config.state_ttl_ms),
-            nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.nonces.nonce()),
+            nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.ports.nonces.nonce()),
         };
         let state = self.config.key_ring.seal(&claims);
         if state.len() > STATE_CHARS_MAX {
@@ -262,7 +270,7 @@ impl NotesServer {
             arguments: &arguments.canonical,
             restart_hint: "to get a new form",
         };
-        refusals::open_continuation(&self.config.key_ring, state, self.clock.now_ms(), &expected)
+        refusals::open_continuation(&self.config.key_ring, state, self.ports.clock.now_ms(), &expected)
     }
 
     async fn ask_again(
@@ -275,7 +283,7 @@ impl NotesServer {
     ) -> Result<Value, RpcError> {
         require_form_elicitation(meta)?;
         let workspace = self.authorize(principal, &arguments.workspace_uri)?;
-        let notes = self.notes.notes_by_ids(&claims.candidates).await.map_err(store_failed)?;
+        let notes = self.ports.notes.notes_by_ids(&claims.candidates).await.map_err(store_failed)?;
         // Only candidates still inside the workspace are described: a note moved elsewhere since round 1 (say,
         // into another principal's workspace) must not have its new location or title shown to this caller.
         let shown: Vec<Note> =
@@ -294,7 +302,7 @@ impl NotesServer {
             expires_at_ms: claims.expires_at_ms,
             record: ClaimRecord::Declined { tool: None },
         };
-        match self.replay.claim(claim).await.map_err(store_failed)? {
+        match self.ports.replay.claim(claim).await.map_err(store_failed)? {
             ClaimOutcome::Claimed => Ok(self.outcome(
                 json!({ "deleted": false, "outcome": "declined" }),
                 "Nothing was deleted: the user declined. This confirmation is now used up.",
@@ -314,7 +322,7 @@ impl NotesServer {
         };
         let revision = claims.candidates.iter().position(|id| id == note_id).and_then(|index| claims.revisions.get(index));
         let revision = revision.map_or("", String::as_str);
-        match self.replay.claim_and_delete(claim, note_id, revision, workspace).await.map_err(store_failed)? {
+        match self.ports.replay.claim_and_delete(claim, note_id, revision, workspace).await.map_err(store_failed)? {
             ClaimAndDelete::Deleted(note) => Ok(self.outcome(
                 json!({ "deleted": true, "noteId": note.id, "outcome": "deleted" }),
                 &format!("Deleted {} {:?} ({}).", note.id, note.title, note.uri),
@@ -343,7 +351,7 @@ impl NotesServer {
     }
 
     async fn resources_list(&self, principal: &str) -> Result<Value, RpcError> {
-        let notes = self.notes.list_notes().await.map_err(store_failed)?;
+        let notes = self.ports.notes.list_notes().await.map_err(store_failed)?;
         let resources: Vec<Value> = notes
             .iter()
             .filter_map(|note| {
@@ -368,7 +376,7 @@ impl NotesServer {
         if !self.config.authorizations.may_access(principal, &uri) {
             return Err(not_found());
         }
-        let notes = self.notes.list_notes().await.map_err(store_failed)?;
+        let notes = self.ports.notes.list_notes().await.map_err(store_failed)?;
         let note = notes.iter().find(|note| FileUri::parse(&note.uri).is_ok_and(|u| u == uri)).ok_or_else(not_found)?;
         Ok(complete_cacheable(
             json!({ "contents": [{ "uri": uri.to_string(), "mimeType": "text/markdown", "text": note.body }] }),

@@ -144,7 +144,7 @@ fn authorization_request(out_of_band: &OutOfBand, reference: &str, note_id: &str
 
 impl NotesServer {
     pub(super) async fn publish_call(&self, context: RequestContext<'_>, params: &Value) -> Result<Value, RpcError> {
-        let Some(out_of_band) = self.out_of_band.clone() else {
+        let Some(out_of_band) = self.ports.out_of_band.clone() else {
             return Err(RpcError::invalid_params(Reason::UnknownTool, format!("Unknown tool: {TOOL_NOTES_PUBLISH}")));
         };
         let arguments = parse_publish_arguments(params.get("arguments"))?;
@@ -166,11 +166,11 @@ impl NotesServer {
         // Capability compatibility first, as for every elicitation (GUARANTEES.md §2.6): this one needs URL mode.
         require_url_elicitation(context.meta)?;
         let workspace = self.authorize(context.principal, &arguments.workspace_uri)?;
-        let notes = self.notes.list_notes().await.map_err(store_failed)?;
+        let notes = self.ports.notes.list_notes().await.map_err(store_failed)?;
         if !notes.iter().any(|note| note.id == arguments.note_id && is_inside(&workspace, note)) {
             return Ok(self.publish_refused(format!("No note {:?} in {workspace}. Nothing was published.", echo(&arguments.note_id))));
         }
-        let now_ms = self.clock.now_ms();
+        let now_ms = self.ports.clock.now_ms();
         let encode = |bytes: [u8; 16]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
         let claims = PublishClaims {
             principal: context.principal.to_string(),
@@ -178,11 +178,11 @@ impl NotesServer {
             tool: TOOL_NOTES_PUBLISH.into(),
             arguments_digest: self.config.key_ring.signing_arguments_digest(&arguments.canonical),
             note_id: arguments.note_id.clone(),
-            reference: encode(self.nonces.nonce()),
+            reference: encode(self.ports.nonces.nonce()),
             phase: INPUT_PUBLISH_AUTHORIZATION.into(),
             issued_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(self.config.state_ttl_ms),
-            nonce: encode(self.nonces.nonce()),
+            nonce: encode(self.ports.nonces.nonce()),
         };
         let flow = OutOfBandFlow {
             reference: claims.reference.clone(),
@@ -211,7 +211,7 @@ impl NotesServer {
         let restart = format!("call {TOOL_NOTES_PUBLISH} again without it to get a new authorization page");
         let claims: PublishClaims =
             self.config.key_ring.verify_claims(state).map_err(|error| refusals::unopenable(error, "server", &restart))?;
-        if claims.expires_at_ms <= self.clock.now_ms() {
+        if claims.expires_at_ms <= self.ports.clock.now_ms() {
             return Err(refusals::unopenable(OpenError::Expired, "server", &restart));
         }
         let digest = key_id_of(state).and_then(|key_id| self.config.key_ring.arguments_digest(key_id, &arguments.canonical));
@@ -251,7 +251,7 @@ impl NotesServer {
                     expires_at_ms: claims.expires_at_ms,
                     record: ClaimRecord::Declined { tool: None },
                 };
-                match self.replay.claim(claim).await.map_err(store_failed)? {
+                match self.ports.replay.claim(claim).await.map_err(store_failed)? {
                     ClaimOutcome::Claimed => Ok(self.publish_outcome(
                         json!({ "published": false, "outcome": "declined" }),
                         "Nothing was published: the user declined. This request is now used up.",
@@ -301,7 +301,7 @@ impl NotesServer {
     /// Completed by the principal: re-authorize, re-read the note, claim the nonce (at most once), publish.
     async fn publish_now(&self, principal: &str, arguments: &PublishArguments, claims: &PublishClaims) -> Result<Value, RpcError> {
         let workspace = self.authorize(principal, &arguments.workspace_uri)?;
-        let notes = self.notes.list_notes().await.map_err(store_failed)?;
+        let notes = self.ports.notes.list_notes().await.map_err(store_failed)?;
         if !notes.iter().any(|note| note.id == claims.note_id && is_inside(&workspace, note)) {
             return Err(RpcError::invalid_params(
                 Reason::NoteGone,
@@ -314,7 +314,7 @@ impl NotesServer {
             expires_at_ms: claims.expires_at_ms,
             record: ClaimRecord::Published { note_id: claims.note_id.clone() },
         };
-        match self.replay.claim(claim).await.map_err(store_failed)? {
+        match self.ports.replay.claim(claim).await.map_err(store_failed)? {
             ClaimOutcome::Claimed => Ok(self.publish_outcome(
                 json!({ "published": true, "noteId": claims.note_id, "outcome": "published" }),
                 &format!("Published {} to the publishing service with your authorization.", claims.note_id),
@@ -327,7 +327,7 @@ impl NotesServer {
 
     /// The out-of-band page, for a browser signed in as `user`.
     pub(super) async fn publish_page(&self, user: &str, request: &PageRequest) -> PageAnswer {
-        let Some(out_of_band) = &self.out_of_band else { return PageAnswer::not_here() };
+        let Some(out_of_band) = &self.ports.out_of_band else { return PageAnswer::not_here() };
         let Some(reference) = out_of_band.reference_of(&request.url) else {
             return PageAnswer::new(
                 400,
@@ -335,7 +335,7 @@ impl NotesServer {
                 "This link is not one this server issued: it was altered or cut short. Nothing was authorized. Ask for a new link.",
             );
         };
-        let now_ms = self.clock.now_ms();
+        let now_ms = self.ports.clock.now_ms();
         let unavailable =
             |_| PageAnswer::new(503, "unavailable", "The service cannot reach its records right now. Nothing was authorized; try again.");
         let record = match out_of_band.store.flow(reference).await {

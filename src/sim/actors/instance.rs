@@ -8,12 +8,11 @@
 use super::legacy::CurrentService;
 use super::legacy_mutants::LegacyMemory;
 use super::{TaskFuture, TaskOutput};
-use crate::assembly::{self, NotesPorts};
+use crate::assembly;
 use crate::eras::LegacyAdapter;
-use crate::framework::ports::{Clock, NonceSource, NoteStore, ReplayStore};
 use crate::framework::{handle_decoded_exchange, handle_exchange, Service};
 use crate::policy::state::KeyRing;
-use crate::servers::notes::{NotesConfig, NotesServer};
+use crate::servers::notes::{NotesConfig, NotesPorts, NotesServer};
 use crate::sim::engine::message::RequestBody;
 use crate::sim::engine::random::{self, Stream};
 use crate::stores::deterministic::SeededNonces;
@@ -24,25 +23,20 @@ pub(crate) fn incarnation_nonces(seed: u64, instance: u16, incarnation: u16) -> 
     SeededNonces::from_rng(random::stream(seed, Stream::Nonces { instance, incarnation }))
 }
 
-/// What a service factory receives to build one instance incarnation.
+/// What a service factory receives to build one instance incarnation: the notes server's configuration and
+/// ports (the cluster's store clients, the instance's skewed clock and nonce stream, the cluster's out-of-band
+/// flows and page when the scenario has a browser).
 #[derive(Clone)]
 pub struct InstanceParts {
     pub config: Arc<NotesConfig>,
-    pub notes: Arc<dyn NoteStore>,
-    pub replay: Arc<dyn ReplayStore>,
-    pub clock: Arc<dyn Clock>,
-    pub nonces: Arc<dyn NonceSource>,
-    /// The cluster's out-of-band flows and page (when the scenario has a browser): `notes_publish` is offered.
-    pub out_of_band: Option<crate::servers::notes::OutOfBand>,
+    pub ports: NotesPorts,
 }
 
 impl InstanceParts {
     /// The real notes server over these parts, built by `assembly` (the simulator's one call of
     /// [`assembly::notes_server`]: every simulated notes server, real or a mutant's base, comes from here).
     pub fn notes_server(self) -> NotesServer {
-        let ports =
-            NotesPorts { notes: self.notes, replay: self.replay, clock: self.clock, nonces: self.nonces, out_of_band: self.out_of_band };
-        assembly::notes_server(self.config, ports)
+        assembly::notes_server(self.config, self.ports)
     }
 }
 

@@ -89,7 +89,7 @@ impl TrustsRoots {
         if !inside || Arc::make_mut(&mut config.authorizations).grant(principal, &requested.to_string()).is_err() {
             return self.server.clone();
         }
-        NotesServer { config: Arc::new(config), ..self.server.clone() }
+        crate::assembly::notes_server(Arc::new(config), self.server.ports.clone())
     }
 }
 

@@ -7,7 +7,7 @@ use crate::config::server_info;
 use crate::eras::session::SessionLimits;
 use crate::eras::LegacyAdapter;
 use crate::framework::Service;
-use crate::servers::notes::NotesConfig;
+use crate::servers::notes::{NotesConfig, NotesPorts};
 use crate::sim::actors::instance::{incarnation_nonces, InstanceParts};
 use crate::sim::actors::legacy::CurrentService;
 use crate::sim::actors::legacy_mutants::{self, LegacyMemory};
@@ -71,14 +71,14 @@ impl Cluster {
             store: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
             page_base: SIM_PAGE_BASE.to_string(),
         });
-        let parts = InstanceParts {
-            config,
+        let ports = NotesPorts {
             notes: Arc::new(StoreClient::new(self.exchange.clone(), self.note_store_actor)),
             replay: Arc::new(StoreClient::new(self.exchange.clone(), self.replay_store_actor)),
             clock: Arc::new(self.clock.with_offset(instance.clock_offset_ms)),
             nonces,
             out_of_band,
         };
+        let parts = InstanceParts { config, ports };
         // The adapter of an `eras both` instance reaches the same service; a mutant adapter may want the real
         // notes server over the same parts (built by `assembly`, as the factory's is).
         let legacy = instance.legacy.as_ref().map(|(_, current)| (current.clone(), parts.clone()));

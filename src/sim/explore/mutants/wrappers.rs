@@ -22,6 +22,12 @@ fn server(parts: InstanceParts) -> NotesServer {
     parts.notes_server()
 }
 
+/// The real server over `parts` with its replay port replaced by `replay`.
+fn over_replay(mut parts: InstanceParts, replay: Arc<dyn ReplayStore>) -> NotesServer {
+    parts.ports.replay = replay;
+    server(parts)
+}
+
 /// Containment that needs nothing: the root of the file system contains every file URI.
 fn everywhere() -> FileUri {
     FileUri::parse("file:///").expect("the root is a file URI")
@@ -32,8 +38,8 @@ fn everywhere() -> FileUri {
 
 pub(super) fn replay_per_instance(parts: InstanceParts) -> Arc<dyn Service> {
     // Built per incarnation: a restart forgets too (it is memory in the instance's own process).
-    let own = Arc::new(MemoryReplayStore::new(parts.notes.clone(), parts.clock.clone(), ReplayLimits::default()));
-    Arc::new(NotesServer { replay: own, ..server(parts) })
+    let own = Arc::new(MemoryReplayStore::new(parts.ports.notes.clone(), parts.ports.clock.clone(), ReplayLimits::default()));
+    Arc::new(over_replay(parts, own))
 }
 
 #[derive(Clone, Copy)]
@@ -55,8 +61,8 @@ struct MistakenReplay {
 }
 
 fn with_replay_mistake(parts: InstanceParts, mistake: ReplayMistake) -> Arc<dyn Service> {
-    let replay = Arc::new(MistakenReplay { inner: parts.replay.clone(), notes: parts.notes.clone(), mistake });
-    Arc::new(NotesServer { replay, ..server(parts) })
+    let replay = Arc::new(MistakenReplay { inner: parts.ports.replay.clone(), notes: parts.ports.notes.clone(), mistake });
+    Arc::new(over_replay(parts, replay))
 }
 
 pub(super) fn no_live_recheck(parts: InstanceParts) -> Arc<dyn Service> {
@@ -268,7 +274,7 @@ impl MistakenService {
         }
         let mut config = (*self.inner.config).clone();
         Arc::make_mut(&mut config.authorizations).grant(principal, requested).ok()?;
-        Some(NotesServer { config: Arc::new(config), ..self.inner.clone() })
+        Some(crate::assembly::notes_server(Arc::new(config), self.inner.ports.clone()))
     }
 
     /// The wrong state check: reads the claims (verified or not), drops one binding by rewriting it to
@@ -328,7 +334,7 @@ impl Service for MistakenService {
                             expires_at_ms: claims.expires_at_ms,
                             record: ClaimRecord::Cancelled,
                         };
-                        let _ = self.inner.replay.claim(claim).await;
+                        let _ = self.inner.ports.replay.claim(claim).await;
                     }
                 }
                 Ok(result)
@@ -402,7 +408,7 @@ impl OutOfBandStore for UnboundFlows {
 }
 
 pub(super) fn url_bound_to_nothing(mut parts: InstanceParts) -> Arc<dyn Service> {
-    if let Some(out_of_band) = &mut parts.out_of_band {
+    if let Some(out_of_band) = &mut parts.ports.out_of_band {
         out_of_band.store = Arc::new(UnboundFlows { inner: out_of_band.store.clone() });
     }
     Arc::new(server(parts))
@@ -431,9 +437,9 @@ impl Service for AcceptTrusted {
     async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
         let publishing = method == "tools/call" && params.get("name").and_then(Value::as_str) == Some(TOOL_NOTES_PUBLISH);
         let accepted = params.pointer("/inputResponses/publish_authorization/action").and_then(Value::as_str) == Some("accept");
-        if let (true, true, Some(out_of_band)) = (publishing, accepted, &self.inner.out_of_band) {
+        if let (true, true, Some(out_of_band)) = (publishing, accepted, &self.inner.ports.out_of_band) {
             if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(read_publish_claims_unverified) {
-                let now_ms = self.inner.clock.now_ms();
+                let now_ms = self.inner.ports.clock.now_ms();
                 let _ = out_of_band.store.complete(&claims.reference, &claims.principal, now_ms).await;
             }
         }
