@@ -239,7 +239,8 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
             (Some(method), _) => {
                 let principal = effects.principal.clone().unwrap_or_else(|| target.file.tool.principal.clone());
                 let mut client = Client::new("mcpsim-probe", &principal, json!({}));
-                let value = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
+                let value =
+                    client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false).map_err(|e| e.to_string())?;
                 let outgoing = play::world::Outgoing {
                     client: 0,
                     instance: 0,
