@@ -85,23 +85,41 @@ fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why the run's containment could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainError {
+    /// The temporary directory would need quoting in a command.
+    #[error(
+        "the temporary directory {:?} (TMPDIR) has characters a command would have to quote; the data directories \
+         mcpsim hands to {{data_dir}} are made of [A-Za-z0-9._/-]: set TMPDIR to such a path",
+        .0.display()
+    )]
+    UnsafeTempDir(PathBuf),
+    /// The run's work directory, or a process's cgroup.
+    #[error("cannot create {}: {source}", .path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("cannot create the cgroup {}: {source}", .path.display())]
+    CreateCgroup { path: PathBuf, source: std::io::Error },
+    /// The `cgroup.procs` of a process's cgroup (`path`, the cgroup).
+    #[error("cannot open {}/cgroup.procs: {source}", .path.display())]
+    OpenProcs { path: PathBuf, source: std::io::Error },
+    #[error("the run could not be recorded")]
+    NotRecorded,
+}
+
 /// Begins the run: the work directory, the containment, the watchdog. Once per mcpsim process.
-pub fn begin() -> Result<&'static Run, String> {
+pub fn begin() -> Result<&'static Run, ContainError> {
     if let Some(run) = RUN.get() {
         return Ok(run);
     }
     let temp = std::env::temp_dir();
     if !safe_in_commands(&temp.display().to_string()) {
-        return Err(format!(
-            "the temporary directory {:?} (TMPDIR) has characters a command would have to quote; the data directories \
-             mcpsim hands to {{data_dir}} are made of [A-Za-z0-9._/-]: set TMPDIR to such a path",
-            temp.display()
-        ));
+        return Err(ContainError::UnsafeTempDir(temp));
     }
     let token = random_hex();
     let work_dir = temp.join(format!("mcpsim-target-{token}"));
     // Exclusive (fails if it exists) and 0700 from the start.
-    std::fs::DirBuilder::new().mode(0o700).create(&work_dir).map_err(|e| format!("cannot create {}: {e}", work_dir.display()))?;
+    std::fs::DirBuilder::new().mode(0o700).create(&work_dir).map_err(|source| ContainError::Create { path: work_dir.clone(), source })?;
     let mode = if std::env::var(MODE_ENV).is_ok_and(|m| m == "marker") {
         Mode::Marker
     } else {
@@ -128,7 +146,7 @@ pub fn begin() -> Result<&'static Run, String> {
         finished: AtomicBool::new(false),
     };
     let _ = RUN.set(run);
-    RUN.get().ok_or_else(|| "the run could not be recorded".to_string())
+    RUN.get().ok_or(ContainError::NotRecorded)
 }
 
 /// The cgroup v2 directory mcpsim's own process is in, from `/proc/self/mountinfo` and `/proc/self/cgroup`.
@@ -212,17 +230,17 @@ pub struct Leaf {
 
 impl Run {
     /// A new leaf for one process: a cgroup of its own (cgroup mode) and its marker.
-    pub fn leaf(&self) -> Result<Leaf, String> {
+    pub fn leaf(&self) -> Result<Leaf, ContainError> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let marker = format!("{}.{n}", self.token);
         let (cgroup, procs) = match &self.mode {
             Mode::Cgroup(run) => {
                 let dir = run.join(format!("p{n}"));
-                std::fs::create_dir(&dir).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+                std::fs::create_dir(&dir).map_err(|source| ContainError::CreateCgroup { path: dir.clone(), source })?;
                 let procs = std::fs::OpenOptions::new()
                     .write(true)
                     .open(dir.join("cgroup.procs"))
-                    .map_err(|e| format!("cannot open {}/cgroup.procs: {e}", dir.display()))?;
+                    .map_err(|source| ContainError::OpenProcs { path: dir.clone(), source })?;
                 (Some(dir), Some(procs))
             }
             Mode::Marker => (None, None),

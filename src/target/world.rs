@@ -197,7 +197,7 @@ impl World for TargetWorld<'_, '_> {
                 None => return Ok(()),
             },
         };
-        self.fleet.restart(to).map_err(Refused::Failed)?;
+        self.fleet.restart(to).map_err(|error| Refused::Failed(error.to_string()))?;
         self.decisions.push(format!("restarted {}", Fleet::instance_name(to)));
         self.transcript.push(format!("  restarted {}", Fleet::instance_name(to)));
         Ok(())
