@@ -48,6 +48,22 @@ impl Refused {
     }
 }
 
+/// Why a world does not judge a scenario's expectations, or does not play its 2025-11-25 clients.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotPlayed {
+    /// Clients retry under faults: a retry may take a flow another way than the scenario wrote.
+    #[error("not judged under faults")]
+    UnderFaults,
+    /// A re-run compared by something else than its expectations (what, said by the one that asked).
+    #[error("{0}")]
+    ComparedOtherwise(&'static str),
+    /// This world's transport carries no session and no server→client request (`world`, its label).
+    #[error(
+        "{world} legacy clients are not played (no session or server→client requests over this world's transport); run the scenario in the simulator (`mcpsim run`), and see tests/eras.rs for the real binary"
+    )]
+    NoLegacyClients { world: String },
+}
+
 /// How many nonces a world's replay store consumed, and how the count was found, for messages.
 pub struct Consumed<'w> {
     pub count: usize,
@@ -142,17 +158,14 @@ pub trait World {
 
     /// `Err(why)` when expectations are shown but not judged in this world (under faults, a client's flow may
     /// go another way than the scenario wrote).
-    fn expectations_judged(&self) -> Result<(), String> {
+    fn expectations_judged(&self) -> Result<(), NotPlayed> {
         Ok(())
     }
 
     /// `Err(why)` when this world cannot play a 2025-11-25 client (its session, and the server→client requests
     /// answered inside a call): only the simulator models them; the real binary is tested by `tests/eras.rs`.
-    fn legacy_clients(&self) -> Result<(), String> {
-        Err(format!(
-            "{} legacy clients are not played (no session or server→client requests over this world's transport); run the scenario in the simulator (`mcpsim run`), and see tests/eras.rs for the real binary",
-            self.label()
-        ))
+    fn legacy_clients(&self) -> Result<(), NotPlayed> {
+        Err(NotPlayed::NoLegacyClients { world: self.label().to_string() })
     }
 
     /// A line for the world's transcript (worlds without one ignore it).

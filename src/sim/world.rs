@@ -6,7 +6,7 @@ use super::cluster::{Cluster, CrashTrigger, SimError};
 use super::engine::faults::StoreName;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, OperationId};
-use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, World};
+use crate::play::world::{Annotation, Consumed, Item, NotPlayed, Outgoing, Refused, World};
 use crate::scenario::model::TriggerSpec;
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::render::transcript::Entry;
@@ -103,7 +103,7 @@ impl World for SimWorld {
                     let instance = self.target(outgoing.instance, outgoing.client);
                     sent.push(Ok(self.cluster.send(outgoing, instance).map_err(stopped)?));
                 }
-                Item::Admin(action) => self.cluster.admin(&action).map_err(Refused::Failed)?,
+                Item::Admin(action) => self.cluster.admin(&action).map_err(|error| Refused::Failed(error.to_string()))?,
             }
         }
         self.cluster.run_until_quiet().map_err(stopped)?;
@@ -111,7 +111,7 @@ impl World for SimWorld {
     }
 
     fn admin(&mut self, action: &crate::scenario::model::AdminAction) -> Result<(), Refused> {
-        self.cluster.admin(action).map_err(Refused::Failed)?;
+        self.cluster.admin(action).map_err(|error| Refused::Failed(error.to_string()))?;
         self.cluster.run_until_quiet().map_err(stopped)
     }
 
@@ -144,11 +144,11 @@ impl World for SimWorld {
     }
 
     fn rotate(&mut self, instances: &[usize], key_id: &str, secret: Vec<u8>) -> Result<(), Refused> {
-        self.cluster.rotate(instances, key_id, secret).map_err(Refused::Failed)
+        self.cluster.rotate(instances, key_id, secret).map_err(|error| Refused::Failed(error.to_string()))
     }
 
     fn retire(&mut self, instances: &[usize], key_id: &str) -> Result<(), Refused> {
-        self.cluster.retire(instances, key_id).map_err(Refused::Failed)
+        self.cluster.retire(instances, key_id).map_err(|error| Refused::Failed(error.to_string()))
     }
 
     fn history(&self) -> &History {
@@ -173,20 +173,20 @@ impl World for SimWorld {
         Ok(self.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default())
     }
 
-    fn expectations_judged(&self) -> Result<(), String> {
+    fn expectations_judged(&self) -> Result<(), NotPlayed> {
         if let Some(why) = self.unjudged {
-            return Err(why.into());
+            return Err(NotPlayed::ComparedOtherwise(why));
         }
         // Faults on (clients retry): a retry may take a flow another way than the scenario wrote, so
         // expectations are shown but not judged; the properties are.
         if self.cluster.history().clients_retry {
-            Err("not judged under faults".into())
+            Err(NotPlayed::UnderFaults)
         } else {
             Ok(())
         }
     }
 
-    fn legacy_clients(&self) -> Result<(), String> {
+    fn legacy_clients(&self) -> Result<(), NotPlayed> {
         Ok(())
     }
 

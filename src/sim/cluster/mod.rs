@@ -48,6 +48,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod admin;
+pub use admin::AdminError;
 mod client;
 mod delivery;
 mod faults;
