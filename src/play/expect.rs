@@ -5,7 +5,7 @@
 //! depends on something the world did not do (an answer that was not sent, a store it cannot read, a store
 //! that may differ after an unperformed change) is not evaluated, and says why: never held by default.
 
-use super::world::World;
+use super::world::{Unobservable, World};
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, Operation, OperationId, Outcome};
 use crate::oracle::reading::state_nonce;
@@ -159,7 +159,7 @@ pub(crate) fn judge(expectation: &Expectation, context: &Context<'_>) -> (Expect
             (into_result(answer(targets, check, context.history, context.answers, context.lookup)), reads, false)
         }
         Expectation::ExportsCount(expected) => match context.world.exports() {
-            Err(why) => (ExpectationResult::NotEvaluated(why), Vec::new(), true),
+            Err(why) => (ExpectationResult::NotEvaluated(why.to_string()), Vec::new(), true),
             Ok(exports) => {
                 let result = if exports.len() == *expected {
                     Ok(())
@@ -199,7 +199,7 @@ fn into_result(result: Result<(), Mismatch>) -> ExpectationResult {
 fn on_store(expectation: &Expectation, context: &Context<'_>) -> ExpectationResult {
     let world = context.world;
     // Outside: why the world cannot observe it; inside: whether it held.
-    let checked = (|| -> Result<Result<(), Mismatch>, String> {
+    let checked = (|| -> Result<Result<(), Mismatch>, Unobservable> {
         Ok(match expectation {
             Expectation::NotePresent { id, present } => note_present(&world.notes()?, id, *present),
             Expectation::NotesCount(expected) => notes_count(&world.notes()?, *expected),
@@ -223,7 +223,7 @@ fn on_store(expectation: &Expectation, context: &Context<'_>) -> ExpectationResu
         })
     })();
     match checked {
-        Err(why) => ExpectationResult::NotEvaluated(why),
+        Err(why) => ExpectationResult::NotEvaluated(why.to_string()),
         Ok(result) => into_result(result),
     }
 }

@@ -48,6 +48,25 @@ impl Refused {
     }
 }
 
+/// Why a world cannot observe its store (an expectation about it is then not evaluated, and says this).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unobservable {
+    /// Live mode without `--reseed`: the store is not known.
+    #[error("it reads the store; pass --reseed SPEC (the fleet's --store) to re-seed it and evaluate this")]
+    NoStore,
+    /// The store could not be read (`spec`, as shown, without a password).
+    #[error("cannot read the store {spec}: {error}")]
+    Unreadable { spec: String, error: crate::framework::ports::StoreError },
+    #[error("exports are recorded inside the gateway's backends, which live mode cannot read")]
+    LiveExports,
+    #[error("a target's store is not read; its effects are probed (see [effects])")]
+    TargetStore,
+    #[error("a target's replay store is not read")]
+    TargetReplayStore,
+    #[error("a target has no gateway backends mcpsim can read")]
+    TargetExports,
+}
+
 /// Why a world does not judge a scenario's expectations, or does not play its 2025-11-25 clients.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotPlayed {
@@ -132,16 +151,16 @@ pub trait World {
 
     /// The notes the store holds now (`Err`: why this world cannot read them). Shared: a world that keeps
     /// its listing whole (the simulator's note store) hands it out without copying it.
-    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String>;
+    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, Unobservable>;
 
     /// Nonces consumed since the scenario began.
-    fn consumed(&self) -> Result<Consumed<'_>, String>;
+    fn consumed(&self) -> Result<Consumed<'_>, Unobservable>;
 
     /// The record a nonce was consumed with (`None`: unused).
-    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String>;
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, Unobservable>;
 
     /// Exports the gateway's backends recorded.
-    fn exports(&self) -> Result<Vec<ExportRecord>, String>;
+    fn exports(&self) -> Result<Vec<ExportRecord>, Unobservable>;
 
     /// Why any answer of this world may differ from what the scenario describes (the scenario declares its
     /// own principals, and the world has its deployment's), if it may.

@@ -6,7 +6,7 @@ use super::cluster::{Cluster, CrashTrigger, SimError};
 use super::engine::faults::StoreName;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, OperationId};
-use crate::play::world::{Annotation, Consumed, Item, NotPlayed, Outgoing, Refused, World};
+use crate::play::world::{Annotation, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::TriggerSpec;
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::render::transcript::Entry;
@@ -155,21 +155,21 @@ impl World for SimWorld {
         self.cluster.history()
     }
 
-    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String> {
+    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, Unobservable> {
         Ok(self.cluster.note_store().listing())
     }
 
-    fn consumed(&self) -> Result<Consumed<'_>, String> {
+    fn consumed(&self) -> Result<Consumed<'_>, Unobservable> {
         let store = self.cluster.replay_store();
         let listing = move || store.consumed().iter().map(|(_, record)| record.to_json().to_string()).collect::<Vec<_>>().join(" ");
         Ok(Consumed { count: store.consumed_count(), listing: Box::new(listing) })
     }
 
-    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, Unobservable> {
         Ok(self.cluster.replay_store().record(nonce).map(|record| record.to_json()))
     }
 
-    fn exports(&self) -> Result<Vec<ExportRecord>, String> {
+    fn exports(&self) -> Result<Vec<ExportRecord>, Unobservable> {
         Ok(self.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default())
     }
 
