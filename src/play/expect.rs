@@ -383,3 +383,53 @@ fn check_answer<'v>(
         AnswerCheck::NoResponse | AnswerCheck::Any(_) => unreachable!("handled above"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn mismatches_read_as_the_failures_reports_always_showed() {
+        let path = |p: &str| p.split('.').map(str::to_string).collect::<Vec<_>>();
+        let lost = || "no response (lost)".to_string();
+        for (mismatch, text) in [
+            (Mismatch::Error { code: -32602, reason: Some("consent".into()), got: lost() }, "expected error -32602 consent, got no response (lost)"),
+            (Mismatch::Error { code: -32602, reason: None, got: lost() }, "expected error -32602, got no response (lost)"),
+            (Mismatch::NotesCount { expected: 2, found: vec!["note-3".into()] }, "expected 2 notes, found 1: note-3"),
+            (
+                Mismatch::Quantity {
+                    quantity: Quantity::Exactly(1),
+                    passed: 0,
+                    results: vec![("a".into(), Err(Mismatch::NoResponse { got: lost() })), ("b".into(), Ok(()))],
+                },
+                "expected exactly one to pass, 0 of 2 did; a: expected a response, got no response (lost); b passes",
+            ),
+            (
+                Mismatch::NoAlternative(vec![
+                    Mismatch::ResultType { expected: "complete".into(), got: lost() },
+                    Mismatch::NotPresent { path: path("result.a"), got: lost() },
+                ]),
+                "expected resultType \"complete\", got no response (lost); and expected result.a present, it is absent; got no response (lost)",
+            ),
+            (Mismatch::NotEqual { path: path("result.n"), expected: json!(1), actual: json!("x") }, "expected result.n = 1, found \"x\""),
+            (
+                Mismatch::NonceRecord { answer: "r1".into(), expected: json!({"outcome": "declined"}), actual: json!({"outcome": "cancelled"}) },
+                "expected the nonce of r1 consumed with {\"outcome\":\"declined\"}, it was consumed with {\"outcome\":\"cancelled\"}",
+            ),
+        ] {
+            assert_eq!(mismatch.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn store_expectations_say_what_they_found() {
+        let note = |id: &str| Note { id: id.into(), ..Note::default() };
+        assert_eq!(note_present(&[note("n1")], "n2", true), Err(Mismatch::NoteGone { id: "n2".into() }));
+        assert_eq!(note_present(&[note("n1")], "n1", false), Err(Mismatch::NoteStillThere { id: "n1".into() }));
+        assert_eq!(notes_count(&[note("n1"), note("n2")], 2), Ok(()));
+        assert_eq!(notes_count(&[note("n1")], 0), Err(Mismatch::NotesCount { expected: 0, found: vec!["n1".into()] }));
+        assert_eq!(nonce_record("r", None, Some(&json!(1))), Err(Mismatch::NonceConsumed { answer: "r".into(), actual: json!(1) }));
+        assert_eq!(nonce_record("r", Some(&json!(1)), Some(&json!(1))), Ok(()));
+    }
+}
