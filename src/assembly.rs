@@ -180,7 +180,7 @@ pub fn gateway(
         state_ttl_ms,
         audit_key,
     };
-    Gateway::new(config, backends, ports).map_err(ConfigError::Invalid)
+    Gateway::new(config, backends, ports).map_err(|error| ConfigError::Invalid(error.to_string()))
 }
 
 /// What an in-process gateway world needs from its surroundings.

@@ -72,7 +72,7 @@ pub fn run(args: AttackArgs) -> ExitCode {
             }
         }
         Err(error) => {
-            eprintln!("mcpsim attack: the fleet could not be started: {}", crate::target::shown(&error));
+            eprintln!("mcpsim attack: the fleet could not be started: {}", crate::target::shown(&error.to_string()));
             ExitCode::from(EXIT_UNJUDGED)
         }
     }

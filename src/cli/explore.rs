@@ -473,11 +473,11 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
     };
     let reproducer = match Reproducer::from_json(&text) {
         Ok(reproducer) => reproducer,
-        Err(message) => return usage_of("replay", &message),
+        Err(error) => return usage_of("replay", &error.to_string()),
     };
     let report = match reproducer.replay() {
         Ok(report) => report,
-        Err(message) => return usage_of("replay", &message),
+        Err(error) => return usage_of("replay", &error.to_string()),
     };
     let format = TranscriptFormat::or_default(args.format);
     let readable = matches!(format, Format::Text | Format::Compact);

@@ -81,9 +81,29 @@ impl fmt::Display for SandboxOutcome {
     }
 }
 
+/// Why the sandbox could not be planned or put in force.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A folder the store needs could not be resolved (`path`, as given).
+    #[error("{}: {source}", .path.display())]
+    Canonical { path: PathBuf, source: std::io::Error },
+    /// The `dir:` store could not be opened before the sandbox forbids creating its folders.
+    #[error(transparent)]
+    Store(#[from] crate::framework::ports::StoreError),
+    /// `--sandbox required` where the restriction is not in force (`why`, the reason).
+    #[error("--sandbox required, but {why}. Run on Linux 5.13+ with Landlock enabled (lsm=landlock), or pass --sandbox best-effort")]
+    Required { why: String },
+    #[cfg(all(target_os = "linux", feature = "sandbox"))]
+    #[error("Landlock refused the ruleset: {0}")]
+    Refused(#[from] landlock::RulesetError),
+    /// The store's folder is a link or not a folder (`errno`, what opening it said).
+    #[error("{} is not a plain folder ({errno}); move it away and start again", .path.display())]
+    NotAPlainFolder { path: PathBuf, errno: String },
+}
+
 impl SandboxPlan {
     /// What serving from `store` needs.
-    pub fn for_store(store: &StoreSpec) -> Result<SandboxPlan, String> {
+    pub fn for_store(store: &StoreSpec) -> Result<SandboxPlan, SandboxError> {
         let mut plan = SandboxPlan { read: vec![PathBuf::from("/dev/urandom")], ..SandboxPlan::default() };
         match store {
             StoreSpec::Memory => {}
@@ -110,8 +130,7 @@ impl SandboxPlan {
                     uri.clone(),
                     std::sync::Arc::new(crate::stores::system::SystemClock),
                     crate::stores::memory::ReplayLimits::default(),
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 let root = store.root().to_path_buf();
                 let state = root.join(crate::stores::dir::STATE_DIR);
                 plan.full.extend([state.join("claims"), state.join("pruned")]);
@@ -122,8 +141,8 @@ impl SandboxPlan {
     }
 }
 
-fn canonical(path: &Path) -> Result<PathBuf, String> {
-    std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))
+fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
+    std::fs::canonicalize(path).map_err(|source| SandboxError::Canonical { path: path.to_path_buf(), source })
 }
 
 /// The kernel's Landlock ABI version, or `None` when it has no Landlock (or it is disabled).
@@ -141,21 +160,19 @@ pub fn kernel_abi() -> Option<i32> {
 
 /// Restricts this process (and the threads it starts afterwards) as `plan` says, unless `mode` is off.
 /// `required` fails unless the restriction is in force.
-pub fn apply(mode: SandboxMode, plan: &SandboxPlan) -> Result<SandboxOutcome, String> {
+pub fn apply(mode: SandboxMode, plan: &SandboxPlan) -> Result<SandboxOutcome, SandboxError> {
     let outcome = match mode {
         SandboxMode::Off => SandboxOutcome::Inactive { why: "--sandbox off".into() },
         _ => restrict(plan)?,
     };
     match (&outcome, mode) {
-        (SandboxOutcome::Inactive { why }, SandboxMode::Required) => Err(format!(
-            "--sandbox required, but {why}. Run on Linux 5.13+ with Landlock enabled (lsm=landlock), or pass --sandbox best-effort"
-        )),
+        (SandboxOutcome::Inactive { why }, SandboxMode::Required) => Err(SandboxError::Required { why: why.clone() }),
         _ => Ok(outcome),
     }
 }
 
 #[cfg(all(target_os = "linux", feature = "sandbox"))]
-fn restrict(plan: &SandboxPlan) -> Result<SandboxOutcome, String> {
+fn restrict(plan: &SandboxPlan) -> Result<SandboxOutcome, SandboxError> {
     use landlock::{
         path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
         RulesetStatus, ABI,
@@ -169,7 +186,7 @@ fn restrict(plan: &SandboxPlan) -> Result<SandboxOutcome, String> {
     let read = AccessFs::from_read(known) & !AccessFs::Execute;
     let read_execute = AccessFs::from_read(known);
     let read_remove = read | AccessFs::RemoveFile | AccessFs::Refer | AccessFs::MakeReg;
-    let failed = |e: landlock::RulesetError| format!("Landlock refused the ruleset: {e}");
+    let failed = SandboxError::Refused;
     let mut ruleset =
         Ruleset::default().set_compatibility(CompatLevel::BestEffort).handle_access(all).map_err(failed)?.create().map_err(failed)?;
     for (paths, access) in [(&plan.read_remove, read_remove), (&plan.read, read), (&plan.read_execute, read_execute)] {
@@ -192,18 +209,18 @@ fn restrict(plan: &SandboxPlan) -> Result<SandboxOutcome, String> {
 /// Opens a folder (a canonical path) as `O_PATH`, through no symbolic link at all (`openat2` with
 /// `RESOLVE_NO_SYMLINKS`; the last component `O_NOFOLLOW` where the kernel lacks `openat2`).
 #[cfg(all(target_os = "linux", feature = "sandbox"))]
-fn open_folder_nofollow(path: &Path) -> Result<std::os::fd::OwnedFd, String> {
+fn open_folder_nofollow(path: &Path) -> Result<std::os::fd::OwnedFd, SandboxError> {
     use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
     let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let opened = match rustix::fs::openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
         Err(rustix::io::Errno::NOSYS) | Err(rustix::io::Errno::PERM) => rustix::fs::open(path, flags, Mode::empty()),
         other => other,
     };
-    opened.map_err(|errno| format!("{} is not a plain folder ({errno}); move it away and start again", path.display()))
+    opened.map_err(|errno| SandboxError::NotAPlainFolder { path: path.to_path_buf(), errno: errno.to_string() })
 }
 
 #[cfg(not(all(target_os = "linux", feature = "sandbox")))]
-fn restrict(_plan: &SandboxPlan) -> Result<SandboxOutcome, String> {
+fn restrict(_plan: &SandboxPlan) -> Result<SandboxOutcome, SandboxError> {
     Ok(SandboxOutcome::Inactive {
         why: if cfg!(target_os = "linux") {
             "this mcpsim was built without the `sandbox` feature".into()

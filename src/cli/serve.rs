@@ -581,7 +581,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         Plan::Fixture => StoreSpec::Memory,
     };
     let sandbox_plan = SandboxPlan::for_store(&store_spec).map_err(|error| Failure::usage(format!("--sandbox: {error}")))?;
-    let sandboxed = sandbox::apply(args.sandbox.unwrap_or_default(), &sandbox_plan).map_err(Failure::usage)?;
+    let sandboxed = sandbox::apply(args.sandbox.unwrap_or_default(), &sandbox_plan).map_err(|error| Failure::usage(error.to_string()))?;
     let runtime = match addresses {
         Some(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
         // One message at a time on stdio: one thread is enough.
@@ -699,7 +699,12 @@ fn plan_notes_server(args: &ServeArgs) -> Result<NotesPlan, Failure> {
     let public_url = match &args.public_url {
         Some(url) => Some(url.clone()),
         // Checked when the configuration was loaded.
-        None => deployment.public_url.as_deref().map(crate::policy::origin::parse_public_url).transpose().map_err(Failure::usage)?,
+        None => deployment
+            .public_url
+            .as_deref()
+            .map(crate::policy::origin::parse_public_url)
+            .transpose()
+            .map_err(|error| Failure::usage(error.to_string()))?,
     };
     if let Some(address) = args.http.filter(|address| args.out_of_band && public_url.is_none() && !address.ip().is_loopback()) {
         return Err(Failure::usage(format!(
@@ -899,7 +904,8 @@ async fn run_http(
             legacy: legacy_adapter(served.legacy_service.as_ref().unwrap_or(&service), eras, false),
             public_url: served.page.as_ref().and_then(|plan| plan.public_url.clone()),
         };
-        let mut router = http::router(service, served.authentication.clone(), options, local).map_err(Failure::usage)?;
+        let mut router =
+            http::router(service, served.authentication.clone(), options, local).map_err(|error| Failure::usage(error.to_string()))?;
         if let Some(page) = page {
             router = router.merge(page);
         }

@@ -144,7 +144,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                 if seed != args.seed {
                     continue;
                 }
-                say(&format!("# {}: SKIPPED: {}\n\n", shown(&path.display().to_string()), shown(&error)));
+                say(&format!("# {}: SKIPPED: {}\n\n", shown(&path.display().to_string()), shown(&error.to_string())));
                 rows.push((shown(&path.display().to_string()), "SKIPPED".to_string()));
                 continue;
             }
@@ -171,8 +171,9 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                 }
             }
             Err(error) => {
-                say(&format!("# {}: ERROR: {}\n\n", shown(&scenario.name), shown(&error)));
-                rows.push((shown(&scenario.name), format!("ERROR: {}", shown(&error))));
+                let error = shown(&error.to_string());
+                say(&format!("# {}: ERROR: {error}\n\n", shown(&scenario.name)));
+                rows.push((shown(&scenario.name), format!("ERROR: {error}")));
                 status = EXIT_UNJUDGED;
             }
         }

@@ -55,6 +55,17 @@ const STDIO_SESSION: &str = "stdio";
 /// Server→client requests the adapter sends for an embedded input request.
 const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
 
+/// Why a call that would wait on its client may not: the transport's bound of waiting calls is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParkRefused {
+    /// The principal's share of waiting calls (`max` of them) is taken.
+    #[error("as many of your legacy calls wait for your answers as one principal's may ({max}): answer them, then retry")]
+    Principal { max: usize },
+    /// The listener's waiting calls are as many as it allows.
+    #[error("the server has as many legacy calls waiting for their clients as it allows; retry shortly")]
+    Listener,
+}
+
 /// Where the adapter's messages to the client go, and how its answers come back (a transport's part).
 #[async_trait]
 pub trait ClientLink: Send + Sync {
@@ -68,7 +79,7 @@ pub trait ClientLink: Send + Sync {
     /// a transport that bounds work in flight moves it out of that bound into its own bound of waiting calls
     /// (so the client's answer never needs a place its own call holds). `Err` says why the call may not
     /// wait (too many of the principal's calls wait already); it is ended with that message.
-    async fn park(&self) -> Result<(), String> {
+    async fn park(&self) -> Result<(), ParkRefused> {
         Ok(())
     }
 }
@@ -355,8 +366,8 @@ impl LegacyAdapter {
 
     /// Asks the client one server→client request and returns its result (an error answer refuses the call).
     async fn ask(&self, key: &str, method: &str, params: Value, link: &dyn ClientLink) -> Result<Value, RpcError> {
-        if let Err(message) = link.park().await {
-            return Err(RpcError::invalid_request(message));
+        if let Err(refused) = link.park().await {
+            return Err(RpcError::invalid_request(refused.to_string()));
         }
         let (request_id, answer) = self.sessions.expect_answer(key).map_err(|refusal| match refusal {
             SessionRefusal::TooManyPending => RpcError::invalid_request("too many of this session's server requests wait for answers"),

@@ -34,7 +34,7 @@ use crate::config::Deployment;
 use crate::framework::ports::{Note, StoreError};
 use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcome};
 use crate::play::parity;
-use crate::play::world::{Consumed, Item, Outgoing, Refused, World};
+use crate::play::world::{Consumed, Item, Outgoing, Refused, Unobservable, World};
 use crate::play::{self, FailureKind};
 use crate::policy::state::DEFAULT_STATE_TTL_MS;
 use crate::scenario::model::{Action, AdminAction, Scenario, TriggerSpec};
@@ -418,15 +418,13 @@ impl<'a> LiveWorld<'a> {
         Refused::Stopped(format!("{}: nothing answers there, so the rest of the scenario is not played", error.message))
     }
 
-    fn store(&self) -> Result<&ScenarioStore<'a>, String> {
-        self.store
-            .as_ref()
-            .ok_or_else(|| "it reads the store; pass --reseed SPEC (the fleet's --store) to re-seed it and evaluate this".into())
+    fn store(&self) -> Result<&ScenarioStore<'a>, Unobservable> {
+        self.store.as_ref().ok_or(Unobservable::NoStore)
     }
 }
 
-fn unreadable(spec: &StoreSpec) -> impl Fn(StoreError) -> String + '_ {
-    move |error| format!("cannot read the store {spec}: {error}")
+fn unreadable(spec: &StoreSpec) -> impl Fn(StoreError) -> Unobservable + '_ {
+    move |error| Unobservable::Unreadable { spec: spec.to_string(), error }
 }
 
 impl World for LiveWorld<'_> {
@@ -545,12 +543,12 @@ impl World for LiveWorld<'_> {
         &self.history
     }
 
-    fn notes(&self) -> Result<Arc<Vec<Note>>, String> {
+    fn notes(&self) -> Result<Arc<Vec<Note>>, Unobservable> {
         let ScenarioStore { store, .. } = self.store()?;
         self.runtime.block_on(store.stores.admin.list()).map(Arc::new).map_err(unreadable(&store.spec))
     }
 
-    fn consumed(&self) -> Result<Consumed<'_>, String> {
+    fn consumed(&self) -> Result<Consumed<'_>, Unobservable> {
         let ScenarioStore { store, nonces_before } = self.store()?;
         let now = self.runtime.block_on(store.stores.admin.nonce_count()).map_err(unreadable(&store.spec))?;
         let count = usize::try_from(now.saturating_sub(*nonces_before)).unwrap_or(usize::MAX);
@@ -558,7 +556,7 @@ impl World for LiveWorld<'_> {
         Ok(Consumed { count, listing: Box::new(move || listing) })
     }
 
-    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, Unobservable> {
         let ScenarioStore { store, .. } = self.store()?;
         self.runtime
             .block_on(store.stores.admin.nonce_record(nonce))
@@ -566,8 +564,8 @@ impl World for LiveWorld<'_> {
             .map_err(unreadable(&store.spec))
     }
 
-    fn exports(&self) -> Result<Vec<ExportRecord>, String> {
-        Err("exports are recorded inside the gateway's backends, which live mode cannot read".into())
+    fn exports(&self) -> Result<Vec<ExportRecord>, Unobservable> {
+        Err(Unobservable::LiveExports)
     }
 
     fn global_caveat(&self) -> Option<String> {

@@ -7,9 +7,57 @@
 
 use crate::oracle::history::{Operation, OperationId};
 use crate::scenario::model::{Answer, AnswerAction};
+use crate::scenario::template::ResolveError;
 use crate::wire::meta::{KEY_CLIENT_CAPABILITIES, KEY_CLIENT_INFO, KEY_PROTOCOL_VERSION};
 use crate::wire::{object, PROTOCOL_VERSION};
 use serde_json::{json, Map, Value};
+
+/// Why a step's message could not be built: what the scenario wrote, or the form it answers, does not make
+/// one. Its text is the step's failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// A value the step writes refers to something without a value.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error("the params of {method} must be a JSON object")]
+    ParamsNotAnObject { method: String },
+    #[error("headers must be a JSON object of header names to strings")]
+    HeadersNotAnObject,
+    #[error("header {name} must be a string")]
+    HeaderNotAString { name: String },
+    #[error("header {name} is not a routing header (MCP-Protocol-Version, Mcp-Method, Mcp-Name)")]
+    NotARoutingHeader { name: String },
+    /// A browser step's URL resolved to something other than a string (as JSON).
+    #[error("a browser opens a URL, a string; got {0}")]
+    UrlNotAString(String),
+    /// `answer` from a 2025-11-25 client, which answers inside the call.
+    #[error("{client} is a 2025-11-25 client: it answers inside the call (its `answers {{…}}`), never with `answer`")]
+    LegacyAnswer { client: String },
+    /// The form named was not shown in this world (`world` its label, `why` its reason).
+    #[error("the form {name} was not shown {world} ({why})")]
+    FormNotShown { name: String, world: String, why: String },
+    #[error("no answer is named {name}")]
+    NoAnswerNamed { name: String },
+    #[error("{client} has not been shown a form yet; say which with `for NAME`")]
+    NoFormYet { client: String },
+    #[error("the form's request was not JSON")]
+    FormRequestNotJson,
+    #[error("the form's request got no response")]
+    FormUnanswered,
+    #[error("the form's request has no method")]
+    FormRequestWithoutMethod,
+    #[error("the answer named has no result: it did not ask for input")]
+    FormWithoutResult,
+    #[error("the answer named is not input_required: there is no form to answer")]
+    NotInputRequired,
+    #[error("the result has no inputRequests")]
+    NoInputRequests,
+    /// The form asks `0` questions, not one.
+    #[error("the result asks {0} questions; this client answers exactly one")]
+    Questions(usize),
+    #[error("`responses` takes a JSON object")]
+    ResponsesNotAnObject,
+}
 
 pub struct Client {
     /// The `_meta` every request of this client carries (its declared capabilities among them), built once.
@@ -58,9 +106,9 @@ impl Client {
 
     /// A JSON-RPC request (or, with `notification`, a notification) with this client's `_meta` added to
     /// `params` unless `params` already has one. Its bytes are its compact serialization.
-    pub fn request(&mut self, method: &str, params: Value, notification: bool) -> Result<Value, String> {
+    pub fn request(&mut self, method: &str, params: Value, notification: bool) -> Result<Value, BuildError> {
         let Value::Object(mut params) = params else {
-            return Err(format!("the params of {method} must be a JSON object"));
+            return Err(BuildError::ParamsNotAnObject { method: method.to_string() });
         };
         if !self.legacy {
             params.entry("_meta").or_insert_with(|| self.meta());
@@ -96,10 +144,10 @@ pub(crate) fn raw_message(message: &Value) -> (Vec<u8>, Option<Value>, bool) {
 pub(crate) fn scenario_answer<'v>(
     answer: &Answer,
     form: &Operation,
-    lookup: &dyn Fn(&str) -> Result<&'v Value, String>,
-) -> Result<(String, Value), String> {
-    let request = form.request_value.as_deref().ok_or("the form's request was not JSON")?;
-    let response = form.response().ok_or("the form's request got no response")?;
+    lookup: &dyn Fn(&str) -> Result<&'v Value, ResolveError>,
+) -> Result<(String, Value), BuildError> {
+    let request = form.request_value.as_deref().ok_or(BuildError::FormRequestNotJson)?;
+    let response = form.response().ok_or(BuildError::FormUnanswered)?;
     let action = match &answer.action {
         AnswerAction::Accept(content) => FormAction::Accept(content.as_ref().map(|c| c.resolve(lookup)).transpose()?),
         AnswerAction::Decline => FormAction::Decline,
@@ -111,7 +159,7 @@ pub(crate) fn scenario_answer<'v>(
     if let Some(extra) = &answer.extra_responses {
         // Keys the form did not ask for, beside the one it did (which they never replace): a server should
         // ignore them.
-        let Value::Object(extra) = extra.resolve(lookup)? else { return Err("`responses` takes a JSON object".into()) };
+        let Value::Object(extra) = extra.resolve(lookup)? else { return Err(BuildError::ResponsesNotAnObject) };
         if let Some(Value::Object(responses)) = params.get_mut("inputResponses") {
             for (key, value) in extra {
                 responses.entry(key).or_insert(value);
@@ -130,16 +178,16 @@ pub(crate) fn answer_params(
     action: &FormAction,
     arguments: Option<Value>,
     state: Option<Value>,
-) -> Result<(String, Value), String> {
-    let method = form_request.get("method").and_then(Value::as_str).ok_or("the form's request has no method")?.to_string();
-    let result = form_response.get("result").ok_or("the answer named has no result: it did not ask for input")?;
+) -> Result<(String, Value), BuildError> {
+    let method = form_request.get("method").and_then(Value::as_str).ok_or(BuildError::FormRequestWithoutMethod)?.to_string();
+    let result = form_response.get("result").ok_or(BuildError::FormWithoutResult)?;
     if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
-        return Err("the answer named is not input_required: there is no form to answer".into());
+        return Err(BuildError::NotInputRequired);
     }
-    let requests = result.get("inputRequests").and_then(Value::as_object).ok_or("the result has no inputRequests")?;
+    let requests = result.get("inputRequests").and_then(Value::as_object).ok_or(BuildError::NoInputRequests)?;
     let mut keys = requests.keys();
     let (Some(key), None) = (keys.next(), keys.next()) else {
-        return Err(format!("the result asks {} questions; this client answers exactly one", requests.len()));
+        return Err(BuildError::Questions(requests.len()));
     };
     // The form's params without its `_meta` (the client adds its own again), copied without it.
     let mut params = Map::new();
@@ -179,7 +227,7 @@ mod tests {
         let note = client.request("tools/call", json!({"_meta": {}}), true).unwrap();
         assert!(note.get("id").is_none());
         assert_eq!(note["params"]["_meta"], json!({}), "a scenario's own _meta is sent as written");
-        assert!(client.request("tools/list", json!([1]), false).is_err());
+        assert_eq!(client.request("tools/list", json!([1]), false), Err(BuildError::ParamsNotAnObject { method: "tools/list".into() }));
     }
 
     #[test]
@@ -197,6 +245,6 @@ mod tests {
         assert_eq!(params["inputResponses"]["pick"], json!({"action": "cancel"}));
         assert_eq!((params["arguments"].clone(), params["requestState"].clone()), (json!({}), json!("forged")));
         let complete = json!({"result": {"resultType": "complete"}});
-        assert!(answer_params(&request, &complete, &FormAction::Decline, None, None).is_err());
+        assert_eq!(answer_params(&request, &complete, &FormAction::Decline, None, None), Err(BuildError::NotInputRequired));
     }
 }

@@ -18,14 +18,14 @@ pub mod expect;
 pub mod parity;
 pub mod world;
 
-use self::client::{raw_message, scenario_answer, Client};
+use self::client::{raw_message, scenario_answer, BuildError, Client};
 use self::expect::ExpectationResult;
 use self::world::{Annotation, Item, Outgoing, Refused, World};
 use crate::oracle::check::Property;
 use crate::oracle::history::{OperationId, Outcome};
 use crate::policy::state::derived_key_secret;
 use crate::scenario::model::{Action, AnswerAction, ParallelAction, Request, Scenario, Send};
-use crate::scenario::template::{at, Template};
+use crate::scenario::template::{at, ResolveError, Template};
 use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -183,17 +183,17 @@ impl Interpreter<'_, '_> {
         self.scenario.cluster.clients.iter().position(|c| c.name == name).expect("the parser checked client names")
     }
 
-    fn lookup(&self, name: &str) -> Result<&Value, String> {
+    fn lookup(&self, name: &str) -> Result<&Value, ResolveError> {
         if let Some(value) = self.lets.get(name) {
             return Ok(value);
         }
         if let Some(why) = self.skipped.get(name) {
-            return Err(format!("${name} was not sent {} ({why})", self.world.label()));
+            return Err(ResolveError::NotSent { name: name.to_string(), world: self.world.label().to_string(), why: why.clone() });
         }
-        let id = self.play.answers.get(name).ok_or_else(|| format!("${name} is not bound"))?;
+        let id = self.play.answers.get(name).ok_or_else(|| ResolveError::Unbound { name: name.to_string() })?;
         // What the client learned, if it had to retry.
         let operation = self.world.history().settled(*id);
-        operation.response().ok_or_else(|| format!("${name} has no response ({})", operation.describe()))
+        operation.response().ok_or_else(|| ResolveError::NoResponse { name: name.to_string(), outcome: operation.describe() })
     }
 
     fn fail(&mut self, kind: FailureKind, line: usize, text: &str, message: String) {
@@ -266,7 +266,7 @@ impl Interpreter<'_, '_> {
                     Ok(value) => {
                         self.lets.insert(name.clone(), value);
                     }
-                    Err(why) => self.fail(FailureKind::Step, line, text, why),
+                    Err(why) => self.fail(FailureKind::Step, line, text, why.to_string()),
                 },
             },
             Action::Expect(expectation) => {
@@ -374,7 +374,7 @@ impl Interpreter<'_, '_> {
         }
         let outgoing = match self.build(index, send) {
             Ok(outgoing) => outgoing,
-            Err(why) => return self.unbuildable(index, line, text, send, why),
+            Err(why) => return self.unbuildable(index, line, text, send, why.to_string()),
         };
         let before = self.world.history().operations.len();
         let browse = matches!(send.request, Request::Page { .. });
@@ -418,6 +418,7 @@ impl Interpreter<'_, '_> {
                     Ok(outgoing) if matches!(send.request, Request::Page { .. }) => built.push(Item::Browse(outgoing)),
                     Ok(outgoing) => built.push(Item::Send(outgoing)),
                     Err(why) => {
+                        let why = why.to_string();
                         self.skip_answer(send, &why);
                         match self.excuse(send) {
                             Some(reason) => excuse = excuse.or(Some(reason)),
@@ -592,7 +593,7 @@ impl Interpreter<'_, '_> {
     }
 
     /// The message a step sends, built from its template (answers from the form they answer).
-    fn build(&mut self, index: usize, send: &Send) -> Result<Outgoing, String> {
+    fn build(&mut self, index: usize, send: &Send) -> Result<Outgoing, BuildError> {
         let client = self.client_index(&send.client);
         let instance = self.instance_index(&send.instance);
         let lookup = |n: &str| self.lookup(n);
@@ -619,7 +620,7 @@ impl Interpreter<'_, '_> {
             Request::Page { action, url, appended } => {
                 let url = match url.resolve(&lookup)? {
                     Value::String(url) => url,
-                    other => return Err(format!("a browser opens a URL, a string; got {other}")),
+                    other => return Err(BuildError::UrlNotAString(other.to_string())),
                 };
                 let url = format!("{url}{}", appended.as_deref().unwrap_or(""));
                 let value = serde_json::json!({ "page": action.as_str(), "url": url });
@@ -636,22 +637,18 @@ impl Interpreter<'_, '_> {
                 });
             }
             Request::Answer(_) if self.clients[client].legacy => {
-                return Err(format!(
-                    "{} is a 2025-11-25 client: it answers inside the call (its `answers {{…}}`), never with `answer`",
-                    send.client
-                ));
+                return Err(BuildError::LegacyAnswer { client: send.client.clone() });
             }
             Request::Answer(answer) => {
                 let form = match &answer.form {
                     Some(name) => {
                         if let Some(why) = self.skipped.get(name) {
-                            return Err(format!("the form {name} was not shown {} ({why})", self.world.label()));
+                            let world = self.world.label().to_string();
+                            return Err(BuildError::FormNotShown { name: name.clone(), world, why: why.clone() });
                         }
-                        *self.play.answers.get(name).ok_or_else(|| format!("no answer is named {name}"))?
+                        *self.play.answers.get(name).ok_or_else(|| BuildError::NoAnswerNamed { name: name.clone() })?
                     }
-                    None => self.clients[client]
-                        .last_form
-                        .ok_or_else(|| format!("{} has not been shown a form yet; say which with `for NAME`", send.client))?,
+                    None => self.clients[client].last_form.ok_or_else(|| BuildError::NoFormYet { client: send.client.clone() })?,
                 };
                 let (method, params) = scenario_answer(answer, self.world.history().settled(form), &lookup)?;
                 (method, params, false)
@@ -704,16 +701,16 @@ impl Interpreter<'_, '_> {
 
 /// `headers {"Mcp-Method": …}` as routing headers: only the three routing headers, each a string (header
 /// names compare case-insensitively, as in HTTP).
-fn written_headers(value: &Value) -> Result<RoutingHeaders, String> {
-    let Value::Object(fields) = value else { return Err("headers must be a JSON object of header names to strings".into()) };
+fn written_headers(value: &Value) -> Result<RoutingHeaders, BuildError> {
+    let Value::Object(fields) = value else { return Err(BuildError::HeadersNotAnObject) };
     let mut headers = RoutingHeaders::default();
     for (name, field) in fields {
-        let text = field.as_str().ok_or_else(|| format!("header {name} must be a string"))?.to_string();
+        let text = field.as_str().ok_or_else(|| BuildError::HeaderNotAString { name: name.clone() })?.to_string();
         match name.to_ascii_lowercase().as_str() {
             "mcp-protocol-version" => headers.protocol_version = Some(text),
             "mcp-method" => headers.method = Some(text),
             "mcp-name" => headers.name = Some(text),
-            _ => return Err(format!("header {name} is not a routing header (MCP-Protocol-Version, Mcp-Method, Mcp-Name)")),
+            _ => return Err(BuildError::NotARoutingHeader { name: name.clone() }),
         }
     }
     Ok(headers)

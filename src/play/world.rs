@@ -50,6 +50,41 @@ impl Refused {
     }
 }
 
+/// Why a world cannot observe its store (an expectation about it is then not evaluated, and says this).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unobservable {
+    /// Live mode without `--reseed`: the store is not known.
+    #[error("it reads the store; pass --reseed SPEC (the fleet's --store) to re-seed it and evaluate this")]
+    NoStore,
+    /// The store could not be read (`spec`, as shown, without a password).
+    #[error("cannot read the store {spec}: {error}")]
+    Unreadable { spec: String, error: crate::framework::ports::StoreError },
+    #[error("exports are recorded inside the gateway's backends, which live mode cannot read")]
+    LiveExports,
+    #[error("a target's store is not read; its effects are probed (see [effects])")]
+    TargetStore,
+    #[error("a target's replay store is not read")]
+    TargetReplayStore,
+    #[error("a target has no gateway backends mcpsim can read")]
+    TargetExports,
+}
+
+/// Why a world does not judge a scenario's expectations, or does not play its 2025-11-25 clients.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotPlayed {
+    /// Clients retry under faults: a retry may take a flow another way than the scenario wrote.
+    #[error("not judged under faults")]
+    UnderFaults,
+    /// A re-run compared by something else than its expectations (what, said by the one that asked).
+    #[error("{0}")]
+    ComparedOtherwise(&'static str),
+    /// This world's transport carries no session and no server→client request (`world`, its label).
+    #[error(
+        "{world} legacy clients are not played (no session or server→client requests over this world's transport); run the scenario in the simulator (`mcpsim run`), and see tests/eras.rs for the real binary"
+    )]
+    NoLegacyClients { world: String },
+}
+
 /// How many nonces a world's replay store consumed, and how the count was found, for messages.
 pub struct Consumed<'w> {
     pub count: usize,
@@ -118,16 +153,16 @@ pub trait World {
 
     /// The notes the store holds now (`Err`: why this world cannot read them). Shared: a world that keeps
     /// its listing whole (the simulator's note store) hands it out without copying it.
-    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String>;
+    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, Unobservable>;
 
     /// Nonces consumed since the scenario began.
-    fn consumed(&self) -> Result<Consumed<'_>, String>;
+    fn consumed(&self) -> Result<Consumed<'_>, Unobservable>;
 
     /// The record a nonce was consumed with (`None`: unused).
-    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String>;
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, Unobservable>;
 
     /// Exports the gateway's backends recorded.
-    fn exports(&self) -> Result<Vec<ExportRecord>, String>;
+    fn exports(&self) -> Result<Vec<ExportRecord>, Unobservable>;
 
     /// Why any answer of this world may differ from what the scenario describes (the scenario declares its
     /// own principals, and the world has its deployment's), if it may.
@@ -144,17 +179,14 @@ pub trait World {
 
     /// `Err(why)` when expectations are shown but not judged in this world (under faults, a client's flow may
     /// go another way than the scenario wrote).
-    fn expectations_judged(&self) -> Result<(), String> {
+    fn expectations_judged(&self) -> Result<(), NotPlayed> {
         Ok(())
     }
 
     /// `Err(why)` when this world cannot play a 2025-11-25 client (its session, and the server→client requests
     /// answered inside a call): only the simulator models them; the real binary is tested by `tests/eras.rs`.
-    fn legacy_clients(&self) -> Result<(), String> {
-        Err(format!(
-            "{} legacy clients are not played (no session or server→client requests over this world's transport); run the scenario in the simulator (`mcpsim run`), and see tests/eras.rs for the real binary",
-            self.label()
-        ))
+    fn legacy_clients(&self) -> Result<(), NotPlayed> {
+        Err(NotPlayed::NoLegacyClients { world: self.label().to_string() })
     }
 
     /// A line for the world's transcript (worlds without one ignore it).

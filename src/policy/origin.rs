@@ -51,22 +51,32 @@ pub enum OriginPolicy {
     Only(BTreeSet<String>),
 }
 
+/// A configured origin or public URL that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginError {
+    /// An `--allow-origin` value, as given.
+    #[error("{0:?} is not an origin: expected scheme://host[:port] with scheme http or https, e.g. https://app.example.com")]
+    NotAnOrigin(String),
+    /// A public base URL, its first 80 characters.
+    #[error(
+        "{0:?} is not a public base URL: expected http(s)://HOST[:PORT] with no path, query or credentials, e.g. https://notes.example.com (the address browsers reach this server at)"
+    )]
+    NotAPublicUrl(String),
+}
+
 impl OriginPolicy {
     /// The policy for a list of configured origins (e.g. `--allow-origin` values): empty means
     /// [`OriginPolicy::Loopback`]. A trailing `/` is forgiven; anything else that is not an origin is refused.
     // The HTTP transport's (`--allow-origin`); the rest of this module also serves the configuration.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn from_allowed(origins: &[String]) -> Result<OriginPolicy, String> {
+    pub(crate) fn from_allowed(origins: &[String]) -> Result<OriginPolicy, OriginError> {
         if origins.is_empty() {
             return Ok(OriginPolicy::Loopback);
         }
         let mut allowed = BTreeSet::new();
         for origin in origins {
-            let normalized = normalize_origin(origin.strip_suffix('/').unwrap_or(origin)).ok_or_else(|| {
-                format!(
-                    "{origin:?} is not an origin: expected scheme://host[:port] with scheme http or https, e.g. https://app.example.com"
-                )
-            })?;
+            let normalized =
+                normalize_origin(origin.strip_suffix('/').unwrap_or(origin)).ok_or_else(|| OriginError::NotAnOrigin(origin.clone()))?;
             allowed.insert(normalized);
         }
         Ok(OriginPolicy::Only(allowed))
@@ -126,14 +136,9 @@ pub fn normalize_origin(text: &str) -> Option<String> {
 /// A public base URL (`serve --public-url`, `public_url` in a deployment): `http://` or `https://`, a host and
 /// an optional port, nothing after them but an optional `/`; as [`normalize_origin`] writes it. The error says
 /// what was expected, quoting at most 80 characters of `text`.
-pub fn parse_public_url(text: &str) -> Result<String, String> {
+pub fn parse_public_url(text: &str) -> Result<String, OriginError> {
     let trimmed = text.trim();
-    normalize_origin(trimmed.strip_suffix('/').unwrap_or(trimmed)).ok_or_else(|| {
-        format!(
-            "{:?} is not a public base URL: expected http(s)://HOST[:PORT] with no path, query or credentials, e.g. https://notes.example.com (the address browsers reach this server at)",
-            truncate(text)
-        )
-    })
+    normalize_origin(trimmed.strip_suffix('/').unwrap_or(trimmed)).ok_or_else(|| OriginError::NotAPublicUrl(truncate(text)))
 }
 
 /// Whether `host` (a Host header) names the host and port of `public_url` (as [`parse_public_url`] writes it;
@@ -197,7 +202,9 @@ mod tests {
         for bad in
             ["notes.example.com", "https://notes.example.com/mcp", "ftp://x", "https://u@x", "https://x?y", "null", "", "http://x:99999"]
         {
-            assert!(parse_public_url(bad).unwrap_err().contains("http(s)://HOST[:PORT]"), "{bad}");
+            let error = parse_public_url(bad).unwrap_err();
+            assert_eq!(error, OriginError::NotAPublicUrl(bad.into()));
+            assert!(error.to_string().contains("http(s)://HOST[:PORT]"), "{bad}");
         }
     }
 
@@ -285,7 +292,8 @@ mod tests {
         assert!(!policy.allows("http://app.example.com"));
         assert!(!policy.allows("http://localhost"));
         let error = OriginPolicy::from_allowed(&["app.example.com".into()]).unwrap_err();
-        assert!(error.contains("scheme://host"), "{error}");
+        assert_eq!(error, OriginError::NotAnOrigin("app.example.com".into()));
+        assert!(error.to_string().contains("scheme://host"), "{error}");
     }
 
     proptest::proptest! {

@@ -10,6 +10,45 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{Map, Value};
 
+/// Why a template could not be given its value: a name without one, a path that leads nowhere, a `tamper`
+/// that cannot be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// `$name` names an answer the world did not send (`world` its label, `why` its reason).
+    #[error("${name} was not sent {world} ({why})")]
+    NotSent { name: String, world: String, why: String },
+    /// `$name` is neither bound by `let` nor the name of an answer.
+    #[error("${name} is not bound")]
+    Unbound { name: String },
+    /// `$name` names a request that got no response (`outcome`, what became of it).
+    #[error("${name} has no response ({outcome})")]
+    NoResponse { name: String, outcome: String },
+    /// The path of `reference` does not exist in the value bound to its name (`bound`, a preview of it).
+    #[error("{reference} does not exist (${} is {bound})", .reference.name)]
+    Missing { reference: Reference, bound: String },
+    /// The first argument of `tamper(…)` resolved to something other than a string (a preview of it).
+    #[error("tamper() needs a requestState string, got {0}")]
+    TamperNotAString(String),
+    #[error(transparent)]
+    Tamper(#[from] TamperError),
+}
+
+/// Why `tamper(…)` could not rewrite a sealed state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TamperError {
+    #[error("tamper() needs a sealed state of the form s1.<key>.<payload>.<tag>")]
+    NotSealed,
+    #[error("tamper(): the payload is not base64url: {0}")]
+    NotBase64(String),
+    #[error("tamper(): the payload is not JSON: {0}")]
+    NotJson(String),
+    #[error("tamper(): the payload is not a JSON object")]
+    NotAnObject,
+    /// The state has no claim `field`; `known`, the claims it has.
+    #[error("tamper(): the state has no claim {field:?} (it has {})", .known.join(", "))]
+    NoClaim { field: String, known: Vec<String> },
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Template {
     Literal(Value),
@@ -100,7 +139,7 @@ impl Template {
 
     /// The value, with references looked up by `lookup` (which answers the whole value bound to a name;
     /// only the part a path selects is copied).
-    pub(crate) fn resolve<'v>(&self, lookup: &dyn Fn(&str) -> Result<&'v Value, String>) -> Result<Value, String> {
+    pub(crate) fn resolve<'v>(&self, lookup: &dyn Fn(&str) -> Result<&'v Value, ResolveError>) -> Result<Value, ResolveError> {
         match self {
             Template::Literal(value) => Ok(value.clone()),
             Template::Object(members) => {
@@ -115,15 +154,15 @@ impl Template {
                 let whole = lookup(&reference.name)?;
                 match follow(whole, &reference.path) {
                     Some(value) => Ok(value.clone()),
-                    None => Err(format!("{reference} does not exist (${} is {})", reference.name, preview(whole))),
+                    None => Err(ResolveError::Missing { reference: reference.clone(), bound: preview(whole) }),
                 }
             }
             Template::Tamper { state, field, value } => {
                 let state = state.resolve(lookup)?;
                 let Value::String(state) = state else {
-                    return Err(format!("tamper() needs a requestState string, got {}", preview(&state)));
+                    return Err(ResolveError::TamperNotAString(preview(&state)));
                 };
-                tamper(&state, field, value.resolve(lookup)?).map(Value::String)
+                Ok(Value::String(tamper(&state, field, value.resolve(lookup)?)?))
             }
         }
     }
@@ -144,17 +183,16 @@ pub fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
 }
 
 /// Rewrites claim `field` of a sealed state, keeping its signature (so verification must fail).
-pub(crate) fn tamper(state: &str, field: &str, value: Value) -> Result<String, String> {
+pub(crate) fn tamper(state: &str, field: &str, value: Value) -> Result<String, TamperError> {
     let parts: Vec<&str> = state.split('.').collect();
     let [format, key_id, payload, tag] = parts.as_slice() else {
-        return Err("tamper() needs a sealed state of the form s1.<key>.<payload>.<tag>".into());
+        return Err(TamperError::NotSealed);
     };
-    let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|e| format!("tamper(): the payload is not base64url: {e}"))?;
-    let mut claims: Value = serde_json::from_slice(&bytes).map_err(|e| format!("tamper(): the payload is not JSON: {e}"))?;
-    let Some(map) = claims.as_object_mut() else { return Err("tamper(): the payload is not a JSON object".into()) };
+    let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|e| TamperError::NotBase64(e.to_string()))?;
+    let mut claims: Value = serde_json::from_slice(&bytes).map_err(|e| TamperError::NotJson(e.to_string()))?;
+    let Some(map) = claims.as_object_mut() else { return Err(TamperError::NotAnObject) };
     if !map.contains_key(field) {
-        let known: Vec<&str> = map.keys().map(String::as_str).collect();
-        return Err(format!("tamper(): the state has no claim {field:?} (it has {})", known.join(", ")));
+        return Err(TamperError::NoClaim { field: field.to_string(), known: map.keys().cloned().collect() });
     }
     map.insert(field.to_string(), value);
     let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).expect("a JSON value serializes"));
@@ -183,10 +221,12 @@ mod tests {
             ("b".into(), Template::Literal(json!(true))),
         ]);
         let bound = json!({"list": [10, 20]});
-        let lookup = |name: &str| if name == "x" { Ok(&bound) } else { Err(format!("no {name}")) };
+        let lookup = |name: &str| if name == "x" { Ok(&bound) } else { Err(ResolveError::Unbound { name: name.into() }) };
         assert_eq!(template.resolve(&lookup), Ok(json!({"a": 20, "b": true})));
         let missing = Template::Ref(Reference { name: "x".into(), path: vec!["nope".into()] });
-        assert!(missing.resolve(&lookup).unwrap_err().contains("$x.nope does not exist"));
+        let missed = missing.resolve(&lookup).unwrap_err();
+        assert!(matches!(&missed, ResolveError::Missing { reference, .. } if reference.path == ["nope"]));
+        assert_eq!(missed.to_string(), "$x.nope does not exist ($x is {\"list\":[10,20]})");
         assert!(Template::Ref(Reference { name: "y".into(), path: vec![] }).resolve(&lookup).is_err());
     }
 
@@ -217,7 +257,7 @@ mod tests {
         assert_eq!(forged.rsplit('.').next(), state.rsplit('.').next());
         assert_ne!(forged, state);
         assert_eq!(ring.open(&forged, 0), Err(crate::policy::state::OpenError::Signature));
-        assert!(tamper(&state, "unknown", json!(1)).unwrap_err().contains("no claim"));
+        assert!(matches!(tamper(&state, "unknown", json!(1)), Err(TamperError::NoClaim { field, .. }) if field == "unknown"));
         assert!(tamper("garbage", "principal", json!(1)).is_err());
     }
 }

@@ -6,7 +6,7 @@ use super::cluster::{Cluster, CrashTrigger, SimError};
 use super::engine::faults::StoreName;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, OperationId};
-use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, World};
+use crate::play::world::{Annotation, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::TriggerSpec;
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::render::transcript::Entry;
@@ -103,7 +103,7 @@ impl World for SimWorld {
                     let instance = self.target(outgoing.instance, outgoing.client);
                     sent.push(Ok(self.cluster.send(outgoing, instance).map_err(stopped)?));
                 }
-                Item::Admin(action) => self.cluster.admin(&action).map_err(Refused::Failed)?,
+                Item::Admin(action) => self.cluster.admin(&action).map_err(|error| Refused::Failed(error.to_string()))?,
             }
         }
         self.cluster.run_until_quiet().map_err(stopped)?;
@@ -111,7 +111,7 @@ impl World for SimWorld {
     }
 
     fn admin(&mut self, action: &crate::scenario::model::AdminAction) -> Result<(), Refused> {
-        self.cluster.admin(action).map_err(Refused::Failed)?;
+        self.cluster.admin(action).map_err(|error| Refused::Failed(error.to_string()))?;
         self.cluster.run_until_quiet().map_err(stopped)
     }
 
@@ -144,49 +144,49 @@ impl World for SimWorld {
     }
 
     fn rotate(&mut self, instances: &[usize], key_id: &str, secret: Vec<u8>) -> Result<(), Refused> {
-        self.cluster.rotate(instances, key_id, secret).map_err(Refused::Failed)
+        self.cluster.rotate(instances, key_id, secret).map_err(|error| Refused::Failed(error.to_string()))
     }
 
     fn retire(&mut self, instances: &[usize], key_id: &str) -> Result<(), Refused> {
-        self.cluster.retire(instances, key_id).map_err(Refused::Failed)
+        self.cluster.retire(instances, key_id).map_err(|error| Refused::Failed(error.to_string()))
     }
 
     fn history(&self) -> &History {
         self.cluster.history()
     }
 
-    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, String> {
+    fn notes(&self) -> Result<std::sync::Arc<Vec<Note>>, Unobservable> {
         Ok(self.cluster.note_store().listing())
     }
 
-    fn consumed(&self) -> Result<Consumed<'_>, String> {
+    fn consumed(&self) -> Result<Consumed<'_>, Unobservable> {
         let store = self.cluster.replay_store();
         let listing = move || store.consumed().iter().map(|(_, record)| record.to_json().to_string()).collect::<Vec<_>>().join(" ");
         Ok(Consumed { count: store.consumed_count(), listing: Box::new(listing) })
     }
 
-    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, String> {
+    fn nonce_record(&self, nonce: &str) -> Result<Option<Value>, Unobservable> {
         Ok(self.cluster.replay_store().record(nonce).map(|record| record.to_json()))
     }
 
-    fn exports(&self) -> Result<Vec<ExportRecord>, String> {
+    fn exports(&self) -> Result<Vec<ExportRecord>, Unobservable> {
         Ok(self.cluster.gateway_world().map(|world| world.exports()).unwrap_or_default())
     }
 
-    fn expectations_judged(&self) -> Result<(), String> {
+    fn expectations_judged(&self) -> Result<(), NotPlayed> {
         if let Some(why) = self.unjudged {
-            return Err(why.into());
+            return Err(NotPlayed::ComparedOtherwise(why));
         }
         // Faults on (clients retry): a retry may take a flow another way than the scenario wrote, so
         // expectations are shown but not judged; the properties are.
         if self.cluster.history().clients_retry {
-            Err("not judged under faults".into())
+            Err(NotPlayed::UnderFaults)
         } else {
             Ok(())
         }
     }
 
-    fn legacy_clients(&self) -> Result<(), String> {
+    fn legacy_clients(&self) -> Result<(), NotPlayed> {
         Ok(())
     }
 

@@ -43,14 +43,19 @@ pub enum Durability {
 
 pub(crate) const DURABILITY_HELP: &str = "durable | relaxed";
 
-impl std::str::FromStr for Durability {
-    type Err = String;
+/// A durability that is neither `durable` nor `relaxed` (as written, trimmed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown durability {0:?}: write {DURABILITY_HELP}")]
+pub struct UnknownDurability(pub String);
 
-    fn from_str(text: &str) -> Result<Durability, String> {
+impl std::str::FromStr for Durability {
+    type Err = UnknownDurability;
+
+    fn from_str(text: &str) -> Result<Durability, UnknownDurability> {
         match text.trim() {
             "durable" => Ok(Durability::Durable),
             "relaxed" => Ok(Durability::Relaxed),
-            other => Err(format!("unknown durability {other:?}: write {DURABILITY_HELP}")),
+            other => Err(UnknownDurability(other.to_string())),
         }
     }
 }
@@ -133,7 +138,9 @@ mod tests {
         for durability in [Durability::Durable, Durability::Relaxed] {
             assert_eq!(durability.to_string().parse::<Durability>(), Ok(durability));
         }
-        assert!("fast".parse::<Durability>().unwrap_err().contains("durable | relaxed"));
+        let error = "fast".parse::<Durability>().unwrap_err();
+        assert_eq!(error, UnknownDurability("fast".into()));
+        assert!(error.to_string().contains("durable | relaxed"));
     }
 
     #[test]

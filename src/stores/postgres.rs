@@ -203,14 +203,27 @@ const RATE_ACQUIRE_SQL: &str = "INSERT INTO rate_counters (principal, tool, wind
 /// The first key of the advisory lock that serializes the exports of one ledger (the second is its hash).
 const EXPORT_LOCK_CLASS: i32 = 0x6d63_0003;
 
+/// Why a connection string is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectionStringError {
+    #[error("not a PostgreSQL connection string: {0}")]
+    Unparsable(tokio_postgres::Error),
+    #[error(
+        "sslmode=require needs TLS, which this build of mcpsim does not include; connect over a trusted network or a tunnel (sslmode=disable or prefer)"
+    )]
+    TlsRequired,
+    #[error("the connection string names no host (e.g. postgres://mcpsim@127.0.0.1:5432/mcpsim)")]
+    NoHost,
+}
+
 /// Parses a connection URL or `key=value` string, refusing what this build cannot honour.
-pub(crate) fn parse_config(text: &str) -> Result<tokio_postgres::Config, String> {
-    let config: tokio_postgres::Config = text.parse().map_err(|e| format!("not a PostgreSQL connection string: {e}"))?;
+pub(crate) fn parse_config(text: &str) -> Result<tokio_postgres::Config, ConnectionStringError> {
+    let config: tokio_postgres::Config = text.parse().map_err(ConnectionStringError::Unparsable)?;
     if config.get_ssl_mode() == SslMode::Require {
-        return Err("sslmode=require needs TLS, which this build of mcpsim does not include; connect over a trusted network or a tunnel (sslmode=disable or prefer)".into());
+        return Err(ConnectionStringError::TlsRequired);
     }
     if config.get_hosts().is_empty() {
-        return Err("the connection string names no host (e.g. postgres://mcpsim@127.0.0.1:5432/mcpsim)".into());
+        return Err(ConnectionStringError::NoHost);
     }
     Ok(config)
 }

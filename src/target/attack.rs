@@ -651,7 +651,7 @@ pub const ATTACKS: &[Attack] = &[
 ];
 
 /// Runs the battery (or the attacks named in `only`), each on a fresh fleet.
-pub fn run_battery(target: &Target, only: &[String], mcpsim: &str, work_dir: &Path) -> Result<Vec<AttackReport>, String> {
+pub fn run_battery(target: &Target, only: &[String], mcpsim: &str, work_dir: &Path) -> Result<Vec<AttackReport>, super::RunError> {
     let mut reports = Vec::new();
     for attack in ATTACKS.iter().filter(|a| only.is_empty() || only.iter().any(|o| o == a.name)) {
         let data_dir = work_dir.join(attack.name);

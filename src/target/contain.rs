@@ -87,54 +87,86 @@ fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// What to do about an unsafe temporary directory.
+const TEMP_DIR_FIX: &str =
+    "set TMPDIR to a directory of your own (mode 0700) or to one like /tmp (owned by root, mode 1777)";
+
 /// Whether `dir` is a safe parent for the work directory: a directory (not a symbolic link) owned by root or
 /// by mcpsim's user, and writable by others only with the sticky bit (as `/tmp` is), so nobody else can
 /// rename, replace or remove what mcpsim creates in it. `Err` says what to do.
-pub fn check_temp_dir(dir: &Path) -> Result<(), String> {
+pub fn check_temp_dir(dir: &Path) -> Result<(), ContainError> {
     use std::os::unix::fs::MetadataExt;
-    let fix = "set TMPDIR to a directory of your own (mode 0700) or to one like /tmp (owned by root, mode 1777)";
     let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| format!("the temporary directory {} (TMPDIR) cannot be read: {e}; {fix}", dir.display()))?;
+        .map_err(|source| ContainError::TempDirUnreadable { path: dir.to_path_buf(), source })?;
     if !meta.is_dir() {
-        return Err(format!("the temporary directory {} (TMPDIR) is not a directory; {fix}", dir.display()));
+        return Err(ContainError::TempDirNotADirectory(dir.to_path_buf()));
     }
     // SAFETY: geteuid(2) has no failure mode and touches no memory.
     let user = unsafe { libc::geteuid() };
     if meta.uid() != 0 && meta.uid() != user {
-        return Err(format!(
-            "the temporary directory {} (TMPDIR) belongs to user {}, not to root or to you ({user}): its owner could replace the run's work directory; {fix}",
-            dir.display(),
-            meta.uid()
-        ));
+        return Err(ContainError::TempDirForeignOwner { path: dir.to_path_buf(), owner: meta.uid(), user });
     }
     let mode = meta.mode();
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        return Err(format!(
-            "the temporary directory {} (TMPDIR) is writable by others without the sticky bit (mode {:o}): anyone could replace the run's work directory; {fix}",
-            dir.display(),
-            mode & 0o7777
-        ));
+        return Err(ContainError::TempDirWritableByOthers { path: dir.to_path_buf(), mode: mode & 0o7777 });
     }
     Ok(())
 }
 
+/// Why the run's containment could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainError {
+    /// The temporary directory would need quoting in a command.
+    #[error(
+        "the temporary directory {:?} (TMPDIR) has characters a command would have to quote; the data directories \
+         mcpsim hands to {{data_dir}} are made of [A-Za-z0-9._/-]: set TMPDIR to such a path",
+        .0.display()
+    )]
+    UnsafeTempDir(PathBuf),
+    /// The temporary directory cannot be read.
+    #[error("the temporary directory {} (TMPDIR) cannot be read: {source}; {TEMP_DIR_FIX}", .path.display())]
+    TempDirUnreadable { path: PathBuf, source: std::io::Error },
+    #[error("the temporary directory {} (TMPDIR) is not a directory; {TEMP_DIR_FIX}", .0.display())]
+    TempDirNotADirectory(PathBuf),
+    /// Its owner could replace the run's work directory.
+    #[error(
+        "the temporary directory {} (TMPDIR) belongs to user {owner}, not to root or to you ({user}): its owner \
+         could replace the run's work directory; {TEMP_DIR_FIX}",
+        .path.display()
+    )]
+    TempDirForeignOwner { path: PathBuf, owner: u32, user: u32 },
+    /// Anyone could replace the run's work directory.
+    #[error(
+        "the temporary directory {} (TMPDIR) is writable by others without the sticky bit (mode {mode:o}): anyone \
+         could replace the run's work directory; {TEMP_DIR_FIX}",
+        .path.display()
+    )]
+    TempDirWritableByOthers { path: PathBuf, mode: u32 },
+    /// The run's work directory, or a process's cgroup.
+    #[error("cannot create {}: {source}", .path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("cannot create the cgroup {}: {source}", .path.display())]
+    CreateCgroup { path: PathBuf, source: std::io::Error },
+    /// The `cgroup.procs` of a process's cgroup (`path`, the cgroup).
+    #[error("cannot open {}/cgroup.procs: {source}", .path.display())]
+    OpenProcs { path: PathBuf, source: std::io::Error },
+    #[error("the run could not be recorded")]
+    NotRecorded,
+}
+
 /// Begins the run: the work directory, the containment, the watchdog. Once per mcpsim process.
-pub fn begin() -> Result<&'static Run, String> {
+pub fn begin() -> Result<&'static Run, ContainError> {
     if let Some(run) = RUN.get() {
         return Ok(run);
     }
     let temp = std::env::temp_dir();
     if !safe_in_commands(&temp.display().to_string()) {
-        return Err(format!(
-            "the temporary directory {:?} (TMPDIR) has characters a command would have to quote; the data directories \
-             mcpsim hands to {{data_dir}} are made of [A-Za-z0-9._/-]: set TMPDIR to such a path",
-            temp.display()
-        ));
+        return Err(ContainError::UnsafeTempDir(temp));
     }
     let token = random_hex();
     let work_dir = temp.join(format!("mcpsim-target-{token}"));
     // Exclusive (fails if it exists) and 0700 from the start.
-    std::fs::DirBuilder::new().mode(0o700).create(&work_dir).map_err(|e| format!("cannot create {}: {e}", work_dir.display()))?;
+    std::fs::DirBuilder::new().mode(0o700).create(&work_dir).map_err(|source| ContainError::Create { path: work_dir.clone(), source })?;
     let mode = if std::env::var(MODE_ENV).is_ok_and(|m| m == "marker") {
         Mode::Marker
     } else {
@@ -161,7 +193,7 @@ pub fn begin() -> Result<&'static Run, String> {
         finished: AtomicBool::new(false),
     };
     let _ = RUN.set(run);
-    RUN.get().ok_or_else(|| "the run could not be recorded".to_string())
+    RUN.get().ok_or(ContainError::NotRecorded)
 }
 
 /// The cgroup v2 directory mcpsim's own process is in, from `/proc/self/mountinfo` and `/proc/self/cgroup`.
@@ -245,17 +277,17 @@ pub struct Leaf {
 
 impl Run {
     /// A new leaf for one process: a cgroup of its own (cgroup mode) and its marker.
-    pub fn leaf(&self) -> Result<Leaf, String> {
+    pub fn leaf(&self) -> Result<Leaf, ContainError> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let marker = format!("{}.{n}", self.token);
         let (cgroup, procs) = match &self.mode {
             Mode::Cgroup(run) => {
                 let dir = run.join(format!("p{n}"));
-                std::fs::create_dir(&dir).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+                std::fs::create_dir(&dir).map_err(|source| ContainError::CreateCgroup { path: dir.clone(), source })?;
                 let procs = std::fs::OpenOptions::new()
                     .write(true)
                     .open(dir.join("cgroup.procs"))
-                    .map_err(|e| format!("cannot open {}/cgroup.procs: {e}", dir.display()))?;
+                    .map_err(|source| ContainError::OpenProcs { path: dir.clone(), source })?;
                 (Some(dir), Some(procs))
             }
             Mode::Marker => (None, None),

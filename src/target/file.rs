@@ -130,6 +130,46 @@ pub struct Target {
     pub file: TargetFile,
 }
 
+/// Why a URL may not receive requests (and bearer tokens): mcpsim only sends to the servers it starts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("url {url:?} is not a URL: {why}")]
+    NotAUrl { url: String, why: String },
+    #[error("url {url:?}: the scheme must be http")]
+    NotHttp { url: String },
+    #[error("url {url:?} has no host")]
+    NoHost { url: String },
+    #[error("url {url:?} has userinfo (user@ or user:password@ before the host), which is refused")]
+    Userinfo { url: String },
+    #[error("url {url:?}: the host {host} is not loopback (127.0.0.0/8, ::1 or localhost)")]
+    NotLoopback { url: String, host: String },
+    #[error("url {url:?}: the port must be the one mcpsim chose, {{port}}")]
+    OtherPort { url: String },
+    #[error("it must name {{port}} once, as the URL's port")]
+    PortPlaceholder,
+}
+
+/// Why placeholders could not be filled: `{name}` in a command, `{{name}}` in a target scenario.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceholderError {
+    /// A command's `{name}` that is not one of `known` (their names) here.
+    #[error("{text:?} uses {{{name}}}, which is not a placeholder here; these are: {}", braced(.known, "{", "}"))]
+    Unknown { text: String, name: String, known: Vec<String> },
+    /// A scenario's `{{name}}` that is not one of `known`.
+    #[error("{{{{{name}}}}} is not a placeholder; these are: {}", braced(.known, "{{", "}}"))]
+    NotAScenarioPlaceholder { name: String, known: Vec<String> },
+    /// A scenario's `{{name}}` the target file leaves empty (`key`, the file's key that would give it).
+    #[error("it needs {{{{{name}}}}}, which the target file does not give ({key})")]
+    NotGiven { name: String, key: &'static str },
+    #[error("a `{{{{` without its `}}}}`")]
+    Unclosed,
+}
+
+/// `names` each inside `open`/`close`, space-separated.
+fn braced(names: &[String], open: &str, close: &str) -> String {
+    names.iter().map(|name| format!("{open}{name}{close}")).collect::<Vec<_>>().join(" ")
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
     #[error("{path}: cannot read the target file: {source}")]
@@ -181,7 +221,7 @@ impl Target {
                 let checked = if url.matches("{port}").count() == 1 {
                     check_url(&url.replace("{port}", "1"), Some(1)).and_then(|_| check_url(&url.replace("{port}", "2"), Some(2)))
                 } else {
-                    Err("it must name {port} once, as the URL's port".to_string())
+                    Err(UrlError::PortPlaceholder)
                 };
                 if let Err(why) = checked {
                     return Err(invalid(format!(
@@ -247,14 +287,15 @@ const DEFAULT_URL: &str = "http://127.0.0.1:{port}/mcp";
 
 /// Whether `url` may receive requests (and bearer tokens): parsed as a URI, `http`, no userinfo, a loopback
 /// host (127.0.0.0/8, ::1, `localhost`) and, with `port`, exactly that port. `Err` says what is wrong.
-pub fn check_url(url: &str, port: Option<u16>) -> Result<(), String> {
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("url {url:?} is not a URL: {e}"))?;
+pub fn check_url(url: &str, port: Option<u16>) -> Result<(), UrlError> {
+    let shown = || url.to_string();
+    let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| UrlError::NotAUrl { url: shown(), why: e.to_string() })?;
     if uri.scheme_str() != Some("http") {
-        return Err(format!("url {url:?}: the scheme must be http"));
+        return Err(UrlError::NotHttp { url: shown() });
     }
-    let authority = uri.authority().ok_or_else(|| format!("url {url:?} has no host"))?;
+    let authority = uri.authority().ok_or_else(|| UrlError::NoHost { url: shown() })?;
     if authority.as_str().contains('@') {
-        return Err(format!("url {url:?} has userinfo (user@ or user:password@ before the host), which is refused"));
+        return Err(UrlError::Userinfo { url: shown() });
     }
     let host = authority.host();
     let loopback = match host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
@@ -262,11 +303,11 @@ pub fn check_url(url: &str, port: Option<u16>) -> Result<(), String> {
         Err(_) => host.eq_ignore_ascii_case("localhost"),
     };
     if !loopback {
-        return Err(format!("url {url:?}: the host {host} is not loopback (127.0.0.0/8, ::1 or localhost)"));
+        return Err(UrlError::NotLoopback { url: shown(), host: host.to_string() });
     }
     if let Some(port) = port {
         if authority.port_u16() != Some(port) {
-            return Err(format!("url {url:?}: the port must be the one mcpsim chose, {{port}}"));
+            return Err(UrlError::OtherPort { url: shown() });
         }
     }
     Ok(())
@@ -280,13 +321,14 @@ pub struct Placeholders {
 
 impl Placeholders {
     /// `text` with every known `{name}` replaced; an unknown one is an error naming the ones that exist.
-    pub fn fill(&self, text: &str) -> Result<String, String> {
+    pub fn fill(&self, text: &str) -> Result<String, PlaceholderError> {
         fill_delimited(text, ("{", "}"), None, |name| match self.values.get(name) {
             Some(value) => Ok(value.clone()),
-            None => {
-                let known: Vec<String> = self.values.keys().map(|k| format!("{{{k}}}")).collect();
-                Err(format!("{text:?} uses {{{name}}}, which is not a placeholder here; these are: {}", known.join(" ")))
-            }
+            None => Err(PlaceholderError::Unknown {
+                text: text.to_string(),
+                name: name.to_string(),
+                known: self.values.keys().map(|k| k.to_string()).collect(),
+            }),
         })
     }
 }
@@ -294,12 +336,12 @@ impl Placeholders {
 /// `text` with each `OPEN name CLOSE` replaced by what `value` answers for `name`: the one placeholder scanner of
 /// target files (`{name}` in commands) and target scenarios (`{{name}}`). An `OPEN` without its `CLOSE` is
 /// `unclosed` as an error, or, without one, kept as text.
-pub(crate) fn fill_delimited(
+pub(crate) fn fill_delimited<E>(
     text: &str,
     (open, close): (&str, &str),
-    unclosed: Option<&str>,
-    value: impl Fn(&str) -> Result<String, String>,
-) -> Result<String, String> {
+    unclosed: Option<E>,
+    value: impl Fn(&str) -> Result<String, E>,
+) -> Result<String, E> {
     let mut out = String::new();
     let mut rest = text;
     while let Some(at) = rest.find(open) {
@@ -307,7 +349,7 @@ pub(crate) fn fill_delimited(
         let after = &rest[at + open.len()..];
         let Some(end) = after.find(close) else {
             match unclosed {
-                Some(error) => return Err(error.to_string()),
+                Some(error) => return Err(error),
                 None => {
                     out.push_str(&rest[at..]);
                     return Ok(out);
@@ -408,10 +450,11 @@ count = "result.resources"
     #[test]
     fn one_scanner_fills_both_placeholder_forms() {
         let value = |name: &str| if name.trim() == "x" { Ok("1".to_string()) } else { Err(format!("no {name}")) };
+        let unclosed = || Some("unclosed".to_string());
         assert_eq!(fill_delimited("a{x}b{x}", ("{", "}"), None, value).unwrap(), "a1b1");
         assert_eq!(fill_delimited("a{x", ("{", "}"), None, value).unwrap(), "a{x", "a command's lone brace is text");
-        assert_eq!(fill_delimited("{{ x }}:{{x}}", ("{{", "}}"), Some("unclosed"), value).unwrap(), "1:1");
-        assert_eq!(fill_delimited("{{x", ("{{", "}}"), Some("unclosed"), value).unwrap_err(), "unclosed");
+        assert_eq!(fill_delimited("{{ x }}:{{x}}", ("{{", "}}"), unclosed(), value).unwrap(), "1:1");
+        assert_eq!(fill_delimited("{{x", ("{{", "}}"), unclosed(), value).unwrap_err(), "unclosed");
         assert_eq!(fill_delimited("{y}", ("{", "}"), None, value).unwrap_err(), "no y");
     }
 
@@ -421,7 +464,9 @@ count = "result.resources"
         p.values.insert("data_dir", "/tmp/d".into());
         p.values.insert("port", "8080".into());
         assert_eq!(p.fill("sqlite:{data_dir}/n.db:{port}").unwrap(), "sqlite:/tmp/d/n.db:8080");
-        let message = p.fill("{dta_dir}/x").unwrap_err();
+        let error = p.fill("{dta_dir}/x").unwrap_err();
+        assert!(matches!(&error, PlaceholderError::Unknown { name, known, .. } if name == "dta_dir" && known == &["data_dir", "port"]));
+        let message = error.to_string();
         assert!(message.contains("{dta_dir}") && message.contains("{data_dir} {port}"), "{message}");
     }
 }

@@ -1,8 +1,8 @@
 //! A target's instances as running processes: set up, started, reached, killed and restarted. Every
 //! process is a [`Process`], so nothing started here outlives mcpsim.
 
-use super::file::{Placeholders, Target, Transport};
-use super::process::Process;
+use super::file::{PlaceholderError, Placeholders, Target, Transport, UrlError};
+use super::process::{Process, ProcessError};
 use super::redact_argv;
 use crate::live::http_client::HttpClient;
 use crate::live::post;
@@ -18,6 +18,32 @@ const RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Most lines a stdio process may send that answer nothing asked (logs on stdout, stray notifications) before
 /// the exchange fails.
 const STRAY_LINES_MAX: usize = 64;
+
+/// Why a fleet could not be set up, started or restarted. `argv` is always redacted by [`redact_argv`].
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("cannot start the HTTP runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Placeholder(#[from] PlaceholderError),
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The URL an HTTP instance was given, once filled.
+    #[error(transparent)]
+    Url(#[from] UrlError),
+    /// A setup command exited otherwise than with 0 (`stderr`, what it wrote there).
+    #[error("setup command `{argv}` failed ({status}): {stderr}")]
+    SetupFailed { argv: String, status: String, stderr: String },
+    #[error("setup command `{argv}` did not finish within start_timeout_ms = {timeout_ms}")]
+    SetupTimeout { argv: String, timeout_ms: u64 },
+    /// An instance exited before it accepted a connection (`stderr`, what it wrote there).
+    #[error("{instance} exited at start ({status}): {stderr}")]
+    ExitedAtStart { instance: String, status: String, stderr: String },
+    #[error("{instance} ({argv}) accepted no connection on port {port} within start_timeout_ms = {timeout_ms}")]
+    NoConnection { instance: String, argv: String, port: u16, timeout_ms: u64 },
+    #[error("cannot find a free port on 127.0.0.1: {0}")]
+    NoFreePort(std::io::Error),
+}
 
 /// Why an exchange got no answer.
 #[derive(Debug, Clone)]
@@ -53,11 +79,8 @@ pub struct Fleet<'t> {
 
 impl<'t> Fleet<'t> {
     /// Runs the target's setup commands in `data_dir` (fresh, owned by the caller), then starts every instance.
-    pub fn start(target: &'t Target, data_dir: &Path, mcpsim: &str) -> Result<Fleet<'t>, String> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
+    pub fn start(target: &'t Target, data_dir: &Path, mcpsim: &str) -> Result<Fleet<'t>, FleetError> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(FleetError::Runtime)?;
         let mut fleet = Fleet {
             target,
             data_dir: data_dir.to_path_buf(),
@@ -104,11 +127,11 @@ impl<'t> Fleet<'t> {
         p
     }
 
-    fn fill_all(&self, argv: &[String], p: &Placeholders) -> Result<Vec<String>, String> {
+    fn fill_all(&self, argv: &[String], p: &Placeholders) -> Result<Vec<String>, PlaceholderError> {
         argv.iter().map(|a| p.fill(a)).collect()
     }
 
-    fn env(&self, p: &Placeholders, extra: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, String> {
+    fn env(&self, p: &Placeholders, extra: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, PlaceholderError> {
         let mut env = Vec::new();
         for (key, value) in self.target.file.env.iter().chain(extra) {
             env.push((key.clone(), p.fill(value)?));
@@ -117,7 +140,7 @@ impl<'t> Fleet<'t> {
     }
 
     /// One setup command, bounded by the start timeout; it must exit 0.
-    fn setup(&mut self, index: usize, command: &[String]) -> Result<(), String> {
+    fn setup(&mut self, index: usize, command: &[String]) -> Result<(), FleetError> {
         let p = self.placeholders(None, None, None);
         let argv = self.fill_all(command, &p)?;
         let env = self.env(&p, &BTreeMap::new())?;
@@ -132,14 +155,14 @@ impl<'t> Fleet<'t> {
                     return Ok(());
                 }
                 let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!("setup command `{}` failed ({status}): {}", redact_argv(&argv), stderr.trim()));
+                return Err(FleetError::SetupFailed { argv: redact_argv(&argv), status, stderr: stderr.trim().to_string() });
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Err(format!("setup command `{}` did not finish within start_timeout_ms = {}", redact_argv(&argv), self.target.start_timeout_ms()))
+        Err(FleetError::SetupTimeout { argv: redact_argv(&argv), timeout_ms: self.target.start_timeout_ms() })
     }
 
-    fn start_instance(&mut self, index: usize) -> Result<Running, String> {
+    fn start_instance(&mut self, index: usize) -> Result<Running, FleetError> {
         let name = Fleet::instance_name(index);
         let _ = super::create_private_dir(&self.data_dir.join(&name));
         match self.target.file.transport {
@@ -178,16 +201,17 @@ impl<'t> Fleet<'t> {
                     }
                     if let Some(status) = process.exited() {
                         let log = std::fs::read_to_string(&stderr).unwrap_or_default();
-                        return Err(format!("{name} exited at start ({status}): {}", log.trim()));
+                        return Err(FleetError::ExitedAtStart { instance: name, status, stderr: log.trim().to_string() });
                     }
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 if !ready {
-                    return Err(format!(
-                        "{name} ({}) accepted no connection on port {port} within start_timeout_ms = {}",
-                        redact_argv(&argv),
-                        self.target.start_timeout_ms()
-                    ));
+                    return Err(FleetError::NoConnection {
+                        instance: name,
+                        argv: redact_argv(&argv),
+                        port,
+                        timeout_ms: self.target.start_timeout_ms(),
+                    });
                 }
                 self.events.push(format!("started {name} at {url}: pid {}", process.pid));
                 Ok(Running::Http { process, url })
@@ -206,7 +230,7 @@ impl<'t> Fleet<'t> {
         self.events.push(format!("killed {name} (SIGKILL)"));
     }
 
-    pub fn restart(&mut self, index: usize) -> Result<(), String> {
+    pub fn restart(&mut self, index: usize) -> Result<(), FleetError> {
         if !matches!(self.instances[index], Running::Down) {
             self.crash(index);
         }
@@ -283,7 +307,7 @@ impl<'t> Fleet<'t> {
 
     fn write_stdio(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Result<(), Lost> {
         let process = self.process(index, principal)?;
-        process.write_line(&outgoing.bytes()).map_err(|message| Lost { message })
+        process.write_line(&outgoing.bytes()).map_err(|error| Lost { message: error.to_string() })
     }
 
     /// The response to `outgoing`: the next line whose `id` is the request's (any line, when the request had
@@ -296,7 +320,7 @@ impl<'t> Fleet<'t> {
         // A process's first answer may also wait for it to start (an interpreter importing its SDK).
         let timeout = if process.fresh { timeout + Duration::from_millis(start_ms) } else { timeout };
         for _ in 0..STRAY_LINES_MAX {
-            let line = process.read_line(timeout).map_err(|message| Lost { message })?;
+            let line = process.read_line(timeout).map_err(|error| Lost { message: error.to_string() })?;
             let Some(line) = line else {
                 return Err(Lost { message: format!("process {} closed its stdout (it exited)", process.pid) });
             };
@@ -322,7 +346,7 @@ impl<'t> Fleet<'t> {
 
 /// A port free on loopback now (the OS's choice; another process could take it before the instance binds it,
 /// which then fails its start).
-fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+fn free_port() -> Result<u16, FleetError> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(FleetError::NoFreePort)?;
+    listener.local_addr().map(|a| a.port()).map_err(FleetError::NoFreePort)
 }

@@ -23,15 +23,17 @@ pub mod fleet;
 pub mod process;
 pub mod world;
 
-use self::file::{Scope, Target};
-use self::fleet::Fleet;
+use self::file::{PlaceholderError, Scope, Target};
+use self::fleet::{Fleet, FleetError};
+use self::process::ProcessError;
 use self::world::{Routing, TargetWorld};
 use crate::oracle::history::History;
-use crate::play::client::Client;
+use crate::play::client::{BuildError, Client};
 use crate::play::expect::ExpectationResult;
 use crate::play::parity::outcome_of;
 use crate::play::{self, Play};
 use crate::scenario::model::{Action, Scenario};
+use crate::scenario::parser::ParseError;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -155,19 +157,55 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     values
 }
 
+/// Why a scenario could not be played against a target, or its effects not probed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    #[error(transparent)]
+    Placeholder(#[from] PlaceholderError),
+    /// A play's data directory.
+    #[error("cannot create {}: {source}", .path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    /// The effect probe's request (`[effects] method` and `params`) is not one a client can send.
+    #[error(transparent)]
+    ProbeRequest(#[from] BuildError),
+    #[error("the effect probe {method} got no answer: {why}")]
+    ProbeLost { method: String, why: String },
+    /// The probe's answer has no list at `[effects] count` (`answer`, its first 200 characters).
+    #[error("the effect probe's answer has no list at {path}: {answer}")]
+    ProbeNoList { path: String, answer: String },
+    /// The probe command (`argv`, redacted by [`redact_argv`]) printed something other than a number.
+    #[error("the effect probe `{argv}` printed {line:?}, not a number")]
+    ProbeNotANumber { argv: String, line: String },
+    #[error("{scenario}: a re-run made other decisions than the logged ones (a bug in mcpsim)")]
+    RerunDiverged { scenario: String },
+    #[error("{}: cannot read: {source}", .path.display())]
+    ReadScenario { path: PathBuf, source: std::io::Error },
+    #[error("{}: {source}", .path.display())]
+    FillScenario { path: PathBuf, source: PlaceholderError },
+    #[error(transparent)]
+    ParseScenario(#[from] ParseError),
+    /// A folder of scenarios that could not be listed.
+    #[error("{}: {source}", .path.display())]
+    ListScenarios { path: PathBuf, source: std::io::Error },
+}
+
 /// A target scenario's text with its `{{name}}` placeholders filled. `Err`: why it cannot be played against
 /// this target (a placeholder the file leaves empty, or one that does not exist).
-pub fn fill_scenario(target: &Target, text: &str) -> Result<String, String> {
+pub fn fill_scenario(target: &Target, text: &str) -> Result<String, PlaceholderError> {
     let values = scenario_placeholders(target);
-    file::fill_delimited(text, ("{{", "}}"), Some("a `{{` without its `}}`"), |name| {
+    file::fill_delimited(text, ("{{", "}}"), Some(PlaceholderError::Unclosed), |name| {
         let name = name.trim();
         match values.get(name) {
             Some(Some(value)) => Ok(value.clone()),
-            Some(None) => Err(format!("it needs {{{{{name}}}}}, which the target file does not give (tool.other_principal)")),
-            None => {
-                let known: Vec<String> = values.keys().map(|k| format!("{{{{{k}}}}}")).collect();
-                Err(format!("{{{{{name}}}}} is not a placeholder; these are: {}", known.join(" ")))
-            }
+            Some(None) => Err(PlaceholderError::NotGiven { name: name.to_string(), key: "tool.other_principal" }),
+            None => Err(PlaceholderError::NotAScenarioPlaceholder {
+                name: name.to_string(),
+                known: values.keys().map(|k| k.to_string()).collect(),
+            }),
         }
     })
 }
@@ -181,7 +219,7 @@ pub struct PlayedOnce {
     /// Processes started, killed, setup commands run.
     pub events: Vec<String>,
     /// The effect probe before and after (`Err`: why it could not be read).
-    pub effects: Result<(i64, i64), String>,
+    pub effects: Result<(i64, i64), RunError>,
 }
 
 /// Plays `scenario` once on a fleet started in a fresh directory under `work_dir`.
@@ -192,7 +230,7 @@ pub fn play_once(
     routing: Routing,
     mcpsim: &str,
     work_dir: &Path,
-) -> Result<PlayedOnce, String> {
+) -> Result<PlayedOnce, RunError> {
     let data_dir =
         work_dir.join(format!("{}-{}-{}", safe_name(&scenario.name), seed, if routing == Routing::One { "one" } else { "spread" }));
     let _ = std::fs::remove_dir_all(&data_dir);
@@ -221,13 +259,17 @@ pub fn play_once(
 }
 
 /// A fresh data directory, mode 0700 (its parent, the run's work directory, is 0700 too).
-pub(crate) fn create_private_dir(dir: &Path) -> Result<(), String> {
+pub(crate) fn create_private_dir(dir: &Path) -> Result<(), RunError> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| RunError::CreateDir { path: dir.to_path_buf(), source })
 }
 
 /// The effect probe: the count it reads (added up over instances with `scope = "per-instance"`).
-pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim: &str) -> Result<i64, String> {
+pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim: &str) -> Result<i64, RunError> {
     let effects = &target.file.effects;
     let instances: Vec<usize> = match effects.scope {
         Scope::Shared => vec![0],
@@ -253,11 +295,11 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
                 };
                 let answer = fleet.exchange_all(&[(index, principal, outgoing)]).pop().expect("one answer");
                 let answer =
-                    answer.map_err(|lost| format!("the effect probe {method} got no answer: {}", lost.message))?.unwrap_or(Value::Null);
+                    answer.map_err(|lost| RunError::ProbeLost { method: method.clone(), why: lost.message })?.unwrap_or(Value::Null);
                 let path = effects.count.as_deref().unwrap_or("");
                 let segments: Vec<&str> = path.split('.').collect();
                 let list = crate::oracle::reading::at(&answer, &segments).and_then(Value::as_array).ok_or_else(|| {
-                    format!("the effect probe's answer has no list at {path}: {}", answer.to_string().chars().take(200).collect::<String>())
+                    RunError::ProbeNoList { path: path.to_string(), answer: answer.to_string().chars().take(200).collect() }
                 })?;
                 list.len() as i64
             }
@@ -275,7 +317,7 @@ fn probe_command(
     index: usize,
     data_dir: &Path,
     mcpsim: &str,
-) -> Result<i64, String> {
+) -> Result<i64, RunError> {
     let mut p = file::Placeholders::default();
     p.values.insert("mcpsim", mcpsim.to_string());
     p.values.insert("data_dir", data_dir.display().to_string());
@@ -284,7 +326,7 @@ fn probe_command(
     let argv: Vec<String> = command.iter().map(|a| p.fill(a)).collect::<Result<_, _>>()?;
     let mut process = process::Process::start(&argv, &[], data_dir.join("probe.stderr"), true)?;
     let line = process.read_line(Duration::from_millis(target.request_timeout_ms() + target.start_timeout_ms()))?.unwrap_or_default();
-    line.trim().parse::<i64>().map_err(|_| format!("the effect probe `{}` printed {line:?}, not a number", redact_argv(&argv)))
+    line.trim().parse::<i64>().map_err(|_| RunError::ProbeNotANumber { argv: redact_argv(&argv), line: line.clone() })
 }
 
 /// One answer in a line: what it was, as transcripts describe it.
@@ -495,7 +537,7 @@ pub fn run_scenario(
     reruns: usize,
     mcpsim: &str,
     work_dir: &Path,
-) -> Result<ScenarioReport, String> {
+) -> Result<ScenarioReport, RunError> {
     let spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
     let one = if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
     let findings = judge(scenario, &spread, one.as_ref());
@@ -508,7 +550,7 @@ pub fn run_scenario(
         for _ in 0..reruns {
             let rerun = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
             if rerun.decisions != report.spread.decisions {
-                return Err(format!("{}: a re-run made other decisions than the logged ones (a bug in mcpsim)", scenario.name));
+                return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
             }
             let one =
                 if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
@@ -525,20 +567,20 @@ pub fn run_scenario(
 }
 
 /// A scenario file for targets: its text with the placeholders filled, parsed.
-pub fn load_scenario(target: &Target, path: &Path) -> Result<Scenario, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let filled = fill_scenario(target, &text).map_err(|why| format!("{}: {why}", path.display()))?;
+pub fn load_scenario(target: &Target, path: &Path) -> Result<Scenario, RunError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RunError::ReadScenario { path: path.to_path_buf(), source })?;
+    let filled = fill_scenario(target, &text).map_err(|source| RunError::FillScenario { path: path.to_path_buf(), source })?;
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    crate::scenario::parse(&path.display().to_string(), &name, &filled).map_err(|e| e.to_string())
+    Ok(crate::scenario::parse(&path.display().to_string(), &name, &filled)?)
 }
 
 /// The `.sim` files of `paths` (folders listed, sorted).
-pub fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+pub fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, RunError> {
     let mut files = Vec::new();
     for path in paths {
         if path.is_dir() {
             let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(|source| RunError::ListScenarios { path: path.clone(), source })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "sim"))
                 .collect();
@@ -623,7 +665,7 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             let _ = writeln!(out, "effects: the probe read {before} before and {after} after");
         }
         Err(why) => {
-            let _ = writeln!(out, "effects: not observed: {}", shown(why));
+            let _ = writeln!(out, "effects: not observed: {}", shown(&why.to_string()));
         }
     }
     for property in ["at-most-once", "consent", "refusal", "statelessness"] {

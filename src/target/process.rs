@@ -87,12 +87,50 @@ pub struct Process {
     reaped: bool,
 }
 
+/// Why a process could not be started, written to or read from. `pid` names the process.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// Its stderr file (`path`).
+    #[error("cannot create {}: {source}", .path.display())]
+    Stderr { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Contain(#[from] contain::ContainError),
+    #[error("the process registry is poisoned")]
+    Poisoned,
+    #[error("mcpsim is ending: no process is started any more")]
+    Ending,
+    /// `argv`: the command line, redacted by [`super::redact_argv`].
+    #[error("cannot start `{argv}`: {source}")]
+    Spawn { argv: String, source: std::io::Error },
+    #[error("the process has no stdin")]
+    NoStdin,
+    #[error("process {pid} closed its stdin (it exited?): {source}")]
+    StdinClosed { pid: u32, source: std::io::Error },
+    #[error("writing to process {pid} failed: {source}")]
+    Write { pid: u32, source: std::io::Error },
+    #[error("the process has no stdout")]
+    NoStdout,
+    #[error("process {pid}: {source}")]
+    Read { pid: u32, source: LineError },
+    #[error("process {pid} sent nothing within {ms} ms")]
+    Silent { pid: u32, ms: u128 },
+}
+
+/// Why a line of a process's stdout could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    #[error("a line longer than {LINE_BYTES_MAX} bytes")]
+    TooLong,
+    #[error("reading stdout failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
 /// The bytes of lines read and not yet taken, and whether the reading side was dropped.
 type Budget = Arc<(Mutex<(usize, bool)>, Condvar)>;
 
 /// The receiving end of a process's stdout lines.
 struct Lines {
-    receiver: Receiver<Result<String, String>>,
+    receiver: Receiver<Result<String, LineError>>,
     budget: Budget,
 }
 
@@ -160,13 +198,13 @@ impl Process {
     /// Starts `argv` with `env` in mcpsim's own working directory (so a command's relative paths mean what they
     /// mean where mcpsim was started), its stderr appended to `stderr_path`; with `piped`, stdin and stdout are
     /// the JSON-RPC channel (stdio), else both are closed/null.
-    pub fn start(argv: &[String], env: &[(String, String)], stderr_path: PathBuf, piped: bool) -> Result<Process, String> {
+    pub fn start(argv: &[String], env: &[(String, String)], stderr_path: PathBuf, piped: bool) -> Result<Process, ProcessError> {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
             .open(&stderr_path)
-            .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
+            .map_err(|source| ProcessError::Stderr { path: stderr_path.clone(), source })?;
         let mut command = Command::new(&argv[0]);
         command.args(&argv[1..]).stderr(stderr);
         for (key, value) in env {
@@ -201,11 +239,11 @@ impl Process {
             });
         }
         // Registered while the lock is held, so Ctrl-C between the spawn and the insert cannot miss it.
-        let mut running = RUNNING.lock().map_err(|_| "the process registry is poisoned".to_string())?;
+        let mut running = RUNNING.lock().map_err(|_| ProcessError::Poisoned)?;
         if contain::finished() {
-            return Err("mcpsim is ending: no process is started any more".into());
+            return Err(ProcessError::Ending);
         }
-        let mut child = command.spawn().map_err(|e| format!("cannot start `{}`: {e}", super::redact_argv(argv)))?;
+        let mut child = command.spawn().map_err(|source| ProcessError::Spawn { argv: super::redact_argv(argv), source })?;
         let pid = child.id();
         running.insert(pid as i32);
         drop(running);
@@ -221,9 +259,9 @@ impl Process {
                     let read = std::io::Read::take(&mut reader, LINE_BYTES_MAX as u64 + 1).read_until(b'\n', &mut line);
                     let message = match read {
                         Ok(0) => break,
-                        Ok(_) if line.len() > LINE_BYTES_MAX => Err(format!("a line longer than {LINE_BYTES_MAX} bytes")),
+                        Ok(_) if line.len() > LINE_BYTES_MAX => Err(LineError::TooLong),
                         Ok(_) => Ok(String::from_utf8_lossy(&line).trim_end().to_string()),
-                        Err(e) => Err(format!("reading stdout failed: {e}")),
+                        Err(e) => Err(LineError::Io(e)),
                     };
                     let (size, last) = (message.as_ref().map_or(0, String::len), message.is_err());
                     drop(line);
@@ -238,19 +276,20 @@ impl Process {
     }
 
     /// Writes one line (the message and a newline) to its stdin.
-    pub fn write_line(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let stdin = self.stdin.as_mut().ok_or("the process has no stdin")?;
+    pub fn write_line(&mut self, bytes: &[u8]) -> Result<(), ProcessError> {
+        let stdin = self.stdin.as_mut().ok_or(ProcessError::NoStdin)?;
         let mut line = bytes.to_vec();
         line.push(b'\n');
-        write_without_sigpipe(stdin, &line).map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe => format!("process {} closed its stdin (it exited?): {e}", self.pid),
-            _ => format!("writing to process {} failed: {e}", self.pid),
+        let pid = self.pid;
+        write_without_sigpipe(stdin, &line).map_err(|source| match source.kind() {
+            std::io::ErrorKind::BrokenPipe => ProcessError::StdinClosed { pid, source },
+            _ => ProcessError::Write { pid, source },
         })
     }
 
     /// The next line of its stdout within `timeout`: `Ok(None)` when it ended (the process closed stdout).
-    pub fn read_line(&mut self, timeout: Duration) -> Result<Option<String>, String> {
-        let lines = self.lines.as_ref().ok_or("the process has no stdout")?;
+    pub fn read_line(&mut self, timeout: Duration) -> Result<Option<String>, ProcessError> {
+        let lines = self.lines.as_ref().ok_or(ProcessError::NoStdout)?;
         let answer = lines.receiver.recv_timeout(timeout);
         self.fresh = false;
         if let Ok(Ok(line)) = &answer {
@@ -258,8 +297,8 @@ impl Process {
         }
         match answer {
             Ok(Ok(line)) => Ok(Some(line)),
-            Ok(Err(why)) => Err(format!("process {}: {why}", self.pid)),
-            Err(RecvTimeoutError::Timeout) => Err(format!("process {} sent nothing within {} ms", self.pid, timeout.as_millis())),
+            Ok(Err(source)) => Err(ProcessError::Read { pid: self.pid, source }),
+            Err(RecvTimeoutError::Timeout) => Err(ProcessError::Silent { pid: self.pid, ms: timeout.as_millis() }),
             Err(RecvTimeoutError::Disconnected) => Ok(None),
         }
     }
@@ -333,7 +372,7 @@ mod tests {
     fn a_command_that_cannot_start_is_shown_escaped_once() {
         let log = std::env::temp_dir().join(format!("mcpsim-process-escape-{}.stderr", std::process::id()));
         let argv: Vec<String> = ["/nonexistent/mcpsim \"x\"\ny", "--token", "s3cret"].iter().map(|s| s.to_string()).collect();
-        let error = Process::start(&argv, &[], log.clone(), false).err().expect("no such program");
+        let error = Process::start(&argv, &[], log.clone(), false).err().expect("no such program").to_string();
         let _ = std::fs::remove_file(&log);
         // `shown` makes the newline `\n`; a second escape (Debug's) would make it `\\n` and the quotes `\"`.
         assert!(error.starts_with("cannot start `/nonexistent/mcpsim \"x\"\\ny --token [redacted]`: "), "{error}");

@@ -7,7 +7,7 @@
 use super::fleet::Fleet;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcome};
-use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, World};
+use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::{AdminAction, Scenario, TriggerSpec};
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::engine::random::{below, stream, Stream};
@@ -197,7 +197,7 @@ impl World for TargetWorld<'_, '_> {
                 None => return Ok(()),
             },
         };
-        self.fleet.restart(to).map_err(Refused::Failed)?;
+        self.fleet.restart(to).map_err(|error| Refused::Failed(error.to_string()))?;
         self.decisions.push(format!("restarted {}", Fleet::instance_name(to)));
         self.transcript.push(format!("  restarted {}", Fleet::instance_name(to)));
         Ok(())
@@ -215,20 +215,20 @@ impl World for TargetWorld<'_, '_> {
         &self.history
     }
 
-    fn notes(&self) -> Result<Arc<Vec<Note>>, String> {
-        Err("a target's store is not read; its effects are probed (see [effects])".into())
+    fn notes(&self) -> Result<Arc<Vec<Note>>, Unobservable> {
+        Err(Unobservable::TargetStore)
     }
 
-    fn consumed(&self) -> Result<Consumed<'_>, String> {
-        Err("a target's replay store is not read".into())
+    fn consumed(&self) -> Result<Consumed<'_>, Unobservable> {
+        Err(Unobservable::TargetReplayStore)
     }
 
-    fn nonce_record(&self, _nonce: &str) -> Result<Option<Value>, String> {
-        Err("a target's replay store is not read".into())
+    fn nonce_record(&self, _nonce: &str) -> Result<Option<Value>, Unobservable> {
+        Err(Unobservable::TargetReplayStore)
     }
 
-    fn exports(&self) -> Result<Vec<ExportRecord>, String> {
-        Err("a target has no gateway backends mcpsim can read".into())
+    fn exports(&self) -> Result<Vec<ExportRecord>, Unobservable> {
+        Err(Unobservable::TargetExports)
     }
 
     fn annotate(&mut self, annotation: Annotation) {

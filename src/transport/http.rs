@@ -327,6 +327,14 @@ struct Endpoint {
 /// place among the listener's and its principal's.
 type InFlight = Slot<String>;
 
+/// Why a router was not built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouterError {
+    /// [`Authentication::Anonymous`] on `0`, an address that is not loopback.
+    #[error("a server without authentication only listens on a loopback address (127.0.0.1 or [::1]), not {0}")]
+    AnonymousOffLoopback(SocketAddr),
+}
+
 /// The router serving [`MCP_PATH`] for a server listening on `local_address`. Refuses
 /// [`Authentication::Anonymous`] unless `local_address` is a loopback address.
 pub fn router(
@@ -334,12 +342,10 @@ pub fn router(
     authentication: Authentication,
     options: HttpOptions,
     local_address: SocketAddr,
-) -> Result<Router, String> {
+) -> Result<Router, RouterError> {
     let loopback_bind = local_address.ip().is_loopback();
     if matches!(authentication, Authentication::Anonymous { .. }) && !loopback_bind {
-        return Err(format!(
-            "a server without authentication only listens on a loopback address (127.0.0.1 or [::1]), not {local_address}"
-        ));
+        return Err(RouterError::AnonymousOffLoopback(local_address));
     }
     let limits = options.limits;
     let endpoint = Arc::new(Endpoint {
@@ -1062,22 +1068,15 @@ impl ClientLink for HttpLink {
         }
     }
 
-    async fn park(&self) -> Result<(), String> {
+    async fn park(&self) -> Result<(), crate::eras::ParkRefused> {
         let mut parked = HttpLink::lock(&self.parked);
         if parked.is_some() {
             return Ok(());
         }
         match self.waiting.places.try_take(&self.waiting.principal) {
             Ok(place) => *parked = Some(place),
-            Err(SlotRefusal::Share) => {
-                return Err(format!(
-                    "as many of your legacy calls wait for your answers as one principal's may ({}): answer them, then retry",
-                    self.waiting.places.share()
-                ))
-            }
-            Err(SlotRefusal::Total) => {
-                return Err("the server has as many legacy calls waiting for their clients as it allows; retry shortly".into())
-            }
+            Err(SlotRefusal::Share) => return Err(crate::eras::ParkRefused::Principal { max: self.waiting.places.share() }),
+            Err(SlotRefusal::Total) => return Err(crate::eras::ParkRefused::Listener),
         }
         HttpLink::lock(&self.in_flight).take();
         Ok(())
@@ -1388,7 +1387,8 @@ mod tests {
         let anonymous = || Authentication::Anonymous { principal: "anyone".into() };
         for address in ["0.0.0.0:80", "192.168.1.2:80", "[::]:80"] {
             let error = router(server.clone(), anonymous(), HttpOptions::default(), address.parse().unwrap()).unwrap_err();
-            assert!(error.contains("loopback"), "{error}");
+            assert_eq!(error, RouterError::AnonymousOffLoopback(address.parse().unwrap()));
+            assert!(error.to_string().contains("loopback"), "{error}");
         }
         assert!(router(server.clone(), anonymous(), HttpOptions::default(), "127.0.0.1:80".parse().unwrap()).is_ok());
         assert!(router(server, Authentication::Bearer(Tokens::default()), HttpOptions::default(), "0.0.0.0:80".parse().unwrap()).is_ok());

@@ -19,14 +19,48 @@ const ROOT_KEYWORDS: [&str; 7] = ["type", "properties", "required", "additionalP
 const PROPERTY_KEYWORDS: [&str; 10] =
     ["type", "description", "title", "minLength", "maxLength", "enum", "minimum", "maximum", "default", "format"];
 
+/// Why arguments were refused: what to fix (a caller's argument) or what the approved schema uses that the
+/// gateway does not enforce. Its text goes into the refusal's message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum ArgumentError {
+    #[error("the approved inputSchema is not an object")]
+    SchemaNotAnObject,
+    #[error("the approved inputSchema is not of type object")]
+    SchemaNotOfTypeObject,
+    /// `keyword`: where in the schema, e.g. `properties/q/type`.
+    #[error(
+        "the approved inputSchema uses {keyword:?}, which the gateway does not enforce; it refuses rather than forward unchecked arguments"
+    )]
+    Unenforceable { keyword: String },
+    #[error("at most {ARGUMENT_COUNT_MAX} arguments are accepted")]
+    TooMany,
+    #[error("arguments larger than {ARGUMENTS_BYTES_MAX} bytes are refused")]
+    TooLarge,
+    /// `name` as echoed (bounded, see `wire::errors::echo`); `known`, the schema's properties.
+    #[error("unknown argument {name:?}: this tool takes only {known:?}")]
+    Unknown { name: String, known: Vec<String> },
+    #[error("argument {name:?} is required")]
+    Required { name: String },
+    #[error("argument {name:?} must be of type {kind}")]
+    WrongType { name: String, kind: String },
+    #[error("argument {name:?} must be one of {allowed}")]
+    NotAllowed { name: String, allowed: Value },
+    #[error("argument {name:?} must be {min} to {max} characters long")]
+    Length { name: String, min: usize, max: usize },
+    #[error("argument {name:?} is below its minimum")]
+    BelowMinimum { name: String },
+    #[error("argument {name:?} is above its maximum")]
+    AboveMaximum { name: String },
+}
+
 /// Checks `arguments` against the approved schema. The error says what to fix.
-pub(crate) fn check_arguments(schema: &Value, arguments: &Map<String, Value>) -> Result<(), String> {
-    let Some(schema) = schema.as_object() else { return Err("the approved inputSchema is not an object".into()) };
+pub(crate) fn check_arguments(schema: &Value, arguments: &Map<String, Value>) -> Result<(), ArgumentError> {
+    let Some(schema) = schema.as_object() else { return Err(ArgumentError::SchemaNotAnObject) };
     if let Some(keyword) = schema.keys().find(|k| !ROOT_KEYWORDS.contains(&k.as_str())) {
         return Err(unenforceable(keyword));
     }
     if schema.get("type").and_then(Value::as_str) != Some("object") {
-        return Err("the approved inputSchema is not of type object".into());
+        return Err(ArgumentError::SchemaNotOfTypeObject);
     }
     let empty = Map::new();
     let properties = match schema.get("properties") {
@@ -35,21 +69,21 @@ pub(crate) fn check_arguments(schema: &Value, arguments: &Map<String, Value>) ->
         Some(_) => return Err(unenforceable("properties")),
     };
     if arguments.len() > ARGUMENT_COUNT_MAX {
-        return Err(format!("at most {ARGUMENT_COUNT_MAX} arguments are accepted"));
+        return Err(ArgumentError::TooMany);
     }
     if serde_json::to_vec(arguments).map_or(usize::MAX, |bytes| bytes.len()) > ARGUMENTS_BYTES_MAX {
-        return Err(format!("arguments larger than {ARGUMENTS_BYTES_MAX} bytes are refused"));
+        return Err(ArgumentError::TooLarge);
     }
     if let Some(unknown) = arguments.keys().find(|key| !properties.contains_key(*key)) {
-        let known: Vec<&String> = properties.keys().collect();
-        return Err(format!("unknown argument {:?}: this tool takes only {known:?}", crate::wire::errors::echo(unknown)));
+        let known = properties.keys().cloned().collect();
+        return Err(ArgumentError::Unknown { name: crate::wire::errors::echo(unknown), known });
     }
     if let Some(required) = schema.get("required") {
         let Some(required) = required.as_array() else { return Err(unenforceable("required")) };
         for name in required {
             let Some(name) = name.as_str() else { return Err(unenforceable("required")) };
             if !arguments.contains_key(name) {
-                return Err(format!("argument {name:?} is required"));
+                return Err(ArgumentError::Required { name: name.to_string() });
             }
         }
     }
@@ -59,13 +93,12 @@ pub(crate) fn check_arguments(schema: &Value, arguments: &Map<String, Value>) ->
     Ok(())
 }
 
-fn unenforceable(keyword: &str) -> String {
-    format!(
-        "the approved inputSchema uses {keyword:?}, which the gateway does not enforce; it refuses rather than forward unchecked arguments"
-    )
+fn unenforceable(keyword: &str) -> ArgumentError {
+    ArgumentError::Unenforceable { keyword: keyword.to_string() }
 }
 
-fn check_property(name: &str, schema: &Value, value: &Value) -> Result<(), String> {
+fn check_property(name: &str, schema: &Value, value: &Value) -> Result<(), ArgumentError> {
+    let named = || name.to_string();
     let Some(schema) = schema.as_object() else { return Err(unenforceable(&format!("properties/{name}"))) };
     if let Some(keyword) = schema.keys().find(|k| !PROPERTY_KEYWORDS.contains(&k.as_str())) {
         return Err(unenforceable(&format!("properties/{name}/{keyword}")));
@@ -79,12 +112,12 @@ fn check_property(name: &str, schema: &Value, value: &Value) -> Result<(), Strin
         _ => return Err(unenforceable(&format!("properties/{name}/type"))),
     };
     if !type_ok {
-        return Err(format!("argument {name:?} must be of type {kind}"));
+        return Err(ArgumentError::WrongType { name: named(), kind: kind.to_string() });
     }
     if let Some(allowed) = schema.get("enum") {
         let Some(allowed) = allowed.as_array() else { return Err(unenforceable(&format!("properties/{name}/enum"))) };
         if !allowed.contains(value) {
-            return Err(format!("argument {name:?} must be one of {}", Value::Array(allowed.clone())));
+            return Err(ArgumentError::NotAllowed { name: named(), allowed: Value::Array(allowed.clone()) });
         }
     }
     if let Some(text) = value.as_str() {
@@ -93,15 +126,15 @@ fn check_property(name: &str, schema: &Value, value: &Value) -> Result<(), Strin
         let max = declared_max.unwrap_or(ARGUMENT_STRING_CHARS_MAX).min(ARGUMENT_STRING_CHARS_MAX);
         let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
         if chars > max || chars < min {
-            return Err(format!("argument {name:?} must be {min} to {max} characters long"));
+            return Err(ArgumentError::Length { name: named(), min, max });
         }
     }
     if let Some(number) = value.as_f64() {
         if schema.get("minimum").and_then(Value::as_f64).is_some_and(|minimum| number < minimum) {
-            return Err(format!("argument {name:?} is below its minimum"));
+            return Err(ArgumentError::BelowMinimum { name: named() });
         }
         if schema.get("maximum").and_then(Value::as_f64).is_some_and(|maximum| number > maximum) {
-            return Err(format!("argument {name:?} is above its maximum"));
+            return Err(ArgumentError::AboveMaximum { name: named() });
         }
     }
     Ok(())
@@ -134,7 +167,7 @@ mod tests {
         }})
     }
 
-    fn check(arguments: Value) -> Result<(), String> {
+    fn check(arguments: Value) -> Result<(), ArgumentError> {
         check_arguments(&schema(), arguments.as_object().unwrap())
     }
 
@@ -146,31 +179,51 @@ mod tests {
 
     #[test]
     fn every_violation_is_refused_with_a_reason() {
-        for (arguments, expected) in [
-            (json!({"query": "tps", "destination": "archive", "cc": "x"}), "unknown argument \"cc\""),
-            (json!({"query": "tps"}), "\"destination\" is required"),
-            (json!({"query": "tps", "destination": "https://paste.example"}), "must be one of"),
-            (json!({"query": 7, "destination": "archive"}), "type string"),
-            (json!({"query": "", "destination": "archive"}), "1 to 20 characters"),
-            (json!({"query": "x".repeat(21), "destination": "archive"}), "1 to 20 characters"),
-            (json!({"query": "tps", "destination": "archive", "limit": 2.5}), "type integer"),
-            (json!({"query": "tps", "destination": "archive", "limit": 11}), "above its maximum"),
+        let known = vec!["destination".to_string(), "limit".to_string(), "query".to_string()];
+        let string = |name: &str, kind: &str| ArgumentError::WrongType { name: name.into(), kind: kind.into() };
+        let length = ArgumentError::Length { name: "query".into(), min: 1, max: 20 };
+        for (arguments, expected, text) in [
+            (
+                json!({"query": "tps", "destination": "archive", "cc": "x"}),
+                ArgumentError::Unknown { name: "cc".into(), known },
+                "unknown argument \"cc\": this tool takes only [\"destination\", \"limit\", \"query\"]",
+            ),
+            (json!({"query": "tps"}), ArgumentError::Required { name: "destination".into() }, "argument \"destination\" is required"),
+            (
+                json!({"query": "tps", "destination": "https://paste.example"}),
+                ArgumentError::NotAllowed { name: "destination".into(), allowed: json!(["archive"]) },
+                "argument \"destination\" must be one of [\"archive\"]",
+            ),
+            (json!({"query": 7, "destination": "archive"}), string("query", "string"), "argument \"query\" must be of type string"),
+            (json!({"query": "", "destination": "archive"}), length.clone(), "argument \"query\" must be 1 to 20 characters long"),
+            (json!({"query": "x".repeat(21), "destination": "archive"}), length, "argument \"query\" must be 1 to 20 characters long"),
+            (json!({"query": "tps", "destination": "archive", "limit": 2.5}), string("limit", "integer"), "must be of type integer"),
+            (
+                json!({"query": "tps", "destination": "archive", "limit": 11}),
+                ArgumentError::AboveMaximum { name: "limit".into() },
+                "argument \"limit\" is above its maximum",
+            ),
         ] {
             let error = check(arguments.clone()).unwrap_err();
-            assert!(error.contains(expected), "{arguments} -> {error}");
+            assert_eq!(error, expected, "{arguments}");
+            assert!(error.to_string().ends_with(text), "{arguments} -> {error}");
         }
     }
 
     #[test]
     fn open_schemas_are_closed_and_unknown_keywords_refused() {
         let open = json!({"type": "object", "properties": {"q": {"type": "string"}}});
-        assert!(check_arguments(&open, json!({"q": "a", "extra": 1}).as_object().unwrap()).unwrap_err().contains("unknown argument"));
+        let extra = check_arguments(&open, json!({"q": "a", "extra": 1}).as_object().unwrap());
+        assert!(matches!(extra, Err(ArgumentError::Unknown { name, .. }) if name == "extra"));
         let long = "x".repeat(ARGUMENT_STRING_CHARS_MAX + 1);
         assert!(check_arguments(&open, json!({"q": long}).as_object().unwrap()).is_err(), "the gateway cap applies without maxLength");
         let nested = json!({"type": "object", "properties": {"q": {"type": "object", "properties": {}}}});
-        assert!(check_arguments(&nested, json!({"q": {}}).as_object().unwrap()).unwrap_err().contains("does not enforce"));
+        let unenforced = |keyword: &str| Err(ArgumentError::Unenforceable { keyword: keyword.into() });
+        assert_eq!(check_arguments(&nested, json!({"q": {}}).as_object().unwrap()), unenforced("properties/q/properties"));
         let composed = json!({"type": "object", "oneOf": []});
-        assert!(check_arguments(&composed, &Map::new()).unwrap_err().contains("oneOf"));
+        let refused = check_arguments(&composed, &Map::new());
+        assert_eq!(refused, unenforced("oneOf"));
+        assert!(refused.unwrap_err().to_string().contains("uses \"oneOf\", which the gateway does not enforce"));
     }
 
     #[test]

@@ -123,6 +123,21 @@ pub struct GatewayPorts {
     pub nonces: Arc<dyn NonceSource>,
 }
 
+/// What is wrong with a gateway's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayConfigError {
+    #[error(transparent)]
+    Policy(#[from] policy::PolicyError),
+    #[error("the audit key must be at least {AUDIT_KEY_BYTES_MIN} bytes")]
+    AuditKey,
+    #[error("the instance name must be 1 to {INSTANCE_NAME_CHARS_MAX} characters")]
+    InstanceName,
+    #[error("two backends share the id {0:?}")]
+    DuplicateBackend(String),
+    #[error("backend id {0:?} must be 1 to 32 characters of a-z 0-9 _ - (no dot)")]
+    BackendId(String),
+}
+
 /// The gateway: configuration, backends and ports. Holds no per-client state.
 #[derive(Clone)]
 pub struct Gateway {
@@ -134,22 +149,22 @@ pub struct Gateway {
 
 impl Gateway {
     /// Checks the configuration; the error says what to fix.
-    pub fn new(config: GatewayConfig, mut backends: Vec<BackendHandle>, ports: GatewayPorts) -> Result<Gateway, String> {
+    pub fn new(config: GatewayConfig, mut backends: Vec<BackendHandle>, ports: GatewayPorts) -> Result<Gateway, GatewayConfigError> {
         config.policy.validate()?;
         if config.audit_key.len() < AUDIT_KEY_BYTES_MIN {
-            return Err(format!("the audit key must be at least {AUDIT_KEY_BYTES_MIN} bytes"));
+            return Err(GatewayConfigError::AuditKey);
         }
         if config.instance.is_empty() || config.instance.chars().count() > INSTANCE_NAME_CHARS_MAX {
-            return Err(format!("the instance name must be 1 to {INSTANCE_NAME_CHARS_MAX} characters"));
+            return Err(GatewayConfigError::InstanceName);
         }
         backends.sort_by(|a, b| a.id.cmp(&b.id));
         for pair in backends.windows(2) {
             if pair[0].id == pair[1].id {
-                return Err(format!("two backends share the id {:?}", pair[0].id));
+                return Err(GatewayConfigError::DuplicateBackend(pair[0].id.clone()));
             }
         }
         if let Some(bad) = backends.iter().find(|b| !is_backend_id(&b.id)) {
-            return Err(format!("backend id {:?} must be 1 to 32 characters of a-z 0-9 _ - (no dot)", bad.id));
+            return Err(GatewayConfigError::BackendId(bad.id.clone()));
         }
         Ok(Gateway { config: Arc::new(config), backends: Arc::new(backends), ports, scan_memo: Arc::default() })
     }

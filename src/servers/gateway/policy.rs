@@ -72,15 +72,31 @@ pub struct ToolGrant {
     pub destinations: BTreeSet<String>,
 }
 
+/// What is wrong with an access policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("policy version must be 1 to {POLICY_VERSION_CHARS_MAX} characters")]
+    Version,
+    /// `what`: `default_rate_limit` or the tool whose rule has it.
+    #[error("{what}: a rate limit needs calls >= 1 and window_ms >= 1")]
+    RateLimit { what: String },
+    #[error("tool rule {0:?}: not a qualified tool name backend.tool")]
+    UnqualifiedRule(String),
+    #[error("principal {principal}: {tool:?} is not a qualified tool name backend.tool")]
+    UnqualifiedGrant { principal: String, tool: String },
+    #[error("principal {principal}: {tool} grants destinations, but its tool rule names no destination_argument")]
+    DestinationsWithoutArgument { principal: String, tool: String },
+}
+
 impl AccessPolicy {
     /// Checks names and bounds; says what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PolicyError> {
         if self.version.is_empty() || self.version.chars().count() > POLICY_VERSION_CHARS_MAX {
-            return Err(format!("policy version must be 1 to {POLICY_VERSION_CHARS_MAX} characters"));
+            return Err(PolicyError::Version);
         }
         let check_limit = |what: &str, limit: &RateLimit| {
             if limit.calls == 0 || limit.window_ms == 0 {
-                Err(format!("{what}: a rate limit needs calls >= 1 and window_ms >= 1"))
+                Err(PolicyError::RateLimit { what: what.to_string() })
             } else {
                 Ok(())
             }
@@ -88,7 +104,7 @@ impl AccessPolicy {
         check_limit("default_rate_limit", &self.default_rate_limit)?;
         for (name, rule) in &self.tools {
             if split_qualified(name).is_none() {
-                return Err(format!("tool rule {name:?}: not a qualified tool name backend.tool"));
+                return Err(PolicyError::UnqualifiedRule(name.clone()));
             }
             if let Some(limit) = &rule.rate_limit {
                 check_limit(name, limit)?;
@@ -97,13 +113,11 @@ impl AccessPolicy {
         for (principal, grants) in &self.principals {
             for (name, grant) in &grants.tools {
                 if split_qualified(name).is_none() {
-                    return Err(format!("principal {principal}: {name:?} is not a qualified tool name backend.tool"));
+                    return Err(PolicyError::UnqualifiedGrant { principal: principal.clone(), tool: name.clone() });
                 }
                 let takes_destination = self.rule(name).destination_argument.is_some();
                 if !grant.destinations.is_empty() && !takes_destination {
-                    return Err(format!(
-                        "principal {principal}: {name} grants destinations, but its tool rule names no destination_argument"
-                    ));
+                    return Err(PolicyError::DestinationsWithoutArgument { principal: principal.clone(), tool: name.clone() });
                 }
             }
         }
@@ -146,12 +160,15 @@ mod tests {
     #[test]
     fn bad_policies_say_what_is_wrong() {
         let error = policy("version = \"v1\"\n[tools.search]\nconfirm = false\n").validate().unwrap_err();
-        assert!(error.contains("qualified"), "{error}");
+        assert_eq!(error, PolicyError::UnqualifiedRule("search".into()));
+        assert!(error.to_string().contains("qualified"), "{error}");
         let error = policy("version = \"v1\"\n[tools.\"a.b\"]\nrate_limit = { calls = 0, window_ms = 5 }\n").validate().unwrap_err();
-        assert!(error.contains("calls >= 1"), "{error}");
+        assert_eq!(error, PolicyError::RateLimit { what: "a.b".into() });
+        assert!(error.to_string().contains("calls >= 1"), "{error}");
         let error =
             policy("version = \"v1\"\n[principals.a.tools]\n\"notes.search\" = { destinations = [\"x\"] }\n").validate().unwrap_err();
-        assert!(error.contains("destination_argument"), "{error}");
+        assert_eq!(error, PolicyError::DestinationsWithoutArgument { principal: "a".into(), tool: "notes.search".into() });
+        assert!(error.to_string().contains("destination_argument"), "{error}");
         assert!(toml::from_str::<AccessPolicy>("version = \"v1\"\nsessions = true\n").is_err(), "unknown keys are refused");
     }
 }

@@ -136,15 +136,15 @@ impl GatewayWorld {
 
     /// The operator reviews and re-pins `backend.tool` to what the backend publishes right now. Returns the
     /// new digest and the descriptor approved, or why nothing was pinned.
-    pub fn approve(&self, qualified: &str, now_ms: u64) -> Result<(String, Value), String> {
-        let (backend_id, tool) = crate::policy::pinning::split_qualified(qualified)
-            .ok_or_else(|| format!("{qualified:?} is not a qualified tool name backend.tool"))?;
-        let backend = self.backend(backend_id).ok_or_else(|| format!("no backend {backend_id}"))?;
+    pub fn approve(&self, qualified: &str, now_ms: u64) -> Result<(String, Value), ApproveError> {
+        let (backend_id, tool) =
+            crate::policy::pinning::split_qualified(qualified).ok_or_else(|| ApproveError::NotQualified(qualified.to_string()))?;
+        let backend = self.backend(backend_id).ok_or_else(|| ApproveError::NoBackend(backend_id.to_string()))?;
         let descriptors = backend.descriptors.current();
         let descriptor = descriptors
             .iter()
             .find(|d| d.get("name").and_then(Value::as_str) == Some(tool))
-            .ok_or_else(|| format!("backend {backend_id} publishes no tool {tool}"))?;
+            .ok_or_else(|| ApproveError::NoTool { backend: backend_id.to_string(), tool: tool.to_string() })?;
         let info = self.file.backends[backend_id].server_info();
         let approval = Approval {
             publisher: PublisherEvidence {
@@ -158,7 +158,7 @@ impl GatewayWorld {
             acknowledged_findings: Vec::new(),
         };
         let mut pins = crate::servers::gateway::ports::PinSource::pins(self.pins.as_ref()).as_ref().clone();
-        let digest = pins.approve(&qualify(backend_id, tool), descriptor, approval).map_err(|e| e.to_string())?.digest.clone();
+        let digest = pins.approve(&qualify(backend_id, tool), descriptor, approval)?.digest.clone();
         self.pins.replace(pins);
         Ok((digest, descriptor.clone()))
     }
@@ -215,4 +215,17 @@ pub(crate) fn handle_request(
     Box::pin(
         async move { TaskOutput::Reply(gateway_mutants::handle(variant, &gateway, &backends, &principal, &bytes, headers.as_ref()).await) },
     )
+}
+
+/// Why `admin approve` pinned nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApproveError {
+    #[error("{0:?} is not a qualified tool name backend.tool")]
+    NotQualified(String),
+    #[error("no backend {0}")]
+    NoBackend(String),
+    #[error("backend {backend} publishes no tool {tool}")]
+    NoTool { backend: String, tool: String },
+    #[error(transparent)]
+    Pin(#[from] crate::policy::pinning::PinFileError),
 }

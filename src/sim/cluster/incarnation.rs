@@ -2,11 +2,13 @@
 //! built through `assembly` by the factory), crashed (its tasks and envelopes dropped), restarted, and rebuilt
 //! when its configuration changes (keys rotated or retired, a clock skewed, a grant revoked).
 
+use super::admin::AdminError;
 use super::{Cluster, ReplyTo, Task, SIM_PAGE_BASE};
 use crate::config::server_info;
 use crate::eras::session::SessionLimits;
 use crate::eras::LegacyAdapter;
 use crate::framework::Service;
+use crate::policy::state::KeyError;
 use crate::servers::notes::{NotesConfig, NotesPorts};
 use crate::sim::actors::instance::{incarnation_nonces, InstanceParts};
 use crate::sim::actors::legacy::CurrentService;
@@ -149,9 +151,9 @@ impl Cluster {
     }
 
     /// Makes `key_id` the signing key of these instances; their previous keys still verify.
-    pub fn rotate(&mut self, indexes: &[usize], key_id: &str, key: Vec<u8>) -> Result<(), String> {
+    pub fn rotate(&mut self, indexes: &[usize], key_id: &str, key: Vec<u8>) -> Result<(), AdminError> {
         for &index in indexes {
-            self.instances[index].key_ring.rotate(key_id, key.clone()).map_err(|e| format!("{}: {e}", self.instances[index].name))?;
+            self.instances[index].key_ring.rotate(key_id, key.clone()).map_err(|source| self.key_error(index, source))?;
             self.rebuild_service(index);
             let ids: Vec<&str> = self.instances[index].key_ring.key_ids().collect();
             let text = format!("keys rotated: signs with {key_id}, verifies {}", ids.join(" "));
@@ -161,14 +163,18 @@ impl Cluster {
     }
 
     /// Forgets `key_id` on these instances: states it signed fail closed there.
-    pub fn retire(&mut self, indexes: &[usize], key_id: &str) -> Result<(), String> {
+    pub fn retire(&mut self, indexes: &[usize], key_id: &str) -> Result<(), AdminError> {
         for &index in indexes {
-            self.instances[index].key_ring.retire(key_id).map_err(|e| format!("{}: {e}", self.instances[index].name))?;
+            self.instances[index].key_ring.retire(key_id).map_err(|source| self.key_error(index, source))?;
             self.rebuild_service(index);
             let ids: Vec<&str> = self.instances[index].key_ring.key_ids().collect();
             let text = format!("key {key_id} retired: verifies {}", ids.join(" "));
             self.event(Some(index), text);
         }
         Ok(())
+    }
+
+    fn key_error(&self, index: usize, source: KeyError) -> AdminError {
+        AdminError::Key { instance: self.instances[index].name.clone(), source }
     }
 }

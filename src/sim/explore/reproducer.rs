@@ -37,10 +37,29 @@ pub struct Reproducer {
     pub decisions: DecisionLog,
 }
 
-fn server_for(mutant: Option<&str>) -> Result<ServerUnderTest, String> {
+/// Why a reproducer file cannot be read or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReproducerError {
+    #[error("a reproducer is at most {REPRODUCER_BYTES_MAX} bytes")]
+    TooLarge,
+    /// Written by another mcpsim version (`format`, the one it names).
+    #[error(
+        "format {format:?} is not {REPRODUCER_FORMAT:?}: it was written by another mcpsim version; run the exploration again to get a new one"
+    )]
+    OtherFormat { format: String },
+    #[error("not a reproducer file: {0}")]
+    NotAReproducer(serde_json::Error),
+    /// The scenario text it carries does not parse.
+    #[error(transparent)]
+    Scenario(#[from] scenario::ParseError),
+    #[error("no mutant is named {0:?}")]
+    NoMutant(String),
+}
+
+fn server_for(mutant: Option<&str>) -> Result<ServerUnderTest, ReproducerError> {
     match mutant {
         None => Ok(ServerUnderTest::from(&notes_server_factory())),
-        Some(name) => mutants::find(name).map(|m| m.server()).ok_or_else(|| format!("no mutant is named {name:?}")),
+        Some(name) => mutants::find(name).map(|m| m.server()).ok_or_else(|| ReproducerError::NoMutant(name.to_string())),
     }
 }
 
@@ -104,25 +123,23 @@ impl Reproducer {
         serde_json::to_string_pretty(self).expect("a reproducer serializes") + "\n"
     }
 
-    pub fn from_json(text: &str) -> Result<Reproducer, String> {
+    pub fn from_json(text: &str) -> Result<Reproducer, ReproducerError> {
         if text.len() > REPRODUCER_BYTES_MAX {
-            return Err(format!("a reproducer is at most {REPRODUCER_BYTES_MAX} bytes"));
+            return Err(ReproducerError::TooLarge);
         }
         let format = serde_json::from_str::<serde_json::Value>(text)
             .ok()
             .and_then(|v| v.get("format").and_then(serde_json::Value::as_str).map(str::to_string));
         if let Some(format) = format.filter(|f| f != REPRODUCER_FORMAT) {
-            return Err(format!(
-                "format {format:?} is not {REPRODUCER_FORMAT:?}: it was written by another mcpsim version; run the exploration again to get a new one"
-            ));
+            return Err(ReproducerError::OtherFormat { format });
         }
-        let reproducer: Reproducer = serde_json::from_str(text).map_err(|e| format!("not a reproducer file: {e}"))?;
+        let reproducer: Reproducer = serde_json::from_str(text).map_err(ReproducerError::NotAReproducer)?;
         Ok(reproducer)
     }
 
     /// Runs the recorded schedule again, strictly (a divergence is a failure of its own), with a transcript.
-    pub fn replay(&self) -> Result<RunReport, String> {
-        let scenario = scenario::parse("reproducer", &self.scenario_name, &self.scenario_text).map_err(|e| e.to_string())?;
+    pub fn replay(&self) -> Result<RunReport, ReproducerError> {
+        let scenario = scenario::parse("reproducer", &self.scenario_name, &self.scenario_text)?;
         let server = server_for(self.mutant.as_deref())?;
         let options = RunOptions {
             record_transcript: true,
