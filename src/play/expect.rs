@@ -285,8 +285,16 @@ fn check_answer<'v>(
     };
     match check {
         AnswerCheck::ResultType(expected) => match at(response, &["result", "resultType"]).and_then(Value::as_str) {
+            // A tool error is its own outcome (`tool_error`), never a completion.
+            Some("complete") if expected == "complete" && is_tool_error(response) => {
+                Err(miss!("expected resultType \"complete\" (not a tool error), {}", got()))
+            }
             Some(actual) if actual == expected => Ok(()),
             _ => Err(miss!("expected resultType {expected:?}, {}", got())),
+        },
+        AnswerCheck::ToolError => match at(response, &["result", "resultType"]).and_then(Value::as_str) {
+            Some("complete") if is_tool_error(response) => Ok(()),
+            _ => Err(miss!("expected a tool error (resultType \"complete\" with isError: true), {}", got())),
         },
         AnswerCheck::Error { code, reason } => {
             let actual_code = at(response, &["error", "code"]).and_then(Value::as_i64);
@@ -321,4 +329,9 @@ fn check_answer<'v>(
         },
         AnswerCheck::NoResponse | AnswerCheck::Any(_) => unreachable!("handled above"),
     }
+}
+
+/// A result that reports a tool error: `isError: true` (SPEC: a tool's own failure, not a protocol error).
+pub(crate) fn is_tool_error(response: &Value) -> bool {
+    at(response, &["result", "isError"]) == Some(&Value::Bool(true))
 }
