@@ -8,8 +8,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Where the scenarios for targets are, when none are named.
-pub(crate) const TARGET_SCENARIOS: &str = "targets/scenarios";
 /// Most re-runs of a failure.
 pub(crate) const RERUNS_MAX: usize = 100;
 
@@ -62,15 +60,17 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let paths = if args.paths.is_empty() { vec![PathBuf::from(TARGET_SCENARIOS)] } else { args.paths.clone() };
-    let files = match target::scenario_files(&paths) {
+    let files = match target::scenario_sources(&args.paths) {
         Ok(files) if !files.is_empty() => files,
         Ok(_) => {
-            eprintln!("mcpsim run: no .sim files in {}; target scenarios are in {TARGET_SCENARIOS}/", paths[0].display());
+            eprintln!(
+                "mcpsim run: no .sim files in {}; the target scenarios are built in (run --target F without scenarios plays them)",
+                args.paths[0].display()
+            );
             return ExitCode::from(EXIT_USAGE);
         }
         Err(error) => {
-            eprintln!("mcpsim run: {error}");
+            eprintln!("mcpsim run: {}", shown(&error));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -93,6 +93,18 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
         }
     };
     let _guard = contain::Guard;
+    // One tools/list, one round 1, one probe read before any scenario: a wrong tool name, input key or probe
+    // stops the run here, in one error, instead of as a page of misleading failures.
+    match target::preflight(&target, &mcpsim, &work_dir) {
+        Ok(line) => {
+            if trace {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        }
+        Err(stop) => return preflight_failed("run", file, &stop),
+    }
     let single = files.len() == 1;
     // With a trace on stdout, everything else goes to stderr.
     let say = |text: &str| {
@@ -106,19 +118,22 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     let mut status = EXIT_HELD;
     let mut failing: Vec<(String, u64)> = Vec::new();
     let seeds = args.seed..args.seed.saturating_add(args.seeds.clamp(1, SEEDS_MAX));
-    let runs: Vec<(&PathBuf, u64)> = files.iter().flat_map(|path| seeds.clone().map(move |seed| (path, seed))).collect();
-    for (path, seed) in runs {
-        let scenario = match target::load_scenario(&target, path) {
+    let runs: Vec<(&target::ScenarioSource, u64)> = files.iter().flat_map(|source| seeds.clone().map(move |seed| (source, seed))).collect();
+    let (mut played, mut skipped) = (0usize, 0usize);
+    for (source, seed) in runs {
+        let scenario = match target::load_source(&target, source) {
             Ok(scenario) => scenario,
             Err(error) => {
                 if seed != args.seed {
                     continue;
                 }
-                say(&format!("# {}: SKIPPED: {}\n\n", shown(&path.display().to_string()), shown(&error)));
-                rows.push((shown(&path.display().to_string()), "SKIPPED".to_string()));
+                skipped += 1;
+                say(&format!("# SKIPPED: {}\n\n", shown(&error)));
+                rows.push((shown(&source.name), "SKIPPED".to_string()));
                 continue;
             }
         };
+        played += 1;
         match target::run_scenario(&target, &scenario, seed, args.reruns.min(RERUNS_MAX), &mcpsim, &work_dir) {
             Ok(report) => {
                 let text = target::render(&target, &report, single || args.transcript || !report.passed());
@@ -126,7 +141,11 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                     print!("{}", target::mcp_trace(&target, &report.spread));
                 }
                 say(&format!("{text}\n"));
-                let verdict = if report.passed() {
+                let verdict = if let (true, Err(why)) = (report.passed(), &report.spread.effects) {
+                    // Effects unobserved turn the effect checks off: that is not a pass.
+                    status = status.max(EXIT_UNJUDGED);
+                    format!("NOT JUDGED (effects not observed: {})", shown(why))
+                } else if report.passed() {
                     "PASS".to_string()
                 } else {
                     status = status.max(EXIT_FAILED);
@@ -137,7 +156,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                 };
                 rows.push((format!("{} seed {seed}", shown(&scenario.name)), verdict));
                 if !report.passed() {
-                    failing.push((shown(&path.display().to_string()), seed));
+                    failing.push((shown(&source.argument), seed));
                 }
             }
             Err(error) => {
@@ -149,6 +168,11 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     }
     if end("run") {
         status = EXIT_UNJUDGED;
+    }
+    if played == 0 && skipped > 0 {
+        // Nothing was judged: a run of skipped scenarios is not a pass.
+        status = status.max(EXIT_UNJUDGED);
+        rows.push(("every scenario was skipped: nothing was judged".into(), "NOT JUDGED".into()));
     }
     let mut summary = String::new();
     let (name, instances, transport) = (&target.file.name, target.file.instances, target.file.transport.as_str());
@@ -173,12 +197,21 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let path = PathBuf::from(name);
-    let path = if path.exists() { path } else { Path::new(TARGET_SCENARIOS).join(format!("{name}.sim")) };
-    let scenario = match target::load_scenario(&target, &path) {
+    let source = match target::scenario_sources(&[PathBuf::from(name)]) {
+        Ok(mut sources) if sources.len() == 1 => sources.remove(0),
+        Ok(_) => {
+            eprintln!("mcpsim explore: {name}: name one target scenario (a .sim file, or a built-in name)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(error) => {
+            eprintln!("mcpsim explore: {}", shown(&error));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let scenario = match target::load_source(&target, &source) {
         Ok(scenario) => scenario,
         Err(error) => {
-            eprintln!("mcpsim explore: {error}\n  (a target scenario is a .sim file, or a name in {TARGET_SCENARIOS}/)");
+            eprintln!("mcpsim explore: {error}\n  (a target scenario is a .sim file, or a built-in name such as 02-accepts-race)");
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -194,6 +227,10 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         }
     };
     let _guard = contain::Guard;
+    match target::preflight(&target, &mcpsim, &work_dir) {
+        Ok(line) => println!("{line}"),
+        Err(stop) => return preflight_failed("explore", file, &stop),
+    }
     let (first, last) = (*seeds.start(), *seeds.end());
     let mut failing: Vec<(u64, String)> = Vec::new();
     let mut broken: std::collections::BTreeMap<&'static str, usize> = std::collections::BTreeMap::new();
@@ -244,8 +281,27 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     println!(
         "reproduce: mcpsim run --target {} {} --seed {} --reruns 5   # played again from its decision log, with how often it reproduced",
         shown(&file.display().to_string()),
-        shown(&path.display().to_string()),
+        shown(&source.argument),
         failing[0].0
     );
     ExitCode::from(EXIT_FAILED)
+}
+
+/// Ends a run the preflight stopped: says why, in one error, and exits 2 (the target file is wrong) or 3 (the
+/// fleet could not be started or reached).
+pub(crate) fn preflight_failed(command: &str, file: &Path, stop: &target::Preflight) -> ExitCode {
+    end(command);
+    match stop {
+        target::Preflight::TargetFile(why) => {
+            eprintln!(
+                "mcpsim {command}: {}: {why}\n  (checked before any scenario; docs/targets.md describes every key)",
+                shown(&file.display().to_string())
+            );
+            ExitCode::from(EXIT_USAGE)
+        }
+        target::Preflight::Unjudged(why) => {
+            eprintln!("mcpsim {command}: {}: the preflight could not be done: {why}", shown(&file.display().to_string()));
+            ExitCode::from(EXIT_UNJUDGED)
+        }
+    }
 }

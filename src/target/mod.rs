@@ -152,6 +152,9 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     values.insert("accept", Some(tool.accept.to_string()));
     values.insert("principal", Some(tool.principal.clone()));
     values.insert("other", tool.other_principal.clone());
+    // Invalid answers a scenario sends before the valid accept: every field of the wrong type, one left out.
+    values.insert("accept_mistyped", Some(attack::mistyped(&tool.accept).to_string()));
+    values.insert("accept_missing_field", attack::missing_field(&tool.accept, None).map(|(_, v)| v.to_string()));
     values
 }
 
@@ -257,7 +260,14 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
                 let path = effects.count.as_deref().unwrap_or("");
                 let segments: Vec<&str> = path.split('.').collect();
                 let list = crate::oracle::reading::at(&answer, &segments).and_then(Value::as_array).ok_or_else(|| {
-                    format!("the effect probe's answer has no list at {path}: {}", answer.to_string().chars().take(200).collect::<String>())
+                    let text = answer.to_string().chars().take(200).collect::<String>();
+                    if answer.get("error").is_some() {
+                        format!("[effects] method = {method:?} (params {}): the probe's answer is an error: {text}", params_shown(effects))
+                    } else if answer.pointer("/result/isError") == Some(&Value::Bool(true)) {
+                        format!("[effects] params = {}: the probe's answer is a tool error: {text}", params_shown(effects))
+                    } else {
+                        format!("[effects] count = {path:?}: the probe's answer has no list there: {text}")
+                    }
                 })?;
                 list.len() as i64
             }
@@ -284,7 +294,109 @@ fn probe_command(
     let argv: Vec<String> = command.iter().map(|a| p.fill(a)).collect::<Result<_, _>>()?;
     let mut process = process::Process::start(&argv, &[], data_dir.join("probe.stderr"), true)?;
     let line = process.read_line(Duration::from_millis(target.request_timeout_ms() + target.start_timeout_ms()))?.unwrap_or_default();
-    line.trim().parse::<i64>().map_err(|_| format!("the effect probe {:?} printed {line:?}, not a number", redact_argv(&argv)))
+    line.trim().parse::<i64>().map_err(|_| format!("[effects] command = {:?}: it printed {line:?}, not a number", redact_argv(&argv)))
+}
+
+fn params_shown(effects: &file::EffectsFile) -> String {
+    effects.params.as_ref().map(Value::to_string).unwrap_or_else(|| "missing".into())
+}
+
+/// Why a preflight stopped the run: the target file says something the server does not do (exit 2), or the
+/// fleet could not be started or reached (exit 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preflight {
+    TargetFile(String),
+    Unjudged(String),
+}
+
+/// Before any scenario or attack, on a fresh fleet: one `tools/list` (does the tool exist? else the closest
+/// names it lists), one round 1 (does it answer `input_required`, asking the key `tool.input_key` names?), one
+/// probe read (a number?). `Ok`: one line saying what was found.
+pub fn preflight(target: &Target, mcpsim: &str, work_dir: &Path) -> Result<String, Preflight> {
+    let data_dir = work_dir.join("preflight");
+    let _ = std::fs::remove_dir_all(&data_dir);
+    create_private_dir(&data_dir).map_err(Preflight::Unjudged)?;
+    let mut fleet = Fleet::start(target, &data_dir, mcpsim).map_err(Preflight::Unjudged)?;
+    let result = preflight_on(target, &mut fleet, &data_dir, mcpsim);
+    drop(fleet);
+    let _ = std::fs::remove_dir_all(&data_dir);
+    result
+}
+
+fn preflight_on(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim: &str) -> Result<String, Preflight> {
+    let tool = &target.file.tool;
+    let mut client = Client::new("mcpsim-client", &tool.principal, json!({"elicitation": {"form": {}}}));
+    let mut exchange = |fleet: &mut Fleet<'_>, method: &str, params: Value| -> Result<Value, Preflight> {
+        let value = client.request(method, params, false).map_err(Preflight::Unjudged)?;
+        let outgoing = play::world::Outgoing {
+            client: 0,
+            instance: 0,
+            headers: crate::wire::headers::RoutingHeaders::for_message(&value),
+            raw: None,
+            value: Some(value),
+            notification: false,
+            headers_written: false,
+            step: 0,
+            name: None,
+        };
+        let answer = fleet.exchange_all(&[(0, tool.principal.clone(), outgoing)]).pop().expect("one answer");
+        answer
+            .map_err(|lost| Preflight::Unjudged(format!("{method} got no answer from t1: {}", lost.message)))?
+            .ok_or_else(|| Preflight::Unjudged(format!("{method} got no answer from t1")))
+    };
+    let listed = exchange(fleet, "tools/list", json!({}))?;
+    let Some(tools) = listed.pointer("/result/tools").and_then(Value::as_array) else {
+        return Err(Preflight::Unjudged(format!("tools/list did not answer a list of tools: {}", preview(&listed))));
+    };
+    let names: Vec<&str> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect();
+    if !names.contains(&tool.name.as_str()) {
+        let mut close: Vec<(usize, &str)> = names.iter().map(|n| (strsim::levenshtein(&tool.name, n), *n)).collect();
+        close.sort();
+        let meant = close.first().filter(|(d, _)| *d <= tool.name.len().max(3) / 2 + 1).map(|(_, n)| format!(": did you mean {n:?}?"));
+        return Err(Preflight::TargetFile(format!(
+            "tool.name = {:?}: the server lists no such tool{} (tools/list on t1: {})",
+            shown(&tool.name),
+            meant.map(|m| shown(&m)).unwrap_or_default(),
+            shown(&names.join(", "))
+        )));
+    }
+    let round1 = exchange(fleet, "tools/call", json!({"name": tool.name, "arguments": tool.arguments}))?;
+    if crate::oracle::reading::text(&round1, &["result", "resultType"]) != Some("input_required") {
+        return Err(Preflight::TargetFile(format!(
+            "tool.name = {:?} with tool.arguments = {}: round 1 did not answer input_required: {} (scenarios need a tool that asks first)",
+            shown(&tool.name),
+            shown(&tool.arguments.to_string()),
+            shown(&preview(&round1))
+        )));
+    }
+    let asked: Vec<String> =
+        round1.pointer("/result/inputRequests").and_then(Value::as_object).map(|r| r.keys().cloned().collect()).unwrap_or_default();
+    if let Some(key) = &tool.input_key {
+        if !asked.contains(key) {
+            return Err(Preflight::TargetFile(format!(
+                "tool.input_key = {:?}: round 1 asked under {} instead",
+                shown(key),
+                if asked.is_empty() { "no key".to_string() } else { shown(&asked.join(", ")) }
+            )));
+        }
+    }
+    if target.file.effects.method.as_deref() == Some("tools/call") && target.file.effects.params.is_none() {
+        return Err(Preflight::TargetFile(
+            "[effects] params is missing: method \"tools/call\" needs params = { name = \"…\", arguments = {…} }".into(),
+        ));
+    }
+    let read = probe(target, fleet, data_dir, mcpsim).map_err(|why| {
+        if why.starts_with("[effects]") {
+            Preflight::TargetFile(shown(&why))
+        } else {
+            Preflight::Unjudged(format!("the effect probe: {}", shown(&why)))
+        }
+    })?;
+    Ok(format!(
+        "preflight on t1: tools/list lists {}; round 1 answers input_required asking {}; the effect probe reads {read}",
+        shown(&tool.name),
+        shown(&asked.join(", "))
+    ))
 }
 
 /// One answer in a line: what it was, as transcripts describe it.
@@ -524,12 +636,81 @@ pub fn run_scenario(
     Ok(report)
 }
 
+/// The target scenarios, in the binary (`targets/scenarios/` of the checkout): `run --target F` plays them
+/// anywhere, and names them as `01-retry-lands-elsewhere`.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("01-retry-lands-elsewhere.sim", include_str!("../../targets/scenarios/01-retry-lands-elsewhere.sim")),
+    ("02-accepts-race.sim", include_str!("../../targets/scenarios/02-accepts-race.sim")),
+    ("03-decline-then-accept.sim", include_str!("../../targets/scenarios/03-decline-then-accept.sim")),
+    ("04-cancel-then-accept.sim", include_str!("../../targets/scenarios/04-cancel-then-accept.sim")),
+    (
+        "05-retry-after-the-first-instance-crashed.sim",
+        include_str!("../../targets/scenarios/05-retry-after-the-first-instance-crashed.sim"),
+    ),
+    ("06-another-principal-replays-the-state.sim", include_str!("../../targets/scenarios/06-another-principal-replays-the-state.sim")),
+    ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
+];
+
+/// A target scenario to play: where it comes from (a file, or the binary's) and its text.
+#[derive(Debug, Clone)]
+pub struct ScenarioSource {
+    /// As reports show it: the file's path, or `<embedded>/NAME.sim`.
+    pub shown: String,
+    /// As the reproduce command names it: the path, or the embedded name.
+    pub argument: String,
+    pub name: String,
+    pub text: String,
+}
+
+/// The embedded target scenario `name` means (`04-cancel-then-accept`, with or without `.sim`).
+pub fn embedded(name: &str) -> Option<ScenarioSource> {
+    let name = name.strip_prefix("<embedded>/").unwrap_or(name);
+    let file = if name.ends_with(".sim") { name.to_string() } else { format!("{name}.sim") };
+    SCENARIOS.iter().find(|(f, _)| *f == file).map(|(f, text)| {
+        let stem = f.trim_end_matches(".sim").to_string();
+        ScenarioSource { shown: format!("<embedded>/{f}"), argument: stem.clone(), name: stem, text: text.to_string() }
+    })
+}
+
+/// The scenarios `arguments` name: every embedded one when none are named; otherwise each `.sim` file, each
+/// folder's `.sim` files (sorted), or an embedded scenario by name. `Err`: an argument that is none of these.
+pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, String> {
+    if arguments.is_empty() {
+        return Ok(SCENARIOS.iter().filter_map(|(f, _)| embedded(f)).collect());
+    }
+    let mut sources = Vec::new();
+    for argument in arguments {
+        if argument.exists() {
+            for path in scenario_files(std::slice::from_ref(argument))? {
+                let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+                let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                sources.push(ScenarioSource { shown: path.display().to_string(), argument: path.display().to_string(), name, text });
+            }
+        } else if let Some(source) = embedded(&argument.to_string_lossy()) {
+            sources.push(source);
+        } else {
+            let names: Vec<&str> = SCENARIOS.iter().map(|(f, _)| f.trim_end_matches(".sim")).collect();
+            return Err(format!(
+                "{}: no such file, and no target scenario has that name (they are: {})",
+                argument.display(),
+                names.join(", ")
+            ));
+        }
+    }
+    Ok(sources)
+}
+
+/// A target scenario: its text with the placeholders filled, parsed.
+pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, String> {
+    let filled = fill_scenario(target, &source.text).map_err(|why| format!("{}: {why}", source.shown))?;
+    crate::scenario::parse(&source.shown, &source.name, &filled).map_err(|e| e.to_string())
+}
+
 /// A scenario file for targets: its text with the placeholders filled, parsed.
 pub fn load_scenario(target: &Target, path: &Path) -> Result<Scenario, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let filled = fill_scenario(target, &text).map_err(|why| format!("{}: {why}", path.display()))?;
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    crate::scenario::parse(&path.display().to_string(), &name, &filled).map_err(|e| e.to_string())
+    load_source(target, &ScenarioSource { shown: path.display().to_string(), argument: path.display().to_string(), name, text })
 }
 
 /// The `.sim` files of `paths` (folders listed, sorted).
