@@ -70,9 +70,9 @@ pub fn run(args: AttackArgs) -> ExitCode {
         }
     };
     let _guard = crate::target::contain::Guard;
-    match crate::target::preflight(&target, &mcpsim, &work_dir) {
-        Ok(line) => println!("{line}"),
-        Err(stop) => return super::target::preflight_failed("attack", &args.target, &stop),
+    let found = crate::target::preflight(&target, &mcpsim, &work_dir);
+    if let Some(stopped) = super::target::after_preflight("attack", &args.target, found, false) {
+        return stopped;
     }
     let options = attack::BatteryOptions { seed: args.seed, race_tries: args.race_tries as usize };
     let result = attack::run_battery(&target, &args.only, options, &mcpsim, &work_dir);

@@ -95,15 +95,8 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     let _guard = contain::Guard;
     // One tools/list, one round 1, one probe read before any scenario: a wrong tool name, input key or probe
     // stops the run here, in one error, instead of as a page of misleading failures.
-    match target::preflight(&target, &mcpsim, &work_dir) {
-        Ok(line) => {
-            if trace {
-                eprintln!("{line}");
-            } else {
-                println!("{line}");
-            }
-        }
-        Err(stop) => return preflight_failed("run", file, &stop),
+    if let Some(stopped) = after_preflight("run", file, target::preflight(&target, &mcpsim, &work_dir), trace) {
+        return stopped;
     }
     let single = files.len() == 1;
     // With a trace on stdout, everything else goes to stderr.
@@ -227,9 +220,8 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         }
     };
     let _guard = contain::Guard;
-    match target::preflight(&target, &mcpsim, &work_dir) {
-        Ok(line) => println!("{line}"),
-        Err(stop) => return preflight_failed("explore", file, &stop),
+    if let Some(stopped) = after_preflight("explore", file, target::preflight(&target, &mcpsim, &work_dir), false) {
+        return stopped;
     }
     let (first, last) = (*seeds.start(), *seeds.end());
     let mut failing: Vec<(u64, String)> = Vec::new();
@@ -287,21 +279,25 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     ExitCode::from(EXIT_FAILED)
 }
 
-/// Ends a run the preflight stopped: says why, in one error, and exits 2 (the target file is wrong) or 3 (the
-/// fleet could not be started or reached).
-pub(crate) fn preflight_failed(command: &str, file: &Path, stop: &target::Preflight) -> ExitCode {
-    end(command);
-    match stop {
-        target::Preflight::TargetFile(why) => {
+/// What the preflight found: `None` to go on (it held, or it could not be done: then the scenarios or attacks
+/// run and report what they could not reach, which is never a pass), or the exit of a run it stopped because
+/// the target file is wrong (2), saying why in one error.
+pub(crate) fn after_preflight(command: &str, file: &Path, found: Result<String, target::Preflight>, to_stderr: bool) -> Option<ExitCode> {
+    match found {
+        Ok(line) if to_stderr => eprintln!("{}", shown(&line)),
+        Ok(line) => println!("{}", shown(&line)),
+        Err(target::Preflight::TargetFile(why)) => {
+            end(command);
             eprintln!(
-                "mcpsim {command}: {}: {why}\n  (checked before any scenario; docs/targets.md describes every key)",
-                shown(&file.display().to_string())
+                "mcpsim {command}: {}: {}\n  (checked before any scenario; docs/targets.md describes every key)",
+                shown(&file.display().to_string()),
+                shown(&why)
             );
-            ExitCode::from(EXIT_USAGE)
+            return Some(ExitCode::from(EXIT_USAGE));
         }
-        target::Preflight::Unjudged(why) => {
-            eprintln!("mcpsim {command}: {}: the preflight could not be done: {why}", shown(&file.display().to_string()));
-            ExitCode::from(EXIT_UNJUDGED)
+        Err(target::Preflight::Unjudged(why)) => {
+            eprintln!("mcpsim {command}: {}: the preflight could not be done: {}", shown(&file.display().to_string()), shown(&why));
         }
     }
+    None
 }

@@ -274,17 +274,7 @@ fn then_accept(a: &mut Attacker<'_, '_>, form: &Form, before: i64, refused: Vec<
             outcome(&accepted)
         ));
     }
-    let replay = a.answer(&principal, form, a.accept(), None, None);
-    let replayed = a.send(again, &principal, replay);
-    let after = attempt!(a.effects());
-    let effects = (before - after).abs();
-    if succeeded(replayed.as_ref()) || effects > 1 {
-        return Verdict::Broken(format!(
-            "the valid accept succeeded more than once: its replay on {}: {}; the effect probe saw {effects} effect(s) (SPEC-MRTR-8)",
-            Fleet::instance_name(again),
-            outcome(&replayed)
-        ));
-    }
+    let (replayed, effects) = attempt!(replay_fails(a, form, again, before));
     let answers: Vec<String> = refused.iter().map(|(what, r)| format!("{what}: {}", outcome(r))).collect();
     Verdict::Held(format!(
         "{}; then the valid accept on {}: {}; its replay on {}: {}; {effects} effect",
@@ -294,6 +284,23 @@ fn then_accept(a: &mut Attacker<'_, '_>, form: &Form, before: i64, refused: Vec<
         Fleet::instance_name(again),
         outcome(&replayed)
     ))
+}
+
+/// After the accept of `form` succeeded: its replay on `again` must not, and the probe must see at most one
+/// effect since `before`. `Ok`: the replay's answer and the effects seen.
+fn replay_fails(a: &mut Attacker<'_, '_>, form: &Form, again: usize, before: i64) -> Result<(Option<Value>, i64), Verdict> {
+    let principal = a.principal();
+    let replay = a.answer(&principal, form, a.accept(), None, None);
+    let replayed = a.send(again, &principal, replay);
+    let effects = (before - a.effects()?).abs();
+    if succeeded(replayed.as_ref()) || effects > 1 {
+        return Err(Verdict::Broken(format!(
+            "the accept succeeded more than once: its replay on {}: {}; the effect probe saw {effects} effect(s) (SPEC-MRTR-8)",
+            Fleet::instance_name(again),
+            outcome(&replayed)
+        )));
+    }
+    Ok((replayed, effects))
 }
 
 fn replay_sequential(a: &mut Attacker<'_, '_>) -> Verdict {
@@ -582,18 +589,7 @@ fn extra_response_keys(a: &mut Attacker<'_, '_>) -> Verdict {
     if !succeeded(answer.as_ref()) {
         return Verdict::Broken(format!("an accept with one unasked extra key did not succeed (SHOULD ignore it): {}", outcome(&answer)));
     }
-    let again = a.elsewhere(1);
-    let replay = a.answer(&principal, &form, a.accept(), None, None);
-    let replayed = a.send(again, &principal, replay);
-    let after = attempt!(a.effects());
-    let effects = (before - after).abs();
-    if succeeded(replayed.as_ref()) || effects > 1 {
-        return Verdict::Broken(format!(
-            "the accept succeeded more than once: its replay on {}: {}; the effect probe saw {effects} effect(s) (SPEC-MRTR-8)",
-            Fleet::instance_name(again),
-            outcome(&replayed)
-        ));
-    }
+    let (replayed, effects) = attempt!(replay_fails(a, &form, a.elsewhere(1), before));
     Verdict::Held(format!("the extra key was ignored: {}; its replay: {}; {effects} effect", outcome(&answer), outcome(&replayed)))
 }
 

@@ -243,20 +243,9 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
                 let principal = effects.principal.clone().unwrap_or_else(|| target.file.tool.principal.clone());
                 let mut client = Client::new("mcpsim-probe", &principal, json!({}));
                 let value = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
-                let outgoing = play::world::Outgoing {
-                    client: 0,
-                    instance: 0,
-                    headers: crate::wire::headers::RoutingHeaders::for_message(&value),
-                    raw: None,
-                    value: Some(value),
-                    notification: false,
-                    headers_written: false,
-                    step: 0,
-                    name: None,
-                };
-                let answer = fleet.exchange_all(&[(index, principal, outgoing)]).pop().expect("one answer");
-                let answer =
-                    answer.map_err(|lost| format!("the effect probe {method} got no answer: {}", lost.message))?.unwrap_or(Value::Null);
+                let answer = exchange_one(fleet, index, &principal, value)
+                    .map_err(|lost| format!("the effect probe {method} got no answer: {lost}"))?
+                    .unwrap_or(Value::Null);
                 let path = effects.count.as_deref().unwrap_or("");
                 let segments: Vec<&str> = path.split('.').collect();
                 let list = crate::oracle::reading::at(&answer, &segments).and_then(Value::as_array).ok_or_else(|| {
@@ -276,6 +265,23 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
         };
     }
     Ok(total)
+}
+
+/// One request, as a conforming client sends it (its routing headers derived), to fleet instance `index` as
+/// `principal`: its answer (`None` for none), or why none came.
+fn exchange_one(fleet: &mut Fleet<'_>, index: usize, principal: &str, value: Value) -> Result<Option<Value>, String> {
+    let outgoing = play::world::Outgoing {
+        client: 0,
+        instance: 0,
+        headers: crate::wire::headers::RoutingHeaders::for_message(&value),
+        raw: None,
+        value: Some(value),
+        notification: false,
+        headers_written: false,
+        step: 0,
+        name: None,
+    };
+    fleet.exchange_all(&[(index, principal.to_string(), outgoing)]).pop().expect("one answer").map_err(|lost| lost.message)
 }
 
 fn probe_command(
@@ -301,8 +307,8 @@ fn params_shown(effects: &file::EffectsFile) -> String {
     effects.params.as_ref().map(Value::to_string).unwrap_or_else(|| "missing".into())
 }
 
-/// Why a preflight stopped the run: the target file says something the server does not do (exit 2), or the
-/// fleet could not be started or reached (exit 3).
+/// What a preflight found wrong: the target file says something the server does not do (the run stops, exit
+/// 2), or the fleet could not be started, reached or understood (said, and the run goes on to report it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Preflight {
     TargetFile(String),
@@ -328,20 +334,8 @@ fn preflight_on(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim:
     let mut client = Client::new("mcpsim-client", &tool.principal, json!({"elicitation": {"form": {}}}));
     let mut exchange = |fleet: &mut Fleet<'_>, method: &str, params: Value| -> Result<Value, Preflight> {
         let value = client.request(method, params, false).map_err(Preflight::Unjudged)?;
-        let outgoing = play::world::Outgoing {
-            client: 0,
-            instance: 0,
-            headers: crate::wire::headers::RoutingHeaders::for_message(&value),
-            raw: None,
-            value: Some(value),
-            notification: false,
-            headers_written: false,
-            step: 0,
-            name: None,
-        };
-        let answer = fleet.exchange_all(&[(0, tool.principal.clone(), outgoing)]).pop().expect("one answer");
-        answer
-            .map_err(|lost| Preflight::Unjudged(format!("{method} got no answer from t1: {}", lost.message)))?
+        exchange_one(fleet, 0, &tool.principal, value)
+            .map_err(|lost| Preflight::Unjudged(format!("{method} got no answer from t1: {lost}")))?
             .ok_or_else(|| Preflight::Unjudged(format!("{method} got no answer from t1")))
     };
     let listed = exchange(fleet, "tools/list", json!({}))?;
