@@ -1467,6 +1467,31 @@ mod tests {
     }
 
     #[test]
+    fn an_impersonator_copies_a_declared_clients_capabilities_and_names_it() {
+        let cluster = "use demo\ninstance i1\nclient alice principal alice capabilities {\"elicitation\": {\"form\": {}, \"url\": {}}}\n";
+        let parsed = parse("s.sim", "s", &format!("{cluster}client mallory principal bob impersonates alice\n")).expect("it parses");
+        let mallory = &parsed.cluster.clients[1];
+        assert_eq!((mallory.principal.as_str(), mallory.impersonates.as_deref()), ("bob", Some("alice")));
+        assert_eq!(mallory.capabilities, parsed.cluster.clients[0].capabilities);
+        let error = |text: &str| parse("s.sim", "s", text).map(|_| ()).unwrap_err().to_string();
+        assert!(error(&format!("{cluster}client mallory principal bob impersonates carol\n")).contains("no client carol is declared above"));
+        assert!(
+            error("use demo\ninstance i1\nbrowser web user alice\nclient m principal bob impersonates web\n").contains("sends no _meta")
+        );
+    }
+
+    #[test]
+    fn a_tool_error_is_its_own_check() {
+        let parsed =
+            parse("s.sim", "s", &format!("{CLUSTER}send alice -> i1 tools/list {{}} as r\nexpect r tool_error\n")).expect("it parses");
+        assert!(parsed
+            .steps
+            .iter()
+            .any(|s| matches!(&s.action, Action::Expect(Expectation::Answer { check: AnswerCheck::ToolError, .. }))));
+        assert!(with_cluster("send alice -> i1 tools/list {} as r\nexpect r tool_eror\n").contains("did you mean `tool_error`?"));
+    }
+
+    #[test]
     fn browsers_only_browse_and_clients_never_do() {
         let cluster = "use demo\ninstance i1\nclient alice principal alice\nbrowser web user alice\n";
         let error = |steps: &str| parse("s.sim", "s", &format!("{cluster}{steps}")).map(|_| ()).unwrap_err().to_string();
