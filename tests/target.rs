@@ -40,13 +40,14 @@ fn row<'a>(ran: &'a Ran, scenario: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row for {scenario}:\n{}", ran.stdout))
 }
 
-const SCENARIOS: [&str; 6] = [
+const SCENARIOS: [&str; 7] = [
     "01-retry-lands-elsewhere",
     "02-accepts-race",
     "03-decline-then-accept",
     "04-cancel-then-accept",
     "05-retry-after-the-first-instance-crashed",
     "06-another-principal-replays-the-state",
+    "07-invalid-answers-then-accept",
 ];
 
 #[test]
@@ -238,10 +239,10 @@ fn the_processes_die_with_mcpsim_even_when_it_is_killed_outright() {
 
 #[test]
 fn the_attack_battery_holds_against_our_stdio_and_http_fleets() {
-    for (file, applicable) in [("targets/mcpsim-stdio.toml", 15), ("targets/mcpsim-http.toml", 16)] {
+    for (file, applicable) in [("targets/mcpsim-stdio.toml", 18), ("targets/mcpsim-http.toml", 19)] {
         let ran = run(&["attack", "--target", file]);
         assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
-        assert!(ran.stdout.contains(&format!("16 attack(s): {applicable} held, 0 finding(s), 0 inconclusive")), "{}", ran.stdout);
+        assert!(ran.stdout.contains(&format!("19 attack(s): {applicable} held, 0 finding(s), 0 inconclusive")), "{}", ran.stdout);
         for clause in ["SPEC-MRTR-7", "SPEC-MRTR-8(a)", "SPEC-META-6", "SPEC-MRTR-16"] {
             assert!(ran.stdout.contains(clause), "{clause}: {}", ran.stdout);
         }
@@ -280,9 +281,10 @@ fn a_wrong_input_key_in_the_target_file_is_reported_against_the_file() {
     let good = std::fs::read_to_string(repo().join("targets/mcpsim-stdio.toml")).unwrap();
     std::fs::write(&file, good.replace("input_key = \"delete_choice\"", "input_key = \"confirm\"")).unwrap();
     let ran = run(&["run", "--target", file.to_str().unwrap(), "targets/scenarios/01-retry-lands-elsewhere.sim", "--reruns", "0"]);
-    assert_eq!(ran.status, 1, "{}", ran.stdout);
-    assert!(ran.stdout.contains("the target file says tool.input_key = \"confirm\", but round1 on i1@"), "{}", ran.stdout);
-    assert!(ran.stdout.contains("asked under delete_choice"), "{}", ran.stdout);
+    // The preflight stops it before any scenario, in one error against the file.
+    assert_eq!(ran.status, 2, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("tool.input_key = \"confirm\": round 1 asked under delete_choice instead"), "{}", ran.stderr);
+    assert!(!ran.stdout.contains("01-retry-lands-elsewhere seed"), "no scenario was played: {}", ran.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -293,8 +295,7 @@ fn explore_with_a_target_runs_each_seed_on_fresh_processes_and_lists_the_failing
     assert!(ran.stdout.contains("3 of 3 seed(s) failed: at-most-once in 3"), "{}", ran.stdout);
     assert!(ran.stdout.contains("seed 2: FAIL (at-most-once"), "{}", ran.stdout);
     assert!(
-        ran.stdout
-            .contains("reproduce: mcpsim run --target targets/broken-own-memory-store.toml targets/scenarios/02-accepts-race.sim --seed 1"),
+        ran.stdout.contains("reproduce: mcpsim run --target targets/broken-own-memory-store.toml 02-accepts-race --seed 1"),
         "{}",
         ran.stdout
     );
@@ -322,4 +323,233 @@ fn the_mcp_trace_of_a_target_run_names_the_instance_of_every_message() {
     assert!(instances[0].starts_with("i1@") && instances[2].starts_with("i2@") && instances[4].starts_with("i3@"), "{instances:?}");
     // The report went to stderr, so stdout is the trace alone.
     assert!(ran.stderr.contains("01-retry-lands-elsewhere seed 1") && ran.stderr.contains("PASS"), "{}", ran.stderr);
+}
+
+/// A target file for `tests/peers/python/planted_notes_server.py` (three stdio processes, one SQLite file)
+/// with the mistakes `planted` names (empty: the correct server), written in `dir`.
+fn planted_target(dir: &Path, planted: &str) -> PathBuf {
+    let file = dir.join(format!("planted-{}.toml", if planted.is_empty() { "none" } else { planted }));
+    let text = format!(
+        r#"name = "planted notes server (no SDK): {planted}"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{{data_dir}}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{{data_dir}}/notes.db"]
+env = {{ PLANTED = "{planted}" }}
+
+[principals.alice]
+args = ["alice"]
+
+[principals.bob]
+args = ["bob"]
+
+[tool]
+name = "notes_delete"
+arguments = {{ workspaceUri = "file:///notes", title = "TPS report" }}
+input_key = "delete_choice"
+accept = {{ note_id = "note-7", confirm = true }}
+principal = "alice"
+other_principal = "bob"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#
+    );
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn findings(ran: &Ran) -> Vec<&str> {
+    ran.stdout.lines().filter(|l| l.starts_with("FINDING")).collect()
+}
+
+#[test]
+fn the_correct_planted_server_passes_every_scenario_and_attack_with_no_false_positive() {
+    let dir = scratch("planted-none");
+    let file = planted_target(&dir, "");
+    let ran = run(&["run", "--target", file.to_str().unwrap()]);
+    assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
+    for scenario in SCENARIOS {
+        assert!(row(&ran, scenario).ends_with("PASS"), "{}", row(&ran, scenario));
+    }
+    let attacked = run(&["attack", "--target", file.to_str().unwrap()]);
+    assert_eq!(attacked.status, 0, "{}\n{}", attacked.stdout, attacked.stderr);
+    assert!(attacked.stdout.contains("19 attack(s): 18 held, 0 finding(s), 0 inconclusive, 1 not applicable"), "{}", attacked.stdout);
+    assert!(attacked.stdout.contains("held in 5 of 5 tries"), "the race was tried 5 times: {}", attacked.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_server_burning_its_state_on_a_cancel_is_caught_by_the_battery_and_by_scenario_04() {
+    let dir = scratch("planted-cancel");
+    let file = planted_target(&dir, "burn-on-cancel");
+    let attacked = run(&["attack", "--target", file.to_str().unwrap(), "--only", "cancel-then-accept,decline-then-accept"]);
+    assert_eq!(attacked.status, 1, "{}\n{}", attacked.stdout, attacked.stderr);
+    let found = findings(&attacked);
+    assert_eq!(found.len(), 1, "{}", attacked.stdout);
+    assert!(found[0].contains("cancel-then-accept") && found[0].contains("MISSION.md §3"), "{}", found[0]);
+    assert!(found[0].contains("after the cancel, the valid accept on") && found[0].contains("state_consumed"), "{}", found[0]);
+    assert!(found[0].contains("cancel consumes nothing"), "the finding names the rule: {}", found[0]);
+    let ran = run(&["run", "--target", file.to_str().unwrap(), "04-cancel-then-accept", "--reruns", "0"]);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("FAIL  line 19: expect accepted complete"), "{}", ran.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_server_burning_its_state_on_an_invalid_answer_is_caught_by_each_kind_of_invalid_answer_and_by_scenario_07() {
+    let dir = scratch("planted-invalid");
+    let file = planted_target(&dir, "burn-on-invalid");
+    let kinds = "schema-mismatch,missing-field-then-accept,not-shown-then-accept,unasked-key-only-then-accept,cancel-then-accept";
+    let attacked = run(&["attack", "--target", file.to_str().unwrap(), "--only", kinds]);
+    assert_eq!(attacked.status, 1, "{}\n{}", attacked.stdout, attacked.stderr);
+    let found = findings(&attacked);
+    // The three kinds it refuses as invalid burn the state; an unasked key alone is asked again (consumes
+    // nothing there), and a cancel is left alone by this mistake.
+    for kind in ["schema-mismatch", "missing-field-then-accept", "not-shown-then-accept"] {
+        let line = found.iter().find(|l| l.contains(kind)).unwrap_or_else(|| panic!("{kind}: {}", attacked.stdout));
+        assert!(line.contains("an invalid response consumes nothing") && line.contains("state_consumed"), "{line}");
+    }
+    assert_eq!(found.len(), 3, "{}", attacked.stdout);
+    let ran = run(&["run", "--target", file.to_str().unwrap(), "07-invalid-answers-then-accept", "--reruns", "0"]);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("FAIL  line 21: expect accepted complete"), "{}", ran.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_server_binding_the_state_to_client_info_is_caught_by_another_principal_and_by_scenario_06() {
+    let dir = scratch("planted-client-info");
+    let file = planted_target(&dir, "bind-client-info");
+    let attacked = run(&["attack", "--target", file.to_str().unwrap(), "--only", "another-principal"]);
+    assert_eq!(attacked.status, 1, "{}\n{}", attacked.stdout, attacked.stderr);
+    let found = findings(&attacked);
+    assert!(found.len() == 1 && found[0].contains("bob's accept of the state issued to alice succeeded"), "{}", attacked.stdout);
+    // The intruder's request carries the victim's _meta byte for byte.
+    let meta = |who: &str| {
+        attacked.stdout.lines().find(|l| l.contains(&format!("as {who}: {{"))).and_then(|l| {
+            let json: serde_json::Value = serde_json::from_str(&l[l.find('{').unwrap()..]).ok()?;
+            Some(json["params"]["_meta"].to_string())
+        })
+    };
+    assert_eq!(meta("alice"), meta("bob"), "{}", attacked.stdout);
+    assert!(meta("bob").is_some_and(|m| m.contains("clientInfo")), "{}", attacked.stdout);
+    let ran = run(&["run", "--target", file.to_str().unwrap(), "06-another-principal-replays-the-state", "--reruns", "0"]);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(row(&ran, "06-another-principal-replays-the-state").contains("FAIL (consent"), "{}", ran.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_tool_error_on_every_accept_fails_expect_complete_and_is_shown_as_a_tool_error() {
+    let dir = scratch("planted-tool-error");
+    let file = planted_target(&dir, "error-on-accept");
+    let ran = run(&["run", "--target", file.to_str().unwrap(), "05-retry-after-the-first-instance-crashed", "--reruns", "0"]);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains("FAIL  line 17: expect round2 complete: expected resultType \"complete\" (not a tool error), got tool_error"),
+        "{}",
+        ran.stdout
+    );
+    assert!(row(&ran, "05-retry-after-the-first-instance-crashed").contains("FAIL (expectations)"), "{}", ran.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_broken_probe_or_tool_in_the_target_file_stops_the_run_with_exit_2_naming_the_key() {
+    let dir = scratch("preflight");
+    let good = std::fs::read_to_string(repo().join("targets/mcpsim-stdio.toml")).unwrap();
+    let cases = [
+        (
+            "count",
+            good.replace("count = \"result.resources\"", "count = \"result.resource\""),
+            "[effects] count = \"result.resource\": the probe's answer has no list there",
+        ),
+        ("params", good.replace("method = \"resources/list\"", "method = \"tools/call\""), "[effects] params is missing"),
+        (
+            "tool",
+            good.replace("name = \"notes_delete\"", "name = \"notes_delet\""),
+            "tool.name = \"notes_delet\": the server lists no such tool: did you mean \"notes_delete\"?",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let file = dir.join(format!("{name}.toml"));
+        std::fs::write(&file, text).unwrap();
+        for command in ["run", "attack"] {
+            let ran = run(&[command, "--target", file.to_str().unwrap()]);
+            assert_eq!(ran.status, 2, "{name} {command}: {}\n{}", ran.stdout, ran.stderr);
+            assert!(ran.stderr.contains(expected), "{name} {command}: {}", ran.stderr);
+            assert!(!ran.stdout.contains("PASS") && !ran.stdout.contains("held"), "nothing was judged: {}", ran.stdout);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_run_whose_every_scenario_was_skipped_exits_3() {
+    let dir = scratch("skipped");
+    let good = std::fs::read_to_string(repo().join("targets/mcpsim-stdio.toml")).unwrap();
+    let file = dir.join("no-other.toml");
+    std::fs::write(&file, good.replace("other_principal = \"bob\"\n", "")).unwrap();
+    let ran = run(&["run", "--target", file.to_str().unwrap(), "06-another-principal-replays-the-state"]);
+    assert_eq!(ran.status, 3, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(row(&ran, "06-another-principal-replays-the-state").ends_with("SKIPPED"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("every scenario was skipped: nothing was judged"), "{}", ran.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_target_scenarios_are_in_the_binary_so_a_run_outside_the_checkout_plays_them_by_name_too() {
+    let dir = scratch("outside");
+    let file = repo().join("targets/mcpsim-stdio.toml");
+    let outside = |args: &[&str]| {
+        let child = Command::new(env!("CARGO_BIN_EXE_mcpsim"))
+            .args(args)
+            .current_dir(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mcpsim starts");
+        finish(child, RUN_SECONDS_MAX)
+    };
+    let ran = outside(&["run", "--target", file.to_str().unwrap(), "04-cancel-then-accept"]);
+    assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(row(&ran, "04-cancel-then-accept").ends_with("PASS"), "{}", ran.stdout);
+    let unknown = outside(&["run", "--target", file.to_str().unwrap(), "04-cancel"]);
+    assert_eq!(unknown.status, 2, "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("no target scenario has that name (they are: 01-retry-lands-elsewhere"), "{}", unknown.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn each_attack_mints_where_the_seed_says_and_logs_it() {
+    let columns = |seed: &str| -> Vec<String> {
+        let ran = run(&[
+            "attack",
+            "--target",
+            "targets/mcpsim-stdio.toml",
+            "--seed",
+            seed,
+            "--only",
+            "changed-arguments,tampered-state,decline-then-accept,retry-after-kill",
+        ]);
+        assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
+        assert!(ran.stdout.contains(&format!("seed {seed} (each attack's minting instance first)")), "{}", ran.stdout);
+        ran.stdout.lines().filter(|l| l.starts_with("ok")).map(|l| l[l.find('[').unwrap()..=l.find(']').unwrap()].to_string()).collect()
+    };
+    let first = columns("1");
+    assert_eq!(first.len(), 4);
+    assert!(first.iter().any(|c| !c.starts_with("[t1")), "not every attack mints on t1: {first:?}");
+    assert_eq!(first, columns("1"), "the same seed draws the same instances");
+}
+
+#[test]
+fn a_race_attack_is_tried_on_warmed_fleets_and_says_how_many_tries_found_it() {
+    let ran = run(&["attack", "--target", "targets/broken-own-memory-store.toml", "--only", "replay-concurrent", "--race-tries", "3"]);
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
+    let finding = findings(&ran).pop().expect("a finding");
+    assert!(finding.contains(" of 3 tries; try "), "{finding}");
+    // Every instance answered a request before the race: one tools/list each.
+    assert_eq!(ran.stdout.matches("\"method\":\"tools/list\"").count(), 3, "{}", ran.stdout);
 }

@@ -22,7 +22,8 @@ not work), or processes of the target (or its work directory) were left at the e
 Examples:
   mcpsim attack --target targets/mcpsim-stdio.toml                        # the whole battery: exit 0
   mcpsim attack --target targets/mcpsim-http.toml --only header-body-mismatch
-  mcpsim attack --target targets/broken-own-memory-store.toml --only replay-concurrent   # a finding")]
+  mcpsim attack --target targets/broken-own-memory-store.toml --only replay-concurrent   # a finding
+  mcpsim attack --target targets/mcpsim-stdio.toml --seed 7 --race-tries 10   # other instances, more races")]
 pub struct AttackArgs {
     /// The target file (TOML) describing the server under test.
     #[arg(long, value_name = "FILE")]
@@ -30,6 +31,15 @@ pub struct AttackArgs {
     /// Run only these attacks (repeatable, or comma-separated).
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     pub only: Vec<String>,
+    /// The seed each attack draws its instances from: which one mints the state, which ones it goes to next
+    /// (logged with its messages).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// How many times a race attack (replay-concurrent) is tried, each on a fresh fleet whose instances have
+    /// each answered a request first; the report says how many tries found it.
+    #[arg(long, value_name = "N", default_value_t = attack::RACE_TRIES_DEFAULT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=attack::RACE_TRIES_MAX as u64))]
+    pub race_tries: u64,
 }
 
 pub fn run(args: AttackArgs) -> ExitCode {
@@ -56,13 +66,18 @@ pub fn run(args: AttackArgs) -> ExitCode {
         Ok(run) => run,
         Err(status) => return status,
     };
-    let result = attack::run_battery(&target, &args.only, &mcpsim, run.work_dir());
+    let found = crate::target::preflight(&target, &mcpsim, run.work_dir());
+    if let Some(stopped) = super::target::after_preflight("attack", &args.target, found, false) {
+        return stopped;
+    }
+    let options = attack::BatteryOptions { seed: args.seed, race_tries: args.race_tries as usize };
+    let result = attack::run_battery(&target, &args.only, options, &mcpsim, run.work_dir());
     // Processes counted still running make the run unjudged, but never hide what the battery found: the
     // report is printed either way, and a finding still exits as one.
     let left_running = run.end();
     match result {
         Ok(reports) => {
-            print!("{}", attack::render(&target, &reports));
+            print!("{}", attack::render(&target, &reports, options));
             if reports.iter().any(|r| matches!(r.verdict, Verdict::Broken(_))) {
                 ExitCode::from(EXIT_FAILED)
             } else if left_running || reports.iter().any(|r| matches!(r.verdict, Verdict::Inconclusive(_))) {

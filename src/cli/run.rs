@@ -41,7 +41,7 @@ Examples:
                                                # one page, opened from disk: timeline, inspector, checks
   mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
   mcpsim run --target targets/mcpsim-stdio.toml  # the target scenarios against 3 processes of any MCP server
-  mcpsim run --target targets/mcpsim-http.toml targets/scenarios/02-accepts-race.sim --format mcp-trace > trace.jsonl
+  mcpsim run --target targets/mcpsim-http.toml 02-accepts-race --format mcp-trace > trace.jsonl
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
@@ -100,9 +100,11 @@ pub struct RunArgs {
     /// shows how the checker catches it. The reproduce line names it.
     #[arg(long, value_name = "NAME", conflicts_with = "live")]
     pub mutant: Option<String>,
-    /// Play the target scenarios (default: targets/scenarios/) against a fleet of any MCP server, as the target
-    /// file (TOML) describes it: mcpsim starts its processes, is their only client and network, and judges the
-    /// properties from what it observes. Everything the target starts is contained (a cgroup of the run, or the
+    /// Play the target scenarios (default: the seven built in, also named alone as 04-cancel-then-accept; or .sim
+    /// files) against a fleet of any MCP server, as the target file (TOML) describes it: mcpsim starts its
+    /// processes, is their only client and network, and judges the properties from what it observes. A preflight
+    /// (tools/list, one round 1, one probe read) first refuses a wrong tool, input_key or [effects] (exit 2); a run
+    /// whose every scenario was skipped exits 3. Everything the target starts is contained (a cgroup of the run, or the
     /// MCPSIM_TARGET_RUN environment marker; MCPSIM_TARGET_CONTAINMENT=marker forces the latter), killed and
     /// counted at the end, also after Ctrl-C or a SIGKILL of mcpsim. See docs/targets.md.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "out", "html_out", "faults", "mutant", "scheduler"])]

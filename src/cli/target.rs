@@ -8,8 +8,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Where the scenarios for targets are, when none are named.
-pub(crate) const TARGET_SCENARIOS: &str = "targets/scenarios";
 /// Most re-runs of a failure.
 pub(crate) const RERUNS_MAX: usize = 100;
 
@@ -96,15 +94,17 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let paths = if args.paths.is_empty() { vec![PathBuf::from(TARGET_SCENARIOS)] } else { args.paths.clone() };
-    let files = match target::scenario_files(&paths) {
+    let files = match target::scenario_sources(&args.paths) {
         Ok(files) if !files.is_empty() => files,
         Ok(_) => {
-            eprintln!("mcpsim run: no .sim files in {}; target scenarios are in {TARGET_SCENARIOS}/", paths[0].display());
+            eprintln!(
+                "mcpsim run: no .sim files in {}; the target scenarios are built in (run --target F without scenarios plays them)",
+                args.paths[0].display()
+            );
             return ExitCode::from(EXIT_USAGE);
         }
         Err(error) => {
-            eprintln!("mcpsim run: {error}");
+            eprintln!("mcpsim run: {}", shown(&error.to_string()));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -123,6 +123,11 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
         Ok(run) => run,
         Err(status) => return status,
     };
+    // One tools/list, one round 1, one probe read before any scenario: a wrong tool name, input key or probe
+    // stops the run here, in one error, instead of as a page of misleading failures.
+    if let Some(stopped) = after_preflight("run", file, target::preflight(&target, &mcpsim, run.work_dir()), trace) {
+        return stopped;
+    }
     let single = files.len() == 1;
     // With a trace on stdout, everything else goes to stderr.
     let say = |text: &str| {
@@ -136,19 +141,22 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     let mut status = EXIT_HELD;
     let mut failing: Vec<(String, u64)> = Vec::new();
     let seeds = args.seed..args.seed.saturating_add(args.seeds.clamp(1, SEEDS_MAX));
-    let runs: Vec<(&PathBuf, u64)> = files.iter().flat_map(|path| seeds.clone().map(move |seed| (path, seed))).collect();
-    for (path, seed) in runs {
-        let scenario = match target::load_scenario(&target, path) {
+    let runs: Vec<(&target::ScenarioSource, u64)> = files.iter().flat_map(|source| seeds.clone().map(move |seed| (source, seed))).collect();
+    let (mut played, mut skipped) = (0usize, 0usize);
+    for (source, seed) in runs {
+        let scenario = match target::load_source(&target, source) {
             Ok(scenario) => scenario,
             Err(error) => {
                 if seed != args.seed {
                     continue;
                 }
-                say(&format!("# {}: SKIPPED: {}\n\n", shown(&path.display().to_string()), shown(&error.to_string())));
-                rows.push((shown(&path.display().to_string()), "SKIPPED".to_string()));
+                skipped += 1;
+                say(&format!("# SKIPPED: {}\n\n", shown(&error.to_string())));
+                rows.push((shown(&source.name), "SKIPPED".to_string()));
                 continue;
             }
         };
+        played += 1;
         match target::run_scenario(&target, &scenario, seed, args.reruns.min(RERUNS_MAX), &mcpsim, run.work_dir()) {
             Ok(report) => {
                 let text = target::render(&target, &report, single || args.transcript || !report.passed());
@@ -156,7 +164,11 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                     print!("{}", target::mcp_trace(&target, &report.spread));
                 }
                 say(&format!("{text}\n"));
-                let verdict = if report.passed() {
+                let verdict = if let (true, Err(why)) = (report.passed(), &report.spread.effects) {
+                    // Effects unobserved turn the effect checks off: that is not a pass.
+                    status = status.max(EXIT_UNJUDGED);
+                    format!("NOT JUDGED (effects not observed: {})", shown(&why.to_string()))
+                } else if report.passed() {
                     "PASS".to_string()
                 } else {
                     status = status.max(EXIT_FAILED);
@@ -167,7 +179,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                 };
                 rows.push((format!("{} seed {seed}", shown(&scenario.name)), verdict));
                 if !report.passed() {
-                    failing.push((shown(&path.display().to_string()), seed));
+                    failing.push((shown(&source.argument), seed));
                 }
             }
             Err(error) => {
@@ -180,6 +192,11 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     }
     if run.end() {
         status = EXIT_UNJUDGED;
+    }
+    if played == 0 && skipped > 0 {
+        // Nothing was judged: a run of skipped scenarios is not a pass.
+        status = status.max(EXIT_UNJUDGED);
+        rows.push(("every scenario was skipped: nothing was judged".into(), "NOT JUDGED".into()));
     }
     let mut summary = String::new();
     let (name, instances, transport) = (&target.file.name, target.file.instances, target.file.transport.as_str());
@@ -204,12 +221,21 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let path = PathBuf::from(name);
-    let path = if path.exists() { path } else { Path::new(TARGET_SCENARIOS).join(format!("{name}.sim")) };
-    let scenario = match target::load_scenario(&target, &path) {
+    let source = match target::scenario_sources(&[PathBuf::from(name)]) {
+        Ok(mut sources) if sources.len() == 1 => sources.remove(0),
+        Ok(_) => {
+            eprintln!("mcpsim explore: {name}: name one target scenario (a .sim file, or a built-in name)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(error) => {
+            eprintln!("mcpsim explore: {}", shown(&error.to_string()));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let scenario = match target::load_source(&target, &source) {
         Ok(scenario) => scenario,
         Err(error) => {
-            eprintln!("mcpsim explore: {error}\n  (a target scenario is a .sim file, or a name in {TARGET_SCENARIOS}/)");
+            eprintln!("mcpsim explore: {error}\n  (a target scenario is a .sim file, or a built-in name such as 02-accepts-race)");
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -221,6 +247,9 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         Ok(run) => run,
         Err(status) => return status,
     };
+    if let Some(stopped) = after_preflight("explore", file, target::preflight(&target, &mcpsim, run.work_dir()), false) {
+        return stopped;
+    }
     let (first, last) = (*seeds.start(), *seeds.end());
     let mut failing: Vec<(u64, String)> = Vec::new();
     let mut broken: std::collections::BTreeMap<&'static str, usize> = std::collections::BTreeMap::new();
@@ -271,8 +300,30 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     println!(
         "reproduce: mcpsim run --target {} {} --seed {} --reruns 5   # played again from its decision log, with how often it reproduced",
         shown(&file.display().to_string()),
-        shown(&path.display().to_string()),
+        shown(&source.argument),
         failing[0].0
     );
     ExitCode::from(EXIT_FAILED)
+}
+
+/// What the preflight found: `None` to go on (it held, or it could not be done: then the scenarios or attacks
+/// run and report what they could not reach, which is never a pass), or the exit of a run it stopped because
+/// the target file is wrong (2), saying why in one error.
+pub(crate) fn after_preflight(command: &str, file: &Path, found: Result<String, target::Preflight>, to_stderr: bool) -> Option<ExitCode> {
+    match found {
+        Ok(line) if to_stderr => eprintln!("{}", shown(&line)),
+        Ok(line) => println!("{}", shown(&line)),
+        Err(target::Preflight::TargetFile(why)) => {
+            eprintln!(
+                "mcpsim {command}: {}: {}\n  (checked before any scenario; docs/targets.md describes every key)",
+                shown(&file.display().to_string()),
+                shown(&why)
+            );
+            return Some(ExitCode::from(EXIT_USAGE));
+        }
+        Err(target::Preflight::Unjudged(why)) => {
+            eprintln!("mcpsim {command}: {}: the preflight could not be done: {}", shown(&file.display().to_string()), shown(&why));
+        }
+    }
+    None
 }

@@ -184,7 +184,11 @@ impl Operation {
             Outcome::NoResponse(NoResponse::Lost) => "no response (lost)".into(),
             Outcome::Answered { value, .. } => {
                 if let Some(result) = value.get("result") {
-                    let result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
+                    let mut result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
+                    // A tool error is its own outcome, never shown as a completion.
+                    if result_type == "complete" && result.get("isError") == Some(&Value::Bool(true)) {
+                        result_type = "tool_error";
+                    }
                     match result.get("structuredContent") {
                         Some(content) => format!("{result_type} {content}"),
                         None => result_type.to_string(),

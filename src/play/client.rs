@@ -104,6 +104,12 @@ impl Client {
         self.meta.clone()
     }
 
+    /// From now on, sends `victim`'s `_meta` byte for byte (clientInfo, capabilities): an impersonator, whose
+    /// credentials are all that differ.
+    pub fn copy_meta_of(&mut self, victim: &Client) {
+        self.meta = victim.meta.clone();
+    }
+
     /// A JSON-RPC request (or, with `notification`, a notification) with this client's `_meta` added to
     /// `params` unless `params` already has one. Its bytes are its compact serialization.
     pub fn request(&mut self, method: &str, params: Value, notification: bool) -> Result<Value, BuildError> {

@@ -60,6 +60,11 @@ pub enum Mismatch {
     NoResponse { got: String },
     #[error("expected resultType {expected:?}, got {got}")]
     ResultType { expected: String, got: String },
+    /// `complete` expected, and the result is a tool error (`isError: true`): its own outcome, never a completion.
+    #[error("expected resultType \"complete\" (not a tool error), got {got}")]
+    ToolErrorNotComplete { got: String },
+    #[error("expected a tool error (resultType \"complete\" with isError: true), got {got}")]
+    NotToolError { got: String },
     #[error("expected error {code}{}, got {got}", .reason.as_ref().map(|r| format!(" {r}")).unwrap_or_default())]
     Error { code: i64, reason: Option<String>, got: String },
     #[error("expected {} = {}, found {}", .path.join("."), preview(.expected), preview(.actual))]
@@ -352,8 +357,16 @@ fn check_answer<'v>(
     };
     match check {
         AnswerCheck::ResultType(expected) => match at(response, &["result", "resultType"]).and_then(Value::as_str) {
+            // A tool error is its own outcome (`tool_error`), never a completion.
+            Some("complete") if expected == "complete" && is_tool_error(response) => {
+                miss!(Mismatch::ToolErrorNotComplete { got: got() })
+            }
             Some(actual) if actual == expected => Ok(()),
             _ => miss!(Mismatch::ResultType { expected: expected.clone(), got: got() }),
+        },
+        AnswerCheck::ToolError => match at(response, &["result", "resultType"]).and_then(Value::as_str) {
+            Some("complete") if is_tool_error(response) => Ok(()),
+            _ => miss!(Mismatch::NotToolError { got: got() }),
         },
         AnswerCheck::Error { code, reason } => {
             let actual_code = at(response, &["error", "code"]).and_then(Value::as_i64);
@@ -384,6 +397,11 @@ fn check_answer<'v>(
         },
         AnswerCheck::NoResponse | AnswerCheck::Any(_) => unreachable!("handled above"),
     }
+}
+
+/// A result that reports a tool error: `isError: true` (SPEC: a tool's own failure, not a protocol error).
+pub(crate) fn is_tool_error(response: &Value) -> bool {
+    at(response, &["result", "isError"]) == Some(&Value::Bool(true))
 }
 
 #[cfg(test)]

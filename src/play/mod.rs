@@ -136,6 +136,11 @@ pub fn play(scenario: &Scenario, world: &mut dyn World) -> Play {
         .map(|c| {
             let mut client = Client::new(&c.name, c.capabilities.clone());
             client.legacy = c.legacy.is_some();
+            // An impersonator sends its victim's `_meta` byte for byte: the victim's clientInfo, built as the
+            // victim's client builds it, and the capabilities the parser copied.
+            if let Some(victim) = &c.impersonates {
+                client.copy_meta_of(&Client::new(victim, c.capabilities.clone()));
+            }
             client
         })
         .collect();

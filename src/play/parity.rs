@@ -59,7 +59,11 @@ pub fn outcome_of(operation: &Operation) -> String {
 
 pub(crate) fn outcome_of_response(value: &Value) -> String {
     if let Some(result) = value.get("result") {
-        let result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
+        let mut result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
+        // A tool error is its own outcome (`tool_error`), never shown as a completion.
+        if result_type == "complete" && result.get("isError") == Some(&Value::Bool(true)) {
+            result_type = "tool_error";
+        }
         return match result.get("structuredContent") {
             Some(content) => format!("{result_type} {content}"),
             None => result_type.to_string(),

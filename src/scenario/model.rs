@@ -76,6 +76,9 @@ pub struct ClientSpec {
     pub browser: bool,
     /// `legacy …`: a 2025-11-25 client (no `_meta`, a session, server→client requests answered in the call).
     pub legacy: Option<LegacyClientSpec>,
+    /// `impersonates C`: it sends client `C`'s `_meta` byte for byte (clientInfo and capabilities); only its
+    /// credentials (its principal) differ, as a real attacker copies everything it can see.
+    pub impersonates: Option<String>,
 }
 
 /// How a legacy client answers what a server asks it inside a call.
@@ -285,8 +288,10 @@ impl Quantity {
 
 #[derive(Debug, Clone)]
 pub enum AnswerCheck {
-    /// `result.resultType` is this.
+    /// `result.resultType` is this; `complete` also means not a tool error (`isError: true`).
     ResultType(String),
+    /// `tool_error`: a `complete` result with `isError: true` (a tool error is its own outcome).
+    ToolError,
     /// `error.code` is this (and `error.data.reason`, if given).
     Error {
         code: i64,

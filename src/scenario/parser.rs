@@ -750,8 +750,22 @@ impl<'a> Parser<'a> {
                         format!("principal {principal} is not declared: add `principal {principal} workspaces \"file:///…\"` or `use demo` above"),
                     ));
                 }
-                let legacy = if self.keyword("legacy") { Some(self.legacy_client()?) } else { None };
-                let capabilities = if legacy.is_none() && self.keyword("capabilities") {
+                let impersonates = if self.keyword("impersonates") {
+                    let (victim, victim_at) = self.name("the client whose _meta it copies")?;
+                    match self.cluster.clients.iter().find(|c| c.name == victim) {
+                        Some(c) if !c.browser && c.legacy.is_none() => Some((victim, c.capabilities.clone())),
+                        Some(_) => {
+                            return Err(self.error_at(victim_at, format!("{victim} sends no _meta to copy (a browser or a legacy client)")))
+                        }
+                        None => return Err(self.error_at(victim_at, format!("no client {victim} is declared above this line"))),
+                    }
+                } else {
+                    None
+                };
+                let legacy = if impersonates.is_none() && self.keyword("legacy") { Some(self.legacy_client()?) } else { None };
+                let capabilities = if let Some((_, copied)) = &impersonates {
+                    copied.clone()
+                } else if legacy.is_none() && self.keyword("capabilities") {
                     match self.json("the capabilities object")? {
                         Template::Literal(value @ Value::Object(_)) => value,
                         _ => return Err(self.error_here("capabilities must be a literal JSON object")),
@@ -763,7 +777,8 @@ impl<'a> Parser<'a> {
                     serde_json::json!({ "elicitation": { "form": {} } })
                 };
                 self.clients.insert(name.clone());
-                self.cluster.clients.push(ClientSpec { name, principal, capabilities, browser: false, legacy });
+                let impersonates = impersonates.map(|(victim, _)| victim);
+                self.cluster.clients.push(ClientSpec { name, principal, capabilities, browser: false, legacy, impersonates });
             }
             "browser" => {
                 let (name, at) = self.name("the browser's name")?;
@@ -781,7 +796,14 @@ impl<'a> Parser<'a> {
                 }
                 self.clients.insert(name.clone());
                 self.browsers.insert(name.clone());
-                self.cluster.clients.push(ClientSpec { name, principal, capabilities: serde_json::json!({}), browser: true, legacy: None });
+                self.cluster.clients.push(ClientSpec {
+                    name,
+                    principal,
+                    capabilities: serde_json::json!({}),
+                    browser: true,
+                    legacy: None,
+                    impersonates: None,
+                });
             }
             "state-ttl" => self.cluster.state_ttl_ms = Some(self.unsigned_duration("the requestState lifetime")?),
             "replay" => {
@@ -1336,6 +1358,7 @@ impl<'a> Parser<'a> {
         match self.word().map(|(w, _)| w).as_deref() {
             Some("complete") => return Ok(AnswerCheck::ResultType("complete".into())),
             Some("input_required") => return Ok(AnswerCheck::ResultType("input_required".into())),
+            Some("tool_error") => return Ok(AnswerCheck::ToolError),
             Some("error") => {
                 let code = self.integer("the JSON-RPC error code")?;
                 let reason = if self.at_clause_end() { None } else { Some(self.word().ok_or_else(|| self.expected("a reason"))?.0) };
@@ -1360,7 +1383,7 @@ impl<'a> Parser<'a> {
         }
         if let ([word], false) = (path.as_slice(), matches!(self.peek_word().as_deref(), Some("absent" | "present"))) {
             // A lone word that is no path check: a misspelt check keyword (`compete`), not a path.
-            let meant: Vec<String> = closest_keywords(word, &["complete", "input_required", "error", "no"])
+            let meant: Vec<String> = closest_keywords(word, &["complete", "input_required", "tool_error", "error", "no"])
                 .into_iter()
                 .map(|keyword| format!("`{}`", if keyword == "no" { "no response" } else { keyword }))
                 .collect();
@@ -1377,7 +1400,7 @@ impl<'a> Parser<'a> {
 }
 
 /// What may follow `expect ANSWER`, for messages.
-const CHECKS: &str = "a check: complete, input_required, error CODE [REASON], no response, or PATH = JSON";
+const CHECKS: &str = "a check: complete, input_required, tool_error, error CODE [REASON], no response, or PATH = JSON";
 
 /// The forms of `expect` that start with a keyword rather than an answer's name.
 const EXPECT_FORMS: [(&str, &str); 7] = [
@@ -1441,6 +1464,31 @@ mod tests {
 
     fn with_cluster(steps: &str) -> String {
         error(&format!("{CLUSTER}{steps}"))
+    }
+
+    #[test]
+    fn an_impersonator_copies_a_declared_clients_capabilities_and_names_it() {
+        let cluster = "use demo\ninstance i1\nclient alice principal alice capabilities {\"elicitation\": {\"form\": {}, \"url\": {}}}\n";
+        let parsed = parse("s.sim", "s", &format!("{cluster}client mallory principal bob impersonates alice\n")).expect("it parses");
+        let mallory = &parsed.cluster.clients[1];
+        assert_eq!((mallory.principal.as_str(), mallory.impersonates.as_deref()), ("bob", Some("alice")));
+        assert_eq!(mallory.capabilities, parsed.cluster.clients[0].capabilities);
+        let error = |text: &str| parse("s.sim", "s", text).map(|_| ()).unwrap_err().to_string();
+        assert!(error(&format!("{cluster}client mallory principal bob impersonates carol\n")).contains("no client carol is declared above"));
+        assert!(
+            error("use demo\ninstance i1\nbrowser web user alice\nclient m principal bob impersonates web\n").contains("sends no _meta")
+        );
+    }
+
+    #[test]
+    fn a_tool_error_is_its_own_check() {
+        let parsed =
+            parse("s.sim", "s", &format!("{CLUSTER}send alice -> i1 tools/list {{}} as r\nexpect r tool_error\n")).expect("it parses");
+        assert!(parsed
+            .steps
+            .iter()
+            .any(|s| matches!(&s.action, Action::Expect(Expectation::Answer { check: AnswerCheck::ToolError, .. }))));
+        assert!(with_cluster("send alice -> i1 tools/list {} as r\nexpect r tool_eror\n").contains("did you mean `tool_error`?"));
     }
 
     #[test]

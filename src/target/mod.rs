@@ -154,6 +154,9 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     values.insert("accept", Some(tool.accept.to_string()));
     values.insert("principal", Some(tool.principal.clone()));
     values.insert("other", tool.other_principal.clone());
+    // Invalid answers a scenario sends before the valid accept: every field of the wrong type, one left out.
+    values.insert("accept_mistyped", Some(attack::mistyped(&tool.accept).to_string()));
+    values.insert("accept_missing_field", attack::missing_field(&tool.accept, None).map(|(_, v)| v.to_string()));
     values
 }
 
@@ -174,23 +177,46 @@ pub enum RunError {
     ProbeRequest(#[from] BuildError),
     #[error("the effect probe {method} got no answer: {why}")]
     ProbeLost { method: String, why: String },
-    /// The probe's answer has no list at `[effects] count` (`answer`, its first 200 characters).
-    #[error("the effect probe's answer has no list at {path}: {answer}")]
+    // The four below are the target file's to fix (see [`RunError::is_the_target_files`]); `answer` is the
+    // probe's answer, its first 200 characters.
+    #[error("[effects] method = {method:?} (params {params}): the probe's answer is an error: {answer}")]
+    ProbeAnswerIsAnError { method: String, params: String, answer: String },
+    #[error("[effects] params = {params}: the probe's answer is a tool error: {answer}")]
+    ProbeAnswerIsAToolError { params: String, answer: String },
+    #[error("[effects] count = {path:?}: the probe's answer has no list there: {answer}")]
     ProbeNoList { path: String, answer: String },
     /// The probe command (`argv`, redacted by [`redact_argv`]) printed something other than a number.
-    #[error("the effect probe `{argv}` printed {line:?}, not a number")]
+    #[error("[effects] command = `{argv}`: it printed {line:?}, not a number")]
     ProbeNotANumber { argv: String, line: String },
     #[error("{scenario}: a re-run made other decisions than the logged ones (a bug in mcpsim)")]
     RerunDiverged { scenario: String },
     #[error("{}: cannot read: {source}", .path.display())]
     ReadScenario { path: PathBuf, source: std::io::Error },
-    #[error("{}: {source}", .path.display())]
-    FillScenario { path: PathBuf, source: PlaceholderError },
+    /// A scenario (`shown`, its path or `<embedded>/NAME.sim`) whose placeholders this target cannot fill.
+    #[error("{shown}: {source}")]
+    FillScenario { shown: String, source: PlaceholderError },
+    /// A scenario argument that is neither a file nor an embedded scenario's name (`names`, those there are).
+    #[error("{}: no such file, and no target scenario has that name (they are: {names})", .argument.display())]
+    NoSuchScenario { argument: PathBuf, names: String },
     #[error(transparent)]
     ParseScenario(#[from] ParseError),
     /// A folder of scenarios that could not be listed.
     #[error("{}: {source}", .path.display())]
     ListScenarios { path: PathBuf, source: std::io::Error },
+}
+
+impl RunError {
+    /// Whether the target file says something the server does not do (the preflight stops the run, exit 2),
+    /// rather than the fleet failing.
+    pub fn is_the_target_files(&self) -> bool {
+        matches!(
+            self,
+            RunError::ProbeAnswerIsAnError { .. }
+                | RunError::ProbeAnswerIsAToolError { .. }
+                | RunError::ProbeNoList { .. }
+                | RunError::ProbeNotANumber { .. }
+        )
+    }
 }
 
 /// A target scenario's text with its `{{name}}` placeholders filled. `Err`: why it cannot be played against
@@ -282,24 +308,20 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
                 let principal = effects.principal.clone().unwrap_or_else(|| target.file.tool.principal.clone());
                 let mut client = Client::new("mcpsim-probe", json!({}));
                 let value = client.request(method, effects.params.clone().unwrap_or_else(|| json!({})), false)?;
-                let outgoing = play::world::Outgoing {
-                    client: 0,
-                    instance: 0,
-                    headers: crate::wire::headers::RoutingHeaders::for_message(&value),
-                    raw: None,
-                    value: Some(value),
-                    notification: false,
-                    headers_written: false,
-                    step: 0,
-                    name: None,
-                };
-                let answer = fleet.exchange_all(&[(index, principal, outgoing)]).pop().expect("one answer");
-                let answer =
-                    answer.map_err(|lost| RunError::ProbeLost { method: method.clone(), why: lost.message })?.unwrap_or(Value::Null);
+                let answer = exchange_one(fleet, index, &principal, value)
+                    .map_err(|why| RunError::ProbeLost { method: method.clone(), why })?
+                    .unwrap_or(Value::Null);
                 let path = effects.count.as_deref().unwrap_or("");
                 let segments: Vec<&str> = path.split('.').collect();
                 let list = crate::oracle::reading::at(&answer, &segments).and_then(Value::as_array).ok_or_else(|| {
-                    RunError::ProbeNoList { path: path.to_string(), answer: answer.to_string().chars().take(200).collect() }
+                    let answer_text = answer.to_string().chars().take(200).collect::<String>();
+                    if answer.get("error").is_some() {
+                        RunError::ProbeAnswerIsAnError { method: method.clone(), params: params_shown(effects), answer: answer_text }
+                    } else if answer.pointer("/result/isError") == Some(&Value::Bool(true)) {
+                        RunError::ProbeAnswerIsAToolError { params: params_shown(effects), answer: answer_text }
+                    } else {
+                        RunError::ProbeNoList { path: path.to_string(), answer: answer_text }
+                    }
                 })?;
                 list.len() as i64
             }
@@ -308,6 +330,23 @@ pub(crate) fn probe(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcp
         };
     }
     Ok(total)
+}
+
+/// One request, as a conforming client sends it (its routing headers derived), to fleet instance `index` as
+/// `principal`: its answer (`None` for none), or why none came.
+fn exchange_one(fleet: &mut Fleet<'_>, index: usize, principal: &str, value: Value) -> Result<Option<Value>, String> {
+    let outgoing = play::world::Outgoing {
+        client: 0,
+        instance: 0,
+        headers: crate::wire::headers::RoutingHeaders::for_message(&value),
+        raw: None,
+        value: Some(value),
+        notification: false,
+        headers_written: false,
+        step: 0,
+        name: None,
+    };
+    fleet.exchange_all(&[(index, principal.to_string(), outgoing)]).pop().expect("one answer").map_err(|lost| lost.message)
 }
 
 fn probe_command(
@@ -327,6 +366,96 @@ fn probe_command(
     let mut process = process::Process::start(&argv, &[], data_dir.join("probe.stderr"), true)?;
     let line = process.read_line(Duration::from_millis(target.request_timeout_ms() + target.start_timeout_ms()))?.unwrap_or_default();
     line.trim().parse::<i64>().map_err(|_| RunError::ProbeNotANumber { argv: redact_argv(&argv), line: line.clone() })
+}
+
+fn params_shown(effects: &file::EffectsFile) -> String {
+    effects.params.as_ref().map(Value::to_string).unwrap_or_else(|| "missing".into())
+}
+
+/// What a preflight found wrong: the target file says something the server does not do (the run stops, exit
+/// 2), or the fleet could not be started, reached or understood (said, and the run goes on to report it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preflight {
+    TargetFile(String),
+    Unjudged(String),
+}
+
+/// Before any scenario or attack, on a fresh fleet: one `tools/list` (does the tool exist? else the closest
+/// names it lists), one round 1 (does it answer `input_required`, asking the key `tool.input_key` names?), one
+/// probe read (a number?). `Ok`: one line saying what was found.
+pub fn preflight(target: &Target, mcpsim: &str, work_dir: &Path) -> Result<String, Preflight> {
+    let data_dir = work_dir.join("preflight");
+    let _ = std::fs::remove_dir_all(&data_dir);
+    create_private_dir(&data_dir).map_err(|e| Preflight::Unjudged(e.to_string()))?;
+    let mut fleet = Fleet::start(target, &data_dir, mcpsim).map_err(|e| Preflight::Unjudged(e.to_string()))?;
+    let result = preflight_on(target, &mut fleet, &data_dir, mcpsim);
+    drop(fleet);
+    let _ = std::fs::remove_dir_all(&data_dir);
+    result
+}
+
+fn preflight_on(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim: &str) -> Result<String, Preflight> {
+    let tool = &target.file.tool;
+    let mut client = Client::new("mcpsim-client", json!({"elicitation": {"form": {}}}));
+    let mut exchange = |fleet: &mut Fleet<'_>, method: &str, params: Value| -> Result<Value, Preflight> {
+        let value = client.request(method, params, false).map_err(|e| Preflight::Unjudged(e.to_string()))?;
+        exchange_one(fleet, 0, &tool.principal, value)
+            .map_err(|lost| Preflight::Unjudged(format!("{method} got no answer from t1: {lost}")))?
+            .ok_or_else(|| Preflight::Unjudged(format!("{method} got no answer from t1")))
+    };
+    let listed = exchange(fleet, "tools/list", json!({}))?;
+    let Some(tools) = listed.pointer("/result/tools").and_then(Value::as_array) else {
+        return Err(Preflight::Unjudged(format!("tools/list did not answer a list of tools: {}", preview(&listed))));
+    };
+    let names: Vec<&str> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect();
+    if !names.contains(&tool.name.as_str()) {
+        let mut close: Vec<(usize, &str)> = names.iter().map(|n| (strsim::levenshtein(&tool.name, n), *n)).collect();
+        close.sort();
+        let meant = close.first().filter(|(d, _)| *d <= tool.name.len().max(3) / 2 + 1).map(|(_, n)| format!(": did you mean {n:?}?"));
+        return Err(Preflight::TargetFile(format!(
+            "tool.name = {:?}: the server lists no such tool{} (tools/list on t1: {})",
+            shown(&tool.name),
+            meant.map(|m| shown(&m)).unwrap_or_default(),
+            shown(&names.join(", "))
+        )));
+    }
+    let round1 = exchange(fleet, "tools/call", json!({"name": tool.name, "arguments": tool.arguments}))?;
+    if crate::oracle::reading::text(&round1, &["result", "resultType"]) != Some("input_required") {
+        return Err(Preflight::TargetFile(format!(
+            "tool.name = {:?} with tool.arguments = {}: round 1 did not answer input_required: {} (scenarios need a tool that asks first)",
+            shown(&tool.name),
+            shown(&tool.arguments.to_string()),
+            shown(&preview(&round1))
+        )));
+    }
+    let asked: Vec<String> =
+        round1.pointer("/result/inputRequests").and_then(Value::as_object).map(|r| r.keys().cloned().collect()).unwrap_or_default();
+    if let Some(key) = &tool.input_key {
+        if !asked.contains(key) {
+            return Err(Preflight::TargetFile(format!(
+                "tool.input_key = {:?}: round 1 asked under {} instead",
+                shown(key),
+                if asked.is_empty() { "no key".to_string() } else { shown(&asked.join(", ")) }
+            )));
+        }
+    }
+    if target.file.effects.method.as_deref() == Some("tools/call") && target.file.effects.params.is_none() {
+        return Err(Preflight::TargetFile(
+            "[effects] params is missing: method \"tools/call\" needs params = { name = \"…\", arguments = {…} }".into(),
+        ));
+    }
+    let read = probe(target, fleet, data_dir, mcpsim).map_err(|why| {
+        if why.is_the_target_files() {
+            Preflight::TargetFile(shown(&why.to_string()))
+        } else {
+            Preflight::Unjudged(format!("the effect probe: {}", shown(&why.to_string())))
+        }
+    })?;
+    Ok(format!(
+        "preflight on t1: tools/list lists {}; round 1 answers input_required asking {}; the effect probe reads {read}",
+        shown(&tool.name),
+        shown(&asked.join(", "))
+    ))
 }
 
 /// One answer in a line: what it was, as transcripts describe it.
@@ -566,12 +695,71 @@ pub fn run_scenario(
     Ok(report)
 }
 
-/// A scenario file for targets: its text with the placeholders filled, parsed.
-pub fn load_scenario(target: &Target, path: &Path) -> Result<Scenario, RunError> {
-    let text = std::fs::read_to_string(path).map_err(|source| RunError::ReadScenario { path: path.to_path_buf(), source })?;
-    let filled = fill_scenario(target, &text).map_err(|source| RunError::FillScenario { path: path.to_path_buf(), source })?;
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(crate::scenario::parse(&path.display().to_string(), &name, &filled)?)
+/// The target scenarios, in the binary (`targets/scenarios/` of the checkout): `run --target F` plays them
+/// anywhere, and names them as `01-retry-lands-elsewhere`.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("01-retry-lands-elsewhere.sim", include_str!("../../targets/scenarios/01-retry-lands-elsewhere.sim")),
+    ("02-accepts-race.sim", include_str!("../../targets/scenarios/02-accepts-race.sim")),
+    ("03-decline-then-accept.sim", include_str!("../../targets/scenarios/03-decline-then-accept.sim")),
+    ("04-cancel-then-accept.sim", include_str!("../../targets/scenarios/04-cancel-then-accept.sim")),
+    (
+        "05-retry-after-the-first-instance-crashed.sim",
+        include_str!("../../targets/scenarios/05-retry-after-the-first-instance-crashed.sim"),
+    ),
+    ("06-another-principal-replays-the-state.sim", include_str!("../../targets/scenarios/06-another-principal-replays-the-state.sim")),
+    ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
+];
+
+/// A target scenario to play: where it comes from (a file, or the binary's) and its text.
+#[derive(Debug, Clone)]
+pub struct ScenarioSource {
+    /// As reports show it: the file's path, or `<embedded>/NAME.sim`.
+    pub shown: String,
+    /// As the reproduce command names it: the path, or the embedded name.
+    pub argument: String,
+    pub name: String,
+    pub text: String,
+}
+
+/// The embedded target scenario `name` means (`04-cancel-then-accept`, with or without `.sim`).
+pub fn embedded(name: &str) -> Option<ScenarioSource> {
+    let name = name.strip_prefix("<embedded>/").unwrap_or(name);
+    let file = if name.ends_with(".sim") { name.to_string() } else { format!("{name}.sim") };
+    SCENARIOS.iter().find(|(f, _)| *f == file).map(|(f, text)| {
+        let stem = f.trim_end_matches(".sim").to_string();
+        ScenarioSource { shown: format!("<embedded>/{f}"), argument: stem.clone(), name: stem, text: text.to_string() }
+    })
+}
+
+/// The scenarios `arguments` name: every embedded one when none are named; otherwise each `.sim` file, each
+/// folder's `.sim` files (sorted), or an embedded scenario by name. `Err`: an argument that is none of these.
+pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, RunError> {
+    if arguments.is_empty() {
+        return Ok(SCENARIOS.iter().filter_map(|(f, _)| embedded(f)).collect());
+    }
+    let mut sources = Vec::new();
+    for argument in arguments {
+        if argument.exists() {
+            for path in scenario_files(std::slice::from_ref(argument))? {
+                let text = std::fs::read_to_string(&path).map_err(|source| RunError::ReadScenario { path: path.clone(), source })?;
+                let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                sources.push(ScenarioSource { shown: path.display().to_string(), argument: path.display().to_string(), name, text });
+            }
+        } else if let Some(source) = embedded(&argument.to_string_lossy()) {
+            sources.push(source);
+        } else {
+            let names: Vec<&str> = SCENARIOS.iter().map(|(f, _)| f.trim_end_matches(".sim")).collect();
+            return Err(RunError::NoSuchScenario { argument: argument.clone(), names: names.join(", ") });
+        }
+    }
+    Ok(sources)
+}
+
+/// A target scenario: its text with the placeholders filled, parsed.
+pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, RunError> {
+    let filled =
+        fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
+    Ok(crate::scenario::parse(&source.shown, &source.name, &filled)?)
 }
 
 /// The `.sim` files of `paths` (folders listed, sorted).

@@ -14,7 +14,7 @@
 //!   instance, delete before claim, a re-check separated from the delete, no re-check, eviction);
 //! * a **service wrapper**: the real `NotesServer` behind a wrapper that re-makes exactly one decision the
 //!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
-//!   state by re-sealing it, cancel consuming, decline not consuming, remembered capabilities).
+//!   state by re-sealing it, cancel consuming, an invalid answer consuming, decline not consuming, remembered capabilities).
 
 use crate::framework::Service;
 use crate::scenario::{self, Scenario};
@@ -26,9 +26,9 @@ use crate::sim::runner::ServerUnderTest;
 use std::sync::Arc;
 use wrappers::{
     accept_trusted_as_completion, admits_past_retention, cancel_consumes, claim_then_delete, claim_without_outcome, decline_not_consuming,
-    delete_then_claim, evicting_replay_store, hash_ordered, no_live_recheck, no_outcome_on_replay, prefix_containment, recheck_then_delete,
-    remembered_capabilities, replay_per_instance, state_unbound_arguments, state_unbound_principal, undecoded_containment, unsigned_state,
-    url_bound_to_nothing,
+    delete_then_claim, evicting_replay_store, hash_ordered, invalid_answer_consumes, no_live_recheck, no_outcome_on_replay,
+    prefix_containment, recheck_then_delete, remembered_capabilities, replay_per_instance, state_unbound_arguments,
+    state_unbound_principal, undecoded_containment, unsigned_state, url_bound_to_nothing,
 };
 
 mod wrappers;
@@ -197,6 +197,14 @@ pub const MUTANTS: &[Mutant] = &[
         exposed_by: "09-cancel-then-accept-elsewhere.sim",
         also_caught_by: "24-an-attack-battery-across-three-instances.sim",
         build: Build::Notes(cancel_consumes),
+        liveness: false,
+    },
+    Mutant {
+        name: "invalid-answer-consumes",
+        mistake: "Claims the confirmation for an answer it refused as invalid (a candidate not shown, no content), so the valid accept that follows is refused.",
+        exposed_by: "11-tampered-state.sim",
+        also_caught_by: "09-cancel-then-accept-elsewhere.sim",
+        build: Build::Notes(invalid_answer_consumes),
         liveness: false,
     },
     Mutant {

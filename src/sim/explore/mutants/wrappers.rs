@@ -12,7 +12,7 @@ use crate::servers::notes::{NotesServer, TOOL_NOTES_DELETE, TOOL_NOTES_PUBLISH};
 use crate::sim::actors::instance::InstanceParts;
 use crate::stores::memory::{MemoryReplayStore, ReplayLimits};
 use crate::wire::canonical::canonical_bytes;
-use crate::wire::RpcError;
+use crate::wire::{Reason, RpcError};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -179,6 +179,7 @@ enum Decision {
     UnboundPrincipal,
     Unsigned,
     CancelConsumes,
+    InvalidAnswerConsumes,
     DeclineNotConsuming,
     RememberedCapabilities,
     NoOutcomeOnReplay,
@@ -213,6 +214,9 @@ pub(super) fn unsigned_state(parts: InstanceParts) -> Arc<dyn Service> {
 }
 pub(super) fn cancel_consumes(parts: InstanceParts) -> Arc<dyn Service> {
     with_decision(parts, Decision::CancelConsumes)
+}
+pub(super) fn invalid_answer_consumes(parts: InstanceParts) -> Arc<dyn Service> {
+    with_decision(parts, Decision::InvalidAnswerConsumes)
 }
 pub(super) fn decline_not_consuming(parts: InstanceParts) -> Arc<dyn Service> {
     with_decision(parts, Decision::DeclineNotConsuming)
@@ -338,6 +342,27 @@ impl Service for MistakenService {
                     }
                 }
                 Ok(result)
+            }
+            Decision::InvalidAnswerConsumes => {
+                let answered = self.inner.call(context, method, params).await;
+                let invalid = matches!(&answered, Err(error) if matches!(
+                    error.reason(),
+                    Some(Reason::ResponseInvalid | Reason::NotConfirmed | Reason::NotACandidate)
+                ));
+                // Claims the nonce for an answer it refused as invalid: the valid accept that follows is refused
+                // as a replay.
+                if invalid {
+                    if let Some(claims) = params.get("requestState").and_then(Value::as_str).and_then(read_unverified) {
+                        let claim = NonceClaim {
+                            nonce: claims.nonce,
+                            principal: claims.principal,
+                            expires_at_ms: claims.expires_at_ms,
+                            record: ClaimRecord::Declined { tool: None },
+                        };
+                        let _ = self.inner.ports.replay.claim(claim).await;
+                    }
+                }
+                answered
             }
             Decision::DeclineNotConsuming => {
                 if answer_action(params) != Some("decline") {
