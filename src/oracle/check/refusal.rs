@@ -7,13 +7,13 @@ use super::*;
 pub(super) fn refusal(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
     let by_confirmation = mutations_by_confirmation(reading);
-    for operation in &history.operations {
+    for operation in history.operations() {
         let Some(action) = reading.action(operation.id) else { continue };
         if action != "decline" && action != "cancel" {
             continue;
         }
         let who = label(history, Some(operation.id));
-        for effect in history.effects.iter().filter(|e| e.operation == Some(operation.id)) {
+        for effect in history.effects().iter().filter(|e| e.operation == Some(operation.id)) {
             let broken = match &effect.kind {
                 EffectKind::NoteDeleted { note, .. } => Some(format!("a {action} deleted {}", note.id)),
                 EffectKind::Exported(export) => Some(format!("a {action} exported {} ({})", export.note_ids.join(", "), export.export_id)),
