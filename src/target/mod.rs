@@ -315,13 +315,11 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>)
         let state = params.get("requestState").map(|s| s.to_string()).unwrap_or_else(|| "(no requestState)".into());
         if actions.contains(&"accept") {
             accepts.entry(state).or_default().push(index);
-        } else if !actions.is_empty() {
-            if Observed::of(op).kind == Kind::InputRequired {
-                findings.push(Finding {
-                    property: Property::Refusal,
-                    message: format!("{} answered the {} of {} with another form", op.instance, actions.join("/"), label(op)),
-                });
-            }
+        } else if !actions.is_empty() && Observed::of(op).kind == Kind::InputRequired {
+            findings.push(Finding {
+                property: Property::Refusal,
+                message: format!("{} answered the {} of {} with another form", op.instance, actions.join("/"), label(op)),
+            });
         }
     }
     // Who each state was issued to, and the states a decline ended (by the operation that did). A cancel only
