@@ -154,7 +154,7 @@ fn handlers_alone(c: &mut Criterion) {
         });
         let sent: Vec<Sent> = report
             .history
-            .operations
+            .operations()
             .iter()
             .filter_map(|operation| {
                 let value = operation.request_value.as_deref()?;
@@ -167,7 +167,7 @@ fn handlers_alone(c: &mut Criterion) {
             })
             .collect();
         assert_eq!(sent.len(), 2 * flows, "each flow sends round 1, then round 2");
-        let notes: Vec<Note> = report.history.initial_notes.to_vec();
+        let notes: Vec<Note> = report.history.initial_notes().to_vec();
         let server = |seed: u64| -> NotesServer {
             let clock = Arc::new(ManualClock::new(1_000));
             let notes = Arc::new(MemoryNoteStore::new(notes.clone()));

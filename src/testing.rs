@@ -69,6 +69,8 @@ pub use crate::config::{Deployment, DEMO_TOML};
 // What a run recorded and the checker that judges it.
 pub use crate::oracle::check::check_properties;
 pub use crate::oracle::history::{Attempt, EffectKind, History, Outcome};
+pub use crate::oracle::history::NoResponse;
+pub use crate::oracle::outcome::{Code, ErrorReason, Kind};
 
 /// Scenarios parsed under a name of the caller's choosing (the facade's `parse` takes it from the origin).
 pub mod scenario {

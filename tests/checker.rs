@@ -170,20 +170,56 @@ fn an_export_answer_must_name_an_export_the_backend_recorded() {
     let report = runner::run(&load("48-gateway-crash-between-claim-and-export.sim"), &RunOptions::seeded(1));
     assert!(report.passed(), "{:?}", report.failures);
     let is_export = |kind: &EffectKind| matches!(kind, EffectKind::Exported(_));
-    assert_eq!(report.history.effects.iter().filter(|e| is_export(&e.kind)).count(), 1, "the scenario exports, once");
+    assert_eq!(report.history.effects().iter().filter(|e| is_export(&e.kind)).count(), 1, "the scenario exports, once");
     let honest = |history: &mcpsim::testing::History| {
         check_properties(history).into_iter().filter(|v| v.property == Property::HonestOutcome).map(|v| v.message).collect::<Vec<_>>()
     };
     assert_eq!(honest(&report.history), Vec::<String>::new());
-    let mut lost = report.history.clone();
-    lost.effects.retain(|e| !is_export(&e.kind));
+    let lost = report.history.with_effects_edited(|effects| effects.retain(|e| !is_export(&e.kind)));
     let caught = honest(&lost);
     assert!(!caught.is_empty() && caught.iter().all(|m| m.contains("the backend made no such export")), "{caught:?}");
-    let mut other_notes = report.history.clone();
-    for effect in &mut other_notes.effects {
-        if let EffectKind::Exported(export) = &mut effect.kind {
-            export.note_ids.pop();
+    let other_notes = report.history.with_effects_edited(|effects| {
+        for effect in effects {
+            if let EffectKind::Exported(export) = &mut effect.kind {
+                export.note_ids.pop();
+            }
         }
-    }
+    });
     assert!(!honest(&other_notes).is_empty());
+}
+
+/// The observed outcome every judge compares is read from real answers of the real servers: a form, a
+/// completion, a tool error (`isError`, which prints as `complete` but is its own kind), an error with its code
+/// and reason, and a notification's silence.
+#[test]
+fn observed_outcomes_are_read_from_real_answers() {
+    use mcpsim::testing::NoResponse;
+    use mcpsim::testing::{Code, ErrorReason, Kind};
+    let kinds = |file: &str| {
+        let report = runner::run(&load(file), &RunOptions::seeded(1));
+        assert!(report.passed(), "{file}: {:?}", report.failures);
+        report.history.operations().iter().map(|op| (op.name.clone().unwrap_or_default(), op.observed())).collect::<Vec<_>>()
+    };
+    let lesson = kinds("01-lesson-exchange-on-one-instance.sim");
+    assert!(lesson.iter().any(|(_, o)| o.kind == Kind::InputRequired && o.to_string() == "input_required"), "{lesson:?}");
+    let deleted = lesson.iter().find(|(_, o)| o.kind == Kind::Complete && o.structured().is_some()).map(|(_, o)| o).expect("a deletion");
+    assert!(deleted.succeeded() && deleted.to_string().starts_with("complete {") && deleted.structured().is_some(), "{deleted}");
+
+    let twin = kinds("20-prefix-confusion-workspace.sim");
+    let (_, tool_error) = twin.iter().find(|(name, _)| name == "twin_by_title").expect("the scenario names twin_by_title");
+    assert_eq!(tool_error.kind, Kind::ToolError);
+    assert!(!tool_error.succeeded() && tool_error.to_string() == "complete", "{tool_error}");
+
+    let tampered = kinds("11-tampered-state.sim");
+    let (_, forged) = tampered.iter().find(|(name, _)| name == "forged").expect("the scenario names forged");
+    let Kind::Error { code: Some(Code::Number(code)), reason: Some(ErrorReason::Known(reason)) } = &forged.kind else {
+        panic!("not an error with a known reason: {forged:?}")
+    };
+    assert_eq!(forged.to_string(), format!("error {code} {reason}"));
+    assert!(forged.detailed().starts_with(&format!("error {code} {reason}: ")), "{}", forged.detailed());
+
+    let silent = kinds("19-tools-call-as-notification.sim");
+    let (_, fire_and_forget) = silent.iter().find(|(name, _)| name == "fire_and_forget").expect("the scenario names it");
+    assert_eq!(fire_and_forget.kind, Kind::NoAnswer(NoResponse::Notification));
+    assert_eq!((fire_and_forget.to_string(), fire_and_forget.detailed()), ("no response".into(), "no response (a notification)".into()));
 }

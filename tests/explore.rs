@@ -233,7 +233,7 @@ fn faults_fire_are_recorded_in_the_decision_log_and_replay_byte_for_byte() {
         let report = runner::run(&scenario, &options);
         assert!(report.passed(), "seed {seed}: {:?}", report.failures);
         fired_kinds.extend(report.decisions.faults.iter().map(Fault::kind));
-        for attempt in report.history.attempts.values() {
+        for attempt in report.history.attempts().values() {
             match attempt {
                 mcpsim::testing::Attempt::Retry { .. } => retries += 1,
                 mcpsim::testing::Attempt::Duplicate { .. } => duplicates += 1,
@@ -307,9 +307,10 @@ fn clock_skew_at_any_size_costs_availability_never_at_most_once() {
     for (skew, refused_with) in [("-50s", "state_expired"), ("-90s", "replay_window_closed"), ("-1h", "replay_window_closed")] {
         let run = runner::run(&scenario_with(skew), &options);
         assert!(run.passed(), "{skew} behind, 60 s grace: {:?}", run.failures);
-        let replayed = run.history.operations.last().unwrap().response().unwrap();
+        let replayed = run.history.operations().last().unwrap().response().unwrap();
         assert_eq!(replayed["error"]["data"]["reason"], refused_with, "{skew}: {replayed}");
-        let deleted = run.history.effects.iter().filter(|e| matches!(e.kind, mcpsim::testing::EffectKind::NoteDeleted { .. })).count();
+        let deleted =
+            run.history.effects().iter().filter(|e| matches!(e.kind, mcpsim::testing::EffectKind::NoteDeleted { .. })).count();
         assert_eq!(deleted, 1, "{skew}: one confirmation, one deletion");
     }
 }

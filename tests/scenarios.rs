@@ -191,7 +191,7 @@ fn winner(report: &RunReport, names: [&str; 2]) -> String {
     let completed: Vec<&str> = names
         .into_iter()
         .filter(|name| {
-            report.history.operations.iter().any(|op| {
+            report.history.operations().iter().any(|op| {
                 op.name.as_deref() == Some(*name)
                     && matches!(&op.outcome, Outcome::Answered { value, .. } if value.pointer("/result/resultType").is_some())
             })
@@ -292,7 +292,7 @@ fn a_client_built_request_over_the_size_bound_is_refused_with_its_exact_size() {
         let options = RunOptions { check_statelessness: false, ..RunOptions::seeded(1) };
         runner::run(&mcpsim::parse("inline", text).unwrap(), &options)
     };
-    let size = |report: &RunReport, index: usize| report.history.operations[index].request_value.as_deref().unwrap().to_string().len();
+    let size = |report: &RunReport, index: usize| report.history.operations()[index].request_value.as_deref().unwrap().to_string().len();
     let empty = size(&run(&scenario(0)), 1);
     let characters = (bound - empty) / 12;
     let text = scenario(characters) + "expect over error -32600 payload_too_large\nexpect under error -32602 arguments_invalid\n";
@@ -300,7 +300,7 @@ fn a_client_built_request_over_the_size_bound_is_refused_with_its_exact_size() {
     assert!(report.passed(), "{}", failures(&report));
     let (over, under) = (size(&report, 0), size(&report, 1));
     assert!(under <= bound && over > bound, "{under} and {over} straddle {bound}");
-    let message = report.history.operations[0].response().unwrap()["error"]["message"].as_str().unwrap().to_string();
+    let message = report.history.operations()[0].response().unwrap()["error"]["message"].as_str().unwrap().to_string();
     assert!(message.contains(&format!("message of {over} bytes")), "{message}");
 }
 

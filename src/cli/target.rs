@@ -2,6 +2,7 @@
 
 use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_UNJUDGED, EXIT_USAGE};
 use super::run::{FormatArg, RunArgs, SEEDS_MAX};
+use crate::oracle::check::Property;
 use crate::target::file::Target;
 use crate::target::{self, contain, process, shown};
 use std::fmt::Write as _;
@@ -172,7 +173,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                     "PASS".to_string()
                 } else {
                     status = status.max(EXIT_FAILED);
-                    let what = report.properties();
+                    let what: Vec<&str> = report.properties().into_iter().map(Property::as_str).collect();
                     let what = if what.is_empty() { "expectations".to_string() } else { what.join(", ") };
                     let reproduced = report.reproduced.map(|(a, n)| format!(", reproduced {a}/{n}")).unwrap_or_default();
                     format!("FAIL ({what}{reproduced})")
@@ -259,9 +260,9 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
             Ok(report) if report.passed() => {}
             Ok(report) => {
                 for property in report.properties() {
-                    *broken.entry(property).or_default() += 1;
+                    *broken.entry(property.as_str()).or_default() += 1;
                 }
-                let what = report.properties();
+                let what: Vec<&str> = report.properties().into_iter().map(Property::as_str).collect();
                 let what = if what.is_empty() { "expectations".to_string() } else { what.join(", ") };
                 println!("seed {seed}: FAIL ({what}): {}", shown(&report.spread.decisions.join("; ")));
                 failing.push((seed, what));

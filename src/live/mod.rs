@@ -32,7 +32,7 @@ pub mod http_client;
 use self::http_client::{HttpClient, PostError};
 use crate::config::Deployment;
 use crate::framework::ports::{Note, StoreError};
-use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcome};
+use crate::oracle::history::{History, NoResponse, OperationId, Sent};
 use crate::play::parity;
 use crate::play::world::{Consumed, Item, Outgoing, Refused, Unobservable, World};
 use crate::play::{self, FailureKind};
@@ -385,26 +385,14 @@ impl<'a> LiveWorld<'a> {
 
     /// Records what was sent and what came back.
     fn record(&mut self, outgoing: &Outgoing, response: Option<Value>) -> OperationId {
-        let id = OperationId(self.history.operations.len());
         let client = &self.scenario.cluster.clients[outgoing.client];
-        let (value, _, request_exact) = outgoing.recorded();
-        let outcome = match response {
-            Some(value) => Outcome::Answered { value: Arc::new(value), at_ms: 0, delivery: id.0 + 1 },
-            None => Outcome::NoResponse(NoResponse::Notification),
-        };
-        self.history.operations.push(Operation {
-            id,
-            client: client.name.clone(),
-            principal: client.principal.clone(),
-            instance: self.scenario.cluster.instances[outgoing.instance].name.clone(),
-            step: outgoing.step,
-            name: outgoing.name.clone(),
-            request_value: value.map(Arc::new),
-            request_exact,
-            notification: outgoing.notification,
-            sent_at_ms: 0,
-            outcome,
-        });
+        let instance = self.scenario.cluster.instances[outgoing.instance].name.clone();
+        let id = self.history.request(Sent::of_text(outgoing, &client.name, &client.principal, instance));
+        match response {
+            // Each exchange is its own delivery, at no simulated time.
+            Some(value) => self.history.answer(id, Arc::new(value), 0, id.0 + 1),
+            None => self.history.no_response(id, NoResponse::Notification),
+        }
         id
     }
 
@@ -704,7 +692,6 @@ pub fn summary(report: &LiveReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::play::parity::outcome_of_response;
     use serde_json::json;
 
     fn sse(body: &'static str) -> String {
@@ -725,20 +712,6 @@ mod tests {
         assert_eq!(serde_json::from_str::<Value>(&sse(after)).unwrap(), json!({"id": 1, "error": {"code": -32601}}));
         assert_eq!(sse("data: {\"method\":\"x\"}\n\n"), "{\"method\":\"x\"}");
         assert_eq!(sse(""), "");
-    }
-
-    #[test]
-    fn outcomes_name_result_types_codes_and_reasons() {
-        assert_eq!(outcome_of_response(&json!({"result": {"resultType": "input_required", "requestState": "s1"}})), "input_required");
-        assert_eq!(
-            outcome_of_response(&json!({"result": {"resultType": "complete", "structuredContent": {"deleted": true}}})),
-            "complete {\"deleted\":true}"
-        );
-        assert_eq!(
-            outcome_of_response(&json!({"error": {"code": -32602, "data": {"reason": "state_consumed"}}})),
-            "error -32602 state_consumed"
-        );
-        assert_eq!(outcome_of_response(&json!({"error": {"code": -32601}})), "error -32601");
     }
 
     #[test]

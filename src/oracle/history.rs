@@ -6,7 +6,6 @@
 
 use super::grants::Grants;
 use crate::framework::ports::Note;
-use crate::scenario::template::{at, preview};
 use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,25 +67,69 @@ impl Outgoing {
     }
 }
 
+/// A run's record. Its fields are read through accessors and written only by the recorder below
+/// ([`History::request`], [`History::attempt`], [`History::answer`], [`History::no_response`],
+/// [`History::effect`], …): every world (the simulated cluster, a live fleet, a target's processes) records
+/// through them, so no world writes a history its own way.
 #[derive(Debug, Clone, Default)]
 pub struct History {
-    pub operations: Vec<Operation>,
-    pub effects: Vec<Effect>,
+    operations: Vec<Operation>,
+    effects: Vec<Effect>,
     /// Who could use which workspace at the start (the oracle's own model); `Effect::Revoked` entries narrow it.
-    pub initial_grants: Arc<Grants>,
+    initial_grants: Arc<Grants>,
     /// The notes the world started with (what a response may show is judged against every note known).
-    pub initial_notes: Arc<Vec<Note>>,
+    initial_notes: Arc<Vec<Note>>,
     /// A gateway's approved descriptors at the start, by qualified tool name (`Effect::Approved` adds to them).
-    pub initial_pins: BTreeMap<String, Value>,
+    initial_pins: BTreeMap<String, Value>,
     /// Operations that are not a client's first attempt: its retries, and copies the network made. Every
     /// other operation is a first attempt.
-    pub attempts: BTreeMap<OperationId, Attempt>,
+    attempts: BTreeMap<OperationId, Attempt>,
     /// Whether clients retried lost requests (faults on): only then can every request be expected to get an
     /// answer, which the liveness property judges.
-    pub clients_retry: bool,
+    clients_retry: bool,
     /// First attempts whose client found no live instance of the kind to retry on (the scenario stopped them
     /// all for good): liveness promises nothing for them.
-    pub stranded: BTreeSet<OperationId>,
+    stranded: BTreeSet<OperationId>,
+}
+
+/// A request (or notification) as a world records it when it goes on the wire: [`History::request`] makes
+/// it an [`Operation`], pending until [`History::answer`] or [`History::no_response`].
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub client: String,
+    pub principal: String,
+    pub instance: String,
+    /// Index of the scenario step that sent it.
+    pub step: usize,
+    /// The name the scenario gave its answer (`as NAME`), if any.
+    pub name: Option<String>,
+    /// The request as a JSON value (absent when the bytes sent were not JSON).
+    pub request_value: Option<Arc<Value>>,
+    /// The exact text sent, kept only when it is not the compact serialization of `request_value`.
+    pub request_exact: Option<String>,
+    pub notification: bool,
+    pub sent_at_ms: u64,
+}
+
+impl Sent {
+    /// What a world that sends text (a live fleet, a target's processes) records of `outgoing`, sent by
+    /// `client` acting as `principal` to `instance`, at no simulated time.
+    // Only the worlds over HTTP and processes (live, target) send text; the simulator sends the value.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn of_text(outgoing: &Outgoing, client: &str, principal: &str, instance: String) -> Sent {
+        let (value, _, request_exact) = outgoing.recorded();
+        Sent {
+            client: client.to_string(),
+            principal: principal.to_string(),
+            instance,
+            step: outgoing.step,
+            name: outgoing.name.clone(),
+            request_value: value.map(Arc::new),
+            request_exact,
+            notification: outgoing.notification,
+            sent_at_ms: 0,
+        }
+    }
 }
 
 /// How an operation relates to the client request it repeats.
@@ -99,6 +142,114 @@ pub enum Attempt {
 }
 
 impl History {
+    /// An empty history of a world that starts with these grants, notes and approved descriptors.
+    pub(crate) fn starting_with(grants: Arc<Grants>, notes: Arc<Vec<Note>>, pins: BTreeMap<String, Value>) -> History {
+        History { initial_grants: grants, initial_notes: notes, initial_pins: pins, ..History::default() }
+    }
+
+    // The recorder: the only writers of a history.
+
+    /// A client's request (or notification) went on the wire: a new operation, pending.
+    pub(crate) fn request(&mut self, sent: Sent) -> OperationId {
+        let id = OperationId(self.operations.len());
+        self.operations.push(Operation { id, sent, outcome: Outcome::Pending });
+        id
+    }
+
+    /// The request of `of` went on the wire again, to `instance` (a client's retry or the network's copy): a
+    /// new operation, pending, with the same request.
+    pub(crate) fn attempt(&mut self, attempt: Attempt, instance: String, sent_at_ms: u64) -> OperationId {
+        let (Attempt::Retry { of, .. } | Attempt::Duplicate { of }) = attempt;
+        let id = OperationId(self.operations.len());
+        let sent = Sent { instance, name: None, sent_at_ms, ..self.operations[of.0].sent.clone() };
+        self.operations.push(Operation { id, sent, outcome: Outcome::Pending });
+        self.attempts.insert(id, attempt);
+        id
+    }
+
+    /// The answer to `id` arrived at `at_ms`, brought by delivery number `delivery`.
+    pub(crate) fn answer(&mut self, id: OperationId, value: Arc<Value>, at_ms: u64, delivery: usize) {
+        self.operations[id.0].outcome = Outcome::Answered { value, at_ms, delivery };
+    }
+
+    /// No answer to `id` will come: it was a notification, or it was lost (its outcome is unknown to its client).
+    pub(crate) fn no_response(&mut self, id: OperationId, why: NoResponse) {
+        self.operations[id.0].outcome = Outcome::NoResponse(why);
+    }
+
+    /// An effect a store, a backend or the admin committed.
+    pub(crate) fn effect(&mut self, effect: Effect) {
+        self.effects.push(effect);
+    }
+
+    /// From now on clients retry what gets lost (faults are on).
+    pub(crate) fn clients_now_retry(&mut self) {
+        self.clients_retry = true;
+    }
+
+    /// The client of the first attempt `first` found no live instance to retry on.
+    pub(crate) fn strand(&mut self, first: OperationId) {
+        self.stranded.insert(first);
+    }
+
+    /// The history as it stood after delivery `delivery`: later effects left out, later answers pending, and no
+    /// liveness judged (it is judged at the end of a run only).
+    pub fn until(&self, delivery: usize) -> History {
+        let mut prefix = self.clone();
+        prefix.clients_retry = false;
+        prefix.effects.retain(|effect| effect.delivery <= delivery);
+        for op in &mut prefix.operations {
+            if matches!(op.outcome, Outcome::Answered { delivery: answered, .. } if answered > delivery) {
+                op.outcome = Outcome::Pending;
+            }
+        }
+        prefix
+    }
+
+    /// A copy with its effects edited by `edit`: a forged history, for tests that show a property catches one.
+    pub fn with_effects_edited(&self, edit: impl FnOnce(&mut Vec<Effect>)) -> History {
+        let mut forged = self.clone();
+        edit(&mut forged.effects);
+        forged
+    }
+
+    // Reading.
+
+    /// Every operation, by id.
+    pub fn operations(&self) -> &[Operation] {
+        &self.operations
+    }
+
+    /// Every effect, in the order they were committed.
+    pub fn effects(&self) -> &[Effect] {
+        &self.effects
+    }
+
+    pub fn initial_grants(&self) -> &Arc<Grants> {
+        &self.initial_grants
+    }
+
+    pub fn initial_notes(&self) -> &Arc<Vec<Note>> {
+        &self.initial_notes
+    }
+
+    pub fn initial_pins(&self) -> &BTreeMap<String, Value> {
+        &self.initial_pins
+    }
+
+    /// The operations that are not a first attempt, and what they repeat.
+    pub fn attempts(&self) -> &BTreeMap<OperationId, Attempt> {
+        &self.attempts
+    }
+
+    pub fn clients_retry(&self) -> bool {
+        self.clients_retry
+    }
+
+    pub fn stranded(&self) -> &BTreeSet<OperationId> {
+        &self.stranded
+    }
+
     /// The first attempt of the request `id` repeats (itself if it is one).
     pub(crate) fn first_attempt(&self, id: OperationId) -> OperationId {
         match self.attempts.get(&id) {
@@ -128,23 +279,21 @@ impl History {
     }
 }
 
+/// One operation: what was sent (its fields are read through it: `operation.client`, `operation.step`, …)
+/// and what came of it.
 #[derive(Debug, Clone)]
 pub struct Operation {
     pub id: OperationId,
-    pub client: String,
-    pub principal: String,
-    pub instance: String,
-    /// Index of the scenario step that sent it.
-    pub step: usize,
-    /// The name the scenario gave its answer (`as NAME`), if any.
-    pub name: Option<String>,
-    /// The request as a JSON value (absent when the bytes sent were not JSON).
-    pub request_value: Option<Arc<Value>>,
-    /// The exact text sent, kept only when it is not the compact serialization of `request_value`.
-    pub request_exact: Option<String>,
-    pub notification: bool,
-    pub sent_at_ms: u64,
+    pub sent: Sent,
     pub outcome: Outcome,
+}
+
+impl std::ops::Deref for Operation {
+    type Target = Sent;
+
+    fn deref(&self) -> &Sent {
+        &self.sent
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -174,35 +323,6 @@ impl Operation {
     /// `params` of the request, when it was a JSON object.
     pub fn params(&self) -> Option<&Value> {
         self.request_value.as_deref()?.get("params")
-    }
-
-    /// One line on what an operation got: `complete {...}`, `error -32602 state_consumed: …`, `no response (lost)`.
-    pub(crate) fn describe(&self) -> String {
-        match &self.outcome {
-            Outcome::Pending => "nothing yet (still in flight)".into(),
-            Outcome::NoResponse(NoResponse::Notification) => "no response (a notification)".into(),
-            Outcome::NoResponse(NoResponse::Lost) => "no response (lost)".into(),
-            Outcome::Answered { value, .. } => {
-                if let Some(result) = value.get("result") {
-                    let mut result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
-                    // A tool error is its own outcome, never shown as a completion.
-                    if result_type == "complete" && result.get("isError") == Some(&Value::Bool(true)) {
-                        result_type = "tool_error";
-                    }
-                    match result.get("structuredContent") {
-                        Some(content) => format!("{result_type} {content}"),
-                        None => result_type.to_string(),
-                    }
-                } else if let Some(error) = value.get("error") {
-                    let code = error.get("code").map(Value::to_string).unwrap_or_default();
-                    let reason = at(error, &["data", "reason"]).and_then(Value::as_str).map(|r| format!(" {r}")).unwrap_or_default();
-                    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
-                    format!("error {code}{reason}: {message}")
-                } else {
-                    preview(value)
-                }
-            }
-        }
     }
 }
 

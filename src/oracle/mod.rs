@@ -9,5 +9,6 @@
 pub mod check;
 pub mod grants;
 pub mod history;
+pub mod outcome;
 pub mod reading;
 pub mod uri;

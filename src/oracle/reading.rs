@@ -134,7 +134,7 @@ impl<'h> Reading<'h> {
         // Concurrent answers and retries carry the same token: each token's nonce is read once.
         let mut confirmations: BTreeMap<&str, String> = BTreeMap::new();
         let continuations = history
-            .operations
+            .operations()
             .iter()
             .map(|op| {
                 let token = op.params().and_then(|p| p.get("requestState")).and_then(Value::as_str)?;
@@ -144,7 +144,7 @@ impl<'h> Reading<'h> {
             })
             .collect();
         let mut issued: BTreeMap<&str, Vec<Issue<'h>>> = BTreeMap::new();
-        for operation in &history.operations {
+        for operation in history.operations() {
             let Some(response) = operation.response() else { continue };
             let Some(token) = text(response, &["result", "requestState"]) else { continue };
             let requests = at(response, &["result", "inputRequests"]).and_then(Value::as_object);
@@ -166,12 +166,12 @@ impl<'h> Reading<'h> {
             });
         }
         let mut reading = Reading { history, continuations, issued, answers: Vec::new() };
-        reading.answers = history.operations.iter().map(|operation| reading.find_answer(operation)).collect();
+        reading.answers = history.operations().iter().map(|operation| reading.find_answer(operation)).collect();
         reading
     }
 
     pub fn operation(&self, id: OperationId) -> &'h Operation {
-        &self.history.operations[id.0]
+        &self.history.operations()[id.0]
     }
 
     pub fn continuation(&self, id: OperationId) -> Option<&Continuation<'h>> {
@@ -223,9 +223,9 @@ impl<'h> Reading<'h> {
 pub(crate) fn label(history: &History, operation: Option<OperationId>) -> String {
     match operation {
         Some(id) => {
-            let op = &history.operations[id.0];
+            let op = &history.operations()[id.0];
             let request_id = op.request_value.as_ref().and_then(|v| v.get("id")).map(Value::to_string).unwrap_or_else(|| "-".into());
-            let attempt = match history.attempts.get(&id) {
+            let attempt = match history.attempts().get(&id) {
                 Some(Attempt::Retry { number, .. }) => format!(" (retry {number})"),
                 Some(Attempt::Duplicate { .. }) => " (a network copy)".to_string(),
                 None => String::new(),

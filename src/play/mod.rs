@@ -381,7 +381,7 @@ impl Interpreter<'_, '_> {
             Ok(outgoing) => outgoing,
             Err(why) => return self.unbuildable(index, line, text, send, why.to_string()),
         };
-        let before = self.world.history().operations.len();
+        let before = self.world.history().operations().len();
         let browse = matches!(send.request, Request::Page { .. });
         let result = if browse { self.world.browse(outgoing) } else { self.world.send(outgoing) };
         match result {
@@ -442,7 +442,7 @@ impl Interpreter<'_, '_> {
         }
         let sent_sends: Vec<Option<String>> =
             built.iter().filter_map(|item| if let Item::Send(o) | Item::Browse(o) = item { Some(o.name.clone()) } else { None }).collect();
-        let before = self.world.history().operations.len();
+        let before = self.world.history().operations().len();
         match self.world.parallel(built) {
             Err(refused) => {
                 for send in &sends {
@@ -489,7 +489,7 @@ impl Interpreter<'_, '_> {
 
     /// Why the operation's answer may differ from the scenario's intent, if it may.
     fn note_caveat(&mut self, operation: OperationId) {
-        let instance = self.world.history().operations[operation.0].instance.clone();
+        let instance = self.world.history().operations()[operation.0].instance.clone();
         let position = self.scenario.cluster.instances.iter().position(|i| i.name == instance);
         if let Some(why) = self.caveat_of(position) {
             self.play.caveats.insert(operation, why);
@@ -507,7 +507,7 @@ impl Interpreter<'_, '_> {
     fn learn_forms(&mut self, from: usize) {
         let history = self.world.history();
         let mut forms: Vec<(usize, usize, OperationId)> = Vec::new();
-        for operation in &history.operations[from..] {
+        for operation in &history.operations()[from..] {
             if history.is_duplicate(operation.id) {
                 continue;
             }

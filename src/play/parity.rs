@@ -1,7 +1,7 @@
 //! Parity: one scenario played in a world (a live fleet) compared, step by step, with the simulator's plays
 //! of the same scenario.
 //!
-//! A request step matches when both worlds gave the same outcome ([`outcome_of`]). A `parallel` block is
+//! A request step matches when both worlds gave the same outcome ([`Observed`], compared by kind and content). A `parallel` block is
 //! compared as a set of outcomes against every interleaving the simulator produced under the seeds it was
 //! given; later steps are compared with a run that raced the way the world did. What a world could not do
 //! was already reported by the interpreter; here it becomes a row that says SKIPPED. An answer that may
@@ -10,10 +10,9 @@
 
 use super::expect::ExpectationResult;
 use super::{Play, StepOutcome};
-use crate::oracle::history::{History, Operation, OperationId, Outcome};
+use crate::oracle::history::{History, OperationId};
+use crate::oracle::outcome::{same_set, Extent, Masks, Observed};
 use crate::scenario::model::{Action, Scenario};
-use crate::scenario::template::at;
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// How one step went in the world, next to the simulator.
@@ -48,42 +47,33 @@ pub struct Parity {
     pub interleaving_notes: Vec<String>,
 }
 
-/// What parity compares: `resultType` (and `structuredContent`), or the error code and reason, or no response.
-pub fn outcome_of(operation: &Operation) -> String {
-    match &operation.outcome {
-        Outcome::Pending => "pending".into(),
-        Outcome::NoResponse(_) => "no response".into(),
-        Outcome::Answered { value, .. } => outcome_of_response(value),
+/// The simulator's outcomes for the requests step `index` sent, in send order (`None`: the step could not run
+/// in the simulator either; its failure is listed as a note).
+fn simulated_outcomes(history: &History, index: usize) -> Option<Vec<Observed>> {
+    let outcomes: Vec<Observed> = history.operations().iter().filter(|op| op.step == index).map(Observed::of).collect();
+    (!outcomes.is_empty()).then_some(outcomes)
+}
+
+/// Outcomes as a row shows them.
+fn shown(outcomes: &Option<Vec<Observed>>) -> String {
+    match outcomes {
+        Some(outcomes) => outcomes.iter().map(Observed::to_string).collect::<Vec<_>>().join("; "),
+        None => "(not sent)".into(),
     }
 }
 
-pub(crate) fn outcome_of_response(value: &Value) -> String {
-    if let Some(result) = value.get("result") {
-        let mut result_type = result.get("resultType").and_then(Value::as_str).unwrap_or("(no resultType)");
-        // A tool error is its own outcome (`tool_error`), never shown as a completion.
-        if result_type == "complete" && result.get("isError") == Some(&Value::Bool(true)) {
-            result_type = "tool_error";
-        }
-        return match result.get("structuredContent") {
-            Some(content) => format!("{result_type} {content}"),
-            None => result_type.to_string(),
-        };
-    }
-    let code = at(value, &["error", "code"]).map(Value::to_string).unwrap_or_else(|| "?".into());
-    match at(value, &["error", "data", "reason"]).and_then(Value::as_str) {
-        Some(reason) => format!("error {code} {reason}"),
-        None => format!("error {code}"),
-    }
-}
-
-/// The simulator's outcomes for the requests step `index` sent, in send order.
-fn simulated_outcomes(history: &History, index: usize) -> Vec<String> {
-    let outcomes: Vec<String> = history.operations.iter().filter(|op| op.step == index).map(outcome_of).collect();
-    if outcomes.is_empty() {
-        // The step could not run in the simulator either (its failure is listed as a note).
-        return vec!["(not sent)".into()];
-    }
+/// A race's outcomes in a stable order (as shown: by their lines).
+fn sorted(mut outcomes: Vec<Observed>) -> Vec<Observed> {
+    outcomes.sort_by_cached_key(Observed::to_string);
     outcomes
+}
+
+/// Parity compares outcomes as they are: both worlds run the same servers' rules, so nothing is masked.
+fn same(simulator: &Option<Vec<Observed>>, live: &[Observed]) -> bool {
+    let masks = Masks::none();
+    simulator.as_ref().is_some_and(|simulator| {
+        simulator.len() == live.len() && simulator.iter().zip(live).all(|(a, b)| a.same(b, &masks, Extent::Outcome))
+    })
 }
 
 /// Compares `played` (whose world recorded `history`) with the simulator's `runs` (seed, history) of
@@ -136,7 +126,7 @@ impl Comparison<'_> {
             return Some(format!("configuration: {why}"));
         }
         self.history
-            .operations
+            .operations()
             .iter()
             .filter(|op| op.step < index)
             .find_map(|op| self.caveat(op.id))
@@ -150,7 +140,7 @@ impl Comparison<'_> {
     fn step(&mut self, scenario: &Scenario, step: &super::StepRecord, runs: &[(u64, History)], candidates: &mut Vec<usize>) {
         let action = &scenario.steps[step.index].action;
         let (line, text) = (step.line, step.text.as_str());
-        let simulated = || simulated_outcomes(&runs[candidates[0]].1, step.index).join("; ");
+        let simulated = || shown(&simulated_outcomes(&runs[candidates[0]].1, step.index));
         match (&step.outcome, action) {
             (StepOutcome::Performed { operations, excuse }, Action::Send(_) | Action::Parallel(_)) => {
                 if let Some(why) = &self.diverged_since {
@@ -160,18 +150,17 @@ impl Comparison<'_> {
                         }
                     }
                 }
-                let mut live: Vec<String> = operations.iter().map(|op| outcome_of(&self.history.operations[op.0])).collect();
+                let live: Vec<Observed> = operations.iter().map(|op| Observed::of(&self.history.operations()[op.0])).collect();
                 let reason = excuse.clone().or_else(|| operations.iter().find_map(|op| self.caveat(*op)));
                 let simulator = if matches!(action, Action::Parallel(_)) {
                     // A race may be won by either side: compared as a set of outcomes, with any interleaving the
                     // simulator produced; later steps are compared with a run that raced alike.
-                    live.sort();
-                    let sorted = |run: usize| {
-                        let mut outcomes = simulated_outcomes(&runs[run].1, step.index);
-                        outcomes.sort();
-                        outcomes
-                    };
-                    let alike: Vec<usize> = candidates.iter().copied().filter(|&run| sorted(run) == live).collect();
+                    let raced = |run: usize| simulated_outcomes(&runs[run].1, step.index).map(sorted);
+                    let alike: Vec<usize> = candidates
+                        .iter()
+                        .copied()
+                        .filter(|&run| raced(run).is_some_and(|outcomes| same_set(&outcomes, &live, &Masks::none(), Extent::Outcome)))
+                        .collect();
                     if let Some(&first) = alike.first() {
                         if first != candidates[0] {
                             self.parity.interleaving_notes.push(format!(
@@ -181,26 +170,32 @@ impl Comparison<'_> {
                         }
                         *candidates = alike;
                     }
-                    sorted(candidates[0])
+                    raced(candidates[0])
                 } else {
                     simulated_outcomes(&runs[candidates[0]].1, step.index)
                 };
                 // An answer that may legitimately differ is never judged: if it differs, the difference does not
                 // count, and if it is the same, that is a coincidence, not a comparison (a gateway scenario
                 // against a notes fleet would otherwise "match" wherever both refuse alike).
+                let live = if matches!(action, Action::Parallel(_)) { sorted(live) } else { live };
+                let alike = match (&simulator, action) {
+                    (Some(simulator), Action::Parallel(_)) => same_set(simulator, &live, &Masks::none(), Extent::Outcome),
+                    _ => same(&simulator, &live),
+                };
                 let verdict = match reason {
-                    None if simulator == live => Verdict::Match,
+                    None if alike => Verdict::Match,
                     Some(why) => {
                         // An answer that went differently may have changed the store differently (a misconfigured
                         // instance that deleted what the simulator's refused): nothing after it can be judged.
-                        if simulator != live && self.diverged_since.is_none() {
+                        if !alike && self.diverged_since.is_none() {
                             self.diverged_since = Some(format!("line {line} ({text}), which went differently live"));
                         }
                         Verdict::NotCompared(why)
                     }
                     None => Verdict::Mismatch,
                 };
-                self.row(line, text, simulator.join("; "), live.join("; "), verdict);
+                let live = live.iter().map(Observed::to_string).collect::<Vec<_>>().join("; ");
+                self.row(line, text, shown(&simulator), live, verdict);
             }
             (StepOutcome::Performed { .. }, _) => {
                 let verdict = match self.store_divergence(step.index) {

@@ -7,9 +7,11 @@
 use super::world::{Routing, SimWorld};
 use crate::config::Deployment;
 use crate::framework::ports::Note;
+use crate::oracle::check::statelessness::{self, Pairing};
 use crate::oracle::check::{self, Property, Violation};
 use crate::oracle::grants::Grants;
 use crate::oracle::history::History;
+use crate::oracle::outcome::{Extent, Masks};
 use crate::play;
 use crate::policy::authorization::Authorizations;
 use crate::policy::state::{derived_key_secret, KeyRing, DEFAULT_STATE_TTL_MS};
@@ -450,8 +452,11 @@ fn compare_rerouted(prepared: &Prepared<'_>, options: &RunOptions, original: &Ex
     let pinned = crash_pinned(scenario);
     let pinned_names: Vec<&str> = pinned.iter().map(|&index| scenario.cluster.instances[index].name.as_str()).collect();
     let shifted = execute(prepared, &quiet, Routing::Shifted { pinned }, Judge::HistoryOnly);
-    let (before, after) = (&original.history.operations, &shifted.history.operations);
-    let rerouted = before.iter().zip(after).filter(|(a, b)| a.instance != b.instance).count();
+    // Every answer, with what differs by design (sealed states, out-of-band page URLs) masked, byte for byte:
+    // the simulator's own servers must answer alike wherever they run.
+    let compared = statelessness::compare(&original.history, &shifted.history, &Pairing::Operations, &Masks::by_design(), Extent::Answer);
+    let (before, after) = (original.history.operations(), shifted.history.operations());
+    let rerouted = compared.rerouted;
     if rerouted == 0 {
         let mut why = String::from("no request has another live instance of the same configuration to go to");
         if !pinned_names.is_empty() {
@@ -459,19 +464,18 @@ fn compare_rerouted(prepared: &Prepared<'_>, options: &RunOptions, original: &Ex
         }
         return (Statelessness::NotApplicable(why), Vec::new());
     }
-    let mut compared = 0;
-    let mut differences = Vec::new();
-    for (a, b) in before.iter().zip(after) {
-        if a.response().is_some() || b.response().is_some() {
-            compared += 1;
-        }
-        if !same_when_masked(a.response(), b.response()) {
-            let (left, right) = (masked(a.response()), masked(b.response()));
-            let line = scenario.steps[a.step].line;
-            let moved = if a.instance != b.instance { format!(" (rerouted from {} to {})", a.instance, b.instance) } else { String::new() };
-            differences.push(format!("line {line}{moved}: {} became {}", show(&left), show(&right)));
-        }
-    }
+    let mut differences: Vec<String> = compared
+        .differences
+        .iter()
+        .map(|difference| {
+            let line = scenario.steps[difference.step].line;
+            let moved = match &difference.moved {
+                Some((from, to)) => format!(" (rerouted from {from} to {to})"),
+                None => String::new(),
+            };
+            format!("line {line}{moved}: {} became {}", difference.first, difference.second)
+        })
+        .collect();
     let stopped = |execution: &Execution| execution.failures.iter().find(|f| f.kind == FailureKind::Simulation).map(|f| f.message.clone());
     if let (None, Some(why)) = (stopped(original), stopped(&shifted)) {
         differences.push(format!("the rerouted run did not follow the same course: {why}"));
@@ -486,10 +490,10 @@ fn compare_rerouted(prepared: &Prepared<'_>, options: &RunOptions, original: &Ex
     }
     if !differences.is_empty() {
         (Statelessness::Violated, differences)
-    } else if compared == 0 {
+    } else if compared.compared == 0 {
         (Statelessness::NotApplicable("no request was answered, so no answer could be compared".into()), differences)
     } else {
-        (Statelessness::Held { rerouted, compared }, differences)
+        (Statelessness::Held { rerouted, compared: compared.compared }, differences)
     }
 }
 
@@ -518,7 +522,7 @@ fn first_difference(a: &History, b: &History) -> Option<String> {
         let response = op.response().map(Value::to_string).unwrap_or_else(|| op.describe());
         (request, response)
     };
-    for (index, (x, y)) in a.operations.iter().zip(&b.operations).enumerate() {
+    for (index, (x, y)) in a.operations().iter().zip(b.operations()).enumerate() {
         let ((request_x, response_x), (request_y, response_y)) = (bytes(x), bytes(y));
         if request_x != request_y {
             return Some(format!(
@@ -534,10 +538,10 @@ fn first_difference(a: &History, b: &History) -> Option<String> {
             return Some(format!("the answer to request {} ({}'s to {}) differed: {before} then {after}", index + 1, x.client, x.instance));
         }
     }
-    if a.operations.len() != b.operations.len() {
-        return Some(format!("made {} requests, then {}", a.operations.len(), b.operations.len()));
+    if a.operations().len() != b.operations().len() {
+        return Some(format!("made {} requests, then {}", a.operations().len(), b.operations().len()));
     }
-    let effects = |h: &History| h.effects.iter().map(|e| format!("{:?}", e.kind)).collect::<Vec<_>>();
+    let effects = |h: &History| h.effects().iter().map(|e| format!("{:?}", e.kind)).collect::<Vec<_>>();
     (effects(a) != effects(b)).then(|| "the stores' effects differed".to_string())
 }
 
@@ -554,94 +558,5 @@ fn preview_text(text: &str) -> String {
     match text.char_indices().nth(SHOWN) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),
-    }
-}
-
-/// What a field's value is masked as, if it is one the comparison does not look into: a `requestState`, and
-/// an out-of-band page's URL (it carries a reference drawn from the instance's own nonces, as a state does).
-fn mask_of(key: &str, value: &Value) -> Option<&'static str> {
-    match value {
-        Value::String(_) if key == "requestState" => Some("<state>"),
-        Value::String(url) if key == "url" && url.contains(crate::servers::notes::publish::PAGE_PATH) => Some("<out-of-band page>"),
-        _ => None,
-    }
-}
-
-/// Whether two answers are the same once masked, compared in place (every answer of both runs is compared;
-/// only a difference is worth building the masked copies for).
-fn same_when_masked(a: Option<&Value>, b: Option<&Value>) -> bool {
-    fn same(a: &Value, b: &Value) -> bool {
-        match (a, b) {
-            (Value::Object(x), Value::Object(y)) => {
-                x.len() == y.len()
-                    && x.iter().zip(y).all(|((kx, vx), (ky, vy))| {
-                        kx == ky
-                            && match (mask_of(kx, vx), mask_of(ky, vy)) {
-                                (None, None) => same(vx, vy),
-                                (masked_x, masked_y) => masked_x == masked_y,
-                            }
-                    })
-            }
-            (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, vy)),
-            _ => a == b,
-        }
-    }
-    match (a, b) {
-        (Some(a), Some(b)) => same(a, b),
-        (None, None) => true,
-        _ => false,
-    }
-}
-
-fn masked(response: Option<&Value>) -> Option<Value> {
-    fn mask(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| match mask_of(k, v) {
-                        Some(masked) => (k.clone(), Value::String(masked.into())),
-                        None => (k.clone(), mask(v)),
-                    })
-                    .collect(),
-            ),
-            Value::Array(items) => Value::Array(items.iter().map(mask).collect()),
-            other => other.clone(),
-        }
-    }
-    response.map(mask)
-}
-
-fn show(value: &Option<Value>) -> String {
-    match value {
-        Some(value) => crate::scenario::template::preview(value),
-        None => "no response".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn answers_compare_equal_exactly_when_their_masked_copies_do() {
-        let page = format!("https://notes.example{}abc", crate::servers::notes::publish::PAGE_PATH);
-        let other_page = format!("https://notes.example{}xyz", crate::servers::notes::publish::PAGE_PATH);
-        let pairs = [
-            (json!({"result": {"requestState": "s1.a"}}), json!({"result": {"requestState": "s1.b"}})),
-            (json!({"result": {"requestState": "s1.a"}}), json!({"result": {"requestState": 7}})),
-            (json!({"result": {"url": page}}), json!({"result": {"url": other_page}})),
-            (json!({"result": {"url": page}}), json!({"result": {"url": "https://elsewhere.example/"}})),
-            (json!({"a": [1, {"requestState": "x"}]}), json!({"a": [1, {"requestState": "y"}]})),
-            (json!({"a": [1, 2]}), json!({"a": [1, 2, 3]})),
-            (json!({"a": 1}), json!({"b": 1})),
-            (json!({"a": 1, "b": 2}), json!({"a": 1})),
-            (json!("text"), json!("text")),
-        ];
-        for (a, b) in &pairs {
-            assert_eq!(same_when_masked(Some(a), Some(b)), masked(Some(a)) == masked(Some(b)), "{a} / {b}");
-        }
-        assert!(same_when_masked(None, None));
-        assert!(!same_when_masked(Some(&json!({})), None));
     }
 }

@@ -179,7 +179,7 @@ impl World for SimWorld {
         }
         // Faults on (clients retry): a retry may take a flow another way than the scenario wrote, so
         // expectations are shown but not judged; the properties are.
-        if self.cluster.history().clients_retry {
+        if self.cluster.history().clients_retry() {
             Err(NotPlayed::UnderFaults)
         } else {
             Ok(())

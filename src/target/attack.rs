@@ -15,6 +15,7 @@
 use super::file::{Target, Transport};
 use super::fleet::Fleet;
 use super::{probe, succeeded};
+use crate::oracle::outcome::Observed;
 use crate::play::client::{answer_params, Client, FormAction};
 use crate::play::world::Outgoing;
 use crate::wire::headers::RoutingHeaders;
@@ -187,7 +188,7 @@ impl Attacker<'_, '_> {
         let request = self.build(&principal, "tools/call", params, false);
         let response = self.send(to, &principal, request.clone()).ok_or_else(|| Verdict::Inconclusive("round 1 got no answer".into()))?;
         if crate::oracle::reading::text(&response, &["result", "resultType"]) != Some("input_required") {
-            return Err(Verdict::Inconclusive(format!("round 1 did not ask for input: {}", super::preview(&response))));
+            return Err(Verdict::Inconclusive(format!("round 1 did not ask for input: {}", Observed::read(&response))));
         }
         Ok(Form { request, response })
     }
@@ -212,7 +213,7 @@ impl Attacker<'_, '_> {
 
 fn outcome(response: &Option<Value>) -> String {
     match response {
-        Some(value) => super::preview(value),
+        Some(value) => Observed::read(value).to_string(),
         None => "no answer".into(),
     }
 }

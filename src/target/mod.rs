@@ -13,7 +13,8 @@
 //! request on one instance. The judge ([`judge`]) reads the two histories and the effect probe:
 //! at most one success per confirmation and no more effects than accepted confirmations (at-most-once), no
 //! effect without an accept (consent), no new form in answer to a decline or cancel (refusal), and the same
-//! answers whichever instance took each round (statelessness). A failure is played again from its decision
+//! outcomes whichever instance took each round (statelessness: the oracle's comparison of two histories, read as
+//! [`Observed`] outcomes). Findings are named by the oracle's [`Property`]. A failure is played again from its decision
 //! log and reported with how often it reproduced: the servers' own timing is not mcpsim's to decide.
 
 pub mod attack;
@@ -27,10 +28,12 @@ use self::file::{PlaceholderError, Scope, Target};
 use self::fleet::{Fleet, FleetError};
 use self::process::ProcessError;
 use self::world::{Routing, TargetWorld};
+use crate::oracle::check::statelessness::{self, Pairing};
+use crate::oracle::check::Property;
 use crate::oracle::history::History;
+use crate::oracle::outcome::{Extent, Kind, Masks, Observed};
 use crate::play::client::{BuildError, Client};
 use crate::play::expect::ExpectationResult;
-use crate::play::parity::outcome_of;
 use crate::play::{self, Play};
 use crate::scenario::model::{Action, Scenario};
 use crate::scenario::parser::ParseError;
@@ -405,7 +408,7 @@ fn preflight_on(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim:
     };
     let listed = exchange(fleet, "tools/list", json!({}))?;
     let Some(tools) = listed.pointer("/result/tools").and_then(Value::as_array) else {
-        return Err(Preflight::Unjudged(format!("tools/list did not answer a list of tools: {}", preview(&listed))));
+        return Err(Preflight::Unjudged(format!("tools/list did not answer a list of tools: {}", Observed::read(&listed))));
     };
     let names: Vec<&str> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect();
     if !names.contains(&tool.name.as_str()) {
@@ -425,7 +428,7 @@ fn preflight_on(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim:
             "tool.name = {:?} with tool.arguments = {}: round 1 did not answer input_required: {} (scenarios need a tool that asks first)",
             shown(&tool.name),
             shown(&tool.arguments.to_string()),
-            shown(&preview(&round1))
+            shown(&Observed::read(&round1).to_string())
         )));
     }
     let asked: Vec<String> =
@@ -458,11 +461,6 @@ fn preflight_on(target: &Target, fleet: &mut Fleet<'_>, data_dir: &Path, mcpsim:
     ))
 }
 
-/// One answer in a line: what it was, as transcripts describe it.
-pub(crate) fn preview(value: &Value) -> String {
-    play::parity::outcome_of_response(value)
-}
-
 /// An answer whole (for findings about its exact error data), or "no answer".
 pub(crate) fn full(answer: &Option<Value>) -> String {
     answer.as_ref().map(Value::to_string).unwrap_or_else(|| "no answer".into())
@@ -471,7 +469,7 @@ pub(crate) fn full(answer: &Option<Value>) -> String {
 /// A property that did not hold, as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
-    pub property: &'static str,
+    pub property: Property,
     pub message: String,
 }
 
@@ -481,28 +479,25 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>)
     let history = &spread.history;
     // Answers to forms, grouped by the requestState they echo.
     let mut accepts: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (index, op) in history.operations.iter().enumerate() {
+    for (index, op) in history.operations().iter().enumerate() {
         let Some(params) = op.params() else { continue };
         let Some(responses) = params.get("inputResponses").and_then(Value::as_object) else { continue };
         let actions: Vec<&str> = responses.values().filter_map(|r| r.get("action").and_then(Value::as_str)).collect();
         let state = params.get("requestState").map(|s| s.to_string()).unwrap_or_else(|| "(no requestState)".into());
         if actions.contains(&"accept") {
             accepts.entry(state).or_default().push(index);
-        } else if !actions.is_empty() {
-            let result_type = op.response().and_then(|r| crate::oracle::reading::text(r, &["result", "resultType"]));
-            if result_type == Some("input_required") {
-                findings.push(Finding {
-                    property: "refusal",
-                    message: format!("{} answered the {} of {} with another form", op.instance, actions.join("/"), label(op)),
-                });
-            }
+        } else if !actions.is_empty() && Observed::of(op).kind == Kind::InputRequired {
+            findings.push(Finding {
+                property: Property::Refusal,
+                message: format!("{} answered the {} of {} with another form", op.instance, actions.join("/"), label(op)),
+            });
         }
     }
     // Who each state was issued to, and the states a decline ended (by the operation that did). A cancel only
     // dismisses the form: the confirmation may still be answered.
     let mut issued: BTreeMap<String, String> = BTreeMap::new();
     let mut declined: BTreeMap<String, usize> = BTreeMap::new();
-    for (index, op) in history.operations.iter().enumerate() {
+    for (index, op) in history.operations().iter().enumerate() {
         if let Some(state) = op.response().and_then(|r| crate::oracle::reading::at(r, &["result", "requestState"])) {
             issued.entry(state.to_string()).or_insert_with(|| op.principal.clone());
         }
@@ -517,29 +512,30 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>)
     }
     for (state, ops) in &accepts {
         for &index in ops {
-            let op = &history.operations[index];
+            let op = &history.operations()[index];
             if !succeeded(op.response()) {
                 continue;
             }
             if let Some(owner) = issued.get(state).filter(|owner| **owner != op.principal) {
                 findings.push(Finding {
-                    property: "consent",
+                    property: Property::Consent,
                     message: format!("principal {} completed a confirmation issued to {owner}: {}", op.principal, label(op)),
                 });
             }
             if let Some(&refusal) = declined.get(state).filter(|&&at| at < index) {
                 findings.push(Finding {
-                    property: "refusal",
-                    message: format!("{} succeeded after {} declined the confirmation", label(op), label(&history.operations[refusal])),
+                    property: Property::Refusal,
+                    message: format!("{} succeeded after {} declined the confirmation", label(op), label(&history.operations()[refusal])),
                 });
             }
         }
     }
     for ops in accepts.values() {
-        let successes: Vec<String> = ops.iter().map(|&i| &history.operations[i]).filter(|op| succeeded(op.response())).map(label).collect();
+        let successes: Vec<String> =
+            ops.iter().map(|&i| &history.operations()[i]).filter(|op| succeeded(op.response())).map(label).collect();
         if successes.len() > 1 {
             findings.push(Finding {
-                property: "at-most-once",
+                property: Property::AtMostOnce,
                 message: format!("one confirmation succeeded {} times: {}", successes.len(), successes.join(", ")),
             });
         }
@@ -551,15 +547,23 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>)
                 "the effect probe saw {effects} effect(s) ({before} before, {after} after) but only {} confirmation(s) were accepted",
                 accepts.len()
             );
-            let property = if accepts.is_empty() { "consent" } else { "at-most-once" };
+            let property = if accepts.is_empty() { Property::Consent } else { Property::AtMostOnce };
             findings.push(Finding { property, message });
         }
     }
     if let Some(one) = one {
-        for (line, spread_outcomes, one_outcomes) in compare_rounds(scenario, spread, one) {
+        // The outcomes (kind, code, reason, structured content) of each step, sealed states masked: a target's
+        // words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
+        let raced = scenario.steps.iter().enumerate().filter(|(_, s)| matches!(s.action, Action::Parallel(_))).map(|(i, _)| i).collect();
+        let compared = statelessness::compare(&one.history, history, &Pairing::Steps { raced }, &Masks::by_design(), Extent::Outcome);
+        for difference in compared.differences {
+            let line = scenario.steps[difference.step].line;
             findings.push(Finding {
-                property: "statelessness",
-                message: format!("line {line}: with every round on one instance: {one_outcomes}; spread over the fleet: {spread_outcomes}"),
+                property: Property::Statelessness,
+                message: format!(
+                    "line {line}: with every round on one instance: {}; spread over the fleet: {}",
+                    difference.first, difference.second
+                ),
             });
         }
     }
@@ -572,34 +576,7 @@ fn label(op: &crate::oracle::history::Operation) -> String {
 
 /// A `complete` result that is not a tool error.
 pub(crate) fn succeeded(response: Option<&Value>) -> bool {
-    let Some(result) = response.and_then(|r| r.get("result")) else { return false };
-    result.get("resultType").and_then(Value::as_str) == Some("complete") && result.get("isError") != Some(&Value::Bool(true))
-}
-
-/// Steps whose outcomes differ between the two plays: `(line, spread, one)`. A `parallel` step is compared by
-/// how many of its answers succeeded (which loser hears what is the race's to decide).
-fn compare_rounds(scenario: &Scenario, spread: &PlayedOnce, one: &PlayedOnce) -> Vec<(usize, String, String)> {
-    let outcomes = |history: &History, step: usize, raced: bool| -> String {
-        let ops: Vec<&crate::oracle::history::Operation> = history.operations.iter().filter(|op| op.step == step).collect();
-        if raced {
-            let wins = ops.iter().filter(|op| succeeded(op.response())).count();
-            format!("{wins} of {} succeeded", ops.len())
-        } else {
-            ops.iter().map(|op| outcome_of(op)).collect::<Vec<_>>().join("; ")
-        }
-    };
-    let mut differ = Vec::new();
-    for (index, statement) in scenario.steps.iter().enumerate() {
-        let raced = matches!(statement.action, Action::Parallel(_));
-        if !raced && !matches!(statement.action, Action::Send(_)) {
-            continue;
-        }
-        let (a, b) = (outcomes(&spread.history, index, raced), outcomes(&one.history, index, raced));
-        if a != b {
-            differ.push((statement.line, a, b));
-        }
-    }
-    differ
+    response.is_some_and(|response| Observed::read(response).succeeded())
 }
 
 /// One scenario's result against a target.
@@ -620,7 +597,7 @@ impl ScenarioReport {
     }
 
     /// The properties that broke, each once, in order.
-    pub fn properties(&self) -> Vec<&'static str> {
+    pub fn properties(&self) -> Vec<Property> {
         let mut seen = Vec::new();
         for finding in &self.findings {
             if !seen.contains(&finding.property) {
@@ -636,7 +613,7 @@ impl ScenarioReport {
 fn input_key_mismatches(target: &Target, history: &History) -> Vec<String> {
     let Some(key) = &target.file.tool.input_key else { return Vec::new() };
     history
-        .operations
+        .operations()
         .iter()
         .filter_map(|op| {
             let requests = op.response().and_then(|r| crate::oracle::reading::at(r, &["result", "inputRequests"]))?.as_object()?;
@@ -684,7 +661,7 @@ pub fn run_scenario(
             let one =
                 if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
             let findings = judge(scenario, &rerun, one.as_ref());
-            let properties: Vec<&str> = findings.iter().map(|f| f.property).collect();
+            let properties: Vec<Property> = findings.iter().map(|f| f.property).collect();
             let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };
             if same {
                 again += 1;
@@ -793,7 +770,7 @@ pub fn mcp_trace(target: &Target, played: &PlayedOnce) -> String {
     };
     let mut out = String::new();
     let mut seq = 0u64;
-    for op in &played.history.operations {
+    for op in played.history.operations() {
         let mut events = Vec::new();
         if let Some(request) = op.request_value.as_deref().filter(|v| v.is_object()) {
             events.push(("client-to-server", request));
@@ -856,8 +833,9 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             let _ = writeln!(out, "effects: not observed: {}", shown(&why.to_string()));
         }
     }
-    for property in ["at-most-once", "consent", "refusal", "statelessness"] {
+    for property in [Property::AtMostOnce, Property::Consent, Property::Refusal, Property::Statelessness] {
         let broken: Vec<&Finding> = report.findings.iter().filter(|f| f.property == property).collect();
+        let property = property.as_str();
         if broken.is_empty() {
             let _ = writeln!(out, "   ok    property {property}");
         }
@@ -879,7 +857,7 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     } else if report.properties().is_empty() {
         "FAIL (expectations)".to_string()
     } else {
-        format!("FAIL: {}", report.properties().join(", "))
+        format!("FAIL: {}", report.properties().iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", "))
     };
     let _ = writeln!(out, "{verdict}");
     out

@@ -6,7 +6,7 @@
 
 use super::fleet::Fleet;
 use crate::framework::ports::Note;
-use crate::oracle::history::{History, NoResponse, Operation, OperationId, Outcome};
+use crate::oracle::history::{History, NoResponse, OperationId, Sent};
 use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::{AdminAction, Scenario, TriggerSpec};
 use crate::servers::gateway::backends::ExportRecord;
@@ -84,39 +84,27 @@ impl<'f, 't> TargetWorld<'f, 't> {
     }
 
     fn record(&mut self, outgoing: &Outgoing, to: usize, answer: Result<Option<Value>, String>) -> OperationId {
-        let id = OperationId(self.history.operations.len());
         let client = &self.scenario.cluster.clients[outgoing.client];
         let target = Fleet::instance_name(to);
-        let (value, text, request_exact) = outgoing.recorded();
-        self.transcript.push(format!("→ {target} {}: {text}", client.name));
-        let outcome = match answer {
+        // The scenario's instance and the process that took it, so a report (and a trace) names both.
+        let instance = format!("{}@{target}", self.scenario.cluster.instances[outgoing.instance].name);
+        let id = self.history.request(Sent::of_text(outgoing, &client.name, &client.principal, instance));
+        self.transcript.push(format!("→ {target} {}: {}", client.name, String::from_utf8_lossy(&outgoing.bytes())));
+        match answer {
             Ok(Some(value)) => {
                 self.transcript.push(format!("← {target} {}: {value}", client.name));
-                Outcome::Answered { value: Arc::new(value), at_ms: 0, delivery: id.0 + 1 }
+                // Each exchange is its own delivery, at no simulated time.
+                self.history.answer(id, Arc::new(value), 0, id.0 + 1);
             }
             Ok(None) => {
                 self.transcript.push(format!("  {target} answered nothing (a notification)"));
-                Outcome::NoResponse(NoResponse::Notification)
+                self.history.no_response(id, NoResponse::Notification);
             }
             Err(why) => {
                 self.transcript.push(format!("  {target} gave no answer: {why}"));
-                Outcome::NoResponse(NoResponse::Lost)
+                self.history.no_response(id, NoResponse::Lost);
             }
-        };
-        self.history.operations.push(Operation {
-            id,
-            client: client.name.clone(),
-            principal: client.principal.clone(),
-            // The scenario's instance and the process that took it, so a report (and a trace) names both.
-            instance: format!("{}@{target}", self.scenario.cluster.instances[outgoing.instance].name),
-            step: outgoing.step,
-            name: outgoing.name.clone(),
-            request_value: value.map(Arc::new),
-            request_exact,
-            notification: outgoing.notification,
-            sent_at_ms: 0,
-            outcome,
-        });
+        }
         id
     }
 }

@@ -7,7 +7,7 @@ use super::*;
 pub(super) fn at_most_once(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
     let mut consumed: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
-    for effect in &history.effects {
+    for effect in history.effects() {
         if let EffectKind::NonceConsumed { nonce, .. } = &effect.kind {
             consumed.entry(nonce).or_default().push(effect);
         }

@@ -17,7 +17,7 @@ struct Flow<'h> {
 
 /// Whether this history has any out-of-band step for the property to judge.
 pub(super) fn has_out_of_band(history: &History) -> bool {
-    history.operations.iter().any(|operation| !url_elicitations(operation.response()).is_empty())
+    history.operations().iter().any(|operation| !url_elicitations(operation.response()).is_empty())
 }
 
 fn url_elicitations(response: Option<&Value>) -> Vec<&str> {
@@ -35,7 +35,7 @@ pub(super) fn binding(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
     // Flows by the state they were issued with.
     let mut flows: BTreeMap<&str, Flow<'_>> = BTreeMap::new();
-    for operation in &history.operations {
+    for operation in history.operations() {
         let response = operation.response();
         let Some(state) = response.and_then(|value| reading::text(value, &["result", "requestState"])) else { continue };
         if let Some(url) = url_elicitations(response).first() {
@@ -44,7 +44,7 @@ pub(super) fn binding(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     }
     // Completions by URL: who, and by which delivery the page had answered.
     let mut completions: BTreeMap<&str, Vec<(&str, usize)>> = BTreeMap::new();
-    for operation in &history.operations {
+    for operation in history.operations() {
         let Some(request) = operation.request_value.as_deref() else { continue };
         if reading::text(request, &["page"]) != Some("complete") {
             continue;
@@ -56,7 +56,7 @@ pub(super) fn binding(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
             completions.entry(url).or_default().push((&operation.principal, *delivery));
         }
     }
-    for effect in &history.effects {
+    for effect in history.effects() {
         let EffectKind::NonceConsumed { record, .. } = &effect.kind else { continue };
         if reading::text(record, &["outcome"]) != Some("published") {
             continue;

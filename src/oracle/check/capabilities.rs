@@ -7,7 +7,7 @@ use super::*;
 
 pub(super) fn capabilities(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
-    for operation in &history.operations {
+    for operation in history.operations() {
         let Some(value) = operation.response() else { continue };
         let Some(requests) = reading::at(value, &["result", "inputRequests"]).and_then(Value::as_object) else { continue };
         let asks = |mode: &str| requests.values().any(|request| reading::text(request, &["params", "mode"]) == Some(mode));

@@ -35,7 +35,7 @@ pub(super) fn consent(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
         // and the client answered. The question was asked in this very call (this principal, tool and
         // arguments), so what must hold is that it offered the note and the answer accepted it.
         let legacy: Vec<(&Value, &Value)> = history
-            .effects
+            .effects()
             .iter()
             .filter(|e| e.operation == Some(id))
             .filter_map(|e| match &e.kind {

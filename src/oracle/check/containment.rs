@@ -15,8 +15,8 @@ use crate::oracle::uri::{self, Location};
 pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
     // Every note location known so far, in the order the world revealed them (the start, then each listing).
-    let mut known: Vec<(usize, &Note)> = history.initial_notes.iter().map(|note| (0, note)).collect();
-    for effect in &history.effects {
+    let mut known: Vec<(usize, &Note)> = history.initial_notes().iter().map(|note| (0, note)).collect();
+    for effect in history.effects() {
         if let EffectKind::NotesListed { notes } = &effect.kind {
             known.extend(notes.iter().map(|note| (effect.delivery, note)));
         }
@@ -69,7 +69,7 @@ pub(super) fn containment(reading: &Reading<'_>, violations: &mut Vec<Violation>
     let known_uris = KnownUris::new(&uris);
     // The walks' buffers, allocated once for every answer.
     let (mut strings, mut sent, mut pending, mut candidates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for operation in &history.operations {
+    for operation in history.operations() {
         let Outcome::Answered { value, delivery, .. } = &operation.outcome else { continue };
         // Only a string holding the known URIs' common prefix can show one of them.
         reading::strings_into(value, |text| known_uris.may_occur_in(text), &mut strings, &mut pending);

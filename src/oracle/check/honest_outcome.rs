@@ -18,7 +18,7 @@ pub(super) fn honest_outcome(reading: &Reading<'_>, violations: &mut Vec<Violati
         .into_iter()
         .filter_map(|(_, mutation)| if let Mutation::Exported(export) = mutation { Some(export) } else { None })
         .collect();
-    for operation in &history.operations {
+    for operation in history.operations() {
         // A copy the network made is answered to nobody; what the client hears is what counts.
         if history.is_duplicate(operation.id) {
             continue;

@@ -7,9 +7,9 @@ use super::*;
 pub(super) fn liveness(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
     let all_mutations = mutations(history);
-    for operation in &history.operations {
+    for operation in history.operations() {
         let first = operation.id;
-        if history.attempts.contains_key(&first) || operation.notification || history.stranded.contains(&first) {
+        if history.attempts().contains_key(&first) || operation.notification || history.stranded().contains(&first) {
             continue;
         }
         let attempts = history.attempts_of(first);

@@ -8,8 +8,8 @@ use super::*;
 
 pub(super) fn mediation(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
-    let mut approved = history.initial_pins.clone();
-    for effect in &history.effects {
+    let mut approved = history.initial_pins().clone();
+    for effect in history.effects() {
         match &effect.kind {
             EffectKind::Approved { tool, descriptor } => {
                 approved.insert(tool.clone(), descriptor.clone());

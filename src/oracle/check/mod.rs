@@ -2,8 +2,9 @@
 //!
 //! Properties are judged from the [`History`] alone, by an independent reading of what clients sent and
 //! what the stores did; the checker never asks the servers whether they behaved. Statelessness (§4.5) is
-//! judged by the simulator's runner, which plays the scenario a second time with rounds rerouted; the
-//! determinism of §4.6 by the tests that replay a run and compare its bytes.
+//! judged by [`statelessness`] from two histories: the simulator's runner plays the scenario a second time
+//! with rounds rerouted and compares them with it; the determinism of §4.6 by the tests that replay a run
+//! and compare its bytes.
 
 use super::history::{Effect, EffectKind, Export, History, OperationId, Outcome};
 pub(crate) use super::reading::label;
@@ -21,6 +22,7 @@ mod honest_outcome;
 mod liveness;
 mod mediation;
 mod refusal;
+pub mod statelessness;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Property {
@@ -71,10 +73,10 @@ pub fn judged(history: &History) -> Vec<Property> {
         Property::Capabilities,
         Property::HonestOutcome,
     ];
-    if history.clients_retry {
+    if history.clients_retry() {
         properties.push(Property::Liveness);
     }
-    if !history.initial_pins.is_empty() {
+    if !history.initial_pins().is_empty() {
         properties.push(Property::Mediation);
     }
     if binding::has_out_of_band(history) {
@@ -99,7 +101,7 @@ pub fn check_properties(history: &History) -> Vec<Violation> {
     refusal::refusal(&reading, &mut violations);
     capabilities::capabilities(&reading, &mut violations);
     honest_outcome::honest_outcome(&reading, &mut violations);
-    if history.clients_retry {
+    if history.clients_retry() {
         liveness::liveness(&reading, &mut violations);
     }
     mediation::mediation(&reading, &mut violations);
@@ -125,7 +127,7 @@ impl Mutation<'_> {
 /// Every mutation, with the effect that records it.
 pub(crate) fn mutations(history: &History) -> Vec<(&Effect, Mutation<'_>)> {
     history
-        .effects
+        .effects()
         .iter()
         .filter_map(|effect| match &effect.kind {
             EffectKind::NoteDeleted { note, .. } => Some((effect, Mutation::Deleted { note_id: &note.id, uri: &note.uri })),
@@ -198,8 +200,8 @@ pub(crate) fn reported(response: &Value) -> Option<Reported<'_>> {
 /// The grants as they were when `delivery` happened (revocations made after an earlier delivery apply): the
 /// initial grants themselves until a revocation narrows them.
 pub(crate) fn grants_at(history: &History, delivery: usize) -> std::borrow::Cow<'_, super::grants::Grants> {
-    let mut grants = std::borrow::Cow::Borrowed(&*history.initial_grants);
-    for effect in &history.effects {
+    let mut grants = std::borrow::Cow::Borrowed(&**history.initial_grants());
+    for effect in history.effects() {
         if let EffectKind::Revoked { principal, workspace } = &effect.kind {
             if effect.delivery < delivery {
                 grants.to_mut().revoke(principal, workspace);

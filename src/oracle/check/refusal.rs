@@ -11,12 +11,12 @@ const INVALID_ANSWER: [&str; 4] = ["response_invalid", "not_confirmed", "not_a_c
 pub(super) fn refusal(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
     let history = reading.history;
     let by_confirmation = mutations_by_confirmation(reading);
-    for operation in &history.operations {
+    for operation in history.operations() {
         let Some(action) = reading.action(operation.id) else { continue };
         if action == "accept" {
             let reason = operation.response().and_then(|r| reading::text(r, &["error", "data", "reason"]));
             let Some(reason) = reason.filter(|r| INVALID_ANSWER.contains(r)) else { continue };
-            for effect in history.effects.iter().filter(|e| e.operation == Some(operation.id)) {
+            for effect in history.effects().iter().filter(|e| e.operation == Some(operation.id)) {
                 if let EffectKind::NonceConsumed { nonce, .. } = &effect.kind {
                     violations.push(Violation {
                         property: Property::Refusal,
@@ -33,7 +33,7 @@ pub(super) fn refusal(reading: &Reading<'_>, violations: &mut Vec<Violation>) {
             continue;
         }
         let who = label(history, Some(operation.id));
-        for effect in history.effects.iter().filter(|e| e.operation == Some(operation.id)) {
+        for effect in history.effects().iter().filter(|e| e.operation == Some(operation.id)) {
             let broken = match &effect.kind {
                 EffectKind::NoteDeleted { note, .. } => Some(format!("a {action} deleted {}", note.id)),
                 EffectKind::Exported(export) => Some(format!("a {action} exported {} ({})", export.note_ids.join(", "), export.export_id)),

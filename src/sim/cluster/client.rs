@@ -3,7 +3,7 @@
 //! next live instance of the same deployment, within a retry budget.
 
 use super::{ClientSetup, Cluster, SimError};
-use crate::oracle::history::{Attempt, Operation, OperationId, Outcome, Outgoing};
+use crate::oracle::history::{Attempt, OperationId, Outgoing, Sent};
 use crate::scenario::template::at;
 use crate::sim::engine::faults::{RETRIES_MAX, RETRY_TIMEOUT_MS};
 use crate::sim::engine::message::{Payload, RequestBody};
@@ -35,7 +35,6 @@ impl Cluster {
     pub fn send(&mut self, outgoing: Outgoing, instance: usize) -> Result<OperationId, SimError> {
         let Outgoing { client, raw, value, notification, headers, headers_written, step, name, .. } = outgoing;
         let headers = Some(headers);
-        let id = OperationId(self.history.operations.len());
         let principal = self.clients[client].setup.principal.clone();
         // A client-built value is what the bytes encode; anything else is parsed, and kept verbatim if odd (the
         // instance then reads those bytes, as a server would; the value is the history's).
@@ -61,13 +60,8 @@ impl Cluster {
                 }
             }
         };
-        if self.history.clients_retry {
-            let sent = SentRequest { client, body: body.clone(), headers: headers.clone() };
-            self.requests.insert(id, sent);
-        }
         let now_ms = self.clock.elapsed_ms();
-        self.history.operations.push(Operation {
-            id,
+        let id = self.history.request(Sent {
             client: self.clients[client].setup.name.clone(),
             principal: principal.clone(),
             instance: self.instances[instance].name.clone(),
@@ -77,8 +71,11 @@ impl Cluster {
             request_value,
             notification,
             sent_at_ms: now_ms,
-            outcome: Outcome::Pending,
         });
+        if self.history.clients_retry() {
+            let sent = SentRequest { client, body: body.clone(), headers: headers.clone() };
+            self.requests.insert(id, sent);
+        }
         let from = self.client_actor(client);
         // Every request carries the routing headers an HTTP client sends; the ones a scenario wrote itself
         // (a header attack) are worth a line.
@@ -105,22 +102,8 @@ impl Cluster {
 
     /// Sends a request again: a client's retry or the network's copy. Returns the envelope's id.
     pub(super) fn send_attempt(&mut self, sent: SentRequest, instance: usize, attempt: Attempt) -> Result<u64, SimError> {
-        let first = match attempt {
-            Attempt::Retry { of, .. } | Attempt::Duplicate { of } => of,
-        };
-        let id = OperationId(self.history.operations.len());
         let now_ms = self.clock.elapsed_ms();
-        let original = &self.history.operations[first.0];
-        let operation = Operation {
-            id,
-            instance: self.instances[instance].name.clone(),
-            name: None,
-            sent_at_ms: now_ms,
-            outcome: Outcome::Pending,
-            ..original.clone()
-        };
-        self.history.operations.push(operation);
-        self.history.attempts.insert(id, attempt);
+        let id = self.history.attempt(attempt, self.instances[instance].name.clone(), now_ms);
         let principal = self.clients[sent.client].setup.principal.clone();
         let from = self.client_actor(sent.client);
         let session = self.clients[sent.client].session.clone();
@@ -131,7 +114,7 @@ impl Cluster {
     /// An attempt of a client request will never be answered. If clients retry, this is the latest
     /// attempt and the budget allows, the client sends the same request again to the next instance.
     pub(super) fn lost(&mut self, operation: OperationId, why: &str) {
-        if !self.history.clients_retry || self.history.is_duplicate(operation) || self.history.operations[operation.0].notification {
+        if !self.history.clients_retry() || self.history.is_duplicate(operation) || self.history.operations()[operation.0].notification {
             return;
         }
         let first = self.history.first_attempt(operation);
@@ -143,20 +126,21 @@ impl Cluster {
 
     fn retry(&mut self, first: OperationId, failed: OperationId, why: &str) {
         let number = self.history.attempts_of(first).len() as u32;
-        let client = self.actor(&self.history.operations[first.0].client);
-        let request_id = self.history.operations[first.0].request_value.as_ref().and_then(|v| v.get("id")).cloned().unwrap_or(Value::Null);
+        let client = self.actor(&self.history.operations()[first.0].client);
+        let request_id =
+            self.history.operations()[first.0].request_value.as_ref().and_then(|v| v.get("id")).cloned().unwrap_or(Value::Null);
         if number > RETRIES_MAX {
             self.event(client, format!("{why} for request id {request_id}: gives up after {RETRIES_MAX} retries"));
             return;
         }
         let Some(sent) = self.sent_request(first) else { return };
-        let failed_instance = self.instances.iter().position(|i| i.name == self.history.operations[failed.0].instance).unwrap_or(0);
+        let failed_instance = self.instances.iter().position(|i| i.name == self.history.operations()[failed.0].instance).unwrap_or(0);
         let target = self.next_instance_like(failed_instance);
         if !self.instances[target].up {
             // Every instance of its kind is down for good (a scenario's crash without restart): not a fault
             // that stops, so there is nothing to wait for.
             self.event(client, format!("{why} for request id {request_id}: no live instance to retry on; gives up"));
-            self.history.stranded.insert(first);
+            self.history.strand(first);
             return;
         }
         let text = format!(

@@ -7,7 +7,7 @@ use super::recording::client_operation;
 use super::{Cause, Cluster, ReplyTo, Role, SimError, Task, STEP_DELIVERIES_MAX};
 use crate::eras::is_legacy_http;
 use crate::framework::ports::StoreError;
-use crate::oracle::history::{EffectKind, Outcome};
+use crate::oracle::history::EffectKind;
 use crate::scenario::model::Moment;
 use crate::sim::actors::instance::{handle_page, handle_request};
 use crate::sim::actors::legacy::{self};
@@ -156,8 +156,8 @@ impl Cluster {
                     self.clients[client].session = Some(session);
                 }
                 let at_ms = self.clock.elapsed_ms();
-                let transient = if self.history.clients_retry { super::client::transient(&value) } else { None };
-                self.history.operations[operation.0].outcome = Outcome::Answered { value, at_ms, delivery: self.deliveries };
+                let transient = if self.history.clients_retry() { super::client::transient(&value) } else { None };
+                self.history.answer(operation, value, at_ms, self.deliveries);
                 if let Some(why) = transient {
                     // The confirmation's claim is still pending somewhere, or a store was down: ask again later
                     // to learn how it ended.
@@ -310,7 +310,7 @@ mod tests {
     use super::*;
     use crate::config::Deployment;
     use crate::oracle::grants::Grants;
-    use crate::oracle::history::{Attempt, NoResponse, OperationId, Outgoing};
+    use crate::oracle::history::{Attempt, NoResponse, OperationId, Outcome, Outgoing};
     use crate::policy::state::{derived_key_secret, KeyRing};
     use crate::sim::actors::gateway_mutants::GatewayVariant;
     use crate::sim::actors::instance::notes_server_factory;
@@ -420,7 +420,7 @@ mod tests {
     }
 
     fn answer(cluster: &Cluster, operation: OperationId) -> Option<Value> {
-        match &cluster.history.operations[operation.0].outcome {
+        match &cluster.history.operations()[operation.0].outcome {
             Outcome::Answered { value, .. } => Some(Value::clone(value)),
             _ => None,
         }
@@ -491,7 +491,7 @@ mod tests {
             EffectKind::NoteDeleted { .. } => "note deleted",
             _ => "other",
         };
-        cluster.history.effects.iter().filter(|effect| effect.operation == Some(operation)).map(|effect| name(&effect.kind)).collect()
+        cluster.history.effects().iter().filter(|effect| effect.operation == Some(operation)).map(|effect| name(&effect.kind)).collect()
     }
 
     fn note_present(cluster: &Cluster, id: &str) -> bool {
@@ -515,8 +515,8 @@ mod tests {
         assert!(cluster.network.is_empty() && cluster.tasks.is_empty(), "nothing left in flight or running");
         assert_eq!(cluster.deliveries(), 4);
         assert_eq!(cluster.decisions.decisions.len(), 4, "one scheduling decision per delivery");
-        let Outcome::Answered { value, delivery, .. } = &cluster.history.operations[operation.0].outcome else {
-            panic!("the request was answered: {:?}", cluster.history.operations[operation.0].outcome)
+        let Outcome::Answered { value, delivery, .. } = &cluster.history.operations()[operation.0].outcome else {
+            panic!("the request was answered: {:?}", cluster.history.operations()[operation.0].outcome)
         };
         assert_eq!(*delivery, 4, "answered when the response reached alice");
         assert_eq!(value.pointer("/result/resultType"), Some(&json!("input_required")));
@@ -551,8 +551,8 @@ mod tests {
             .filter_map(|d| Some(d.split_once(' ')?.1.to_string()))
             .collect();
         assert_eq!(requests, ["alice -> i1 request tools/list", "alice -> i2 request tools/list"]);
-        assert_eq!(cluster.history.operations.len(), 2, "the copy is an operation of its own");
-        assert_eq!(cluster.history.attempts.get(&OperationId(1)), Some(&Attempt::Duplicate { of: original }));
+        assert_eq!(cluster.history.operations().len(), 2, "the copy is an operation of its own");
+        assert_eq!(cluster.history.attempts().get(&OperationId(1)), Some(&Attempt::Duplicate { of: original }));
         assert!(answer(&cluster, original).is_some() && answer(&cluster, OperationId(1)).is_some(), "both copies answered");
         assert_eq!(cluster.decisions.faults, [Fault::Duplicate { at: 1, instance: 1 }], "the fault is in the decision log");
     }
@@ -580,8 +580,8 @@ mod tests {
         assert_eq!(drops(&cluster), ["alice -x i1 request tools/list: fault: lost on the network"]);
         assert_eq!(deliveries(&cluster), ["1 alice -> i2 request tools/list", "2 i2 -> alice response id 1"]);
         assert!(delivery_time(&cluster, 1) >= RETRY_TIMEOUT_MS, "the retry waits for the client's timeout");
-        assert_eq!(cluster.history.operations[lost.0].outcome, Outcome::NoResponse(NoResponse::Lost));
-        assert_eq!(cluster.history.attempts.get(&OperationId(1)), Some(&Attempt::Retry { of: lost, number: 1 }));
+        assert_eq!(cluster.history.operations()[lost.0].outcome, Outcome::NoResponse(NoResponse::Lost));
+        assert_eq!(cluster.history.attempts().get(&OperationId(1)), Some(&Attempt::Retry { of: lost, number: 1 }));
         assert!(answer(&cluster, OperationId(1)).is_some(), "the retry is answered");
     }
 
@@ -600,7 +600,7 @@ mod tests {
         assert!(!note_present(&cluster, "note-7"), "the store deleted the note");
         // The note store answers the re-check inside the claim first, then the claim returns.
         assert_eq!(effects_of(&cluster, confirmation), ["note deleted", "nonce consumed"], "both effects are the confirmation's");
-        assert_eq!(cluster.history.operations[confirmation.0].outcome, Outcome::NoResponse(NoResponse::Lost));
+        assert_eq!(cluster.history.operations()[confirmation.0].outcome, Outcome::NoResponse(NoResponse::Lost));
         assert!(!cluster.instances()[0].up, "the trigger crashed i1, which stays down");
     }
 
@@ -646,7 +646,7 @@ mod tests {
         assert!(drops(&cluster).is_empty(), "i1 is up, so nothing is dropped");
         assert!(cluster.tasks.is_empty(), "no task of the new incarnation was resumed or left waiting");
         assert!(!shown.iter().any(|d| d.ends_with("i1 -> alice response id 2")), "nobody answers the confirmation");
-        assert_eq!(cluster.history.operations[confirmation.0].outcome, Outcome::NoResponse(NoResponse::Lost));
+        assert_eq!(cluster.history.operations()[confirmation.0].outcome, Outcome::NoResponse(NoResponse::Lost));
         assert!(!note_present(&cluster, "note-7"), "the store finished the delete");
         // The new incarnation serves: the same confirmation learns it was used.
         let retry = cluster.send(confirm(&cluster, round, 3, "note-7"), 0).unwrap();

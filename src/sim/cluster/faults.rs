@@ -36,7 +36,7 @@ impl Cluster {
     /// Turns faults on: clients retry what gets lost from now on, and `faults` fire at their delivery
     /// points (a clock skew at once). Faults naming an instance that does not exist are ignored.
     pub(crate) fn enable_faults(&mut self, faults: &[Fault]) {
-        self.history.clients_retry = true;
+        self.history.clients_now_retry();
         let count = self.instances.len();
         for fault in faults {
             match fault {

@@ -304,7 +304,7 @@ impl Cluster {
             .flat_map(|world| crate::servers::gateway::ports::PinSource::pins(world.pins.as_ref()).pins.clone())
             .map(|(name, pin)| (name, pin.descriptor))
             .collect();
-        let history = History { initial_grants: setup.grants, initial_notes: setup.notes, initial_pins, ..History::default() };
+        let history = History::starting_with(setup.grants, setup.notes, initial_pins);
         let mut cluster = Cluster {
             seed: setup.seed,
             roles,

@@ -15,30 +15,29 @@ impl Cluster {
     /// An effect of `operation` (or of nobody's, for the admin's), now, at the current delivery.
     pub(super) fn record_effect(&mut self, operation: Option<OperationId>, kind: EffectKind) {
         let at_ms = self.clock.elapsed_ms();
-        self.history.effects.push(Effect { at_ms, delivery: self.deliveries, operation, kind });
+        self.history.effect(Effect { at_ms, delivery: self.deliveries, operation, kind });
     }
 
     /// Once the network is quiet: every request still pending got no answer (a notification never gets one),
     /// and its client says so unless it already retried it or it was the network's copy.
     pub(super) fn record_unanswered(&mut self) {
-        for index in 0..self.history.operations.len() {
-            if self.history.operations[index].outcome != Outcome::Pending {
+        for index in 0..self.history.operations().len() {
+            if self.history.operations()[index].outcome != Outcome::Pending {
                 continue;
             }
             let id = OperationId(index);
             let retried = self.history.attempts_of(self.history.first_attempt(id)).last() != Some(&id);
-            let operation = &mut self.history.operations[index];
-            let why = if operation.notification { NoResponse::Notification } else { NoResponse::Lost };
-            operation.outcome = Outcome::NoResponse(why);
+            let why = if self.history.operations()[index].notification { NoResponse::Notification } else { NoResponse::Lost };
+            self.history.no_response(id, why);
             if retried || self.history.is_duplicate(id) {
                 // The client already said it retried; a copy's answer was never awaited.
                 continue;
             }
-            let client = self.actor(&self.history.operations[index].client);
+            let client = self.actor(&self.history.operations()[index].client);
             let text = match why {
                 NoResponse::Notification => "no response: it was a notification".to_string(),
                 NoResponse::Lost => {
-                    let request = self.history.operations[index].request_value.as_ref().and_then(|v| v.get("id")).cloned();
+                    let request = self.history.operations()[index].request_value.as_ref().and_then(|v| v.get("id")).cloned();
                     format!("no response to request id {} (lost: the outcome is unknown to this client)", request.unwrap_or(Value::Null))
                 }
             };
@@ -69,7 +68,7 @@ impl Cluster {
     /// what its bytes encode (parsing them again would only cost time).
     pub(super) fn message_of(&self, envelope: &Envelope) -> Message {
         if let Payload::Request { operation, .. } = &envelope.payload {
-            let operation = &self.history.operations[operation.0];
+            let operation = &self.history.operations()[operation.0];
             if let Some(value) = &operation.request_value {
                 let kind = if value.is_object() && value.get("id").is_none() && value.get("page").is_none() {
                     Kind::Notify

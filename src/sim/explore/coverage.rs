@@ -236,7 +236,7 @@ pub(crate) fn of_run(report: &RunReport, outcome: &SeedOutcome) -> RunCoverage {
         *run.faults.entry(fault.kind()).or_default() += 1;
     }
     let history = &report.history;
-    for operation in history.operations.iter().filter(|op| !op.notification) {
+    for operation in history.operations().iter().filter(|op| !op.notification) {
         let outcome = match &operation.outcome {
             Outcome::Answered { value, .. } => answer_outcome(value),
             Outcome::NoResponse(NoResponse::Lost) | Outcome::Pending => "no response".to_string(),
@@ -291,9 +291,9 @@ pub(crate) fn answer_outcome(value: &Value) -> String {
 fn settled_answers(report: &RunReport) -> Vec<String> {
     let history = &report.history;
     history
-        .operations
+        .operations()
         .iter()
-        .filter(|op| !op.notification && !history.attempts.contains_key(&op.id))
+        .filter(|op| !op.notification && !history.attempts().contains_key(&op.id))
         .map(|op| {
             let settled = history.settled(op.id);
             let what = match settled.response() {
@@ -319,7 +319,7 @@ fn end_state(report: &RunReport) -> [u8; 32] {
     let mut deleted = Vec::new();
     let mut consumed = Vec::new();
     let mut exports = Vec::new();
-    for effect in &report.history.effects {
+    for effect in report.history.effects() {
         match &effect.kind {
             EffectKind::NoteDeleted { note, .. } => deleted.push(note.id.clone()),
             EffectKind::NonceConsumed { record, .. } => consumed.push(record.to_string()),

@@ -220,8 +220,8 @@ impl Search<'_> {
 
     fn leaf(&mut self, choices: Vec<u32>, report: &RunReport) {
         self.result.schedules += 1;
-        let mut state: Vec<String> = report.history.operations.iter().map(|op| format!("{}: {}", op.client, op.describe())).collect();
-        state.extend(report.history.effects.iter().filter_map(|effect| match &effect.kind {
+        let mut state: Vec<String> = report.history.operations().iter().map(|op| format!("{}: {}", op.client, op.describe())).collect();
+        state.extend(report.history.effects().iter().filter_map(|effect| match &effect.kind {
             EffectKind::NoteDeleted { note, .. } => Some(format!("deleted {}", note.id)),
             _ => None,
         }));

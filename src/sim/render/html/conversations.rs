@@ -28,7 +28,7 @@ pub(super) struct ConversationInfo {
 impl Conversations {
     pub(super) fn of(report: &RunReport) -> Conversations {
         let history = &report.history;
-        let count = history.operations.len();
+        let count = history.operations().len();
         let mut parent: Vec<usize> = (0..count).collect();
         fn root(parent: &mut [usize], mut at: usize) -> usize {
             while parent[at] != at {
@@ -43,7 +43,7 @@ impl Conversations {
                 parent[a.max(b)] = a.min(b);
             }
         };
-        for op in &history.operations {
+        for op in history.operations() {
             let first = history.first_attempt(op.id);
             join(&mut parent, op.id.0, first.0);
         }
@@ -102,7 +102,7 @@ impl Conversations {
         for op in 0..count {
             assign(op, &mut parent, &mut of_operation);
         }
-        let history_roles = history.operations.iter().map(|op| base_role(history, op.id, of_operation[op.id.0].is_some())).collect();
+        let history_roles = history.operations().iter().map(|op| base_role(history, op.id, of_operation[op.id.0].is_some())).collect();
         Conversations { of_operation, list, history_roles }
     }
 
@@ -123,7 +123,7 @@ impl Conversations {
 }
 
 fn base_role(history: &History, id: OperationId, in_conversation: bool) -> Option<String> {
-    let op = &history.operations[id.0];
+    let op = &history.operations()[id.0];
     let action = op
         .params()
         .and_then(|p| p.get("inputResponses"))
@@ -135,7 +135,7 @@ fn base_role(history: &History, id: OperationId, in_conversation: bool) -> Optio
         None if in_conversation => "round 1".to_string(),
         None => return None,
     };
-    Some(match history.attempts.get(&id) {
+    Some(match history.attempts().get(&id) {
         Some(Attempt::Retry { number, .. }) => format!("retry {number} of {base}"),
         Some(Attempt::Duplicate { .. }) => format!("network copy of {base}"),
         None => base,

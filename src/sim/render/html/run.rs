@@ -6,7 +6,7 @@ use super::conversations::Conversations;
 use super::state::{states_in, RunKeys, StateView};
 use super::{Shell, RUN_JS};
 use crate::oracle::check::{self, Property};
-use crate::oracle::history::{Attempt, History, Outcome};
+use crate::oracle::history::{Attempt, History};
 use crate::scenario::Scenario;
 use crate::sim::engine::faults::{Fault, FaultKind, StoreName};
 use crate::sim::engine::message::{ActorId, OperationId};
@@ -465,13 +465,13 @@ fn shorten(text: &str, chars: usize) -> String {
 
 /// "alice's request id 2 to i1 (retry 1)".
 fn operation_label(history: &History, id: OperationId) -> String {
-    let Some(op) = history.operations.get(id.0) else { return format!("operation {}", id.0) };
+    let Some(op) = history.operations().get(id.0) else { return format!("operation {}", id.0) };
     let request_id = op.request_value.as_ref().and_then(|v| v.get("id")).map(Value::to_string);
     let what = match request_id {
         Some(request_id) => format!("{}'s request id {request_id} to {}", op.client, op.instance),
         None => format!("{}'s notification to {}", op.client, op.instance),
     };
-    match history.attempts.get(&id) {
+    match history.attempts().get(&id) {
         Some(Attempt::Retry { number, .. }) => format!("{what} (retry {number})"),
         Some(Attempt::Duplicate { .. }) => format!("{what} (a copy the network made)"),
         None => what,
@@ -495,7 +495,7 @@ fn breaking_deliveries(report: &RunReport) -> BTreeMap<usize, &'static str> {
     let mut found = BTreeMap::new();
     for property in broken {
         for delivery in 1..=report.deliveries {
-            let prefix = history_until(&report.history, delivery);
+            let prefix = report.history.until(delivery);
             if check::check_properties(&prefix).iter().any(|v| v.property == property) {
                 found.entry(delivery).or_insert(property.as_str());
                 break;
@@ -503,17 +503,4 @@ fn breaking_deliveries(report: &RunReport) -> BTreeMap<usize, &'static str> {
         }
     }
     found
-}
-
-fn history_until(history: &History, delivery: usize) -> History {
-    let mut prefix = history.clone();
-    // Liveness is judged at the end of a run only.
-    prefix.clients_retry = false;
-    prefix.effects.retain(|effect| effect.delivery <= delivery);
-    for op in &mut prefix.operations {
-        if matches!(op.outcome, Outcome::Answered { delivery: answered, .. } if answered > delivery) {
-            op.outcome = Outcome::Pending;
-        }
-    }
-    prefix
 }
