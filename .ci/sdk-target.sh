@@ -9,13 +9,18 @@
 #   - and an accept sent after a decline still deletes: refusal is named (the SDK does not make a state
 #     single-use; a tool must keep its own ledger).
 # One scenario each, no re-runs beyond one, so the stage stays within a minute or two.
+#
+# Then the planted mistakes of targets/sdk/ (docs/targets.md, "Planted mistakes") on the Python SDK and the
+# TypeScript server SDK: one attack (or one scenario) per row of that table that holds today. The no-SDK
+# server's rows run in `cargo test` (tests/target_planted.rs), which needs only python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/common.sh
 
 MCPSIM="$(mcpsim_binary)"
 venv="$(bash .ci/peers.sh --venv)"
-export PATH="$venv/bin:$PATH"
+node_dir="$(bash .ci/peers.sh --typescript-server)"
+export PATH="$venv/bin:$node_dir:$PATH"
 failed=0
 
 # `expect_run STATUS WORD TARGET SCENARIO`: the run exits STATUS and, when WORD is not empty, names it.
@@ -35,5 +40,29 @@ expect_run() {
 expect_run 1 statelessness targets/python-sdk-defaults.toml targets/scenarios/01-retry-lands-elsewhere.sim
 expect_run 0 "" targets/python-sdk-shared-key.toml targets/scenarios/01-retry-lands-elsewhere.sim
 expect_run 1 refusal targets/python-sdk-shared-key.toml targets/scenarios/03-decline-then-accept.sim
+# `expect_attack STATUS ATTACK TARGET`: `attack --only ATTACK` exits STATUS and, when it is 1, names ATTACK in a
+# FINDING line.
+expect_attack() {
+  local status=0 expected="$1" attack="$2" target="$3" log
+  log="$(mktemp)"
+  echo "== mcpsim attack --target $target --only $attack (expect exit $expected)"
+  timeout 600 "$MCPSIM" attack --target "$target" --only "$attack" > "$log" 2>&1 || status=$?
+  if [[ "$status" -ne "$expected" ]] || { [[ "$expected" -eq 1 ]] && ! grep -q "^FINDING .*$attack" "$log"; }; then
+    echo "   UNEXPECTED: exit $status"; tail -40 "$log"; failed=$((failed + 1))
+  else
+    echo "   as recorded in docs/targets.md (exit $status)"
+  fi
+  rm -f "$log"
+}
+
+for sdk in python typescript; do
+  # No ledger (the SDKs' default): a declined state is accepted afterwards.
+  expect_attack 1 decline-then-accept "targets/sdk/$sdk-no-single-use.toml"
+  # Check, act, then claim: two accepts written at once both pass the check.
+  expect_attack 1 replay-concurrent "targets/sdk/$sdk-check-then-act.toml"
+  # The correct server: the battery's consumption and principal attacks hold.
+  expect_attack 0 cancel-then-accept,another-principal,replay-concurrent "targets/sdk/$sdk-correct.toml"
+done
+
 if ((failed > 0)); then echo "the SDK target stage found $failed unexpected result(s)"; exit 1; fi
 echo "the SDK target stage found what docs/targets.md records"

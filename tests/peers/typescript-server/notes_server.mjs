@@ -29,7 +29,6 @@ const SEED = [
 const BUGS = ['burn-on-cancel', 'burn-on-invalid', 'bind-client-info', 'error-on-retry', 'check-then-act', 'no-single-use'];
 const INPUT_KEY = 'delete_choice';
 const CLIENT_INFO = 'io.modelcontextprotocol/clientInfo';
-const CLIENT_CAPABILITIES = 'io.modelcontextprotocol/clientCapabilities';
 
 function connect(path) {
     const db = new DatabaseSync(path, { timeout: 10000 });
@@ -150,13 +149,8 @@ function serve(path) {
             async (args, ctx) => {
                 const state = ctx.mcpReq.requestState();
                 if (state === undefined) {
-                    const caps = ctx.mcpReq.envelope?.[CLIENT_CAPABILITIES];
-                    const elicitation = caps?.elicitation;
-                    if (!elicitation || (elicitation.form === undefined && elicitation.url !== undefined)) {
-                        throw new ProtocolError(-32021, 'form elicitation required', {
-                            requiredCapabilities: { elicitation: { form: {} } }
-                        });
-                    }
+                    // No capability check here: the SDK refuses an elicitation the request's capabilities do not
+                    // declare (-32021) when the handler returns it; an error thrown in a tool becomes an isError result.
                     const rows = db
                         .prepare('SELECT id FROM notes WHERE workspace = ? AND instr(lower(title), lower(?)) > 0 ORDER BY id')
                         .all(args.workspaceUri, args.title);
