@@ -55,11 +55,20 @@ expect_attack() {
   rm -f "$log"
 }
 
+# The plants themselves, without mcpsim: a miss in docs/targets.md is the judge's, not a plant that does nothing.
+for server in "$venv/bin/python tests/peers/python/notes_fleet_server.py" \
+  "$node_dir/node tests/peers/typescript-server/notes_server.mjs"; do
+  echo "== tests/peers/planted_live.py $server"
+  # shellcheck disable=SC2086 # the interpreter and the script, two words
+  if ! timeout 300 python3 tests/peers/planted_live.py $server; then failed=$((failed + 1)); fi
+done
+
 for sdk in python typescript; do
   # No ledger (the SDKs' default): a declined state is accepted afterwards.
   expect_attack 1 decline-then-accept "targets/sdk/$sdk-no-single-use.toml"
-  # Check, act, then claim: two accepts written at once both pass the check.
-  expect_attack 1 replay-concurrent "targets/sdk/$sdk-check-then-act.toml"
+  # Check, act, then claim: two accepts written at once on warm processes both pass the check (the battery's
+  # replay-concurrent, one shot on cold processes, can miss it: issue 36 item 3).
+  expect_run 1 at-most-once "targets/sdk/$sdk-check-then-act.toml" targets/scenarios/02-accepts-race.sim
   # The correct server: the battery's consumption and principal attacks hold.
   expect_attack 0 cancel-then-accept,another-principal,replay-concurrent "targets/sdk/$sdk-correct.toml"
 done

@@ -4,7 +4,8 @@
 //! table (docs/targets.md, "Planted mistakes") are checked by .ci/sdk-target.sh, which installs the SDKs.
 //!
 //! The mistakes the judge does not catch yet (issue 36 items 1, 2, 4, 6) have their test here too, ignored with
-//! the item that makes it pass: each says what must be caught, so un-ignoring it is the check of that item.
+//! the item that makes it pass: each says what must be caught, so un-ignoring it is the check of that item. That
+//! each plant is live is checked without mcpsim first (tests/peers/planted_live.py).
 
 use std::io::Read;
 use std::path::Path;
@@ -77,6 +78,22 @@ fn finding<'a>(ran: &'a Ran, name: &str) -> &'a str {
         .lines()
         .find(|l| l.starts_with("FINDING") && l.contains(name))
         .unwrap_or_else(|| panic!("no finding {name}:\n{}\n{}", ran.stdout, ran.stderr))
+}
+
+/// The plants themselves, without mcpsim (tests/peers/planted_live.py): a miss in the table below is a miss of the
+/// judge, not a plant that does nothing.
+#[test]
+fn every_planted_mistake_of_the_hand_written_server_does_what_it_plants() {
+    let out = Command::new("python3")
+        .args(["tests/peers/planted_live.py", "python3", "tests/peers/nosdk/notes_server.py"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for bug in ["correct", "burn-on-cancel", "burn-on-invalid", "bind-client-info", "error-on-retry"] {
+        assert!(stdout.lines().any(|l| l.starts_with("ok ") && l.contains(bug)), "{bug}: {stdout}");
+    }
 }
 
 #[test]
