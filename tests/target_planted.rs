@@ -115,11 +115,21 @@ fn no_single_use_is_caught_by_refusal_when_a_declined_state_is_accepted() {
     assert!(finding(&ran, "decline-then-accept").contains("refusal"), "{}", ran.stdout);
 }
 
+/// A race: two accepts written to two processes at once both pass the ledger check when they overlap inside the
+/// delete's 100 ms. Scenario 02 caught it on every server (its round 1 on i1 first); the battery's one-shot
+/// `replay-concurrent` on processes that have answered nothing yet can miss it (issue 36 item 3), so it is not
+/// what this test relies on. A race is not certain on a loaded machine: up to three tries, each reported.
 #[test]
 fn check_then_act_is_caught_by_at_most_once_when_two_accepts_race() {
-    let ran = attack("check-then-act", "replay-concurrent");
-    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
-    assert!(finding(&ran, "replay-concurrent").contains("SPEC-MRTR-8"), "{}", ran.stdout);
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let ran = run("check-then-act", "02-accepts-race");
+        if ran.status == Some(1) && ran.stdout.contains("FAIL  property at-most-once: one confirmation succeeded 2 times") {
+            return;
+        }
+        tries.push(format!("exit {:?}\n{}\n{}", ran.status, ran.stdout, ran.stderr));
+    }
+    panic!("check-then-act was not caught in 3 tries:\n{}", tries.join("\n---\n"));
 }
 
 #[test]
