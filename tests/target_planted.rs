@@ -7,9 +7,8 @@
 //! the item that makes it pass: each says what must be caught, so un-ignoring it is the check of that item. That
 //! each plant is live is checked without mcpsim first (tests/peers/planted_live.py).
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// Longest one mcpsim run may take here (one or two scenarios, or one attack, on python3 processes: ~5 s).
@@ -21,39 +20,26 @@ struct Ran {
     stderr: String,
 }
 
+/// Runs mcpsim to its end, or kills it (SIGKILL; its watchdog then ends what it started) after
+/// [`RUN_SECONDS_MAX`].
 fn mcpsim(args: &[&str]) -> Ran {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcpsim"))
-        .args(args)
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mcpsim starts");
-    // Read both pipes while waiting, so a long report cannot fill a pipe and stall the run.
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let stdout = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).map(|_| s).unwrap_or_default()
-    });
-    let stderr = std::thread::spawn(move || {
-        let mut s = String::new();
-        err.read_to_string(&mut s).map(|_| s).unwrap_or_default()
-    });
-    let mut status = None;
-    for _ in 0..RUN_SECONDS_MAX * 50 {
-        if let Some(done) = child.try_wait().unwrap() {
-            status = Some(done);
-            break;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpsim"))
+            .args(args)
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .kill_on_drop(true)
+            .output();
+        let Ok(output) = tokio::time::timeout(Duration::from_secs(RUN_SECONDS_MAX), output).await else {
+            panic!("mcpsim {args:?} ran longer than {RUN_SECONDS_MAX} s and was killed");
+        };
+        let output = output.expect("mcpsim starts");
+        Ran {
+            status: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("mcpsim {args:?} ran longer than {RUN_SECONDS_MAX} s and was killed");
-    };
-    Ran { status: status.code(), stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
+    })
 }
 
 fn target(name: &str) -> String {
