@@ -7,6 +7,9 @@
 #   .ci/peers.sh                # every peer: typescript python python_url_mode
 #   .ci/peers.sh python         # only the named ones
 #   .ci/peers.sh --venv         # install the Python peer's pinned SDK only; print its virtualenv's path
+#   .ci/peers.sh --typescript-server  # install Node 22 and the TypeScript server SDK the targets/sdk/typescript-*
+#                                     # servers import (linked as tests/peers/typescript-server/node_modules);
+#                                     # print the directory of that node, to put first on PATH
 #
 # Peers: tests/peers/typescript (@modelcontextprotocol/client, pinned with a lockfile) and tests/peers/python
 # (mcp, pinned in requirements.txt). The Rust SDK (rmcp) runs in `cargo test` (tests/peer_rmcp.rs).
@@ -22,7 +25,9 @@ PEER_SECONDS_MAX=120
 ALL_PEERS=(typescript python python_url_mode)
 
 venv_only=false
+typescript_server_only=false
 if [[ "${1:-}" == "--venv" ]]; then venv_only=true; shift; fi
+if [[ "${1:-}" == "--typescript-server" ]]; then typescript_server_only=true; shift; fi
 peers=("$@")
 if ((${#peers[@]} == 0)); then peers=("${ALL_PEERS[@]}"); fi
 for peer in "${peers[@]}"; do
@@ -66,6 +71,32 @@ install_python_url_mode() {
   PEER_COMMAND=("$CACHE/peer-python/bin/python" tests/peers/python/notes_publish_url_mode.py)
   PEER_SERVER_ARGS=(--out-of-band)
 }
+
+# The notes server on the TypeScript server SDK (tests/peers/typescript-server, pinned with a lockfile) runs
+# from the checkout, where Node resolves its imports through a node_modules link to the cache.
+install_typescript_server() {
+  local node dir="$CACHE/peer-typescript-server" digest link=tests/peers/typescript-server/node_modules
+  node="$(node22)"
+  digest="$(cat tests/peers/typescript-server/package.json tests/peers/typescript-server/package-lock.json | sha256sum)"
+  mkdir -p "$dir"
+  cp tests/peers/typescript-server/package.json tests/peers/typescript-server/package-lock.json "$dir/"
+  if ! up_to_date "$dir" "$digest"; then
+    echo "== installing the TypeScript server SDK (npm ci) into $dir"
+    (cd "$dir" && PATH="$(dirname "$node"):$PATH" npm ci --silent --no-audit --no-fund)
+    stamp "$dir" "$digest"
+  fi
+  if [[ "$(readlink "$link" 2>/dev/null)" != "$dir/node_modules" ]]; then
+    rm -rf "$link"
+    ln -s "$dir/node_modules" "$link"
+  fi
+  TYPESCRIPT_SERVER_NODE_DIR="$(dirname "$node")"
+}
+
+if $typescript_server_only; then
+  install_typescript_server >&2
+  echo "$TYPESCRIPT_SERVER_NODE_DIR"
+  exit 0
+fi
 
 if $venv_only; then
   install_python >&2

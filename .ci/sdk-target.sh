@@ -8,14 +8,19 @@
 #   - configured as its docs ask (one shared key) the same retry holds;
 #   - and an accept sent after a decline still deletes: refusal is named (the SDK does not make a state
 #     single-use; a tool must keep its own ledger).
-# One scenario each, no re-runs beyond one, so the stage stays within a minute or two.
+# One scenario each, no re-runs beyond one (the whole stage: 4 min, 92 s of CPU, on a loaded 2-core machine).
+#
+# Then the planted mistakes of targets/sdk/ (docs/targets.md, "Planted mistakes") on the Python SDK and the
+# TypeScript server SDK: one attack (or one scenario) per row of that table that holds today. The no-SDK
+# server's rows run in `cargo test` (tests/target_planted.rs), which needs only python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/common.sh
 
 MCPSIM="$(mcpsim_binary)"
 venv="$(bash .ci/peers.sh --venv)"
-export PATH="$venv/bin:$PATH"
+node_dir="$(bash .ci/peers.sh --typescript-server)"
+export PATH="$venv/bin:$node_dir:$PATH"
 failed=0
 
 # `expect_run STATUS WORD TARGET SCENARIO`: the run exits STATUS and, when WORD is not empty, names it.
@@ -35,5 +40,38 @@ expect_run() {
 expect_run 1 statelessness targets/python-sdk-defaults.toml targets/scenarios/01-retry-lands-elsewhere.sim
 expect_run 0 "" targets/python-sdk-shared-key.toml targets/scenarios/01-retry-lands-elsewhere.sim
 expect_run 1 refusal targets/python-sdk-shared-key.toml targets/scenarios/03-decline-then-accept.sim
+# `expect_attack STATUS ATTACK TARGET`: `attack --only ATTACK` exits STATUS and, when it is 1, names ATTACK in a
+# FINDING line.
+expect_attack() {
+  local status=0 expected="$1" attack="$2" target="$3" log
+  log="$(mktemp)"
+  echo "== mcpsim attack --target $target --only $attack (expect exit $expected)"
+  timeout 600 "$MCPSIM" attack --target "$target" --only "$attack" > "$log" 2>&1 || status=$?
+  if [[ "$status" -ne "$expected" ]] || { [[ "$expected" -eq 1 ]] && ! grep -q "^FINDING .*$attack" "$log"; }; then
+    echo "   UNEXPECTED: exit $status"; tail -40 "$log"; failed=$((failed + 1))
+  else
+    echo "   as recorded in docs/targets.md (exit $status)"
+  fi
+  rm -f "$log"
+}
+
+# The plants themselves, without mcpsim: a miss in docs/targets.md is the judge's, not a plant that does nothing.
+for server in "$venv/bin/python tests/peers/python/notes_fleet_server.py" \
+  "$node_dir/node tests/peers/typescript-server/notes_server.mjs"; do
+  echo "== tests/peers/planted_live.py $server"
+  # shellcheck disable=SC2086 # the interpreter and the script, two words
+  if ! timeout 300 python3 tests/peers/planted_live.py $server; then failed=$((failed + 1)); fi
+done
+
+for sdk in python typescript; do
+  # No ledger (the SDKs' default): a declined state is accepted afterwards.
+  expect_attack 1 decline-then-accept "targets/sdk/$sdk-no-single-use.toml"
+  # Check, act, then claim: two accepts written at once on warm processes both pass the check (the battery's
+  # replay-concurrent, one shot on cold processes, can miss it: issue 36 item 3).
+  expect_run 1 at-most-once "targets/sdk/$sdk-check-then-act.toml" targets/scenarios/02-accepts-race.sim
+  # The correct server: the battery's consumption and principal attacks hold (no false positive there).
+  expect_attack 0 cancel-then-accept,another-principal "targets/sdk/$sdk-correct.toml"
+done
+
 if ((failed > 0)); then echo "the SDK target stage found $failed unexpected result(s)"; exit 1; fi
 echo "the SDK target stage found what docs/targets.md records"

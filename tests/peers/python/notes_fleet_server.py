@@ -9,14 +9,26 @@ The requestState key is the SDK's business: with NOTES_STATE_KEY set (a deployme
 32 bytes) every instance seals and opens states with it (`RequestStateSecurity(keys=[key])`, what the SDK's
 docs ask for behind a load balancer); without it the SDK's default applies (a random key per process).
 The delete itself is written carefully: it reports a deletion only when its DELETE removed a row, so a race
-between two instances cannot report two deletions of one note. What the SDK does not do (single use of a
-state) is left as the SDK leaves it: that is what the harness is for.
+between two instances cannot report two deletions of one note.
+
+What the SDK does not do is make a state single-use. With NOTES_BUG unset this server does it correctly: the
+state carries a random nonce, a valid accept claims it in a ledger row and deletes the note in ONE SQLite
+transaction (BEGIN IMMEDIATE), a decline claims it, a cancel or an invalid answer claims nothing. NOTES_BUG
+plants one mistake developers make (the same switches as tests/peers/nosdk/notes_server.py, where each is
+described; targets/sdk/python-*.toml): burn-on-cancel, burn-on-invalid, bind-client-info, error-on-retry,
+check-then-act, no-single-use (the SDK's default: no ledger; targets/python-sdk-*.toml use it).
+
+NOTES_PRINCIPAL (set per principal by the target file) is the credential the state is bound to
+(`RequestStateSecurity(bind_principal=...)`); unset, the SDK's default binding applies (none over stdio).
+NOTES_AUDIT=random puts a fresh random `audit` id in every tools/call result's structured content (a value
+that differs by design); NOTES_EFFECT_MS makes the delete's effect take that long (a check-then-act window).
 """
 import json
 import os
 import secrets
 import sqlite3
 import sys
+import time
 
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
@@ -39,25 +51,106 @@ SEED = [
 ]
 
 
+BUGS = ("burn-on-cancel", "burn-on-invalid", "bind-client-info", "error-on-retry", "check-then-act", "no-single-use")
+
+
 def connect(path):
     db = sqlite3.connect(path, timeout=10, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, workspace TEXT NOT NULL, title TEXT NOT NULL)")
+    db.execute("CREATE TABLE IF NOT EXISTS ledger (nonce TEXT PRIMARY KEY, outcome TEXT NOT NULL)")
     return db
+
+
+def client_info_name(rctx):
+    """The self-reported client name of a request (what bind-client-info wrongly binds the state to)."""
+    meta = (rctx.params or {}).get("_meta") or {}
+    info = meta.get("io.modelcontextprotocol/clientInfo") if isinstance(meta, dict) else None
+    return info.get("name") if isinstance(info, dict) else None
 
 
 def serve(path):
     key = os.environ.get("NOTES_STATE_KEY")
-    security = RequestStateSecurity(keys=[key], ttl=300) if key else None  # None: the SDK's per-process default
+    bug = os.environ.get("NOTES_BUG") or None
+    if bug is not None and bug not in BUGS:
+        sys.exit(f"unknown NOTES_BUG {bug}; one of {', '.join(BUGS)}")
+    principal = os.environ.get("NOTES_PRINCIPAL")
+    audit = os.environ.get("NOTES_AUDIT") == "random"
+    effect_seconds = int(os.environ.get("NOTES_EFFECT_MS", "0")) / 1000
+    binding = {}
+    if bug == "bind-client-info":
+        binding = {"bind_principal": client_info_name}
+    elif principal:
+        binding = {"bind_principal": lambda rctx: principal}
+    # None: the SDK's per-process default key
+    security = RequestStateSecurity(keys=[key], ttl=300, **binding) if key else None
     mcp = MCPServer("notes-fleet", version="0.1.0", request_state_security=security)
     db = connect(path)
+
+    def result(text, structured=None, is_error=False):
+        structured = dict(structured or {})
+        if audit:
+            structured["audit"] = secrets.token_hex(8)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured or None,
+                              is_error=is_error)
+
+    def claim(nonce, outcome):
+        try:
+            db.execute("INSERT INTO ledger (nonce, outcome) VALUES (?, ?)", (nonce, outcome))
+            return True
+        except sqlite3.IntegrityError:
+            return False
+
+    def used():
+        return result("this confirmation was already used", {"deleted": False, "outcome": "used"}, is_error=True)
+
+    def effect():
+        if effect_seconds > 0:
+            time.sleep(effect_seconds)
+
+    def delete(nonce, note_id, claimed):
+        deleted = result(f"deleted {note_id}", {"deleted": True, "noteId": note_id, "outcome": "deleted"})
+        gone = result(f"{note_id} is already gone", {"deleted": False, "outcome": "gone"}, is_error=True)
+        if bug == "no-single-use":
+            removed = db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount
+            effect()
+            return deleted if removed == 1 else gone
+        if bug == "check-then-act":
+            if db.execute("SELECT 1 FROM ledger WHERE nonce = ?", (nonce,)).fetchone():
+                return used()
+            # The ledger is trusted to make the state single-use, so the row count is not looked at.
+            db.execute("DELETE FROM notes WHERE id = ?", (note_id,))
+            effect()
+            db.execute("INSERT OR IGNORE INTO ledger (nonce, outcome) VALUES (?, 'accepted')", (nonce,))
+            return deleted
+        # Claim and delete in one transaction: a claim already there means the state was used.
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if not claimed:
+                if db.execute("SELECT 1 FROM ledger WHERE nonce = ?", (nonce,)).fetchone():
+                    db.execute("ROLLBACK")
+                    return used()
+                db.execute("INSERT INTO ledger (nonce, outcome) VALUES (?, 'accepted')", (nonce,))
+            removed = db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount
+            effect()
+            if removed != 1:
+                db.execute("ROLLBACK")
+                return gone
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        if bug == "error-on-retry":
+            return result(f"{note_id} not found", {"deleted": False, "outcome": "error"}, is_error=True)
+        return deleted
 
     @mcp.tool()
     async def notes_list() -> CallToolResult:
         """Every note (id and title)."""
         rows = db.execute("SELECT id, title FROM notes ORDER BY id").fetchall()
         notes = [{"id": i, "title": t} for i, t in rows]
-        return CallToolResult(content=[TextContent(type="text", text=json.dumps(notes))], structured_content={"notes": notes})
+        return result(json.dumps(notes), {"notes": notes})
 
     @mcp.tool(annotations=ToolAnnotations(destructiveHint=True, readOnlyHint=False))
     async def notes_delete(workspaceUri: str, title: str, ctx: Context) -> CallToolResult | InputRequiredResult:
@@ -79,24 +172,29 @@ def serve(path):
             return InputRequiredResult(
                 input_requests={"delete_choice": ElicitRequest(params=ElicitRequestFormParams(
                     message=f"Which '{title}' should be deleted?", requested_schema=schema))},
-                request_state=json.dumps({"candidates": candidates, "nonce": secrets.token_hex(8)}),
+                request_state=json.dumps({"candidates": candidates, "nonce": secrets.token_hex(16)}),
             )
         state = json.loads(ctx.request_state)
+        nonce = state["nonce"]
         answer = (ctx.input_responses or {}).get("delete_choice")
         if not isinstance(answer, ElicitResult):
-            return CallToolResult(content=[TextContent(type="text", text="missing delete_choice")], is_error=True)
-        if answer.action != "accept":
-            return CallToolResult(content=[TextContent(type="text", text=f"not deleted ({answer.action})")],
-                                  structured_content={"deleted": False, "outcome": answer.action})
+            return result("missing delete_choice", is_error=True)
+        if answer.action == "decline":
+            if bug != "no-single-use" and not claim(nonce, "declined"):
+                return used()
+            return result("not deleted (decline)", {"deleted": False, "outcome": "decline"})
+        if answer.action == "cancel":
+            if bug == "burn-on-cancel" and not claim(nonce, "cancelled"):
+                return used()
+            return result("not deleted (cancel)", {"deleted": False, "outcome": "cancel"})
+        claimed = bug == "burn-on-invalid"
+        if claimed and not claim(nonce, "answered"):
+            return used()
         content = answer.content or {}
         note_id = content.get("note_id")
-        if content.get("confirm") is not True or note_id not in state["candidates"]:
-            return CallToolResult(content=[TextContent(type="text", text="invalid choice")], is_error=True)
-        removed = db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount
-        if removed != 1:
-            return CallToolResult(content=[TextContent(type="text", text=f"{note_id} is already gone")], is_error=True)
-        return CallToolResult(content=[TextContent(type="text", text=f"deleted {note_id}")],
-                              structured_content={"deleted": True, "noteId": note_id, "outcome": "deleted"})
+        if content.get("confirm") is not True or not isinstance(note_id, str) or note_id not in state["candidates"]:
+            return result("invalid answer: note_id must be one of the candidates shown and confirm true", is_error=True)
+        return delete(nonce, note_id, claimed)
 
     mcp.run("stdio")
 

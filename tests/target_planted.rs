@@ -1,0 +1,158 @@
+//! The planted mistakes of `targets/sdk/` against the real binary, on the server that needs nothing but
+//! python3 (tests/peers/nosdk/notes_server.py, three stdio processes on one SQLite file): what `run --target`
+//! and `attack --target` catch, and that the correct server is not flagged. The SDK servers' rows of the same
+//! table (docs/targets.md, "Planted mistakes") are checked by .ci/sdk-target.sh, which installs the SDKs.
+//!
+//! The mistakes the judge does not catch yet (issue 36 items 1, 2, 4, 6) have their test here too, ignored with
+//! the item that makes it pass: each says what must be caught, so un-ignoring it is the check of that item. That
+//! each plant is live is checked without mcpsim first (tests/peers/planted_live.py).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Longest one mcpsim run may take here (one or two scenarios, or one attack, on python3 processes: ~5 s).
+const RUN_SECONDS_MAX: u64 = 120;
+
+struct Ran {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs mcpsim to its end, or kills it (SIGKILL; its watchdog then ends what it started) after
+/// [`RUN_SECONDS_MAX`].
+fn mcpsim(args: &[&str]) -> Ran {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpsim"))
+            .args(args)
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .kill_on_drop(true)
+            .output();
+        let Ok(output) = tokio::time::timeout(Duration::from_secs(RUN_SECONDS_MAX), output).await else {
+            panic!("mcpsim {args:?} ran longer than {RUN_SECONDS_MAX} s and was killed");
+        };
+        let output = output.expect("mcpsim starts");
+        Ran {
+            status: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    })
+}
+
+fn target(name: &str) -> String {
+    format!("targets/sdk/nosdk-{name}.toml")
+}
+
+fn scenario(name: &str) -> String {
+    format!("targets/scenarios/{name}.sim")
+}
+
+/// `run --target` of one scenario, without re-runs.
+fn run(planted: &str, scenario_name: &str) -> Ran {
+    mcpsim(&["run", "--target", &target(planted), &scenario(scenario_name), "--reruns", "0"])
+}
+
+fn attack(planted: &str, only: &str) -> Ran {
+    mcpsim(&["attack", "--target", &target(planted), "--only", only])
+}
+
+fn finding<'a>(ran: &'a Ran, name: &str) -> &'a str {
+    ran.stdout
+        .lines()
+        .find(|l| l.starts_with("FINDING") && l.contains(name))
+        .unwrap_or_else(|| panic!("no finding {name}:\n{}\n{}", ran.stdout, ran.stderr))
+}
+
+/// The plants themselves, without mcpsim (tests/peers/planted_live.py): a miss in the table below is a miss of the
+/// judge, not a plant that does nothing.
+#[test]
+fn every_planted_mistake_of_the_hand_written_server_does_what_it_plants() {
+    let out = Command::new("python3")
+        .args(["tests/peers/planted_live.py", "python3", "tests/peers/nosdk/notes_server.py"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for bug in ["correct", "burn-on-cancel", "burn-on-invalid", "bind-client-info", "error-on-retry"] {
+        assert!(stdout.lines().any(|l| l.starts_with("ok ") && l.contains(bug)), "{bug}: {stdout}");
+    }
+}
+
+#[test]
+fn the_correct_server_without_a_random_field_passes_the_race_the_decline_and_the_cancel() {
+    let ran = run("correct-no-audit", "02-accepts-race");
+    assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let ran = attack("correct-no-audit", "decline-then-accept,cancel-then-accept,another-principal");
+    assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("3 attack(s): 3 held, 0 finding(s)"), "{}", ran.stdout);
+}
+
+#[test]
+fn no_single_use_is_caught_by_refusal_when_a_declined_state_is_accepted() {
+    let ran = run("no-single-use", "03-decline-then-accept");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("FAIL  property refusal"), "{}", ran.stdout);
+    let ran = attack("no-single-use", "decline-then-accept");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert!(finding(&ran, "decline-then-accept").contains("refusal"), "{}", ran.stdout);
+}
+
+/// A race: two accepts written to two processes at once both pass the ledger check when they overlap inside the
+/// delete's 100 ms. Scenario 02 caught it on every server (its round 1 on i1 first); the battery's one-shot
+/// `replay-concurrent` on processes that have answered nothing yet can miss it (issue 36 item 3), so it is not
+/// what this test relies on. A race is not certain on a loaded machine: up to three tries, each reported.
+#[test]
+fn check_then_act_is_caught_by_at_most_once_when_two_accepts_race() {
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let ran = run("check-then-act", "02-accepts-race");
+        if ran.status == Some(1) && ran.stdout.contains("FAIL  property at-most-once: one confirmation succeeded 2 times") {
+            return;
+        }
+        tries.push(format!("exit {:?}\n{}\n{}", ran.status, ran.stdout, ran.stderr));
+    }
+    panic!("check-then-act was not caught in 3 tries:\n{}", tries.join("\n---\n"));
+}
+
+#[test]
+#[ignore = "issue 36 item 1: consumption after a cancel is not judged yet (04 says the later accept 'may' succeed)"]
+fn burn_on_cancel_is_caught_by_the_scenario_and_the_battery() {
+    let ran = run("burn-on-cancel", "04-cancel-then-accept");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let ran = attack("burn-on-cancel", "cancel-then-accept");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+}
+
+#[test]
+#[ignore = "issue 36 item 1: schema-mismatch never sends the valid accept after the invalid one"]
+fn burn_on_invalid_is_caught_by_the_battery() {
+    let ran = attack("burn-on-invalid", "schema-mismatch");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+}
+
+#[test]
+#[ignore = "issue 36 item 2: the other principal sends its own clientInfo instead of copying the victim's"]
+fn bind_client_info_is_caught_when_the_other_principal_copies_the_victims_meta() {
+    let ran = run("bind-client-info", "06-another-principal-replays-the-state");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let ran = attack("bind-client-info", "another-principal");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+}
+
+#[test]
+#[ignore = "issue 36 item 4: `expect … complete` still accepts a result with isError: true"]
+fn error_on_retry_fails_expect_complete() {
+    let ran = run("error-on-retry", "05-retry-after-the-first-instance-crashed");
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+}
+
+#[test]
+#[ignore = "issue 36 item 6: no mask yet for the random audit id, so statelessness fails on a correct server"]
+fn the_correct_server_with_a_random_audit_id_passes() {
+    let ran = mcpsim(&["run", "--target", &target("correct"), &scenario("01-retry-lands-elsewhere"), "--reruns", "0"]);
+    assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+}
