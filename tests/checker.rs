@@ -208,7 +208,7 @@ fn observed_outcomes_are_read_from_real_answers() {
     let twin = kinds("20-prefix-confusion-workspace.sim");
     let (_, tool_error) = twin.iter().find(|(name, _)| name == "twin_by_title").expect("the scenario names twin_by_title");
     assert_eq!(tool_error.kind, Kind::ToolError);
-    assert!(!tool_error.succeeded() && tool_error.to_string() == "complete", "{tool_error}");
+    assert!(!tool_error.succeeded() && tool_error.to_string() == "tool_error", "{tool_error}");
 
     let tampered = kinds("11-tampered-state.sim");
     let (_, forged) = tampered.iter().find(|(name, _)| name == "forged").expect("the scenario names forged");

@@ -385,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn each_kind_is_read_from_a_real_answer_and_printed_as_before() {
+    fn each_kind_is_read_from_a_real_answer_and_printed_as_reports_show_it() {
         let cases = [
             (
                 json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete", "structuredContent": {"deleted": true}}}),
@@ -395,7 +395,7 @@ mod tests {
             (
                 json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete", "isError": true, "content": []}}),
                 Kind::ToolError,
-                "complete",
+                "tool_error",
             ),
             (
                 json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required", "requestState": "s"}}),

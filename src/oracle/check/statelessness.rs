@@ -165,6 +165,6 @@ mod tests {
         let twice = history(&[(0, "a@t1", form("y")), (1, "a@t1", tool_error), (2, "a@t1", done(true)), (2, "b@t1", done(true))]);
         let differences = compare(&spread, &twice, &raced, &Masks::by_design(), Extent::Outcome).differences;
         let shown: Vec<(usize, &str, &str)> = differences.iter().map(|d| (d.step, d.first.as_str(), d.second.as_str())).collect();
-        assert_eq!(shown, vec![(1, r#"complete {"deleted":true}"#, "complete"), (2, "1 of 2 succeeded", "2 of 2 succeeded")]);
+        assert_eq!(shown, vec![(1, r#"complete {"deleted":true}"#, "tool_error"), (2, "1 of 2 succeeded", "2 of 2 succeeded")]);
     }
 }
