@@ -61,15 +61,15 @@ pub mod dir {
 
 // Configuration and assembly: the demo deployment, the gateway's file and pins, servers built over ports.
 pub use crate::assembly::{gateway_world, notes_server, GatewayWorld, WorldOptions};
-pub use crate::servers::notes::NotesPorts;
 pub use crate::config::deployment::server_info;
 pub use crate::config::gateway::{default_pins, GatewayFile};
 pub use crate::config::{Deployment, DEMO_TOML};
+pub use crate::servers::notes::NotesPorts;
 
 // What a run recorded and the checker that judges it.
 pub use crate::oracle::check::check_properties;
-pub use crate::oracle::history::{Attempt, EffectKind, History, Outcome};
 pub use crate::oracle::history::NoResponse;
+pub use crate::oracle::history::{Attempt, EffectKind, History, Outcome};
 pub use crate::oracle::outcome::{Code, ErrorReason, Kind};
 
 /// Scenarios parsed under a name of the caller's choosing (the facade's `parse` takes it from the origin).

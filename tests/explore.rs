@@ -309,8 +309,7 @@ fn clock_skew_at_any_size_costs_availability_never_at_most_once() {
         assert!(run.passed(), "{skew} behind, 60 s grace: {:?}", run.failures);
         let replayed = run.history.operations().last().unwrap().response().unwrap();
         assert_eq!(replayed["error"]["data"]["reason"], refused_with, "{skew}: {replayed}");
-        let deleted =
-            run.history.effects().iter().filter(|e| matches!(e.kind, mcpsim::testing::EffectKind::NoteDeleted { .. })).count();
+        let deleted = run.history.effects().iter().filter(|e| matches!(e.kind, mcpsim::testing::EffectKind::NoteDeleted { .. })).count();
         assert_eq!(deleted, 1, "{skew}: one confirmation, one deletion");
     }
 }

@@ -3,9 +3,8 @@
 //! and `attack --target` catch, and that the correct server is not flagged. The SDK servers' rows of the same
 //! table (docs/targets.md, "Planted mistakes") are checked by .ci/sdk-target.sh, which installs the SDKs.
 //!
-//! The mistakes the judge does not catch yet (issue 36 items 1, 2, 4, 6) have their test here too, ignored with
-//! the item that makes it pass: each says what must be caught, so un-ignoring it is the check of that item. That
-//! each plant is live is checked without mcpsim first (tests/peers/planted_live.py).
+//! Each planted mistake has its test: what must catch it. That each plant is live is checked without mcpsim
+//! first (tests/peers/planted_live.py), so a miss here is the judge's.
 
 use std::path::Path;
 use std::process::Command;
@@ -119,7 +118,6 @@ fn check_then_act_is_caught_by_at_most_once_when_two_accepts_race() {
 }
 
 #[test]
-#[ignore = "issue 36 item 1: consumption after a cancel is not judged yet (04 says the later accept 'may' succeed)"]
 fn burn_on_cancel_is_caught_by_the_scenario_and_the_battery() {
     let ran = run("burn-on-cancel", "04-cancel-then-accept");
     assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
@@ -128,14 +126,12 @@ fn burn_on_cancel_is_caught_by_the_scenario_and_the_battery() {
 }
 
 #[test]
-#[ignore = "issue 36 item 1: schema-mismatch never sends the valid accept after the invalid one"]
 fn burn_on_invalid_is_caught_by_the_battery() {
     let ran = attack("burn-on-invalid", "schema-mismatch");
     assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
 }
 
 #[test]
-#[ignore = "issue 36 item 2: the other principal sends its own clientInfo instead of copying the victim's"]
 fn bind_client_info_is_caught_when_the_other_principal_copies_the_victims_meta() {
     let ran = run("bind-client-info", "06-another-principal-replays-the-state");
     assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
@@ -144,15 +140,30 @@ fn bind_client_info_is_caught_when_the_other_principal_copies_the_victims_meta()
 }
 
 #[test]
-#[ignore = "issue 36 item 4: `expect … complete` still accepts a result with isError: true"]
 fn error_on_retry_fails_expect_complete() {
     let ran = run("error-on-retry", "05-retry-after-the-first-instance-crashed");
     assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
 }
 
+/// A correct server with a random audit id in every result: the file names it under `differ_by_design`, so it
+/// passes, and the report says what was masked; the same file without that line fails statelessness on the
+/// audit id alone (the false positive masks exist for).
 #[test]
-#[ignore = "issue 36 item 6: no mask yet for the random audit id, so statelessness fails on a correct server"]
-fn the_correct_server_with_a_random_audit_id_passes() {
+fn the_correct_server_with_a_random_audit_id_passes_once_the_file_masks_it() {
     let ran = mcpsim(&["run", "--target", &target("correct"), &scenario("01-retry-lands-elsewhere"), "--reruns", "0"]);
     assert_eq!(ran.status, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("masked as differing by design: result.structuredContent.audit"), "{}", ran.stdout);
+
+    let dir = std::env::temp_dir().join(format!("mcpsim-unmasked-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unmasked = dir.join("nosdk-correct-unmasked.toml");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(target("correct"))).unwrap();
+    let without: String = text.lines().filter(|l| !l.starts_with("differ_by_design")).map(|l| format!("{l}\n")).collect();
+    assert_ne!(without, text, "the file names the audit id");
+    std::fs::write(&unmasked, without).unwrap();
+    let ran = mcpsim(&["run", "--target", unmasked.to_str().unwrap(), &scenario("01-retry-lands-elsewhere"), "--reruns", "0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let statelessness: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("FAIL  property statelessness")).collect();
+    assert!(!statelessness.is_empty() && statelessness.iter().all(|l| l.contains("audit")), "{}", ran.stdout);
 }

@@ -202,6 +202,9 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     let mut summary = String::new();
     let (name, instances, transport) = (&target.file.name, target.file.instances, target.file.transport.as_str());
     let _ = writeln!(summary, "target {} ({}), {instances} instance(s) over {transport}:", shown(name), shown(&file.display().to_string()));
+    if !target.file.differ_by_design.is_empty() {
+        let _ = writeln!(summary, "  masked as differing by design: {}", shown(&target.file.differ_by_design.join(", ")));
+    }
     for (name, verdict) in &rows {
         let _ = writeln!(summary, "  {name:<56} {verdict}");
     }

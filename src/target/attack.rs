@@ -903,7 +903,13 @@ fn order_text(order: &[usize]) -> String {
 }
 
 /// One run of `attack` on a fresh fleet: its verdict and messages.
-fn run_once(target: &Target, attack: &Attack, order: Vec<usize>, mcpsim: &str, data_dir: &Path) -> Result<(Verdict, Vec<String>), super::RunError> {
+fn run_once(
+    target: &Target,
+    attack: &Attack,
+    order: Vec<usize>,
+    mcpsim: &str,
+    data_dir: &Path,
+) -> Result<(Verdict, Vec<String>), super::RunError> {
     let _ = std::fs::remove_dir_all(data_dir);
     super::create_private_dir(data_dir)?;
     let mut fleet = Fleet::start(target, data_dir, mcpsim)?;
@@ -951,7 +957,14 @@ pub fn run_battery(
             Verdict::Held(what) if tries > 1 => Verdict::Held(format!("held in {judged} of {tries} tries; {what}")),
             other => other,
         };
-        reports.push(AttackReport { name: attack.name, clause: attack.clause, what: attack.what, verdict, messages, order: order_text(&order) });
+        reports.push(AttackReport {
+            name: attack.name,
+            clause: attack.clause,
+            what: attack.what,
+            verdict,
+            messages,
+            order: order_text(&order),
+        });
     }
     Ok(reports)
 }

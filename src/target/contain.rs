@@ -88,16 +88,14 @@ fn random_hex() -> String {
 }
 
 /// What to do about an unsafe temporary directory.
-const TEMP_DIR_FIX: &str =
-    "set TMPDIR to a directory of your own (mode 0700) or to one like /tmp (owned by root, mode 1777)";
+const TEMP_DIR_FIX: &str = "set TMPDIR to a directory of your own (mode 0700) or to one like /tmp (owned by root, mode 1777)";
 
 /// Whether `dir` is a safe parent for the work directory: a directory (not a symbolic link) owned by root or
 /// by mcpsim's user, and writable by others only with the sticky bit (as `/tmp` is), so nobody else can
 /// rename, replace or remove what mcpsim creates in it. `Err` says what to do.
 pub fn check_temp_dir(dir: &Path) -> Result<(), ContainError> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|source| ContainError::TempDirUnreadable { path: dir.to_path_buf(), source })?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| ContainError::TempDirUnreadable { path: dir.to_path_buf(), source })?;
     if !meta.is_dir() {
         return Err(ContainError::TempDirNotADirectory(dir.to_path_buf()));
     }

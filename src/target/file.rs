@@ -4,6 +4,7 @@
 //! (`toml`'s own error for `deny_unknown_fields`, prefixed with the path). The format is documented in
 //! `docs/targets.md`; `targets/` holds examples.
 
+use crate::oracle::outcome::{Mask, Masks};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -59,6 +60,11 @@ pub struct TargetFile {
     pub request_timeout_ms: Option<u64>,
     /// The principals scenarios act as, by name.
     pub principals: BTreeMap<String, PrincipalFile>,
+    /// Paths of an answer whose values differ by design between instances or plays (a random audit id, a
+    /// timestamp), as `result.structuredContent.audit` (`*` for any member or item): masked when two plays'
+    /// answers are compared for statelessness, and named in every report.
+    #[serde(default)]
+    pub differ_by_design: Vec<String>,
     pub tool: ToolFile,
     pub effects: EffectsFile,
 }
@@ -236,6 +242,18 @@ impl Target {
                 }
             }
         }
+        if file.differ_by_design.len() > DIFFER_BY_DESIGN_MAX {
+            return Err(invalid(format!("differ_by_design names {} paths; at most {DIFFER_BY_DESIGN_MAX}", file.differ_by_design.len())));
+        }
+        for path in &file.differ_by_design {
+            let segments: Vec<&str> = path.split('.').collect();
+            if segments.len() < 2 || segments.iter().any(|s| s.is_empty()) || segments[0] != "result" {
+                return Err(invalid(format!(
+                    "differ_by_design: {path:?} is not a path in a result: write it from the answer's root with dots, \
+                     e.g. \"result.structuredContent.audit\" (`*` for any member)"
+                )));
+            }
+        }
         let tool = &file.tool;
         for (key, principal) in [("tool.principal", Some(&tool.principal)), ("tool.other_principal", tool.other_principal.as_ref())] {
             if let Some(principal) = principal {
@@ -278,10 +296,21 @@ impl Target {
         self.file.request_timeout_ms.unwrap_or(10_000)
     }
 
+    /// What statelessness masks when it compares two plays' answers: what differs by design in every MRTR flow
+    /// (a sealed `requestState`), and the paths the file names under `differ_by_design`.
+    pub fn masks(&self) -> Masks {
+        self.file.differ_by_design.iter().fold(Masks::by_design(), |masks, path| {
+            masks.with(Mask::Path { path: path.split('.').map(str::to_string).collect(), shown: "<differs by design>".into() })
+        })
+    }
+
     pub fn url_template(&self) -> &str {
         self.file.url.as_deref().unwrap_or(DEFAULT_URL)
     }
 }
+
+/// Most paths `differ_by_design` may name.
+const DIFFER_BY_DESIGN_MAX: usize = 32;
 
 const DEFAULT_URL: &str = "http://127.0.0.1:{port}/mcp";
 
@@ -405,6 +434,22 @@ count = "result.resources"
         assert!(message.contains("`instances`") && message.contains("`command`") && message.contains("`effects`"), "{message}");
         let message = error(&GOOD.replace("principal = \"alice\"\n[effects]", "principal = \"alice\"\nanswer = 1\n[effects]"));
         assert!(message.contains("unknown field `answer`") && message.contains("`accept`") && message.contains("`input_key`"), "{message}");
+    }
+
+    #[test]
+    fn paths_that_differ_by_design_are_checked_and_become_masks() {
+        let with = |paths: &str| GOOD.replace("instances = 2", &format!("instances = 2\ndiffer_by_design = [{paths}]"));
+        let target = Target::parse(Path::new("t.toml"), &with(r#""result.structuredContent.audit", "result.*.at""#)).unwrap();
+        let masks = target.masks();
+        let answer = |audit: &str| serde_json::json!({"result": {"structuredContent": {"audit": audit, "deleted": true}}});
+        assert!(masks.same(&answer("a1"), &answer("b2"), &[]), "the named path is masked");
+        assert!(!Masks::by_design().same(&answer("a1"), &answer("b2"), &[]), "and only because the file names it");
+        for bad in [r#""structuredContent.audit""#, r#""result""#, r#""result..audit""#, r#""""#] {
+            let message = error(&with(bad));
+            assert!(message.contains("differ_by_design") && message.contains("result.structuredContent.audit"), "{bad}: {message}");
+        }
+        let many = (0..=DIFFER_BY_DESIGN_MAX).map(|i| format!("\"result.a{i}\"")).collect::<Vec<_>>().join(", ");
+        assert!(error(&with(&many)).contains("at most 32"));
     }
 
     #[test]

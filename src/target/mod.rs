@@ -474,7 +474,8 @@ pub struct Finding {
 }
 
 /// Judges the spread play (and its reference play on one instance) from observation only.
-pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>) -> Vec<Finding> {
+/// `masks`: what statelessness does not compare (what differs by design: [`Target::masks`]).
+pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>, masks: &Masks) -> Vec<Finding> {
     let mut findings = Vec::new();
     let history = &spread.history;
     // Answers to forms, grouped by the requestState they echo.
@@ -552,10 +553,10 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>)
         }
     }
     if let Some(one) = one {
-        // The outcomes (kind, code, reason, structured content) of each step, sealed states masked: a target's
-        // words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
+        // The outcomes (kind, code, reason, structured content) of each step, sealed states and the paths the
+        // target file says differ by design masked: a target's words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
         let raced = scenario.steps.iter().enumerate().filter(|(_, s)| matches!(s.action, Action::Parallel(_))).map(|(i, _)| i).collect();
-        let compared = statelessness::compare(&one.history, history, &Pairing::Steps { raced }, &Masks::by_design(), Extent::Outcome);
+        let compared = statelessness::compare(&one.history, history, &Pairing::Steps { raced }, masks, Extent::Outcome);
         for difference in compared.differences {
             let line = scenario.steps[difference.step].line;
             findings.push(Finding {
@@ -646,7 +647,8 @@ pub fn run_scenario(
 ) -> Result<ScenarioReport, RunError> {
     let spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
     let one = if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
-    let findings = judge(scenario, &spread, one.as_ref());
+    let masks = target.masks();
+    let findings = judge(scenario, &spread, one.as_ref(), &masks);
     let mut failures = failures_of(&spread);
     failures.extend(input_key_mismatches(target, &spread.history));
     let mut report = ScenarioReport { name: scenario.name.clone(), seed, spread, findings, failures, reproduced: None };
@@ -660,7 +662,7 @@ pub fn run_scenario(
             }
             let one =
                 if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
-            let findings = judge(scenario, &rerun, one.as_ref());
+            let findings = judge(scenario, &rerun, one.as_ref(), &masks);
             let properties: Vec<Property> = findings.iter().map(|f| f.property).collect();
             let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };
             if same {
@@ -734,8 +736,7 @@ pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, Ru
 
 /// A target scenario: its text with the placeholders filled, parsed.
 pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, RunError> {
-    let filled =
-        fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
+    let filled = fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
     Ok(crate::scenario::parse(&source.shown, &source.name, &filled)?)
 }
 
@@ -799,6 +800,13 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
         shown(&report.name),
         report.seed
     );
+    if !target.file.differ_by_design.is_empty() {
+        let _ = writeln!(
+            out,
+            "statelessness compares answers with these paths masked (differ_by_design): {}",
+            shown(&target.file.differ_by_design.join(", "))
+        );
+    }
     let _ = writeln!(out, "decisions (mcpsim's, seeded; the servers' own timing is not):");
     for decision in &report.spread.decisions {
         let _ = writeln!(out, "  {}", shown(decision));
