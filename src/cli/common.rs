@@ -24,7 +24,8 @@ Exit status, the same in every command:
   1  a finding: a safety property, an expectation or an attack failed (serve, seed, keygen: could not;
      pins: something needs review)
   2  usage or configuration error: nothing was judged
-  3  not judged: the target's harness or an attack could not judge, or the simulator crashed
+  3  not judged: the target's harness or an attack could not judge, every scenario was skipped, or the
+     simulator crashed
   4  only liveness failed: under faults a request was never answered or a confirmation never settled";
 
 /// `--live URL`: an `http://` URL (a bare host:port means its `/mcp`).
