@@ -69,8 +69,14 @@ for sdk in python typescript; do
   # Check, act, then claim: two accepts written at once on warm processes both pass the check (the battery's
   # replay-concurrent, one shot on cold processes, can miss it: issue 36 item 3).
   expect_run 1 at-most-once "targets/sdk/$sdk-check-then-act.toml" targets/scenarios/02-accepts-race.sim
-  # The correct server: the battery's consumption and principal attacks hold (no false positive there).
+  # The correct server: the battery's consumption and principal attacks hold (no false positive there), and a
+  # retry elsewhere holds with its random audit id masked (differ_by_design).
   expect_attack 0 cancel-then-accept,another-principal "targets/sdk/$sdk-correct.toml"
+  expect_run 0 "" "targets/sdk/$sdk-correct.toml" targets/scenarios/01-retry-lands-elsewhere.sim
+  # A state burnt by a cancel: the valid accept afterwards must succeed once (consumption).
+  expect_attack 1 cancel-then-accept "targets/sdk/$sdk-burn-on-cancel.toml"
+  # A state bound to clientInfo: the other principal copying the victim's _meta byte for byte completes it.
+  expect_attack 1 another-principal "targets/sdk/$sdk-bind-client-info.toml"
 done
 
 if ((failed > 0)); then echo "the SDK target stage found $failed unexpected result(s)"; exit 1; fi
