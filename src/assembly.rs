@@ -36,6 +36,7 @@ pub fn notes_server(config: Arc<NotesConfig>, ports: NotesPorts) -> NotesServer 
 /// The notes server a real process runs, over opened `stores` (in memory, or shared with other processes
 /// through SQLite or PostgreSQL), signing with `key_ring`, with the wall clock and OS nonces. Every instance of
 /// a fleet is one of these; instances that share `stores` and `key_ring` finish each other's confirmations.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_notes_server(
     deployment: &Deployment,
     key_ring: KeyRing,
@@ -56,6 +57,7 @@ pub fn real_notes_server(
 /// A notes server over fresh in-memory stores seeded from `deployment`, with the given key ring, clock and
 /// nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs). Returns the note store too, so
 /// the caller can inspect the notes.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn in_memory_notes_server(
     deployment: &Deployment,
     key_ring: KeyRing,
@@ -81,6 +83,7 @@ pub fn demo_notes_server() -> NotesServer {
 // ----- the conformance fixture -----
 
 /// The conformance fixture over the given key ring, clock, nonces and change feed.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn conformance_fixture(
     key_ring: KeyRing,
     state_ttl_secs: Option<u64>,
@@ -97,6 +100,7 @@ pub fn conformance_fixture(
 
 /// The conformance fixture a real process runs: a random key of this process, the wall clock, OS nonces and
 /// an in-process change feed (list-changed announcements reach this process's subscribers only).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_conformance_fixture(state_ttl_secs: Option<u64>) -> ConformanceFixture {
     let key_ring = KeyRing::new("local", random_key()).expect("a random 32-byte key is valid");
     conformance_fixture(key_ring, state_ttl_secs, Arc::new(SystemClock), Arc::new(OsNonces), Arc::new(MemoryChangeFeed::new()))
@@ -272,6 +276,7 @@ fn gateway_over(
 /// With `shared` (a SQLite or PostgreSQL store), the notes, the replay ledger, the rate counters and the export
 /// ledgers are the database's, shared with every other gateway process pointed at it; without, they are this
 /// process's own, in memory.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn real_gateway(
     file: &GatewayFile,
     deployment: &Deployment,

@@ -56,6 +56,8 @@ const STDIO_SESSION: &str = "stdio";
 const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
 
 /// Why a call that would wait on its client may not: the transport's bound of waiting calls is full.
+// Only a transport (with `cli`) bounds waiting calls and so refuses one.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ParkRefused {
     /// The principal's share of waiting calls (`max` of them) is taken.

@@ -68,8 +68,7 @@ impl Outgoing {
 }
 
 /// A run's record. Its fields are read through accessors and written only by the recorder below
-/// ([`History::request`], [`History::attempt`], [`History::answer`], [`History::no_response`],
-/// [`History::effect`], …): every world (the simulated cluster, a live fleet, a target's processes) records
+/// (`History::request`, `attempt`, `answer`, `no_response`, `effect`, …): every world (the simulated cluster, a live fleet, a target's processes) records
 /// through them, so no world writes a history its own way.
 #[derive(Debug, Clone, Default)]
 pub struct History {

@@ -51,6 +51,8 @@ impl Refused {
 }
 
 /// Why a world cannot observe its store (an expectation about it is then not evaluated, and says this).
+// The simulator observes everything: only live mode and targets (with `http`/`cli`) say why they cannot.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unobservable {
     /// Live mode without `--reseed`: the store is not known.

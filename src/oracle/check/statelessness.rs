@@ -14,7 +14,9 @@ pub enum Pairing {
     /// replays the first one's decisions).
     Operations,
     /// Step by step, each step's outcomes in send order; a step in `raced` (a `parallel` block) is compared
-    /// by how many of its requests succeeded (which loser hears what is the race's to decide).
+    /// by how many of its requests succeeded (which loser hears what is the race's to decide). Used by the
+    /// target judge (with `cli`).
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     Steps { raced: BTreeSet<usize> },
 }
 
