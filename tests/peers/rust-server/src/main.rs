@@ -34,11 +34,9 @@ use std::{
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitResult,
-        ElicitationAction, ErrorCode, Implementation, InputRequest, InputRequests,
-        InputRequiredResult, JsonObject, ListToolsResult, PaginatedRequestParams,
-        ProtocolVersion, RequestStateCodec, SealOptions, ServerCapabilities, ServerConfig, Tool,
-        ToolAnnotations,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitResult, ElicitationAction, ErrorCode, Implementation,
+        InputRequest, InputRequests, InputRequiredResult, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+        RequestStateCodec, SealOptions, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
     },
     service::RequestContext,
     ErrorData, RoleServer, ServerHandler, ServiceExt,
@@ -49,11 +47,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 const WORKSPACE: &str = "file:///work/notes";
-const SEED: [(&str, &str); 3] = [
-    ("note-3", "TPS report 2023"),
-    ("note-7", "TPS report 2024"),
-    ("note-14", "TPS report 2025"),
-];
+const SEED: [(&str, &str); 3] = [("note-3", "TPS report 2023"), ("note-7", "TPS report 2024"), ("note-14", "TPS report 2025")];
 const TTL: Duration = Duration::from_secs(300);
 const INPUT_KEY: &str = "delete_choice";
 const VERSIONS: &[ProtocolVersion] = &[ProtocolVersion::V_2026_07_28];
@@ -103,17 +97,11 @@ fn random_hex(bytes: usize) -> String {
 }
 
 fn digest(value: &Value) -> String {
-    Sha256::digest(value.to_string().as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(value.to_string().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn invalid_state() -> ErrorData {
-    ErrorData::invalid_params(
-        "Invalid or expired requestState",
-        Some(json!({"reason": "invalid_request_state"})),
-    )
+    ErrorData::invalid_params("Invalid or expired requestState", Some(json!({"reason": "invalid_request_state"})))
 }
 
 fn internal(error: impl std::fmt::Display) -> ErrorData {
@@ -123,23 +111,20 @@ fn internal(error: impl std::fmt::Display) -> ErrorData {
 impl Notes {
     fn from_env(path: &str) -> Result<Self, String> {
         let key = std::env::var("NOTES_STATE_KEY").unwrap_or_default();
-        let codec = RequestStateCodec::try_new(key.into_bytes()).map_err(|e| {
-            format!("NOTES_STATE_KEY must be set to a shared key of at least 32 bytes ({e})")
-        })?;
+        let codec = RequestStateCodec::try_new(key.into_bytes())
+            .map_err(|e| format!("NOTES_STATE_KEY must be set to a shared key of at least 32 bytes ({e})"))?;
         let principal = std::env::var("NOTES_PRINCIPAL").unwrap_or_default();
         if principal.is_empty() {
             return Err("NOTES_PRINCIPAL must name who this process acts for".into());
         }
         let bug = match std::env::var("NOTES_BUG").unwrap_or_default().as_str() {
             "" => None,
-            name => Some(*BUGS.iter().find(|b| **b == name).ok_or_else(|| {
-                format!("unknown NOTES_BUG {name}; one of {}", BUGS.join(", "))
-            })?),
+            name => {
+                Some(*BUGS.iter().find(|b| **b == name).ok_or_else(|| format!("unknown NOTES_BUG {name}; one of {}", BUGS.join(", ")))?)
+            }
         };
         let effect_ms = std::env::var("NOTES_EFFECT_MS").unwrap_or_else(|_| "0".into());
-        let effect_ms: u64 = effect_ms
-            .parse()
-            .map_err(|_| format!("NOTES_EFFECT_MS must be milliseconds, not {effect_ms:?}"))?;
+        let effect_ms: u64 = effect_ms.parse().map_err(|_| format!("NOTES_EFFECT_MS must be milliseconds, not {effect_ms:?}"))?;
         let db = connect(path).map_err(|e| format!("{path}: {e}"))?;
         Ok(Self {
             codec: Arc::new(codec),
@@ -171,11 +156,7 @@ impl Notes {
     }
 
     fn used(&self) -> CallToolResult {
-        self.result(
-            "this confirmation was already used",
-            json!({"deleted": false, "outcome": "used"}),
-            true,
-        )
+        self.result("this confirmation was already used", json!({"deleted": false, "outcome": "used"}), true)
     }
 
     /// Runs `work` on the connection off the async workers (SQLite and the effect's sleep block).
@@ -197,11 +178,7 @@ impl Notes {
     async fn claim(&self, nonce: &str, outcome: &'static str) -> Result<bool, ErrorData> {
         let nonce = nonce.to_owned();
         self.with_db(move |db| {
-            db.execute(
-                "INSERT OR IGNORE INTO ledger (nonce, outcome) VALUES (?1, ?2)",
-                (nonce, outcome),
-            )
-            .map(|inserted| inserted == 1)
+            db.execute("INSERT OR IGNORE INTO ledger (nonce, outcome) VALUES (?1, ?2)", (nonce, outcome)).map(|inserted| inserted == 1)
         })
         .await
     }
@@ -218,9 +195,7 @@ impl Notes {
             .with_db(|db| {
                 let mut rows = db.prepare("SELECT id, title FROM notes ORDER BY id")?;
                 let notes = rows
-                    .query_map([], |row| {
-                        Ok(json!({"id": row.get::<_, String>(0)?, "title": row.get::<_, String>(1)?}))
-                    })?
+                    .query_map([], |row| Ok(json!({"id": row.get::<_, String>(0)?, "title": row.get::<_, String>(1)?})))?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 Ok(notes)
             })
@@ -234,10 +209,9 @@ impl Notes {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let (Some(workspace), Some(title)) = (
-            arguments.get("workspaceUri").and_then(Value::as_str),
-            arguments.get("title").and_then(Value::as_str),
-        ) else {
+        let (Some(workspace), Some(title)) =
+            (arguments.get("workspaceUri").and_then(Value::as_str), arguments.get("title").and_then(Value::as_str))
+        else {
             return Ok(self.result("workspaceUri and title must be strings", Value::Null, true).into());
         };
         let principal = self.bound_principal(&context);
@@ -245,10 +219,7 @@ impl Notes {
         let Some(sealed) = request.request_state else {
             return self.ask(&context, workspace, title, &associated).await;
         };
-        let state: State = self
-            .codec
-            .open_json_with(&sealed, associated.as_bytes())
-            .map_err(|_| invalid_state())?;
+        let state: State = self.codec.open_json_with(&sealed, associated.as_bytes()).map_err(|_| invalid_state())?;
         let answer = request
             .input_responses
             .as_ref()
@@ -281,11 +252,7 @@ impl Notes {
                     Some(id) if state.c.iter().any(|c| c == id) && content.get("confirm") == Some(&Value::Bool(true)) => {
                         self.delete(state.n, id.to_owned(), claimed).await?
                     }
-                    _ => self.result(
-                        "invalid answer: note_id must be one of the candidates shown and confirm true",
-                        Value::Null,
-                        true,
-                    ),
+                    _ => self.result("invalid answer: note_id must be one of the candidates shown and confirm true", Value::Null, true),
                 }
             }
         };
@@ -310,12 +277,10 @@ impl Notes {
         let (workspace_owned, title_owned) = (workspace.to_owned(), title.to_owned());
         let candidates = self
             .with_db(move |db| {
-                let mut rows = db.prepare(
-                    "SELECT id FROM notes WHERE workspace = ?1 AND instr(lower(title), lower(?2)) > 0 ORDER BY id",
-                )?;
-                let ids = rows
-                    .query_map((workspace_owned, title_owned), |row| row.get::<_, String>(0))?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let mut rows =
+                    db.prepare("SELECT id FROM notes WHERE workspace = ?1 AND instr(lower(title), lower(?2)) > 0 ORDER BY id")?;
+                let ids =
+                    rows.query_map((workspace_owned, title_owned), |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
                 Ok(ids)
             })
             .await?;
@@ -339,10 +304,8 @@ impl Notes {
         }))
         .map_err(internal)?;
         let state = State { n: random_hex(16), c: candidates };
-        let sealed = self
-            .codec
-            .seal_json_with(&state, &SealOptions::new().associated_data(associated.as_bytes()).ttl(TTL))
-            .map_err(internal)?;
+        let sealed =
+            self.codec.seal_json_with(&state, &SealOptions::new().associated_data(associated.as_bytes()).ttl(TTL)).map_err(internal)?;
         let requests = InputRequests::from([(INPUT_KEY.to_owned(), request)]);
         Ok(InputRequiredResult::new(Some(requests), Some(sealed)).into())
     }
@@ -359,28 +322,21 @@ impl Notes {
                     return Ok(Some(removed == 1));
                 }
                 if bug == Some("check-then-act") {
-                    let seen: Option<i64> = db
-                        .query_row("SELECT 1 FROM ledger WHERE nonce = ?1", [&nonce], |row| row.get(0))
-                        .ok();
+                    let seen: Option<i64> = db.query_row("SELECT 1 FROM ledger WHERE nonce = ?1", [&nonce], |row| row.get(0)).ok();
                     if seen.is_some() {
                         return Ok(None);
                     }
                     // The ledger is trusted to make the state single-use, so the row count is not looked at.
                     db.execute("DELETE FROM notes WHERE id = ?1", [&id])?;
                     std::thread::sleep(effect);
-                    db.execute(
-                        "INSERT OR IGNORE INTO ledger (nonce, outcome) VALUES (?1, 'accepted')",
-                        [&nonce],
-                    )?;
+                    db.execute("INSERT OR IGNORE INTO ledger (nonce, outcome) VALUES (?1, 'accepted')", [&nonce])?;
                     return Ok(Some(true));
                 }
                 // The correct way: claim and delete in one transaction; a claim that conflicts means the state
                 // was used, a delete that removed nothing rolls back (the transaction drops uncommitted).
                 let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 if !claimed {
-                    let used = tx
-                        .query_row("SELECT 1 FROM ledger WHERE nonce = ?1", [&nonce], |_| Ok(()))
-                        .is_ok();
+                    let used = tx.query_row("SELECT 1 FROM ledger WHERE nonce = ?1", [&nonce], |_| Ok(())).is_ok();
                     if used {
                         return Ok(None);
                     }
@@ -397,22 +353,14 @@ impl Notes {
             .await?;
         Ok(match outcome {
             None => self.used(),
-            Some(false) => self.result(
-                &format!("{note_id} is already gone"),
-                json!({"deleted": false, "outcome": "gone"}),
-                true,
-            ),
+            Some(false) => self.result(&format!("{note_id} is already gone"), json!({"deleted": false, "outcome": "gone"}), true),
             // The note is deleted; reading it back to describe it then fails, and the failure is answered.
-            Some(true) if self.bug == Some("error-on-retry") => self.result(
-                &format!("{note_id} not found"),
-                json!({"deleted": false, "outcome": "error"}),
-                true,
-            ),
-            Some(true) => self.result(
-                &format!("deleted {note_id}"),
-                json!({"deleted": true, "noteId": note_id, "outcome": "deleted"}),
-                false,
-            ),
+            Some(true) if self.bug == Some("error-on-retry") => {
+                self.result(&format!("{note_id} not found"), json!({"deleted": false, "outcome": "error"}), true)
+            }
+            Some(true) => {
+                self.result(&format!("deleted {note_id}"), json!({"deleted": true, "noteId": note_id, "outcome": "deleted"}), false)
+            }
         })
     }
 }
@@ -425,12 +373,8 @@ fn tools() -> Vec<Tool> {
         }
     };
     vec![
-        Tool::new(
-            "notes_list",
-            "Every note (id and title).",
-            object(json!({"type": "object", "properties": {}})),
-        )
-        .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new("notes_list", "Every note (id and title).", object(json!({"type": "object", "properties": {}})))
+            .with_annotations(ToolAnnotations::new().read_only(true)),
         Tool::new(
             "notes_delete",
             "Delete a note by title inside a workspace; asks the user to pick and confirm.",
@@ -446,8 +390,7 @@ fn tools() -> Vec<Tool> {
 
 impl ServerHandler for Notes {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("notes-rmcp", "0.1.0"))
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(Implementation::new("notes-rmcp", "0.1.0"))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -462,11 +405,7 @@ impl ServerHandler for Notes {
         Ok(ListToolsResult::with_all_items(tools()))
     }
 
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
         match request.name.as_ref() {
             "notes_list" => Ok(self.notes_list().await?.into()),
             "notes_delete" => self.notes_delete(request, context).await,
@@ -478,10 +417,7 @@ impl ServerHandler for Notes {
 fn seed(path: &str) -> rusqlite::Result<()> {
     let db = connect(path)?;
     for (id, title) in SEED {
-        db.execute(
-            "INSERT OR REPLACE INTO notes (id, workspace, title) VALUES (?1, ?2, ?3)",
-            (id, WORKSPACE, title),
-        )?;
+        db.execute("INSERT OR REPLACE INTO notes (id, workspace, title) VALUES (?1, ?2, ?3)", (id, WORKSPACE, title))?;
     }
     Ok(())
 }
@@ -497,10 +433,7 @@ async fn main() {
         ["seed", path] => seed(path).unwrap_or_else(|e| fail(format!("{path}: {e}"))),
         ["stdio", path] => {
             let notes = Notes::from_env(path).unwrap_or_else(|e| fail(e));
-            let service = notes
-                .serve(rmcp::transport::stdio())
-                .await
-                .unwrap_or_else(|e| fail(format!("serving stdio: {e}")));
+            let service = notes.serve(rmcp::transport::stdio()).await.unwrap_or_else(|e| fail(format!("serving stdio: {e}")));
             if let Err(e) = service.waiting().await {
                 fail(format!("serving stdio: {e}"));
             }
