@@ -12,7 +12,10 @@
 #
 # Then the planted mistakes of targets/sdk/ (docs/targets.md, "Planted mistakes") on the Python SDK and the
 # TypeScript server SDK: one attack (or one scenario) per row of that table that holds today. The no-SDK
-# server's rows run in `cargo test` (tests/target_planted.rs), which needs only python3.
+# server's rows run in `cargo test` (tests/target_planted.rs), which needs only python3. Last the same server
+# on the Rust SDK (rmcp 3.11, tests/peers/rust-server, its own cargo project): built in release into the cache
+# (4 min from scratch on the loaded 2-core machine, seconds when cached), one plant caught and the correct
+# server holding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/common.sh
@@ -78,6 +81,21 @@ for sdk in python typescript; do
   # A state bound to clientInfo: the other principal copying the victim's _meta byte for byte completes it.
   expect_attack 1 another-principal "targets/sdk/$sdk-bind-client-info.toml"
 done
+
+# The Rust SDK's server: targets/sdk/rust-*.toml run tests/peers/rust-server/target/release/notes-server, linked
+# to the build in the cache (a local build of that path is replaced by the link).
+rust_target="$CACHE/rust-server-target"
+echo "== cargo build --release --manifest-path tests/peers/rust-server/Cargo.toml --target-dir $rust_target"
+cargo build --quiet --release --locked --manifest-path tests/peers/rust-server/Cargo.toml --target-dir "$rust_target"
+mkdir -p tests/peers/rust-server/target/release
+ln -sfn "$rust_target/release/notes-server" tests/peers/rust-server/target/release/notes-server
+echo "== tests/peers/planted_live.py tests/peers/rust-server/target/release/notes-server"
+if ! timeout 300 python3 tests/peers/planted_live.py tests/peers/rust-server/target/release/notes-server; then
+  failed=$((failed + 1))
+fi
+# A state burnt by a cancel is caught; the correct server holds the consumption and principal attacks.
+expect_attack 1 cancel-then-accept targets/sdk/rust-burn-on-cancel.toml
+expect_attack 0 cancel-then-accept,another-principal targets/sdk/rust-correct.toml
 
 if ((failed > 0)); then echo "the SDK target stage found $failed unexpected result(s)"; exit 1; fi
 echo "the SDK target stage found what docs/targets.md records"
