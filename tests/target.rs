@@ -553,3 +553,56 @@ fn a_race_attack_is_tried_on_warmed_fleets_and_says_how_many_tries_found_it() {
     // Every instance answered a request before the race: one tools/list each.
     assert_eq!(ran.stdout.matches("\"method\":\"tools/list\"").count(), 3, "{}", ran.stdout);
 }
+
+/// A server that answers two requests in flight on one process in the reverse of the order they were written
+/// (as rmcp does: each as it finishes): mcpsim matches answers to requests by id, so both are answered and none
+/// is dropped as a stray line (it was, and the dropped request's read then waited out its timeout: a false
+/// statelessness finding on scenario 02's one-instance play).
+#[test]
+fn answers_that_come_back_out_of_order_on_one_stdio_process_each_reach_their_request() {
+    let dir = std::env::temp_dir().join(format!("mcpsim-out-of-order-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.toml");
+    std::fs::write(
+        &file,
+        r#"name = "answers out of order"
+transport = "stdio"
+instances = 1
+command = ["python3", "tests/peers/out_of_order_server.py"]
+request_timeout_ms = 5000
+[principals.alice]
+[tool]
+name = "t"
+arguments = {}
+input_key = "choice"
+accept = { ok = true }
+principal = "alice"
+[effects]
+command = ["echo", "0"]
+"#,
+    )
+    .unwrap();
+    let scenario = dir.join("race-on-one-process.sim");
+    std::fs::write(
+        &scenario,
+        r#"principal alice workspaces "file:///target"
+instance i1
+client user principal alice
+
+send user -> i1 tools/call {"name": "t", "arguments": {}} as round1
+expect round1 input_required
+
+parallel {
+  answer user -> i1 accept {"ok": true} as first
+  answer user -> i1 accept {"ok": true} as second
+}
+expect one of first, second: complete
+expect one of first, second: error -32602 state_consumed
+"#,
+    )
+    .unwrap();
+    let ran = run(&["run", "--target", file.to_str().unwrap(), scenario.to_str().unwrap(), "--reruns", "0", "--transcript"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(!ran.stdout.contains("gave no answer"), "{}", ran.stdout);
+}

@@ -317,6 +317,10 @@ impl<'t> Fleet<'t> {
             outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok()).and_then(|v| v.get("id").cloned());
         let start_ms = self.target.start_timeout_ms();
         let process = self.process(index, principal)?;
+        // Answered already, while another request's answer was awaited.
+        if let Some(at) = id.as_ref().and_then(|id| process.read_ahead.iter().position(|v| v.get("id") == Some(id))) {
+            return Ok(process.read_ahead.remove(at));
+        }
         // A process's first answer may also wait for it to start (an interpreter importing its SDK).
         let timeout = if process.fresh { timeout + Duration::from_millis(start_ms) } else { timeout };
         for _ in 0..STRAY_LINES_MAX {
@@ -337,6 +341,15 @@ impl<'t> Fleet<'t> {
             match &id {
                 Some(id) if answers && value.get("id") == Some(id) => return Ok(value),
                 None if answers => return Ok(value),
+                // The answer to another request in flight on this process (it answers as requests finish, not
+                // as they were written): kept for that request's read, never dropped as a stray line.
+                Some(_)
+                    if answers
+                        && value.get("id").is_some_and(|v| !v.is_null())
+                        && process.read_ahead.len() < super::process::READ_AHEAD_MAX =>
+                {
+                    process.read_ahead.push(value);
+                }
                 _ => continue,
             }
         }

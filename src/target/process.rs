@@ -73,6 +73,10 @@ pub fn install_interrupt_handler() {
     });
 }
 
+/// Most answers a process keeps read ahead of their own read ([`Process::read_ahead`]): a scenario's
+/// `parallel` block is far smaller.
+pub const READ_AHEAD_MAX: usize = 64;
+
 /// One started process.
 pub struct Process {
     child: Child,
@@ -81,6 +85,10 @@ pub struct Process {
     lines: Option<Lines>,
     /// Nothing has been read from its stdout yet: its first answer may also wait for it to start.
     pub fresh: bool,
+    /// Answers read while waiting for another request's (a server may answer requests in flight on one
+    /// process as they finish, not as they were written), kept for their own read: at most
+    /// [`READ_AHEAD_MAX`].
+    pub read_ahead: Vec<serde_json::Value>,
     /// Its place in the run's containment (none outside a run, e.g. in unit tests).
     leaf: Option<Leaf>,
     /// It was reaped: its pid (and so its group id, once the group is empty) may name another process now.
@@ -272,7 +280,7 @@ impl Process {
             });
             Lines { receiver, budget }
         });
-        Ok(Process { child, pid, stdin, lines, fresh: true, leaf, reaped: false })
+        Ok(Process { child, pid, stdin, lines, fresh: true, read_ahead: Vec::new(), leaf, reaped: false })
     }
 
     /// Writes one line (the message and a newline) to its stdin.
