@@ -138,6 +138,10 @@ async fn a_stalled_body_is_answered_408_and_closed_on_every_route() {
 
     // The original attack: every slot held by a stalled sign-in. Each is answered and gives its slot back, so
     // alice is served once the deadline has passed (before, they held the slots for as long as they liked).
+    // A connection's place is given back when its task ends, just after its client sees the close: the four
+    // above must have ended before the eight below can hold all eight places (without this pause, on a loaded
+    // machine one of the eight was refused 503 while a closed one was still counted).
+    std::thread::sleep(Duration::from_millis(500));
     let mut stalled = Vec::new();
     for _ in 0..8 {
         let mut stream = connect_from(loopback(2), &server.address).await.unwrap();
