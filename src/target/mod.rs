@@ -19,6 +19,7 @@
 
 pub mod attack;
 pub mod contain;
+pub mod faults;
 pub mod file;
 pub mod fleet;
 pub mod process;
