@@ -32,7 +32,7 @@ use self::process::ProcessError;
 use self::world::{Routing, TargetWorld};
 use crate::oracle::check::statelessness::{self, Pairing};
 use crate::oracle::check::Property;
-use crate::oracle::history::History;
+use crate::oracle::history::{Attempt, History};
 use crate::oracle::outcome::{Extent, Kind, Masks, Observed};
 use crate::play::client::{BuildError, Client};
 use crate::play::expect::ExpectationResult;
@@ -570,7 +570,18 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
     if let Some(one) = one {
         // The outcomes (kind, code, reason, structured content) of each step, sealed states and the paths the
         // target file says differ by design masked: a target's words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
-        let raced = scenario.steps.iter().enumerate().filter(|(_, s)| matches!(s.action, Action::Parallel(_))).map(|(i, _)| i).collect();
+        let mut raced: std::collections::BTreeSet<usize> =
+            scenario.steps.iter().enumerate().filter(|(_, s)| matches!(s.action, Action::Parallel(_))).map(|(i, _)| i).collect();
+        // A request the network copied races its copy: compared, like a parallel block, by how many won.
+        for played in [&one.history, history] {
+            raced.extend(
+                played
+                    .attempts()
+                    .iter()
+                    .filter(|(_, a)| matches!(a, Attempt::Duplicate { .. }))
+                    .map(|(id, _)| played.operations()[id.0].step),
+            );
+        }
         let compared = statelessness::compare(&one.history, history, &Pairing::Steps { raced }, masks, Extent::Outcome);
         for difference in compared.differences {
             let line = scenario.steps[difference.step].line;
@@ -711,6 +722,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("06-another-principal-replays-the-state.sim", include_str!("../../targets/scenarios/06-another-principal-replays-the-state.sim")),
     ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
+    ("08-answer-lost-then-retry-elsewhere.sim", include_str!("../../targets/scenarios/08-answer-lost-then-retry-elsewhere.sim")),
+    ("10-accept-delivered-twice.sim", include_str!("../../targets/scenarios/10-accept-delivered-twice.sim")),
 ];
 
 /// A target scenario to play: where it comes from (a file, or the binary's) and its text.
@@ -877,6 +890,9 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     }
     for failure in report.spread.play.failures.iter().filter(|f| f.kind != play::FailureKind::Expectation) {
         let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, shown(&failure.statement), shown(&failure.message));
+    }
+    for event in &report.spread.unfired {
+        let _ = writeln!(out, "   ERROR fault armed, never fired: {}", shown(&event.to_string()));
     }
     for failure in report.failures.iter().filter(|f| f.starts_with("the target file says")) {
         let _ = writeln!(out, "   ERROR {}", shown(failure));
