@@ -583,7 +583,22 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
             );
         }
         let compared = statelessness::compare(&one.history, history, &Pairing::Steps { raced }, masks, Extent::Outcome);
-        for difference in compared.differences {
+        // A retry of a request whose connection was closed right after it was written races that request inside
+        // the server (it may still be running): which of the two executes is the server's timing, so such a step
+        // is judged by at most once and the effect probe, not compared between the plays.
+        let timed: std::collections::BTreeSet<usize> = [&one.history, history]
+            .into_iter()
+            .flat_map(|played| {
+                played.attempts().iter().filter_map(move |(id, attempt)| match attempt {
+                    Attempt::Retry { of, .. } => {
+                        let closed = played.attempts_of(*of).iter().any(|a| played.lost_to(*a).is_some_and(closed_before_reading));
+                        closed.then(|| played.operations()[id.0].step)
+                    }
+                    Attempt::Duplicate { .. } => None,
+                })
+            })
+            .collect();
+        for difference in compared.differences.into_iter().filter(|d| !timed.contains(&d.step)) {
             let line = scenario.steps[difference.step].line;
             findings.push(Finding {
                 property: Property::Statelessness,
@@ -595,6 +610,11 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
         }
     }
     findings
+}
+
+/// Whether a fault's decision line says the client closed the connection right after writing the request.
+fn closed_before_reading(fault: &str) -> bool {
+    fault.contains(faults::CLOSED_BEFORE_READING)
 }
 
 fn label(op: &crate::oracle::history::Operation) -> String {
