@@ -935,6 +935,80 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
 mod tests {
     use super::*;
 
+    /// A drawn plan against real processes (the planted notes server, correct, three instances over stdio):
+    /// the answer of request 2 (the accept) is lost, and the client retries on another instance by itself.
+    #[test]
+    fn a_drawn_lost_answer_is_retried_on_another_instance_with_a_fresh_id_and_logged() {
+        use self::faults::{FaultAction, FaultKind, RetryOn, Trigger};
+        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-plan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir(&dir).unwrap();
+        let file = dir.join("planted.toml");
+        std::fs::write(
+            &file,
+            r#"name = "planted notes server (no SDK), correct"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
+env = { PLANTED = "" }
+
+[principals.alice]
+args = ["alice"]
+
+[tool]
+name = "notes_delete"
+arguments = { workspaceUri = "file:///notes", title = "TPS report" }
+input_key = "delete_choice"
+accept = { note_id = "note-7", confirm = true }
+principal = "alice"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#,
+        )
+        .unwrap();
+        let target = Target::load(&file).unwrap();
+        let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
+        let event = FaultEvent {
+            trigger: Trigger::Request { number: 2 },
+            action: FaultAction::LoseAnswer { close_connection: false, retry: RetryOn::Other },
+        };
+        let plan = FaultPlan { kinds: vec![FaultKind::LostAnswer], events: vec![event.clone()] };
+        let played = play_once(&target, &scenario, 1, Routing::Spread, plan, "mcpsim", &dir).unwrap();
+        let history = &played.history;
+        // The accept (operation 2) lost to the fault, its retry (a fresh id) recorded as such, and answered.
+        let accept = crate::oracle::history::OperationId(1);
+        assert!(history.lost_to(accept).is_some_and(|f| f.starts_with("at request 2: its answer lost")), "{:?}", played.decisions);
+        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == Attempt::Retry { of: accept, number: 1 }).collect();
+        assert_eq!(retries.len(), 1, "{:?}", history.attempts());
+        let retry = &history.operations()[retries[0].0 .0];
+        assert_eq!(retry.request_value.as_ref().and_then(|v| v.get("id")), Some(&json!(1_000_002)));
+        assert_ne!(retry.instance, history.operations()[1].instance, "retried on another instance");
+        assert!(retry.response().is_some(), "the retry was answered: {:?}", played.transcript);
+        assert!(history.clients_retry());
+        // Expectations are shown, not judged, under a drawn plan.
+        assert_eq!(played.play.judged, 0);
+        assert_eq!(played.fired.len(), 1);
+        assert_eq!(played.fired[0].0, event);
+        assert!(played.unfired.is_empty());
+        let effects = played.effects.as_ref().map(|(b, a)| b - a).unwrap();
+        assert_eq!(effects, 1, "one deletion");
+        let report = ScenarioReport {
+            name: scenario.name.clone(),
+            seed: 1,
+            findings: judge(&scenario, &played, None, &target.masks()),
+            failures: failures_of(&played),
+            spread: played,
+            reproduced: None,
+        };
+        let text = render(&target, &report, false);
+        assert!(text.contains("  fault fired: at request 2: its answer lost (read and discarded); the client retries on another instance — request 2 (round2 → t"), "{text}");
+        assert!(text.contains("the client retries request 2 on t") && text.contains("with id 1000002 (retry 1 of at most"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn shown_escapes_every_control_and_format_character_and_keeps_the_rest() {
         let forged = "boom\n   ok    property at-most-once\r\nPASS\t\u{1b}[2K\u{7f}\u{9b}\u{202e}\u{2066}\u{200b}\u{2028}\u{feff}";
