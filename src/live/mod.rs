@@ -242,9 +242,8 @@ pub(crate) fn run_live(
     let mut world = LiveWorld::new(scenario, fleet, http, runtime, scenario_store);
     let mut played = play::play(scenario, &mut world);
     // A hold never released goes out at the end; an armed fault never met is a failure, never a pass.
-    let all: Vec<usize> = (0..world.held.len()).collect();
+    let all = world.release_held(|_| true);
     if !all.is_empty() {
-        world.release_held(&all);
         played.failures.push(play::Failure {
             kind: FailureKind::Step,
             line: 0,
@@ -503,16 +502,10 @@ impl<'a> LiveWorld<'a> {
         }
     }
 
-    /// Writes the held requests at `indices` (of `self.held`) and records their answers.
-    fn release_held(&mut self, indices: &[usize]) -> Vec<OperationId> {
-        let mut released = Vec::new();
-        for (at, held) in std::mem::take(&mut self.held).into_iter().enumerate() {
-            if indices.contains(&at) {
-                released.push(held);
-            } else {
-                self.held.push(held);
-            }
-        }
+    /// Writes the held requests that are `due` and records their answers; their operations.
+    fn release_held(&mut self, due: impl Fn(&(OperationId, Outgoing)) -> bool) -> Vec<OperationId> {
+        let released: Vec<(OperationId, Outgoing)>;
+        (released, self.held) = std::mem::take(&mut self.held).into_iter().partition(due);
         let mut ids = Vec::new();
         for (id, outgoing) in released {
             let (url, token) = (self.url_of(outgoing.instance), self.token_of(outgoing.client));
@@ -668,12 +661,12 @@ impl World for LiveWorld<'_> {
     }
 
     fn release(&mut self, instance: usize) -> Result<Vec<OperationId>, Refused> {
-        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].1.instance == instance).collect();
-        if due.is_empty() {
+        let released = self.release_held(|(_, outgoing)| outgoing.instance == instance);
+        if released.is_empty() {
             let name = &self.scenario.cluster.instances[instance].name;
             return Err(Refused::Failed(format!("no request to {name} is held (a `hold OP to {name}` that fired comes first)")));
         }
-        Ok(self.release_held(&due))
+        Ok(released)
     }
 
     fn history(&self) -> &History {
@@ -735,15 +728,18 @@ async fn sse_response(body: bytes::Bytes) -> String {
     response.or(last).unwrap_or_default()
 }
 
+/// The headers of a client's POST: `authorization` ("Bearer …"), JSON in, JSON or SSE out, and the routing
+/// headers of `outgoing`.
+fn client_headers<'a>(authorization: &'a str, outgoing: &'a Outgoing) -> Vec<(&'static str, &'a str)> {
+    let mut headers =
+        vec![("Authorization", authorization), ("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    headers.extend(outgoing.headers.pairs());
+    headers
+}
+
 pub(crate) async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<Option<Value>, PostError> {
     let authorization = format!("Bearer {token}");
-    let mut headers = vec![
-        ("Authorization", authorization.as_str()),
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-    ];
-    headers.extend(outgoing.headers.pairs());
-    let answer = http.post(url, &headers, outgoing.bytes().into_owned()).await?;
+    let answer = http.post(url, &client_headers(&authorization, outgoing), outgoing.bytes().into_owned()).await?;
     if answer.status == 202 && answer.body.is_empty() {
         return Ok(None);
     }
@@ -763,13 +759,7 @@ pub(crate) async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &O
 /// [`post`]'s request, on a connection closed right after it is written: the answer is never read.
 pub(crate) async fn post_and_close(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<(), PostError> {
     let authorization = format!("Bearer {token}");
-    let mut headers = vec![
-        ("Authorization", authorization.as_str()),
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-    ];
-    headers.extend(outgoing.headers.pairs());
-    http.post_and_close(url, &headers, &outgoing.bytes()).await
+    http.post_and_close(url, &client_headers(&authorization, outgoing), &outgoing.bytes()).await
 }
 
 /// The report as text: the mapping, configuration notes, the parity table, expectations, a summary line.

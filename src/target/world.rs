@@ -287,26 +287,18 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 None => self.record_answer(id, to, answer.map_err(|lost| lost.message)),
             }
         }
-        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].remaining == 0).collect();
-        if !due.is_empty() {
-            self.release_held(due, "its later requests went out");
-        }
+        self.release_held(|held| held.remaining == 0, "its later requests went out");
         for (id, retry, to, outgoing, principal) in lost {
             self.retry_lost(id, retry, to, outgoing, principal);
         }
         ids
     }
 
-    /// Writes the held requests at `indices` (of `self.held`) and records their answers.
-    fn release_held(&mut self, indices: Vec<usize>, why: &str) {
-        let mut released = Vec::new();
-        for (at, held) in std::mem::take(&mut self.held).into_iter().enumerate() {
-            if indices.contains(&at) {
-                released.push(held);
-            } else {
-                self.held.push(held);
-            }
-        }
+    /// Writes the held requests that are `due` and records their answers (`why`: for the decision log);
+    /// their operations.
+    fn release_held(&mut self, due: impl Fn(&Held) -> bool, why: &str) -> Vec<OperationId> {
+        let released: Vec<Held>;
+        (released, self.held) = std::mem::take(&mut self.held).into_iter().partition(due);
         let mut flights = Vec::new();
         for held in released {
             let target = Fleet::instance_name(held.wire.to);
@@ -314,10 +306,13 @@ impl<'f, 't> TargetWorld<'f, 't> {
             self.transcript.push(format!("→ {target} (released, held since): {}", String::from_utf8_lossy(&held.wire.outgoing.bytes())));
             flights.push((held.id, held.wire.to, self.fleet.write(held.wire.to, &held.wire.principal, &held.wire.outgoing)));
         }
+        let mut ids = Vec::new();
         for (id, to, flight) in flights {
             let answer = self.fleet.read(flight);
             self.record_answer(id, to, answer.map_err(|lost| lost.message));
+            ids.push(id);
         }
+        ids
     }
 
     /// A drawn fault left `id` (sent to fleet instance `to`) without its answer: its client sends the same
@@ -351,10 +346,9 @@ impl<'f, 't> TargetWorld<'f, 't> {
     /// before the effect probe.
     pub fn finish(&mut self) {
         if !self.held.is_empty() {
-            let all = (0..self.held.len()).collect();
             self.decisions
                 .push(format!("{} held request(s) never released by the scenario: released at the end of the play", self.held.len()));
-            self.release_held(all, "the play ended");
+            self.release_held(|_| true, "the play ended");
         }
     }
 
@@ -498,13 +492,11 @@ impl World for TargetWorld<'_, '_> {
     }
 
     fn release(&mut self, instance: usize) -> Result<Vec<OperationId>, Refused> {
-        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].wire.outgoing.instance == instance).collect();
-        let ids = due.iter().map(|&i| self.held[i].id).collect();
-        if due.is_empty() {
+        let ids = self.release_held(|held| held.wire.outgoing.instance == instance, "the scenario released it");
+        if ids.is_empty() {
             let name = &self.scenario.cluster.instances[instance].name;
             return Err(Refused::Failed(format!("no request to {name} is held (a `hold OP to {name}` that fired comes first)")));
         }
-        self.release_held(due, "the scenario released it");
         Ok(ids)
     }
 
