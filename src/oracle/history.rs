@@ -89,6 +89,8 @@ pub struct History {
     /// First attempts whose client found no live instance of the kind to retry on (the scenario stopped them
     /// all for good): liveness promises nothing for them.
     stranded: BTreeSet<OperationId>,
+    /// Why a lost operation got no answer, when its world said (a target's: the timeout, the crash, the fault).
+    lost_why: BTreeMap<OperationId, String>,
 }
 
 /// A request (or notification) as a world records it when it goes on the wire: [`History::request`] makes
@@ -176,6 +178,13 @@ impl History {
         self.operations[id.0].outcome = Outcome::NoResponse(why);
     }
 
+    /// No answer to `id` will come, and `why` (a fault, a crash, a timeout): [`NoResponse::Lost`], with the
+    /// reason a report shows beside the operation that may have happened.
+    pub(crate) fn lost(&mut self, id: OperationId, why: String) {
+        self.no_response(id, NoResponse::Lost);
+        self.lost_why.insert(id, why);
+    }
+
     /// An effect a store, a backend or the admin committed.
     pub(crate) fn effect(&mut self, effect: Effect) {
         self.effects.push(effect);
@@ -247,6 +256,11 @@ impl History {
 
     pub fn stranded(&self) -> &BTreeSet<OperationId> {
         &self.stranded
+    }
+
+    /// Why the lost operation `id` got no answer, when its world said.
+    pub fn lost_why(&self, id: OperationId) -> Option<&str> {
+        self.lost_why.get(&id).map(String::as_str)
     }
 
     /// The first attempt of the request `id` repeats (itself if it is one).
