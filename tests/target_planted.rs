@@ -167,3 +167,36 @@ fn the_correct_server_with_a_random_audit_id_passes_once_the_file_masks_it() {
     let statelessness: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("FAIL  property statelessness")).collect();
     assert!(!statelessness.is_empty() && statelessness.iter().all(|l| l.contains("audit")), "{}", ran.stdout);
 }
+
+/// `gone-on-replay` (a plant of the no-SDK server only): single use holds (the ledger is claimed with the
+/// delete), but the live note is looked up first, so a used confirmation's replay is answered "already gone",
+/// as if nothing had been done. Only the honest-outcome judgement of the replays catches it: the correct
+/// server's replays ("this confirmation was already used") hold.
+#[test]
+fn gone_on_replay_is_caught_by_honest_outcome_in_replay_sequential_and_scenario_01() {
+    let dir = std::env::temp_dir().join(format!("mcpsim-gone-on-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let planted = dir.join("nosdk-gone-on-replay.toml");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(target("correct-no-audit"))).unwrap();
+    let with_bug = text.replace(r#"NOTES_EFFECT_MS = "100" }"#, r#"NOTES_EFFECT_MS = "100", NOTES_BUG = "gone-on-replay" }"#);
+    assert_ne!(with_bug, text, "the bug is switched on");
+    std::fs::write(&planted, with_bug).unwrap();
+    let planted = planted.to_str().unwrap();
+
+    let correct = attack("correct-no-audit", "replay-sequential");
+    let replayed = mcpsim(&["attack", "--target", planted, "--only", "replay-sequential"]);
+    let scenario = mcpsim(&["run", "--target", planted, &scenario("01-retry-lands-elsewhere"), "--reruns", "0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(correct.status, Some(0), "{}\n{}", correct.stdout, correct.stderr);
+    assert!(correct.stdout.contains("1 attack(s): 1 held, 0 finding(s)"), "{}", correct.stdout);
+    assert_eq!(replayed.status, Some(1), "{}\n{}", replayed.stdout, replayed.stderr);
+    let line = finding(&replayed, "replay-sequential");
+    assert!(
+        line.contains("honest-outcome") && line.contains(r#"says nothing was done (outcome "gone")"#) && line.contains("MISSION.md §3"),
+        "{line}"
+    );
+    assert_eq!(scenario.status, Some(1), "{}\n{}", scenario.stdout, scenario.stderr);
+    assert!(scenario.stdout.contains("FAIL  property honest-outcome: replayed on i3@"), "{}", scenario.stdout);
+    assert!(scenario.stdout.contains("   ok    property at-most-once"), "{}", scenario.stdout);
+}

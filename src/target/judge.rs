@@ -202,14 +202,7 @@ fn denials_of_an_execution(history: &History, indexes: &[usize], effects: Option
             continue;
         }
         let Some(response) = op.response() else { continue };
-        let denial = match said(response) {
-            Said::Denied(what) => what,
-            Said::Form => "a fresh form".to_string(),
-            Said::Used { outcome: Some(outcome) } if matches!(outcome.as_str(), "declined" | "decline" | "cancelled" | "cancel") => {
-                format!("it was used by a {outcome}")
-            }
-            _ => continue,
-        };
+        let Some(denial) = said(response).denial(true) else { continue };
         // The one that executed may have come after this answer: another attempt written later, or another
         // request written at once with it (a `parallel` step; a retry or copy carries its request's step).
         let later = indexes.iter().map(|&i| &ops[i]).any(|other| {
@@ -317,6 +310,22 @@ pub(crate) enum Said {
     Form,
     /// Anything else: a refusal that says nothing of a use (an invalid answer, a state that fails to verify).
     Other,
+}
+
+impl Said {
+    /// What it says that cannot be true of a confirmation that executed: nothing was done (the item not
+    /// found or gone), it was declined, or (`form_too`) a fresh form to fill. `None`: consistent with one
+    /// execution.
+    pub(crate) fn denial(&self, form_too: bool) -> Option<String> {
+        match self {
+            Said::Denied(what) => Some(what.clone()),
+            Said::Form if form_too => Some("a fresh form (input_required)".into()),
+            Said::Used { outcome: Some(outcome) } if matches!(outcome.as_str(), "declined" | "decline" | "cancelled" | "cancel") => {
+                Some(format!("it was used by a {outcome}"))
+            }
+            _ => None,
+        }
+    }
 }
 
 const TRANSIENT: [&str; 4] = ["claim_in_progress", "store_unavailable", "backend_unavailable", "rate_limited"];
