@@ -7,12 +7,15 @@
 //! * [`process`]: processes that are always killed (drop, panic, Ctrl-C, mcpsim's own death).
 //! * [`fleet`]: a target's instances started, reached over stdio or HTTP, killed and restarted.
 //! * [`world`]: the fleet as the interpreter's third [`crate::play::world::World`].
+//! * [`judge`](mod@judge): the judge of a play from observation, requests that may have happened included.
 //!
 //! Each scenario is played twice, each time on a fresh fleet (a new data directory, the setup commands, every
 //! instance started): once with its instances spread over the fleet as the seed maps them, once with every
-//! request on one instance. The judge ([`judge`]) reads the two histories and the effect probe:
+//! request on one instance. The judge ([`judge()`]) reads the two histories and the effect probe:
 //! at most one success per confirmation and no more effects than accepted confirmations (at-most-once), no
-//! effect without an accept (consent), no new form in answer to a decline or cancel (refusal), and the same
+//! effect without an accept (consent), no new form in answer to a decline or cancel (refusal), answers
+//! consistent with one execution of each confirmation, whatever a lost request did (honest-outcome; liveness
+//! when clients retried), and the same
 //! outcomes whichever instance took each round (statelessness: the oracle's comparison of two histories, read as
 //! [`Observed`] outcomes). Findings are named by the oracle's [`Property`]. A failure is played again from its decision
 //! log and reported with how often it reproduced: the servers' own timing is not mcpsim's to decide.
