@@ -21,7 +21,7 @@ use crate::oracle::check::Property;
 use crate::oracle::history::{Attempt, History, NoResponse, Operation, OperationId, Outcome};
 use crate::oracle::outcome::{Extent, Kind, Masks, Observed};
 use crate::oracle::reading;
-use crate::scenario::model::{Action, Scenario};
+use crate::scenario::model::{Action, ParallelAction, Scenario};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,7 +37,7 @@ pub struct Finding {
 /// design: [`Target::masks`](super::file::Target)).
 pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>, masks: &Masks) -> Vec<Finding> {
     let effects = spread.effects.as_ref().ok().copied();
-    let mut findings = judge_history(&spread.history, effects, masks);
+    let mut findings = judge_history(&spread.history, effects, admin_changes(scenario), masks);
     if let Some(one) = one {
         // The outcomes (kind, code, reason, structured content) of each step, sealed states and the paths the
         // target file says differ by design masked: a target's words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
@@ -57,9 +57,23 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
     findings
 }
 
+/// How many changes the scenario makes in the target's store itself (`admin …` steps): each may move the probe
+/// by one without any confirmation, so the judge discounts them.
+fn admin_changes(scenario: &Scenario) -> usize {
+    scenario
+        .steps
+        .iter()
+        .map(|step| match &step.action {
+            Action::Admin(_) => 1,
+            Action::Parallel(items) => items.iter().filter(|i| matches!(i.item, ParallelAction::Admin(_))).count(),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Every property but statelessness, from one history and the probe's reading before and after (`None`: not
-/// observed).
-pub(crate) fn judge_history(history: &History, effects: Option<(i64, i64)>, masks: &Masks) -> Vec<Finding> {
+/// observed); `admin` changes the scenario made in the store itself may account for as many effects.
+pub(crate) fn judge_history(history: &History, effects: Option<(i64, i64)>, admin: usize, masks: &Masks) -> Vec<Finding> {
     let mut findings = Vec::new();
     let ops = history.operations();
     // Answers to forms, grouped by the requestState they echo (a retry and a copy carry their request's).
@@ -137,9 +151,10 @@ pub(crate) fn judge_history(history: &History, effects: Option<(i64, i64)>, mask
     if let Some((count, before, after)) = effects_seen {
         let maybe = indeterminate_accepts(history, &accepts);
         let whatever = if maybe == 0 { String::new() } else { format!(", whatever the {maybe} that may have happened did") };
-        if count > accepted {
+        let admin_said = if admin == 0 { String::new() } else { format!(" and the scenario made {admin} change(s) in the store") };
+        if count > accepted + admin {
             let message = format!(
-                "the effect probe saw {count} effect(s) ({before} before, {after} after) but only {accepted} confirmation(s) were accepted{whatever}"
+                "the effect probe saw {count} effect(s) ({before} before, {after} after) but only {accepted} confirmation(s) were accepted{admin_said}{whatever}"
             );
             let property = if accepts.is_empty() { Property::Consent } else { Property::AtMostOnce };
             findings.push(Finding { property, message });
@@ -158,7 +173,8 @@ pub(crate) fn judge_history(history: &History, effects: Option<(i64, i64)>, mask
         }
     }
     // Which confirmations executed: those answered a success; from the probe, the rest all did when the
-    // effects left unexplained by the successes are as many as they are, and none did when there are none.
+    // effects left unexplained by the successes (and by the scenario's own changes) are as many as they are,
+    // and none did when there are none.
     let unexplained = effects_seen.map(|(count, _, _)| count.saturating_sub(definite.len()));
     let undecided = accepted - definite.len();
     for indexes in accepts.values() {
@@ -166,7 +182,7 @@ pub(crate) fn judge_history(history: &History, effects: Option<(i64, i64)>, mask
         let executed = match (has_success, unexplained) {
             (true, _) => Some(true),
             (false, Some(0)) => Some(false),
-            (false, Some(u)) if u >= undecided => Some(true),
+            (false, Some(u)) if u.saturating_sub(admin) >= undecided => Some(true),
             _ => None,
         };
         match executed {
@@ -202,15 +218,19 @@ fn denials_of_an_execution(history: &History, indexes: &[usize], effects: Option
             continue;
         }
         let Some(response) = op.response() else { continue };
-        let Some(denial) = said(response).denial(true) else { continue };
-        // The one that executed may have come after this answer: another attempt written later, or another
-        // request written at once with it (a `parallel` step; a retry or copy carries its request's step).
-        let later = indexes.iter().map(|&i| &ops[i]).any(|other| {
-            let at_once = other.step == op.step && history.first_attempt(other.id) != history.first_attempt(op.id);
-            other.id != op.id
-                && (other.id > op.id || at_once)
-                && (succeeded(other.response()) || may_have_happened(other) || matches!(other.response().map(said), Some(Said::Other)))
-        });
+        let what = said(response);
+        let Some(denial) = what.denial(true) else { continue };
+        // The item was there until the execution removed it: saying it is not there is never true of a
+        // confirmation that executed. A fresh form or a decline may have come before the execution: by another
+        // attempt written later, or another request written at once with it (a `parallel` step; a retry or
+        // copy carries its request's step).
+        let later = !matches!(what, Said::Denied(_))
+            && indexes.iter().map(|&i| &ops[i]).any(|other| {
+                let at_once = other.step == op.step && history.first_attempt(other.id) != history.first_attempt(op.id);
+                other.id != op.id
+                    && (other.id > op.id || at_once)
+                    && (succeeded(other.response()) || may_have_happened(other) || matches!(other.response().map(said), Some(Said::Other)))
+            });
         if later {
             continue;
         }
@@ -503,7 +523,7 @@ mod tests {
         }
 
         fn judged(&self, before: i64, after: i64) -> Vec<Finding> {
-            judge_history(&self.history, Some((before, after)), &Masks::by_design())
+            judge_history(&self.history, Some((before, after)), 0, &Masks::by_design())
         }
     }
 
@@ -655,6 +675,38 @@ mod tests {
         let findings = play.judged(3, 3);
         assert_eq!(properties(&findings), vec![Property::HonestOutcome], "{findings:?}");
         assert!(findings[0].message.contains("did not execute"), "{findings:?}");
+    }
+
+    #[test]
+    fn the_loser_of_a_race_may_be_asked_again_but_never_told_the_item_is_gone() {
+        let race = |loser: Value| {
+            let mut play = Play::new();
+            let first = play.accept("first", "i1@t1");
+            let second = play.history.request(Sent { name: Some("second".into()), ..play.history.operations()[first.0].sent.clone() });
+            play.answer(first, deleted());
+            play.answer(second, loser);
+            play.judged(3, 2)
+        };
+        assert_eq!(race(error("state_consumed", json!({}))), vec![]);
+        // Asked again before the winner ran: possible, and not judged.
+        assert_eq!(race(json!({"result": {"resultType": "input_required", "requestState": "again"}})), vec![]);
+        // The note was there until the winner deleted it: "gone" is never true of it.
+        assert_eq!(properties(&race(error("note_gone", json!({})))), vec![Property::HonestOutcome]);
+    }
+
+    #[test]
+    fn a_change_the_scenario_made_in_the_store_is_no_execution() {
+        // The item deleted by `admin delete` after the form: the accept is told so, and the probe's one effect
+        // is the admin's.
+        let mut play = Play::new();
+        let round2 = play.accept("round2", "i2@t2");
+        play.answer(round2, error("note_gone", json!({})));
+        assert_eq!(judge_history(&play.history, Some((3, 2)), 1, &Masks::by_design()), vec![]);
+        assert_eq!(properties(&play.judged(3, 2)), vec![Property::HonestOutcome]);
+        // More effects than accepts and admin changes together is still at-most-once (and then the accept
+        // surely executed, so "gone" was not true either).
+        let findings = judge_history(&play.history, Some((3, 0)), 1, &Masks::by_design());
+        assert_eq!(properties(&findings), vec![Property::AtMostOnce, Property::HonestOutcome], "{findings:?}");
     }
 
     #[test]
