@@ -9,9 +9,10 @@
 //! * **at most once**: no more effects than accepted confirmations, whatever the indeterminate requests did;
 //!   no two successes of one confirmation, unless they are one request's attempts answered the same result.
 //! * **honest outcome**: no more confirmations answered a success than the probe saw effects (a success that
-//!   did nothing); once a confirmation executed, no answer says nothing was done (the item not found or
-//!   gone, a fresh form, a declined outcome), unless a later attempt may be the one that executed; when it did
-//!   not execute, no answer says it was used with an effect.
+//!   did nothing); once a confirmation executed, no answer says its item is not there (not found, gone), nor
+//!   gives a fresh form or a declined outcome unless a later attempt may be the one that executed; when it
+//!   did not execute, no answer says it was used with an effect. The scenario's own `admin` changes to the
+//!   store are discounted from the probe.
 //! * **liveness** (only when clients retried, under faults): every request's last attempt got an answer, and
 //!   a definite one (not "in progress", not a store or backend that was unavailable).
 
