@@ -580,7 +580,9 @@ input_key = "choice"
 accept = { ok = true }
 principal = "alice"
 [effects]
-command = ["echo", "0"]
+method = "tools/call"
+params = { name = "count", arguments = {} }
+count = "result.structuredContent.done"
 "#,
     )
     .unwrap();

@@ -167,3 +167,66 @@ fn the_correct_server_with_a_random_audit_id_passes_once_the_file_masks_it() {
     let statelessness: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("FAIL  property statelessness")).collect();
     assert!(!statelessness.is_empty() && statelessness.iter().all(|l| l.contains("audit")), "{}", ran.stdout);
 }
+
+/// `gone-on-replay` (a plant of the no-SDK server only): single use holds (the ledger is claimed with the
+/// delete), but the live note is looked up first, so a used confirmation's replay is answered "already gone",
+/// as if nothing had been done. Only the honest-outcome judgement of the replays catches it: the correct
+/// server's replays ("this confirmation was already used") hold.
+#[test]
+fn gone_on_replay_is_caught_by_honest_outcome_in_replay_sequential_and_scenario_01() {
+    let dir = std::env::temp_dir().join(format!("mcpsim-gone-on-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let planted = dir.join("nosdk-gone-on-replay.toml");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(target("correct-no-audit"))).unwrap();
+    let with_bug = text.replace(r#"NOTES_EFFECT_MS = "100" }"#, r#"NOTES_EFFECT_MS = "100", NOTES_BUG = "gone-on-replay" }"#);
+    assert_ne!(with_bug, text, "the bug is switched on");
+    std::fs::write(&planted, with_bug).unwrap();
+    let planted = planted.to_str().unwrap();
+
+    let correct = attack("correct-no-audit", "replay-sequential");
+    let replayed = mcpsim(&["attack", "--target", planted, "--only", "replay-sequential"]);
+    let scenario = mcpsim(&["run", "--target", planted, &scenario("01-retry-lands-elsewhere"), "--reruns", "0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(correct.status, Some(0), "{}\n{}", correct.stdout, correct.stderr);
+    assert!(correct.stdout.contains("1 attack(s): 1 held, 0 finding(s)"), "{}", correct.stdout);
+    assert_eq!(replayed.status, Some(1), "{}\n{}", replayed.stdout, replayed.stderr);
+    let line = finding(&replayed, "replay-sequential");
+    assert!(
+        line.contains("honest-outcome") && line.contains(r#"says nothing was done (outcome "gone")"#) && line.contains("MISSION.md §3"),
+        "{line}"
+    );
+    assert_eq!(scenario.status, Some(1), "{}\n{}", scenario.stdout, scenario.stderr);
+    assert!(scenario.stdout.contains("FAIL  property honest-outcome: replayed on i3@"), "{}", scenario.stdout);
+    assert!(scenario.stdout.contains("   ok    property at-most-once"), "{}", scenario.stdout);
+}
+
+/// An indeterminate request against real processes, without any fault: the accept's delete takes 2.5 s, the
+/// request timeout is 1 s, so its answer is lost while the delete commits. The report lists it as "may have
+/// happened"; the probe's one effect is explained by it (at most once holds), and the replay on a third process,
+/// told "this confirmation was already used", is consistent with that one execution (honest outcome holds).
+#[test]
+fn a_timed_out_accept_is_reported_as_may_have_happened_and_its_replay_judged_against_its_effect() {
+    let dir = std::env::temp_dir().join(format!("mcpsim-timed-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let slow = dir.join("nosdk-slow.toml");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(target("correct-no-audit"))).unwrap();
+    let changed = text
+        .replace(r#"NOTES_EFFECT_MS = "100" }"#, r#"NOTES_EFFECT_MS = "2500" }"#)
+        .replace("instances = 3\n", "instances = 3\nrequest_timeout_ms = 1000\n");
+    assert_eq!(changed.matches("2500").count() + changed.matches("request_timeout_ms").count(), 2, "{changed}");
+    std::fs::write(&slow, changed).unwrap();
+    let ran = mcpsim(&["run", "--target", slow.to_str().unwrap(), &scenario("01-retry-lands-elsewhere"), "--reruns", "0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("may have happened")).collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("   ?     may have happened: round2 on i2@t") && lines[0].contains("(answer lost: "),
+        "{}",
+        ran.stdout
+    );
+    for held in ["effects: the probe read 3 before and 2 after", "   ok    property at-most-once", "   ok    property honest-outcome"] {
+        assert!(ran.stdout.contains(held), "{held}: {}", ran.stdout);
+    }
+    assert!(ran.stdout.contains("FAIL  line 18: expect round2 complete: expected a response, got no response (lost)"), "{}", ran.stdout);
+}

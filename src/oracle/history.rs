@@ -96,6 +96,8 @@ pub struct History {
     /// Operations a fault of a target's play left without their answer (a lost answer, a held request
     /// never answered), with the fault's decision-log line: the judge's "may have happened" names its cause.
     lost_to_fault: BTreeMap<OperationId, String>,
+    /// Why a lost operation got no answer, when its world said (a target's: the timeout, the crash, the fault).
+    lost_why: BTreeMap<OperationId, String>,
 }
 
 /// A request (or notification) as a world records it when it goes on the wire: [`History::request`] makes
@@ -191,7 +193,7 @@ impl History {
     /// No answer to `id` will reach its client because of a fault (`fault`, its decision-log line): lost,
     /// and why.
     pub(crate) fn lost_to_fault(&mut self, id: OperationId, fault: String) {
-        self.no_response(id, NoResponse::Lost);
+        self.lost(id, format!("a fault: {fault}"));
         self.lost_to_fault.insert(id, fault);
     }
 
@@ -203,6 +205,13 @@ impl History {
     /// No answer to `id` will come: it was a notification, or it was lost (its outcome is unknown to its client).
     pub(crate) fn no_response(&mut self, id: OperationId, why: NoResponse) {
         self.operations[id.0].outcome = Outcome::NoResponse(why);
+    }
+
+    /// No answer to `id` will come, and `why` (a fault, a crash, a timeout): [`NoResponse::Lost`], with the
+    /// reason a report shows beside the operation that may have happened.
+    pub(crate) fn lost(&mut self, id: OperationId, why: String) {
+        self.no_response(id, NoResponse::Lost);
+        self.lost_why.insert(id, why);
     }
 
     /// An effect a store, a backend or the admin committed.
@@ -281,6 +290,11 @@ impl History {
     /// The fault that left `id` without its answer, as its decision-log line (`None`: no fault did).
     pub fn lost_to(&self, id: OperationId) -> Option<&str> {
         self.lost_to_fault.get(&id).map(String::as_str)
+    }
+
+    /// Why the lost operation `id` got no answer, when its world said.
+    pub fn lost_why(&self, id: OperationId) -> Option<&str> {
+        self.lost_why.get(&id).map(String::as_str)
     }
 
     /// The first attempt of the request `id` repeats (itself if it is one).

@@ -317,7 +317,32 @@ fn replay_sequential(a: &mut Attacker<'_, '_>) -> Verdict {
         let answer = a.send(to, &principal, replay);
         attempts.push((format!("the replay on {}", Fleet::instance_name(to)), answer));
     }
-    refused_all(a, before, 1, &attempts)
+    match refused_all(a, before, 1, &attempts) {
+        Verdict::Held(what) => match dishonest_replays(&attempts, true) {
+            Some(finding) => Verdict::Broken(format!("after the accept on {} succeeded: {finding}", Fleet::instance_name(a.elsewhere(1)))),
+            None => Verdict::Held(what),
+        },
+        other => other,
+    }
+}
+
+/// The rule a replay of a used confirmation breaks when it says nothing was done.
+const HONEST_RULE: &str = "honest-outcome, MISSION.md §3: the nonce was consumed by the accept that executed; a later answer to the \
+     same state says so (state_consumed, or the same result), so a client that lost its answer learns the outcome by retrying";
+
+/// Replays of a confirmation that executed (its accept succeeded) whose answers are not consistent with that
+/// one execution: a refusal that says nothing was done (the item not found or gone), a used confirmation
+/// reported declined, and (`form_too`: replays sent after the success was read) a fresh form
+/// (`target::judge`'s reading of an answer). `None`: every replay was honest.
+fn dishonest_replays(attempts: &[(String, Option<Value>)], form_too: bool) -> Option<String> {
+    let dishonest: Vec<String> = attempts
+        .iter()
+        .filter_map(|(what, answer)| {
+            let claim = super::judge::said(answer.as_ref()?).denial(form_too)?;
+            Some(format!("{what} says {claim}: {}", outcome(answer)))
+        })
+        .collect();
+    (!dishonest.is_empty()).then(|| format!("{} ({HONEST_RULE})", dishonest.join("; ")))
 }
 
 fn replay_concurrent(a: &mut Attacker<'_, '_>) -> Verdict {
@@ -339,6 +364,18 @@ fn replay_concurrent(a: &mut Attacker<'_, '_>) -> Verdict {
     }
     if wins == 0 {
         return Verdict::Inconclusive("none of the concurrent accepts succeeded".into());
+    }
+    // The losers of the race: whichever ran first, the note was there until the winner deleted it, so none may
+    // say it was not (a fresh form may have been asked before the winner ran: not judged here).
+    let losers: Vec<(String, Option<Value>)> = a
+        .order
+        .iter()
+        .zip(&answers)
+        .filter(|(_, answer)| !succeeded(answer.as_ref()))
+        .map(|(&to, answer)| (format!("the accept on {}", Fleet::instance_name(to)), answer.clone()))
+        .collect();
+    if let Some(finding) = dishonest_replays(&losers, false) {
+        return Verdict::Broken(format!("1 of {} succeeded, {effects} effect; {finding}", answers.len()));
     }
     Verdict::Held(format!("1 of {} succeeded, {effects} effect", answers.len()))
 }

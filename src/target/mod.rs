@@ -7,12 +7,15 @@
 //! * [`process`]: processes that are always killed (drop, panic, Ctrl-C, mcpsim's own death).
 //! * [`fleet`]: a target's instances started, reached over stdio or HTTP, killed and restarted.
 //! * [`world`]: the fleet as the interpreter's third [`crate::play::world::World`].
+//! * [`judge`](mod@judge): the judge of a play from observation, requests that may have happened included.
 //!
 //! Each scenario is played twice, each time on a fresh fleet (a new data directory, the setup commands, every
 //! instance started): once with its instances spread over the fleet as the seed maps them, once with every
-//! request on one instance. The judge ([`judge`]) reads the two histories and the effect probe:
+//! request on one instance. The judge ([`judge()`]) reads the two histories and the effect probe:
 //! at most one success per confirmation and no more effects than accepted confirmations (at-most-once), no
-//! effect without an accept (consent), no new form in answer to a decline or cancel (refusal), and the same
+//! effect without an accept (consent), no new form in answer to a decline or cancel (refusal), answers
+//! consistent with one execution of each confirmation, whatever a lost request did (honest-outcome; liveness
+//! when clients retried), and the same
 //! outcomes whichever instance took each round (statelessness: the oracle's comparison of two histories, read as
 //! [`Observed`] outcomes). Findings are named by the oracle's [`Property`]. A failure is played again from its decision
 //! log and reported with how often it reproduced: the servers' own timing is not mcpsim's to decide.
@@ -22,22 +25,24 @@ pub mod contain;
 pub mod faults;
 pub mod file;
 pub mod fleet;
+pub mod judge;
 pub mod process;
 pub mod world;
 
 use self::faults::{FaultEvent, FaultPlan};
 use self::file::{PlaceholderError, Scope, Target};
 use self::fleet::{Fleet, FleetError};
+pub use self::judge::{judge, Finding};
+pub(crate) use self::judge::{label, succeeded};
 use self::process::ProcessError;
 use self::world::{Routing, TargetWorld};
-use crate::oracle::check::statelessness::{self, Pairing};
 use crate::oracle::check::Property;
-use crate::oracle::history::{Attempt, History};
-use crate::oracle::outcome::{Extent, Kind, Masks, Observed};
+use crate::oracle::history::History;
+use crate::oracle::outcome::Observed;
 use crate::play::client::{BuildError, Client};
 use crate::play::expect::ExpectationResult;
 use crate::play::{self, Play};
-use crate::scenario::model::{Action, Scenario};
+use crate::scenario::model::Scenario;
 use crate::scenario::parser::ParseError;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -481,151 +486,6 @@ pub(crate) fn full(answer: &Option<Value>) -> String {
     answer.as_ref().map(Value::to_string).unwrap_or_else(|| "no answer".into())
 }
 
-/// A property that did not hold, as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    pub property: Property,
-    pub message: String,
-}
-
-/// Judges the spread play (and its reference play on one instance) from observation only.
-/// `masks`: what statelessness does not compare (what differs by design: [`Target::masks`]).
-pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>, masks: &Masks) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    let history = &spread.history;
-    // Answers to forms, grouped by the requestState they echo.
-    let mut accepts: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (index, op) in history.operations().iter().enumerate() {
-        let Some(params) = op.params() else { continue };
-        let Some(responses) = params.get("inputResponses").and_then(Value::as_object) else { continue };
-        let actions: Vec<&str> = responses.values().filter_map(|r| r.get("action").and_then(Value::as_str)).collect();
-        let state = params.get("requestState").map(|s| s.to_string()).unwrap_or_else(|| "(no requestState)".into());
-        if actions.contains(&"accept") {
-            accepts.entry(state).or_default().push(index);
-        } else if !actions.is_empty() && Observed::of(op).kind == Kind::InputRequired {
-            findings.push(Finding {
-                property: Property::Refusal,
-                message: format!("{} answered the {} of {} with another form", op.instance, actions.join("/"), label(op)),
-            });
-        }
-    }
-    // Who each state was issued to, and the states a decline ended (by the operation that did). A cancel only
-    // dismisses the form: the confirmation may still be answered.
-    let mut issued: BTreeMap<String, String> = BTreeMap::new();
-    let mut declined: BTreeMap<String, usize> = BTreeMap::new();
-    for (index, op) in history.operations().iter().enumerate() {
-        if let Some(state) = op.response().and_then(|r| crate::oracle::reading::at(r, &["result", "requestState"])) {
-            issued.entry(state.to_string()).or_insert_with(|| op.principal.clone());
-        }
-        let Some(params) = op.params() else { continue };
-        let refused = params
-            .get("inputResponses")
-            .and_then(Value::as_object)
-            .is_some_and(|r| r.values().any(|r| r.get("action").and_then(Value::as_str) == Some("decline")));
-        if let (true, Some(state)) = (refused, params.get("requestState")) {
-            declined.entry(state.to_string()).or_insert(index);
-        }
-    }
-    for (state, ops) in &accepts {
-        for &index in ops {
-            let op = &history.operations()[index];
-            if !succeeded(op.response()) {
-                continue;
-            }
-            if let Some(owner) = issued.get(state).filter(|owner| **owner != op.principal) {
-                findings.push(Finding {
-                    property: Property::Consent,
-                    message: format!("principal {} completed a confirmation issued to {owner}: {}", op.principal, label(op)),
-                });
-            }
-            if let Some(&refusal) = declined.get(state).filter(|&&at| at < index) {
-                findings.push(Finding {
-                    property: Property::Refusal,
-                    message: format!("{} succeeded after {} declined the confirmation", label(op), label(&history.operations()[refusal])),
-                });
-            }
-        }
-    }
-    for ops in accepts.values() {
-        let successes: Vec<String> =
-            ops.iter().map(|&i| &history.operations()[i]).filter(|op| succeeded(op.response())).map(label).collect();
-        if successes.len() > 1 {
-            findings.push(Finding {
-                property: Property::AtMostOnce,
-                message: format!("one confirmation succeeded {} times: {}", successes.len(), successes.join(", ")),
-            });
-        }
-    }
-    if let Ok((before, after)) = spread.effects {
-        let effects = (before - after).unsigned_abs() as usize;
-        if effects > accepts.len() {
-            let message = format!(
-                "the effect probe saw {effects} effect(s) ({before} before, {after} after) but only {} confirmation(s) were accepted",
-                accepts.len()
-            );
-            let property = if accepts.is_empty() { Property::Consent } else { Property::AtMostOnce };
-            findings.push(Finding { property, message });
-        }
-    }
-    if let Some(one) = one {
-        // The outcomes (kind, code, reason, structured content) of each step, sealed states and the paths the
-        // target file says differ by design masked: a target's words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
-        let mut raced: std::collections::BTreeSet<usize> =
-            scenario.steps.iter().enumerate().filter(|(_, s)| matches!(s.action, Action::Parallel(_))).map(|(i, _)| i).collect();
-        // A request the network copied races its copy: compared, like a parallel block, by how many won.
-        for played in [&one.history, history] {
-            raced.extend(
-                played
-                    .attempts()
-                    .iter()
-                    .filter(|(_, a)| matches!(a, Attempt::Duplicate { .. }))
-                    .map(|(id, _)| played.operations()[id.0].step),
-            );
-        }
-        let compared = statelessness::compare(&one.history, history, &Pairing::Steps { raced }, masks, Extent::Outcome);
-        // A retry of a request whose connection was closed right after it was written races that request inside
-        // the server (it may still be running): which of the two executes is the server's timing, so such a step
-        // is judged by at most once and the effect probe, not compared between the plays.
-        let timed: std::collections::BTreeSet<usize> = [&one.history, history]
-            .into_iter()
-            .flat_map(|played| {
-                played.attempts().iter().filter_map(move |(id, attempt)| match attempt {
-                    Attempt::Retry { of, .. } => {
-                        let closed = played.attempts_of(*of).iter().any(|a| played.lost_to(*a).is_some_and(closed_before_reading));
-                        closed.then(|| played.operations()[id.0].step)
-                    }
-                    Attempt::Duplicate { .. } => None,
-                })
-            })
-            .collect();
-        for difference in compared.differences.into_iter().filter(|d| !timed.contains(&d.step)) {
-            let line = scenario.steps[difference.step].line;
-            findings.push(Finding {
-                property: Property::Statelessness,
-                message: format!(
-                    "line {line}: with every round on one instance: {}; spread over the fleet: {}",
-                    difference.first, difference.second
-                ),
-            });
-        }
-    }
-    findings
-}
-
-/// Whether a fault's decision line says the client closed the connection right after writing the request.
-fn closed_before_reading(fault: &str) -> bool {
-    fault.contains(faults::CLOSED_BEFORE_READING)
-}
-
-fn label(op: &crate::oracle::history::Operation) -> String {
-    format!("{} on {} ({})", op.name.clone().unwrap_or_else(|| format!("request #{}", op.id.0 + 1)), op.instance, op.describe())
-}
-
-/// A `complete` result that is not a tool error.
-pub(crate) fn succeeded(response: Option<&Value>) -> bool {
-    response.is_some_and(|response| Observed::read(response).succeeded())
-}
-
 /// One scenario's result against a target.
 pub struct ScenarioReport {
     pub name: String,
@@ -898,7 +758,14 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             let _ = writeln!(out, "effects: not observed: {}", shown(&why.to_string()));
         }
     }
-    for property in [Property::AtMostOnce, Property::Consent, Property::Refusal, Property::Statelessness] {
+    for what in judge::indeterminate(&report.spread.history) {
+        let _ = writeln!(out, "   ?     may have happened: {}", shown(&what));
+    }
+    let mut properties = vec![Property::AtMostOnce, Property::Consent, Property::Refusal, Property::HonestOutcome, Property::Statelessness];
+    if report.spread.history.clients_retry() {
+        properties.push(Property::Liveness);
+    }
+    for property in properties {
         let broken: Vec<&Finding> = report.findings.iter().filter(|f| f.property == property).collect();
         let property = property.as_str();
         if broken.is_empty() {
@@ -981,7 +848,7 @@ count = "result.resources"
         // The accept (operation 2) lost to the fault, its retry (a fresh id) recorded as such, and answered.
         let accept = crate::oracle::history::OperationId(1);
         assert!(history.lost_to(accept).is_some_and(|f| f.starts_with("at request 2: its answer lost")), "{:?}", played.decisions);
-        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == Attempt::Retry { of: accept, number: 1 }).collect();
+        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == crate::oracle::history::Attempt::Retry { of: accept, number: 1 }).collect();
         assert_eq!(retries.len(), 1, "{:?}", history.attempts());
         let retry = &history.operations()[retries[0].0 .0];
         assert_eq!(retry.request_value.as_ref().and_then(|v| v.get("id")), Some(&json!(1_000_002)));

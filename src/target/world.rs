@@ -410,7 +410,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
             }
             Err(why) => {
                 self.transcript.push(format!("  {target} gave no answer: {why}"));
-                self.history.no_response(id, NoResponse::Lost);
+                self.history.lost(id, why);
             }
         }
     }

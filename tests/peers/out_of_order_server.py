@@ -4,7 +4,8 @@ match answers to requests by id, never drop one as a stray line.
 
 notes_delete-like: round 1 asks `choice`; an accept is held until a second accept arrives, then the second is
 answered first (it finds the state consumed) and the first after it (it completes). A lone accept is answered
-when stdin ends or after 0.5 s without another one.
+when stdin ends or after 0.5 s without another one. The tool `count` (the effect probe) lists one item once an
+accept completed.
 """
 import json
 import select
@@ -38,6 +39,10 @@ def handle(request):
         send({"jsonrpc": "2.0", "id": request["id"], "result": {"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}})
         return
     params = request.get("params", {})
+    if method == "tools/call" and params.get("name") == "count":
+        # The effect probe: one item once an accept completed.
+        send({"jsonrpc": "2.0", "id": request["id"], "result": {"resultType": "complete", "structuredContent": {"done": [1] if consumed else []}}})
+        return
     if method != "tools/call":
         send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "no such method"}})
     elif "inputResponses" not in params:

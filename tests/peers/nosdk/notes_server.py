@@ -48,6 +48,8 @@ BUGS = {
     "error-on-retry": "the accepted retry deletes the note, then answers isError: true",
     "check-then-act": "the ledger is read, the note deleted, then the nonce claimed (three steps, no transaction)",
     "no-single-use": "no ledger at all (what the SDKs do by default); the delete checks its row count",
+    "gone-on-replay": "the live note is looked up before the ledger: a used confirmation's replay is answered "
+                      "'already gone', as if nothing had been done (single use holds; the outcome is not honest)",
 }
 
 TOOLS = [
@@ -246,7 +248,9 @@ class Server:
             self.effect()
             self.db.execute("INSERT OR IGNORE INTO ledger (nonce, outcome) VALUES (?, 'accepted')", (nonce,))
             return deleted
-        # The correct way (also under burn-on-*, bind-client-info, error-on-retry): claim and delete in one
+        if self.bug == "gone-on-replay" and not self.db.execute("SELECT 1 FROM notes WHERE id = ?", (note_id,)).fetchone():
+            return gone
+        # The correct way (also under burn-on-*, bind-client-info, error-on-retry, gone-on-replay): claim and delete in one
         # transaction; a claim that conflicts means the state was used, a delete that removed nothing rolls back.
         self.db.execute("BEGIN IMMEDIATE")
         try:
