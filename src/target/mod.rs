@@ -23,6 +23,7 @@ pub mod faults;
 pub mod file;
 pub mod fleet;
 pub mod process;
+pub mod store_proxy;
 pub mod world;
 
 use self::file::{PlaceholderError, Scope, Target};
