@@ -300,10 +300,13 @@ impl<'t> Fleet<'t> {
         }
     }
 
-    /// Ends an outage the proxy is in now (and disarms a cut not carried out).
+    /// Ends an outage the proxy is in now (and disarms a cut not carried out), or releases a SQLite lock.
     pub fn store_heal(&mut self) {
-        if let Some(Store::Postgres { proxy, .. }) = &self.store {
-            proxy.heal();
+        match &mut self.store {
+            Some(Store::Postgres { proxy, .. }) => proxy.heal(),
+            #[cfg(feature = "sqlite")]
+            Some(Store::Sqlite { lock, .. }) => drop(lock.take()),
+            _ => {}
         }
     }
 

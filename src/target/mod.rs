@@ -162,7 +162,17 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     // Invalid answers a scenario sends before the valid accept: every field of the wrong type, one left out.
     values.insert("accept_mistyped", Some(attack::mistyped(&tool.accept).to_string()));
     values.insert("accept_missing_field", attack::missing_field(&tool.accept, None).map(|(_, v)| v.to_string()));
+    // The item the accept picks, which an admin lesson deletes (`[admin] item`).
+    values.insert("item", target.file.admin.as_ref().and_then(|admin| admin.item.clone()));
     values
+}
+
+/// The target file's key that gives scenario placeholder `name`, when the file leaves it empty.
+fn placeholder_key(name: &str) -> &'static str {
+    match name {
+        "item" => "[admin] item",
+        _ => "tool.other_principal",
+    }
 }
 
 /// Why a scenario could not be played against a target, or its effects not probed.
@@ -203,6 +213,9 @@ pub enum RunError {
     /// A scenario argument that is neither a file nor an embedded scenario's name (`names`, those there are).
     #[error("{}: no such file, and no target scenario has that name (they are: {names})", .argument.display())]
     NoSuchScenario { argument: PathBuf, names: String },
+    /// A scenario (`shown`) with a step this target cannot play: `what` it needs, the target file's `key`.
+    #[error("{shown}: it needs {what}, which the target file does not give ({key})")]
+    NeedsKey { shown: String, what: String, key: &'static str },
     #[error(transparent)]
     ParseScenario(#[from] ParseError),
     /// A folder of scenarios that could not be listed.
@@ -232,7 +245,7 @@ pub fn fill_scenario(target: &Target, text: &str) -> Result<String, PlaceholderE
         let name = name.trim();
         match values.get(name) {
             Some(Some(value)) => Ok(value.clone()),
-            Some(None) => Err(PlaceholderError::NotGiven { name: name.to_string(), key: "tool.other_principal" }),
+            Some(None) => Err(PlaceholderError::NotGiven { name: name.to_string(), key: placeholder_key(name) }),
             None => Err(PlaceholderError::NotAScenarioPlaceholder {
                 name: name.to_string(),
                 known: values.keys().map(|k| k.to_string()).collect(),
@@ -269,7 +282,11 @@ pub fn play_once(
     let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
     let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing);
-    let played = play::play(scenario, &mut world);
+    let mut played = play::play(scenario, &mut world);
+    if let Some(never) = world.end_store_faults() {
+        played.failures.push(play::Failure { kind: play::FailureKind::Step, line: 0, statement: "store cut".into(), message: never });
+    }
+    let admin_deleted = world.admin_deleted as i64;
     let (decisions, transcript) = (std::mem::take(&mut world.decisions), std::mem::take(&mut world.transcript));
     let history = world.into_history();
     // A probe needs every instance up: a scenario that ends with one killed has it restarted first.
@@ -280,7 +297,8 @@ pub fn play_once(
     }
     let after = probe(target, &mut fleet, &data_dir, mcpsim);
     let effects = match (before, after) {
-        (Ok(b), Ok(a)) => Ok((b, a)),
+        // What `admin delete` removed is not the server's effect: the count it starts from is lowered by it.
+        (Ok(b), Ok(a)) => Ok((b - admin_deleted, a)),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
     let events = std::mem::take(&mut fleet.events);
@@ -689,6 +707,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("06-another-principal-replays-the-state.sim", include_str!("../../targets/scenarios/06-another-principal-replays-the-state.sim")),
     ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
+    ("12-item-deleted-after-the-form.sim", include_str!("../../targets/scenarios/12-item-deleted-after-the-form.sim")),
+    ("13-store-cut-between-claim-and-effect.sim", include_str!("../../targets/scenarios/13-store-cut-between-claim-and-effect.sim")),
 ];
 
 /// A target scenario to play: where it comes from (a file, or the binary's) and its text.
@@ -739,7 +759,33 @@ pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, Ru
 /// A target scenario: its text with the placeholders filled, parsed.
 pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, RunError> {
     let filled = fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
-    Ok(crate::scenario::parse(&source.shown, &source.name, &filled)?)
+    let scenario = crate::scenario::parse(&source.shown, &source.name, &filled)?;
+    if let Some((what, key)) = unplayable_step(target, &scenario) {
+        return Err(RunError::NeedsKey { shown: source.shown.clone(), what, key });
+    }
+    Ok(scenario)
+}
+
+/// A step of `scenario` this target cannot play for want of a table: a store fault without `[store]`, an
+/// admin change without its `[admin]` command. `(what, key)`.
+fn unplayable_step(target: &Target, scenario: &Scenario) -> Option<(String, &'static str)> {
+    use crate::scenario::model::AdminAction;
+    let admin = target.file.admin.clone().unwrap_or_default();
+    scenario.steps.iter().find_map(|step| match &step.action {
+        Action::StoreCut { .. } | Action::StoreLock { .. } if target.file.store.is_none() => {
+            Some((format!("line {}: `{}` (a store mcpsim can cut or lock)", step.line, step.text), "[store]"))
+        }
+        Action::Admin(action) => {
+            let (given, key) = match action {
+                AdminAction::DeleteNote { .. } => (admin.delete.is_some(), "[admin] delete"),
+                AdminAction::MoveNote { .. } => (admin.move_to.is_some(), "[admin] move"),
+                AdminAction::RenameNote { .. } => (admin.rename.is_some(), "[admin] rename"),
+                _ => return None,
+            };
+            (!given).then(|| (format!("line {}: `{}`", step.line, step.text), key))
+        }
+        _ => None,
+    })
 }
 
 /// The `.sim` files of `paths` (folders listed, sorted).

@@ -199,6 +199,8 @@ impl StoreProxy {
     }
 
     /// Stops forwarding in both directions (connections stay open) for `window`, or until [`StoreProxy::heal`].
+    // No statement stalls the store yet (`store cut` is the lessons' fault); tested here for the drawn plans to come.
+    #[allow(dead_code)]
     pub fn stall(&self, window: Option<Duration>) {
         let mut state = self.shared.lock();
         state.stalled = true;

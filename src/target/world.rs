@@ -4,7 +4,9 @@
 //! exchange. Its decisions are logged; what the servers do inside (their timing, their stores) is not its to
 //! decide, and reports say so.
 
+use super::file::StoreKind;
 use super::fleet::Fleet;
+use super::store_proxy::Outage;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, NoResponse, OperationId, Sent};
 use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, Unobservable, World};
@@ -39,6 +41,35 @@ pub struct TargetWorld<'f, 't> {
     pub decisions: Vec<String>,
     /// Every message, with the fleet instance that took it.
     pub transcript: Vec<String>,
+    /// Store faults: a `store cut` armed by its statement, and the one under way.
+    store: StoreFaults,
+    /// Items `admin delete` removed: the effect probe's `before` is lowered by as many, so the judge counts
+    /// only what the server did.
+    pub admin_deleted: usize,
+}
+
+/// The store faults of a play.
+#[derive(Default)]
+struct StoreFaults {
+    /// Requests put on the wire so far (the number a fault fires at).
+    requests: usize,
+    /// `store cut after N statements [for D]`, waiting for the next request.
+    armed: Option<(u32, Option<u64>)>,
+    /// The cut or lock under way.
+    active: Option<ActiveStoreFault>,
+}
+
+struct ActiveStoreFault {
+    kind: StoreKind,
+    after_statements: u32,
+    /// `None`: until the next step.
+    outage_ms: Option<u64>,
+    /// The proxy's cuts before this one was armed, to see it happen.
+    cuts_before: u32,
+    /// The request it was armed at.
+    request: usize,
+    /// Whether the cut was seen (and logged); a lock is in place at once.
+    fired: bool,
 }
 
 impl<'f, 't> TargetWorld<'f, 't> {
@@ -64,7 +95,122 @@ impl<'f, 't> TargetWorld<'f, 't> {
             })
             .collect();
         decisions.push(format!("route {}", mapping.join(", ")));
-        TargetWorld { scenario, fleet, routing, permutation, rng, history: History::default(), decisions, transcript: Vec::new() }
+        TargetWorld {
+            scenario,
+            fleet,
+            routing,
+            permutation,
+            rng,
+            history: History::default(),
+            decisions,
+            transcript: Vec::new(),
+            store: StoreFaults::default(),
+            admin_deleted: 0,
+        }
+    }
+
+    /// Before `count` requests go on the wire: an armed `store cut` fires on the first of them.
+    fn before_wire(&mut self, count: usize) {
+        let first = self.store.requests + 1;
+        self.store.requests += count;
+        if let Some((after_statements, outage_ms)) = self.store.armed.take() {
+            if let Err(why) = self.fire_store_cut_at(after_statements, outage_ms, first) {
+                self.decisions.push(format!("store cut not carried out: {}", why.reason()));
+            }
+        }
+    }
+
+    /// After an exchange: a cut the proxy carried out is logged once.
+    fn after_wire(&mut self) {
+        let Some(active) = self.store.active.as_mut().filter(|a| a.kind == StoreKind::Postgres && !a.fired) else { return };
+        let Some(counts) = self.fleet.store_counts() else { return };
+        if counts.cuts > active.cuts_before {
+            active.fired = true;
+            let outage = match active.outage_ms {
+                Some(ms) => format!("for {ms} ms"),
+                None => "until the next step".into(),
+            };
+            let line = format!(
+                "store cut: {} statement(s) reached the database after request {}, then {} connection(s) were cut before the next one; \
+                 new connections refused {outage}",
+                active.after_statements, active.request, counts.connections_cut
+            );
+            self.decisions.push(line.clone());
+            self.transcript.push(format!("  {line}"));
+        }
+    }
+
+    /// A drawn plan's store cut (the dispatcher's `FaultAction::StoreCut` arm), fired at the request being put
+    /// on the wire: see [`TargetWorld::fire_store_cut_at`].
+    // Called by the fault dispatcher of drawn plans (issue 37's `FaultAction::StoreCut` arm).
+    #[allow(dead_code)]
+    pub fn fire_store_cut(&mut self, after_statements: u32, outage_ms: Option<u64>) -> Result<(), Refused> {
+        let request = self.store.requests.max(1);
+        self.fire_store_cut_at(after_statements, outage_ms, request)
+    }
+
+    /// PostgreSQL: arms the proxy (`after_statements` more statements, then every connection cut, new ones
+    /// refused for `outage_ms`, or until the next step). SQLite: the write lock is held instead, from now, for
+    /// the window. Without `[store]`: refused, naming the table.
+    fn fire_store_cut_at(&mut self, after_statements: u32, outage_ms: Option<u64>, request: usize) -> Result<(), Refused> {
+        let kind = self.fleet.store_kind().map_err(Refused::Unsupported)?;
+        let outage = match outage_ms {
+            Some(ms) => format!("for {ms} ms"),
+            None => "until the next step".into(),
+        };
+        let cuts_before = self.fleet.store_counts().map_or(0, |c| c.cuts);
+        let line = match kind {
+            StoreKind::Postgres => {
+                let window = outage_ms.map_or(Outage::UntilHealed, |ms| Outage::For(std::time::Duration::from_millis(ms)));
+                self.fleet.store_cut(after_statements, window).map_err(Refused::Failed)?;
+                format!(
+                    "store cut armed at request {request}: {after_statements} more statement(s) reach the database, then every \
+                     connection is cut and new ones refused {outage} (which of the server's operations that falls in is its own timing)"
+                )
+            }
+            StoreKind::Sqlite => {
+                let window = outage_ms.unwrap_or(crate::scenario::parser::STORE_OUTAGE_MS_MAX);
+                self.fleet.store_lock(std::time::Duration::from_millis(window)).map_err(Refused::Failed)?;
+                format!(
+                    "store write lock taken at request {request} (a SQLite file has no connection mcpsim sees, so the lock stands for \
+                     the cut; {after_statements} statement(s) not counted), held {outage}"
+                )
+            }
+        };
+        self.decisions.push(line.clone());
+        self.transcript.push(format!("  {line}"));
+        self.store.active =
+            Some(ActiveStoreFault { kind, after_statements, outage_ms, cuts_before, request, fired: kind == StoreKind::Sqlite });
+        Ok(())
+    }
+
+    /// A new step: an outage "until the next step" that has happened ends now.
+    fn next_step(&mut self) {
+        if self.store.active.as_ref().is_some_and(|a| a.fired && a.outage_ms.is_none()) {
+            self.store.active = None;
+            self.fleet.store_heal();
+            self.decisions.push("store reachable again (the step after the cut)".into());
+            self.transcript.push("  store reachable again".into());
+        }
+    }
+
+    /// The end of the play: every outage ends (the effect probe needs the store); a cut armed and never
+    /// carried out is reported. `Some`: what never fired.
+    pub fn end_store_faults(&mut self) -> Option<String> {
+        let never = match (self.store.armed.take(), self.store.active.take()) {
+            (Some((after, _)), _) => Some(format!("store cut after {after} statement(s): armed, never fired (no request followed it)")),
+            (None, Some(active)) if !active.fired => Some(format!(
+                "store cut after {} statement(s), armed at request {}: never fired (the server sent no statement past the count)",
+                active.after_statements, active.request
+            )),
+            (None, Some(_)) => None,
+            (None, None) => return None,
+        };
+        self.fleet.store_heal();
+        if let Some(never) = &never {
+            self.decisions.push(never.clone());
+        }
+        never
     }
 
     pub fn into_history(self) -> History {
@@ -117,7 +263,9 @@ impl World for TargetWorld<'_, '_> {
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
         let to = self.route(outgoing.instance);
         let principal = self.principal(outgoing.client);
+        self.before_wire(1);
         let answer = self.fleet.exchange_all(&[(to, principal, outgoing.clone())]).pop().expect("one answer per send");
+        self.after_wire();
         Ok(self.record(&outgoing, to, answer.map_err(|lost| lost.message)))
     }
 
@@ -128,7 +276,9 @@ impl World for TargetWorld<'_, '_> {
                 Item::Send(outgoing) => sends.push(outgoing),
                 Item::Browse(_) => return Err(Refused::Unsupported(crate::play::world::NO_BROWSER.into())),
                 Item::Admin(_) => {
-                    return Err(Refused::Unsupported("a target's store is its own: mcpsim makes no admin change in it".into()))
+                    return Err(Refused::Unsupported(
+                        "an admin change runs between steps against a target, not inside a parallel block".into(),
+                    ))
                 }
             }
         }
@@ -143,7 +293,9 @@ impl World for TargetWorld<'_, '_> {
         self.decisions.push(format!("line {line}: parallel released in the order {}", names.join(", ")));
         let batch: Vec<(usize, String, Outgoing)> =
             order.iter().map(|&i| (self.route(sends[i].instance), self.principal(sends[i].client), sends[i].clone())).collect();
+        self.before_wire(batch.len());
         let answers = self.fleet.exchange_all(&batch);
+        self.after_wire();
         let mut by_item: Vec<Option<OperationId>> = vec![None; sends.len()];
         for (&i, ((to, _, outgoing), answer)) in order.iter().zip(batch.iter().zip(answers)) {
             by_item[i] = Some(self.record(outgoing, *to, answer.map_err(|lost| lost.message)));
@@ -151,8 +303,30 @@ impl World for TargetWorld<'_, '_> {
         Ok(by_item.into_iter().map(|id| Ok(id.expect("every item was sent"))).collect())
     }
 
-    fn admin(&mut self, _action: &AdminAction) -> Result<(), Refused> {
-        Err(Refused::Unsupported("a target's store is its own: mcpsim makes no admin change in it".into()))
+    fn admin(&mut self, action: &AdminAction) -> Result<(), Refused> {
+        let (key, values): (&'static str, Vec<(&'static str, &str)>) = match action {
+            AdminAction::DeleteNote { note_id } => ("delete", vec![("id", note_id)]),
+            AdminAction::MoveNote { note_id, uri } => ("move", vec![("id", note_id), ("uri", uri)]),
+            AdminAction::RenameNote { note_id, title } => ("rename", vec![("id", note_id), ("title", title)]),
+            _ => {
+                return Err(Refused::Unsupported("a target runs only admin delete, move and rename (the [admin] table's commands)".into()))
+            }
+        };
+        match self.fleet.admin(key, &values) {
+            Ok(Some(shown)) => {
+                if key == "delete" {
+                    self.admin_deleted += 1;
+                }
+                // The command itself (with the run's paths) is in the fleet's events; the decision stays the same
+                // from run to run.
+                let id = values.first().map_or("", |(_, id)| id);
+                self.decisions.push(format!("admin {key} {id}: the target file's [admin] {key} command exited 0"));
+                self.transcript.push(format!("  admin {key} {id}: ran `{shown}`"));
+                Ok(())
+            }
+            Ok(None) => Err(Refused::Unsupported(format!("the target file has no [admin] {key} command"))),
+            Err(error) => Err(Refused::Failed(error.to_string())),
+        }
     }
 
     fn advance(&mut self, duration_ms: u64) -> Result<(), Refused> {
@@ -219,7 +393,32 @@ impl World for TargetWorld<'_, '_> {
         Err(Unobservable::TargetExports)
     }
 
+    fn store_cut(&mut self, after_statements: u32, outage_ms: Option<u64>) -> Result<(), Refused> {
+        self.fleet.store_kind().map_err(Refused::Unsupported)?;
+        self.store.armed = Some((after_statements, outage_ms));
+        self.decisions
+            .push(format!("store cut after {after_statements} statement(s) armed: it fires on the next request any instance receives"));
+        Ok(())
+    }
+
+    fn store_lock(&mut self, window_ms: u64) -> Result<(), Refused> {
+        match self.fleet.store_kind().map_err(Refused::Unsupported)? {
+            StoreKind::Sqlite => {
+                self.fleet.store_lock(std::time::Duration::from_millis(window_ms)).map_err(Refused::Failed)?;
+                self.decisions.push(format!("store write lock held for {window_ms} ms from now (BEGIN IMMEDIATE)"));
+                self.transcript.push(format!("  store write lock held for {window_ms} ms"));
+                Ok(())
+            }
+            StoreKind::Postgres => Err(Refused::Unsupported(
+                "a PostgreSQL store is cut through mcpsim's proxy (`store cut after N statements`), not locked".into(),
+            )),
+        }
+    }
+
     fn annotate(&mut self, annotation: Annotation) {
+        if matches!(annotation, Annotation::Step { .. }) {
+            self.next_step();
+        }
         match annotation {
             Annotation::Step { line, text, .. } => self.transcript.push(format!("line {line}: {text}")),
             Annotation::Substep { line, text } => self.transcript.push(format!("line {line}:   {text}")),
