@@ -57,6 +57,8 @@ struct StoreFaults {
     armed: Option<(u32, Option<u64>)>,
     /// The cut or lock under way.
     active: Option<ActiveStoreFault>,
+    /// Cuts disarmed without firing, as the decision log says them.
+    never_fired: Vec<String>,
 }
 
 struct ActiveStoreFault {
@@ -64,8 +66,9 @@ struct ActiveStoreFault {
     after_statements: u32,
     /// `None`: until the next step.
     outage_ms: Option<u64>,
-    /// The proxy's cuts before this one was armed, to see it happen.
+    /// The proxy's cuts and statements before this one was armed, to see it happen.
     cuts_before: u32,
+    statements_before: u64,
     /// The request it was armed at.
     request: usize,
     /// Whether the cut was seen (and logged); a lock is in place at once.
@@ -120,7 +123,8 @@ impl<'f, 't> TargetWorld<'f, 't> {
         }
     }
 
-    /// After an exchange: a cut the proxy carried out is logged once.
+    /// After an exchange: a cut the proxy carried out is logged once; a cut the request was answered without
+    /// is disarmed (it would otherwise fall on a later request) and reported as never fired.
     fn after_wire(&mut self) {
         let Some(active) = self.store.active.as_mut().filter(|a| a.kind == StoreKind::Postgres && !a.fired) else { return };
         let Some(counts) = self.fleet.store_counts() else { return };
@@ -136,6 +140,17 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 active.after_statements, active.request, counts.connections_cut
             );
             self.decisions.push(line.clone());
+            self.transcript.push(format!("  {line}"));
+        } else {
+            let line = format!(
+                "store cut after {} statement(s), armed at request {}: never fired (the request was answered after {} statement(s)); disarmed",
+                active.after_statements,
+                active.request,
+                counts.statements - active.statements_before
+            );
+            self.store.active = None;
+            self.store.never_fired.push(line.clone());
+            self.fleet.store_heal();
             self.transcript.push(format!("  {line}"));
         }
     }
@@ -158,7 +173,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
             Some(ms) => format!("for {ms} ms"),
             None => "until the next step".into(),
         };
-        let cuts_before = self.fleet.store_counts().map_or(0, |c| c.cuts);
+        let (cuts_before, statements_before) = self.fleet.store_counts().map_or((0, 0), |c| (c.cuts, c.statements));
         let line = match kind {
             StoreKind::Postgres => {
                 let window = outage_ms.map_or(Outage::UntilHealed, |ms| Outage::For(std::time::Duration::from_millis(ms)));
@@ -179,8 +194,15 @@ impl<'f, 't> TargetWorld<'f, 't> {
         };
         self.decisions.push(line.clone());
         self.transcript.push(format!("  {line}"));
-        self.store.active =
-            Some(ActiveStoreFault { kind, after_statements, outage_ms, cuts_before, request, fired: kind == StoreKind::Sqlite });
+        self.store.active = Some(ActiveStoreFault {
+            kind,
+            after_statements,
+            outage_ms,
+            cuts_before,
+            statements_before,
+            request,
+            fired: kind == StoreKind::Sqlite,
+        });
         Ok(())
     }
 
@@ -197,20 +219,15 @@ impl<'f, 't> TargetWorld<'f, 't> {
     /// The end of the play: every outage ends (the effect probe needs the store); a cut armed and never
     /// carried out is reported. `Some`: what never fired.
     pub fn end_store_faults(&mut self) -> Option<String> {
-        let never = match (self.store.armed.take(), self.store.active.take()) {
-            (Some((after, _)), _) => Some(format!("store cut after {after} statement(s): armed, never fired (no request followed it)")),
-            (None, Some(active)) if !active.fired => Some(format!(
-                "store cut after {} statement(s), armed at request {}: never fired (the server sent no statement past the count)",
-                active.after_statements, active.request
-            )),
-            (None, Some(_)) => None,
-            (None, None) => return None,
-        };
-        self.fleet.store_heal();
-        if let Some(never) = &never {
-            self.decisions.push(never.clone());
+        let mut never = std::mem::take(&mut self.store.never_fired);
+        if let Some((after, _)) = self.store.armed.take() {
+            never.push(format!("store cut after {after} statement(s): armed, never fired (no request followed it)"));
         }
-        never
+        if self.store.active.take().is_some() || !never.is_empty() {
+            self.fleet.store_heal();
+        }
+        self.decisions.extend(never.iter().cloned());
+        (!never.is_empty()).then(|| never.join("; "))
     }
 
     pub fn into_history(self) -> History {
