@@ -1516,6 +1516,31 @@ mod tests {
     }
 
     #[test]
+    fn store_cut_and_lock_parse_and_their_mistakes_point_at_the_column() {
+        let parsed = parse(
+            "s.sim",
+            "s",
+            &format!("{CLUSTER}store cut after 2 statements for 1s\nstore cut after 1 statement\nstore lock for 500ms\n"),
+        )
+        .expect("it parses");
+        let actions: Vec<String> = parsed.steps.iter().map(|s| format!("{:?}", s.action)).collect();
+        assert_eq!(
+            actions,
+            [
+                "StoreCut { after_statements: 2, outage_ms: Some(1000) }",
+                "StoreCut { after_statements: 1, outage_ms: None }",
+                "StoreLock { window_ms: 500 }"
+            ]
+        );
+        assert!(with_cluster("store cut 2 statements\n").starts_with("s.sim:7:11: "), "{}", with_cluster("store cut 2 statements\n"));
+        assert!(with_cluster("store cut after 2 rows\n").starts_with("s.sim:7:19: "), "{}", with_cluster("store cut after 2 rows\n"));
+        assert!(with_cluster("store cut after 2 statements for 0ms\n").contains("an outage of 1 ms to 60000 ms"));
+        assert!(with_cluster("store lock for 2h\n").contains("a lock of 1 ms to 60000 ms"));
+        assert!(with_cluster("store lock 2s\n").starts_with("s.sim:7:12: "), "{}", with_cluster("store lock 2s\n"));
+        assert!(with_cluster("store files unavailable for 1 call\n").contains("or `cut after N statements`"));
+    }
+
+    #[test]
     fn a_tool_error_is_its_own_check() {
         let parsed =
             parse("s.sim", "s", &format!("{CLUSTER}send alice -> i1 tools/list {{}} as r\nexpect r tool_error\n")).expect("it parses");
