@@ -1056,6 +1056,63 @@ count = "result.resources"
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A drawn store cut against a SQLite fleet (the planted notes server, three instances over stdio): the
+    /// dispatcher's `StoreCut` arm holds the file's write lock from request 2 (the accept) for its window; the
+    /// server waits it out and deletes once.
+    #[test]
+    fn a_drawn_store_cut_holds_a_sqlite_fleets_write_lock_through_the_dispatcher() {
+        use self::faults::{FaultAction, FaultKind, Trigger};
+        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-store-cut-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir(&dir).unwrap();
+        let file = dir.join("planted.toml");
+        std::fs::write(
+            &file,
+            r#"name = "planted notes server (no SDK), correct, its SQLite file named"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
+env = { PLANTED = "" }
+
+[store]
+kind = "sqlite"
+path = "{data_dir}/notes.db"
+
+[principals.alice]
+args = ["alice"]
+
+[tool]
+name = "notes_delete"
+arguments = { workspaceUri = "file:///notes", title = "TPS report" }
+input_key = "delete_choice"
+accept = { note_id = "note-7", confirm = true }
+principal = "alice"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#,
+        )
+        .unwrap();
+        let target = Target::load(&file).unwrap();
+        let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
+        let event =
+            FaultEvent { trigger: Trigger::Request { number: 2 }, action: FaultAction::StoreCut { after_statements: 1, outage_ms: 300 } };
+        let plan = FaultPlan { kinds: vec![FaultKind::StoreCut], events: vec![event.clone()] };
+        let played = play_once(&target, &scenario, 1, Routing::Spread, plan, "mcpsim", &dir).unwrap();
+        assert_eq!(played.fired.len(), 1, "{:?}", played.decisions);
+        assert_eq!(played.fired[0].0, event);
+        assert!(
+            played.decisions.iter().any(|d| d.starts_with("store write lock taken at request 2") && d.ends_with("held for 300 ms")),
+            "{:?}",
+            played.decisions
+        );
+        assert!(played.play.failures.is_empty(), "{:?}", played.play.failures);
+        assert_eq!(played.effects.as_ref().map(|(b, a)| b - a).unwrap(), 1, "one deletion: {:?}", played.transcript);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn shown_escapes_every_control_and_format_character_and_keeps_the_rest() {
         let forged = "boom\n   ok    property at-most-once\r\nPASS\t\u{1b}[2K\u{7f}\u{9b}\u{202e}\u{2066}\u{200b}\u{2028}\u{feff}";
