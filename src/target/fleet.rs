@@ -169,7 +169,11 @@ impl<'t> Fleet<'t> {
                     (None, None) => unreachable!("the target file's check wants one"),
                 };
                 let proxy = StoreProxy::start(&upstream)?;
-                self.events.push(format!("store proxy on 127.0.0.1:{} in front of {}", proxy.port(), redact_argv(&[upstream.clone()])));
+                self.events.push(format!(
+                    "store proxy on 127.0.0.1:{} in front of {}",
+                    proxy.port(),
+                    redact_argv(std::slice::from_ref(&upstream))
+                ));
                 Ok(Some(Store::Postgres { proxy, upstream }))
             }
             StoreKind::Sqlite => {
