@@ -364,6 +364,16 @@ impl Interpreter<'_, '_> {
                 let result = self.world.store_unavailable(store, *calls);
                 self.performed(index, line, text, result);
             }
+            Action::StoreCut { after_statements, outage_ms } => {
+                self.header(line, text);
+                let result = self.world.store_cut(*after_statements, *outage_ms);
+                self.performed(index, line, text, result);
+            }
+            Action::StoreLock { window_ms } => {
+                self.header(line, text);
+                let result = self.world.store_lock(*window_ms);
+                self.performed(index, line, text, result);
+            }
             Action::Arm { instance, method, fault } => {
                 self.header(line, text);
                 let fault = match fault {

@@ -186,6 +186,23 @@ pub trait World {
         Err(Refused::Unsupported(format!("the {store} store of this world cannot be made unavailable on command")))
     }
 
+    /// `store cut after N statements [for DURATION]`: armed on the next request any instance receives, the store
+    /// lets `after_statements` more statements through, then every connection to it is cut and new ones are
+    /// refused for `outage_ms` (`None`: until the next step). The simulator's stores have no connections and
+    /// statements (its `store … unavailable` refuses whole calls, which is another fault): refused there.
+    fn store_cut(&mut self, _after_statements: u32, _outage_ms: Option<u64>) -> Result<(), Refused> {
+        Err(Refused::Unsupported(
+            "a store cut acts on a real fleet's database connections (a target with [store]); this world's stores have none \
+             (`store notes|replay unavailable for N calls` is its outage)"
+                .into(),
+        ))
+    }
+
+    /// `store lock for DURATION`: the store's write lock held from now for the window (a SQLite target).
+    fn store_lock(&mut self, _window_ms: u64) -> Result<(), Refused> {
+        Err(Refused::Unsupported("a store lock holds a real SQLite file's write lock (a target with [store] kind = \"sqlite\")".into()))
+    }
+
     /// Makes `key_id` (with `secret`) the signing key of these instances; earlier keys still verify.
     fn rotate(&mut self, instances: &[usize], key_id: &str, secret: Vec<u8>) -> Result<(), Refused>;
 

@@ -131,6 +131,17 @@ pub enum Action {
         store: String,
         calls: u32,
     },
+    /// `store cut after N statements [for DURATION]`: armed on the next request any instance receives, the
+    /// store lets `after_statements` more statements through, then every connection to it is cut and new
+    /// ones refused for `outage_ms` (`None`: until the next step). A real fleet's store, behind mcpsim's proxy.
+    StoreCut {
+        after_statements: u32,
+        outage_ms: Option<u64>,
+    },
+    /// `store lock for DURATION`: the store's write lock is held from now for the window (a SQLite file).
+    StoreLock {
+        window_ms: u64,
+    },
     /// `drop answer from I to OP …`, `duplicate OP to I …`, `hold OP to I`: a fault on the next request of
     /// method `method` the scenario sends to `instance`.
     Arm {

@@ -25,6 +25,10 @@ pub(crate) const CLIENTS_MAX: usize = 16;
 pub(crate) const NOTES_MAX: usize = 1_000;
 /// Most calls one `store … unavailable` step refuses.
 pub(crate) const STORE_OUTAGE_CALLS_MAX: usize = 100;
+/// Most statements a `store cut after N statements` lets through first.
+pub(crate) const STORE_CUT_STATEMENTS_MAX: usize = 10_000;
+/// Longest outage of `store cut … for DURATION` and lock of `store lock for DURATION`.
+pub(crate) const STORE_OUTAGE_MS_MAX: u64 = 60_000;
 
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 11] =
@@ -949,8 +953,39 @@ impl<'a> Parser<'a> {
                 }
                 Action::Retire { key, instances }
             }
+            "store" if self.keyword("cut") => {
+                self.expect_keyword("after", "after `store cut` (`store cut after 2 statements`)")?;
+                let after = self.count("how many more statements reach the store before the cut")?;
+                if after > STORE_CUT_STATEMENTS_MAX {
+                    return Err(self.expected(&format!("at most {STORE_CUT_STATEMENTS_MAX} statements")));
+                }
+                self.one_of(&["statement", "statements"], "`statement` or `statements`")?;
+                let outage_ms = if self.keyword("for") {
+                    let ms = self.unsigned_duration("how long the store stays unreachable")?;
+                    if ms == 0 || ms > STORE_OUTAGE_MS_MAX {
+                        return Err(self.expected(&format!("an outage of 1 ms to {STORE_OUTAGE_MS_MAX} ms")));
+                    }
+                    Some(ms)
+                } else {
+                    None
+                };
+                Action::StoreCut { after_statements: after as u32, outage_ms }
+            }
+            "store" if self.keyword("lock") => {
+                self.expect_keyword("for", "and how long the write lock is held (`store lock for 2s`)")?;
+                let window_ms = self.unsigned_duration("how long the write lock is held")?;
+                if window_ms == 0 || window_ms > STORE_OUTAGE_MS_MAX {
+                    return Err(self.expected(&format!("a lock of 1 ms to {STORE_OUTAGE_MS_MAX} ms")));
+                }
+                Action::StoreLock { window_ms }
+            }
             "store" => {
-                let store = self.one_of(&[NOTE_STORE, REPLAY_STORE], "which store: `notes` or `replay`")?.to_string();
+                let store = self
+                    .one_of(
+                        &[NOTE_STORE, REPLAY_STORE],
+                        "which store (`notes` or `replay`), or `cut after N statements` or `lock for DURATION`",
+                    )?
+                    .to_string();
                 self.expect_keyword("unavailable", "after the store (`store replay unavailable for 1 call`)")?;
                 self.expect_keyword("for", "and how many calls it refuses")?;
                 let calls = self.count("how many calls it refuses")?;
@@ -1545,6 +1580,31 @@ mod tests {
         assert!(
             error("use demo\ninstance i1\nbrowser web user alice\nclient m principal bob impersonates web\n").contains("sends no _meta")
         );
+    }
+
+    #[test]
+    fn store_cut_and_lock_parse_and_their_mistakes_point_at_the_column() {
+        let parsed = parse(
+            "s.sim",
+            "s",
+            &format!("{CLUSTER}store cut after 2 statements for 1s\nstore cut after 1 statement\nstore lock for 500ms\n"),
+        )
+        .expect("it parses");
+        let actions: Vec<String> = parsed.steps.iter().map(|s| format!("{:?}", s.action)).collect();
+        assert_eq!(
+            actions,
+            [
+                "StoreCut { after_statements: 2, outage_ms: Some(1000) }",
+                "StoreCut { after_statements: 1, outage_ms: None }",
+                "StoreLock { window_ms: 500 }"
+            ]
+        );
+        assert!(with_cluster("store cut 2 statements\n").starts_with("s.sim:7:11: "), "{}", with_cluster("store cut 2 statements\n"));
+        assert!(with_cluster("store cut after 2 rows\n").starts_with("s.sim:7:19: "), "{}", with_cluster("store cut after 2 rows\n"));
+        assert!(with_cluster("store cut after 2 statements for 0ms\n").contains("an outage of 1 ms to 60000 ms"));
+        assert!(with_cluster("store lock for 2h\n").contains("a lock of 1 ms to 60000 ms"));
+        assert!(with_cluster("store lock 2s\n").starts_with("s.sim:7:12: "), "{}", with_cluster("store lock 2s\n"));
+        assert!(with_cluster("store files unavailable for 1 call\n").contains("or `cut after N statements`"));
     }
 
     #[test]

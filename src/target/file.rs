@@ -67,6 +67,48 @@ pub struct TargetFile {
     pub differ_by_design: Vec<String>,
     pub tool: ToolFile,
     pub effects: EffectsFile,
+    /// The store the instances share, for the store faults (`store cut`, `store lock`); without it they are
+    /// skipped naming this table.
+    pub store: Option<StoreFile>,
+    /// Commands that change an item behind every client's back (`admin delete|move|rename`); without them
+    /// those steps are skipped naming this table.
+    pub admin: Option<AdminFile>,
+}
+
+/// The store the instances share.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreFile {
+    pub kind: StoreKind,
+    /// `postgres`: the real database, as `host:port` or a `postgres://` URL (placeholders allowed). mcpsim's
+    /// proxy listens on `{store_port}` and forwards to it; the instances reach the database through the proxy
+    /// (`{store_url}`: this URL with its host and port replaced by the proxy's).
+    pub upstream: Option<String>,
+    /// `postgres`, instead of `upstream`: the name of an environment variable holding it (a URL with a
+    /// password stays out of the file; mcpsim reads no other variable).
+    pub upstream_env: Option<String>,
+    /// `sqlite`: the database file the instances share (placeholders allowed), which `store lock` locks.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    Postgres,
+    Sqlite,
+}
+
+/// The commands of `admin delete|move|rename` (argv lists; placeholders `{mcpsim}`, `{data_dir}`, `{id}`,
+/// `{uri}`, `{title}`, and with `[store]` `{store_upstream}`), and the item lessons name.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminFile {
+    pub delete: Option<Vec<String>>,
+    #[serde(rename = "move")]
+    pub move_to: Option<Vec<String>>,
+    pub rename: Option<Vec<String>>,
+    /// The id of the item the accept picks (scenarios' `{{item}}`).
+    pub item: Option<String>,
 }
 
 /// One principal's credentials.
@@ -283,6 +325,42 @@ impl Target {
         if let Some(principal) = &effects.principal {
             if !file.principals.contains_key(principal) {
                 return Err(invalid(format!("effects.principal = {principal:?} is not under [principals]")));
+            }
+        }
+        if let Some(store) = &file.store {
+            match store.kind {
+                StoreKind::Postgres => {
+                    if store.upstream.is_some() == store.upstream_env.is_some() {
+                        return Err(invalid(
+                            "[store] kind = \"postgres\" needs exactly one of upstream (host:port or a postgres:// URL) or \
+                             upstream_env (the environment variable holding it)"
+                                .into(),
+                        ));
+                    }
+                    if store.path.is_some() {
+                        return Err(invalid("[store] path is for kind = \"sqlite\"".into()));
+                    }
+                    if let Some(name) = &store.upstream_env {
+                        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                            return Err(invalid(format!("[store] upstream_env = {name:?} is not an environment variable's name")));
+                        }
+                    }
+                }
+                StoreKind::Sqlite => {
+                    if store.path.as_deref().is_none_or(str::is_empty) {
+                        return Err(invalid("[store] kind = \"sqlite\" needs path: the database file the instances share".into()));
+                    }
+                    if store.upstream.is_some() || store.upstream_env.is_some() {
+                        return Err(invalid("[store] upstream and upstream_env are for kind = \"postgres\"".into()));
+                    }
+                }
+            }
+        }
+        if let Some(admin) = &file.admin {
+            for (key, command) in [("delete", &admin.delete), ("move", &admin.move_to), ("rename", &admin.rename)] {
+                if command.as_ref().is_some_and(Vec::is_empty) {
+                    return Err(invalid(format!("[admin] {key} is an empty command")));
+                }
             }
         }
         Ok(Target { path: path.to_path_buf(), file })

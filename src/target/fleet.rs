@@ -1,9 +1,10 @@
 //! A target's instances as running processes: set up, started, reached, killed and restarted. Every
 //! process is a [`Process`], so nothing started here outlives mcpsim.
 
-use super::file::{PlaceholderError, Placeholders, Target, Transport, UrlError};
+use super::file::{PlaceholderError, Placeholders, StoreKind, Target, Transport, UrlError};
 use super::process::{Process, ProcessError};
 use super::redact_argv;
+use super::store_proxy::{Outage, ProxyCounts, ProxyError, StoreProxy};
 use crate::live::http_client::HttpClient;
 use crate::live::post;
 use crate::play::world::Outgoing;
@@ -43,6 +44,26 @@ pub enum FleetError {
     NoConnection { instance: String, argv: String, port: u16, timeout_ms: u64 },
     #[error("cannot find a free port on 127.0.0.1: {0}")]
     NoFreePort(std::io::Error),
+    #[error(transparent)]
+    Proxy(#[from] ProxyError),
+    /// `[store] upstream_env` names a variable the environment does not hold.
+    #[error("[store] upstream_env = {name:?}: the environment has no such variable (for the local PostgreSQL: eval \"$(bash .ci/postgres.sh start)\")")]
+    NoUpstream { name: String },
+    /// An admin command (`key`, the `[admin]` key) that did not exit 0 within start_timeout_ms.
+    #[error("[admin] {key} `{argv}` {why}")]
+    AdminFailed { key: &'static str, argv: String, why: String },
+}
+
+/// The store the fleet's instances share, as mcpsim reaches it for store faults.
+enum Store {
+    /// PostgreSQL behind mcpsim's proxy: `upstream` is the real database (as the file gives it).
+    Postgres { proxy: StoreProxy, upstream: String },
+    Sqlite {
+        path: String,
+        /// The write lock `store lock` holds, until its window ends or the fleet is dropped.
+        #[cfg(feature = "sqlite")]
+        lock: Option<super::store_proxy::SqliteLock>,
+    },
 }
 
 /// Why an exchange got no answer.
@@ -73,6 +94,8 @@ pub struct Fleet<'t> {
     setups: Vec<Process>,
     http: HttpClient,
     runtime: tokio::runtime::Runtime,
+    /// With `[store]`: the proxy (PostgreSQL) or the file (SQLite) store faults act on.
+    store: Option<Store>,
     /// Processes started so far, as "i2 alice pid 4711": the report's identity of each answer.
     pub events: Vec<String>,
     /// Ids of requests whose client stopped waiting, by stdio process (instance, principal): their answers
@@ -110,9 +133,11 @@ impl<'t> Fleet<'t> {
             setups: Vec::new(),
             http: HttpClient::new(Duration::from_millis(target.request_timeout_ms()), RESPONSE_BYTES_MAX),
             runtime,
+            store: None,
             events: Vec::new(),
             abandoned: BTreeMap::new(),
         };
+        fleet.store = fleet.open_store()?;
         for (index, command) in target.file.setup.iter().enumerate() {
             fleet.setup(index, command)?;
         }
@@ -131,10 +156,52 @@ impl<'t> Fleet<'t> {
         format!("t{}", index + 1)
     }
 
+    /// The `[store]` table made real: the proxy started in front of the upstream database, or the SQLite
+    /// file's path filled.
+    fn open_store(&mut self) -> Result<Option<Store>, FleetError> {
+        let Some(file) = &self.target.file.store else { return Ok(None) };
+        let p = self.placeholders(None, None, None);
+        match file.kind {
+            StoreKind::Postgres => {
+                let upstream = match (&file.upstream, &file.upstream_env) {
+                    (Some(upstream), _) => p.fill(upstream)?,
+                    (None, Some(name)) => std::env::var(name).map_err(|_| FleetError::NoUpstream { name: name.clone() })?,
+                    (None, None) => unreachable!("the target file's check wants one"),
+                };
+                let proxy = StoreProxy::start(&upstream)?;
+                self.events.push(format!(
+                    "store proxy on 127.0.0.1:{} in front of {}",
+                    proxy.port(),
+                    redact_argv(std::slice::from_ref(&upstream))
+                ));
+                Ok(Some(Store::Postgres { proxy, upstream }))
+            }
+            StoreKind::Sqlite => {
+                let path = p.fill(file.path.as_deref().unwrap_or_default())?;
+                Ok(Some(Store::Sqlite {
+                    path,
+                    #[cfg(feature = "sqlite")]
+                    lock: None,
+                }))
+            }
+        }
+    }
+
     fn placeholders(&self, instance: Option<usize>, principal: Option<&str>, port: Option<u16>) -> Placeholders {
         let mut p = Placeholders::default();
         p.values.insert("mcpsim", self.mcpsim.clone());
         p.values.insert("data_dir", self.data_dir.display().to_string());
+        match &self.store {
+            Some(Store::Postgres { proxy, upstream }) => {
+                p.values.insert("store_port", proxy.port().to_string());
+                p.values.insert("store_url", super::store_proxy::proxied_url(upstream, proxy.port()));
+                p.values.insert("store_upstream", upstream.clone());
+            }
+            Some(Store::Sqlite { path, .. }) => {
+                p.values.insert("store_path", path.clone());
+            }
+            None => {}
+        }
         if let Some(instance) = instance {
             p.values.insert("instance", Fleet::instance_name(instance));
             // An instance's own directory, for deployments where nothing is shared.
@@ -165,23 +232,136 @@ impl<'t> Fleet<'t> {
     fn setup(&mut self, index: usize, command: &[String]) -> Result<(), FleetError> {
         let p = self.placeholders(None, None, None);
         let argv = self.fill_all(command, &p)?;
-        let env = self.env(&p, &BTreeMap::new())?;
         let log = self.data_dir.join(format!("setup-{index}.stderr"));
-        let mut process = Process::start(&argv, &env, log.clone(), false)?;
+        match self.run_to_exit(&argv, &p, log)? {
+            (process, Ok(())) => {
+                self.events.push(format!("setup {}: {}", index + 1, redact_argv(&argv)));
+                self.setups.push(process);
+                Ok(())
+            }
+            (_, Err(Some((status, stderr)))) => Err(FleetError::SetupFailed { argv: redact_argv(&argv), status, stderr }),
+            (_, Err(None)) => Err(FleetError::SetupTimeout { argv: redact_argv(&argv), timeout_ms: self.target.start_timeout_ms() }),
+        }
+    }
+
+    /// Runs `argv` (filled) until it exits, bounded by the start timeout (contained like every process).
+    /// `Err(Some((status, stderr)))`: it exited otherwise than with 0; `Err(None)`: it did not exit in time.
+    #[allow(clippy::type_complexity)]
+    fn run_to_exit(
+        &self,
+        argv: &[String],
+        p: &Placeholders,
+        log: PathBuf,
+    ) -> Result<(Process, Result<(), Option<(String, String)>>), FleetError> {
+        let env = self.env(p, &BTreeMap::new())?;
+        let mut process = Process::start(argv, &env, log.clone(), false)?;
         let deadline = self.target.start_timeout_ms() / 10;
         for _ in 0..deadline.max(1) {
             if let Some(status) = process.exited() {
                 if status == "exit status: 0" {
-                    self.events.push(format!("setup {}: {}", index + 1, redact_argv(&argv)));
-                    self.setups.push(process);
-                    return Ok(());
+                    return Ok((process, Ok(())));
                 }
                 let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(FleetError::SetupFailed { argv: redact_argv(&argv), status, stderr: stderr.trim().to_string() });
+                return Ok((process, Err(Some((status, stderr.trim().to_string())))));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Err(FleetError::SetupTimeout { argv: redact_argv(&argv), timeout_ms: self.target.start_timeout_ms() })
+        Ok((process, Err(None)))
+    }
+
+    /// Runs the `[admin]` command `key` (`delete`, `move`, `rename`) with `{id}`, `{uri}`, `{title}` filled:
+    /// the command as shown (redacted). `Ok(None)`: the file has no such command.
+    pub fn admin(&mut self, key: &'static str, values: &[(&'static str, &str)]) -> Result<Option<String>, FleetError> {
+        let Some(admin) = &self.target.file.admin else { return Ok(None) };
+        let command = match key {
+            "delete" => &admin.delete,
+            "move" => &admin.move_to,
+            _ => &admin.rename,
+        };
+        let Some(command) = command else { return Ok(None) };
+        let mut p = self.placeholders(None, None, None);
+        for (name, value) in values {
+            p.values.insert(name, value.to_string());
+        }
+        let argv = self.fill_all(command, &p)?;
+        let shown = redact_argv(&argv);
+        let log = self.data_dir.join(format!("admin-{key}.stderr"));
+        match self.run_to_exit(&argv, &p, log)?.1 {
+            Ok(()) => {
+                self.events.push(format!("admin {key}: {shown}"));
+                Ok(Some(shown))
+            }
+            Err(Some((status, stderr))) => {
+                Err(FleetError::AdminFailed { key, argv: shown, why: format!("failed ({status}): {}", super::shown(&stderr)) })
+            }
+            Err(None) => Err(FleetError::AdminFailed {
+                key,
+                argv: shown,
+                why: format!("did not finish within start_timeout_ms = {}", self.target.start_timeout_ms()),
+            }),
+        }
+    }
+
+    /// What the target file says about its store, for a store fault: `Err` names the key to add.
+    pub fn store_kind(&self) -> Result<StoreKind, String> {
+        match &self.store {
+            Some(Store::Postgres { .. }) => Ok(StoreKind::Postgres),
+            Some(Store::Sqlite { .. }) => Ok(StoreKind::Sqlite),
+            None => Err("the target file has no [store] table (kind = \"postgres\" with upstream, or \"sqlite\" with path)".into()),
+        }
+    }
+
+    /// Arms the proxy: `after_statements` more statements reach the database, then every connection is cut
+    /// and new ones refused for `outage`. `Err`: the target's store is not PostgreSQL behind the proxy.
+    pub fn store_cut(&mut self, after_statements: u32, outage: Outage) -> Result<(), String> {
+        match &self.store {
+            Some(Store::Postgres { proxy, .. }) => {
+                proxy.arm_cut(after_statements, outage);
+                Ok(())
+            }
+            Some(Store::Sqlite { .. }) => {
+                Err("a SQLite store has no connection to cut: `store lock for DURATION` holds its write lock instead".into())
+            }
+            None => Err(self.store_kind().unwrap_err()),
+        }
+    }
+
+    /// Ends an outage the proxy is in now (and disarms a cut not carried out), or releases a SQLite lock.
+    pub fn store_heal(&mut self) {
+        match &mut self.store {
+            Some(Store::Postgres { proxy, .. }) => proxy.heal(),
+            #[cfg(feature = "sqlite")]
+            Some(Store::Sqlite { lock, .. }) => drop(lock.take()),
+            _ => {}
+        }
+    }
+
+    /// The proxy's counts, with a PostgreSQL store.
+    pub fn store_counts(&self) -> Option<ProxyCounts> {
+        match &self.store {
+            Some(Store::Postgres { proxy, .. }) => Some(proxy.counts()),
+            _ => None,
+        }
+    }
+
+    /// Holds the SQLite file's write lock (`BEGIN IMMEDIATE`) for `window`, from now. `Err`: no SQLite store,
+    /// or the lock could not be taken.
+    pub fn store_lock(&mut self, window: Duration) -> Result<(), String> {
+        match &mut self.store {
+            #[cfg(feature = "sqlite")]
+            Some(Store::Sqlite { path, lock }) => {
+                // A lock still held ends first (its window is replaced by this one).
+                lock.take();
+                *lock = Some(super::store_proxy::SqliteLock::hold(Path::new(path), window)?);
+                Ok(())
+            }
+            #[cfg(not(feature = "sqlite"))]
+            Some(Store::Sqlite { .. }) => Err("this mcpsim was built without SQLite (the `sqlite` feature)".into()),
+            Some(Store::Postgres { .. }) => {
+                Err("a PostgreSQL store is cut through the proxy: `store cut after N statements [for DURATION]`".into())
+            }
+            None => Err(self.store_kind().unwrap_err()),
+        }
     }
 
     fn start_instance(&mut self, index: usize) -> Result<Running, FleetError> {

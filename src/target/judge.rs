@@ -22,7 +22,7 @@ use crate::oracle::check::Property;
 use crate::oracle::history::{Attempt, History, NoResponse, Operation, OperationId, Outcome};
 use crate::oracle::outcome::{Extent, Kind, Masks, Observed};
 use crate::oracle::reading;
-use crate::scenario::model::{Action, ParallelAction, Scenario};
+use crate::scenario::model::{Action, Scenario};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,7 +38,9 @@ pub struct Finding {
 /// design: [`Target::masks`](super::file::Target)).
 pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>, masks: &Masks) -> Vec<Finding> {
     let effects = spread.effects.as_ref().ok().copied();
-    let mut findings = judge_history(&spread.history, effects, admin_changes(scenario), masks);
+    // The probe's starting count is already lowered by what the scenario's `admin delete` steps removed
+    // (`play_once`), so no effect is left for them to explain.
+    let mut findings = judge_history(&spread.history, effects, 0, masks);
     if let Some(one) = one {
         // The outcomes (kind, code, reason, structured content) of each step, sealed states and the paths the
         // target file says differ by design masked: a target's words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
@@ -87,20 +89,6 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
 /// Whether a fault's decision line says the client closed the connection right after writing the request.
 fn closed_before_reading(fault: &str) -> bool {
     fault.contains(super::faults::CLOSED_BEFORE_READING)
-}
-
-/// How many changes the scenario makes in the target's store itself (`admin …` steps): each may move the probe
-/// by one without any confirmation, so the judge discounts them.
-fn admin_changes(scenario: &Scenario) -> usize {
-    scenario
-        .steps
-        .iter()
-        .map(|step| match &step.action {
-            Action::Admin(_) => 1,
-            Action::Parallel(items) => items.iter().filter(|i| matches!(i.item, ParallelAction::Admin(_))).count(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// Every property but statelessness, from one history and the probe's reading before and after (`None`: not

@@ -27,6 +27,7 @@ pub mod file;
 pub mod fleet;
 pub mod judge;
 pub mod process;
+pub mod store_proxy;
 pub mod world;
 
 use self::faults::{FaultEvent, FaultPlan};
@@ -42,7 +43,7 @@ use crate::oracle::outcome::Observed;
 use crate::play::client::{BuildError, Client};
 use crate::play::expect::ExpectationResult;
 use crate::play::{self, Play};
-use crate::scenario::model::Scenario;
+use crate::scenario::model::{Action, Scenario};
 use crate::scenario::parser::ParseError;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -167,7 +168,17 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     // Invalid answers a scenario sends before the valid accept: every field of the wrong type, one left out.
     values.insert("accept_mistyped", Some(attack::mistyped(&tool.accept).to_string()));
     values.insert("accept_missing_field", attack::missing_field(&tool.accept, None).map(|(_, v)| v.to_string()));
+    // The item the accept picks, which an admin lesson deletes (`[admin] item`).
+    values.insert("item", target.file.admin.as_ref().and_then(|admin| admin.item.clone()));
     values
+}
+
+/// The target file's key that gives scenario placeholder `name`, when the file leaves it empty.
+fn placeholder_key(name: &str) -> &'static str {
+    match name {
+        "item" => "[admin] item",
+        _ => "tool.other_principal",
+    }
 }
 
 /// Why a scenario could not be played against a target, or its effects not probed.
@@ -208,6 +219,9 @@ pub enum RunError {
     /// A scenario argument that is neither a file nor an embedded scenario's name (`names`, those there are).
     #[error("{}: no such file, and no target scenario has that name (they are: {names})", .argument.display())]
     NoSuchScenario { argument: PathBuf, names: String },
+    /// A scenario (`shown`) with a step this target cannot play: `what` it needs, the target file's `key`.
+    #[error("{shown}: it needs {what}, which the target file does not give ({key})")]
+    NeedsKey { shown: String, what: String, key: &'static str },
     #[error(transparent)]
     ParseScenario(#[from] ParseError),
     /// A folder of scenarios that could not be listed.
@@ -237,7 +251,7 @@ pub fn fill_scenario(target: &Target, text: &str) -> Result<String, PlaceholderE
         let name = name.trim();
         match values.get(name) {
             Some(Some(value)) => Ok(value.clone()),
-            Some(None) => Err(PlaceholderError::NotGiven { name: name.to_string(), key: "tool.other_principal" }),
+            Some(None) => Err(PlaceholderError::NotGiven { name: name.to_string(), key: placeholder_key(name) }),
             None => Err(PlaceholderError::NotAScenarioPlaceholder {
                 name: name.to_string(),
                 known: values.keys().map(|k| k.to_string()).collect(),
@@ -281,8 +295,12 @@ pub fn play_once(
     let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
     let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing, plan);
-    let played = play::play(scenario, &mut world);
+    let mut played = play::play(scenario, &mut world);
     world.finish();
+    if let Some(never) = world.end_store_faults() {
+        played.failures.push(play::Failure { kind: play::FailureKind::Step, line: 0, statement: "store cut".into(), message: never });
+    }
+    let admin_deleted = world.admin_deleted as i64;
     let unfired = world.unfired();
     for event in &unfired {
         world.decisions.push(format!("fault never fired: {event}"));
@@ -298,7 +316,8 @@ pub fn play_once(
     }
     let after = probe(target, &mut fleet, &data_dir, mcpsim);
     let effects = match (before, after) {
-        (Ok(b), Ok(a)) => Ok((b, a)),
+        // What `admin delete` removed is not the server's effect: the count it starts from is lowered by it.
+        (Ok(b), Ok(a)) => Ok((b - admin_deleted, a)),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
     let events = std::mem::take(&mut fleet.events);
@@ -604,6 +623,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
     ("08-answer-lost-then-retry-elsewhere.sim", include_str!("../../targets/scenarios/08-answer-lost-then-retry-elsewhere.sim")),
     ("10-accept-delivered-twice.sim", include_str!("../../targets/scenarios/10-accept-delivered-twice.sim")),
+    ("12-item-deleted-after-the-form.sim", include_str!("../../targets/scenarios/12-item-deleted-after-the-form.sim")),
+    ("13-store-cut-between-claim-and-effect.sim", include_str!("../../targets/scenarios/13-store-cut-between-claim-and-effect.sim")),
 ];
 
 /// A target scenario to play: where it comes from (a file, or the binary's) and its text.
@@ -654,7 +675,33 @@ pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, Ru
 /// A target scenario: its text with the placeholders filled, parsed.
 pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, RunError> {
     let filled = fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
-    Ok(crate::scenario::parse(&source.shown, &source.name, &filled)?)
+    let scenario = crate::scenario::parse(&source.shown, &source.name, &filled)?;
+    if let Some((what, key)) = unplayable_step(target, &scenario) {
+        return Err(RunError::NeedsKey { shown: source.shown.clone(), what, key });
+    }
+    Ok(scenario)
+}
+
+/// A step of `scenario` this target cannot play for want of a table: a store fault without `[store]`, an
+/// admin change without its `[admin]` command. `(what, key)`.
+fn unplayable_step(target: &Target, scenario: &Scenario) -> Option<(String, &'static str)> {
+    use crate::scenario::model::AdminAction;
+    let admin = target.file.admin.clone().unwrap_or_default();
+    scenario.steps.iter().find_map(|step| match &step.action {
+        Action::StoreCut { .. } | Action::StoreLock { .. } if target.file.store.is_none() => {
+            Some((format!("line {}: `{}` (a store mcpsim can cut or lock)", step.line, step.text), "[store]"))
+        }
+        Action::Admin(action) => {
+            let (given, key) = match action {
+                AdminAction::DeleteNote { .. } => (admin.delete.is_some(), "[admin] delete"),
+                AdminAction::MoveNote { .. } => (admin.move_to.is_some(), "[admin] move"),
+                AdminAction::RenameNote { .. } => (admin.rename.is_some(), "[admin] rename"),
+                _ => return None,
+            };
+            (!given).then(|| (format!("line {}: `{}`", step.line, step.text), key))
+        }
+        _ => None,
+    })
 }
 
 /// The `.sim` files of `paths` (folders listed, sorted).
@@ -873,6 +920,63 @@ count = "result.resources"
         let text = render(&target, &report, false);
         assert!(text.contains("  fault fired: at request 2: its answer lost (read and discarded); the client retries on another instance — request 2 (round2 → t"), "{text}");
         assert!(text.contains("the client retries request 2 on t") && text.contains("with id 1000002 (retry 1 of at most"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A drawn store cut against a SQLite fleet (the planted notes server, three instances over stdio): the
+    /// dispatcher's `StoreCut` arm holds the file's write lock from request 2 (the accept) for its window; the
+    /// server waits it out and deletes once.
+    #[test]
+    fn a_drawn_store_cut_holds_a_sqlite_fleets_write_lock_through_the_dispatcher() {
+        use self::faults::{FaultAction, FaultKind, Trigger};
+        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-store-cut-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir(&dir).unwrap();
+        let file = dir.join("planted.toml");
+        std::fs::write(
+            &file,
+            r#"name = "planted notes server (no SDK), correct, its SQLite file named"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
+env = { PLANTED = "" }
+
+[store]
+kind = "sqlite"
+path = "{data_dir}/notes.db"
+
+[principals.alice]
+args = ["alice"]
+
+[tool]
+name = "notes_delete"
+arguments = { workspaceUri = "file:///notes", title = "TPS report" }
+input_key = "delete_choice"
+accept = { note_id = "note-7", confirm = true }
+principal = "alice"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#,
+        )
+        .unwrap();
+        let target = Target::load(&file).unwrap();
+        let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
+        let event =
+            FaultEvent { trigger: Trigger::Request { number: 2 }, action: FaultAction::StoreCut { after_statements: 1, outage_ms: 300 } };
+        let plan = FaultPlan { kinds: vec![FaultKind::StoreCut], events: vec![event.clone()] };
+        let played = play_once(&target, &scenario, 1, Routing::Spread, plan, "mcpsim", &dir).unwrap();
+        assert_eq!(played.fired.len(), 1, "{:?}", played.decisions);
+        assert_eq!(played.fired[0].0, event);
+        assert!(
+            played.decisions.iter().any(|d| d.starts_with("store write lock taken at request 2") && d.ends_with("held for 300 ms")),
+            "{:?}",
+            played.decisions
+        );
+        assert!(played.play.failures.is_empty(), "{:?}", played.play.failures);
+        assert_eq!(played.effects.as_ref().map(|(b, a)| b - a).unwrap(), 1, "one deletion: {:?}", played.transcript);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

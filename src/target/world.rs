@@ -5,7 +5,9 @@
 //! decide, and reports say so.
 
 use super::faults::{FaultAction, FaultEvent, FaultPlan, RetryOn, Trigger, RETRIES_MAX};
+use super::file::StoreKind;
 use super::fleet::Fleet;
+use super::store_proxy::Outage;
 use crate::framework::ports::Note;
 use crate::oracle::history::{Attempt, History, NoResponse, OperationId, Sent};
 use crate::play::world::{Annotation, ArmedFault, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
@@ -51,6 +53,36 @@ pub struct TargetWorld<'f, 't> {
     requests: usize,
     /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
     pub fired: Vec<(FaultEvent, usize, String)>,
+    /// Store faults: a `store cut` armed by its statement, and the one under way.
+    store: StoreFaults,
+    /// Items `admin delete` removed: the effect probe's `before` is lowered by as many, so the judge counts
+    /// only what the server did.
+    pub admin_deleted: usize,
+}
+
+/// The store faults of a play.
+#[derive(Default)]
+struct StoreFaults {
+    /// `store cut after N statements [for D]`, waiting for the next request.
+    armed: Option<(u32, Option<u64>)>,
+    /// The cut or lock under way.
+    active: Option<ActiveStoreFault>,
+    /// Cuts disarmed without firing, as the decision log says them.
+    never_fired: Vec<String>,
+}
+
+struct ActiveStoreFault {
+    kind: StoreKind,
+    after_statements: u32,
+    /// `None`: until the next step.
+    outage_ms: Option<u64>,
+    /// The proxy's cuts and statements before this one was armed, to see it happen.
+    cuts_before: u32,
+    statements_before: u64,
+    /// The request it was armed at.
+    request: usize,
+    /// Whether the cut was seen (and logged); a lock is in place at once.
+    fired: bool,
 }
 
 /// What the fault dispatcher made of one request about to go on the wire.
@@ -132,6 +164,8 @@ impl<'f, 't> TargetWorld<'f, 't> {
             held: Vec::new(),
             requests: 0,
             fired: Vec::new(),
+            store: StoreFaults::default(),
+            admin_deleted: 0,
         }
     }
 
@@ -176,6 +210,121 @@ impl<'f, 't> TargetWorld<'f, 't> {
         self.fired_on(event, number, &name_of(outgoing, &method), to, None)
     }
 
+    /// Before requests go on the wire: an armed `store cut` fires on the first of them.
+    fn before_wire(&mut self) {
+        let first = self.requests + 1;
+        if let Some((after_statements, outage_ms)) = self.store.armed.take() {
+            if let Err(why) = self.fire_store_cut_at(after_statements, outage_ms, first) {
+                self.decisions.push(format!("store cut not carried out: {}", why.reason()));
+            }
+        }
+    }
+
+    /// After an exchange: a cut the proxy carried out is logged once; a cut the request was answered without
+    /// is disarmed (it would otherwise fall on a later request) and reported as never fired.
+    fn after_wire(&mut self) {
+        let Some(active) = self.store.active.as_mut().filter(|a| a.kind == StoreKind::Postgres && !a.fired) else { return };
+        let Some(counts) = self.fleet.store_counts() else { return };
+        if counts.cuts > active.cuts_before {
+            active.fired = true;
+            let outage = match active.outage_ms {
+                Some(ms) => format!("for {ms} ms"),
+                None => "until the next step".into(),
+            };
+            let line = format!(
+                "store cut: {} statement(s) reached the database after request {}, then {} connection(s) were cut before the next one; \
+                 new connections refused {outage}",
+                active.after_statements, active.request, counts.connections_cut
+            );
+            self.decisions.push(line.clone());
+            self.transcript.push(format!("  {line}"));
+        } else {
+            let line = format!(
+                "store cut after {} statement(s), armed at request {}: never fired (the request was answered after {} statement(s)); disarmed",
+                active.after_statements,
+                active.request,
+                counts.statements - active.statements_before
+            );
+            self.store.active = None;
+            self.store.never_fired.push(line.clone());
+            self.fleet.store_heal();
+            self.transcript.push(format!("  {line}"));
+        }
+    }
+
+    /// A drawn plan's store cut (the dispatcher's `FaultAction::StoreCut` arm), fired at the request being put
+    /// on the wire: see [`TargetWorld::fire_store_cut_at`].
+    pub fn fire_store_cut(&mut self, after_statements: u32, outage_ms: Option<u64>) -> Result<(), Refused> {
+        let request = self.requests.max(1);
+        self.fire_store_cut_at(after_statements, outage_ms, request)
+    }
+
+    /// PostgreSQL: arms the proxy (`after_statements` more statements, then every connection cut, new ones
+    /// refused for `outage_ms`, or until the next step). SQLite: the write lock is held instead, from now, for
+    /// the window. Without `[store]`: refused, naming the table.
+    fn fire_store_cut_at(&mut self, after_statements: u32, outage_ms: Option<u64>, request: usize) -> Result<(), Refused> {
+        let kind = self.fleet.store_kind().map_err(Refused::Unsupported)?;
+        let outage = match outage_ms {
+            Some(ms) => format!("for {ms} ms"),
+            None => "until the next step".into(),
+        };
+        let (cuts_before, statements_before) = self.fleet.store_counts().map_or((0, 0), |c| (c.cuts, c.statements));
+        let line = match kind {
+            StoreKind::Postgres => {
+                let window = outage_ms.map_or(Outage::UntilHealed, |ms| Outage::For(std::time::Duration::from_millis(ms)));
+                self.fleet.store_cut(after_statements, window).map_err(Refused::Failed)?;
+                format!(
+                    "store cut armed at request {request}: {after_statements} more statement(s) reach the database, then every \
+                     connection is cut and new ones refused {outage} (which of the server's operations that falls in is its own timing)"
+                )
+            }
+            StoreKind::Sqlite => {
+                let window = outage_ms.unwrap_or(crate::scenario::parser::STORE_OUTAGE_MS_MAX);
+                self.fleet.store_lock(std::time::Duration::from_millis(window)).map_err(Refused::Failed)?;
+                format!(
+                    "store write lock taken at request {request} (a SQLite file has no connection mcpsim sees, so the lock stands for \
+                     the cut; {after_statements} statement(s) not counted), held {outage}"
+                )
+            }
+        };
+        self.decisions.push(line.clone());
+        self.transcript.push(format!("  {line}"));
+        self.store.active = Some(ActiveStoreFault {
+            kind,
+            after_statements,
+            outage_ms,
+            cuts_before,
+            statements_before,
+            request,
+            fired: kind == StoreKind::Sqlite,
+        });
+        Ok(())
+    }
+
+    /// A new step: an outage "until the next step" that has happened ends now.
+    fn next_step(&mut self) {
+        if self.store.active.as_ref().is_some_and(|a| a.fired && a.outage_ms.is_none()) {
+            self.store.active = None;
+            self.fleet.store_heal();
+            self.decisions.push("store reachable again (the step after the cut)".into());
+            self.transcript.push("  store reachable again".into());
+        }
+    }
+
+    /// The end of the play: every outage ends (the effect probe needs the store); a cut armed and never
+    /// carried out is reported. `Some`: what never fired.
+    pub fn end_store_faults(&mut self) -> Option<String> {
+        let mut never = std::mem::take(&mut self.store.never_fired);
+        if let Some((after, _)) = self.store.armed.take() {
+            never.push(format!("store cut after {after} statement(s): armed, never fired (no request followed it)"));
+        }
+        if self.store.active.take().is_some() || !never.is_empty() {
+            self.fleet.store_heal();
+        }
+        self.decisions.extend(never.iter().cloned());
+        (!never.is_empty()).then(|| never.join("; "))
+    }
+
     /// Writes that `event` fired on request `number` (`name`, to fleet instance `to`), and fires it.
     fn fired_on(&mut self, event: FaultEvent, number: usize, name: &str, to: usize, onto: Option<usize>) -> Delivery {
         let place = format!("{name} → {}", Fleet::instance_name(to));
@@ -205,7 +354,10 @@ impl<'f, 't> TargetWorld<'f, 't> {
             FaultAction::Pause { .. } => not_built("a pause (SIGSTOP)"),
             FaultAction::Crash { .. } => not_built("a crash between delivery and answer"),
             FaultAction::ClockSkew { .. } => not_built("a clock skew"),
-            FaultAction::StoreCut { .. } => not_built("a store cut"),
+            FaultAction::StoreCut { after_statements, outage_ms } => match self.fire_store_cut(*after_statements, Some(*outage_ms)) {
+                Ok(()) => return Delivery::Plain,
+                Err(why) => format!("fault not applied: {}; the request goes out as usual", why.reason()),
+            },
         };
         self.decisions.push(refusal.clone());
         self.transcript.push(format!("  {refusal}"));
@@ -228,6 +380,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
         let mut ids = Vec::new();
         // Requests a fault left without their answer, for the client's retry: (operation, retry, where, wire).
         let mut lost: Vec<(OperationId, RetryOn, usize, Outgoing, String)> = Vec::new();
+        self.before_wire();
         for wire in wires {
             let delivery = self.dispatch(&wire.outgoing, wire.to);
             let id = self.record_sent(&wire);
@@ -287,6 +440,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 None => self.record_answer(id, to, answer.map_err(|lost| lost.message)),
             }
         }
+        self.after_wire();
         self.release_held(|held| held.remaining == 0, "its later requests went out");
         for (id, retry, to, outgoing, principal) in lost {
             self.retry_lost(id, retry, to, outgoing, principal);
@@ -457,7 +611,9 @@ impl World for TargetWorld<'_, '_> {
                 Item::Send(outgoing) => sends.push(outgoing),
                 Item::Browse(_) => return Err(Refused::Unsupported(crate::play::world::NO_BROWSER.into())),
                 Item::Admin(_) => {
-                    return Err(Refused::Unsupported("a target's store is its own: mcpsim makes no admin change in it".into()))
+                    return Err(Refused::Unsupported(
+                        "an admin change runs between steps against a target, not inside a parallel block".into(),
+                    ))
                 }
             }
         }
@@ -517,8 +673,30 @@ impl World for TargetWorld<'_, '_> {
         }
     }
 
-    fn admin(&mut self, _action: &AdminAction) -> Result<(), Refused> {
-        Err(Refused::Unsupported("a target's store is its own: mcpsim makes no admin change in it".into()))
+    fn admin(&mut self, action: &AdminAction) -> Result<(), Refused> {
+        let (key, values): (&'static str, Vec<(&'static str, &str)>) = match action {
+            AdminAction::DeleteNote { note_id } => ("delete", vec![("id", note_id)]),
+            AdminAction::MoveNote { note_id, uri } => ("move", vec![("id", note_id), ("uri", uri)]),
+            AdminAction::RenameNote { note_id, title } => ("rename", vec![("id", note_id), ("title", title)]),
+            _ => {
+                return Err(Refused::Unsupported("a target runs only admin delete, move and rename (the [admin] table's commands)".into()))
+            }
+        };
+        match self.fleet.admin(key, &values) {
+            Ok(Some(shown)) => {
+                if key == "delete" {
+                    self.admin_deleted += 1;
+                }
+                // The command itself (with the run's paths) is in the fleet's events; the decision stays the same
+                // from run to run.
+                let id = values.first().map_or("", |(_, id)| id);
+                self.decisions.push(format!("admin {key} {id}: the target file's [admin] {key} command exited 0"));
+                self.transcript.push(format!("  admin {key} {id}: ran `{shown}`"));
+                Ok(())
+            }
+            Ok(None) => Err(Refused::Unsupported(format!("the target file has no [admin] {key} command"))),
+            Err(error) => Err(Refused::Failed(error.to_string())),
+        }
     }
 
     fn advance(&mut self, duration_ms: u64) -> Result<(), Refused> {
@@ -585,7 +763,32 @@ impl World for TargetWorld<'_, '_> {
         Err(Unobservable::TargetExports)
     }
 
+    fn store_cut(&mut self, after_statements: u32, outage_ms: Option<u64>) -> Result<(), Refused> {
+        self.fleet.store_kind().map_err(Refused::Unsupported)?;
+        self.store.armed = Some((after_statements, outage_ms));
+        self.decisions
+            .push(format!("store cut after {after_statements} statement(s) armed: it fires on the next request any instance receives"));
+        Ok(())
+    }
+
+    fn store_lock(&mut self, window_ms: u64) -> Result<(), Refused> {
+        match self.fleet.store_kind().map_err(Refused::Unsupported)? {
+            StoreKind::Sqlite => {
+                self.fleet.store_lock(std::time::Duration::from_millis(window_ms)).map_err(Refused::Failed)?;
+                self.decisions.push(format!("store write lock held for {window_ms} ms from now (BEGIN IMMEDIATE)"));
+                self.transcript.push(format!("  store write lock held for {window_ms} ms"));
+                Ok(())
+            }
+            StoreKind::Postgres => Err(Refused::Unsupported(
+                "a PostgreSQL store is cut through mcpsim's proxy (`store cut after N statements`), not locked".into(),
+            )),
+        }
+    }
+
     fn annotate(&mut self, annotation: Annotation) {
+        if matches!(annotation, Annotation::Step { .. }) {
+            self.next_step();
+        }
         match annotation {
             Annotation::Step { line, text, .. } => self.transcript.push(format!("line {line}: {text}")),
             Annotation::Substep { line, text } => self.transcript.push(format!("line {line}:   {text}")),
