@@ -25,6 +25,7 @@ pub mod fleet;
 pub mod process;
 pub mod world;
 
+use self::faults::{FaultEvent, FaultPlan};
 use self::file::{PlaceholderError, Scope, Target};
 use self::fleet::{Fleet, FleetError};
 use self::process::ProcessError;
@@ -248,6 +249,12 @@ pub struct PlayedOnce {
     pub transcript: Vec<String>,
     /// Processes started, killed, setup commands run.
     pub events: Vec<String>,
+    /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
+    // Read by `explore --target --faults`'s coverage (issue 37); the decisions say the same in words.
+    #[allow(dead_code)]
+    pub fired: Vec<(FaultEvent, usize, String)>,
+    /// Faults planned or armed that never fired (also in `decisions`): a failure of a play that wanted them.
+    pub unfired: Vec<FaultEvent>,
     /// The effect probe before and after (`Err`: why it could not be read).
     pub effects: Result<(i64, i64), RunError>,
 }
@@ -258,6 +265,7 @@ pub fn play_once(
     scenario: &Scenario,
     seed: u64,
     routing: Routing,
+    plan: FaultPlan,
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<PlayedOnce, RunError> {
@@ -267,8 +275,13 @@ pub fn play_once(
     create_private_dir(&data_dir)?;
     let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
-    let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing);
+    let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing, plan);
     let played = play::play(scenario, &mut world);
+    let unfired = world.unfired();
+    for event in &unfired {
+        world.decisions.push(format!("fault never fired: {event}"));
+    }
+    let fired = std::mem::take(&mut world.fired);
     let (decisions, transcript) = (std::mem::take(&mut world.decisions), std::mem::take(&mut world.transcript));
     let history = world.into_history();
     // A probe needs every instance up: a scenario that ends with one killed has it restarted first.
@@ -285,7 +298,7 @@ pub fn play_once(
     let events = std::mem::take(&mut fleet.events);
     drop(fleet);
     let _ = std::fs::remove_dir_all(&data_dir);
-    Ok(PlayedOnce { play: played, history, decisions, transcript, events, effects })
+    Ok(PlayedOnce { play: played, history, decisions, transcript, events, fired, unfired, effects })
 }
 
 /// A fresh data directory, mode 0700 (its parent, the run's work directory, is 0700 too).
@@ -633,7 +646,9 @@ fn input_key_mismatches(target: &Target, history: &History) -> Vec<String> {
 }
 
 fn failures_of(played: &PlayedOnce) -> Vec<String> {
-    played.play.failures.iter().map(|f| f.to_string().replace('\n', " ")).collect()
+    let failures = played.play.failures.iter().map(|f| f.to_string().replace('\n', " "));
+    // A fault the play wanted and never got is no pass: what it would have shown was never tried.
+    failures.chain(played.unfired.iter().map(|event| format!("fault armed, never fired: {event}"))).collect()
 }
 
 /// Plays `scenario` (spread, then on one instance), judges, and re-runs a failure `reruns` times from its
@@ -646,8 +661,12 @@ pub fn run_scenario(
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<ScenarioReport, RunError> {
-    let spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
-    let one = if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+    let spread = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
+    let one = if target.file.instances > 1 {
+        Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?)
+    } else {
+        None
+    };
     let masks = target.masks();
     let findings = judge(scenario, &spread, one.as_ref(), &masks);
     let mut failures = failures_of(&spread);
@@ -657,12 +676,15 @@ pub fn run_scenario(
         let wanted = report.properties();
         let mut again = 0;
         for _ in 0..reruns {
-            let rerun = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
+            let rerun = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
             if rerun.decisions != report.spread.decisions {
                 return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
             }
-            let one =
-                if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+            let one = if target.file.instances > 1 {
+                Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?)
+            } else {
+                None
+            };
             let findings = judge(scenario, &rerun, one.as_ref(), &masks);
             let properties: Vec<Property> = findings.iter().map(|f| f.property).collect();
             let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };

@@ -4,6 +4,7 @@
 //! exchange. Its decisions are logged; what the servers do inside (their timing, their stores) is not its to
 //! decide, and reports say so.
 
+use super::faults::{FaultAction, FaultEvent, FaultPlan, Trigger};
 use super::fleet::Fleet;
 use crate::framework::ports::Note;
 use crate::oracle::history::{History, NoResponse, OperationId, Sent};
@@ -39,10 +40,27 @@ pub struct TargetWorld<'f, 't> {
     pub decisions: Vec<String>,
     /// Every message, with the fleet instance that took it.
     pub transcript: Vec<String>,
+    /// The drawn (or given) plan's events, each with whether it fired.
+    plan: Vec<(FaultEvent, bool)>,
+    /// Events armed by the scenario's statements (`drop answer …`, `duplicate …`, `hold …`), not fired yet.
+    armed: Vec<FaultEvent>,
+    /// Requests put on the wire so far (first attempts, retries and copies alike): a drawn trigger's count.
+    requests: usize,
+    /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
+    pub fired: Vec<(FaultEvent, usize, String)>,
+}
+
+/// What the fault dispatcher made of one request about to go on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// Written and answered as without faults.
+    Plain,
 }
 
 impl<'f, 't> TargetWorld<'f, 't> {
-    pub fn new(scenario: &'f Scenario, fleet: &'f mut Fleet<'t>, seed: u64, routing: Routing) -> TargetWorld<'f, 't> {
+    /// `plan`: the faults of this play (`FaultPlan::default()` for none); each fires on the request its
+    /// trigger names, and is written in the decisions when it does.
+    pub fn new(scenario: &'f Scenario, fleet: &'f mut Fleet<'t>, seed: u64, routing: Routing, plan: FaultPlan) -> TargetWorld<'f, 't> {
         let mut rng = stream(seed, Stream::Scheduler);
         let mut permutation: Vec<usize> = (0..fleet.len()).collect();
         for i in (1..permutation.len()).rev() {
@@ -64,7 +82,89 @@ impl<'f, 't> TargetWorld<'f, 't> {
             })
             .collect();
         decisions.push(format!("route {}", mapping.join(", ")));
-        TargetWorld { scenario, fleet, routing, permutation, rng, history: History::default(), decisions, transcript: Vec::new() }
+        for event in &plan.events {
+            decisions.push(format!("fault planned: {event}"));
+        }
+        TargetWorld {
+            scenario,
+            fleet,
+            routing,
+            permutation,
+            rng,
+            history: History::default(),
+            decisions,
+            transcript: Vec::new(),
+            plan: plan.events.into_iter().map(|event| (event, false)).collect(),
+            armed: Vec::new(),
+            requests: 0,
+            fired: Vec::new(),
+        }
+    }
+
+    /// Counts one request going on the wire (scenario instance `instance`, to fleet instance `to`) and fires
+    /// the fault whose trigger it meets, if one does: a drawn event at its request number (or the first
+    /// request after it a fault applies to: not a notification), else the oldest armed event for this instance
+    /// and method. One fault per request; another that matches waits for the next.
+    fn dispatch(&mut self, outgoing: &Outgoing, to: usize) -> Delivery {
+        self.requests += 1;
+        let number = self.requests;
+        if outgoing.notification {
+            return Delivery::Plain;
+        }
+        let method = outgoing
+            .value
+            .clone()
+            .or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok())
+            .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string));
+        let drawn =
+            self.plan.iter().position(|(event, fired)| !fired && matches!(event.trigger, Trigger::Request { number: at } if at <= number));
+        let event = match drawn {
+            Some(at) => {
+                self.plan[at].1 = true;
+                self.plan[at].0.clone()
+            }
+            None => {
+                let armed = self.armed.iter().position(|event| match &event.trigger {
+                    Trigger::Next { instance, method: wanted } => {
+                        *instance == outgoing.instance && wanted.as_ref().is_none_or(|m| method.as_deref() == Some(m.as_str()))
+                    }
+                    Trigger::Request { .. } => false,
+                });
+                match armed {
+                    Some(at) => self.armed.remove(at),
+                    None => return Delivery::Plain,
+                }
+            }
+        };
+        let name = outgoing.name.clone().unwrap_or_else(|| method.clone().unwrap_or_else(|| "a request".into()));
+        let place = format!("{name} → {}", Fleet::instance_name(to));
+        self.decisions.push(format!("fault fired: {event} — request {number} ({place})"));
+        self.fired.push((event.clone(), number, place));
+        self.fire(&event, to)
+    }
+
+    /// The dispatcher's one arm per action: what the fault does to this request (to fleet instance `to`).
+    fn fire(&mut self, event: &FaultEvent, to: usize) -> Delivery {
+        let _ = to;
+        let not_built = |what: &str| format!("fault not applied: {what} against a target is not built yet; the request goes out as usual");
+        let refusal = match &event.action {
+            FaultAction::LoseAnswer { .. } => not_built("a lost answer"),
+            FaultAction::Duplicate { .. } => not_built("a duplicate"),
+            FaultAction::Hold { .. } => not_built("a held request"),
+            FaultAction::Pause { .. } => not_built("a pause (SIGSTOP)"),
+            FaultAction::Crash { .. } => not_built("a crash between delivery and answer"),
+            FaultAction::ClockSkew { .. } => not_built("a clock skew"),
+            FaultAction::StoreCut { .. } => not_built("a store cut"),
+        };
+        self.decisions.push(refusal.clone());
+        self.transcript.push(format!("  {refusal}"));
+        Delivery::Plain
+    }
+
+    /// Drawn events that never fired (the play sent fewer requests than they wait for) and armed ones never
+    /// met: reported, never silently passed.
+    pub fn unfired(&self) -> Vec<FaultEvent> {
+        self.plan.iter().filter(|(_, fired)| !fired).map(|(event, _)| event.clone()).chain(self.armed.iter().cloned()).collect()
     }
 
     pub fn into_history(self) -> History {
@@ -117,6 +217,7 @@ impl World for TargetWorld<'_, '_> {
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
         let to = self.route(outgoing.instance);
         let principal = self.principal(outgoing.client);
+        let Delivery::Plain = self.dispatch(&outgoing, to);
         let answer = self.fleet.exchange_all(&[(to, principal, outgoing.clone())]).pop().expect("one answer per send");
         Ok(self.record(&outgoing, to, answer.map_err(|lost| lost.message)))
     }
@@ -143,6 +244,9 @@ impl World for TargetWorld<'_, '_> {
         self.decisions.push(format!("line {line}: parallel released in the order {}", names.join(", ")));
         let batch: Vec<(usize, String, Outgoing)> =
             order.iter().map(|&i| (self.route(sends[i].instance), self.principal(sends[i].client), sends[i].clone())).collect();
+        for (to, _, outgoing) in &batch {
+            let Delivery::Plain = self.dispatch(outgoing, *to);
+        }
         let answers = self.fleet.exchange_all(&batch);
         let mut by_item: Vec<Option<OperationId>> = vec![None; sends.len()];
         for (&i, ((to, _, outgoing), answer)) in order.iter().zip(batch.iter().zip(answers)) {
