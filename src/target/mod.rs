@@ -19,6 +19,7 @@
 
 pub mod attack;
 pub mod contain;
+pub mod explore;
 pub mod faults;
 pub mod file;
 pub mod fleet;
@@ -647,48 +648,75 @@ fn input_key_mismatches(target: &Target, history: &History) -> Vec<String> {
 
 fn failures_of(played: &PlayedOnce) -> Vec<String> {
     let failures = played.play.failures.iter().map(|f| f.to_string().replace('\n', " "));
-    // A fault the play wanted and never got is no pass: what it would have shown was never tried.
-    failures.chain(played.unfired.iter().map(|event| format!("fault armed, never fired: {event}"))).collect()
+    // A fault the scenario armed and never got is no pass: what it would have shown was never tried. A drawn
+    // event that never fired is the exploration's coverage to report (`target::explore`), not the scenario's.
+    let armed = played.unfired.iter().filter(|event| matches!(event.trigger, faults::Trigger::Next { .. }));
+    failures.chain(armed.map(|event| format!("fault armed, never fired: {event}"))).collect()
 }
 
-/// Plays `scenario` (spread, then on one instance), judges, and re-runs a failure `reruns` times from its
-/// decision log.
+/// One judged play of `scenario` under `plan`: spread over the fleet, and (more than one instance) on one
+/// instance under the same plan, each on a fresh fleet; the findings, and the failures of the spread play.
+pub fn play_judged(
+    target: &Target,
+    scenario: &Scenario,
+    seed: u64,
+    plan: &FaultPlan,
+    mcpsim: &str,
+    work_dir: &Path,
+) -> Result<(PlayedOnce, Vec<Finding>, Vec<String>), RunError> {
+    let spread = play_once(target, scenario, seed, Routing::Spread, plan.clone(), mcpsim, work_dir)?;
+    let one = if target.file.instances > 1 {
+        Some(play_once(target, scenario, seed, Routing::One, plan.clone(), mcpsim, work_dir)?)
+    } else {
+        None
+    };
+    let findings = judge(scenario, &spread, one.as_ref(), &target.masks());
+    let mut failures = failures_of(&spread);
+    failures.extend(input_key_mismatches(target, &spread.history));
+    Ok((spread, findings, failures))
+}
+
+/// What a judged play broke, as the shrinker reads it (`None`: it held).
+pub fn verdict_of(findings: &[Finding], failures: &[String]) -> explore::Verdict {
+    if findings.is_empty() && failures.is_empty() {
+        return None;
+    }
+    let mut properties: Vec<Property> = Vec::new();
+    for finding in findings {
+        if !properties.contains(&finding.property) {
+            properties.push(finding.property);
+        }
+    }
+    Some(properties)
+}
+
+/// Plays `scenario` under `plan` (spread, then on one instance), judges, and re-runs a failure `reruns` times
+/// from its decision log and plan. Without faults a re-run that decides otherwise is mcpsim's bug; under
+/// faults the decisions also follow the servers' answers (a retry goes out when an answer is lost), so such a
+/// re-run counts as not reproduced.
 pub fn run_scenario(
     target: &Target,
     scenario: &Scenario,
     seed: u64,
+    plan: &FaultPlan,
     reruns: usize,
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<ScenarioReport, RunError> {
-    let spread = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
-    let one = if target.file.instances > 1 {
-        Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?)
-    } else {
-        None
-    };
-    let masks = target.masks();
-    let findings = judge(scenario, &spread, one.as_ref(), &masks);
-    let mut failures = failures_of(&spread);
-    failures.extend(input_key_mismatches(target, &spread.history));
+    let (spread, findings, failures) = play_judged(target, scenario, seed, plan, mcpsim, work_dir)?;
     let mut report = ScenarioReport { name: scenario.name.clone(), seed, spread, findings, failures, reproduced: None };
     if !report.passed() && reruns > 0 {
         let wanted = report.properties();
         let mut again = 0;
         for _ in 0..reruns {
-            let rerun = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
+            let (rerun, findings, failures) = play_judged(target, scenario, seed, plan, mcpsim, work_dir)?;
             if rerun.decisions != report.spread.decisions {
-                return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
+                if plan.events.is_empty() {
+                    return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
+                }
+                continue;
             }
-            let one = if target.file.instances > 1 {
-                Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?)
-            } else {
-                None
-            };
-            let findings = judge(scenario, &rerun, one.as_ref(), &masks);
-            let properties: Vec<Property> = findings.iter().map(|f| f.property).collect();
-            let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };
-            if same {
+            if explore::same_failure(&wanted, &verdict_of(&findings, &failures)) {
                 again += 1;
             }
         }
