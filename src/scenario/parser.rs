@@ -29,8 +29,26 @@ pub(crate) const STORE_OUTAGE_CALLS_MAX: usize = 100;
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 11] =
     ["use", "principal", "note", "key", "instance", "gateway", "client", "browser", "state-ttl", "replay", "latency"];
-const STEPS: [&str; 14] = [
-    "let", "send", "notify", "answer", "browse", "admin", "advance", "crash", "restart", "rotate", "retire", "store", "parallel", "expect",
+const STEPS: [&str; 19] = [
+    "let",
+    "send",
+    "notify",
+    "answer",
+    "browse",
+    "admin",
+    "advance",
+    "crash",
+    "restart",
+    "rotate",
+    "retire",
+    "store",
+    "parallel",
+    "expect",
+    "drop",
+    "duplicate",
+    "hold",
+    "release",
+    "retry",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -944,10 +962,59 @@ impl<'a> Parser<'a> {
             }
             "parallel" => self.parallel()?,
             "expect" => Action::Expect(self.expectation()?),
+            "drop" => {
+                self.expect_keyword("answer", "(`drop answer from I to tools/call`)")?;
+                self.expect_keyword("from", "and the instance that answers (`drop answer from I to tools/call`)")?;
+                let instance = self.instance()?;
+                self.expect_keyword("to", "and the method whose answer is lost (`drop answer from I to tools/call`)")?;
+                let method = self.method()?;
+                let closing = self.keyword("closing");
+                if closing {
+                    self.expect_keyword("the", "(`closing the connection`)")?;
+                    self.expect_keyword("connection", "(`closing the connection`)")?;
+                }
+                Action::Arm { instance, method, fault: MessageFault::DropAnswer { closing } }
+            }
+            "duplicate" => {
+                let method = self.method()?;
+                self.expect_keyword("to", "and the instance it goes to (`duplicate tools/call to I [onto J]`)")?;
+                let instance = self.instance()?;
+                let onto = if self.keyword("onto") { Some(self.instance()?) } else { None };
+                Action::Arm { instance, method, fault: MessageFault::Duplicate { onto } }
+            }
+            "hold" => {
+                let method = self.method()?;
+                self.expect_keyword("to", "and the instance it goes to (`hold tools/call to I`)")?;
+                let instance = self.instance()?;
+                Action::Arm { instance, method, fault: MessageFault::Hold }
+            }
+            "release" => Action::Release { instance: self.instance()? },
+            "retry" => {
+                let of = self.answer_name()?;
+                self.arrow("between the answer retried and the instance")?;
+                let instance = self.instance()?;
+                let mut name = None;
+                if self.keyword("as") {
+                    let (bound, at) = self.name("the name of the retry's answer")?;
+                    if self.bound.contains(&bound) {
+                        return Err(self.error_at(at, format!("${bound} is already bound; choose another name")));
+                    }
+                    self.bound.insert(bound.clone());
+                    self.answers.insert(bound.clone());
+                    name = Some(bound);
+                }
+                Action::Retry { of, instance, name }
+            }
             _ => unreachable!("STEPS lists what is handled here"),
         };
         self.end_statement(keyword).map_err(|e| if e.line < start.line { self.error_at(start, e.message) } else { e })?;
         Ok(action)
+    }
+
+    /// A JSON-RPC method (`tools/call`).
+    fn method(&mut self) -> Result<String, ParseError> {
+        let (method, _) = self.word().ok_or_else(|| self.expected("a method (e.g. tools/call)"))?;
+        Ok(method)
     }
 
     fn instance(&mut self) -> Result<String, ParseError> {

@@ -5,7 +5,7 @@
 use super::cluster::{Cluster, CrashTrigger, SimError};
 use super::engine::faults::StoreName;
 use crate::framework::ports::Note;
-use crate::oracle::history::{History, OperationId};
+use crate::oracle::history::{Attempt, History, OperationId};
 use crate::play::world::{Annotation, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::TriggerSpec;
 use crate::servers::gateway::backends::ExportRecord;
@@ -149,6 +149,10 @@ impl World for SimWorld {
 
     fn retire(&mut self, instances: &[usize], key_id: &str) -> Result<(), Refused> {
         self.cluster.retire(instances, key_id).map_err(|error| Refused::Failed(error.to_string()))
+    }
+
+    fn mark_attempt(&mut self, id: OperationId, attempt: Attempt) {
+        self.cluster.mark_attempt(id, attempt);
     }
 
     fn history(&self) -> &History {

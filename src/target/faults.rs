@@ -16,6 +16,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Most times a client sends a request again after faults left it unanswered (its first attempt not
+/// counted): more than the faults a drawn plan holds (two per kind), so a plan alone never exhausts it.
+pub const RETRIES_MAX: u32 = 2 * FaultKind::ALL.len() as u32 + 2;
+
 /// The kinds of fault `--faults` turns on against a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -292,6 +296,7 @@ impl std::fmt::Display for FaultEvent {
             FaultAction::LoseAnswer { close_connection: false, retry } => write!(f, "its answer lost (read and discarded); {retry}"),
             FaultAction::Duplicate { other: true } => f.write_str("delivered twice, to its instance and another"),
             FaultAction::Duplicate { other: false } => f.write_str("delivered twice to its instance"),
+            FaultAction::Hold { overtaken_by: usize::MAX } => f.write_str("held back until the scenario releases it"),
             FaultAction::Hold { overtaken_by } => write!(f, "held back until {overtaken_by} later request(s) went out"),
             FaultAction::Pause { resumed_after, retry } => {
                 write!(f, "its instance paused (SIGSTOP) once it has it, continued after {resumed_after} later request(s); {retry}")

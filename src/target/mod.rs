@@ -278,6 +278,7 @@ pub fn play_once(
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
     let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing, plan);
     let played = play::play(scenario, &mut world);
+    world.finish();
     let unfired = world.unfired();
     for event in &unfired {
         world.decisions.push(format!("fault never fired: {event}"));

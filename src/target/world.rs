@@ -4,11 +4,11 @@
 //! exchange. Its decisions are logged; what the servers do inside (their timing, their stores) is not its to
 //! decide, and reports say so.
 
-use super::faults::{FaultAction, FaultEvent, FaultPlan, Trigger};
+use super::faults::{FaultAction, FaultEvent, FaultPlan, RetryOn, Trigger, RETRIES_MAX};
 use super::fleet::Fleet;
 use crate::framework::ports::Note;
-use crate::oracle::history::{History, NoResponse, OperationId, Sent};
-use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, Unobservable, World};
+use crate::oracle::history::{Attempt, History, NoResponse, OperationId, Sent};
+use crate::play::world::{Annotation, ArmedFault, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::{AdminAction, Scenario, TriggerSpec};
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::engine::random::{below, stream, Stream};
@@ -42,8 +42,11 @@ pub struct TargetWorld<'f, 't> {
     pub transcript: Vec<String>,
     /// The drawn (or given) plan's events, each with whether it fired.
     plan: Vec<(FaultEvent, bool)>,
-    /// Events armed by the scenario's statements (`drop answer …`, `duplicate …`, `hold …`), not fired yet.
-    armed: Vec<FaultEvent>,
+    /// Events armed by the scenario's statements (`drop answer …`, `duplicate …`, `hold …`), not fired yet,
+    /// each with the fleet instance a `duplicate … onto J` copies to.
+    armed: Vec<(FaultEvent, Option<usize>)>,
+    /// Requests held back, in the order they were held.
+    held: Vec<Held>,
     /// Requests put on the wire so far (first attempts, retries and copies alike): a drawn trigger's count.
     requests: usize,
     /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
@@ -51,10 +54,35 @@ pub struct TargetWorld<'f, 't> {
 }
 
 /// What the fault dispatcher made of one request about to go on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Delivery {
     /// Written and answered as without faults.
     Plain,
+    /// Written; its whole answer read, then discarded (`fault`: the decision line).
+    Discard { fault: String, retry: RetryOn },
+    /// Written, and the client stops waiting right away (HTTP: the connection closed before any answer byte).
+    Close { fault: String, retry: RetryOn },
+    /// Written, and a copy (same bytes, same id) to fleet instance `to` before either answer is read.
+    Copy { to: usize },
+    /// Not written now: after `overtaken_by` later requests went out (`usize::MAX`: at `release`), or at the
+    /// end of the play.
+    Hold { overtaken_by: usize, fault: String },
+}
+
+/// One request to put on the wire: to fleet instance `to`, as `principal`; `attempt` when it repeats another.
+struct Wire {
+    to: usize,
+    principal: String,
+    outgoing: Outgoing,
+    attempt: Option<Attempt>,
+}
+
+/// A held request, already in the history (pending).
+struct Held {
+    id: OperationId,
+    wire: Wire,
+    /// Later requests still to go out before it does (`usize::MAX`: until `release`).
+    remaining: usize,
 }
 
 impl<'f, 't> TargetWorld<'f, 't> {
@@ -85,17 +113,23 @@ impl<'f, 't> TargetWorld<'f, 't> {
         for event in &plan.events {
             decisions.push(format!("fault planned: {event}"));
         }
+        let mut history = History::default();
+        if !plan.events.is_empty() {
+            // A drawn plan's clients retry what a fault left unanswered, as real clients do.
+            history.clients_now_retry();
+        }
         TargetWorld {
             scenario,
             fleet,
             routing,
             permutation,
             rng,
-            history: History::default(),
+            history,
             decisions,
             transcript: Vec::new(),
             plan: plan.events.into_iter().map(|event| (event, false)).collect(),
             armed: Vec::new(),
+            held: Vec::new(),
             requests: 0,
             fired: Vec::new(),
         }
@@ -124,33 +158,50 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 self.plan[at].0.clone()
             }
             None => {
-                let armed = self.armed.iter().position(|event| match &event.trigger {
+                let armed = self.armed.iter().position(|(event, _)| match &event.trigger {
                     Trigger::Next { instance, method: wanted } => {
                         *instance == outgoing.instance && wanted.as_ref().is_none_or(|m| method.as_deref() == Some(m.as_str()))
                     }
                     Trigger::Request { .. } => false,
                 });
                 match armed {
-                    Some(at) => self.armed.remove(at),
+                    Some(at) => {
+                        let (event, onto) = self.armed.remove(at);
+                        return self.fired_on(event, number, &name_of(outgoing, &method), to, onto);
+                    }
                     None => return Delivery::Plain,
                 }
             }
         };
-        let name = outgoing.name.clone().unwrap_or_else(|| method.clone().unwrap_or_else(|| "a request".into()));
-        let place = format!("{name} → {}", Fleet::instance_name(to));
-        self.decisions.push(format!("fault fired: {event} — request {number} ({place})"));
-        self.fired.push((event.clone(), number, place));
-        self.fire(&event, to)
+        self.fired_on(event, number, &name_of(outgoing, &method), to, None)
     }
 
-    /// The dispatcher's one arm per action: what the fault does to this request (to fleet instance `to`).
-    fn fire(&mut self, event: &FaultEvent, to: usize) -> Delivery {
-        let _ = to;
+    /// Writes that `event` fired on request `number` (`name`, to fleet instance `to`), and fires it.
+    fn fired_on(&mut self, event: FaultEvent, number: usize, name: &str, to: usize, onto: Option<usize>) -> Delivery {
+        let place = format!("{name} → {}", Fleet::instance_name(to));
+        let line = format!("{event} — request {number} ({place})");
+        self.decisions.push(format!("fault fired: {line}"));
+        self.transcript.push(format!("  fault fired: {line}"));
+        self.fired.push((event.clone(), number, place));
+        self.fire(&event, line, to, onto)
+    }
+
+    /// The dispatcher's one arm per action: what the fault does to this request (to fleet instance `to`;
+    /// `onto`: the instance a scenario's `duplicate … onto J` names). `line`: the fault's decision line.
+    fn fire(&mut self, event: &FaultEvent, line: String, to: usize, onto: Option<usize>) -> Delivery {
         let not_built = |what: &str| format!("fault not applied: {what} against a target is not built yet; the request goes out as usual");
         let refusal = match &event.action {
-            FaultAction::LoseAnswer { .. } => not_built("a lost answer"),
-            FaultAction::Duplicate { .. } => not_built("a duplicate"),
-            FaultAction::Hold { .. } => not_built("a held request"),
+            FaultAction::LoseAnswer { close_connection: false, retry } => return Delivery::Discard { fault: line, retry: *retry },
+            FaultAction::LoseAnswer { close_connection: true, retry } => return Delivery::Close { fault: line, retry: *retry },
+            FaultAction::Duplicate { other } => {
+                let copy_to = match (onto, other) {
+                    (Some(onto), _) => onto,
+                    (None, true) => self.next_live(to),
+                    (None, false) => to,
+                };
+                return Delivery::Copy { to: copy_to };
+            }
+            FaultAction::Hold { overtaken_by } => return Delivery::Hold { overtaken_by: *overtaken_by, fault: line },
             FaultAction::Pause { .. } => not_built("a pause (SIGSTOP)"),
             FaultAction::Crash { .. } => not_built("a crash between delivery and answer"),
             FaultAction::ClockSkew { .. } => not_built("a clock skew"),
@@ -161,10 +212,157 @@ impl<'f, 't> TargetWorld<'f, 't> {
         Delivery::Plain
     }
 
+    /// The live fleet instance after `to` in the play's routing order (cyclically): where a client fails over
+    /// to; `to` itself when it is the only one up.
+    fn next_live(&self, to: usize) -> usize {
+        let at = self.permutation.iter().position(|&i| i == to).unwrap_or(0);
+        let count = self.permutation.len();
+        (1..count).map(|step| self.permutation[(at + step) % count]).find(|&i| !self.fleet.is_down(i)).unwrap_or(to)
+    }
+
+    /// Puts `wires` on the wire in order, each as the dispatcher says, then reads the answers awaited (in the
+    /// same order), releases the held requests whose time came, and retries what a drawn fault lost. The
+    /// operations of `wires`, in order.
+    fn put(&mut self, wires: Vec<Wire>) -> Vec<OperationId> {
+        let mut flights = Vec::new();
+        let mut ids = Vec::new();
+        // Requests a fault left without their answer, for the client's retry: (operation, retry, where, wire).
+        let mut lost: Vec<(OperationId, RetryOn, usize, Outgoing, String)> = Vec::new();
+        for wire in wires {
+            let delivery = self.dispatch(&wire.outgoing, wire.to);
+            let id = self.record_sent(&wire);
+            ids.push(id);
+            for held in &mut self.held {
+                if held.remaining != usize::MAX {
+                    held.remaining = held.remaining.saturating_sub(1);
+                }
+            }
+            match delivery {
+                Delivery::Plain => flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None)),
+                Delivery::Discard { fault, retry } => {
+                    let flight = self.fleet.write(wire.to, &wire.principal, &wire.outgoing);
+                    lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
+                    flights.push((id, wire.to, flight, Some(fault)));
+                }
+                Delivery::Close { fault, retry } => {
+                    let target = Fleet::instance_name(wire.to);
+                    match self.fleet.write_and_close(wire.to, &wire.principal, &wire.outgoing) {
+                        Ok(()) => {
+                            self.transcript.push(format!("  {target}: the request written, the client stopped waiting (its answer lost)"))
+                        }
+                        Err(why) => self.transcript.push(format!("  {target} gave no answer: {}", why.message)),
+                    }
+                    self.history.lost_to_fault(id, fault);
+                    lost.push((id, retry, wire.to, wire.outgoing, wire.principal));
+                }
+                Delivery::Copy { to } => {
+                    flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None));
+                    // The copy is a request on the wire too (counted, never itself faulted).
+                    self.requests += 1;
+                    let instance = self.instance_label(wire.outgoing.instance, to);
+                    let copy = self.history.attempt(Attempt::Duplicate { of: id }, instance, 0);
+                    let target = Fleet::instance_name(to);
+                    self.transcript
+                        .push(format!("→ {target} (a copy, by the network): {}", String::from_utf8_lossy(&wire.outgoing.bytes())));
+                    flights.push((copy, to, self.fleet.write(to, &wire.principal, &wire.outgoing), None));
+                }
+                Delivery::Hold { overtaken_by, fault } => {
+                    self.transcript.push(format!("  {}: held back, not written ({fault})", Fleet::instance_name(wire.to)));
+                    self.held.push(Held { id, wire, remaining: overtaken_by });
+                }
+            }
+        }
+        for (id, to, flight, discard) in flights {
+            let answer = self.fleet.read(flight);
+            match discard {
+                Some(fault) => {
+                    let target = Fleet::instance_name(to);
+                    match answer {
+                        Ok(Some(value)) => self.transcript.push(format!("  {target} answered (discarded, the answer lost): {value}")),
+                        Ok(None) => self.transcript.push(format!("  {target} answered nothing (a notification)")),
+                        Err(why) => self.transcript.push(format!("  {target} gave no answer: {}", why.message)),
+                    }
+                    self.history.lost_to_fault(id, fault);
+                }
+                None => self.record_answer(id, to, answer.map_err(|lost| lost.message)),
+            }
+        }
+        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].remaining == 0).collect();
+        if !due.is_empty() {
+            self.release_held(due, "its later requests went out");
+        }
+        for (id, retry, to, outgoing, principal) in lost {
+            self.retry_lost(id, retry, to, outgoing, principal);
+        }
+        ids
+    }
+
+    /// Writes the held requests at `indices` (of `self.held`) and records their answers.
+    fn release_held(&mut self, indices: Vec<usize>, why: &str) {
+        let mut released = Vec::new();
+        for (at, held) in std::mem::take(&mut self.held).into_iter().enumerate() {
+            if indices.contains(&at) {
+                released.push(held);
+            } else {
+                self.held.push(held);
+            }
+        }
+        let mut flights = Vec::new();
+        for held in released {
+            let target = Fleet::instance_name(held.wire.to);
+            self.decisions.push(format!("released the held request {} to {target} ({why})", held.id.0 + 1));
+            self.transcript.push(format!("→ {target} (released, held since): {}", String::from_utf8_lossy(&held.wire.outgoing.bytes())));
+            flights.push((held.id, held.wire.to, self.fleet.write(held.wire.to, &held.wire.principal, &held.wire.outgoing)));
+        }
+        for (id, to, flight) in flights {
+            let answer = self.fleet.read(flight);
+            self.record_answer(id, to, answer.map_err(|lost| lost.message));
+        }
+    }
+
+    /// A drawn fault left `id` (sent to fleet instance `to`) without its answer: its client sends the same
+    /// request again with a fresh id, where `retry` says, up to [`RETRIES_MAX`] times in all.
+    fn retry_lost(&mut self, id: OperationId, retry: RetryOn, to: usize, outgoing: Outgoing, principal: String) {
+        if retry == RetryOn::Scenario {
+            return;
+        }
+        let first = self.history.first_attempt(id);
+        let number = self.history.attempts_of(first).len() as u32;
+        if number > RETRIES_MAX {
+            self.decisions.push(format!("the client of request {} gives up after {RETRIES_MAX} retries", first.0 + 1));
+            return;
+        }
+        let again = match retry {
+            RetryOn::Other => self.next_live(to),
+            RetryOn::Same | RetryOn::Scenario => to,
+        };
+        // A fresh JSON-RPC id, as a client gives each request it sends; unique in the play.
+        let fresh = RETRY_ID_BASE + self.requests as u64;
+        let outgoing = with_id(outgoing, fresh);
+        self.decisions.push(format!(
+            "the client retries request {} on {} with id {fresh} (retry {number} of at most {RETRIES_MAX})",
+            first.0 + 1,
+            Fleet::instance_name(again)
+        ));
+        self.put(vec![Wire { to: again, principal, outgoing, attempt: Some(Attempt::Retry { of: first, number }) }]);
+    }
+
+    /// Ends the play's faults: every held request released (and said so). Called once the scenario is over,
+    /// before the effect probe.
+    pub fn finish(&mut self) {
+        if !self.held.is_empty() {
+            let all = (0..self.held.len()).collect();
+            self.decisions
+                .push(format!("{} held request(s) never released by the scenario: released at the end of the play", self.held.len()));
+            self.release_held(all, "the play ended");
+        }
+    }
+
     /// Drawn events that never fired (the play sent fewer requests than they wait for) and armed ones never
     /// met: reported, never silently passed.
     pub fn unfired(&self) -> Vec<FaultEvent> {
-        self.plan.iter().filter(|(_, fired)| !fired).map(|(event, _)| event.clone()).chain(self.armed.iter().cloned()).collect()
+        let armed = self.armed.iter().map(|(event, _)| event.clone());
+        self.plan.iter().filter(|(_, fired)| !fired).map(|(event, _)| event.clone()).chain(armed).collect()
     }
 
     pub fn into_history(self) -> History {
@@ -183,16 +381,32 @@ impl<'f, 't> TargetWorld<'f, 't> {
         self.scenario.cluster.clients[client].principal.clone()
     }
 
-    fn record(&mut self, outgoing: &Outgoing, to: usize, answer: Result<Option<Value>, String>) -> OperationId {
-        let client = &self.scenario.cluster.clients[outgoing.client];
+    /// The scenario's instance and the process that took it, so a report (and a trace) names both.
+    fn instance_label(&self, instance: usize, to: usize) -> String {
+        format!("{}@{}", self.scenario.cluster.instances[instance].name, Fleet::instance_name(to))
+    }
+
+    /// A request goes on the wire: a new operation (a first attempt, or the retry `wire.attempt` says).
+    fn record_sent(&mut self, wire: &Wire) -> OperationId {
+        let client = &self.scenario.cluster.clients[wire.outgoing.client];
+        let target = Fleet::instance_name(wire.to);
+        let sent = Sent::of_text(&wire.outgoing, &client.name, &client.principal, self.instance_label(wire.outgoing.instance, wire.to));
+        let id = match wire.attempt {
+            Some(attempt) => self.history.attempt_sent(attempt, Sent { name: None, ..sent }),
+            None => self.history.request(sent),
+        };
+        let what = if wire.attempt.is_some() { " (a retry)" } else { "" };
+        self.transcript.push(format!("→ {target} {}{what}: {}", client.name, String::from_utf8_lossy(&wire.outgoing.bytes())));
+        id
+    }
+
+    /// What came back for `id` from fleet instance `to`.
+    fn record_answer(&mut self, id: OperationId, to: usize, answer: Result<Option<Value>, String>) {
         let target = Fleet::instance_name(to);
-        // The scenario's instance and the process that took it, so a report (and a trace) names both.
-        let instance = format!("{}@{target}", self.scenario.cluster.instances[outgoing.instance].name);
-        let id = self.history.request(Sent::of_text(outgoing, &client.name, &client.principal, instance));
-        self.transcript.push(format!("→ {target} {}: {}", client.name, String::from_utf8_lossy(&outgoing.bytes())));
+        let client = self.history.operations()[id.0].client.clone();
         match answer {
             Ok(Some(value)) => {
-                self.transcript.push(format!("← {target} {}: {value}", client.name));
+                self.transcript.push(format!("← {target} {client}: {value}"));
                 // Each exchange is its own delivery, at no simulated time.
                 self.history.answer(id, Arc::new(value), 0, id.0 + 1);
             }
@@ -205,8 +419,31 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 self.history.no_response(id, NoResponse::Lost);
             }
         }
-        id
     }
+
+    fn wire(&self, outgoing: Outgoing) -> Wire {
+        Wire { to: self.route(outgoing.instance), principal: self.principal(outgoing.client), outgoing, attempt: None }
+    }
+}
+
+/// First JSON-RPC id of the retries a target world's clients send (clients count their own from 1).
+const RETRY_ID_BASE: u64 = 1_000_000;
+
+/// `outgoing` with its JSON-RPC id replaced by `id` (bytes that are no JSON object are sent again as they were).
+fn with_id(outgoing: Outgoing, id: u64) -> Outgoing {
+    let value = outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok());
+    match value {
+        Some(Value::Object(mut object)) => {
+            object.insert("id".into(), Value::from(id));
+            Outgoing { value: Some(Value::Object(object)), raw: None, ..outgoing }
+        }
+        _ => outgoing,
+    }
+}
+
+/// How a decision line names a request: its `as NAME`, else its method.
+fn name_of(outgoing: &Outgoing, method: &Option<String>) -> String {
+    outgoing.name.clone().unwrap_or_else(|| method.clone().unwrap_or_else(|| "a request".into()))
 }
 
 impl World for TargetWorld<'_, '_> {
@@ -215,11 +452,8 @@ impl World for TargetWorld<'_, '_> {
     }
 
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
-        let to = self.route(outgoing.instance);
-        let principal = self.principal(outgoing.client);
-        let Delivery::Plain = self.dispatch(&outgoing, to);
-        let answer = self.fleet.exchange_all(&[(to, principal, outgoing.clone())]).pop().expect("one answer per send");
-        Ok(self.record(&outgoing, to, answer.map_err(|lost| lost.message)))
+        let wire = self.wire(outgoing);
+        Ok(self.put(vec![wire]).pop().expect("one operation per send"))
     }
 
     fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused> {
@@ -242,17 +476,53 @@ impl World for TargetWorld<'_, '_> {
         let names: Vec<String> = order.iter().map(|&i| sends[i].name.clone().unwrap_or_else(|| format!("item {}", i + 1))).collect();
         let line = self.scenario.steps.get(sends.first().map(|s| s.step).unwrap_or(0)).map(|s| s.line).unwrap_or(0);
         self.decisions.push(format!("line {line}: parallel released in the order {}", names.join(", ")));
-        let batch: Vec<(usize, String, Outgoing)> =
-            order.iter().map(|&i| (self.route(sends[i].instance), self.principal(sends[i].client), sends[i].clone())).collect();
-        for (to, _, outgoing) in &batch {
-            let Delivery::Plain = self.dispatch(outgoing, *to);
-        }
-        let answers = self.fleet.exchange_all(&batch);
+        let wires: Vec<Wire> = order.iter().map(|&i| self.wire(sends[i].clone())).collect();
+        let ids = self.put(wires);
         let mut by_item: Vec<Option<OperationId>> = vec![None; sends.len()];
-        for (&i, ((to, _, outgoing), answer)) in order.iter().zip(batch.iter().zip(answers)) {
-            by_item[i] = Some(self.record(outgoing, *to, answer.map_err(|lost| lost.message)));
+        for (&i, id) in order.iter().zip(ids) {
+            by_item[i] = Some(id);
         }
         Ok(by_item.into_iter().map(|id| Ok(id.expect("every item was sent"))).collect())
+    }
+
+    fn arm(&mut self, instance: usize, method: &str, fault: &ArmedFault) -> Result<(), Refused> {
+        let (action, onto) = match fault {
+            ArmedFault::DropAnswer { closing } => (FaultAction::LoseAnswer { close_connection: *closing, retry: RetryOn::Scenario }, None),
+            ArmedFault::Duplicate { onto } => (FaultAction::Duplicate { other: onto.is_some() }, onto.map(|j| self.route(j))),
+            ArmedFault::Hold => (FaultAction::Hold { overtaken_by: usize::MAX }, None),
+        };
+        let event = FaultEvent { trigger: Trigger::Next { instance, method: Some(method.to_string()) }, action };
+        self.decisions.push(format!("fault armed: {event}"));
+        self.armed.push((event, onto));
+        Ok(())
+    }
+
+    fn release(&mut self, instance: usize) -> Result<Vec<OperationId>, Refused> {
+        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].wire.outgoing.instance == instance).collect();
+        let ids = due.iter().map(|&i| self.held[i].id).collect();
+        if due.is_empty() {
+            let name = &self.scenario.cluster.instances[instance].name;
+            return Err(Refused::Failed(format!("no request to {name} is held (a `hold OP to {name}` that fired comes first)")));
+        }
+        self.release_held(due, "the scenario released it");
+        Ok(ids)
+    }
+
+    fn retry(&mut self, of: OperationId, number: u32, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        let wire = Wire { attempt: Some(Attempt::Retry { of, number }), ..self.wire(outgoing) };
+        Ok(self.put(vec![wire]).pop().expect("one operation per retry"))
+    }
+
+    fn mark_attempt(&mut self, id: OperationId, attempt: Attempt) {
+        self.history.mark_attempt(id, attempt);
+    }
+
+    fn expectations_judged(&self) -> Result<(), NotPlayed> {
+        if self.plan.is_empty() {
+            Ok(())
+        } else {
+            Err(NotPlayed::UnderFaults)
+        }
     }
 
     fn admin(&mut self, _action: &AdminAction) -> Result<(), Refused> {
