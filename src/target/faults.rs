@@ -249,6 +249,12 @@ impl FaultPlan {
         FaultPlan { kinds, events }
     }
 
+    /// Whether faults are on: kinds turned on or events given (a plan shrunk to no event still has its kinds:
+    /// the clients still retry, and the play is judged as under faults).
+    pub fn is_faulty(&self) -> bool {
+        !self.kinds.is_empty() || !self.events.is_empty()
+    }
+
     /// The same plan without event `index` (what shrinking tries).
     pub fn without(&self, index: usize) -> FaultPlan {
         let mut plan = self.clone();
