@@ -286,6 +286,12 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>, ki
     }
     let faulty = !kinds.is_empty();
     let window = explore::requests_window(&scenario);
+    if faulty {
+        println!("faults drawn per seed, at requests 1 to {window} (the requests the scenario sends):");
+        for kind in kinds {
+            println!("  {}: {}", kind.as_str(), kind.meaning());
+        }
+    }
     let (first, last) = (*seeds.start(), *seeds.end());
     let mut failing: Vec<(u64, FaultPlan, Vec<Property>)> = Vec::new();
     let mut broken: std::collections::BTreeMap<&'static str, usize> = std::collections::BTreeMap::new();

@@ -11,9 +11,6 @@
 //! history as lost ([`crate::oracle::history::NoResponse::Lost`]): it *may* have happened, and the judge
 //! accepts either, never both twice.
 
-// The worlds and the explorer that use these land with issue 37's fault events; remove this line with them.
-#![allow(dead_code)]
-
 use serde::{Deserialize, Serialize};
 
 /// Most times a client sends a request again after faults left it unanswered (its first attempt not

@@ -251,8 +251,7 @@ pub struct PlayedOnce {
     /// Processes started, killed, setup commands run.
     pub events: Vec<String>,
     /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
-    // Read by `explore --target --faults`'s coverage (issue 37); the decisions say the same in words.
-    #[allow(dead_code)]
+    // Read by `explore --target --faults`'s coverage (`target::explore`); the decisions say the same in words.
     pub fired: Vec<(FaultEvent, usize, String)>,
     /// Faults planned or armed that never fired (also in `decisions`): a failure of a play that wanted them.
     pub unfired: Vec<FaultEvent>,
