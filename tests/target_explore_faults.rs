@@ -156,3 +156,13 @@ fn a_plan_with_an_unknown_field_or_an_unknown_fault_is_refused_before_anything_s
     let ran = run(&["explore", "--target", "targets/mcpsim-stdio.toml", "02-accepts-race", "--faults", "slow-store"]);
     assert_eq!(ran.status, 2, "{}", ran.stderr);
 }
+
+#[test]
+fn a_kind_turned_on_that_never_fired_is_listed_and_the_run_is_not_a_pass() {
+    // Seeds 1 to 3 draw no copy for scenario 02: every seed holds, and still nothing was judged under copies.
+    let ran = run(&["explore", "--target", "targets/mcpsim-stdio.toml", "02-accepts-race", "--faults", "duplicate", "--seeds", "3"]);
+    assert_eq!(ran.status, 3, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("  duplicate  never fired: no plan of the 3 seed(s) drew it"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("every one of 3 seed(s) held, but not under duplicate: it never fired"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains("fault fired"), "{}", ran.stdout);
+}
