@@ -3,6 +3,10 @@
 //!
 //! Attribution follows the tasks: a store call made while handling a request inherits that request's
 //! operation, and the replay store's nested call to the note store inherits the nonce being claimed.
+//!
+//! Against real processes, an operation a fault left without its answer is recorded lost with the fault's
+//! decision-log line ([`History::lost_to`]): it may have happened. A scenario's `retry NAME -> I` and a drawn
+//! plan's automatic retries are [`Attempt::Retry`] of the first attempt, with their own request (a fresh id).
 
 use super::grants::Grants;
 use crate::framework::ports::Note;

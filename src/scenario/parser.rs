@@ -1548,6 +1548,34 @@ mod tests {
     }
 
     #[test]
+    fn message_faults_and_retries_parse_and_a_wrong_one_says_where_and_what() {
+        let steps = "send alice -> i1 tools/list {} as r\ndrop answer from i1 to tools/call closing the connection\n\
+                     drop answer from i2 to tools/list\nduplicate tools/call to i1 onto i2\nduplicate tools/call to i2\n\
+                     hold tools/call to i2\nrelease i2\nretry r -> i2 as again\nretry again -> i1\n";
+        let parsed = parse("s.sim", "s", &format!("{CLUSTER}{steps}")).expect("it parses");
+        let actions: Vec<&Action> = parsed.steps.iter().map(|s| &s.action).collect();
+        assert!(
+            matches!(actions[1], Action::Arm { instance, method, fault: MessageFault::DropAnswer { closing: true } } if instance == "i1" && method == "tools/call")
+        );
+        assert!(matches!(actions[2], Action::Arm { fault: MessageFault::DropAnswer { closing: false }, .. }));
+        assert!(matches!(actions[3], Action::Arm { fault: MessageFault::Duplicate { onto: Some(j) }, .. } if j == "i2"));
+        assert!(matches!(actions[4], Action::Arm { fault: MessageFault::Duplicate { onto: None }, .. }));
+        assert!(matches!(actions[5], Action::Arm { fault: MessageFault::Hold, .. }));
+        assert!(matches!(actions[6], Action::Release { instance } if instance == "i2"));
+        assert!(matches!(actions[7], Action::Retry { of, instance, name: Some(n) } if of == "r" && instance == "i2" && n == "again"));
+        assert!(matches!(actions[8], Action::Retry { of, name: None, .. } if of == "again"));
+        // Line 7 is the first step (six declaration lines).
+        assert_eq!(with_cluster("drop answer from i9 to tools/call\n"), "s.sim:7:18: no instance named i9 (declared: i1, i2)");
+        assert!(with_cluster("drop answer i1 to tools/call\n").starts_with("s.sim:7:13: expected `from`"));
+        assert!(with_cluster("drop answer from i1 to tools/call closing\n").starts_with("s.sim:7:"));
+        assert!(with_cluster("duplicate tools/call to i1 onto i7\n").contains("no instance named i7"));
+        assert!(with_cluster("hold tools/call i1\n").contains("expected `to`"));
+        assert!(with_cluster("retry nothing -> i1\n").starts_with("s.sim:7:7: no earlier answer is named nothing"));
+        assert!(with_cluster("send alice -> i1 tools/list {} as r\nretry r -> i1 as r\n").contains("$r is already bound"));
+        assert!(with_cluster("release i3\n").contains("no instance named i3"));
+    }
+
+    #[test]
     fn a_tool_error_is_its_own_check() {
         let parsed =
             parse("s.sim", "s", &format!("{CLUSTER}send alice -> i1 tools/list {{}} as r\nexpect r tool_error\n")).expect("it parses");
@@ -1594,7 +1622,7 @@ mod tests {
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, rotate, retire, store, parallel, expect)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, rotate, retire, store, parallel, expect, drop, duplicate, hold, release, retry)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),

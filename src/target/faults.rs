@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 /// counted): more than the faults a drawn plan holds (two per kind), so a plan alone never exhausts it.
 pub const RETRIES_MAX: u32 = 2 * FaultKind::ALL.len() as u32 + 2;
 
+/// How a decision line says a lost answer's connection was closed right after the request was written.
+pub const CLOSED_BEFORE_READING: &str = "the connection closed before reading it";
+
 /// The kinds of fault `--faults` turns on against a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -294,7 +297,7 @@ impl std::fmt::Display for FaultEvent {
         }
         match &self.action {
             FaultAction::LoseAnswer { close_connection: true, retry } => {
-                write!(f, "its answer lost (the connection closed before reading it); {retry}")
+                write!(f, "its answer lost ({CLOSED_BEFORE_READING}); {retry}")
             }
             FaultAction::LoseAnswer { close_connection: false, retry } => write!(f, "its answer lost (read and discarded); {retry}"),
             FaultAction::Duplicate { other: true } => f.write_str("delivered twice, to its instance and another"),
