@@ -1039,6 +1039,7 @@ count = "result.resources"
             failures: failures_of(&played),
             spread: played,
             reproduced: None,
+            faulty: true,
         };
         let text = render(&target, &report, false);
         assert!(text.contains("  fault fired: at request 2: its answer lost (read and discarded); the client retries on another instance — request 2 (round2 → t"), "{text}");
