@@ -70,6 +70,11 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
         1,
         "the broken deployment is caught: statelessness breaks",
     ),
+    (
+        "mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --faults duplicate --seed-range 10..11",
+        1,
+        "the broken deployment is caught under copies too, and the failure shrunk",
+    ),
 ];
 
 /// How a long-running server is started, waited for and stopped.

@@ -53,7 +53,23 @@ Examples:
   mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ --coverage-json coverage.json
   mcpsim explore --all-mutants
-  mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --seeds 5   # a target fleet, per seed")]
+  mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --seeds 5   # a target fleet, per seed
+  mcpsim explore --target targets/mcpsim-stdio.toml 02-accepts-race --faults lost-answer,duplicate,hold --seeds 20
+
+Against a target (--target FILE) the faults are a real fleet's, drawn per seed (each kind on with even odds,
+one or two events at request numbers within the scenario's requests) and played on fresh processes:
+  lost-answer  the request is processed, its answer discarded (or the connection closed first); the client
+               retries with a fresh id on the same or another instance
+  duplicate    one request written to two instances, or twice to one, before either answer is read
+  hold         a request held back while later ones go out, then released
+  pause        the instance stopped (SIGSTOP) once it has the request, continued (SIGCONT) later
+  crash        the instance killed (SIGKILL) once it has the request, restarted later
+  clock-skew   an instance started under a shifted clock (libfaketime), ahead or behind
+  store-cut    the store's connections cut (PostgreSQL through mcpsim's proxy) or a SQLite write lock held
+Every plan and every fault that fired is printed; a failure is shrunk to the fewest fault events that still
+break the same property, played again --reruns times from its decision log and plan, and printed with the one
+command that repeats it (run --target … --fault-plan '<json>'). The coverage says which kinds fired where; a
+kind turned on that never fired is listed with why, and a run that held otherwise exits 3 (not judged).")]
 pub struct ExploreArgs {
     /// The scenario to explore (not needed with --all-mutants).
     pub scenario: Option<String>,
@@ -66,8 +82,12 @@ pub struct ExploreArgs {
     /// Explore against a fleet of any MCP server instead, as a target file describes it (docs/targets.md): each
     /// seed is another routing of instances and release order of races, played on fresh processes. The scenario
     /// is a target scenario (a file, or a name in targets/scenarios/) [default --seeds: 20].
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["mutant", "exhaustive", "faults", "save", "report", "coverage_json", "all_mutants", "format"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["mutant", "exhaustive", "save", "report", "coverage_json", "all_mutants", "format"])]
     pub target: Option<PathBuf>,
+    /// With --target: how many times the shrunk failure is played again from its decision log and fault plan
+    /// (the servers' own timing is not mcpsim's, so the report says how often it reproduced).
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "target")]
+    pub reruns: usize,
     /// Run against a deliberately unsafe server from the zoo (`mcpsim mutants` lists them).
     #[arg(long, value_name = "NAME")]
     pub mutant: Option<String>,
@@ -195,7 +215,11 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             }
             (None, n) => 1..=n.unwrap_or(20),
         };
-        return super::target::explore(file, name, seeds);
+        let kinds = match crate::target::faults::FaultKind::parse_list(&args.faults) {
+            Ok(kinds) => kinds,
+            Err(message) => return usage(&message),
+        };
+        return super::target::explore(file, name, seeds, &kinds, args.reruns.min(super::target::RERUNS_MAX));
     }
     let (scenario, text) = match load_scenario(name) {
         Ok(loaded) => loaded,

@@ -42,6 +42,10 @@ Examples:
   mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
   mcpsim run --target targets/mcpsim-stdio.toml  # the target scenarios against 3 processes of any MCP server
   mcpsim run --target targets/mcpsim-http.toml 02-accepts-race --format mcp-trace > trace.jsonl
+  mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 --faults lost-answer,duplicate
+                                               # faults drawn from the seed against the target's processes
+  mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 --fault-plan plan.json
+                                               # one given plan (explore --target --faults prints it)
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
@@ -87,9 +91,14 @@ pub struct RunArgs {
     pub token: Vec<(String, String)>,
     /// Turn faults on, drawn from each seed as `mcpsim explore --faults` draws them (kinds, comma-separated,
     /// or `all`; `mcpsim explore --help` lists them): the transcript shows every fault and every retry.
-    /// Expectations are shown but not judged; the properties, liveness included, are.
+    /// Expectations are shown but not judged; the properties, liveness included, are. With --target the kinds
+    /// are a target's (lost-answer, duplicate, hold, pause, crash, clock-skew, store-cut; docs/targets.md).
     #[arg(long, value_name = "LIST", value_delimiter = ',', conflicts_with = "live")]
     pub faults: Vec<String>,
+    /// With --target: play exactly this fault plan (a file, or the JSON itself, as `explore --target --faults`
+    /// prints it in its reproduce command) instead of drawing one from the seed.
+    #[arg(long, value_name = "FILE|JSON", requires = "target", conflicts_with = "faults")]
+    pub fault_plan: Option<String>,
     /// With --live: the fleet's store (sqlite:PATH | postgres:URL, as given to its `serve --store`). Before each
     /// scenario it is re-seeded with exactly the scenario's notes (other notes removed; consumed confirmations
     /// kept), and the scenario's store expectations are evaluated against it. For test fleets only: it deletes
@@ -107,7 +116,7 @@ pub struct RunArgs {
     /// whose every scenario was skipped exits 3. Everything the target starts is contained (a cgroup of the run, or the
     /// MCPSIM_TARGET_RUN environment marker; MCPSIM_TARGET_CONTAINMENT=marker forces the latter), killed and
     /// counted at the end, also after Ctrl-C or a SIGKILL of mcpsim. See docs/targets.md.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "out", "html_out", "faults", "mutant", "scheduler"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "out", "html_out", "mutant", "scheduler"])]
     pub target: Option<PathBuf>,
     /// With --target: how many times a failing scenario is played again from its decision log (the servers'
     /// own timing is not mcpsim's, so the report says how often it reproduced).

@@ -1,8 +1,10 @@
 //! `mcpsim run --target FILE [SCENARIOS]`: the target scenarios played against a fleet of someone's server.
 
-use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_UNJUDGED, EXIT_USAGE};
+use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED, EXIT_USAGE};
 use super::run::{FormatArg, RunArgs, SEEDS_MAX};
 use crate::oracle::check::Property;
+use crate::target::explore::{self, Coverage};
+use crate::target::faults::{FaultKind, FaultPlan};
 use crate::target::file::Target;
 use crate::target::{self, contain, process, shown};
 use std::fmt::Write as _;
@@ -95,6 +97,22 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Faults: drawn per seed (--faults KINDS), or one plan as given (--fault-plan), or none.
+    let kinds = match FaultKind::parse_list(&args.faults) {
+        Ok(kinds) => kinds,
+        Err(message) => {
+            eprintln!("mcpsim run: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let given = match args.fault_plan.as_deref().map(|plan| explore::read_fault_plan(plan, target.file.instances)) {
+        None => None,
+        Some(Ok(plan)) => Some(plan),
+        Some(Err(message)) => {
+            eprintln!("mcpsim run: {}", shown(&message));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let files = match target::scenario_sources(&args.paths) {
         Ok(files) if !files.is_empty() => files,
         Ok(_) => {
@@ -140,7 +158,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     };
     let mut rows = Vec::new();
     let mut status = EXIT_HELD;
-    let mut failing: Vec<(String, u64)> = Vec::new();
+    let mut failing: Vec<(String, u64, FaultPlan)> = Vec::new();
     let seeds = args.seed..args.seed.saturating_add(args.seeds.clamp(1, SEEDS_MAX));
     let runs: Vec<(&target::ScenarioSource, u64)> = files.iter().flat_map(|source| seeds.clone().map(move |seed| (source, seed))).collect();
     let (mut played, mut skipped) = (0usize, 0usize);
@@ -158,7 +176,11 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
             }
         };
         played += 1;
-        match target::run_scenario(&target, &scenario, seed, args.reruns.min(RERUNS_MAX), &mcpsim, run.work_dir()) {
+        let plan = match &given {
+            Some(plan) => plan.clone(),
+            None => FaultPlan::draw(seed, &kinds, explore::requests_window(&scenario), target.file.instances),
+        };
+        match target::run_scenario(&target, &scenario, seed, &plan, args.reruns.min(RERUNS_MAX), &mcpsim, run.work_dir()) {
             Ok(report) => {
                 let text = target::render(&target, &report, single || args.transcript || !report.passed());
                 if trace {
@@ -180,7 +202,7 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
                 };
                 rows.push((format!("{} seed {seed}", shown(&scenario.name)), verdict));
                 if !report.passed() {
-                    failing.push((shown(&source.argument), seed));
+                    failing.push((shown(&source.argument), seed, plan));
                 }
             }
             Err(error) => {
@@ -208,16 +230,24 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
     for (name, verdict) in &rows {
         let _ = writeln!(summary, "  {name:<56} {verdict}");
     }
-    for (path, seed) in &failing {
-        let _ = writeln!(summary, "reproduce: mcpsim run --target {} {path} --seed {seed}", shown(&file.display().to_string()));
+    for (path, seed, plan) in &failing {
+        let plan = if plan.kinds.is_empty() && plan.events.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", explore::fault_plan_argument(plan))
+        };
+        let _ = writeln!(summary, "reproduce: mcpsim run --target {} {path} --seed {seed}{plan}", shown(&file.display().to_string()));
     }
     say(&summary);
     ExitCode::from(status)
 }
 
-/// `mcpsim explore --target FILE SCENARIO --seeds N`: the scenario under each seed's routing and release
-/// order; every failing seed is listed with the properties it broke, and the first one's reproduction.
-pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) -> ExitCode {
+/// `mcpsim explore --target FILE SCENARIO --seeds N [--faults KINDS]`: the scenario under each seed's routing,
+/// release order and (with faults) drawn fault plan; every failing seed is listed with the properties it broke.
+/// The first failure is shrunk to the fewest fault events that still break the same properties, played again
+/// `reruns` times from its decision log and plan, and printed with the one command that repeats it. With faults,
+/// every seed's plan and fired faults are printed, then the coverage.
+pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>, kinds: &[FaultKind], reruns: usize) -> ExitCode {
     let target = match Target::load(file) {
         Ok(target) => target,
         Err(error) => {
@@ -254,25 +284,74 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     if let Some(stopped) = after_preflight("explore", file, target::preflight(&target, &mcpsim, run.work_dir()), false) {
         return stopped;
     }
+    let faulty = !kinds.is_empty();
+    let window = explore::requests_window(&scenario);
+    if faulty {
+        println!("faults drawn per seed, at requests 1 to {window} (the requests the scenario sends):");
+        for kind in kinds {
+            println!("  {}: {}", kind.as_str(), kind.meaning());
+        }
+    }
     let (first, last) = (*seeds.start(), *seeds.end());
-    let mut failing: Vec<(u64, String)> = Vec::new();
+    let mut failing: Vec<(u64, FaultPlan, Vec<Property>)> = Vec::new();
     let mut broken: std::collections::BTreeMap<&'static str, usize> = std::collections::BTreeMap::new();
+    let mut coverage = Coverage::new(kinds);
     let mut error = None;
     for seed in seeds {
-        match target::run_scenario(&target, &scenario, seed, 0, &mcpsim, run.work_dir()) {
-            Ok(report) if report.passed() => {}
+        let plan = FaultPlan::draw(seed, kinds, window, target.file.instances);
+        match target::run_scenario(&target, &scenario, seed, &plan, 0, &mcpsim, run.work_dir()) {
             Ok(report) => {
-                for property in report.properties() {
-                    *broken.entry(property.as_str()).or_default() += 1;
+                coverage.add(&plan, &explore::fired_in(&report.spread.decisions, &report.spread.fired));
+                if report.passed() {
+                    if faulty {
+                        println!("seed {seed}: held");
+                    }
+                } else {
+                    for property in report.properties() {
+                        *broken.entry(property.as_str()).or_default() += 1;
+                    }
+                    let what: Vec<&str> = report.properties().into_iter().map(Property::as_str).collect();
+                    let what = if what.is_empty() { "expectations".to_string() } else { what.join(", ") };
+                    if faulty {
+                        println!("seed {seed}: FAIL ({what})");
+                    } else {
+                        println!("seed {seed}: FAIL ({what}): {}", shown(&report.spread.decisions.join("; ")));
+                    }
+                    failing.push((seed, plan, report.properties()));
                 }
-                let what: Vec<&str> = report.properties().into_iter().map(Property::as_str).collect();
-                let what = if what.is_empty() { "expectations".to_string() } else { what.join(", ") };
-                println!("seed {seed}: FAIL ({what}): {}", shown(&report.spread.decisions.join("; ")));
-                failing.push((seed, what));
+                if faulty {
+                    // The play's decisions: its routing, the plan drawn, each fault as it fired.
+                    for decision in &report.spread.decisions {
+                        println!("  {}", shown(decision));
+                    }
+                }
             }
             Err(why) => {
                 error = Some(format!("seed {seed}: {why}"));
                 break;
+            }
+        }
+    }
+    // The first failure, shrunk and re-run (while the fleet's processes can still be started).
+    let mut shrunk = None;
+    if error.is_none() {
+        if let Some((seed, plan, wanted)) = failing.first().filter(|_| faulty) {
+            let shrinking = explore::shrink(plan, wanted, explore::SHRINK_PLAYS_MAX, |candidate| {
+                let (_, findings, failures) = target::play_judged(&target, &scenario, *seed, candidate, &mcpsim, run.work_dir())?;
+                Ok::<_, target::RunError>(target::verdict_of(&findings, &failures))
+            });
+            // Each re-run a fresh play of the shrunk plan, judged: how often the same properties broke again.
+            let rerun = shrinking.and_then(|small| {
+                let mut again = 0;
+                for _ in 0..reruns {
+                    let (_, findings, failures) = target::play_judged(&target, &scenario, *seed, &small.plan, &mcpsim, run.work_dir())?;
+                    again += usize::from(explore::same_failure(wanted, &target::verdict_of(&findings, &failures)));
+                }
+                Ok((small, again))
+            });
+            match rerun {
+                Ok(done) => shrunk = Some((*seed, done)),
+                Err(why) => error = Some(format!("shrinking seed {seed}: {why}")),
             }
         }
     }
@@ -284,6 +363,9 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         shown(&target.file.name),
         shown(&file.display().to_string())
     );
+    if faulty {
+        print!("{}", coverage.render());
+    }
     if let Some(error) = error {
         println!("stopped: {}", shown(&error));
         return ExitCode::from(EXIT_UNJUDGED);
@@ -291,7 +373,17 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
     if left {
         return ExitCode::from(EXIT_UNJUDGED);
     }
+    let file_shown = shown(&file.display().to_string());
     if failing.is_empty() {
+        let never = coverage.never_fired();
+        if !never.is_empty() {
+            let names: Vec<&str> = never.iter().map(|(k, _)| k.as_str()).collect();
+            println!(
+                "every one of {runs} seed(s) held, but not under {}: it never fired (above), so nothing was judged under it",
+                names.join(", ")
+            );
+            return ExitCode::from(EXIT_UNJUDGED);
+        }
         println!("every one of {runs} seed(s) held (the servers' own timing is not mcpsim's: a clean run is evidence, not proof)");
         return ExitCode::from(EXIT_HELD);
     }
@@ -301,13 +393,36 @@ pub fn explore(file: &Path, name: &str, seeds: std::ops::RangeInclusive<u64>) ->
         failing.len(),
         if properties.is_empty() { "expectations only".into() } else { properties.join(", ") }
     );
+    let only_liveness = failing.iter().all(|(_, _, p)| p == &[Property::Liveness]);
+    let status = if only_liveness { EXIT_NOT_LIVE } else { EXIT_FAILED };
+    let Some((seed, (small, again))) = shrunk else {
+        println!(
+            "reproduce: mcpsim run --target {file_shown} {} --seed {} --reruns 5   # played again from its decision log, with how often it reproduced",
+            shown(&source.argument),
+            failing[0].0
+        );
+        return ExitCode::from(status);
+    };
+    let bound = if small.bounded { format!(" (stopped at {} plays)", explore::SHRINK_PLAYS_MAX) } else { String::new() };
     println!(
-        "reproduce: mcpsim run --target {} {} --seed {} --reruns 5   # played again from its decision log, with how often it reproduced",
-        shown(&file.display().to_string()),
-        shown(&source.argument),
-        failing[0].0
+        "seed {seed} shrunk from {} fault event(s) to {} in {} play(s){bound}{}",
+        small.from,
+        small.plan.events.len(),
+        small.plays,
+        if small.plan.events.is_empty() { ": it fails with no fault at all" } else { ":" }
     );
-    ExitCode::from(EXIT_FAILED)
+    for event in &small.plan.events {
+        println!("  {}", shown(&event.to_string()));
+    }
+    if reruns > 0 {
+        println!("reproduced {again} of {reruns} re-run(s) from its seed's decisions and the shrunk fault plan");
+    }
+    println!(
+        "reproduce: mcpsim run --target {file_shown} {} --seed {seed} {}",
+        shown(&source.argument),
+        explore::fault_plan_argument(&small.plan)
+    );
+    ExitCode::from(status)
 }
 
 /// What the preflight found: `None` to go on (it held, or it could not be done: then the scenarios or attacks

@@ -11,9 +11,6 @@
 //! history as lost ([`crate::oracle::history::NoResponse::Lost`]): it *may* have happened, and the judge
 //! accepts either, never both twice.
 
-// The worlds and the explorer that use these land with issue 37's fault events; remove this line with them.
-#![allow(dead_code)]
-
 use serde::{Deserialize, Serialize};
 
 /// Most times a client sends a request again after faults left it unanswered (its first attempt not
@@ -102,7 +99,7 @@ impl FaultKind {
 #[serde(rename_all = "kebab-case", rename_all_fields = "camelCase")]
 pub enum Trigger {
     /// The n-th request the play puts on the wire (counted from 1 over the whole play: first attempts, retries
-    /// and copies alike), or the first one after it the fault applies to.
+    /// and copies alike), or the first one after it the fault applies to; 0 (a clock skew): from the start.
     Request { number: usize },
     /// Armed by a scenario statement: the next request to scenario instance `instance` (declaration order)
     /// whose method is `method` (any method when `None`).
@@ -178,6 +175,105 @@ pub struct FaultEvent {
 pub struct FaultPlan {
     pub kinds: Vec<FaultKind>,
     pub events: Vec<FaultEvent>,
+}
+
+/// Most events of one kind a drawn plan holds.
+pub const EVENTS_PER_KIND_MAX: u64 = 2;
+/// Bounds of a drawn plan's parameters: later requests that overtake a held one, or go out before a paused
+/// instance is continued or a killed one restarted (1 to this).
+pub const LATER_REQUESTS_MAX: u64 = 3;
+/// A drawn clock skew is up to this far off, ahead or behind: twice mcpsim's own 300 s state TTL, so some
+/// skews stay within a TTL and others reach past it.
+pub const CLOCK_SKEW_MS_MAX: u64 = 600_000;
+/// Most statements a drawn store cut lets through before it cuts (0 to this).
+pub const STORE_CUT_AFTER_MAX: u64 = 4;
+/// A drawn store outage lasts 100 ms to this.
+pub const STORE_OUTAGE_MS_MAX: u64 = 1_000;
+
+impl FaultPlan {
+    /// The plan of `seed` against a fleet of `fleet_len` instances: for each kind of `kinds`, with even odds,
+    /// one or two events at request numbers in `1..=requests_window` (a clock skew applies from the start:
+    /// request 0), their parameters drawn within the bounds above; clients retry on the same or another
+    /// instance, as drawn. Each kind draws from a stream of its own
+    /// ([`Stream::TargetFaultKind`](crate::sim::engine::random::Stream::TargetFaultKind)), so turning a kind
+    /// on or off never changes the others' events. A function of its arguments.
+    pub fn draw(seed: u64, kinds: &[FaultKind], requests_window: usize, fleet_len: usize) -> FaultPlan {
+        use crate::sim::engine::random::{below, stream, Stream};
+        let mut kinds = kinds.to_vec();
+        kinds.sort();
+        kinds.dedup();
+        let mut events: Vec<FaultEvent> = Vec::new();
+        if fleet_len == 0 || requests_window == 0 {
+            return FaultPlan { kinds, events };
+        }
+        for &kind in &kinds {
+            let mut rng = stream(seed, Stream::TargetFaultKind(kind as u16));
+            let draws = &mut rng;
+            if below(draws, 2) == 0 {
+                continue;
+            }
+            let count = 1 + below(draws, EVENTS_PER_KIND_MAX);
+            for _ in 0..count {
+                let number = 1 + below(draws, requests_window as u64) as usize;
+                let retry = if below(draws, 2) == 0 { RetryOn::Same } else { RetryOn::Other };
+                let later = 1 + below(draws, LATER_REQUESTS_MAX) as usize;
+                let action = match kind {
+                    FaultKind::LostAnswer => FaultAction::LoseAnswer { close_connection: below(draws, 2) == 1, retry },
+                    FaultKind::Duplicate => FaultAction::Duplicate { other: below(draws, 2) == 1 },
+                    FaultKind::Hold => FaultAction::Hold { overtaken_by: later },
+                    FaultKind::Pause => FaultAction::Pause { resumed_after: later, retry },
+                    FaultKind::Crash => FaultAction::Crash { restarted_after: later, retry },
+                    FaultKind::ClockSkew => {
+                        let instance = below(draws, fleet_len as u64) as usize;
+                        let magnitude = 1 + below(draws, CLOCK_SKEW_MS_MAX) as i64;
+                        let offset_ms = if below(draws, 2) == 0 { magnitude } else { -magnitude };
+                        // One skew per instance: a process runs under one clock.
+                        if events.iter().any(|e| matches!(e.action, FaultAction::ClockSkew { instance: i, .. } if i == instance)) {
+                            continue;
+                        }
+                        events.push(FaultEvent {
+                            trigger: Trigger::Request { number: 0 },
+                            action: FaultAction::ClockSkew { instance, offset_ms },
+                        });
+                        continue;
+                    }
+                    FaultKind::StoreCut => FaultAction::StoreCut {
+                        after_statements: below(draws, STORE_CUT_AFTER_MAX + 1) as u32,
+                        outage_ms: 100 + below(draws, STORE_OUTAGE_MS_MAX - 99),
+                    },
+                };
+                events.push(FaultEvent { trigger: Trigger::Request { number }, action });
+            }
+        }
+        events.sort_by_key(|e| (e.request_number(), e.action.kind()));
+        FaultPlan { kinds, events }
+    }
+
+    /// Whether faults are on: kinds turned on or events given (a plan shrunk to no event still has its kinds:
+    /// the clients still retry, and the play is judged as under faults).
+    pub fn is_faulty(&self) -> bool {
+        !self.kinds.is_empty() || !self.events.is_empty()
+    }
+
+    /// The same plan without event `index` (what shrinking tries).
+    pub fn without(&self, index: usize) -> FaultPlan {
+        let mut plan = self.clone();
+        if index < plan.events.len() {
+            plan.events.remove(index);
+        }
+        plan
+    }
+}
+
+impl FaultEvent {
+    /// The request number a drawn event waits for (0 for one that applies from the start; an armed event,
+    /// which waits for a method, sorts last).
+    pub fn request_number(&self) -> usize {
+        match self.trigger {
+            Trigger::Request { number } => number,
+            Trigger::Next { .. } => usize::MAX,
+        }
+    }
 }
 
 impl std::fmt::Display for RetryOn {
@@ -256,5 +352,97 @@ mod tests {
             "at request 3: its answer lost (the connection closed before reading it); the client retries on another instance"
         );
         assert!(plan.events[1].to_string().starts_with("at the next tools/call to scenario instance 1: its instance paused"));
+    }
+}
+
+#[cfg(test)]
+mod draw_tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_draws_the_same_plan_and_each_kind_is_independent_of_the_others() {
+        for seed in 0..300 {
+            let all = FaultPlan::draw(seed, &FaultKind::ALL, 6, 3);
+            assert_eq!(all, FaultPlan::draw(seed, &FaultKind::ALL, 6, 3));
+            assert_eq!(all.kinds, FaultKind::ALL.to_vec());
+            for kind in FaultKind::ALL {
+                let alone = FaultPlan::draw(seed, &[kind], 6, 3);
+                let share: Vec<FaultEvent> = all.events.iter().filter(|e| e.action.kind() == kind).cloned().collect();
+                assert_eq!(alone.events, share, "seed {seed}: {kind:?} drawn alone is its share of all");
+                // Turning one kind off leaves every other kind's events as they were.
+                let others: Vec<FaultKind> = FaultKind::ALL.iter().copied().filter(|k| *k != kind).collect();
+                let without = FaultPlan::draw(seed, &others, 6, 3);
+                let rest: Vec<FaultEvent> = all.events.iter().filter(|e| e.action.kind() != kind).cloned().collect();
+                assert_eq!(without.events, rest, "seed {seed}: turning {kind:?} off changed the others");
+            }
+        }
+        assert_ne!(FaultPlan::draw(1, &FaultKind::ALL, 6, 3), FaultPlan::draw(2, &FaultKind::ALL, 6, 3));
+    }
+
+    #[test]
+    fn drawn_plans_stay_within_their_bounds_and_reach_every_kind_and_variant() {
+        let (mut kinds, mut closes, mut keeps, mut same, mut other, mut ahead, mut behind) =
+            (Vec::new(), false, false, false, false, false, false);
+        for seed in 0..500 {
+            let plan = FaultPlan::draw(seed, &FaultKind::ALL, 5, 3);
+            assert!(plan.events.windows(2).all(|w| w[0].request_number() <= w[1].request_number()), "seed {seed}: in request order");
+            for kind in FaultKind::ALL {
+                assert!(plan.events.iter().filter(|e| e.action.kind() == kind).count() as u64 <= EVENTS_PER_KIND_MAX);
+            }
+            for event in &plan.events {
+                kinds.push(event.action.kind());
+                let number = event.request_number();
+                match &event.action {
+                    FaultAction::ClockSkew { instance, offset_ms } => {
+                        assert_eq!(number, 0);
+                        assert!(*instance < 3 && (1..=CLOCK_SKEW_MS_MAX).contains(&offset_ms.unsigned_abs()));
+                        ahead |= *offset_ms > 0;
+                        behind |= *offset_ms < 0;
+                        let skews =
+                            plan.events.iter().filter(|e| matches!(e.action, FaultAction::ClockSkew { instance: i, .. } if i == *instance));
+                        assert_eq!(skews.count(), 1, "seed {seed}: one skew per instance");
+                    }
+                    action => {
+                        assert!((1..=5).contains(&number), "seed {seed}: {event}");
+                        match action {
+                            FaultAction::LoseAnswer { close_connection, retry } => {
+                                closes |= *close_connection;
+                                keeps |= !*close_connection;
+                                same |= *retry == RetryOn::Same;
+                                other |= *retry == RetryOn::Other;
+                                assert_ne!(*retry, RetryOn::Scenario);
+                            }
+                            FaultAction::Hold { overtaken_by: n }
+                            | FaultAction::Pause { resumed_after: n, .. }
+                            | FaultAction::Crash { restarted_after: n, .. } => {
+                                assert!((1..=LATER_REQUESTS_MAX as usize).contains(n))
+                            }
+                            FaultAction::StoreCut { after_statements, outage_ms } => {
+                                assert!(
+                                    u64::from(*after_statements) <= STORE_CUT_AFTER_MAX && (100..=STORE_OUTAGE_MS_MAX).contains(outage_ms)
+                                )
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        for kind in FaultKind::ALL {
+            assert!(kinds.contains(&kind), "{kind:?} is drawn by some seed");
+        }
+        assert!(closes && keeps && same && other && ahead && behind);
+        assert!(FaultPlan::draw(1, &[], 5, 3).events.is_empty());
+        assert!(FaultPlan::draw(1, &FaultKind::ALL, 5, 0).events.is_empty());
+    }
+
+    #[test]
+    fn a_plan_without_one_event_keeps_the_others_in_order() {
+        let plan = (0..).map(|seed| FaultPlan::draw(seed, &FaultKind::ALL, 5, 3)).find(|p| p.events.len() >= 3).unwrap();
+        let shorter = plan.without(1);
+        assert_eq!(shorter.events.len(), plan.events.len() - 1);
+        assert_eq!(shorter.events[0], plan.events[0]);
+        assert_eq!(shorter.events[1], plan.events[2]);
+        assert_eq!(shorter.kinds, plan.kinds);
     }
 }

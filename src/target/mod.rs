@@ -22,6 +22,7 @@
 
 pub mod attack;
 pub mod contain;
+pub mod explore;
 pub mod faults;
 pub mod file;
 pub mod fleet;
@@ -269,8 +270,7 @@ pub struct PlayedOnce {
     /// Processes started, killed, setup commands run.
     pub events: Vec<String>,
     /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
-    // Read by `explore --target --faults`'s coverage (issue 37); the decisions say the same in words.
-    #[allow(dead_code)]
+    // Read by `explore --target --faults`'s coverage (`target::explore`); the decisions say the same in words.
     pub fired: Vec<(FaultEvent, usize, String)>,
     /// Faults planned or armed that never fired (also in `decisions`): a failure of a play that wanted them.
     pub unfired: Vec<FaultEvent>,
@@ -515,6 +515,8 @@ pub struct ScenarioReport {
     pub failures: Vec<String>,
     /// `(failed again, runs)` when a failure was re-run from its decision log.
     pub reproduced: Option<(usize, usize)>,
+    /// Played under a fault plan (`--faults`, `--fault-plan`): statelessness was not compared.
+    pub faulty: bool,
 }
 
 impl ScenarioReport {
@@ -558,48 +560,78 @@ fn input_key_mismatches(target: &Target, history: &History) -> Vec<String> {
 
 fn failures_of(played: &PlayedOnce) -> Vec<String> {
     let failures = played.play.failures.iter().map(|f| f.to_string().replace('\n', " "));
-    // A fault the play wanted and never got is no pass: what it would have shown was never tried.
-    failures.chain(played.unfired.iter().map(|event| format!("fault armed, never fired: {event}"))).collect()
+    // A fault the scenario armed and never got is no pass: what it would have shown was never tried. A drawn
+    // event that never fired is the exploration's coverage to report (`target::explore`), not the scenario's.
+    let armed = played.unfired.iter().filter(|event| matches!(event.trigger, faults::Trigger::Next { .. }));
+    failures.chain(armed.map(|event| format!("fault armed, never fired: {event}"))).collect()
 }
 
-/// Plays `scenario` (spread, then on one instance), judges, and re-runs a failure `reruns` times from its
-/// decision log.
+/// One judged play of `scenario` under `plan`: spread over the fleet, and (more than one instance, no faults)
+/// on one instance, each on a fresh fleet; the findings, and the failures of the spread play.
+pub fn play_judged(
+    target: &Target,
+    scenario: &Scenario,
+    seed: u64,
+    plan: &FaultPlan,
+    mcpsim: &str,
+    work_dir: &Path,
+) -> Result<(PlayedOnce, Vec<Finding>, Vec<String>), RunError> {
+    let spread = play_once(target, scenario, seed, Routing::Spread, plan.clone(), mcpsim, work_dir)?;
+    // Under drawn or given faults statelessness is not compared, as in the simulator: a retry takes the flow
+    // another way on each play, so the two histories are not the same flow.
+    let one = if target.file.instances > 1 && !plan.is_faulty() {
+        Some(play_once(target, scenario, seed, Routing::One, plan.clone(), mcpsim, work_dir)?)
+    } else {
+        None
+    };
+    let findings = judge(scenario, &spread, one.as_ref(), &target.masks());
+    let mut failures = failures_of(&spread);
+    failures.extend(input_key_mismatches(target, &spread.history));
+    Ok((spread, findings, failures))
+}
+
+/// What a judged play broke, as the shrinker reads it (`None`: it held).
+pub fn verdict_of(findings: &[Finding], failures: &[String]) -> explore::Verdict {
+    if findings.is_empty() && failures.is_empty() {
+        return None;
+    }
+    let mut properties: Vec<Property> = Vec::new();
+    for finding in findings {
+        if !properties.contains(&finding.property) {
+            properties.push(finding.property);
+        }
+    }
+    Some(properties)
+}
+
+/// Plays `scenario` under `plan` (spread, then on one instance), judges, and re-runs a failure `reruns` times
+/// from its decision log and plan. Without faults a re-run that decides otherwise is mcpsim's bug; under
+/// faults the decisions also follow the servers' answers (a retry goes out when an answer is lost), so such a
+/// re-run counts as not reproduced.
 pub fn run_scenario(
     target: &Target,
     scenario: &Scenario,
     seed: u64,
+    plan: &FaultPlan,
     reruns: usize,
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<ScenarioReport, RunError> {
-    let spread = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
-    let one = if target.file.instances > 1 {
-        Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?)
-    } else {
-        None
-    };
-    let masks = target.masks();
-    let findings = judge(scenario, &spread, one.as_ref(), &masks);
-    let mut failures = failures_of(&spread);
-    failures.extend(input_key_mismatches(target, &spread.history));
-    let mut report = ScenarioReport { name: scenario.name.clone(), seed, spread, findings, failures, reproduced: None };
+    let (spread, findings, failures) = play_judged(target, scenario, seed, plan, mcpsim, work_dir)?;
+    let mut report =
+        ScenarioReport { name: scenario.name.clone(), seed, spread, findings, failures, reproduced: None, faulty: plan.is_faulty() };
     if !report.passed() && reruns > 0 {
         let wanted = report.properties();
         let mut again = 0;
         for _ in 0..reruns {
-            let rerun = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
+            let (rerun, findings, failures) = play_judged(target, scenario, seed, plan, mcpsim, work_dir)?;
             if rerun.decisions != report.spread.decisions {
-                return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
+                if plan.events.is_empty() {
+                    return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
+                }
+                continue;
             }
-            let one = if target.file.instances > 1 {
-                Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?)
-            } else {
-                None
-            };
-            let findings = judge(scenario, &rerun, one.as_ref(), &masks);
-            let properties: Vec<Property> = findings.iter().map(|f| f.property).collect();
-            let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };
-            if same {
+            if explore::same_failure(&wanted, &verdict_of(&findings, &failures)) {
                 again += 1;
             }
         }
@@ -814,6 +846,10 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     }
     for property in properties {
         let broken: Vec<&Finding> = report.findings.iter().filter(|f| f.property == property).collect();
+        if property == Property::Statelessness && report.faulty {
+            let _ = writeln!(out, "   --    property statelessness: not compared under faults (a retry takes each play its own way)");
+            continue;
+        }
         let property = property.as_str();
         if broken.is_empty() {
             let _ = writeln!(out, "   ok    property {property}");
@@ -825,7 +861,8 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     for failure in report.spread.play.failures.iter().filter(|f| f.kind != play::FailureKind::Expectation) {
         let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, shown(&failure.statement), shown(&failure.message));
     }
-    for event in &report.spread.unfired {
+    // A drawn event that never fired is in the decisions and the exploration's coverage, not an error.
+    for event in report.spread.unfired.iter().filter(|e| matches!(e.trigger, faults::Trigger::Next { .. })) {
         let _ = writeln!(out, "   ERROR fault armed, never fired: {}", shown(&event.to_string()));
     }
     for failure in report.failures.iter().filter(|f| f.starts_with("the target file says")) {
@@ -916,6 +953,7 @@ count = "result.resources"
             failures: failures_of(&played),
             spread: played,
             reproduced: None,
+            faulty: true,
         };
         let text = render(&target, &report, false);
         assert!(text.contains("  fault fired: at request 2: its answer lost (read and discarded); the client retries on another instance — request 2 (round2 → t"), "{text}");

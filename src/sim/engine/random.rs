@@ -21,6 +21,9 @@ pub enum Stream {
     FaultKind(u16),
     /// One instance incarnation's legacy session ids (apart from its nonces, so modern runs draw the same).
     Sessions { instance: u16, incarnation: u16 },
+    /// A target play's faults of one kind (`mcpsim explore --target … --faults`, [`crate::target::faults`]):
+    /// apart from the simulator's, so drawing a target plan never changes a simulated run.
+    TargetFaultKind(u16),
 }
 
 impl Stream {
@@ -31,6 +34,7 @@ impl Stream {
             Stream::FaultKind(kind) => (2 << 32) | u64::from(kind),
             Stream::Nonces { instance, incarnation } => (1 << 32) | (u64::from(instance) << 16) | u64::from(incarnation),
             Stream::Sessions { instance, incarnation } => (3 << 32) | (u64::from(instance) << 16) | u64::from(incarnation),
+            Stream::TargetFaultKind(kind) => (4 << 32) | u64::from(kind),
         }
     }
 }
