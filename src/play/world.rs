@@ -139,6 +139,19 @@ pub trait World {
 
     fn restart(&mut self, instance: usize) -> Result<(), Refused>;
 
+    /// Stops an instance's processes now, or (`trigger`) right after the request the trigger names is written
+    /// to it; its answers wait for [`World::resume`].
+    fn pause(&mut self, instance: usize, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
+        let _ = (instance, trigger);
+        Err(Refused::Unsupported(format!("{} has no processes to stop: `pause` is played against a target", self.label())))
+    }
+
+    /// Continues a paused instance and reads the answers it owes.
+    fn resume(&mut self, instance: usize) -> Result<(), Refused> {
+        let _ = instance;
+        Err(Refused::Unsupported(format!("{} has no processes to continue: `resume` is played against a target", self.label())))
+    }
+
     /// The store (`notes` or `replay`) refuses its next `calls` calls as unavailable, doing nothing they ask.
     fn store_unavailable(&mut self, store: &str, _calls: u32) -> Result<(), Refused> {
         Err(Refused::Unsupported(format!("the {store} store of this world cannot be made unavailable on command")))

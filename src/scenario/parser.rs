@@ -29,8 +29,9 @@ pub(crate) const STORE_OUTAGE_CALLS_MAX: usize = 100;
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 11] =
     ["use", "principal", "note", "key", "instance", "gateway", "client", "browser", "state-ttl", "replay", "latency"];
-const STEPS: [&str; 14] = [
-    "let", "send", "notify", "answer", "browse", "admin", "advance", "crash", "restart", "rotate", "retire", "store", "parallel", "expect",
+const STEPS: [&str; 16] = [
+    "let", "send", "notify", "answer", "browse", "admin", "advance", "crash", "restart", "pause", "resume", "rotate", "retire", "store",
+    "parallel", "expect",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -914,6 +915,19 @@ impl<'a> Parser<'a> {
                 Action::Crash { instance, trigger }
             }
             "restart" => Action::Restart { instance: self.instance()? },
+            "pause" => {
+                let instance = self.instance()?;
+                let trigger = if self.keyword("after") {
+                    let receiver = self.instance()?;
+                    self.expect_keyword("receives", "after the receiver")?;
+                    let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a method such as tools/call)"))?;
+                    Some(TriggerSpec { moment: Moment::After, receiver, label, sender: None })
+                } else {
+                    None
+                };
+                Action::Pause { instance, trigger }
+            }
+            "resume" => Action::Resume { instance: self.instance()? },
             "rotate" => {
                 let mut instances = vec![self.instance()?];
                 while self.peek_word().as_deref() != Some("to") && !self.at_line_end() {

@@ -268,7 +268,10 @@ pub fn play_once(
     let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
     let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing);
-    let played = play::play(scenario, &mut world);
+    world.start_skewed()?;
+    let mut played = play::play(scenario, &mut world);
+    // Every pause continued (its late answers recorded), every armed fault that never fired a failure.
+    played.failures.extend(world.end_faults());
     let (decisions, transcript) = (std::mem::take(&mut world.decisions), std::mem::take(&mut world.transcript));
     let history = world.into_history();
     // A probe needs every instance up: a scenario that ends with one killed has it restarted first.
@@ -636,6 +639,25 @@ fn failures_of(played: &PlayedOnce) -> Vec<String> {
     played.play.failures.iter().map(|f| f.to_string().replace('\n', " ")).collect()
 }
 
+/// Whether the spread play can be compared with the reference play on one instance: not when the scenario
+/// pauses or kills an instance mid-request (`pause`, `crash … after … receives`: the reference play cannot place
+/// them, every instance being one process) or gives instances their own clocks (one process has one clock).
+/// When not, says why in `decisions` (a caveat the report shows, never a silent pass).
+fn reference_comparable(scenario: &Scenario, decisions: &mut Vec<String>) -> bool {
+    let faulted = scenario
+        .steps
+        .iter()
+        .any(|step| matches!(step.action, Action::Pause { .. } | Action::Resume { .. } | Action::Crash { trigger: Some(_), .. }));
+    let clocks = scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0);
+    let why = match (faulted, clocks) {
+        (true, _) => "the scenario pauses or kills an instance mid-request",
+        (false, true) => "the scenario gives instances their own clocks",
+        (false, false) => return true,
+    };
+    decisions.push(format!("statelessness not compared with the reference play on one instance: {why}, which one process cannot play"));
+    false
+}
+
 /// Plays `scenario` (spread, then on one instance), judges, and re-runs a failure `reruns` times from its
 /// decision log.
 pub fn run_scenario(
@@ -646,8 +668,9 @@ pub fn run_scenario(
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<ScenarioReport, RunError> {
-    let spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
-    let one = if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+    let mut spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
+    let compared = target.file.instances > 1 && reference_comparable(scenario, &mut spread.decisions);
+    let one = if compared { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
     let masks = target.masks();
     let findings = judge(scenario, &spread, one.as_ref(), &masks);
     let mut failures = failures_of(&spread);
@@ -661,8 +684,7 @@ pub fn run_scenario(
             if rerun.decisions != report.spread.decisions {
                 return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
             }
-            let one =
-                if target.file.instances > 1 { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+            let one = if compared { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
             let findings = judge(scenario, &rerun, one.as_ref(), &masks);
             let properties: Vec<Property> = findings.iter().map(|f| f.property).collect();
             let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };
