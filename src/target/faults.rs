@@ -11,7 +11,7 @@
 //! history as lost ([`crate::oracle::history::NoResponse::Lost`]): it *may* have happened, and the judge
 //! accepts either, never both twice.
 
-// The worlds and the explorer that use these land with issue 37's fault events; remove this line with them.
+// The explorer that uses the kinds and plans lands with issue 37's drawn faults; remove this line with it.
 #![allow(dead_code)]
 
 use serde::{Deserialize, Serialize};
@@ -200,8 +200,15 @@ impl std::fmt::Display for FaultEvent {
             FaultAction::Duplicate { other: true } => f.write_str("delivered twice, to its instance and another"),
             FaultAction::Duplicate { other: false } => f.write_str("delivered twice to its instance"),
             FaultAction::Hold { overtaken_by } => write!(f, "held back until {overtaken_by} later request(s) went out"),
+            // `usize::MAX`: armed by a scenario statement, which ends it itself (`resume`, `restart`) or the play's end does.
+            FaultAction::Pause { resumed_after: usize::MAX, retry } => {
+                write!(f, "its instance paused (SIGSTOP) once it has it, continued by `resume` or at the end of the play; {retry}")
+            }
             FaultAction::Pause { resumed_after, retry } => {
                 write!(f, "its instance paused (SIGSTOP) once it has it, continued after {resumed_after} later request(s); {retry}")
+            }
+            FaultAction::Crash { restarted_after: usize::MAX, retry } => {
+                write!(f, "its instance killed (SIGKILL) once it has it, restarted by `restart` or before the effect probe; {retry}")
             }
             FaultAction::Crash { restarted_after, retry } => {
                 write!(f, "its instance killed (SIGKILL) once it has it, restarted after {restarted_after} later request(s); {retry}")

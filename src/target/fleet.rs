@@ -367,7 +367,7 @@ impl<'t> Fleet<'t> {
                 let flight = self.runtime.spawn(async move { post(&http, &url, &token, &outgoing).await });
                 // Loopback: the connection is accepted by the kernel (even for a stopped server) and the request
                 // written to its socket within a few polls.
-                self.runtime.block_on(tokio::time::sleep(WRITE_WAIT));
+                self.runtime.block_on(async { tokio::time::sleep(WRITE_WAIT).await });
                 Pending::Http(flight)
             }
         }

@@ -158,6 +158,8 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     values.insert("accept", Some(tool.accept.to_string()));
     values.insert("principal", Some(tool.principal.clone()));
     values.insert("other", tool.other_principal.clone());
+    values.insert("ttl", tool.state_ttl_ms.map(|ttl| format!("{ttl}ms")));
+    values.insert("past_ttl", tool.state_ttl_ms.map(|ttl| format!("{}ms", ttl.saturating_add(PAST_TTL_MARGIN_MS))));
     // Invalid answers a scenario sends before the valid accept: every field of the wrong type, one left out.
     values.insert("accept_mistyped", Some(attack::mistyped(&tool.accept).to_string()));
     values.insert("accept_missing_field", attack::missing_field(&tool.accept, None).map(|(_, v)| v.to_string()));
@@ -223,6 +225,21 @@ impl RunError {
     }
 }
 
+/// How far past the target's state TTL `{{past_ttl}}` moves a clock: a minute, far more than the few seconds a
+/// play takes between minting a state and answering it, than the whole seconds many servers write expiries
+/// in, and than the grace a server may allow for skew between its instances (mcpsim's own refuses
+/// by the state's expiry alone), and far less than the TTL's own minutes, so an instance moved by `{{ttl}}`
+/// minus the margin would still accept.
+pub const PAST_TTL_MARGIN_MS: u64 = 60_000;
+
+/// The target file's key that gives scenario placeholder `name`.
+fn placeholder_key(name: &str) -> &'static str {
+    match name {
+        "ttl" | "past_ttl" => "tool.state_ttl_ms",
+        _ => "tool.other_principal",
+    }
+}
+
 /// A target scenario's text with its `{{name}}` placeholders filled. `Err`: why it cannot be played against
 /// this target (a placeholder the file leaves empty, or one that does not exist).
 pub fn fill_scenario(target: &Target, text: &str) -> Result<String, PlaceholderError> {
@@ -231,7 +248,7 @@ pub fn fill_scenario(target: &Target, text: &str) -> Result<String, PlaceholderE
         let name = name.trim();
         match values.get(name) {
             Some(Some(value)) => Ok(value.clone()),
-            Some(None) => Err(PlaceholderError::NotGiven { name: name.to_string(), key: "tool.other_principal" }),
+            Some(None) => Err(PlaceholderError::NotGiven { name: name.to_string(), key: placeholder_key(name) }),
             None => Err(PlaceholderError::NotAScenarioPlaceholder {
                 name: name.to_string(),
                 known: values.keys().map(|k| k.to_string()).collect(),
@@ -710,6 +727,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("06-another-principal-replays-the-state.sim", include_str!("../../targets/scenarios/06-another-principal-replays-the-state.sim")),
     ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
+    ("09-retry-while-the-first-is-paused.sim", include_str!("../../targets/scenarios/09-retry-while-the-first-is-paused.sim")),
+    ("11-expiry-on-a-skewed-clock.sim", include_str!("../../targets/scenarios/11-expiry-on-a-skewed-clock.sim")),
 ];
 
 /// A target scenario to play: where it comes from (a file, or the binary's) and its text.
