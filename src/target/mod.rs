@@ -206,6 +206,13 @@ pub enum RunError {
     NoSuchScenario { argument: PathBuf, names: String },
     #[error(transparent)]
     ParseScenario(#[from] ParseError),
+    /// A scenario (`shown`) that gives an instance its own clock, and no libfaketime (`looked`, where).
+    #[error(
+        "{shown}: it runs an instance under a skewed clock, which needs libfaketime (Debian/Ubuntu: apt-get install faketime; \
+         or set {} to libfaketime.so.1); looked in {looked}",
+        fleet::FAKETIME_LIBRARY_ENV
+    )]
+    NoFaketime { shown: String, looked: String },
     /// A folder of scenarios that could not be listed.
     #[error("{}: {source}", .path.display())]
     ListScenarios { path: PathBuf, source: std::io::Error },
@@ -779,7 +786,12 @@ pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, Ru
 /// A target scenario: its text with the placeholders filled, parsed.
 pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, RunError> {
     let filled = fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
-    Ok(crate::scenario::parse(&source.shown, &source.name, &filled)?)
+    let scenario = crate::scenario::parse(&source.shown, &source.name, &filled)?;
+    // A skewed clock needs libfaketime: without it the scenario is skipped, saying what to install.
+    if scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0) {
+        fleet::libfaketime().map_err(|looked| RunError::NoFaketime { shown: source.shown.clone(), looked })?;
+    }
+    Ok(scenario)
 }
 
 /// The `.sim` files of `paths` (folders listed, sorted).
