@@ -84,6 +84,51 @@ impl HttpClient {
     }
 }
 
+impl HttpClient {
+    /// POSTs `body` to `url` with `headers` on a connection of its own, and closes that connection as soon as
+    /// the request's last byte is written, before any byte of the answer is read: a client that stops waiting
+    /// (a lost answer). `Ok` once written; the server may or may not go on to process it, on its own timing.
+    /// Only `http://HOST:PORT/…` URLs (a target's loopback instances, a live fleet's plain-HTTP URLs).
+    pub async fn post_and_close(&self, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(), PostError> {
+        use tokio::io::AsyncWriteExt;
+        let uri: hyper::Uri = url.parse().map_err(|e| PostError::from(format!("POST {url}: not a URL: {e}")))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(PostError::from(format!("POST {url}: closing the connection before the answer is built for http:// URLs only")));
+        }
+        let host = uri.host().unwrap_or("127.0.0.1").trim_start_matches('[').trim_end_matches(']').to_string();
+        let port = uri.port_u16().unwrap_or(80);
+        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let mut head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            uri.authority().map(|a| a.as_str()).unwrap_or(&host),
+            body.len()
+        );
+        for (name, value) in headers {
+            if value.bytes().any(|b| !(b == b'\t' || (0x20..0x7f).contains(&b))) || name.bytes().any(|b| !b.is_ascii_graphic() || b == b':')
+            {
+                return Err(PostError::from(format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)")));
+            }
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| PostError { message: format!("POST {url} failed: {e}"), unreachable: true })?;
+            stream.write_all(head.as_bytes()).await.map_err(|e| PostError::from(format!("POST {url}: writing the request failed: {e}")))?;
+            stream.write_all(body).await.map_err(|e| PostError::from(format!("POST {url}: writing the request failed: {e}")))?;
+            stream.flush().await.map_err(|e| PostError::from(format!("POST {url}: writing the request failed: {e}")))?;
+            // Dropped unread: the kernel closes the connection (a reset if answer bytes arrive unread).
+            drop(stream);
+            Ok(())
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(written) => written,
+            Err(_) => Err(format!("POST {url}: the request could not be written within {} ms", self.timeout.as_millis()).into()),
+        }
+    }
+}
+
 /// An error and its causes, one after another (a client error's own message names only the outermost).
 fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();

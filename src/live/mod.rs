@@ -32,9 +32,9 @@ pub mod http_client;
 use self::http_client::{HttpClient, PostError};
 use crate::config::Deployment;
 use crate::framework::ports::{Note, StoreError};
-use crate::oracle::history::{History, NoResponse, OperationId, Sent};
+use crate::oracle::history::{Attempt, History, NoResponse, OperationId, Sent};
 use crate::play::parity;
-use crate::play::world::{Consumed, Item, Outgoing, Refused, Unobservable, World};
+use crate::play::world::{ArmedFault, Consumed, Item, Outgoing, Refused, Unobservable, World};
 use crate::play::{self, FailureKind};
 use crate::policy::state::DEFAULT_STATE_TTL_MS;
 use crate::scenario::model::{Action, AdminAction, Scenario, TriggerSpec};
@@ -240,7 +240,26 @@ pub(crate) fn run_live(
         }
     };
     let mut world = LiveWorld::new(scenario, fleet, http, runtime, scenario_store);
-    let played = play::play(scenario, &mut world);
+    let mut played = play::play(scenario, &mut world);
+    // A hold never released goes out at the end; an armed fault never met is a failure, never a pass.
+    let all: Vec<usize> = (0..world.held.len()).collect();
+    if !all.is_empty() {
+        world.release_held(&all);
+        played.failures.push(play::Failure {
+            kind: FailureKind::Step,
+            line: 0,
+            statement: "hold".into(),
+            message: format!("{} held request(s) never released by the scenario: released at the end of the play", all.len()),
+        });
+    }
+    for (instance, method, fault) in std::mem::take(&mut world.armed) {
+        played.failures.push(play::Failure {
+            kind: FailureKind::Step,
+            line: 0,
+            statement: format!("{fault:?}"),
+            message: format!("armed, never fired: no {method} went to {} after it", scenario.cluster.instances[instance].name),
+        });
+    }
     let compared = parity::compare(scenario, &played, &world.history, &runs, world.global_mismatch.first().map(String::as_str));
     let mapping = instances.iter().zip(&fleet.urls).map(|(i, url)| (i.name.clone(), url.clone())).collect();
     // The lines of request steps: only their rows compare an answer (an admin step's row says it was done).
@@ -292,6 +311,10 @@ struct LiveWorld<'a> {
     store: Option<ScenarioStore<'a>>,
     /// The first exchange to which nothing answered: the play stops there.
     unreachable: Option<String>,
+    /// Faults the scenario armed (`drop answer …`, `duplicate …`, `hold …`): instance, method, fault.
+    armed: Vec<(usize, String, ArmedFault)>,
+    /// Requests held back (recorded, pending), until `release` or the end of the play.
+    held: Vec<(OperationId, Outgoing)>,
 }
 
 impl<'a> LiveWorld<'a> {
@@ -308,6 +331,8 @@ impl<'a> LiveWorld<'a> {
             http,
             runtime,
             history: History::default(),
+            armed: Vec::new(),
+            held: Vec::new(),
             instance_mismatch: BTreeMap::new(),
             global_mismatch: Vec::new(),
             store,
@@ -396,6 +421,108 @@ impl<'a> LiveWorld<'a> {
         id
     }
 
+    /// The request went on the wire: a new operation, pending.
+    fn record_sent(&mut self, outgoing: &Outgoing, instance: usize) -> OperationId {
+        let client = &self.scenario.cluster.clients[outgoing.client];
+        let instance = self.scenario.cluster.instances[instance].name.clone();
+        self.history.request(Sent::of_text(outgoing, &client.name, &client.principal, instance))
+    }
+
+    fn record_answer(&mut self, id: OperationId, answer: Result<Option<Value>, PostError>) {
+        match answer {
+            Ok(Some(value)) => self.history.answer(id, Arc::new(value), 0, id.0 + 1),
+            Ok(None) => self.history.no_response(id, NoResponse::Notification),
+            Err(_) => self.history.no_response(id, NoResponse::Lost),
+        }
+    }
+
+    /// The fault armed for this request (its instance and method), taken off the armed list, if one is.
+    fn armed_for(&mut self, outgoing: &Outgoing) -> Option<ArmedFault> {
+        let value = outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok());
+        let method = value.as_ref().and_then(|v| v.get("method")).and_then(Value::as_str).map(str::to_string);
+        let at = self.armed.iter().position(|(instance, wanted, _)| {
+            !outgoing.notification && *instance == outgoing.instance && method.as_ref() == Some(wanted)
+        })?;
+        Some(self.armed.remove(at).2)
+    }
+
+    /// `send` under an armed fault: a lost answer, a copy, or a held request (mcpsim is the fleet's client,
+    /// so these are its to make).
+    fn send_faulted(&mut self, outgoing: Outgoing, fault: ArmedFault) -> Result<OperationId, Refused> {
+        let (url, token) = (self.url_of(outgoing.instance), self.token_of(outgoing.client));
+        match fault {
+            ArmedFault::DropAnswer { closing: false } => {
+                let answer = self.runtime.block_on(post(&self.http, &url, &token, &outgoing));
+                if let Err(error) = &answer {
+                    if error.unreachable {
+                        return Err(self.refusal(error.clone()));
+                    }
+                }
+                let id = self.record_sent(&outgoing, outgoing.instance);
+                self.history.lost_to_fault(id, "its answer lost (read and discarded); the scenario retries".into());
+                Ok(id)
+            }
+            ArmedFault::DropAnswer { closing: true } => {
+                let written = self.runtime.block_on(post_and_close(&self.http, &url, &token, &outgoing));
+                if let Err(error) = written {
+                    return Err(self.refusal(error));
+                }
+                let id = self.record_sent(&outgoing, outgoing.instance);
+                self.history.lost_to_fault(id, "its answer lost (the connection closed before reading it); the scenario retries".into());
+                Ok(id)
+            }
+            ArmedFault::Duplicate { onto } => {
+                let to = onto.unwrap_or(outgoing.instance);
+                let copy_url = self.url_of(to);
+                let (http, first) = (self.http.clone(), outgoing.clone());
+                let (url_one, token_one) = (url.clone(), token.clone());
+                let one = self.runtime.spawn(async move { post(&http, &url_one, &token_one, &first).await });
+                let (http, copy) = (self.http.clone(), outgoing.clone());
+                let two = self.runtime.spawn(async move { post(&http, &copy_url, &token, &copy).await });
+                let joined = |result: Result<Result<Option<Value>, PostError>, tokio::task::JoinError>| match result {
+                    Ok(answer) => answer,
+                    Err(join) => Err(PostError::from(format!("the request task failed: {join}"))),
+                };
+                let (first, second) = (joined(self.runtime.block_on(one)), joined(self.runtime.block_on(two)));
+                if let Err(error) = &first {
+                    if error.unreachable {
+                        return Err(self.refusal(error.clone()));
+                    }
+                }
+                let id = self.record_sent(&outgoing, outgoing.instance);
+                self.record_answer(id, first);
+                let copy = self.history.attempt(Attempt::Duplicate { of: id }, self.scenario.cluster.instances[to].name.clone(), 0);
+                self.record_answer(copy, second);
+                Ok(id)
+            }
+            ArmedFault::Hold => {
+                let id = self.record_sent(&outgoing, outgoing.instance);
+                self.held.push((id, outgoing));
+                Ok(id)
+            }
+        }
+    }
+
+    /// Writes the held requests at `indices` (of `self.held`) and records their answers.
+    fn release_held(&mut self, indices: &[usize]) -> Vec<OperationId> {
+        let mut released = Vec::new();
+        for (at, held) in std::mem::take(&mut self.held).into_iter().enumerate() {
+            if indices.contains(&at) {
+                released.push(held);
+            } else {
+                self.held.push(held);
+            }
+        }
+        let mut ids = Vec::new();
+        for (id, outgoing) in released {
+            let (url, token) = (self.url_of(outgoing.instance), self.token_of(outgoing.client));
+            let answer = self.runtime.block_on(post(&self.http, &url, &token, &outgoing));
+            self.record_answer(id, answer);
+            ids.push(id);
+        }
+        ids
+    }
+
     /// A failed exchange as a refusal: one to which nothing answered stops the play (every later request of
     /// the scenario would fail the same way), any other fails its step.
     fn refusal(&mut self, error: PostError) -> Refused {
@@ -421,6 +548,9 @@ impl World for LiveWorld<'_> {
     }
 
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        if let Some(fault) = self.armed_for(&outgoing) {
+            return self.send_faulted(outgoing, fault);
+        }
         let (url, token) = (self.url_of(outgoing.instance), self.token_of(outgoing.client));
         let response = self.runtime.block_on(post(&self.http, &url, &token, &outgoing)).map_err(|e| self.refusal(e))?;
         Ok(self.record(&outgoing, response))
@@ -527,6 +657,25 @@ impl World for LiveWorld<'_> {
         Err(Refused::Unsupported("key rotation needs the servers' key ring (restart them with a new --key-file)".into()))
     }
 
+    fn mark_attempt(&mut self, id: OperationId, attempt: Attempt) {
+        self.history.mark_attempt(id, attempt);
+    }
+
+    /// Armed faults fire on the scenario's `send` steps (a `parallel` block's requests go out unfaulted).
+    fn arm(&mut self, instance: usize, method: &str, fault: &ArmedFault) -> Result<(), Refused> {
+        self.armed.push((instance, method.to_string(), fault.clone()));
+        Ok(())
+    }
+
+    fn release(&mut self, instance: usize) -> Result<Vec<OperationId>, Refused> {
+        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].1.instance == instance).collect();
+        if due.is_empty() {
+            let name = &self.scenario.cluster.instances[instance].name;
+            return Err(Refused::Failed(format!("no request to {name} is held (a `hold OP to {name}` that fired comes first)")));
+        }
+        Ok(self.release_held(&due))
+    }
+
     fn history(&self) -> &History {
         &self.history
     }
@@ -609,6 +758,18 @@ pub(crate) async fn post(http: &HttpClient, url: &str, token: &str, outgoing: &O
             json.chars().take(200).collect::<String>()
         ))),
     }
+}
+
+/// [`post`]'s request, on a connection closed right after it is written: the answer is never read.
+pub(crate) async fn post_and_close(http: &HttpClient, url: &str, token: &str, outgoing: &Outgoing) -> Result<(), PostError> {
+    let authorization = format!("Bearer {token}");
+    let mut headers = vec![
+        ("Authorization", authorization.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    headers.extend(outgoing.headers.pairs());
+    http.post_and_close(url, &headers, &outgoing.bytes()).await
 }
 
 /// The report as text: the mapping, configuration notes, the parity table, expectations, a summary line.

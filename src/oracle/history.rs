@@ -3,6 +3,10 @@
 //!
 //! Attribution follows the tasks: a store call made while handling a request inherits that request's
 //! operation, and the replay store's nested call to the note store inherits the nonce being claimed.
+//!
+//! Against real processes, an operation a fault left without its answer is recorded lost with the fault's
+//! decision-log line ([`History::lost_to`]): it may have happened. A scenario's `retry NAME -> I` and a drawn
+//! plan's automatic retries are [`Attempt::Retry`] of the first attempt, with their own request (a fresh id).
 
 use super::grants::Grants;
 use crate::framework::ports::Note;
@@ -89,6 +93,9 @@ pub struct History {
     /// First attempts whose client found no live instance of the kind to retry on (the scenario stopped them
     /// all for good): liveness promises nothing for them.
     stranded: BTreeSet<OperationId>,
+    /// Operations a fault of a target's play left without their answer (a lost answer, a held request
+    /// never answered), with the fault's decision-log line: the judge's "may have happened" names its cause.
+    lost_to_fault: BTreeMap<OperationId, String>,
 }
 
 /// A request (or notification) as a world records it when it goes on the wire: [`History::request`] makes
@@ -164,6 +171,28 @@ impl History {
         self.operations.push(Operation { id, sent, outcome: Outcome::Pending });
         self.attempts.insert(id, attempt);
         id
+    }
+
+    /// [`History::attempt`] with its own request (a retry with a fresh JSON-RPC id sends other bytes than its
+    /// first attempt): a new operation, pending.
+    pub(crate) fn attempt_sent(&mut self, attempt: Attempt, sent: Sent) -> OperationId {
+        let id = OperationId(self.operations.len());
+        self.operations.push(Operation { id, sent, outcome: Outcome::Pending });
+        self.attempts.insert(id, attempt);
+        id
+    }
+
+    /// The operation `id`, already recorded as a request, repeats another (`attempt`): a retry a scenario
+    /// wrote (`retry NAME -> I`), sent by its world as any request is.
+    pub(crate) fn mark_attempt(&mut self, id: OperationId, attempt: Attempt) {
+        self.attempts.insert(id, attempt);
+    }
+
+    /// No answer to `id` will reach its client because of a fault (`fault`, its decision-log line): lost,
+    /// and why.
+    pub(crate) fn lost_to_fault(&mut self, id: OperationId, fault: String) {
+        self.no_response(id, NoResponse::Lost);
+        self.lost_to_fault.insert(id, fault);
     }
 
     /// The answer to `id` arrived at `at_ms`, brought by delivery number `delivery`.
@@ -247,6 +276,11 @@ impl History {
 
     pub fn stranded(&self) -> &BTreeSet<OperationId> {
         &self.stranded
+    }
+
+    /// The fault that left `id` without its answer, as its decision-log line (`None`: no fault did).
+    pub fn lost_to(&self, id: OperationId) -> Option<&str> {
+        self.lost_to_fault.get(&id).map(String::as_str)
     }
 
     /// The first attempt of the request `id` repeats (itself if it is one).

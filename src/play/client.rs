@@ -112,6 +112,13 @@ impl Client {
 
     /// A JSON-RPC request (or, with `notification`, a notification) with this client's `_meta` added to
     /// `params` unless `params` already has one. Its bytes are its compact serialization.
+    /// A fresh request id, as the next request would get (a retry of an earlier request sends one).
+    pub fn fresh_id(&mut self) -> i64 {
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        id
+    }
+
     pub fn request(&mut self, method: &str, params: Value, notification: bool) -> Result<Value, BuildError> {
         let Value::Object(mut params) = params else {
             return Err(BuildError::ParamsNotAnObject { method: method.to_string() });

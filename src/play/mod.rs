@@ -20,11 +20,11 @@ pub mod world;
 
 use self::client::{raw_message, scenario_answer, BuildError, Client};
 use self::expect::ExpectationResult;
-use self::world::{Annotation, Item, Outgoing, Refused, World};
+use self::world::{Annotation, ArmedFault, Item, Outgoing, Refused, World};
 use crate::oracle::check::Property;
 use crate::oracle::history::{OperationId, Outcome};
 use crate::policy::state::derived_key_secret;
-use crate::scenario::model::{Action, AnswerAction, ParallelAction, Request, Scenario, Send};
+use crate::scenario::model::{Action, AnswerAction, MessageFault, ParallelAction, Request, Scenario, Send};
 use crate::scenario::template::{at, ResolveError, Template};
 use crate::wire::headers::RoutingHeaders;
 use serde_json::Value;
@@ -375,6 +375,99 @@ impl Interpreter<'_, '_> {
                 self.header(line, text);
                 let result = self.world.store_unavailable(store, *calls);
                 self.performed(index, line, text, result);
+            }
+            Action::Arm { instance, method, fault } => {
+                self.header(line, text);
+                let fault = match fault {
+                    MessageFault::DropAnswer { closing } => ArmedFault::DropAnswer { closing: *closing },
+                    MessageFault::Duplicate { onto } => ArmedFault::Duplicate { onto: onto.as_deref().map(|i| self.instance_index(i)) },
+                    MessageFault::Hold => ArmedFault::Hold,
+                };
+                let result = self.world.arm(self.instance_index(instance), method, &fault);
+                self.performed(index, line, text, result);
+            }
+            Action::Release { instance } => {
+                self.header(line, text);
+                let before = self.world.history().operations().len();
+                match self.world.release(self.instance_index(instance)) {
+                    Ok(operations) => {
+                        self.learn_forms(before);
+                        self.record(index, line, text, StepOutcome::Performed { operations, excuse: None });
+                    }
+                    Err(refused) => self.refused(index, line, text, refused),
+                }
+            }
+            Action::Retry { of, instance, name } => {
+                self.header(line, text);
+                self.retry(index, line, text, of, instance, name.as_deref());
+            }
+        }
+    }
+
+    /// `retry NAME -> I [as NAME2]`: the request of `NAME`'s operation again, with a fresh id from its client,
+    /// to `I`, recorded as a retry of it.
+    fn retry(&mut self, index: usize, line: usize, text: &str, of: &str, instance: &str, name: Option<&str>) {
+        let unsendable = if let Some(why) = self.skipped.get(of) {
+            Some(format!("{of} was not sent: {why}"))
+        } else if self.down.contains(&self.instance_index(instance)) {
+            Some(format!("{instance} is crashed at this point of the scenario, but the {} one is up", self.world.label()))
+        } else {
+            None
+        };
+        if let Some(why) = unsendable {
+            if let Some(name) = name {
+                self.skipped.insert(name.to_string(), why.clone());
+            }
+            return self.record(index, line, text, StepOutcome::Skipped(why));
+        }
+        let Some(&first) = self.play.answers.get(of) else {
+            return self.fail(FailureKind::Step, line, text, format!("no request was sent as {of}"));
+        };
+        let history = self.world.history();
+        let first = history.first_attempt(first);
+        let number = history.attempts_of(first).len() as u32;
+        let operation = &history.operations()[first.0];
+        let (request, notification, client) = (operation.request_value.clone(), operation.notification, operation.client.clone());
+        let Some(Value::Object(mut request)) = request.map(|v| (*v).clone()) else {
+            let why = format!("{of}'s request is no JSON object: a retry with a fresh id cannot be built from it");
+            return self.refused(index, line, text, Refused::Failed(why));
+        };
+        let client = self.client_index(&client);
+        if !notification {
+            request.insert("id".into(), self.clients[client].fresh_id().into());
+        }
+        let value = Value::Object(request);
+        let outgoing = Outgoing {
+            client,
+            instance: self.instance_index(instance),
+            headers: RoutingHeaders::for_message(&value),
+            raw: None,
+            value: Some(value),
+            notification,
+            headers_written: false,
+            step: index,
+            name: name.map(str::to_string),
+        };
+        let before = self.world.history().operations().len();
+        match self.world.retry(first, number, outgoing) {
+            Ok(operation) => {
+                if let Some(name) = name {
+                    self.play.answers.insert(name.to_string(), operation);
+                    self.skipped.remove(name);
+                }
+                self.note_caveat(operation);
+                self.learn_forms(before);
+                self.record(index, line, text, StepOutcome::Performed { operations: vec![operation], excuse: None });
+            }
+            Err(refused) => {
+                if let Some(name) = name {
+                    self.skipped.insert(name.to_string(), refused.reason().to_string());
+                }
+                let refused = match refused {
+                    Refused::Stopped(why) => Refused::Stopped(why),
+                    other => Refused::Failed(other.reason().to_string()),
+                };
+                self.refused(index, line, text, refused);
             }
         }
     }

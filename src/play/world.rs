@@ -6,7 +6,7 @@ use crate::framework::ports::Note;
 /// What a client puts on the wire: below `play` (in the history's module), so a world's engine takes it
 /// without importing the interpreter.
 pub use crate::oracle::history::Outgoing;
-use crate::oracle::history::{History, OperationId};
+use crate::oracle::history::{Attempt, History, OperationId};
 use crate::scenario::model::{AdminAction, TriggerSpec};
 use crate::servers::gateway::backends::ExportRecord;
 use serde_json::Value;
@@ -24,6 +24,24 @@ pub enum Item {
 pub const NO_BROWSER: &str =
     "this world has no browser actor: a `browse` step (the out-of-band page of URL-mode elicitation) runs only in the simulator; \
      drive the page of a real server with a browser (tests/url_mode_browser.rs) or plain HTTP";
+
+/// A fault a scenario statement arms on the next request of a method to an instance (`drop answer …`,
+/// `duplicate …`, `hold …`); instances by their position among the scenario's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArmedFault {
+    /// The request is processed; its answer never reaches the client (`closing`: the client stops waiting as
+    /// soon as it is written).
+    DropAnswer { closing: bool },
+    /// A copy (same bytes, same id) also goes to `onto`, or a second time to the same instance.
+    Duplicate { onto: Option<usize> },
+    /// Not written until [`World::release`] (or the end of the play).
+    Hold,
+}
+
+/// Why a world without client-side message faults refuses `drop`/`duplicate`/`hold`/`release`.
+pub const NO_MESSAGE_FAULTS: &str =
+    "this world cannot lose, copy or hold one chosen request: `drop answer`, `duplicate`, `hold` and `release` \
+     run against a target (`mcpsim run --target`) and a live fleet (`mcpsim live`), where mcpsim is the client";
 
 /// Why a world did not carry a step out as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +169,30 @@ pub trait World {
         let _ = instance;
         Err(Refused::Unsupported(format!("{} has no processes to continue: `resume` is played against a target", self.label())))
     }
+
+    /// Arms `fault` on the next request of `method` the scenario sends to `instance`. A fault never met by the
+    /// end of the play is reported, never silently passed.
+    fn arm(&mut self, instance: usize, method: &str, fault: &ArmedFault) -> Result<(), Refused> {
+        let _ = (instance, method, fault);
+        Err(Refused::Unsupported(NO_MESSAGE_FAULTS.into()))
+    }
+
+    /// Puts the requests held for `instance` on the wire now and records their answers; the operations.
+    fn release(&mut self, instance: usize) -> Result<Vec<OperationId>, Refused> {
+        let _ = instance;
+        Err(Refused::Unsupported(NO_MESSAGE_FAULTS.into()))
+    }
+
+    /// The client sends the request of `of` again (`outgoing`: the same request with a fresh id), recorded
+    /// as its retry number `number`. Every world can: it sends it, and marks what it sent a retry.
+    fn retry(&mut self, of: OperationId, number: u32, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        let id = self.send(outgoing)?;
+        self.mark_attempt(id, Attempt::Retry { of, number });
+        Ok(id)
+    }
+
+    /// Records that the operation `id`, just sent, repeats another (`attempt`).
+    fn mark_attempt(&mut self, id: OperationId, attempt: Attempt);
 
     /// The store (`notes` or `replay`) refuses its next `calls` calls as unavailable, doing nothing they ask.
     fn store_unavailable(&mut self, store: &str, _calls: u32) -> Result<(), Refused> {

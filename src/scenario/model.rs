@@ -141,7 +141,37 @@ pub enum Action {
         store: String,
         calls: u32,
     },
+    /// `drop answer from I to OP …`, `duplicate OP to I …`, `hold OP to I`: a fault on the next request of
+    /// method `method` the scenario sends to `instance`.
+    Arm {
+        instance: String,
+        method: String,
+        fault: MessageFault,
+    },
+    /// `release I`: the requests held for `I` go on the wire now.
+    Release {
+        instance: String,
+    },
+    /// `retry NAME -> I [as NAME2]`: the client sends the request of the answer `NAME` again, with a fresh
+    /// id, to `instance`.
+    Retry {
+        of: String,
+        instance: String,
+        name: Option<String>,
+    },
     Expect(Expectation),
+}
+
+/// What an armed statement does to the request it fires on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageFault {
+    /// `drop answer from I to OP [closing the connection]`: delivered and processed, its answer never reaches
+    /// the client (`closing`: the client stops waiting as soon as the request is written).
+    DropAnswer { closing: bool },
+    /// `duplicate OP to I [onto J]`: a copy (same bytes, same id) also to `J`, or a second time to `I`.
+    Duplicate { onto: Option<String> },
+    /// `hold OP to I`: not written until `release I` (or the end of the play).
+    Hold,
 }
 
 #[derive(Debug, Clone)]

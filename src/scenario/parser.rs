@@ -29,9 +29,28 @@ pub(crate) const STORE_OUTAGE_CALLS_MAX: usize = 100;
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 11] =
     ["use", "principal", "note", "key", "instance", "gateway", "client", "browser", "state-ttl", "replay", "latency"];
-const STEPS: [&str; 16] = [
-    "let", "send", "notify", "answer", "browse", "admin", "advance", "crash", "restart", "pause", "resume", "rotate", "retire", "store",
-    "parallel", "expect",
+const STEPS: [&str; 21] = [
+    "let",
+    "send",
+    "notify",
+    "answer",
+    "browse",
+    "admin",
+    "advance",
+    "crash",
+    "restart",
+    "pause",
+    "resume",
+    "rotate",
+    "retire",
+    "store",
+    "parallel",
+    "expect",
+    "drop",
+    "duplicate",
+    "hold",
+    "release",
+    "retry",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -958,10 +977,59 @@ impl<'a> Parser<'a> {
             }
             "parallel" => self.parallel()?,
             "expect" => Action::Expect(self.expectation()?),
+            "drop" => {
+                self.expect_keyword("answer", "(`drop answer from I to tools/call`)")?;
+                self.expect_keyword("from", "and the instance that answers (`drop answer from I to tools/call`)")?;
+                let instance = self.instance()?;
+                self.expect_keyword("to", "and the method whose answer is lost (`drop answer from I to tools/call`)")?;
+                let method = self.method()?;
+                let closing = self.keyword("closing");
+                if closing {
+                    self.expect_keyword("the", "(`closing the connection`)")?;
+                    self.expect_keyword("connection", "(`closing the connection`)")?;
+                }
+                Action::Arm { instance, method, fault: MessageFault::DropAnswer { closing } }
+            }
+            "duplicate" => {
+                let method = self.method()?;
+                self.expect_keyword("to", "and the instance it goes to (`duplicate tools/call to I [onto J]`)")?;
+                let instance = self.instance()?;
+                let onto = if self.keyword("onto") { Some(self.instance()?) } else { None };
+                Action::Arm { instance, method, fault: MessageFault::Duplicate { onto } }
+            }
+            "hold" => {
+                let method = self.method()?;
+                self.expect_keyword("to", "and the instance it goes to (`hold tools/call to I`)")?;
+                let instance = self.instance()?;
+                Action::Arm { instance, method, fault: MessageFault::Hold }
+            }
+            "release" => Action::Release { instance: self.instance()? },
+            "retry" => {
+                let of = self.answer_name()?;
+                self.arrow("between the answer retried and the instance")?;
+                let instance = self.instance()?;
+                let mut name = None;
+                if self.keyword("as") {
+                    let (bound, at) = self.name("the name of the retry's answer")?;
+                    if self.bound.contains(&bound) {
+                        return Err(self.error_at(at, format!("${bound} is already bound; choose another name")));
+                    }
+                    self.bound.insert(bound.clone());
+                    self.answers.insert(bound.clone());
+                    name = Some(bound);
+                }
+                Action::Retry { of, instance, name }
+            }
             _ => unreachable!("STEPS lists what is handled here"),
         };
         self.end_statement(keyword).map_err(|e| if e.line < start.line { self.error_at(start, e.message) } else { e })?;
         Ok(action)
+    }
+
+    /// A JSON-RPC method (`tools/call`).
+    fn method(&mut self) -> Result<String, ParseError> {
+        let (method, _) = self.word().ok_or_else(|| self.expected("a method (e.g. tools/call)"))?;
+        Ok(method)
     }
 
     fn instance(&mut self) -> Result<String, ParseError> {
@@ -1495,6 +1563,34 @@ mod tests {
     }
 
     #[test]
+    fn message_faults_and_retries_parse_and_a_wrong_one_says_where_and_what() {
+        let steps = "send alice -> i1 tools/list {} as r\ndrop answer from i1 to tools/call closing the connection\n\
+                     drop answer from i2 to tools/list\nduplicate tools/call to i1 onto i2\nduplicate tools/call to i2\n\
+                     hold tools/call to i2\nrelease i2\nretry r -> i2 as again\nretry again -> i1\n";
+        let parsed = parse("s.sim", "s", &format!("{CLUSTER}{steps}")).expect("it parses");
+        let actions: Vec<&Action> = parsed.steps.iter().map(|s| &s.action).collect();
+        assert!(
+            matches!(actions[1], Action::Arm { instance, method, fault: MessageFault::DropAnswer { closing: true } } if instance == "i1" && method == "tools/call")
+        );
+        assert!(matches!(actions[2], Action::Arm { fault: MessageFault::DropAnswer { closing: false }, .. }));
+        assert!(matches!(actions[3], Action::Arm { fault: MessageFault::Duplicate { onto: Some(j) }, .. } if j == "i2"));
+        assert!(matches!(actions[4], Action::Arm { fault: MessageFault::Duplicate { onto: None }, .. }));
+        assert!(matches!(actions[5], Action::Arm { fault: MessageFault::Hold, .. }));
+        assert!(matches!(actions[6], Action::Release { instance } if instance == "i2"));
+        assert!(matches!(actions[7], Action::Retry { of, instance, name: Some(n) } if of == "r" && instance == "i2" && n == "again"));
+        assert!(matches!(actions[8], Action::Retry { of, name: None, .. } if of == "again"));
+        // Line 7 is the first step (six declaration lines).
+        assert_eq!(with_cluster("drop answer from i9 to tools/call\n"), "s.sim:7:18: no instance named i9 (declared: i1, i2)");
+        assert!(with_cluster("drop answer i1 to tools/call\n").starts_with("s.sim:7:13: expected `from`"));
+        assert!(with_cluster("drop answer from i1 to tools/call closing\n").starts_with("s.sim:7:"));
+        assert!(with_cluster("duplicate tools/call to i1 onto i7\n").contains("no instance named i7"));
+        assert!(with_cluster("hold tools/call i1\n").contains("expected `to`"));
+        assert!(with_cluster("retry nothing -> i1\n").starts_with("s.sim:7:7: no earlier answer is named nothing"));
+        assert!(with_cluster("send alice -> i1 tools/list {} as r\nretry r -> i1 as r\n").contains("$r is already bound"));
+        assert!(with_cluster("release i3\n").contains("no instance named i3"));
+    }
+
+    #[test]
     fn a_tool_error_is_its_own_check() {
         let parsed =
             parse("s.sim", "s", &format!("{CLUSTER}send alice -> i1 tools/list {{}} as r\nexpect r tool_error\n")).expect("it parses");
@@ -1541,7 +1637,7 @@ mod tests {
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, rotate, retire, store, parallel, expect)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, rotate, retire, store, parallel, expect, drop, duplicate, hold, release, retry)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),

@@ -5,8 +5,8 @@
 use super::cluster::{Cluster, CrashTrigger, SimError};
 use super::engine::faults::StoreName;
 use crate::framework::ports::Note;
-use crate::oracle::history::{History, OperationId};
-use crate::play::world::{Annotation, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
+use crate::oracle::history::{Attempt, History, OperationId};
+use crate::play::world::{Annotation, ArmedFault, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::TriggerSpec;
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::render::transcript::Entry;
@@ -79,6 +79,10 @@ impl SimWorld {
     }
 }
 
+/// Why the simulator skips `drop answer`, `duplicate`, `hold` and `release`.
+const SIM_MESSAGE_FAULTS: &str = "the simulator loses, copies and delays messages where the seed places them (`run --faults drop,duplicate,delay`), \
+     not on one request a statement chooses; `drop answer`, `duplicate`, `hold` and `release` run against a target (`run --target`) and a live fleet";
+
 impl World for SimWorld {
     fn label(&self) -> &'static str {
         "in the simulator"
@@ -149,6 +153,18 @@ impl World for SimWorld {
 
     fn retire(&mut self, instances: &[usize], key_id: &str) -> Result<(), Refused> {
         self.cluster.retire(instances, key_id).map_err(|error| Refused::Failed(error.to_string()))
+    }
+
+    fn arm(&mut self, _instance: usize, _method: &str, _fault: &ArmedFault) -> Result<(), Refused> {
+        Err(Refused::Unsupported(SIM_MESSAGE_FAULTS.into()))
+    }
+
+    fn release(&mut self, _instance: usize) -> Result<Vec<OperationId>, Refused> {
+        Err(Refused::Unsupported(SIM_MESSAGE_FAULTS.into()))
+    }
+
+    fn mark_attempt(&mut self, id: OperationId, attempt: Attempt) {
+        self.cluster.mark_attempt(id, attempt);
     }
 
     fn history(&self) -> &History {

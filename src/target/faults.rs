@@ -16,6 +16,13 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Most times a client sends a request again after faults left it unanswered (its first attempt not
+/// counted): more than the faults a drawn plan holds (two per kind), so a plan alone never exhausts it.
+pub const RETRIES_MAX: u32 = 2 * FaultKind::ALL.len() as u32 + 2;
+
+/// How a decision line says a lost answer's connection was closed right after the request was written.
+pub const CLOSED_BEFORE_READING: &str = "the connection closed before reading it";
+
 /// The kinds of fault `--faults` turns on against a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -194,11 +201,12 @@ impl std::fmt::Display for FaultEvent {
         }
         match &self.action {
             FaultAction::LoseAnswer { close_connection: true, retry } => {
-                write!(f, "its answer lost (the connection closed before reading it); {retry}")
+                write!(f, "its answer lost ({CLOSED_BEFORE_READING}); {retry}")
             }
             FaultAction::LoseAnswer { close_connection: false, retry } => write!(f, "its answer lost (read and discarded); {retry}"),
             FaultAction::Duplicate { other: true } => f.write_str("delivered twice, to its instance and another"),
             FaultAction::Duplicate { other: false } => f.write_str("delivered twice to its instance"),
+            FaultAction::Hold { overtaken_by: usize::MAX } => f.write_str("held back until the scenario releases it"),
             FaultAction::Hold { overtaken_by } => write!(f, "held back until {overtaken_by} later request(s) went out"),
             // `usize::MAX`: armed by a scenario statement, which ends it itself (`resume`, `restart`) or the play's end does.
             FaultAction::Pause { resumed_after: usize::MAX, retry } => {

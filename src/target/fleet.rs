@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How long [`Fleet::write_only`] drives an HTTP request's task so it is written before the caller goes on.
+/// How long [`Fleet::let_writes_land`] drives the HTTP requests' tasks so they are written before the caller goes on.
 pub const WRITE_WAIT: Duration = Duration::from_millis(50);
 /// Largest response body read from an HTTP instance.
 const RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -91,18 +91,6 @@ pub fn faketime_value(offset_ms: i64) -> String {
     format!("{sign}{}.{:03}", ms / 1000, ms % 1000)
 }
 
-/// A request written and not yet answered: its answer is read by [`Fleet::collect`].
-pub enum Pending {
-    Stdio {
-        index: usize,
-        principal: String,
-        outgoing: Outgoing,
-    },
-    Http(tokio::task::JoinHandle<Result<Option<Value>, crate::live::http_client::PostError>>),
-    /// Nothing could be written.
-    Lost(Lost),
-}
-
 /// Why an exchange got no answer.
 #[derive(Debug, Clone)]
 pub struct Lost {
@@ -137,6 +125,27 @@ pub struct Fleet<'t> {
     clocks: BTreeMap<usize, i64>,
     /// Instances paused and not yet resumed, and how.
     paused: BTreeMap<usize, PauseHow>,
+    /// Ids of requests whose client stopped waiting, by stdio process (instance, principal): their answers
+    /// are discarded when they come.
+    abandoned: BTreeMap<(usize, String), Vec<Value>>,
+}
+
+/// A request on the wire whose answer is not read yet ([`Fleet::write`]).
+pub enum Flight {
+    Stdio {
+        index: usize,
+        principal: String,
+        outgoing: Box<Outgoing>,
+        written: Result<(), Lost>,
+    },
+    Http(tokio::task::JoinHandle<Result<Option<Value>, crate::live::http_client::PostError>>),
+    /// The instance was down: nothing was written.
+    Down,
+}
+
+/// The JSON-RPC id of a request (`None` when its bytes are no JSON or it has none).
+fn request_id(outgoing: &Outgoing) -> Option<Value> {
+    outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok()).and_then(|v| v.get("id").cloned())
 }
 
 impl<'t> Fleet<'t> {
@@ -154,6 +163,7 @@ impl<'t> Fleet<'t> {
             events: Vec::new(),
             clocks: BTreeMap::new(),
             paused: BTreeMap::new(),
+            abandoned: BTreeMap::new(),
         };
         for (index, command) in target.file.setup.iter().enumerate() {
             fleet.setup(index, command)?;
@@ -350,64 +360,28 @@ impl<'t> Fleet<'t> {
         self.paused.keys().copied().collect()
     }
 
-    /// Puts one request on the wire without reading its answer ([`Fleet::collect`] reads it). Over HTTP the
-    /// request's task is driven until it has written the request (or [`WRITE_WAIT`] passed), so a process
-    /// stopped or killed right after has it in its socket.
-    pub fn write_only(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Pending {
-        match self.target.file.transport {
-            Transport::Stdio => match self.write_stdio(index, principal, outgoing) {
-                Ok(()) => Pending::Stdio { index, principal: principal.to_string(), outgoing: outgoing.clone() },
-                Err(lost) => Pending::Lost(lost),
-            },
-            Transport::Http => {
-                let Running::Http { url, .. } = &self.instances[index] else {
-                    return Pending::Lost(Lost { message: "the instance is down (killed by the scenario)".into() });
-                };
-                let (http, url, token, outgoing) = (self.http.clone(), url.clone(), self.token(principal), outgoing.clone());
-                let flight = self.runtime.spawn(async move { post(&http, &url, &token, &outgoing).await });
-                // Loopback: the connection is accepted by the kernel (even for a stopped server) and the request
-                // written to its socket within a few polls.
-                self.runtime.block_on(async { tokio::time::sleep(WRITE_WAIT).await });
-                Pending::Http(flight)
-            }
-        }
-    }
-
-    /// The answer to a request [`Fleet::write_only`] put on the wire, within `request_timeout_ms` from now
-    /// (stdio) or from its writing (HTTP).
-    pub fn collect(&mut self, pending: Pending) -> Result<Option<Value>, Lost> {
-        match pending {
-            Pending::Lost(lost) => Err(lost),
-            Pending::Stdio { index, principal, outgoing } => {
-                if outgoing.notification {
-                    return Ok(None);
-                }
-                let timeout = Duration::from_millis(self.target.request_timeout_ms());
-                self.read_stdio(index, &principal, &outgoing, timeout).map(Some)
-            }
-            Pending::Http(flight) => match self.runtime.block_on(flight) {
-                Ok(Ok(value)) => Ok(value),
-                Ok(Err(error)) => Err(Lost { message: error.message }),
-                Err(join) => Err(Lost { message: format!("the request task failed: {join}") }),
-            },
+    /// Lets the HTTP requests in flight progress for [`WRITE_WAIT`] without waiting for their answers: on
+    /// loopback a connection is accepted by the kernel (even for a stopped server) and the request written to
+    /// its socket within a few polls. Nothing to do over stdio (a write is done when [`Fleet::write`] returns).
+    pub fn let_writes_land(&mut self) {
+        if self.target.file.transport == Transport::Http {
+            self.runtime.block_on(async { tokio::time::sleep(WRITE_WAIT).await });
         }
     }
 
     /// `crash I after I receives OP`: the request written, then SIGKILL to the instance before its answer is
     /// read. The answer is never read: whether the server acted on it is its own timing.
     pub fn kill_after_write(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Lost {
-        let pending = self.write_only(index, principal, outgoing);
+        let flight = self.write(index, principal, outgoing);
+        self.let_writes_land();
         self.crash(index);
-        match pending {
-            Pending::Lost(lost) => lost,
-            Pending::Http(flight) => {
-                flight.abort();
-                Lost { message: format!("{} was killed (SIGKILL) after the request was written", Fleet::instance_name(index)) }
-            }
-            Pending::Stdio { .. } => {
-                Lost { message: format!("{} was killed (SIGKILL) after the request was written", Fleet::instance_name(index)) }
-            }
-        }
+        let lost = match &flight {
+            Flight::Stdio { written: Err(lost), .. } => lost.clone(),
+            Flight::Down => Lost { message: "the instance is down (killed by the scenario)".into() },
+            _ => Lost { message: format!("{} was killed (SIGKILL) after the request was written", Fleet::instance_name(index)) },
+        };
+        self.abandon(flight);
+        lost
     }
 
     /// SIGKILL to the instance's processes (a paused one too).
@@ -419,6 +393,8 @@ impl<'t> Fleet<'t> {
             Running::Http { mut process, .. } => process.kill(),
             Running::Down => {}
         }
+        // A new process answers none of the old one's requests.
+        self.abandoned.retain(|(at, _), _| *at != index);
         self.events.push(format!("killed {name} (SIGKILL)"));
     }
 
@@ -442,48 +418,87 @@ impl<'t> Fleet<'t> {
     /// Sends several messages at once, in the order given (mcpsim's seeded order), then collects each answer.
     /// `Ok(None)`: a notification, answered with nothing.
     pub fn exchange_all(&mut self, sends: &[(usize, String, Outgoing)]) -> Vec<Result<Option<Value>, Lost>> {
+        let flights: Vec<Flight> = sends.iter().map(|(index, principal, outgoing)| self.write(*index, principal, outgoing)).collect();
+        flights.into_iter().map(|flight| self.read(flight)).collect()
+    }
+
+    /// Puts `outgoing` on the wire to instance `index` as `principal`, without reading its answer: stdio, the
+    /// line written; HTTP, the POST in flight. [`Fleet::read`] collects the answer, [`Fleet::abandon`] drops it.
+    pub fn write(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Flight {
         match self.target.file.transport {
             Transport::Stdio => {
-                let mut written = Vec::new();
-                for (index, principal, outgoing) in sends {
-                    written.push(self.write_stdio(*index, principal, outgoing));
-                }
-                let timeout = Duration::from_millis(self.target.request_timeout_ms());
-                sends
-                    .iter()
-                    .zip(written)
-                    .map(|((index, principal, outgoing), written)| {
-                        written?;
-                        if outgoing.notification {
-                            return Ok(None);
-                        }
-                        self.read_stdio(*index, principal, outgoing, timeout).map(Some)
-                    })
-                    .collect()
+                let written = self.write_stdio(index, principal, outgoing);
+                Flight::Stdio { index, principal: principal.to_string(), outgoing: Box::new(outgoing.clone()), written }
             }
             Transport::Http => {
-                let mut flights = Vec::new();
-                for (index, principal, outgoing) in sends {
-                    let url = match &self.instances[*index] {
-                        Running::Http { url, .. } => Some(url.clone()),
-                        _ => None,
-                    };
-                    let (http, token, outgoing) = (self.http.clone(), self.token(principal), outgoing.clone());
-                    flights.push(url.map(|url| self.runtime.spawn(async move { post(&http, &url, &token, &outgoing).await })));
+                let Running::Http { url, .. } = &self.instances[index] else { return Flight::Down };
+                let (http, token, outgoing, url) = (self.http.clone(), self.token(principal), outgoing.clone(), url.clone());
+                Flight::Http(self.runtime.spawn(async move { post(&http, &url, &token, &outgoing).await }))
+            }
+        }
+    }
+
+    /// The answer of a request [`Fleet::write`] put on the wire (`Ok(None)`: a notification).
+    pub fn read(&mut self, flight: Flight) -> Result<Option<Value>, Lost> {
+        match flight {
+            Flight::Stdio { index, principal, outgoing, written } => {
+                written?;
+                if outgoing.notification {
+                    return Ok(None);
                 }
-                flights
-                    .into_iter()
-                    .map(|flight| {
-                        let Some(flight) = flight else {
-                            return Err(Lost { message: "the instance is down (killed by the scenario)".into() });
-                        };
-                        match self.runtime.block_on(flight) {
-                            Ok(Ok(value)) => Ok(value),
-                            Ok(Err(error)) => Err(Lost { message: error.message }),
-                            Err(join) => Err(Lost { message: format!("the request task failed: {join}") }),
-                        }
-                    })
-                    .collect()
+                let timeout = Duration::from_millis(self.target.request_timeout_ms());
+                self.read_stdio(index, &principal, &outgoing, timeout).map(Some)
+            }
+            Flight::Http(task) => match self.runtime.block_on(task) {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(Lost { message: error.message }),
+                Err(join) => Err(Lost { message: format!("the request task failed: {join}") }),
+            },
+            Flight::Down => Err(Lost { message: "the instance is down (killed by the scenario)".into() }),
+        }
+    }
+
+    /// The client stops waiting for a request already written: HTTP, its connection is dropped now (if no
+    /// answer byte was read yet, none is); stdio, its answer is discarded whenever it comes, never taken for
+    /// another request's.
+    pub fn abandon(&mut self, flight: Flight) {
+        match flight {
+            Flight::Stdio { index, principal, outgoing, written: Ok(()) } if !outgoing.notification => {
+                let Some(id) = request_id(&outgoing) else { return };
+                if let Ok(process) = self.process(index, &principal) {
+                    if let Some(at) = process.read_ahead.iter().position(|v| v.get("id") == Some(&id)) {
+                        process.read_ahead.remove(at);
+                        return;
+                    }
+                }
+                self.abandoned.entry((index, principal)).or_default().push(id);
+            }
+            Flight::Http(task) => task.abort(),
+            _ => {}
+        }
+    }
+
+    /// Puts `outgoing` on the wire to instance `index` and stops waiting for it right after it is written:
+    /// over HTTP the request's bytes are written on a fresh connection that is then closed before any byte of
+    /// the answer is read; over stdio the line is written and its answer discarded whenever it comes.
+    pub fn write_and_close(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Result<(), Lost> {
+        match self.target.file.transport {
+            Transport::Stdio => {
+                let flight = self.write(index, principal, outgoing);
+                if let Flight::Stdio { written: Err(lost), .. } = flight {
+                    return Err(lost);
+                }
+                self.abandon(flight);
+                Ok(())
+            }
+            Transport::Http => {
+                let Running::Http { url, .. } = &self.instances[index] else {
+                    return Err(Lost { message: "the instance is down (killed by the scenario)".into() });
+                };
+                let (http, token, outgoing, url) = (self.http.clone(), self.token(principal), outgoing.clone(), url.clone());
+                self.runtime
+                    .block_on(async move { crate::live::post_and_close(&http, &url, &token, &outgoing).await })
+                    .map_err(|error| Lost { message: error.message })
             }
         }
     }
@@ -505,16 +520,40 @@ impl<'t> Fleet<'t> {
     /// The response to `outgoing`: the next line whose `id` is the request's (any line, when the request had
     /// no readable id, as a parse error is answered with `id: null`).
     fn read_stdio(&mut self, index: usize, principal: &str, outgoing: &Outgoing, timeout: Duration) -> Result<Value, Lost> {
-        let id =
-            outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok()).and_then(|v| v.get("id").cloned());
+        let id = request_id(outgoing);
+        let abandoned = self.abandoned.remove(&(index, principal.to_string())).unwrap_or_default();
+        let result = self.read_stdio_skipping(index, principal, id, &abandoned, timeout);
+        // What did not come yet is still to be discarded when it does.
+        let mut abandoned = abandoned;
+        if let Ok((_, seen)) = &result {
+            abandoned.retain(|id| !seen.contains(id));
+        }
+        if !abandoned.is_empty() {
+            self.abandoned.insert((index, principal.to_string()), abandoned);
+        }
+        result.map(|(value, _)| value)
+    }
+
+    /// [`Fleet::read_stdio`]'s loop: also returns the abandoned ids whose answers it discarded.
+    fn read_stdio_skipping(
+        &mut self,
+        index: usize,
+        principal: &str,
+        id: Option<Value>,
+        abandoned: &[Value],
+        timeout: Duration,
+    ) -> Result<(Value, Vec<Value>), Lost> {
+        let mut seen = Vec::new();
         let start_ms = self.target.start_timeout_ms();
         let process = self.process(index, principal)?;
         // Answered already, while another request's answer was awaited.
         if let Some(at) = id.as_ref().and_then(|id| process.read_ahead.iter().position(|v| v.get("id") == Some(id))) {
-            return Ok(process.read_ahead.remove(at));
+            return Ok((process.read_ahead.remove(at), seen));
         }
         // A process's first answer may also wait for it to start (an interpreter importing its SDK).
         let timeout = if process.fresh { timeout + Duration::from_millis(start_ms) } else { timeout };
+        // Each abandoned answer is discarded once: the oldest request with an id is the first to answer it.
+        let mut unseen: Vec<&Value> = abandoned.iter().collect();
         for _ in 0..STRAY_LINES_MAX {
             let line = process.read_line(timeout).map_err(|error| Lost { message: error.to_string() })?;
             let Some(line) = line else {
@@ -530,9 +569,13 @@ impl<'t> Fleet<'t> {
                 });
             };
             let answers = value.get("result").is_some() || value.get("error").is_some();
+            if let Some(at) = unseen.iter().position(|gone| answers && value.get("id") == Some(*gone)) {
+                seen.push(unseen.remove(at).clone());
+                continue;
+            }
             match &id {
-                Some(id) if answers && value.get("id") == Some(id) => return Ok(value),
-                None if answers => return Ok(value),
+                Some(id) if answers && value.get("id") == Some(id) => return Ok((value, seen)),
+                None if answers => return Ok((value, seen)),
                 // The answer to another request in flight on this process (it answers as requests finish, not
                 // as they were written): kept for that request's read, never dropped as a stray line.
                 Some(_)

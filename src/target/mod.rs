@@ -25,13 +25,14 @@ pub mod fleet;
 pub mod process;
 pub mod world;
 
+use self::faults::{FaultEvent, FaultPlan};
 use self::file::{PlaceholderError, Scope, Target};
 use self::fleet::{Fleet, FleetError};
 use self::process::ProcessError;
 use self::world::{Routing, TargetWorld};
 use crate::oracle::check::statelessness::{self, Pairing};
 use crate::oracle::check::Property;
-use crate::oracle::history::History;
+use crate::oracle::history::{Attempt, History};
 use crate::oracle::outcome::{Extent, Kind, Masks, Observed};
 use crate::play::client::{BuildError, Client};
 use crate::play::expect::ExpectationResult;
@@ -272,6 +273,12 @@ pub struct PlayedOnce {
     pub transcript: Vec<String>,
     /// Processes started, killed, setup commands run.
     pub events: Vec<String>,
+    /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
+    // Read by `explore --target --faults`'s coverage (issue 37); the decisions say the same in words.
+    #[allow(dead_code)]
+    pub fired: Vec<(FaultEvent, usize, String)>,
+    /// Faults planned or armed that never fired (also in `decisions`): a failure of a play that wanted them.
+    pub unfired: Vec<FaultEvent>,
     /// The effect probe before and after (`Err`: why it could not be read).
     pub effects: Result<(i64, i64), RunError>,
 }
@@ -282,6 +289,7 @@ pub fn play_once(
     scenario: &Scenario,
     seed: u64,
     routing: Routing,
+    plan: FaultPlan,
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<PlayedOnce, RunError> {
@@ -291,11 +299,15 @@ pub fn play_once(
     create_private_dir(&data_dir)?;
     let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
-    let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing);
+    let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing, plan);
     world.start_skewed()?;
-    let mut played = play::play(scenario, &mut world);
-    // Every pause continued (its late answers recorded), every armed fault that never fired a failure.
-    played.failures.extend(world.end_faults());
+    let played = play::play(scenario, &mut world);
+    world.finish();
+    let unfired = world.unfired();
+    for event in &unfired {
+        world.decisions.push(format!("fault never fired: {event}"));
+    }
+    let fired = std::mem::take(&mut world.fired);
     let (decisions, transcript) = (std::mem::take(&mut world.decisions), std::mem::take(&mut world.transcript));
     let history = world.into_history();
     // A probe needs every instance up: a scenario that ends with one killed has it restarted first.
@@ -312,7 +324,7 @@ pub fn play_once(
     let events = std::mem::take(&mut fleet.events);
     drop(fleet);
     let _ = std::fs::remove_dir_all(&data_dir);
-    Ok(PlayedOnce { play: played, history, decisions, transcript, events, effects })
+    Ok(PlayedOnce { play: played, history, decisions, transcript, events, fired, unfired, effects })
 }
 
 /// A fresh data directory, mode 0700 (its parent, the run's work directory, is 0700 too).
@@ -583,9 +595,35 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
     if let Some(one) = one {
         // The outcomes (kind, code, reason, structured content) of each step, sealed states and the paths the
         // target file says differ by design masked: a target's words and ids are its own. A race is compared by how many won (which loser hears what is the race's).
-        let raced = scenario.steps.iter().enumerate().filter(|(_, s)| matches!(s.action, Action::Parallel(_))).map(|(i, _)| i).collect();
+        let mut raced: std::collections::BTreeSet<usize> =
+            scenario.steps.iter().enumerate().filter(|(_, s)| matches!(s.action, Action::Parallel(_))).map(|(i, _)| i).collect();
+        // A request the network copied races its copy: compared, like a parallel block, by how many won.
+        for played in [&one.history, history] {
+            raced.extend(
+                played
+                    .attempts()
+                    .iter()
+                    .filter(|(_, a)| matches!(a, Attempt::Duplicate { .. }))
+                    .map(|(id, _)| played.operations()[id.0].step),
+            );
+        }
         let compared = statelessness::compare(&one.history, history, &Pairing::Steps { raced }, masks, Extent::Outcome);
-        for difference in compared.differences {
+        // A retry of a request whose connection was closed right after it was written races that request inside
+        // the server (it may still be running): which of the two executes is the server's timing, so such a step
+        // is judged by at most once and the effect probe, not compared between the plays.
+        let timed: std::collections::BTreeSet<usize> = [&one.history, history]
+            .into_iter()
+            .flat_map(|played| {
+                played.attempts().iter().filter_map(move |(id, attempt)| match attempt {
+                    Attempt::Retry { of, .. } => {
+                        let closed = played.attempts_of(*of).iter().any(|a| played.lost_to(*a).is_some_and(closed_before_reading));
+                        closed.then(|| played.operations()[id.0].step)
+                    }
+                    Attempt::Duplicate { .. } => None,
+                })
+            })
+            .collect();
+        for difference in compared.differences.into_iter().filter(|d| !timed.contains(&d.step)) {
             let line = scenario.steps[difference.step].line;
             findings.push(Finding {
                 property: Property::Statelessness,
@@ -597,6 +635,11 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
         }
     }
     findings
+}
+
+/// Whether a fault's decision line says the client closed the connection right after writing the request.
+fn closed_before_reading(fault: &str) -> bool {
+    fault.contains(faults::CLOSED_BEFORE_READING)
 }
 
 fn label(op: &crate::oracle::history::Operation) -> String {
@@ -660,7 +703,9 @@ fn input_key_mismatches(target: &Target, history: &History) -> Vec<String> {
 }
 
 fn failures_of(played: &PlayedOnce) -> Vec<String> {
-    played.play.failures.iter().map(|f| f.to_string().replace('\n', " ")).collect()
+    let failures = played.play.failures.iter().map(|f| f.to_string().replace('\n', " "));
+    // A fault the play wanted and never got is no pass: what it would have shown was never tried.
+    failures.chain(played.unfired.iter().map(|event| format!("fault armed, never fired: {event}"))).collect()
 }
 
 /// Whether the spread play can be compared with the reference play on one instance: not when the scenario
@@ -692,9 +737,9 @@ pub fn run_scenario(
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<ScenarioReport, RunError> {
-    let mut spread = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
+    let mut spread = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
     let compared = target.file.instances > 1 && reference_comparable(scenario, &mut spread.decisions);
-    let one = if compared { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+    let one = if compared { Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?) } else { None };
     let masks = target.masks();
     let findings = judge(scenario, &spread, one.as_ref(), &masks);
     let mut failures = failures_of(&spread);
@@ -704,11 +749,15 @@ pub fn run_scenario(
         let wanted = report.properties();
         let mut again = 0;
         for _ in 0..reruns {
-            let rerun = play_once(target, scenario, seed, Routing::Spread, mcpsim, work_dir)?;
+            let rerun = play_once(target, scenario, seed, Routing::Spread, FaultPlan::default(), mcpsim, work_dir)?;
             if rerun.decisions != report.spread.decisions {
                 return Err(RunError::RerunDiverged { scenario: scenario.name.clone() });
             }
-            let one = if compared { Some(play_once(target, scenario, seed, Routing::One, mcpsim, work_dir)?) } else { None };
+            let one = if compared {
+                Some(play_once(target, scenario, seed, Routing::One, FaultPlan::default(), mcpsim, work_dir)?)
+            } else {
+                None
+            };
             let findings = judge(scenario, &rerun, one.as_ref(), &masks);
             let properties: Vec<Property> = findings.iter().map(|f| f.property).collect();
             let same = if wanted.is_empty() { !failures_of(&rerun).is_empty() } else { wanted.iter().all(|p| properties.contains(p)) };
@@ -734,7 +783,9 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("06-another-principal-replays-the-state.sim", include_str!("../../targets/scenarios/06-another-principal-replays-the-state.sim")),
     ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
+    ("08-answer-lost-then-retry-elsewhere.sim", include_str!("../../targets/scenarios/08-answer-lost-then-retry-elsewhere.sim")),
     ("09-retry-while-the-first-is-paused.sim", include_str!("../../targets/scenarios/09-retry-while-the-first-is-paused.sim")),
+    ("10-accept-delivered-twice.sim", include_str!("../../targets/scenarios/10-accept-delivered-twice.sim")),
     ("11-expiry-on-a-skewed-clock.sim", include_str!("../../targets/scenarios/11-expiry-on-a-skewed-clock.sim")),
 ];
 
@@ -908,6 +959,9 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     for failure in report.spread.play.failures.iter().filter(|f| f.kind != play::FailureKind::Expectation) {
         let _ = writeln!(out, "   ERROR line {}: {}: {}", failure.line, shown(&failure.statement), shown(&failure.message));
     }
+    for event in &report.spread.unfired {
+        let _ = writeln!(out, "   ERROR fault armed, never fired: {}", shown(&event.to_string()));
+    }
     for failure in report.failures.iter().filter(|f| f.starts_with("the target file says")) {
         let _ = writeln!(out, "   ERROR {}", shown(failure));
     }
@@ -928,6 +982,80 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A drawn plan against real processes (the planted notes server, correct, three instances over stdio):
+    /// the answer of request 2 (the accept) is lost, and the client retries on another instance by itself.
+    #[test]
+    fn a_drawn_lost_answer_is_retried_on_another_instance_with_a_fresh_id_and_logged() {
+        use self::faults::{FaultAction, FaultKind, RetryOn, Trigger};
+        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-plan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir(&dir).unwrap();
+        let file = dir.join("planted.toml");
+        std::fs::write(
+            &file,
+            r#"name = "planted notes server (no SDK), correct"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
+env = { PLANTED = "" }
+
+[principals.alice]
+args = ["alice"]
+
+[tool]
+name = "notes_delete"
+arguments = { workspaceUri = "file:///notes", title = "TPS report" }
+input_key = "delete_choice"
+accept = { note_id = "note-7", confirm = true }
+principal = "alice"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#,
+        )
+        .unwrap();
+        let target = Target::load(&file).unwrap();
+        let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
+        let event = FaultEvent {
+            trigger: Trigger::Request { number: 2 },
+            action: FaultAction::LoseAnswer { close_connection: false, retry: RetryOn::Other },
+        };
+        let plan = FaultPlan { kinds: vec![FaultKind::LostAnswer], events: vec![event.clone()] };
+        let played = play_once(&target, &scenario, 1, Routing::Spread, plan, "mcpsim", &dir).unwrap();
+        let history = &played.history;
+        // The accept (operation 2) lost to the fault, its retry (a fresh id) recorded as such, and answered.
+        let accept = crate::oracle::history::OperationId(1);
+        assert!(history.lost_to(accept).is_some_and(|f| f.starts_with("at request 2: its answer lost")), "{:?}", played.decisions);
+        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == Attempt::Retry { of: accept, number: 1 }).collect();
+        assert_eq!(retries.len(), 1, "{:?}", history.attempts());
+        let retry = &history.operations()[retries[0].0 .0];
+        assert_eq!(retry.request_value.as_ref().and_then(|v| v.get("id")), Some(&json!(1_000_002)));
+        assert_ne!(retry.instance, history.operations()[1].instance, "retried on another instance");
+        assert!(retry.response().is_some(), "the retry was answered: {:?}", played.transcript);
+        assert!(history.clients_retry());
+        // Expectations are shown, not judged, under a drawn plan.
+        assert_eq!(played.play.judged, 0);
+        assert_eq!(played.fired.len(), 1);
+        assert_eq!(played.fired[0].0, event);
+        assert!(played.unfired.is_empty());
+        let effects = played.effects.as_ref().map(|(b, a)| b - a).unwrap();
+        assert_eq!(effects, 1, "one deletion");
+        let report = ScenarioReport {
+            name: scenario.name.clone(),
+            seed: 1,
+            findings: judge(&scenario, &played, None, &target.masks()),
+            failures: failures_of(&played),
+            spread: played,
+            reproduced: None,
+        };
+        let text = render(&target, &report, false);
+        assert!(text.contains("  fault fired: at request 2: its answer lost (read and discarded); the client retries on another instance — request 2 (round2 → t"), "{text}");
+        assert!(text.contains("the client retries request 2 on t") && text.contains("with id 1000002 (retry 1 of at most"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn shown_escapes_every_control_and_format_character_and_keeps_the_rest() {

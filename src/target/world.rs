@@ -4,16 +4,17 @@
 //! exchange. Its decisions are logged; what the servers do inside (their timing, their stores) is not its to
 //! decide, and reports say so.
 
-use super::faults::{FaultAction, FaultEvent, RetryOn, Trigger};
-use super::fleet::{Fleet, FleetError, Pending};
+use super::faults::{FaultAction, FaultEvent, FaultPlan, RetryOn, Trigger, RETRIES_MAX};
+use super::fleet::{Fleet, FleetError, Flight};
 use crate::framework::ports::Note;
-use crate::oracle::history::{History, NoResponse, OperationId, Sent};
-use crate::play::world::{Annotation, Consumed, Item, Outgoing, Refused, Unobservable, World};
+use crate::oracle::history::{Attempt, History, NoResponse, OperationId, Sent};
+use crate::play::world::{Annotation, ArmedFault, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
 use crate::scenario::model::{AdminAction, Moment, Scenario, TriggerSpec};
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::engine::random::{below, stream, Stream};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Longest `advance` a target world carries out, by waiting on the wall clock.
@@ -40,31 +41,72 @@ pub struct TargetWorld<'f, 't> {
     pub decisions: Vec<String>,
     /// Every message, with the fleet instance that took it.
     pub transcript: Vec<String>,
-    /// Faults armed by scenario statements (`pause I after I receives OP`, `crash I after I receives OP`), not
-    /// yet fired.
-    armed: Vec<Armed>,
-    /// Requests written to a paused instance, their answers read when it is resumed (or the play ends).
-    pending: Vec<(usize, OperationId, Pending)>,
-    /// Requests put on the wire so far (the `N` of `request N`).
+    /// The drawn (or given) plan's events, each with whether it fired.
+    plan: Vec<(FaultEvent, bool)>,
+    /// Events armed by the scenario's statements (`drop answer …`, `duplicate …`, `hold …`), not fired yet,
+    /// each with the fleet instance a `duplicate … onto J` copies to.
+    armed: Vec<(FaultEvent, Option<usize>)>,
+    /// Requests held back, in the order they were held.
+    held: Vec<Held>,
+    /// Requests put on the wire so far (first attempts, retries and copies alike): a drawn trigger's count.
     requests: usize,
-    /// Every fault fired: the event, the request it fired on, and where (`NAME → tK`).
+    /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
     pub fired: Vec<(FaultEvent, usize, String)>,
-    /// The step being played, from [`World::annotate`]: `(line, statement)`.
-    step: (usize, String),
+    /// Armed `crash I before I receives OP` events (also in `armed`): they kill with nothing written.
+    crash_before: Vec<FaultEvent>,
+    /// Requests written to a paused instance (fleet instance, operation, flight): their answers are read when
+    /// it is continued (the late commit).
+    paused_ops: Vec<(usize, OperationId, Flight)>,
+    /// A drawn pause's instance, and the later requests still to go out before it is continued.
+    resume_after: BTreeMap<usize, usize>,
+    /// A drawn crash's instance, and the later requests still to go out before it is restarted.
+    restart_after: BTreeMap<usize, usize>,
 }
 
-/// A fault a scenario statement armed.
-struct Armed {
-    event: FaultEvent,
-    /// `crash I before I receives OP`: nothing is written.
-    before: bool,
-    /// The arming statement, for "armed, never fired".
-    line: usize,
-    statement: String,
+/// What the fault dispatcher made of one request about to go on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Delivery {
+    /// Written and answered as without faults.
+    Plain,
+    /// Written; its whole answer read, then discarded (`fault`: the decision line).
+    Discard { fault: String, retry: RetryOn },
+    /// Written, and the client stops waiting right away (HTTP: the connection closed before any answer byte).
+    Close { fault: String, retry: RetryOn },
+    /// Written, and a copy (same bytes, same id) to fleet instance `to` before either answer is read.
+    Copy { to: usize },
+    /// Not written now: after `overtaken_by` later requests went out (`usize::MAX`: at `release`), or at the
+    /// end of the play.
+    Hold { overtaken_by: usize, fault: String },
+    /// The instance stopped, then the request written (it sits unread in its pipe or socket); its answer read
+    /// once the instance is continued: after `resumed_after` later requests (`usize::MAX`: at `resume`), or at
+    /// the end of the play.
+    Pause { resumed_after: usize, retry: RetryOn },
+    /// The request written, then the instance SIGKILLed before its answer is read (`before`: killed with
+    /// nothing written); restarted after `restarted_after` later requests (`usize::MAX`: by `restart`, or
+    /// before the probe).
+    Crash { before: bool, restarted_after: usize, retry: RetryOn, fault: String },
+}
+
+/// One request to put on the wire: to fleet instance `to`, as `principal`; `attempt` when it repeats another.
+struct Wire {
+    to: usize,
+    principal: String,
+    outgoing: Outgoing,
+    attempt: Option<Attempt>,
+}
+
+/// A held request, already in the history (pending).
+struct Held {
+    id: OperationId,
+    wire: Wire,
+    /// Later requests still to go out before it does (`usize::MAX`: until `release`).
+    remaining: usize,
 }
 
 impl<'f, 't> TargetWorld<'f, 't> {
-    pub fn new(scenario: &'f Scenario, fleet: &'f mut Fleet<'t>, seed: u64, routing: Routing) -> TargetWorld<'f, 't> {
+    /// `plan`: the faults of this play (`FaultPlan::default()` for none); each fires on the request its
+    /// trigger names, and is written in the decisions when it does.
+    pub fn new(scenario: &'f Scenario, fleet: &'f mut Fleet<'t>, seed: u64, routing: Routing, plan: FaultPlan) -> TargetWorld<'f, 't> {
         let mut rng = stream(seed, Stream::Scheduler);
         let mut permutation: Vec<usize> = (0..fleet.len()).collect();
         for i in (1..permutation.len()).rev() {
@@ -86,20 +128,32 @@ impl<'f, 't> TargetWorld<'f, 't> {
             })
             .collect();
         decisions.push(format!("route {}", mapping.join(", ")));
+        for event in &plan.events {
+            decisions.push(format!("fault planned: {event}"));
+        }
+        let mut history = History::default();
+        if !plan.events.is_empty() {
+            // A drawn plan's clients retry what a fault left unanswered, as real clients do.
+            history.clients_now_retry();
+        }
         TargetWorld {
             scenario,
             fleet,
             routing,
             permutation,
             rng,
-            history: History::default(),
+            history,
             decisions,
             transcript: Vec::new(),
+            plan: plan.events.into_iter().map(|event| (event, false)).collect(),
             armed: Vec::new(),
-            pending: Vec::new(),
+            held: Vec::new(),
             requests: 0,
             fired: Vec::new(),
-            step: (0, String::new()),
+            crash_before: Vec::new(),
+            paused_ops: Vec::new(),
+            resume_after: BTreeMap::new(),
+            restart_after: BTreeMap::new(),
         }
     }
 
@@ -110,18 +164,15 @@ impl<'f, 't> TargetWorld<'f, 't> {
         if self.routing == Routing::One {
             return Ok(());
         }
-        let mut clocks: std::collections::BTreeMap<usize, (i64, String)> = std::collections::BTreeMap::new();
+        let mut clocks: BTreeMap<usize, (i64, String)> = BTreeMap::new();
         for (k, instance) in self.scenario.cluster.instances.iter().enumerate() {
             let to = self.route(k);
             match clocks.get(&to) {
-                Some((offset, _)) if *offset != instance.clock_offset_ms => {
-                    // Two scenario instances with different clocks on one process: the first one's holds.
-                    self.decisions.push(format!(
-                        "{} shares {} with an instance whose clock differs: it runs with that one's",
-                        instance.name,
-                        Fleet::instance_name(to)
-                    ));
-                }
+                Some((offset, _)) if *offset != instance.clock_offset_ms => self.decisions.push(format!(
+                    "{} shares {} with an instance whose clock differs: it runs with that one's",
+                    instance.name,
+                    Fleet::instance_name(to)
+                )),
                 Some(_) => {}
                 None => {
                     clocks.insert(to, (instance.clock_offset_ms, instance.name.clone()));
@@ -137,128 +188,357 @@ impl<'f, 't> TargetWorld<'f, 't> {
         Ok(())
     }
 
-    /// Ends the play's process faults: every paused instance continued and its owed answers read and recorded
-    /// (the late commit), every armed fault that never fired returned as a failure of the play (never silently
-    /// passed).
-    pub fn end_faults(&mut self) -> Vec<crate::play::Failure> {
-        for index in self.fleet.paused() {
-            self.continue_instance(index, "at the end of the play");
-        }
-        std::mem::take(&mut self.armed)
-            .into_iter()
-            .map(|armed| {
-                self.decisions.push(format!("line {}: armed, never fired: {}", armed.line, armed.event));
-                crate::play::Failure {
-                    kind: crate::play::FailureKind::Step,
-                    line: armed.line,
-                    statement: armed.statement,
-                    message: format!("armed, never fired: {}", armed.event),
-                }
-            })
-            .collect()
+    /// Stops fleet instance `to` (its cgroup leaf frozen, or SIGSTOP to its group), saying how.
+    fn pause_instance(&mut self, to: usize) -> Result<(), String> {
+        let how = self.fleet.pause(to).map_err(|lost| lost.message)?;
+        let line = format!("paused {} ({})", Fleet::instance_name(to), how.describe());
+        self.decisions.push(line.clone());
+        self.transcript.push(format!("  {line}"));
+        Ok(())
     }
 
-    fn method(outgoing: &Outgoing) -> Option<String> {
-        outgoing.value.as_ref().and_then(|v| v.get("method")).and_then(Value::as_str).map(str::to_string)
-    }
-
-    /// The armed fault the request fires, taken off the armed list.
-    fn armed_for(&mut self, outgoing: &Outgoing) -> Option<Armed> {
-        let method = TargetWorld::method(outgoing);
-        let at = self.armed.iter().position(|armed| match &armed.event.trigger {
-            Trigger::Next { instance, method: wanted } => {
-                *instance == outgoing.instance && wanted.as_ref().is_none_or(|w| Some(w) == method.as_ref())
-            }
-            Trigger::Request { number } => *number == self.requests,
-        })?;
-        Some(self.armed.remove(at))
-    }
-
-    fn log_fired(&mut self, event: &FaultEvent, outgoing: &Outgoing, to: usize) {
-        let name = outgoing.name.clone().unwrap_or_else(|| format!("request {}", self.requests));
-        let at = format!("{name} → {}", Fleet::instance_name(to));
-        self.decisions.push(format!("fault fired: {event} — request {} ({at})", self.requests));
-        self.fired.push((event.clone(), self.requests, at));
-    }
-
-    /// `pause I after I receives OP` fired: the instance stopped, then the request written to it (it sits unread
-    /// in its pipe or socket: whatever the server does with it, it does once resumed — the late commit); its
-    /// operation stays without an answer until then.
-    fn fire_pause(&mut self, event: &FaultEvent, outgoing: &Outgoing, to: usize) -> OperationId {
-        self.log_fired(event, outgoing, to);
-        let principal = self.principal(outgoing.client);
-        let how = self.fleet.pause(to);
-        let pending = match how {
-            Ok(how) => {
-                self.decisions.push(format!("paused {} ({})", Fleet::instance_name(to), how.describe()));
-                self.transcript.push(format!("  paused {} ({})", Fleet::instance_name(to), how.describe()));
-                self.fleet.write_only(to, &principal, outgoing)
-            }
-            Err(lost) => Pending::Lost(lost),
-        };
-        let id = self.request_only(outgoing, to);
-        self.pending.push((to, id, pending));
-        id
-    }
-
-    /// `crash I after I receives OP` fired: the request written, then SIGKILL before its answer is read (or,
-    /// `before`, the instance killed with nothing written); the operation is lost.
-    fn fire_crash(&mut self, event: &FaultEvent, before: bool, outgoing: &Outgoing, to: usize) -> OperationId {
-        self.log_fired(event, outgoing, to);
-        let principal = self.principal(outgoing.client);
-        let lost = if before {
-            self.fleet.crash(to);
-            format!("{} was killed (SIGKILL) before the request was written", Fleet::instance_name(to))
-        } else {
-            self.fleet.kill_after_write(to, &principal, outgoing).message
-        };
-        self.decisions.push(format!("killed {} (SIGKILL)", Fleet::instance_name(to)));
-        self.record(outgoing, to, Err(lost))
-    }
-
-    /// Records a request whose answer is read later ([`TargetWorld::answered`]).
-    fn request_only(&mut self, outgoing: &Outgoing, to: usize) -> OperationId {
-        let client = &self.scenario.cluster.clients[outgoing.client];
-        let target = Fleet::instance_name(to);
-        let instance = format!("{}@{target}", self.scenario.cluster.instances[outgoing.instance].name);
-        let id = self.history.request(Sent::of_text(outgoing, &client.name, &client.principal, instance));
-        self.transcript.push(format!("→ {target} {}: {}", client.name, String::from_utf8_lossy(&outgoing.bytes())));
-        id
-    }
-
-    /// The answer of a request recorded by [`TargetWorld::request_only`].
-    fn answered(&mut self, id: OperationId, to: usize, answer: Result<Option<Value>, String>) {
-        let target = Fleet::instance_name(to);
-        let client = self.history.operations().iter().find(|op| op.id == id).map(|op| op.client.clone()).unwrap_or_default();
-        match answer {
-            Ok(Some(value)) => {
-                self.transcript.push(format!("← {target} {client} (late, after the pause): {value}"));
-                let at = self.history.operations().len();
-                self.history.answer(id, Arc::new(value), 0, at + 1);
-            }
-            Ok(None) => {
-                self.transcript.push(format!("  {target} answered nothing (a notification)"));
-                self.history.no_response(id, NoResponse::Notification);
-            }
-            Err(why) => {
-                self.transcript.push(format!("  {target} gave no answer after the pause: {why}"));
-                self.history.no_response(id, NoResponse::Lost);
-            }
-        }
-    }
-
-    /// SIGCONT (or thaw) to instance `to`, then the answers it owes read and recorded.
+    /// SIGCONT (or thaw) to fleet instance `to`, then the answers it owes read and recorded: the late commit.
     fn continue_instance(&mut self, to: usize, when: &str) {
+        self.resume_after.remove(&to);
         if self.fleet.resume(to) {
             self.decisions.push(format!("resumed {} {when}", Fleet::instance_name(to)));
             self.transcript.push(format!("  resumed {} {when}", Fleet::instance_name(to)));
         }
-        let (owed, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending).into_iter().partition(|(at, _, _)| *at == to);
-        self.pending = others;
-        for (_, id, pending) in owed {
-            let answer = self.fleet.collect(pending).map_err(|lost| lost.message);
-            self.answered(id, to, answer);
+        let (owed, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.paused_ops).into_iter().partition(|(at, _, _)| *at == to);
+        self.paused_ops = others;
+        for (_, id, flight) in owed {
+            let answer = self.fleet.read(flight);
+            if answer.is_ok() {
+                self.transcript.push(format!("  {} answers late, after the pause:", Fleet::instance_name(to)));
+            }
+            self.record_answer(id, to, answer.map_err(|lost| lost.message));
         }
+    }
+
+    /// A drawn pause or crash whose count of later requests ran out: the instance continued or restarted.
+    fn heal_due(&mut self) {
+        let due: Vec<usize> = self.resume_after.iter().filter(|(_, left)| **left == 0).map(|(&to, _)| to).collect();
+        for to in due {
+            self.continue_instance(to, "after its later requests went out");
+        }
+        let due: Vec<usize> = self.restart_after.iter().filter(|(_, left)| **left == 0).map(|(&to, _)| to).collect();
+        for to in due {
+            self.restart_after.remove(&to);
+            let line = match self.fleet.restart(to) {
+                Ok(()) => format!("restarted {} after its later requests went out", Fleet::instance_name(to)),
+                Err(error) => format!("could not restart {}: {error}", Fleet::instance_name(to)),
+            };
+            self.decisions.push(line.clone());
+            self.transcript.push(format!("  {line}"));
+        }
+    }
+
+    /// Counts one request going on the wire (scenario instance `instance`, to fleet instance `to`) and fires
+    /// the fault whose trigger it meets, if one does: a drawn event at its request number (or the first
+    /// request after it a fault applies to: not a notification), else the oldest armed event for this instance
+    /// and method. One fault per request; another that matches waits for the next.
+    fn dispatch(&mut self, outgoing: &Outgoing, to: usize) -> Delivery {
+        self.requests += 1;
+        let number = self.requests;
+        if outgoing.notification {
+            return Delivery::Plain;
+        }
+        let method = outgoing
+            .value
+            .clone()
+            .or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok())
+            .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string));
+        let drawn =
+            self.plan.iter().position(|(event, fired)| !fired && matches!(event.trigger, Trigger::Request { number: at } if at <= number));
+        let event = match drawn {
+            Some(at) => {
+                self.plan[at].1 = true;
+                self.plan[at].0.clone()
+            }
+            None => {
+                let armed = self.armed.iter().position(|(event, _)| match &event.trigger {
+                    Trigger::Next { instance, method: wanted } => {
+                        *instance == outgoing.instance && wanted.as_ref().is_none_or(|m| method.as_deref() == Some(m.as_str()))
+                    }
+                    Trigger::Request { .. } => false,
+                });
+                match armed {
+                    Some(at) => {
+                        let (event, onto) = self.armed.remove(at);
+                        return self.fired_on(event, number, &name_of(outgoing, &method), to, onto);
+                    }
+                    None => return Delivery::Plain,
+                }
+            }
+        };
+        self.fired_on(event, number, &name_of(outgoing, &method), to, None)
+    }
+
+    /// Writes that `event` fired on request `number` (`name`, to fleet instance `to`), and fires it.
+    fn fired_on(&mut self, event: FaultEvent, number: usize, name: &str, to: usize, onto: Option<usize>) -> Delivery {
+        let place = format!("{name} → {}", Fleet::instance_name(to));
+        let line = format!("{event} — request {number} ({place})");
+        self.decisions.push(format!("fault fired: {line}"));
+        self.transcript.push(format!("  fault fired: {line}"));
+        self.fired.push((event.clone(), number, place));
+        self.fire(&event, line, to, onto)
+    }
+
+    /// The dispatcher's one arm per action: what the fault does to this request (to fleet instance `to`;
+    /// `onto`: the instance a scenario's `duplicate … onto J` names). `line`: the fault's decision line.
+    fn fire(&mut self, event: &FaultEvent, line: String, to: usize, onto: Option<usize>) -> Delivery {
+        let not_built = |what: &str| format!("fault not applied: {what} against a target is not built yet; the request goes out as usual");
+        let refusal = match &event.action {
+            FaultAction::LoseAnswer { close_connection: false, retry } => return Delivery::Discard { fault: line, retry: *retry },
+            FaultAction::LoseAnswer { close_connection: true, retry } => return Delivery::Close { fault: line, retry: *retry },
+            FaultAction::Duplicate { other } => {
+                let copy_to = match (onto, other) {
+                    (Some(onto), _) => onto,
+                    (None, true) => self.next_live(to),
+                    (None, false) => to,
+                };
+                return Delivery::Copy { to: copy_to };
+            }
+            FaultAction::Hold { overtaken_by } => return Delivery::Hold { overtaken_by: *overtaken_by, fault: line },
+            FaultAction::Pause { resumed_after, retry } => return self.fire_pause(*resumed_after, *retry),
+            FaultAction::Crash { restarted_after, retry } => return self.fire_crash(event, line, *restarted_after, *retry),
+            FaultAction::ClockSkew { instance, offset_ms } => match self.start_skewed_now(*instance, *offset_ms) {
+                Ok(()) => return Delivery::Plain,
+                Err(why) => format!("fault not applied: {why}; the request goes out as usual"),
+            },
+            FaultAction::StoreCut { .. } => not_built("a store cut"),
+        };
+        self.decisions.push(refusal.clone());
+        self.transcript.push(format!("  {refusal}"));
+        Delivery::Plain
+    }
+
+    /// `pause`'s arm of the dispatcher (the request to a paused instance is written after the pause).
+    fn fire_pause(&mut self, resumed_after: usize, retry: RetryOn) -> Delivery {
+        Delivery::Pause { resumed_after, retry }
+    }
+
+    /// `crash`'s arm of the dispatcher: a `crash I before I receives OP` kills with nothing written.
+    fn fire_crash(&mut self, event: &FaultEvent, fault: String, restarted_after: usize, retry: RetryOn) -> Delivery {
+        let before = match self.crash_before.iter().position(|e| e == event) {
+            Some(at) => {
+                self.crash_before.remove(at);
+                true
+            }
+            None => false,
+        };
+        Delivery::Crash { before, restarted_after, retry, fault }
+    }
+
+    /// A drawn clock skew: fleet instance `instance` restarted under libfaketime, its clock `offset_ms` off.
+    fn start_skewed_now(&mut self, instance: usize, offset_ms: i64) -> Result<(), String> {
+        if instance >= self.fleet.len() {
+            return Err(format!("the fleet has no instance t{}", instance + 1));
+        }
+        let line = self.fleet.start_with_clock(instance, offset_ms).map_err(|error| error.to_string())?;
+        self.decisions.push(line.clone());
+        self.transcript.push(format!("  {line}"));
+        Ok(())
+    }
+
+    /// The live fleet instance after `to` in the play's routing order (cyclically): where a client fails over
+    /// to; `to` itself when it is the only one up.
+    fn next_live(&self, to: usize) -> usize {
+        let at = self.permutation.iter().position(|&i| i == to).unwrap_or(0);
+        let count = self.permutation.len();
+        (1..count).map(|step| self.permutation[(at + step) % count]).find(|&i| !self.fleet.is_down(i)).unwrap_or(to)
+    }
+
+    /// Puts `wires` on the wire in order, each as the dispatcher says, then reads the answers awaited (in the
+    /// same order), releases the held requests whose time came, and retries what a drawn fault lost. The
+    /// operations of `wires`, in order.
+    fn put(&mut self, wires: Vec<Wire>) -> Vec<OperationId> {
+        let mut flights = Vec::new();
+        let mut ids = Vec::new();
+        // Requests a fault left without their answer, for the client's retry: (operation, retry, where, wire).
+        let mut lost: Vec<(OperationId, RetryOn, usize, Outgoing, String)> = Vec::new();
+        for wire in wires {
+            let delivery = self.dispatch(&wire.outgoing, wire.to);
+            let id = self.record_sent(&wire);
+            ids.push(id);
+            for held in &mut self.held {
+                if held.remaining != usize::MAX {
+                    held.remaining = held.remaining.saturating_sub(1);
+                }
+            }
+            for left in self.resume_after.values_mut().chain(self.restart_after.values_mut()) {
+                *left = left.saturating_sub(1);
+            }
+            match delivery {
+                Delivery::Pause { resumed_after, retry } => {
+                    let flight = match self.pause_instance(wire.to) {
+                        Ok(()) => {
+                            let flight = self.fleet.write(wire.to, &wire.principal, &wire.outgoing);
+                            self.fleet.let_writes_land();
+                            flight
+                        }
+                        // Down (killed): written nowhere, lost as any request to a down instance.
+                        Err(_) => self.fleet.write(wire.to, &wire.principal, &wire.outgoing),
+                    };
+                    self.paused_ops.push((wire.to, id, flight));
+                    if resumed_after != usize::MAX {
+                        self.resume_after.insert(wire.to, resumed_after + 1);
+                    }
+                    if retry != RetryOn::Scenario {
+                        // The client stops waiting for the paused instance and tries again.
+                        lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
+                    }
+                }
+                Delivery::Crash { before, restarted_after, retry, fault } => {
+                    let target = Fleet::instance_name(wire.to);
+                    let why = if before {
+                        self.fleet.crash(wire.to);
+                        format!("{target} was killed (SIGKILL) before the request was written")
+                    } else {
+                        self.fleet.kill_after_write(wire.to, &wire.principal, &wire.outgoing).message
+                    };
+                    self.decisions.push(format!("killed {target} (SIGKILL)"));
+                    self.transcript.push(format!("  {target} gave no answer: {why}"));
+                    self.history.lost_to_fault(id, fault);
+                    if restarted_after != usize::MAX {
+                        self.restart_after.insert(wire.to, restarted_after + 1);
+                    }
+                    lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
+                }
+                Delivery::Plain => flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None)),
+                Delivery::Discard { fault, retry } => {
+                    let flight = self.fleet.write(wire.to, &wire.principal, &wire.outgoing);
+                    lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
+                    flights.push((id, wire.to, flight, Some(fault)));
+                }
+                Delivery::Close { fault, retry } => {
+                    let target = Fleet::instance_name(wire.to);
+                    match self.fleet.write_and_close(wire.to, &wire.principal, &wire.outgoing) {
+                        Ok(()) => {
+                            self.transcript.push(format!("  {target}: the request written, the client stopped waiting (its answer lost)"))
+                        }
+                        Err(why) => self.transcript.push(format!("  {target} gave no answer: {}", why.message)),
+                    }
+                    self.history.lost_to_fault(id, fault);
+                    lost.push((id, retry, wire.to, wire.outgoing, wire.principal));
+                }
+                Delivery::Copy { to } => {
+                    flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None));
+                    // The copy is a request on the wire too (counted, never itself faulted).
+                    self.requests += 1;
+                    let instance = self.instance_label(wire.outgoing.instance, to);
+                    let copy = self.history.attempt(Attempt::Duplicate { of: id }, instance, 0);
+                    let target = Fleet::instance_name(to);
+                    self.transcript
+                        .push(format!("→ {target} (a copy, by the network): {}", String::from_utf8_lossy(&wire.outgoing.bytes())));
+                    flights.push((copy, to, self.fleet.write(to, &wire.principal, &wire.outgoing), None));
+                }
+                Delivery::Hold { overtaken_by, fault } => {
+                    self.transcript.push(format!("  {}: held back, not written ({fault})", Fleet::instance_name(wire.to)));
+                    self.held.push(Held { id, wire, remaining: overtaken_by });
+                }
+            }
+        }
+        for (id, to, flight, discard) in flights {
+            let answer = self.fleet.read(flight);
+            match discard {
+                Some(fault) => {
+                    let target = Fleet::instance_name(to);
+                    match answer {
+                        Ok(Some(value)) => self.transcript.push(format!("  {target} answered (discarded, the answer lost): {value}")),
+                        Ok(None) => self.transcript.push(format!("  {target} answered nothing (a notification)")),
+                        Err(why) => self.transcript.push(format!("  {target} gave no answer: {}", why.message)),
+                    }
+                    self.history.lost_to_fault(id, fault);
+                }
+                None => self.record_answer(id, to, answer.map_err(|lost| lost.message)),
+            }
+        }
+        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].remaining == 0).collect();
+        if !due.is_empty() {
+            self.release_held(due, "its later requests went out");
+        }
+        self.heal_due();
+        for (id, retry, to, outgoing, principal) in lost {
+            self.retry_lost(id, retry, to, outgoing, principal);
+        }
+        ids
+    }
+
+    /// Writes the held requests at `indices` (of `self.held`) and records their answers.
+    fn release_held(&mut self, indices: Vec<usize>, why: &str) {
+        let mut released = Vec::new();
+        for (at, held) in std::mem::take(&mut self.held).into_iter().enumerate() {
+            if indices.contains(&at) {
+                released.push(held);
+            } else {
+                self.held.push(held);
+            }
+        }
+        let mut flights = Vec::new();
+        for held in released {
+            let target = Fleet::instance_name(held.wire.to);
+            self.decisions.push(format!("released the held request {} to {target} ({why})", held.id.0 + 1));
+            self.transcript.push(format!("→ {target} (released, held since): {}", String::from_utf8_lossy(&held.wire.outgoing.bytes())));
+            flights.push((held.id, held.wire.to, self.fleet.write(held.wire.to, &held.wire.principal, &held.wire.outgoing)));
+        }
+        for (id, to, flight) in flights {
+            let answer = self.fleet.read(flight);
+            self.record_answer(id, to, answer.map_err(|lost| lost.message));
+        }
+    }
+
+    /// A drawn fault left `id` (sent to fleet instance `to`) without its answer: its client sends the same
+    /// request again with a fresh id, where `retry` says, up to [`RETRIES_MAX`] times in all.
+    fn retry_lost(&mut self, id: OperationId, retry: RetryOn, to: usize, outgoing: Outgoing, principal: String) {
+        if retry == RetryOn::Scenario {
+            return;
+        }
+        let first = self.history.first_attempt(id);
+        let number = self.history.attempts_of(first).len() as u32;
+        if number > RETRIES_MAX {
+            self.decisions.push(format!("the client of request {} gives up after {RETRIES_MAX} retries", first.0 + 1));
+            return;
+        }
+        let again = match retry {
+            RetryOn::Other => self.next_live(to),
+            RetryOn::Same | RetryOn::Scenario => to,
+        };
+        // A fresh JSON-RPC id, as a client gives each request it sends; unique in the play.
+        let fresh = RETRY_ID_BASE + self.requests as u64;
+        let outgoing = with_id(outgoing, fresh);
+        self.decisions.push(format!(
+            "the client retries request {} on {} with id {fresh} (retry {number} of at most {RETRIES_MAX})",
+            first.0 + 1,
+            Fleet::instance_name(again)
+        ));
+        self.put(vec![Wire { to: again, principal, outgoing, attempt: Some(Attempt::Retry { of: first, number }) }]);
+    }
+
+    /// Ends the play's faults: every paused instance continued, every held request released (and said so). Called once the scenario is over,
+    /// before the effect probe.
+    pub fn finish(&mut self) {
+        // Every pause ends: continued, its owed answers read (the late commit), before the probe.
+        let mut owing: Vec<usize> = self.fleet.paused();
+        owing.extend(self.paused_ops.iter().map(|(to, _, _)| *to));
+        owing.sort_unstable();
+        owing.dedup();
+        for to in owing {
+            self.continue_instance(to, "at the end of the play");
+        }
+        if !self.held.is_empty() {
+            let all = (0..self.held.len()).collect();
+            self.decisions
+                .push(format!("{} held request(s) never released by the scenario: released at the end of the play", self.held.len()));
+            self.release_held(all, "the play ended");
+        }
+    }
+
+    /// Drawn events that never fired (the play sent fewer requests than they wait for) and armed ones never
+    /// met: reported, never silently passed.
+    pub fn unfired(&self) -> Vec<FaultEvent> {
+        let armed = self.armed.iter().map(|(event, _)| event.clone());
+        self.plan.iter().filter(|(_, fired)| !fired).map(|(event, _)| event.clone()).chain(armed).collect()
     }
 
     pub fn into_history(self) -> History {
@@ -277,16 +557,32 @@ impl<'f, 't> TargetWorld<'f, 't> {
         self.scenario.cluster.clients[client].principal.clone()
     }
 
-    fn record(&mut self, outgoing: &Outgoing, to: usize, answer: Result<Option<Value>, String>) -> OperationId {
-        let client = &self.scenario.cluster.clients[outgoing.client];
+    /// The scenario's instance and the process that took it, so a report (and a trace) names both.
+    fn instance_label(&self, instance: usize, to: usize) -> String {
+        format!("{}@{}", self.scenario.cluster.instances[instance].name, Fleet::instance_name(to))
+    }
+
+    /// A request goes on the wire: a new operation (a first attempt, or the retry `wire.attempt` says).
+    fn record_sent(&mut self, wire: &Wire) -> OperationId {
+        let client = &self.scenario.cluster.clients[wire.outgoing.client];
+        let target = Fleet::instance_name(wire.to);
+        let sent = Sent::of_text(&wire.outgoing, &client.name, &client.principal, self.instance_label(wire.outgoing.instance, wire.to));
+        let id = match wire.attempt {
+            Some(attempt) => self.history.attempt_sent(attempt, Sent { name: None, ..sent }),
+            None => self.history.request(sent),
+        };
+        let what = if wire.attempt.is_some() { " (a retry)" } else { "" };
+        self.transcript.push(format!("→ {target} {}{what}: {}", client.name, String::from_utf8_lossy(&wire.outgoing.bytes())));
+        id
+    }
+
+    /// What came back for `id` from fleet instance `to`.
+    fn record_answer(&mut self, id: OperationId, to: usize, answer: Result<Option<Value>, String>) {
         let target = Fleet::instance_name(to);
-        // The scenario's instance and the process that took it, so a report (and a trace) names both.
-        let instance = format!("{}@{target}", self.scenario.cluster.instances[outgoing.instance].name);
-        let id = self.history.request(Sent::of_text(outgoing, &client.name, &client.principal, instance));
-        self.transcript.push(format!("→ {target} {}: {}", client.name, String::from_utf8_lossy(&outgoing.bytes())));
+        let client = self.history.operations()[id.0].client.clone();
         match answer {
             Ok(Some(value)) => {
-                self.transcript.push(format!("← {target} {}: {value}", client.name));
+                self.transcript.push(format!("← {target} {client}: {value}"));
                 // Each exchange is its own delivery, at no simulated time.
                 self.history.answer(id, Arc::new(value), 0, id.0 + 1);
             }
@@ -299,25 +595,31 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 self.history.no_response(id, NoResponse::Lost);
             }
         }
-        id
+    }
+
+    fn wire(&self, outgoing: Outgoing) -> Wire {
+        Wire { to: self.route(outgoing.instance), principal: self.principal(outgoing.client), outgoing, attempt: None }
     }
 }
 
-impl TargetWorld<'_, '_> {
-    fn arm(&mut self, event: FaultEvent, before: bool, instance: usize, label: &str) {
-        let (line, statement) = self.current_step();
-        self.decisions.push(format!(
-            "line {line}: armed on the next {label} to {} ({}): {event}",
-            self.scenario.cluster.instances[instance].name,
-            Fleet::instance_name(self.route(instance))
-        ));
-        self.armed.push(Armed { event, before, line, statement });
-    }
+/// First JSON-RPC id of the retries a target world's clients send (clients count their own from 1).
+const RETRY_ID_BASE: u64 = 1_000_000;
 
-    /// The step being played (the last one annotated), as `(line, statement)`.
-    fn current_step(&self) -> (usize, String) {
-        self.step.clone()
+/// `outgoing` with its JSON-RPC id replaced by `id` (bytes that are no JSON object are sent again as they were).
+fn with_id(outgoing: Outgoing, id: u64) -> Outgoing {
+    let value = outgoing.value.clone().or_else(|| serde_json::from_slice::<Value>(&outgoing.bytes()).ok());
+    match value {
+        Some(Value::Object(mut object)) => {
+            object.insert("id".into(), Value::from(id));
+            Outgoing { value: Some(Value::Object(object)), raw: None, ..outgoing }
+        }
+        _ => outgoing,
     }
+}
+
+/// How a decision line names a request: its `as NAME`, else its method.
+fn name_of(outgoing: &Outgoing, method: &Option<String>) -> String {
+    outgoing.name.clone().unwrap_or_else(|| method.clone().unwrap_or_else(|| "a request".into()))
 }
 
 impl World for TargetWorld<'_, '_> {
@@ -326,17 +628,8 @@ impl World for TargetWorld<'_, '_> {
     }
 
     fn send(&mut self, outgoing: Outgoing) -> Result<OperationId, Refused> {
-        let to = self.route(outgoing.instance);
-        self.requests += 1;
-        if let Some(armed) = self.armed_for(&outgoing) {
-            return Ok(match armed.event.action {
-                FaultAction::Pause { .. } => self.fire_pause(&armed.event, &outgoing, to),
-                _ => self.fire_crash(&armed.event, armed.before, &outgoing, to),
-            });
-        }
-        let principal = self.principal(outgoing.client);
-        let answer = self.fleet.exchange_all(&[(to, principal, outgoing.clone())]).pop().expect("one answer per send");
-        Ok(self.record(&outgoing, to, answer.map_err(|lost| lost.message)))
+        let wire = self.wire(outgoing);
+        Ok(self.put(vec![wire]).pop().expect("one operation per send"))
     }
 
     fn parallel(&mut self, items: Vec<Item>) -> Result<Vec<Result<OperationId, Refused>>, Refused> {
@@ -359,15 +652,53 @@ impl World for TargetWorld<'_, '_> {
         let names: Vec<String> = order.iter().map(|&i| sends[i].name.clone().unwrap_or_else(|| format!("item {}", i + 1))).collect();
         let line = self.scenario.steps.get(sends.first().map(|s| s.step).unwrap_or(0)).map(|s| s.line).unwrap_or(0);
         self.decisions.push(format!("line {line}: parallel released in the order {}", names.join(", ")));
-        self.requests += sends.len();
-        let batch: Vec<(usize, String, Outgoing)> =
-            order.iter().map(|&i| (self.route(sends[i].instance), self.principal(sends[i].client), sends[i].clone())).collect();
-        let answers = self.fleet.exchange_all(&batch);
+        let wires: Vec<Wire> = order.iter().map(|&i| self.wire(sends[i].clone())).collect();
+        let ids = self.put(wires);
         let mut by_item: Vec<Option<OperationId>> = vec![None; sends.len()];
-        for (&i, ((to, _, outgoing), answer)) in order.iter().zip(batch.iter().zip(answers)) {
-            by_item[i] = Some(self.record(outgoing, *to, answer.map_err(|lost| lost.message)));
+        for (&i, id) in order.iter().zip(ids) {
+            by_item[i] = Some(id);
         }
         Ok(by_item.into_iter().map(|id| Ok(id.expect("every item was sent"))).collect())
+    }
+
+    fn arm(&mut self, instance: usize, method: &str, fault: &ArmedFault) -> Result<(), Refused> {
+        let (action, onto) = match fault {
+            ArmedFault::DropAnswer { closing } => (FaultAction::LoseAnswer { close_connection: *closing, retry: RetryOn::Scenario }, None),
+            ArmedFault::Duplicate { onto } => (FaultAction::Duplicate { other: onto.is_some() }, onto.map(|j| self.route(j))),
+            ArmedFault::Hold => (FaultAction::Hold { overtaken_by: usize::MAX }, None),
+        };
+        let event = FaultEvent { trigger: Trigger::Next { instance, method: Some(method.to_string()) }, action };
+        self.decisions.push(format!("fault armed: {event}"));
+        self.armed.push((event, onto));
+        Ok(())
+    }
+
+    fn release(&mut self, instance: usize) -> Result<Vec<OperationId>, Refused> {
+        let due: Vec<usize> = (0..self.held.len()).filter(|&i| self.held[i].wire.outgoing.instance == instance).collect();
+        let ids = due.iter().map(|&i| self.held[i].id).collect();
+        if due.is_empty() {
+            let name = &self.scenario.cluster.instances[instance].name;
+            return Err(Refused::Failed(format!("no request to {name} is held (a `hold OP to {name}` that fired comes first)")));
+        }
+        self.release_held(due, "the scenario released it");
+        Ok(ids)
+    }
+
+    fn retry(&mut self, of: OperationId, number: u32, outgoing: Outgoing) -> Result<OperationId, Refused> {
+        let wire = Wire { attempt: Some(Attempt::Retry { of, number }), ..self.wire(outgoing) };
+        Ok(self.put(vec![wire]).pop().expect("one operation per retry"))
+    }
+
+    fn mark_attempt(&mut self, id: OperationId, attempt: Attempt) {
+        self.history.mark_attempt(id, attempt);
+    }
+
+    fn expectations_judged(&self) -> Result<(), NotPlayed> {
+        if self.plan.is_empty() {
+            Ok(())
+        } else {
+            Err(NotPlayed::UnderFaults)
+        }
     }
 
     fn admin(&mut self, _action: &AdminAction) -> Result<(), Refused> {
@@ -399,7 +730,11 @@ impl World for TargetWorld<'_, '_> {
                 trigger: Trigger::Next { instance, method: Some(trigger.label.clone()) },
                 action: FaultAction::Crash { restarted_after: usize::MAX, retry: RetryOn::Scenario },
             };
-            self.arm(event, trigger.moment == Moment::Before, instance, &trigger.label);
+            if trigger.moment == Moment::Before {
+                self.crash_before.push(event.clone());
+            }
+            self.decisions.push(format!("fault armed: {event}"));
+            self.armed.push((event, None));
             return Ok(());
         }
         let to = self.route(instance);
@@ -443,15 +778,13 @@ impl World for TargetWorld<'_, '_> {
                     trigger: Trigger::Next { instance, method: Some(trigger.label.clone()) },
                     action: FaultAction::Pause { resumed_after: usize::MAX, retry: RetryOn::Scenario },
                 };
-                self.arm(event, false, instance, &trigger.label);
+                self.decisions.push(format!("fault armed: {event}"));
+                self.armed.push((event, None));
                 Ok(())
             }
             None => {
                 let to = self.route(instance);
-                let how = self.fleet.pause(to).map_err(|lost| Refused::Failed(lost.message))?;
-                self.decisions.push(format!("paused {} ({})", Fleet::instance_name(to), how.describe()));
-                self.transcript.push(format!("  paused {} ({})", Fleet::instance_name(to), how.describe()));
-                Ok(())
+                self.pause_instance(to).map_err(Refused::Failed)
             }
         }
     }
@@ -506,10 +839,7 @@ impl World for TargetWorld<'_, '_> {
 
     fn annotate(&mut self, annotation: Annotation) {
         match annotation {
-            Annotation::Step { line, text, .. } => {
-                self.step = (line, text.clone());
-                self.transcript.push(format!("line {line}: {text}"))
-            }
+            Annotation::Step { line, text, .. } => self.transcript.push(format!("line {line}: {text}")),
             Annotation::Substep { line, text } => self.transcript.push(format!("line {line}:   {text}")),
             Annotation::Check { .. } | Annotation::Note { .. } => {}
         }

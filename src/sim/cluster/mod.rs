@@ -25,7 +25,7 @@
 
 use crate::framework::ports::Note;
 use crate::oracle::grants::Grants;
-use crate::oracle::history::{History, OperationId};
+use crate::oracle::history::{Attempt, History, OperationId};
 use crate::policy::authorization::Authorizations;
 use crate::policy::state::KeyRing;
 use crate::scenario::model::{Moment, BACKEND_ACTOR_SUFFIX};
@@ -379,6 +379,11 @@ impl Cluster {
     /// The gateway backends and shared gateway stores, when the scenario declares a gateway.
     pub fn gateway_world(&self) -> Option<&GatewayWorld> {
         self.gateway_world.as_ref()
+    }
+
+    /// The operation `id` repeats another (a scenario's `retry NAME -> I`).
+    pub(crate) fn mark_attempt(&mut self, id: OperationId, attempt: Attempt) {
+        self.history.mark_attempt(id, attempt);
     }
 
     pub fn history(&self) -> &History {
