@@ -382,7 +382,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
                     };
                     self.paused_ops.push((wire.to, id, flight));
                     if resumed_after != usize::MAX {
-                        self.resume_after.insert(wire.to, resumed_after + 1);
+                        self.resume_after.insert(wire.to, resumed_after);
                     }
                     if retry != RetryOn::Scenario {
                         // The client stops waiting for the paused instance and tries again.
@@ -401,7 +401,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
                     self.transcript.push(format!("  {target} gave no answer: {why}"));
                     self.history.lost_to_fault(id, fault);
                     if restarted_after != usize::MAX {
-                        self.restart_after.insert(wire.to, restarted_after + 1);
+                        self.restart_after.insert(wire.to, restarted_after);
                     }
                     lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
                 }
@@ -843,5 +843,92 @@ impl World for TargetWorld<'_, '_> {
             Annotation::Substep { line, text } => self.transcript.push(format!("line {line}:   {text}")),
             Annotation::Check { .. } | Annotation::Note { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::oracle::history::{Attempt, OperationId};
+    use crate::target::faults::{FaultAction, FaultEvent, FaultKind, FaultPlan, RetryOn, Trigger};
+    use crate::target::file::Target;
+    use crate::target::world::Routing;
+    use crate::target::{create_private_dir, embedded, load_source, play_once, PlayedOnce};
+
+    /// Plays `01-retry-lands-elsewhere` on the planted notes server (correct, three stdio instances) under a
+    /// plan of one event at request 2 (the accept).
+    fn play_with(name: &str, action: FaultAction) -> PlayedOnce {
+        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir(&dir).unwrap();
+        let file = dir.join("planted.toml");
+        std::fs::write(
+            &file,
+            r#"name = "planted notes server (no SDK), correct"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
+env = { PLANTED = "" }
+
+[principals.alice]
+args = ["alice"]
+
+[tool]
+name = "notes_delete"
+arguments = { workspaceUri = "file:///notes", title = "TPS report" }
+input_key = "delete_choice"
+accept = { note_id = "note-7", confirm = true }
+principal = "alice"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#,
+        )
+        .unwrap();
+        let target = Target::load(&file).unwrap();
+        let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
+        let event = FaultEvent { trigger: Trigger::Request { number: 2 }, action };
+        let plan = FaultPlan { kinds: vec![event.action.kind()], events: vec![event] };
+        let played = play_once(&target, &scenario, 1, Routing::Spread, plan, "mcpsim", &dir).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        played
+    }
+
+    #[test]
+    fn a_drawn_pause_lets_the_retry_go_elsewhere_then_continues_the_instance_and_records_its_late_answer() {
+        let played = play_with("pause", FaultAction::Pause { resumed_after: 1, retry: RetryOn::Other });
+        assert_eq!(played.fired.len(), 1, "{:?}", played.decisions);
+        assert_eq!(played.fired[0].0.action.kind(), FaultKind::Pause);
+        let paused = played.decisions.iter().position(|d| d.starts_with("paused t")).expect("paused");
+        let resumed = played.decisions.iter().position(|d| d.contains("after its later requests went out")).expect("resumed");
+        assert!(paused < resumed, "{:?}", played.decisions);
+        let history = &played.history;
+        let accept = OperationId(1);
+        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == Attempt::Retry { of: accept, number: 1 }).collect();
+        assert_eq!(retries.len(), 1, "{:?}", history.attempts());
+        assert!(history.operations()[retries[0].0 .0].response().is_some(), "{:?}", played.transcript);
+        // The paused accept answered once continued: the late commit is recorded, not lost.
+        assert!(history.operations()[1].response().is_some(), "{:?}", played.transcript);
+        assert_eq!(played.effects.as_ref().map(|(b, a)| b - a).unwrap(), 1, "one deletion");
+    }
+
+    #[test]
+    fn a_drawn_crash_after_the_write_loses_the_request_retries_elsewhere_and_restarts_the_instance() {
+        let played = play_with("crash", FaultAction::Crash { restarted_after: 1, retry: RetryOn::Other });
+        assert_eq!(played.fired.len(), 1, "{:?}", played.decisions);
+        let history = &played.history;
+        let accept = OperationId(1);
+        assert!(history.lost_to(accept).is_some_and(|f| f.starts_with("at request 2: its instance killed")), "{:?}", played.decisions);
+        assert!(played.decisions.iter().any(|d| d.starts_with("killed t")), "{:?}", played.decisions);
+        assert!(
+            played.decisions.iter().any(|d| d.starts_with("restarted t") && d.contains("after its later requests")),
+            "{:?}",
+            played.decisions
+        );
+        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == Attempt::Retry { of: accept, number: 1 }).collect();
+        assert_eq!(retries.len(), 1, "{:?}", history.attempts());
+        let effects = played.effects.as_ref().map(|(b, a)| b - a).unwrap();
+        assert!(effects <= 1, "at most one deletion: {effects}");
     }
 }
