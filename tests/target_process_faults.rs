@@ -261,3 +261,35 @@ fn an_instance_whose_clock_runs_past_the_ttl_refuses_the_state_as_expired() {
         assert!(ran.stdout.contains("effects: the probe read 4 before and 3 after"), "{file}: {}", ran.stdout);
     }
 }
+
+#[test]
+#[ignore = "needs Debian's faketime (libfaketime): .ci/faketime.sh installs it"]
+fn an_instance_whose_clock_runs_behind_does_not_make_an_expired_state_usable_twice() {
+    let dir = scratch("behind");
+    // i2 runs 6 minutes behind: the state it mints has expired by true time before it is even answered.
+    let sim = scenario(
+        &dir,
+        "behind",
+        "send user -> i2 tools/call {\"name\": \"{{tool}}\", \"arguments\": {{arguments}}} as round1\n\
+         expect round1 input_required\n\
+         answer user -> i2 accept {{accept}} as first\n\
+         answer user -> i2 accept {{accept}} as again\n\
+         answer user -> i1 accept {{accept}} as elsewhere",
+    );
+    let text = std::fs::read_to_string(&sim).unwrap().replace("instance i2\n", "instance i2 clock -{{past_ttl}}\n");
+    std::fs::write(&sim, text).unwrap();
+    for file in ["targets/mcpsim-stdio.toml", "targets/mcpsim-http.toml"] {
+        let ran = run(&["run", "--target", file, sim.to_str().unwrap(), "--transcript"]);
+        assert_eq!(ran.status, 0, "{file}: {}\n{}", ran.stdout, ran.stderr);
+        assert!(ran.stdout.contains("FAKETIME=-360.000"), "{file}: {}", ran.stdout);
+        let answers: Vec<&str> = ran.stdout.lines().filter(|l| l.trim_start().starts_with('←')).collect();
+        assert_eq!(answers.len(), 4, "{file}: {}", ran.stdout);
+        // By its own clock the state is fresh: used once; the replay on the same instance is refused as used,
+        // and an instance on true time refuses it as expired. One deletion.
+        assert!(answers[1].contains("\"resultType\":\"complete\""), "{file}: {}", answers[1]);
+        assert!(answers[2].contains("\"reason\":\"state_consumed\""), "{file}: {}", answers[2]);
+        assert!(answers[3].contains("\"reason\":\"state_expired\""), "{file}: {}", answers[3]);
+        assert!(ran.stdout.contains("effects: the probe read 4 before and 3 after"), "{file}: {}", ran.stdout);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
