@@ -100,7 +100,7 @@ pub struct RunArgs {
     /// shows how the checker catches it. The reproduce line names it.
     #[arg(long, value_name = "NAME", conflicts_with = "live")]
     pub mutant: Option<String>,
-    /// Play the target scenarios (default: the seven built in, also named alone as 04-cancel-then-accept; or .sim
+    /// Play the target scenarios (default: every one built in, also named alone as 04-cancel-then-accept; or .sim
     /// files) against a fleet of any MCP server, as the target file (TOML) describes it: mcpsim starts its
     /// processes, is their only client and network, and judges the properties from what it observes. A preflight
     /// (tools/list, one round 1, one probe read) first refuses a wrong tool, input_key or [effects] (exit 2); a run
