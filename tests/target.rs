@@ -40,7 +40,7 @@ fn row<'a>(ran: &'a Ran, scenario: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row for {scenario}:\n{}", ran.stdout))
 }
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "01-retry-lands-elsewhere",
     "02-accepts-race",
     "03-decline-then-accept",
@@ -49,6 +49,7 @@ const SCENARIOS: [&str; 9] = [
     "06-another-principal-replays-the-state",
     "07-invalid-answers-then-accept",
     "08-answer-lost-then-retry-elsewhere",
+    "09-retry-while-the-first-is-paused",
     "10-accept-delivered-twice",
 ];
 

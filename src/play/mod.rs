@@ -347,6 +347,18 @@ impl Interpreter<'_, '_> {
                     result => self.performed(index, line, text, result),
                 }
             }
+            Action::Pause { instance, trigger } => {
+                self.header(line, text);
+                let position = self.instance_index(instance);
+                let result = self.world.pause(position, trigger.as_ref());
+                self.performed(index, line, text, result);
+            }
+            Action::Resume { instance } => {
+                self.header(line, text);
+                let position = self.instance_index(instance);
+                let result = self.world.resume(position);
+                self.performed(index, line, text, result);
+            }
             Action::Rotate { instances, key } => {
                 self.header(line, text);
                 let positions: Vec<usize> = instances.iter().map(|i| self.instance_index(i)).collect();

@@ -157,6 +157,19 @@ pub trait World {
 
     fn restart(&mut self, instance: usize) -> Result<(), Refused>;
 
+    /// Stops an instance's processes now, or (`trigger`) right after the request the trigger names is written
+    /// to it; its answers wait for [`World::resume`].
+    fn pause(&mut self, instance: usize, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
+        let _ = (instance, trigger);
+        Err(Refused::Unsupported(format!("{} has no processes to stop: `pause` is played against a target", self.label())))
+    }
+
+    /// Continues a paused instance and reads the answers it owes.
+    fn resume(&mut self, instance: usize) -> Result<(), Refused> {
+        let _ = instance;
+        Err(Refused::Unsupported(format!("{} has no processes to continue: `resume` is played against a target", self.label())))
+    }
+
     /// Arms `fault` on the next request of `method` the scenario sends to `instance`. A fault never met by the
     /// end of the play is reported, never silently passed.
     fn arm(&mut self, instance: usize, method: &str, fault: &ArmedFault) -> Result<(), Refused> {

@@ -118,6 +118,16 @@ pub enum Action {
     Restart {
         instance: String,
     },
+    /// `pause I [after I receives OP]`: the instance's processes stopped now, or right after the next `OP`
+    /// request to it is written (that request stays unanswered until `resume`).
+    Pause {
+        instance: String,
+        trigger: Option<TriggerSpec>,
+    },
+    /// `resume I`: a paused instance continued; the answers it owes are read then.
+    Resume {
+        instance: String,
+    },
     Rotate {
         instances: Vec<String>,
         key: String,

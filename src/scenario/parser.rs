@@ -33,7 +33,7 @@ pub(crate) const STORE_OUTAGE_MS_MAX: u64 = 60_000;
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 11] =
     ["use", "principal", "note", "key", "instance", "gateway", "client", "browser", "state-ttl", "replay", "latency"];
-const STEPS: [&str; 19] = [
+const STEPS: [&str; 21] = [
     "let",
     "send",
     "notify",
@@ -43,6 +43,8 @@ const STEPS: [&str; 19] = [
     "advance",
     "crash",
     "restart",
+    "pause",
+    "resume",
     "rotate",
     "retire",
     "store",
@@ -936,6 +938,19 @@ impl<'a> Parser<'a> {
                 Action::Crash { instance, trigger }
             }
             "restart" => Action::Restart { instance: self.instance()? },
+            "pause" => {
+                let instance = self.instance()?;
+                let trigger = if self.keyword("after") {
+                    let receiver = self.instance()?;
+                    self.expect_keyword("receives", "after the receiver")?;
+                    let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a method such as tools/call)"))?;
+                    Some(TriggerSpec { moment: Moment::After, receiver, label, sender: None })
+                } else {
+                    None
+                };
+                Action::Pause { instance, trigger }
+            }
+            "resume" => Action::Resume { instance: self.instance()? },
             "rotate" => {
                 let mut instances = vec![self.instance()?];
                 while self.peek_word().as_deref() != Some("to") && !self.at_line_end() {
@@ -1679,10 +1694,27 @@ mod tests {
     }
 
     #[test]
+    fn pause_and_resume_parse_now_or_armed_on_what_the_instance_receives() {
+        let text =
+            "use demo\ninstance i1\ninstance i2\nclient c principal alice\npause i1 after i1 receives tools/call\npause i2\nresume i1\n";
+        let scenario = parse("s.sim", "s", text).unwrap_or_else(|e| panic!("{e}"));
+        match &scenario.steps[0].action {
+            Action::Pause { instance, trigger: Some(trigger) } => {
+                assert_eq!((instance.as_str(), trigger.receiver.as_str(), trigger.label.as_str()), ("i1", "i1", "tools/call"))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&scenario.steps[1].action, Action::Pause { instance, trigger: None } if instance == "i2"));
+        assert!(matches!(&scenario.steps[2].action, Action::Resume { instance } if instance == "i1"));
+        assert!(error("use demo\ninstance i1\nclient c principal alice\npause i3\n").contains("no instance named i3"));
+        assert!(error("use demo\ninstance i1\nclient c principal alice\npause i1 after i1 gets tools/call\n").contains("receives"));
+    }
+
+    #[test]
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, rotate, retire, store, parallel, expect, drop, duplicate, hold, release, retry)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, pause, resume, rotate, retire, store, parallel, expect, drop, duplicate, hold, release, retry)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),

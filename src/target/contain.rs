@@ -295,6 +295,11 @@ impl Run {
 }
 
 impl Leaf {
+    /// Its cgroup (cgroup mode).
+    pub fn cgroup(&self) -> Option<&Path> {
+        self.cgroup.as_deref()
+    }
+
     /// Kills every process of this leaf; returns how many are still running.
     pub fn kill(&mut self) -> usize {
         self.procs = None;

@@ -140,6 +140,10 @@ pub struct ToolFile {
     pub principal: String,
     /// Another principal, whose replays of the first one's state must fail (scenarios' `{{other}}`).
     pub other_principal: Option<String>,
+    /// How long a `requestState` the server mints stays valid, in ms (scenarios' `{{ttl}}` and `{{past_ttl}}`:
+    /// the expiry lesson runs on an instance whose clock is moved past it instead of waiting).
+    #[serde(default)]
+    pub state_ttl_ms: Option<u64>,
 }
 
 /// How effects are observed: an MCP call whose answer holds a list, or a command printing a number.

@@ -2,7 +2,7 @@
 //! process is a [`Process`], so nothing started here outlives mcpsim.
 
 use super::file::{PlaceholderError, Placeholders, StoreKind, Target, Transport, UrlError};
-use super::process::{Process, ProcessError};
+use super::process::{PauseHow, Process, ProcessError};
 use super::redact_argv;
 use super::store_proxy::{Outage, ProxyCounts, ProxyError, StoreProxy};
 use crate::live::http_client::HttpClient;
@@ -14,6 +14,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How long [`Fleet::let_writes_land`] drives the HTTP requests' tasks so they are written before the caller goes on.
+pub const WRITE_WAIT: Duration = Duration::from_millis(50);
 /// Largest response body read from an HTTP instance.
 const RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Most lines a stdio process may send that answer nothing asked (logs on stdout, stray notifications) before
@@ -52,6 +54,50 @@ pub enum FleetError {
     /// An admin command (`key`, the `[admin]` key) that did not exit 0 within start_timeout_ms.
     #[error("[admin] {key} `{argv}` {why}")]
     AdminFailed { key: &'static str, argv: String, why: String },
+    /// A skewed clock was asked for and libfaketime is not installed.
+    #[error(
+        "{instance} must run with its clock {offset_ms:+} ms off, which needs libfaketime (Debian/Ubuntu: apt-get install \
+         faketime; or set {FAKETIME_LIBRARY_ENV} to the path of libfaketime.so.1); looked in {looked}"
+    )]
+    NoFaketime { instance: String, offset_ms: i64, looked: String },
+}
+
+/// Overrides where libfaketime is looked for (the path of `libfaketime.so.1`).
+pub const FAKETIME_LIBRARY_ENV: &str = "MCPSIM_LIBFAKETIME";
+
+/// Where Debian, Ubuntu, Fedora and a source install put libfaketime (the multiarch directories are listed).
+fn faketime_candidates() -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Ok(path) = std::env::var(FAKETIME_LIBRARY_ENV) {
+        candidates.push(PathBuf::from(path));
+    }
+    for lib in ["/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib"] {
+        candidates.push(Path::new(lib).join("faketime/libfaketime.so.1"));
+        // Multiarch: /usr/lib/x86_64-linux-gnu/faketime, /usr/lib/aarch64-linux-gnu/faketime, …
+        if let Ok(entries) = std::fs::read_dir(lib) {
+            let mut arches: Vec<PathBuf> =
+                entries.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with("-linux-gnu")).collect();
+            arches.sort();
+            candidates.extend(arches.into_iter().map(|a| a.join("faketime/libfaketime.so.1")));
+        }
+    }
+    candidates
+}
+
+/// The libfaketime library to preload, or every place looked.
+pub fn libfaketime() -> Result<PathBuf, String> {
+    let candidates = faketime_candidates();
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+        let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        looked.join(", ")
+    })
+}
+
+/// The `FAKETIME` value for an offset: seconds, signed, with milliseconds (libfaketime's relative form).
+pub fn faketime_value(offset_ms: i64) -> String {
+    let sign = if offset_ms < 0 { '-' } else { '+' };
+    let ms = offset_ms.unsigned_abs();
+    format!("{sign}{}.{:03}", ms / 1000, ms % 1000)
 }
 
 /// The store the fleet's instances share, as mcpsim reaches it for store faults.
@@ -98,6 +144,10 @@ pub struct Fleet<'t> {
     store: Option<Store>,
     /// Processes started so far, as "i2 alice pid 4711": the report's identity of each answer.
     pub events: Vec<String>,
+    /// Instances that run under a skewed clock (libfaketime), by index: the offset in ms, kept on restarts.
+    clocks: BTreeMap<usize, i64>,
+    /// Instances paused and not yet resumed, and how.
+    paused: BTreeMap<usize, PauseHow>,
     /// Ids of requests whose client stopped waiting, by stdio process (instance, principal): their answers
     /// are discarded when they come.
     abandoned: BTreeMap<(usize, String), Vec<Value>>,
@@ -135,6 +185,8 @@ impl<'t> Fleet<'t> {
             runtime,
             store: None,
             events: Vec::new(),
+            clocks: BTreeMap::new(),
+            paused: BTreeMap::new(),
             abandoned: BTreeMap::new(),
         };
         fleet.store = fleet.open_store()?;
@@ -364,9 +416,38 @@ impl<'t> Fleet<'t> {
         }
     }
 
+    /// The environment that skews instance `index`'s clock, if it runs skewed: libfaketime preloaded with a
+    /// fixed offset (`FAKETIME`), the monotonic clock left true so timeouts and sleeps keep their length.
+    fn clock_env(&self, index: usize) -> Result<BTreeMap<String, String>, FleetError> {
+        let mut env = BTreeMap::new();
+        let Some(&offset_ms) = self.clocks.get(&index) else { return Ok(env) };
+        let library =
+            libfaketime().map_err(|looked| FleetError::NoFaketime { instance: Fleet::instance_name(index), offset_ms, looked })?;
+        env.insert("LD_PRELOAD".to_string(), library.display().to_string());
+        env.insert("FAKETIME".to_string(), faketime_value(offset_ms));
+        env.insert("FAKETIME_DONT_FAKE_MONOTONIC".to_string(), "1".to_string());
+        env.insert("FAKETIME_DONT_RESET".to_string(), "1".to_string());
+        Ok(env)
+    }
+
+    /// Restarts instance `index` (and every later restart of it) with its clock `offset_ms` off the true time,
+    /// under libfaketime. Returns the decision-log line.
+    pub fn start_with_clock(&mut self, index: usize, offset_ms: i64) -> Result<String, FleetError> {
+        self.clocks.insert(index, offset_ms);
+        if let Err(error) = self.clock_env(index) {
+            self.clocks.remove(&index);
+            return Err(error);
+        }
+        self.restart(index)?;
+        let line = format!("restarted {} under libfaketime, FAKETIME={}", Fleet::instance_name(index), faketime_value(offset_ms));
+        self.events.push(line.clone());
+        Ok(line)
+    }
+
     fn start_instance(&mut self, index: usize) -> Result<Running, FleetError> {
         let name = Fleet::instance_name(index);
         let _ = super::create_private_dir(&self.data_dir.join(&name));
+        let clock = self.clock_env(index)?;
         match self.target.file.transport {
             Transport::Stdio => {
                 let mut processes = BTreeMap::new();
@@ -374,7 +455,8 @@ impl<'t> Fleet<'t> {
                     let p = self.placeholders(Some(index), Some(principal), None);
                     let mut argv = self.fill_all(&self.target.file.command, &p)?;
                     argv.extend(self.fill_all(&credentials.args, &p)?);
-                    let env = self.env(&p, &credentials.env)?;
+                    let mut env = self.env(&p, &credentials.env)?;
+                    env.extend(clock.clone());
                     let stderr = self.data_dir.join(format!("{name}-{principal}.stderr"));
                     let process = Process::start(&argv, &env, stderr, true)?;
                     self.events.push(format!("started {name} for {principal}: pid {}", process.pid));
@@ -386,7 +468,7 @@ impl<'t> Fleet<'t> {
                 let port = free_port()?;
                 let p = self.placeholders(Some(index), None, Some(port));
                 let argv = self.fill_all(&self.target.file.command, &p)?;
-                let env = self.env(&p, &BTreeMap::new())?;
+                let env = self.env(&p, &clock)?;
                 let url = p.fill(self.target.url_template())?;
                 // Before anything is sent: the URL's host is loopback and its port the one chosen here.
                 super::file::check_url(&url, Some(port))?;
@@ -421,8 +503,70 @@ impl<'t> Fleet<'t> {
         }
     }
 
-    /// SIGKILL to the instance's processes.
+    /// Pauses every process of instance `index` (see [`Process::pause`]); how, for the decision log. A paused
+    /// instance is continued by [`Fleet::resume`], or dies with its kill (a crash, the fleet's drop, Ctrl-C, the
+    /// watchdog).
+    pub fn pause(&mut self, index: usize) -> Result<PauseHow, Lost> {
+        let how = match &mut self.instances[index] {
+            Running::Stdio(processes) => processes.values_mut().map(Process::pause).last().unwrap_or(PauseHow::Stop),
+            Running::Http { process, .. } => process.pause(),
+            Running::Down => return Err(Lost { message: "the instance is down (killed by the scenario)".into() }),
+        };
+        self.paused.insert(index, how);
+        self.events.push(format!("paused {} ({})", Fleet::instance_name(index), how.describe()));
+        Ok(how)
+    }
+
+    /// Continues instance `index` after [`Fleet::pause`]; false when it was not paused.
+    pub fn resume(&mut self, index: usize) -> bool {
+        if self.paused.remove(&index).is_none() {
+            return false;
+        }
+        match &mut self.instances[index] {
+            Running::Stdio(processes) => processes.values_mut().for_each(Process::resume),
+            Running::Http { process, .. } => process.resume(),
+            Running::Down => {}
+        }
+        self.events.push(format!("resumed {}", Fleet::instance_name(index)));
+        true
+    }
+
+    pub fn is_paused(&self, index: usize) -> bool {
+        self.paused.contains_key(&index)
+    }
+
+    /// Instances paused now, in order.
+    pub fn paused(&self) -> Vec<usize> {
+        self.paused.keys().copied().collect()
+    }
+
+    /// Lets the HTTP requests in flight progress for [`WRITE_WAIT`] without waiting for their answers: on
+    /// loopback a connection is accepted by the kernel (even for a stopped server) and the request written to
+    /// its socket within a few polls. Nothing to do over stdio (a write is done when [`Fleet::write`] returns).
+    pub fn let_writes_land(&mut self) {
+        if self.target.file.transport == Transport::Http {
+            self.runtime.block_on(async { tokio::time::sleep(WRITE_WAIT).await });
+        }
+    }
+
+    /// `crash I after I receives OP`: the request written, then SIGKILL to the instance before its answer is
+    /// read. The answer is never read: whether the server acted on it is its own timing.
+    pub fn kill_after_write(&mut self, index: usize, principal: &str, outgoing: &Outgoing) -> Lost {
+        let flight = self.write(index, principal, outgoing);
+        self.let_writes_land();
+        self.crash(index);
+        let lost = match &flight {
+            Flight::Stdio { written: Err(lost), .. } => lost.clone(),
+            Flight::Down => Lost { message: "the instance is down (killed by the scenario)".into() },
+            _ => Lost { message: format!("{} was killed (SIGKILL) after the request was written", Fleet::instance_name(index)) },
+        };
+        self.abandon(flight);
+        lost
+    }
+
+    /// SIGKILL to the instance's processes (a paused one too).
     pub fn crash(&mut self, index: usize) {
+        self.paused.remove(&index);
         let name = Fleet::instance_name(index);
         match std::mem::replace(&mut self.instances[index], Running::Down) {
             Running::Stdio(mut processes) => processes.values_mut().for_each(Process::kill),

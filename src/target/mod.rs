@@ -166,6 +166,8 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     values.insert("accept", Some(tool.accept.to_string()));
     values.insert("principal", Some(tool.principal.clone()));
     values.insert("other", tool.other_principal.clone());
+    values.insert("ttl", tool.state_ttl_ms.map(|ttl| format!("{ttl}ms")));
+    values.insert("past_ttl", tool.state_ttl_ms.map(|ttl| format!("{}ms", ttl.saturating_add(PAST_TTL_MARGIN_MS))));
     // Invalid answers a scenario sends before the valid accept: every field of the wrong type, one left out.
     values.insert("accept_mistyped", Some(attack::mistyped(&tool.accept).to_string()));
     values.insert("accept_missing_field", attack::missing_field(&tool.accept, None).map(|(_, v)| v.to_string()));
@@ -178,6 +180,7 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
 fn placeholder_key(name: &str) -> &'static str {
     match name {
         "item" => "[admin] item",
+        "ttl" | "past_ttl" => "tool.state_ttl_ms",
         _ => "tool.other_principal",
     }
 }
@@ -225,6 +228,13 @@ pub enum RunError {
     NeedsKey { shown: String, what: String, key: &'static str },
     #[error(transparent)]
     ParseScenario(#[from] ParseError),
+    /// A scenario (`shown`) that gives an instance its own clock, and no libfaketime (`looked`, where).
+    #[error(
+        "{shown}: it runs an instance under a skewed clock, which needs libfaketime (Debian/Ubuntu: apt-get install faketime; \
+         or set {} to libfaketime.so.1); looked in {looked}",
+        fleet::FAKETIME_LIBRARY_ENV
+    )]
+    NoFaketime { shown: String, looked: String },
     /// A folder of scenarios that could not be listed.
     #[error("{}: {source}", .path.display())]
     ListScenarios { path: PathBuf, source: std::io::Error },
@@ -243,6 +253,13 @@ impl RunError {
         )
     }
 }
+
+/// How far past the target's state TTL `{{past_ttl}}` moves a clock: a minute, far more than the few seconds a
+/// play takes between minting a state and answering it, than the whole seconds many servers write expiries
+/// in, and than the grace a server may allow for skew between its instances (mcpsim's own refuses
+/// by the state's expiry alone), and far less than the TTL's own minutes, so an instance moved by `{{ttl}}`
+/// minus the margin would still accept.
+pub const PAST_TTL_MARGIN_MS: u64 = 60_000;
 
 /// A target scenario's text with its `{{name}}` placeholders filled. `Err`: why it cannot be played against
 /// this target (a placeholder the file leaves empty, or one that does not exist).
@@ -295,6 +312,7 @@ pub fn play_once(
     let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
     let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing, plan);
+    world.start_skewed()?;
     let mut played = play::play(scenario, &mut world);
     world.finish();
     if let Some(never) = world.end_store_faults() {
@@ -566,6 +584,25 @@ fn failures_of(played: &PlayedOnce) -> Vec<String> {
     failures.chain(armed.map(|event| format!("fault armed, never fired: {event}"))).collect()
 }
 
+/// Whether the spread play can be compared with the reference play on one instance: not when the scenario
+/// pauses or kills an instance mid-request (`pause`, `crash … after … receives`: the reference play cannot place
+/// them, every instance being one process) or gives instances their own clocks (one process has one clock).
+/// When not, says why in `decisions` (a caveat the report shows, never a silent pass).
+fn reference_comparable(scenario: &Scenario, decisions: &mut Vec<String>) -> bool {
+    let faulted = scenario
+        .steps
+        .iter()
+        .any(|step| matches!(step.action, Action::Pause { .. } | Action::Resume { .. } | Action::Crash { trigger: Some(_), .. }));
+    let clocks = scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0);
+    let why = match (faulted, clocks) {
+        (true, _) => "the scenario pauses or kills an instance mid-request",
+        (false, true) => "the scenario gives instances their own clocks",
+        (false, false) => return true,
+    };
+    decisions.push(format!("statelessness not compared with the reference play on one instance: {why}, which one process cannot play"));
+    false
+}
+
 /// One judged play of `scenario` under `plan`: spread over the fleet, and (more than one instance, no faults)
 /// on one instance, each on a fresh fleet; the findings, and the failures of the spread play.
 pub fn play_judged(
@@ -576,10 +613,10 @@ pub fn play_judged(
     mcpsim: &str,
     work_dir: &Path,
 ) -> Result<(PlayedOnce, Vec<Finding>, Vec<String>), RunError> {
-    let spread = play_once(target, scenario, seed, Routing::Spread, plan.clone(), mcpsim, work_dir)?;
+    let mut spread = play_once(target, scenario, seed, Routing::Spread, plan.clone(), mcpsim, work_dir)?;
     // Under drawn or given faults statelessness is not compared, as in the simulator: a retry takes the flow
     // another way on each play, so the two histories are not the same flow.
-    let one = if target.file.instances > 1 && !plan.is_faulty() {
+    let one = if target.file.instances > 1 && !plan.is_faulty() && reference_comparable(scenario, &mut spread.decisions) {
         Some(play_once(target, scenario, seed, Routing::One, plan.clone(), mcpsim, work_dir)?)
     } else {
         None
@@ -654,7 +691,9 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("06-another-principal-replays-the-state.sim", include_str!("../../targets/scenarios/06-another-principal-replays-the-state.sim")),
     ("07-invalid-answers-then-accept.sim", include_str!("../../targets/scenarios/07-invalid-answers-then-accept.sim")),
     ("08-answer-lost-then-retry-elsewhere.sim", include_str!("../../targets/scenarios/08-answer-lost-then-retry-elsewhere.sim")),
+    ("09-retry-while-the-first-is-paused.sim", include_str!("../../targets/scenarios/09-retry-while-the-first-is-paused.sim")),
     ("10-accept-delivered-twice.sim", include_str!("../../targets/scenarios/10-accept-delivered-twice.sim")),
+    ("11-expiry-on-a-skewed-clock.sim", include_str!("../../targets/scenarios/11-expiry-on-a-skewed-clock.sim")),
     ("12-item-deleted-after-the-form.sim", include_str!("../../targets/scenarios/12-item-deleted-after-the-form.sim")),
     ("13-store-cut-between-claim-and-effect.sim", include_str!("../../targets/scenarios/13-store-cut-between-claim-and-effect.sim")),
 ];
@@ -708,6 +747,10 @@ pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, Ru
 pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, RunError> {
     let filled = fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
     let scenario = crate::scenario::parse(&source.shown, &source.name, &filled)?;
+    // A skewed clock needs libfaketime: without it the scenario is skipped, saying what to install.
+    if scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0) {
+        fleet::libfaketime().map_err(|looked| RunError::NoFaketime { shown: source.shown.clone(), looked })?;
+    }
     if let Some((what, key)) = unplayable_step(target, &scenario) {
         return Err(RunError::NeedsKey { shown: source.shown.clone(), what, key });
     }

@@ -34,9 +34,13 @@ pub const BYTES_BUFFERED_MAX: usize = 1024 * 1024;
 static RUNNING: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
 fn kill_group(pgid: i32) {
+    signal_group(pgid, libc::SIGKILL);
+}
+
+fn signal_group(pgid: i32, signal: libc::c_int) {
     // SAFETY: kill(2) with a negative pid signals a process group; it touches no memory of ours.
     unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
+        libc::kill(-pgid, signal);
     }
 }
 
@@ -93,7 +97,30 @@ pub struct Process {
     leaf: Option<Leaf>,
     /// It was reaped: its pid (and so its group id, once the group is empty) may name another process now.
     reaped: bool,
+    /// Paused ([`Process::pause`]) and not yet continued: a kill continues it too.
+    pub paused: bool,
 }
+
+/// How a process is paused: its containment leaf frozen (cgroup v2 `cgroup.freeze`, which reaches whatever it
+/// spawned, wherever it went), or SIGSTOP to its process group (no cgroup: the marker containment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseHow {
+    Freeze,
+    Stop,
+}
+
+impl PauseHow {
+    /// For the decision log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PauseHow::Freeze => "cgroup.freeze of its containment leaf",
+            PauseHow::Stop => "SIGSTOP to its process group",
+        }
+    }
+}
+
+/// How long a pause waits for its cgroup to report itself frozen (`cgroup.events`).
+const FREEZE_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a process could not be started, written to or read from. `pid` names the process.
 #[derive(Debug, thiserror::Error)]
@@ -280,7 +307,7 @@ impl Process {
             });
             Lines { receiver, budget }
         });
-        Ok(Process { child, pid, stdin, lines, fresh: true, read_ahead: Vec::new(), leaf, reaped: false })
+        Ok(Process { child, pid, stdin, lines, fresh: true, read_ahead: Vec::new(), leaf, reaped: false, paused: false })
     }
 
     /// Writes one line (the message and a newline) to its stdin.
@@ -322,7 +349,40 @@ impl Process {
         }
     }
 
+    /// Stops it and everything it spawned: its leaf frozen where the run has a cgroup, SIGSTOP to its group
+    /// otherwise. Bounded: a later [`Process::resume`] or [`Process::kill`] (also on drop, Ctrl-C, and by the
+    /// watchdog, which SIGKILLs stopped and frozen processes alike) always ends the pause.
+    pub fn pause(&mut self) -> PauseHow {
+        self.paused = true;
+        if let Some(cgroup) = self.leaf.as_ref().and_then(Leaf::cgroup) {
+            if std::fs::write(cgroup.join("cgroup.freeze"), "1").is_ok() {
+                let frozen = || std::fs::read_to_string(cgroup.join("cgroup.events")).is_ok_and(|e| e.lines().any(|l| l == "frozen 1"));
+                for _ in 0..FREEZE_WAIT.as_millis() / 2 {
+                    if frozen() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                return PauseHow::Freeze;
+            }
+        }
+        signal_group(self.pid as i32, libc::SIGSTOP);
+        PauseHow::Stop
+    }
+
+    /// Continues it after [`Process::pause`] (both ways, so whichever paused it is undone).
+    pub fn resume(&mut self) {
+        if let Some(cgroup) = self.leaf.as_ref().and_then(Leaf::cgroup) {
+            let _ = std::fs::write(cgroup.join("cgroup.freeze"), "0");
+        }
+        if !self.reaped {
+            signal_group(self.pid as i32, libc::SIGCONT);
+        }
+        self.paused = false;
+    }
+
     /// SIGKILL to its group and to everything in its leaf (what it spawned, wherever it went), then reap it.
+    /// A paused process dies too: SIGKILL ends stopped and frozen processes.
     pub fn kill(&mut self) {
         // Without a leaf, the group is all there is to kill (its id stays its own while any member lives).
         if !self.reaped || self.leaf.is_none() {
@@ -330,6 +390,9 @@ impl Process {
         }
         if let Some(leaf) = &mut self.leaf {
             leaf.kill();
+        }
+        if self.paused {
+            self.resume();
         }
         let _ = self.child.wait();
         self.reaped = true;

@@ -6,16 +6,17 @@
 
 use super::faults::{FaultAction, FaultEvent, FaultPlan, RetryOn, Trigger, RETRIES_MAX};
 use super::file::StoreKind;
-use super::fleet::Fleet;
+use super::fleet::{Fleet, FleetError, Flight};
 use super::store_proxy::Outage;
 use crate::framework::ports::Note;
 use crate::oracle::history::{Attempt, History, NoResponse, OperationId, Sent};
 use crate::play::world::{Annotation, ArmedFault, Consumed, Item, NotPlayed, Outgoing, Refused, Unobservable, World};
-use crate::scenario::model::{AdminAction, Scenario, TriggerSpec};
+use crate::scenario::model::{AdminAction, Moment, Scenario, TriggerSpec};
 use crate::servers::gateway::backends::ExportRecord;
 use crate::sim::engine::random::{below, stream, Stream};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Longest `advance` a target world carries out, by waiting on the wall clock.
@@ -53,6 +54,15 @@ pub struct TargetWorld<'f, 't> {
     requests: usize,
     /// Every fault that fired: the event, the number of the request it fired on, and where (`NAME → tK`).
     pub fired: Vec<(FaultEvent, usize, String)>,
+    /// Armed `crash I before I receives OP` events (also in `armed`): they kill with nothing written.
+    crash_before: Vec<FaultEvent>,
+    /// Requests written to a paused instance (fleet instance, operation, flight): their answers are read when
+    /// it is continued (the late commit).
+    paused_ops: Vec<(usize, OperationId, Flight)>,
+    /// A drawn pause's instance, and the later requests still to go out before it is continued.
+    resume_after: BTreeMap<usize, usize>,
+    /// A drawn crash's instance, and the later requests still to go out before it is restarted.
+    restart_after: BTreeMap<usize, usize>,
     /// Store faults: a `store cut` armed by its statement, and the one under way.
     store: StoreFaults,
     /// Items `admin delete` removed: the effect probe's `before` is lowered by as many, so the judge counts
@@ -99,6 +109,14 @@ enum Delivery {
     /// Not written now: after `overtaken_by` later requests went out (`usize::MAX`: at `release`), or at the
     /// end of the play.
     Hold { overtaken_by: usize, fault: String },
+    /// The instance stopped, then the request written (it sits unread in its pipe or socket); its answer read
+    /// once the instance is continued: after `resumed_after` later requests (`usize::MAX`: at `resume`), or at
+    /// the end of the play.
+    Pause { resumed_after: usize, retry: RetryOn },
+    /// The request written, then the instance SIGKILLed before its answer is read (`before`: killed with
+    /// nothing written); restarted after `restarted_after` later requests (`usize::MAX`: by `restart`, or
+    /// before the probe).
+    Crash { before: bool, restarted_after: usize, retry: RetryOn, fault: String },
 }
 
 /// One request to put on the wire: to fleet instance `to`, as `principal`; `attempt` when it repeats another.
@@ -166,6 +184,86 @@ impl<'f, 't> TargetWorld<'f, 't> {
             fired: Vec::new(),
             store: StoreFaults::default(),
             admin_deleted: 0,
+            crash_before: Vec::new(),
+            paused_ops: Vec::new(),
+            resume_after: BTreeMap::new(),
+            restart_after: BTreeMap::new(),
+        }
+    }
+
+    /// Starts the fleet instances that scenario instances declared with `instance I clock ±DURATION` map to
+    /// under that clock (libfaketime). The reference play (every instance on one process) cannot honour
+    /// per-instance clocks: it plays on true time and says so ([`World::global_caveat`]).
+    pub fn start_skewed(&mut self) -> Result<(), FleetError> {
+        if self.routing == Routing::One {
+            return Ok(());
+        }
+        let mut clocks: BTreeMap<usize, (i64, String)> = BTreeMap::new();
+        for (k, instance) in self.scenario.cluster.instances.iter().enumerate() {
+            let to = self.route(k);
+            match clocks.get(&to) {
+                Some((offset, _)) if *offset != instance.clock_offset_ms => self.decisions.push(format!(
+                    "{} shares {} with an instance whose clock differs: it runs with that one's",
+                    instance.name,
+                    Fleet::instance_name(to)
+                )),
+                Some(_) => {}
+                None => {
+                    clocks.insert(to, (instance.clock_offset_ms, instance.name.clone()));
+                }
+            }
+        }
+        for (to, (offset_ms, name)) in clocks {
+            if offset_ms != 0 {
+                let line = self.fleet.start_with_clock(to, offset_ms)?;
+                self.decisions.push(format!("{name}'s clock {offset_ms:+} ms: {line}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops fleet instance `to` (its cgroup leaf frozen, or SIGSTOP to its group), saying how.
+    fn pause_instance(&mut self, to: usize) -> Result<(), String> {
+        let how = self.fleet.pause(to).map_err(|lost| lost.message)?;
+        let line = format!("paused {} ({})", Fleet::instance_name(to), how.describe());
+        self.decisions.push(line.clone());
+        self.transcript.push(format!("  {line}"));
+        Ok(())
+    }
+
+    /// SIGCONT (or thaw) to fleet instance `to`, then the answers it owes read and recorded: the late commit.
+    fn continue_instance(&mut self, to: usize, when: &str) {
+        self.resume_after.remove(&to);
+        if self.fleet.resume(to) {
+            self.decisions.push(format!("resumed {} {when}", Fleet::instance_name(to)));
+            self.transcript.push(format!("  resumed {} {when}", Fleet::instance_name(to)));
+        }
+        let (owed, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.paused_ops).into_iter().partition(|(at, _, _)| *at == to);
+        self.paused_ops = others;
+        for (_, id, flight) in owed {
+            let answer = self.fleet.read(flight);
+            if answer.is_ok() {
+                self.transcript.push(format!("  {} answers late, after the pause:", Fleet::instance_name(to)));
+            }
+            self.record_answer(id, to, answer.map_err(|lost| lost.message));
+        }
+    }
+
+    /// A drawn pause or crash whose count of later requests ran out: the instance continued or restarted.
+    fn heal_due(&mut self) {
+        let due: Vec<usize> = self.resume_after.iter().filter(|(_, left)| **left == 0).map(|(&to, _)| to).collect();
+        for to in due {
+            self.continue_instance(to, "after its later requests went out");
+        }
+        let due: Vec<usize> = self.restart_after.iter().filter(|(_, left)| **left == 0).map(|(&to, _)| to).collect();
+        for to in due {
+            self.restart_after.remove(&to);
+            let line = match self.fleet.restart(to) {
+                Ok(()) => format!("restarted {} after its later requests went out", Fleet::instance_name(to)),
+                Err(error) => format!("could not restart {}: {error}", Fleet::instance_name(to)),
+            };
+            self.decisions.push(line.clone());
+            self.transcript.push(format!("  {line}"));
         }
     }
 
@@ -338,7 +436,6 @@ impl<'f, 't> TargetWorld<'f, 't> {
     /// The dispatcher's one arm per action: what the fault does to this request (to fleet instance `to`;
     /// `onto`: the instance a scenario's `duplicate … onto J` names). `line`: the fault's decision line.
     fn fire(&mut self, event: &FaultEvent, line: String, to: usize, onto: Option<usize>) -> Delivery {
-        let not_built = |what: &str| format!("fault not applied: {what} against a target is not built yet; the request goes out as usual");
         let refusal = match &event.action {
             FaultAction::LoseAnswer { close_connection: false, retry } => return Delivery::Discard { fault: line, retry: *retry },
             FaultAction::LoseAnswer { close_connection: true, retry } => return Delivery::Close { fault: line, retry: *retry },
@@ -351,9 +448,12 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 return Delivery::Copy { to: copy_to };
             }
             FaultAction::Hold { overtaken_by } => return Delivery::Hold { overtaken_by: *overtaken_by, fault: line },
-            FaultAction::Pause { .. } => not_built("a pause (SIGSTOP)"),
-            FaultAction::Crash { .. } => not_built("a crash between delivery and answer"),
-            FaultAction::ClockSkew { .. } => not_built("a clock skew"),
+            FaultAction::Pause { resumed_after, retry } => return self.fire_pause(*resumed_after, *retry),
+            FaultAction::Crash { restarted_after, retry } => return self.fire_crash(event, line, *restarted_after, *retry),
+            FaultAction::ClockSkew { instance, offset_ms } => match self.start_skewed_now(*instance, *offset_ms) {
+                Ok(()) => return Delivery::Plain,
+                Err(why) => format!("fault not applied: {why}; the request goes out as usual"),
+            },
             FaultAction::StoreCut { after_statements, outage_ms } => match self.fire_store_cut(*after_statements, Some(*outage_ms)) {
                 Ok(()) => return Delivery::Plain,
                 Err(why) => format!("fault not applied: {}; the request goes out as usual", why.reason()),
@@ -362,6 +462,34 @@ impl<'f, 't> TargetWorld<'f, 't> {
         self.decisions.push(refusal.clone());
         self.transcript.push(format!("  {refusal}"));
         Delivery::Plain
+    }
+
+    /// `pause`'s arm of the dispatcher (the request to a paused instance is written after the pause).
+    fn fire_pause(&mut self, resumed_after: usize, retry: RetryOn) -> Delivery {
+        Delivery::Pause { resumed_after, retry }
+    }
+
+    /// `crash`'s arm of the dispatcher: a `crash I before I receives OP` kills with nothing written.
+    fn fire_crash(&mut self, event: &FaultEvent, fault: String, restarted_after: usize, retry: RetryOn) -> Delivery {
+        let before = match self.crash_before.iter().position(|e| e == event) {
+            Some(at) => {
+                self.crash_before.remove(at);
+                true
+            }
+            None => false,
+        };
+        Delivery::Crash { before, restarted_after, retry, fault }
+    }
+
+    /// A drawn clock skew: fleet instance `instance` restarted under libfaketime, its clock `offset_ms` off.
+    fn start_skewed_now(&mut self, instance: usize, offset_ms: i64) -> Result<(), String> {
+        if instance >= self.fleet.len() {
+            return Err(format!("the fleet has no instance t{}", instance + 1));
+        }
+        let line = self.fleet.start_with_clock(instance, offset_ms).map_err(|error| error.to_string())?;
+        self.decisions.push(line.clone());
+        self.transcript.push(format!("  {line}"));
+        Ok(())
     }
 
     /// The live fleet instance after `to` in the play's routing order (cyclically): where a client fails over
@@ -390,7 +518,45 @@ impl<'f, 't> TargetWorld<'f, 't> {
                     held.remaining = held.remaining.saturating_sub(1);
                 }
             }
+            for left in self.resume_after.values_mut().chain(self.restart_after.values_mut()) {
+                *left = left.saturating_sub(1);
+            }
             match delivery {
+                Delivery::Pause { resumed_after, retry } => {
+                    let flight = match self.pause_instance(wire.to) {
+                        Ok(()) => {
+                            let flight = self.fleet.write(wire.to, &wire.principal, &wire.outgoing);
+                            self.fleet.let_writes_land();
+                            flight
+                        }
+                        // Down (killed): written nowhere, lost as any request to a down instance.
+                        Err(_) => self.fleet.write(wire.to, &wire.principal, &wire.outgoing),
+                    };
+                    self.paused_ops.push((wire.to, id, flight));
+                    if resumed_after != usize::MAX {
+                        self.resume_after.insert(wire.to, resumed_after);
+                    }
+                    if retry != RetryOn::Scenario {
+                        // The client stops waiting for the paused instance and tries again.
+                        lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
+                    }
+                }
+                Delivery::Crash { before, restarted_after, retry, fault } => {
+                    let target = Fleet::instance_name(wire.to);
+                    let why = if before {
+                        self.fleet.crash(wire.to);
+                        format!("{target} was killed (SIGKILL) before the request was written")
+                    } else {
+                        self.fleet.kill_after_write(wire.to, &wire.principal, &wire.outgoing).message
+                    };
+                    self.decisions.push(format!("killed {target} (SIGKILL)"));
+                    self.transcript.push(format!("  {target} gave no answer: {why}"));
+                    self.history.lost_to_fault(id, fault);
+                    if restarted_after != usize::MAX {
+                        self.restart_after.insert(wire.to, restarted_after);
+                    }
+                    lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
+                }
                 Delivery::Plain => flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None)),
                 Delivery::Discard { fault, retry } => {
                     let flight = self.fleet.write(wire.to, &wire.principal, &wire.outgoing);
@@ -442,6 +608,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
         }
         self.after_wire();
         self.release_held(|held| held.remaining == 0, "its later requests went out");
+        self.heal_due();
         for (id, retry, to, outgoing, principal) in lost {
             self.retry_lost(id, retry, to, outgoing, principal);
         }
@@ -496,9 +663,17 @@ impl<'f, 't> TargetWorld<'f, 't> {
         self.put(vec![Wire { to: again, principal, outgoing, attempt: Some(Attempt::Retry { of: first, number }) }]);
     }
 
-    /// Ends the play's faults: every held request released (and said so). Called once the scenario is over,
+    /// Ends the play's faults: every paused instance continued, every held request released (and said so). Called once the scenario is over,
     /// before the effect probe.
     pub fn finish(&mut self) {
+        // Every pause ends: continued, its owed answers read (the late commit), before the probe.
+        let mut owing: Vec<usize> = self.fleet.paused();
+        owing.extend(self.paused_ops.iter().map(|(to, _, _)| *to));
+        owing.sort_unstable();
+        owing.dedup();
+        for to in owing {
+            self.continue_instance(to, "at the end of the play");
+        }
         if !self.held.is_empty() {
             self.decisions
                 .push(format!("{} held request(s) never released by the scenario: released at the end of the play", self.held.len()));
@@ -711,8 +886,25 @@ impl World for TargetWorld<'_, '_> {
     }
 
     fn crash(&mut self, instance: usize, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
-        if trigger.is_some() {
-            return Err(Refused::Unsupported("a crash at a precise store operation needs the simulator's network".into()));
+        if let Some(trigger) = trigger {
+            let receiver = self.scenario.cluster.instances.iter().position(|i| i.name == trigger.receiver);
+            if receiver != Some(instance) || trigger.sender.is_some() {
+                return Err(Refused::Unsupported(
+                    "against a target, a crash is armed on a request the instance itself receives (`crash I after I receives \
+                     METHOD`); a crash at a store operation or another actor's message needs the simulator's network"
+                        .into(),
+                ));
+            }
+            let event = FaultEvent {
+                trigger: Trigger::Next { instance, method: Some(trigger.label.clone()) },
+                action: FaultAction::Crash { restarted_after: usize::MAX, retry: RetryOn::Scenario },
+            };
+            if trigger.moment == Moment::Before {
+                self.crash_before.push(event.clone());
+            }
+            self.decisions.push(format!("fault armed: {event}"));
+            self.armed.push((event, None));
+            return Ok(());
         }
         let to = self.route(instance);
         self.fleet.crash(to);
@@ -732,6 +924,50 @@ impl World for TargetWorld<'_, '_> {
         self.fleet.restart(to).map_err(|error| Refused::Failed(error.to_string()))?;
         self.decisions.push(format!("restarted {}", Fleet::instance_name(to)));
         self.transcript.push(format!("  restarted {}", Fleet::instance_name(to)));
+        Ok(())
+    }
+
+    fn pause(&mut self, instance: usize, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
+        if self.routing == Routing::One {
+            // Every scenario instance is this one process: stopping it would stop the retry meant to go elsewhere.
+            return Err(Refused::Unsupported(
+                "the reference play runs every instance on one process: pausing it would stop them all, so it plays without the pause"
+                    .into(),
+            ));
+        }
+        match trigger {
+            Some(trigger) => {
+                let receiver = self.scenario.cluster.instances.iter().position(|i| i.name == trigger.receiver);
+                if receiver != Some(instance) {
+                    return Err(Refused::Unsupported(
+                        "against a target, a pause is armed on a request the paused instance itself receives (`pause I after I receives METHOD`)".into(),
+                    ));
+                }
+                let event = FaultEvent {
+                    trigger: Trigger::Next { instance, method: Some(trigger.label.clone()) },
+                    action: FaultAction::Pause { resumed_after: usize::MAX, retry: RetryOn::Scenario },
+                };
+                self.decisions.push(format!("fault armed: {event}"));
+                self.armed.push((event, None));
+                Ok(())
+            }
+            None => {
+                let to = self.route(instance);
+                self.pause_instance(to).map_err(Refused::Failed)
+            }
+        }
+    }
+
+    fn resume(&mut self, instance: usize) -> Result<(), Refused> {
+        if self.routing == Routing::One {
+            return Err(Refused::Unsupported("the reference play made no pause to end".into()));
+        }
+        let to = self.route(instance);
+        if !self.fleet.is_paused(to) {
+            // An armed pause that has not fired stays armed, and is reported at the end if it never does.
+            return Err(Refused::Failed(format!("{} is not paused (no pause of it fired)", Fleet::instance_name(to))));
+        }
+        self.continue_instance(to, "by the scenario");
         Ok(())
     }
 
@@ -785,6 +1021,13 @@ impl World for TargetWorld<'_, '_> {
         }
     }
 
+    fn global_caveat(&self) -> Option<String> {
+        let skewed = self.scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0);
+        (self.routing == Routing::One && skewed).then(|| {
+            "the reference play runs every instance on one process, on true time: it cannot honour per-instance clocks".to_string()
+        })
+    }
+
     fn annotate(&mut self, annotation: Annotation) {
         if matches!(annotation, Annotation::Step { .. }) {
             self.next_step();
@@ -794,5 +1037,92 @@ impl World for TargetWorld<'_, '_> {
             Annotation::Substep { line, text } => self.transcript.push(format!("line {line}:   {text}")),
             Annotation::Check { .. } | Annotation::Note { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::oracle::history::{Attempt, OperationId};
+    use crate::target::faults::{FaultAction, FaultEvent, FaultKind, FaultPlan, RetryOn, Trigger};
+    use crate::target::file::Target;
+    use crate::target::world::Routing;
+    use crate::target::{create_private_dir, embedded, load_source, play_once, PlayedOnce};
+
+    /// Plays `01-retry-lands-elsewhere` on the planted notes server (correct, three stdio instances) under a
+    /// plan of one event at request 2 (the accept).
+    fn play_with(name: &str, action: FaultAction) -> PlayedOnce {
+        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        create_private_dir(&dir).unwrap();
+        let file = dir.join("planted.toml");
+        std::fs::write(
+            &file,
+            r#"name = "planted notes server (no SDK), correct"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
+env = { PLANTED = "" }
+
+[principals.alice]
+args = ["alice"]
+
+[tool]
+name = "notes_delete"
+arguments = { workspaceUri = "file:///notes", title = "TPS report" }
+input_key = "delete_choice"
+accept = { note_id = "note-7", confirm = true }
+principal = "alice"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#,
+        )
+        .unwrap();
+        let target = Target::load(&file).unwrap();
+        let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
+        let event = FaultEvent { trigger: Trigger::Request { number: 2 }, action };
+        let plan = FaultPlan { kinds: vec![event.action.kind()], events: vec![event] };
+        let played = play_once(&target, &scenario, 1, Routing::Spread, plan, "mcpsim", &dir).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        played
+    }
+
+    #[test]
+    fn a_drawn_pause_lets_the_retry_go_elsewhere_then_continues_the_instance_and_records_its_late_answer() {
+        let played = play_with("pause", FaultAction::Pause { resumed_after: 1, retry: RetryOn::Other });
+        assert_eq!(played.fired.len(), 1, "{:?}", played.decisions);
+        assert_eq!(played.fired[0].0.action.kind(), FaultKind::Pause);
+        let paused = played.decisions.iter().position(|d| d.starts_with("paused t")).expect("paused");
+        let resumed = played.decisions.iter().position(|d| d.contains("after its later requests went out")).expect("resumed");
+        assert!(paused < resumed, "{:?}", played.decisions);
+        let history = &played.history;
+        let accept = OperationId(1);
+        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == Attempt::Retry { of: accept, number: 1 }).collect();
+        assert_eq!(retries.len(), 1, "{:?}", history.attempts());
+        assert!(history.operations()[retries[0].0 .0].response().is_some(), "{:?}", played.transcript);
+        // The paused accept answered once continued: the late commit is recorded, not lost.
+        assert!(history.operations()[1].response().is_some(), "{:?}", played.transcript);
+        assert_eq!(played.effects.as_ref().map(|(b, a)| b - a).unwrap(), 1, "one deletion");
+    }
+
+    #[test]
+    fn a_drawn_crash_after_the_write_loses_the_request_retries_elsewhere_and_restarts_the_instance() {
+        let played = play_with("crash", FaultAction::Crash { restarted_after: 1, retry: RetryOn::Other });
+        assert_eq!(played.fired.len(), 1, "{:?}", played.decisions);
+        let history = &played.history;
+        let accept = OperationId(1);
+        assert!(history.lost_to(accept).is_some_and(|f| f.starts_with("at request 2: its instance killed")), "{:?}", played.decisions);
+        assert!(played.decisions.iter().any(|d| d.starts_with("killed t")), "{:?}", played.decisions);
+        assert!(
+            played.decisions.iter().any(|d| d.starts_with("restarted t") && d.contains("after its later requests")),
+            "{:?}",
+            played.decisions
+        );
+        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == Attempt::Retry { of: accept, number: 1 }).collect();
+        assert_eq!(retries.len(), 1, "{:?}", history.attempts());
+        let effects = played.effects.as_ref().map(|(b, a)| b - a).unwrap();
+        assert!(effects <= 1, "at most one deletion: {effects}");
     }
 }

@@ -14,9 +14,22 @@ pub struct Ran {
     pub stderr: String,
 }
 
-/// Waits for `child` at most `seconds` (killing it and failing the test if it overstays), then reads what it
-/// printed (stdout only if it is still piped: a test may have closed it).
+/// Reads all of `pipe` on a thread of its own, so a child that prints more than a pipe holds (64 KiB) is not
+/// held back while it is waited for.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            pipe.read_to_string(&mut text).unwrap();
+        }
+        text
+    })
+}
+
+/// Waits for `child` at most `seconds` (killing it and failing the test if it overstays), reading what it
+/// prints meanwhile (stdout only if it is still piped: a test may have closed it).
 pub fn finish(mut child: Child, seconds: u64) -> Ran {
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let mut status = None;
     for _ in 0..seconds * 50 {
         if let Some(done) = child.try_wait().unwrap() {
@@ -30,11 +43,7 @@ pub fn finish(mut child: Child, seconds: u64) -> Ran {
         let _ = child.wait();
         panic!("mcpsim ran longer than {seconds} s and was killed");
     };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let Some(mut out) = child.stdout.take() {
-        out.read_to_string(&mut stdout).unwrap();
-    }
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
     let status = status.code().or(status.signal().map(|signal| 128 + signal)).expect("an exit code or a signal");
     Ran { status, stdout, stderr }
 }
