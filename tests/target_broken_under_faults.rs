@@ -1,7 +1,7 @@
 //! The broken servers that only faults expose (`targets/broken-{ledger-after-effect,own-clock-expiry,
 //! release-on-store-error}.toml`, docs/targets.md "Broken servers only faults expose") against the real binary:
 //! each passes with faults off, and fails under its fault with the property named, while the correct server of
-//! the same code (`targets/sdk/nosdk-correct.toml`) passes under the same fault.
+//! the same code and settings (the file without its `NOTES_BUG`) passes under the same fault.
 //!
 //! The plants are first checked live without mcpsim (`tests/peers/nosdk/faults_live.py` applies each fault by
 //! hand), so a miss below is the harness's, not a plant that does nothing. The scenarios of the faults
@@ -107,7 +107,7 @@ fn the_broken_servers_pass_with_faults_off() {
 }
 
 /// Under its fault each broken server fails, naming honest-outcome (the retry is told "already gone" about a
-/// note its confirmation deleted), and the failure reproduces from the decision log; the correct server passes.
+/// note its confirmation deleted), and the failure reproduces from the decision log; the correct twin passes.
 #[test]
 fn each_broken_server_fails_under_its_fault_naming_the_property() {
     assert!(faketime_installed(), "faketime is not installed: the clock scenario needs Debian's faketime package");
@@ -121,7 +121,23 @@ fn each_broken_server_fails_under_its_fault_naming_the_property() {
             ran.shown()
         );
         assert!(ran.stdout.contains("reproduced 2 of 2"), "{target} under {scenario}: {}", ran.shown());
-        let ran = mcpsim(&["run", "--target", "targets/sdk/nosdk-correct.toml", &scenario, "--reruns", "0"]);
-        assert_eq!(ran.status, Some(0), "the correct server under {scenario}: {}", ran.shown());
+        let twin = correct_twin(name);
+        let ran = mcpsim(&["run", "--target", &twin.display().to_string(), &scenario, "--reruns", "0"]);
+        assert_eq!(ran.status, Some(0), "the correct twin of {target} under {scenario}: {}", ran.shown());
+        assert!(ran.stdout.contains("ok    property honest-outcome"), "{}", ran.shown());
+        let _ = std::fs::remove_dir_all(twin.parent().expect("a folder"));
     }
+}
+
+/// The broken target file with its `NOTES_BUG` taken out, in a fresh folder: the correct server under the same
+/// settings (effect time, store) as the broken one.
+fn correct_twin(name: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(broken(name))).expect("the target file");
+    let bug = format!(", NOTES_BUG = \"{name}\"");
+    assert!(text.contains(&bug), "{name}: the file sets {bug}");
+    let folder = std::env::temp_dir().join(format!("mcpsim-correct-twin-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).expect("a temporary folder");
+    let twin = folder.join("correct.toml");
+    std::fs::write(&twin, text.replace(&bug, "").replace("name = \"BROKEN: ", "name = \"correct twin of ")).expect("written");
+    twin
 }
