@@ -5,7 +5,8 @@
 # checks that it still finds exactly that, so a change in either the harness or the pinned SDK is seen:
 #   - with the SDK's defaults (a random requestState key per process) a retry on another process fails:
 #     statelessness is named;
-#   - configured as its docs ask (one shared key) the same retry holds;
+#   - configured as its docs ask (one shared key) the same retry holds, and its replay is told "already gone"
+#     (honest-outcome: no ledger);
 #   - and an accept sent after a decline still deletes: refusal is named (the SDK does not make a state
 #     single-use; a tool must keep its own ledger).
 # One scenario each, no re-runs beyond one (the whole stage: 4 min, 92 s of CPU, on a loaded 2-core machine).
@@ -41,7 +42,9 @@ expect_run() {
 }
 
 expect_run 1 statelessness targets/python-sdk-defaults.toml targets/scenarios/01-retry-lands-elsewhere.sim
-expect_run 0 "" targets/python-sdk-shared-key.toml targets/scenarios/01-retry-lands-elsewhere.sim
+# One shared key: the retry elsewhere holds (no statelessness finding), but the replay of the used state is
+# answered "already gone" (no ledger), which issue 37's judge names honest-outcome (docs/targets.md).
+expect_run 1 honest-outcome targets/python-sdk-shared-key.toml targets/scenarios/01-retry-lands-elsewhere.sim
 expect_run 1 refusal targets/python-sdk-shared-key.toml targets/scenarios/03-decline-then-accept.sim
 # `expect_attack STATUS ATTACK TARGET`: `attack --only ATTACK` exits STATUS and, when it is 1, names ATTACK in a
 # FINDING line.

@@ -75,6 +75,21 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
         1,
         "the broken deployment is caught under copies too, and the failure shrunk",
     ),
+    (
+        "mcpsim run --target targets/broken-ledger-after-effect.toml tests/scenarios/crash-between-effect-and-ledger.sim",
+        1,
+        "the broken server is caught under its fault: honest outcome breaks",
+    ),
+    (
+        "mcpsim run --target targets/broken-own-clock-expiry.toml tests/scenarios/clock-ahead-prunes-the-ledger.sim",
+        1,
+        "the broken server is caught under its fault: honest outcome breaks",
+    ),
+    (
+        "mcpsim run --target targets/broken-release-on-store-error.toml tests/scenarios/store-locked-after-the-effect.sim",
+        1,
+        "the broken server is caught under its fault: honest outcome breaks",
+    ),
 ];
 
 /// How a long-running server is started, waited for and stopped.
@@ -274,7 +289,7 @@ impl Scratch {
         let root = std::env::temp_dir().join(format!("mcpsim-docs-{}-{}", std::process::id(), document.replace(['/', '.'], "-")));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join(".bin")).unwrap();
-        for linked in ["scenarios", "examples", "targets"] {
+        for linked in ["scenarios", "examples", "targets", "tests"] {
             std::os::unix::fs::symlink(Path::new(ROOT).join(linked), root.join(linked)).unwrap();
         }
         std::os::unix::fs::symlink(BIN, root.join(".bin/mcpsim")).unwrap();

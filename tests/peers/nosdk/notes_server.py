@@ -12,7 +12,10 @@ Environment:
     NOTES_AUDIT       "random": every tools/call result's structuredContent carries a fresh random `audit` id
                       (a value that differs by design); unset: no audit id
     NOTES_EFFECT_MS   how long the delete's effect takes, in milliseconds (default 0): the window a
-                      check-then-act race needs
+                      check-then-act race needs (under ledger-after-effect and release-on-store-error: how long
+                      the step after the delete's commit takes, the window a fault lands in)
+    NOTES_BUSY_MS     release-on-store-error only: how long the outcome's write waits for a locked store
+                      before it counts as a store error (default 200)
 
 The correct server: the state is sealed (HMAC-SHA256) with the principal, a digest of the arguments, the
 candidates shown, an expiry and a random nonce. A valid accept claims the nonce in a ledger row and deletes the
@@ -50,7 +53,17 @@ BUGS = {
     "no-single-use": "no ledger at all (what the SDKs do by default); the delete checks its row count",
     "gone-on-replay": "the live note is looked up before the ledger: a used confirmation's replay is answered "
                       "'already gone', as if nothing had been done (single use holds; the outcome is not honest)",
+    # Three that pass crash-only testing and fail only under a fault (docs/targets.md, "Broken servers only
+    # faults expose"): each is race-safe (concurrent accepts serialize on the write lock), so 02-accepts-race
+    # and replay-concurrent hold.
+    "ledger-after-effect": "the delete commits in its own transaction, the ledger row in a second one that "
+                           "takes NOTES_EFFECT_MS: a crash between the two leaves the effect without its row",
+    "own-clock-expiry": "used nonces are pruned from the ledger once expired by this process's own clock, with "
+                        "no grace: a process whose clock runs ahead forgets a state another one still accepts",
+    "release-on-store-error": "the claim and the delete commit together, the outcome is written NOTES_EFFECT_MS "
+                              "later; when that write fails (a locked store), the claim is released",
 }
+BUSY_SECONDS = 10
 
 TOOLS = [
     {
@@ -79,10 +92,11 @@ class RpcError(Exception):
 
 
 def connect(path):
-    db = sqlite3.connect(path, timeout=10, isolation_level=None)
+    db = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, workspace TEXT NOT NULL, title TEXT NOT NULL)")
-    db.execute("CREATE TABLE IF NOT EXISTS ledger (nonce TEXT PRIMARY KEY, outcome TEXT NOT NULL)")
+    # exp: when the state a row spent expires (only own-clock-expiry reads it).
+    db.execute("CREATE TABLE IF NOT EXISTS ledger (nonce TEXT PRIMARY KEY, outcome TEXT NOT NULL, exp REAL)")
     return db
 
 
@@ -112,6 +126,7 @@ class Server:
             sys.exit(f"unknown NOTES_BUG {self.bug}; one of {', '.join(BUGS)}")
         self.audit = os.environ.get("NOTES_AUDIT") == "random"
         self.effect_seconds = int(os.environ.get("NOTES_EFFECT_MS", "0")) / 1000
+        self.busy_ms = int(os.environ.get("NOTES_BUSY_MS", "200"))
         self.db = connect(path)
 
     # -- requestState ----------------------------------------------------------------------------------------
@@ -155,10 +170,10 @@ class Server:
             result["isError"] = True
         return result
 
-    def claim(self, nonce, outcome):
+    def claim(self, nonce, outcome, exp=None):
         """Claims a nonce on its own (a decline, or a planted mistake); False when it was already claimed."""
         try:
-            self.db.execute("INSERT INTO ledger (nonce, outcome) VALUES (?, ?)", (nonce, outcome))
+            self.db.execute("INSERT INTO ledger (nonce, outcome, exp) VALUES (?, ?, ?)", (nonce, outcome, exp))
             return True
         except sqlite3.IntegrityError:
             return False
@@ -177,6 +192,10 @@ class Server:
         workspace, title = arguments.get("workspaceUri"), arguments.get("title")
         if not isinstance(workspace, str) or not isinstance(title, str):
             return self.result("workspaceUri and title must be strings", is_error=True)
+        if self.bug == "own-clock-expiry":
+            # Housekeeping that keeps the ledger small: an expired state is refused anyway, so its row looks
+            # useless once the state has expired -- by this process's clock, with no grace for the others'.
+            self.db.execute("DELETE FROM ledger WHERE exp IS NOT NULL AND exp < ?", (time.time(),))
         state = params.get("requestState")
         if state is None:
             return self.ask(arguments, workspace, title, meta)
@@ -187,24 +206,24 @@ class Server:
         answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
         if not isinstance(answer, dict) or answer.get("action") not in ("accept", "decline", "cancel"):
             return self.result(f"missing {INPUT_KEY}", is_error=True)
-        nonce = payload["n"]
+        nonce, exp = payload["n"], payload["exp"]
         action = answer["action"]
         if action == "decline":
-            if not self.claim(nonce, "declined"):
+            if not self.claim(nonce, "declined", exp):
                 return self.used()
             return self.result("not deleted (decline)", {"deleted": False, "outcome": "decline"})
         if action == "cancel":
-            if self.bug == "burn-on-cancel" and not self.claim(nonce, "cancelled"):
+            if self.bug == "burn-on-cancel" and not self.claim(nonce, "cancelled", exp):
                 return self.used()
             return self.result("not deleted (cancel)", {"deleted": False, "outcome": "cancel"})
         claimed = self.bug == "burn-on-invalid"
-        if claimed and not self.claim(nonce, "answered"):
+        if claimed and not self.claim(nonce, "answered", exp):
             return self.used()
         content = answer.get("content")
         note_id = content.get("note_id") if isinstance(content, dict) else None
         if not isinstance(note_id, str) or note_id not in payload["c"] or (content or {}).get("confirm") is not True:
             return self.result("invalid answer: note_id must be one of the candidates shown and confirm true", is_error=True)
-        return self.delete(nonce, note_id, claimed)
+        return self.delete(nonce, exp, note_id, claimed)
 
     def ask(self, arguments, workspace, title, meta):
         caps = meta.get("io.modelcontextprotocol/clientCapabilities") or {}
@@ -233,7 +252,7 @@ class Server:
         if self.effect_seconds > 0:
             time.sleep(self.effect_seconds)
 
-    def delete(self, nonce, note_id, claimed):
+    def delete(self, nonce, exp, note_id, claimed):
         deleted = self.result(f"deleted {note_id}", {"deleted": True, "noteId": note_id, "outcome": "deleted"})
         gone = self.result(f"{note_id} is already gone", {"deleted": False, "outcome": "gone"}, is_error=True)
         if self.bug == "no-single-use":
@@ -246,10 +265,14 @@ class Server:
             # The ledger is trusted to make the state single-use, so the row count is not looked at.
             self.db.execute("DELETE FROM notes WHERE id = ?", (note_id,))
             self.effect()
-            self.db.execute("INSERT OR IGNORE INTO ledger (nonce, outcome) VALUES (?, 'accepted')", (nonce,))
+            self.db.execute("INSERT OR IGNORE INTO ledger (nonce, outcome, exp) VALUES (?, 'accepted', ?)", (nonce, exp))
             return deleted
         if self.bug == "gone-on-replay" and not self.db.execute("SELECT 1 FROM notes WHERE id = ?", (note_id,)).fetchone():
             return gone
+        if self.bug == "ledger-after-effect":
+            return self.delete_then_record(nonce, exp, note_id, deleted, gone)
+        if self.bug == "release-on-store-error":
+            return self.delete_then_update(nonce, exp, note_id, deleted, gone)
         # The correct way (also under burn-on-*, bind-client-info, error-on-retry, gone-on-replay): claim and delete in one
         # transaction; a claim that conflicts means the state was used, a delete that removed nothing rolls back.
         self.db.execute("BEGIN IMMEDIATE")
@@ -258,7 +281,7 @@ class Server:
                 if self.db.execute("SELECT outcome FROM ledger WHERE nonce = ?", (nonce,)).fetchone():
                     self.db.execute("ROLLBACK")
                     return self.used()
-                self.db.execute("INSERT INTO ledger (nonce, outcome) VALUES (?, 'accepted')", (nonce,))
+                self.db.execute("INSERT INTO ledger (nonce, outcome, exp) VALUES (?, 'accepted', ?)", (nonce, exp))
             removed = self.db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount
             self.effect()
             if removed != 1:
@@ -272,6 +295,69 @@ class Server:
         if self.bug == "error-on-retry":
             # The note is deleted; reading it back to describe it then fails, and the failure is what is answered.
             return self.result(f"{note_id} not found", {"deleted": False, "outcome": "error"}, is_error=True)
+        return deleted
+
+    def transaction(self, steps):
+        """Runs `steps()` inside BEGIN IMMEDIATE ... COMMIT; `steps` returns (commit?, value)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            commit, value = steps()
+            self.db.execute("COMMIT" if commit else "ROLLBACK")
+            return value
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+
+    def delete_then_record(self, nonce, exp, note_id, deleted, gone):
+        """ledger-after-effect: the delete (after a look at the ledger) commits on its own; the ledger row is
+        written in a second transaction, taken at once (so concurrent accepts, waiting for the write lock, find
+        the row), whose outcome record takes NOTES_EFFECT_MS. A process killed in that window rolls the row
+        back and leaves the delete committed: a retry elsewhere finds no row and no note, and answers "gone"."""
+        def remove():
+            if self.db.execute("SELECT 1 FROM ledger WHERE nonce = ?", (nonce,)).fetchone():
+                return False, self.used()
+            removed = self.db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount
+            return removed == 1, deleted if removed == 1 else gone
+
+        answer = self.transaction(remove)
+        if answer is not deleted:
+            return answer
+
+        def record():
+            self.effect()
+            self.db.execute("INSERT INTO ledger (nonce, outcome, exp) VALUES (?, 'accepted', ?)", (nonce, exp))
+            return True, deleted
+
+        return self.transaction(record)
+
+    def delete_then_update(self, nonce, exp, note_id, deleted, gone):
+        """release-on-store-error: the claim and the delete commit together (race-safe, crash-safe); the outcome
+        is written NOTES_EFFECT_MS later, waiting at most NOTES_BUSY_MS for the store. When that write fails, the
+        handler gives the claim back "so the client can retry" -- but the delete had committed: the retry finds
+        no claim and no note, and answers "gone"."""
+        def claim_and_remove():
+            if self.db.execute("SELECT 1 FROM ledger WHERE nonce = ?", (nonce,)).fetchone():
+                return False, self.used()
+            self.db.execute("INSERT INTO ledger (nonce, outcome, exp) VALUES (?, 'claimed', ?)", (nonce, exp))
+            removed = self.db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount
+            return removed == 1, deleted if removed == 1 else gone
+
+        answer = self.transaction(claim_and_remove)
+        if answer is not deleted:
+            return answer
+        self.effect()
+        self.db.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
+        try:
+            self.db.execute("UPDATE ledger SET outcome = 'deleted' WHERE nonce = ?", (nonce,))
+            failed = None
+        except sqlite3.OperationalError as e:
+            failed = e
+        self.db.execute(f"PRAGMA busy_timeout = {BUSY_SECONDS * 1000}")
+        if failed is not None:
+            # Waits (BUSY_SECONDS) for the store to come back, then gives the claim back.
+            self.db.execute("DELETE FROM ledger WHERE nonce = ?", (nonce,))
+            raise RpcError(-32603, f"the store failed ({failed}); please retry")
         return deleted
 
     # -- JSON-RPC --------------------------------------------------------------------------------------------
