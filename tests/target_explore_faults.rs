@@ -70,8 +70,6 @@ fn the_same_seeds_draw_the_same_plans_and_make_the_same_decisions_with_the_cover
 }
 
 #[test]
-#[ignore = "needs wip/faults-core to release a drawn hold when the step that sent it ends (nothing else in flight, as the \
-            simulator's delay): seed 5 holds round 1 until the play ends, so the parallel block has no form to answer"]
 fn our_stdio_fleet_holds_under_lost_answers_copies_and_held_requests() {
     let args: Vec<&str> = MESSAGE_FAULTS.iter().copied().chain(["5"]).collect();
     let ran = run(&args);

@@ -975,7 +975,8 @@ count = "result.resources"
         // The accept (operation 2) lost to the fault, its retry (a fresh id) recorded as such, and answered.
         let accept = crate::oracle::history::OperationId(1);
         assert!(history.lost_to(accept).is_some_and(|f| f.starts_with("at request 2: its answer lost")), "{:?}", played.decisions);
-        let retries: Vec<_> = history.attempts().iter().filter(|(_, a)| **a == crate::oracle::history::Attempt::Retry { of: accept, number: 1 }).collect();
+        let retries: Vec<_> =
+            history.attempts().iter().filter(|(_, a)| **a == crate::oracle::history::Attempt::Retry { of: accept, number: 1 }).collect();
         assert_eq!(retries.len(), 1, "{:?}", history.attempts());
         let retry = &history.operations()[retries[0].0 .0];
         assert_eq!(retry.request_value.as_ref().and_then(|v| v.get("id")), Some(&json!(1_000_002)));

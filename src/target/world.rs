@@ -508,6 +508,9 @@ impl<'f, 't> TargetWorld<'f, 't> {
         let mut ids = Vec::new();
         // Requests a fault left without their answer, for the client's retry: (operation, retry, where, wire).
         let mut lost: Vec<(OperationId, RetryOn, usize, Outgoing, String)> = Vec::new();
+        // Requests no fault touched, should their answer not come all the same (an instance a fault paused or
+        // killed, a timeout): under a drawn plan their client retries them too.
+        let mut unfaulted: BTreeMap<OperationId, (Outgoing, String)> = BTreeMap::new();
         self.before_wire();
         for wire in wires {
             let delivery = self.dispatch(&wire.outgoing, wire.to);
@@ -557,7 +560,10 @@ impl<'f, 't> TargetWorld<'f, 't> {
                     }
                     lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
                 }
-                Delivery::Plain => flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None)),
+                Delivery::Plain => {
+                    flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None));
+                    unfaulted.insert(id, (wire.outgoing.clone(), wire.principal.clone()));
+                }
                 Delivery::Discard { fault, retry } => {
                     let flight = self.fleet.write(wire.to, &wire.principal, &wire.outgoing);
                     lost.push((id, retry, wire.to, wire.outgoing.clone(), wire.principal.clone()));
@@ -603,11 +609,20 @@ impl<'f, 't> TargetWorld<'f, 't> {
                     }
                     self.history.lost_to_fault(id, fault);
                 }
-                None => self.record_answer(id, to, answer.map_err(|lost| lost.message)),
+                None => {
+                    let unanswered = answer.is_err();
+                    self.record_answer(id, to, answer.map_err(|lost| lost.message));
+                    if let (true, true, Some((outgoing, principal))) = (unanswered, self.history.clients_retry(), unfaulted.remove(&id)) {
+                        lost.push((id, RetryOn::Other, to, outgoing, principal));
+                    }
+                }
             }
         }
         self.after_wire();
         self.release_held(|held| held.remaining == 0, "its later requests went out");
+        // A drawn hold lets the requests put on the wire with it overtake it, never its client's next step: a
+        // client waits for an answer before it goes on (a scenario's `hold` waits for its `release`).
+        self.release_held(|held| held.remaining != usize::MAX, "the requests sent with it went out first, and its client waits for it");
         self.heal_due();
         for (id, retry, to, outgoing, principal) in lost {
             self.retry_lost(id, retry, to, outgoing, principal);
@@ -648,9 +663,16 @@ impl<'f, 't> TargetWorld<'f, 't> {
             self.decisions.push(format!("the client of request {} gives up after {RETRIES_MAX} retries", first.0 + 1));
             return;
         }
+        // A client that finds the instance down or not answering (paused) goes to the next one, as a client
+        // behind a load balancer does: a retry never waits on an instance that cannot answer.
+        let reachable = |world: &Self, i: usize| !world.fleet.is_down(i) && !world.fleet.paused().contains(&i);
         let again = match retry {
-            RetryOn::Other => self.next_live(to),
-            RetryOn::Same | RetryOn::Scenario => to,
+            RetryOn::Same | RetryOn::Scenario if reachable(self, to) => to,
+            _ => {
+                let at = self.permutation.iter().position(|&i| i == to).unwrap_or(0);
+                let count = self.permutation.len();
+                (1..count).map(|step| self.permutation[(at + step) % count]).find(|&i| reachable(self, i)).unwrap_or(to)
+            }
         };
         // A fresh JSON-RPC id, as a client gives each request it sends; unique in the play.
         let fresh = RETRY_ID_BASE + self.requests as u64;
