@@ -71,11 +71,15 @@ fn the_same_seeds_draw_the_same_plans_and_make_the_same_decisions_with_the_cover
 
 #[test]
 fn our_stdio_fleet_holds_under_lost_answers_copies_and_held_requests() {
-    let args: Vec<&str> = MESSAGE_FAULTS.iter().copied().chain(["5"]).collect();
+    // Ten seeds draw every one of the three kinds at least once (five leave copies undrawn: exit 3).
+    let args: Vec<&str> = MESSAGE_FAULTS.iter().copied().chain(["10"]).collect();
     let ran = run(&args);
     assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
-    assert!(ran.stdout.contains("every one of 5 seed(s) held"), "{}", ran.stdout);
-    assert!(!ran.stdout.contains("never fired"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("every one of 10 seed(s) held"), "{}", ran.stdout);
+    // No kind is listed as never fired in the coverage (a single drawn event may come after the play's end).
+    let never: Vec<&str> =
+        ran.stdout.lines().filter(|l| l.starts_with("  ") && !l.starts_with("  fault ") && l.contains(" never fired: ")).collect();
+    assert!(never.is_empty(), "{never:?}\n{}", ran.stdout);
 }
 
 #[test]
