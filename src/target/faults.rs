@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 /// Most times a client sends a request again after faults left it unanswered (its first attempt not
 /// counted): more than the faults a drawn plan holds (two per kind), so a plan alone never exhausts it.
 pub const RETRIES_MAX: u32 = 2 * FaultKind::ALL.len() as u32 + 2;
+/// How long a client backs off before its n-th automatic retry: n times this, at most [`RETRY_BACKOFF_MAX_MS`]
+/// (so 16 retries wait about 6 s in all: longer than any drawn outage or pause).
+pub const RETRY_BACKOFF_MS: u64 = 50;
+pub const RETRY_BACKOFF_MAX_MS: u64 = 500;
 
 /// How a decision line says a lost answer's connection was closed right after the request was written.
 pub const CLOSED_BEFORE_READING: &str = "the connection closed before reading it";

@@ -4,7 +4,7 @@
 //! exchange. Its decisions are logged; what the servers do inside (their timing, their stores) is not its to
 //! decide, and reports say so.
 
-use super::faults::{FaultAction, FaultEvent, FaultPlan, RetryOn, Trigger, RETRIES_MAX};
+use super::faults::{FaultAction, FaultEvent, FaultPlan, RetryOn, Trigger, RETRIES_MAX, RETRY_BACKOFF_MAX_MS, RETRY_BACKOFF_MS};
 use super::file::StoreKind;
 use super::fleet::{Fleet, FleetError, Flight};
 use super::store_proxy::Outage;
@@ -93,6 +93,8 @@ struct ActiveStoreFault {
     request: usize,
     /// Whether the cut was seen (and logged); a lock is in place at once.
     fired: bool,
+    /// A drawn plan's (not a scenario's statement).
+    drawn: bool,
 }
 
 /// What the fault dispatcher made of one request about to go on the wire.
@@ -260,7 +262,11 @@ impl<'f, 't> TargetWorld<'f, 't> {
             self.restart_after.remove(&to);
             let line = match self.fleet.restart(to) {
                 Ok(()) => format!("restarted {} after its later requests went out", Fleet::instance_name(to)),
-                Err(error) => format!("could not restart {}: {error}", Fleet::instance_name(to)),
+                // As an orchestrator does, it is tried again (after the next request; before the probe at the latest).
+                Err(error) => {
+                    self.restart_after.insert(to, 1);
+                    format!("could not restart {} (tried again after the next request): {error}", Fleet::instance_name(to))
+                }
             };
             self.decisions.push(line.clone());
             self.transcript.push(format!("  {line}"));
@@ -312,7 +318,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
     fn before_wire(&mut self) {
         let first = self.requests + 1;
         if let Some((after_statements, outage_ms)) = self.store.armed.take() {
-            if let Err(why) = self.fire_store_cut_at(after_statements, outage_ms, first) {
+            if let Err(why) = self.fire_store_cut_at(after_statements, outage_ms, first, false) {
                 self.decisions.push(format!("store cut not carried out: {}", why.reason()));
             }
         }
@@ -343,8 +349,17 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 active.request,
                 counts.statements - active.statements_before
             );
+            let drawn = active.drawn;
             self.store.active = None;
-            self.store.never_fired.push(line.clone());
+            if drawn {
+                // The drawn event did not get to cut anything: the coverage must not count it as fired.
+                if let Some(at) = self.fired.iter().rposition(|(event, _, _)| matches!(event.action, FaultAction::StoreCut { .. })) {
+                    self.fired.remove(at);
+                }
+                self.decisions.push(format!("fault not applied: {line}"));
+            } else {
+                self.store.never_fired.push(line.clone());
+            }
             self.fleet.store_heal();
             self.transcript.push(format!("  {line}"));
         }
@@ -354,13 +369,15 @@ impl<'f, 't> TargetWorld<'f, 't> {
     /// on the wire: see [`TargetWorld::fire_store_cut_at`].
     pub fn fire_store_cut(&mut self, after_statements: u32, outage_ms: Option<u64>) -> Result<(), Refused> {
         let request = self.requests.max(1);
-        self.fire_store_cut_at(after_statements, outage_ms, request)
+        self.fire_store_cut_at(after_statements, outage_ms, request, true)
     }
 
     /// PostgreSQL: arms the proxy (`after_statements` more statements, then every connection cut, new ones
     /// refused for `outage_ms`, or until the next step). SQLite: the write lock is held instead, from now, for
     /// the window. Without `[store]`: refused, naming the table.
-    fn fire_store_cut_at(&mut self, after_statements: u32, outage_ms: Option<u64>, request: usize) -> Result<(), Refused> {
+    /// `drawn`: a drawn plan's cut, which (like every drawn event) is coverage when it does not happen, where a
+    /// scenario's `store cut` that does not is a failure.
+    fn fire_store_cut_at(&mut self, after_statements: u32, outage_ms: Option<u64>, request: usize, drawn: bool) -> Result<(), Refused> {
         let kind = self.fleet.store_kind().map_err(Refused::Unsupported)?;
         let outage = match outage_ms {
             Some(ms) => format!("for {ms} ms"),
@@ -395,6 +412,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
             statements_before,
             request,
             fired: kind == StoreKind::Sqlite,
+            drawn,
         });
         Ok(())
     }
@@ -582,6 +600,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
                 }
                 Delivery::Copy { to } => {
                     flights.push((id, wire.to, self.fleet.write(wire.to, &wire.principal, &wire.outgoing), None));
+                    unfaulted.insert(id, (wire.outgoing.clone(), wire.principal.clone()));
                     // The copy is a request on the wire too (counted, never itself faulted).
                     self.requests += 1;
                     let instance = self.instance_label(wire.outgoing.instance, to);
@@ -610,9 +629,11 @@ impl<'f, 't> TargetWorld<'f, 't> {
                     self.history.lost_to_fault(id, fault);
                 }
                 None => {
-                    let unanswered = answer.is_err();
+                    // No answer, or one that says to try again (a store outage, a claim still in progress): under
+                    // a drawn plan its client retries, as a real client does.
+                    let again = wants_retry(&answer);
                     self.record_answer(id, to, answer.map_err(|lost| lost.message));
-                    if let (true, true, Some((outgoing, principal))) = (unanswered, self.history.clients_retry(), unfaulted.remove(&id)) {
+                    if let (true, true, Some((outgoing, principal))) = (again, self.history.clients_retry(), unfaulted.remove(&id)) {
                         lost.push((id, RetryOn::Other, to, outgoing, principal));
                     }
                 }
@@ -640,13 +661,21 @@ impl<'f, 't> TargetWorld<'f, 't> {
             let target = Fleet::instance_name(held.wire.to);
             self.decisions.push(format!("released the held request {} to {target} ({why})", held.id.0 + 1));
             self.transcript.push(format!("→ {target} (released, held since): {}", String::from_utf8_lossy(&held.wire.outgoing.bytes())));
-            flights.push((held.id, held.wire.to, self.fleet.write(held.wire.to, &held.wire.principal, &held.wire.outgoing)));
+            let flight = self.fleet.write(held.wire.to, &held.wire.principal, &held.wire.outgoing);
+            flights.push((held.id, held.wire.to, flight, held.wire.outgoing, held.wire.principal));
         }
         let mut ids = Vec::new();
-        for (id, to, flight) in flights {
+        let mut again = Vec::new();
+        for (id, to, flight, outgoing, principal) in flights {
             let answer = self.fleet.read(flight);
+            if self.history.clients_retry() && wants_retry(&answer) {
+                again.push((id, to, outgoing, principal));
+            }
             self.record_answer(id, to, answer.map_err(|lost| lost.message));
             ids.push(id);
+        }
+        for (id, to, outgoing, principal) in again {
+            self.retry_lost(id, RetryOn::Other, to, outgoing, principal);
         }
         ids
     }
@@ -677,11 +706,14 @@ impl<'f, 't> TargetWorld<'f, 't> {
         // A fresh JSON-RPC id, as a client gives each request it sends; unique in the play.
         let fresh = RETRY_ID_BASE + self.requests as u64;
         let outgoing = with_id(outgoing, fresh);
+        // The client backs off before it tries again (longer each time), so a short outage can end meanwhile.
+        let backoff_ms = (RETRY_BACKOFF_MS * u64::from(number)).min(RETRY_BACKOFF_MAX_MS);
         self.decisions.push(format!(
-            "the client retries request {} on {} with id {fresh} (retry {number} of at most {RETRIES_MAX})",
+            "the client retries request {} on {} with id {fresh} after {backoff_ms} ms (retry {number} of at most {RETRIES_MAX})",
             first.0 + 1,
             Fleet::instance_name(again)
         ));
+        std::thread::sleep(std::time::Duration::from_millis(backoff_ms));
         self.put(vec![Wire { to: again, principal, outgoing, attempt: Some(Attempt::Retry { of: first, number }) }]);
     }
 
@@ -1146,5 +1178,15 @@ count = "result.resources"
         assert_eq!(retries.len(), 1, "{:?}", history.attempts());
         let effects = played.effects.as_ref().map(|(b, a)| b - a).unwrap();
         assert!(effects <= 1, "at most one deletion: {effects}");
+    }
+}
+
+/// Whether a client retries after this answer under a drawn plan: none came, or one that says to try again (a
+/// store outage, a claim still in progress).
+fn wants_retry(answer: &Result<Option<Value>, super::fleet::Lost>) -> bool {
+    match answer {
+        Err(_) => true,
+        Ok(Some(value)) => matches!(super::judge::said(value), super::judge::Said::Transient(_)),
+        Ok(None) => false,
     }
 }
