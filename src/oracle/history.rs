@@ -177,6 +177,8 @@ impl History {
 
     /// [`History::attempt`] with its own request (a retry with a fresh JSON-RPC id sends other bytes than its
     /// first attempt): a new operation, pending.
+    // Only the worlds over HTTP and processes (live, target) lose answers to faults of their own.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn attempt_sent(&mut self, attempt: Attempt, sent: Sent) -> OperationId {
         let id = OperationId(self.operations.len());
         self.operations.push(Operation { id, sent, outcome: Outcome::Pending });
@@ -192,6 +194,8 @@ impl History {
 
     /// No answer to `id` will reach its client because of a fault (`fault`, its decision-log line): lost,
     /// and why.
+    // Only the worlds over HTTP and processes (live, target) lose answers to faults of their own.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn lost_to_fault(&mut self, id: OperationId, fault: String) {
         self.lost(id, format!("a fault: {fault}"));
         self.lost_to_fault.insert(id, fault);
@@ -209,6 +213,8 @@ impl History {
 
     /// No answer to `id` will come, and `why` (a fault, a crash, a timeout): [`NoResponse::Lost`], with the
     /// reason a report shows beside the operation that may have happened.
+    // Only the worlds over HTTP and processes (live, target) lose answers to faults of their own.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn lost(&mut self, id: OperationId, why: String) {
         self.no_response(id, NoResponse::Lost);
         self.lost_why.insert(id, why);

@@ -1094,6 +1094,16 @@ impl World for TargetWorld<'_, '_> {
     }
 }
 
+/// Whether a client retries after this answer under a drawn plan: none came, or one that says to try again (a
+/// store outage, a claim still in progress).
+fn wants_retry(answer: &Result<Option<Value>, super::fleet::Lost>) -> bool {
+    match answer {
+        Err(_) => true,
+        Ok(Some(value)) => matches!(super::judge::said(value), super::judge::Said::Transient(_)),
+        Ok(None) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::oracle::history::{Attempt, OperationId};
@@ -1178,15 +1188,5 @@ count = "result.resources"
         assert_eq!(retries.len(), 1, "{:?}", history.attempts());
         let effects = played.effects.as_ref().map(|(b, a)| b - a).unwrap();
         assert!(effects <= 1, "at most one deletion: {effects}");
-    }
-}
-
-/// Whether a client retries after this answer under a drawn plan: none came, or one that says to try again (a
-/// store outage, a claim still in progress).
-fn wants_retry(answer: &Result<Option<Value>, super::fleet::Lost>) -> bool {
-    match answer {
-        Err(_) => true,
-        Ok(Some(value)) => matches!(super::judge::said(value), super::judge::Said::Transient(_)),
-        Ok(None) => false,
     }
 }

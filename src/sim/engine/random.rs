@@ -23,6 +23,7 @@ pub enum Stream {
     Sessions { instance: u16, incarnation: u16 },
     /// A target play's faults of one kind (`mcpsim explore --target … --faults`, [`crate::target::faults`]):
     /// apart from the simulator's, so drawing a target plan never changes a simulated run.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     TargetFaultKind(u16),
 }
 
