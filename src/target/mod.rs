@@ -1001,7 +1001,10 @@ count = "result.resources"
         };
         let text = render(&target, &report, false);
         assert!(text.contains("  fault fired: at request 2: its answer lost (read and discarded); the client retries on another instance — request 2 (round2 → t"), "{text}");
-        assert!(text.contains("the client retries request 2 on t") && text.contains("with id 1000002 (retry 1 of at most"), "{text}");
+        assert!(
+            text.contains("the client retries request 2 on t") && text.contains("with id 1000002 after 50 ms (retry 1 of at most"),
+            "{text}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
