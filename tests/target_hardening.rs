@@ -430,9 +430,17 @@ fn a_stdio_server_that_exits_at_start_does_not_kill_run_or_explore_by_sigpipe() 
     assert!(ran.stdout.contains("2 of 2 seed(s) failed"), "{}", ran.stdout);
     assert_eq!(scratch.work_dirs(), Vec::<String>::new());
     // Whether a server that exits at once is gone before the first write is the machine's timing; one that
-    // closes its stdin and stays makes every write meet EPIPE, every time.
+    // closes its stdin and stays makes every write after that meet EPIPE. Its shell may not have closed it
+    // yet when the first request is written (a loaded machine starts it slowly), so the scenario sends a
+    // second request once the first went unanswered: that write meets EPIPE every time.
+    let twice = scratch.dir.join("two-requests.sim");
+    std::fs::write(
+        &twice,
+        format!("{ONE_REQUEST}send user -> i1 tools/call {{\"name\": \"{{{{tool}}}}\", \"arguments\": {{{{arguments}}}}}} as again\n"),
+    )
+    .unwrap();
     let file = scratch.write_target("closed.toml", &stdio_target("", r#"["sh", "-c", "exec 0<&-; exec sleep 300"]"#, 300));
-    let ran = finish(scratch.spawn(&["run", "--target", &file, &scratch.scenario(), "--reruns", "0"], &[]), 60);
+    let ran = finish(scratch.spawn(&["run", "--target", &file, twice.to_str().unwrap(), "--reruns", "0"], &[]), 60);
     assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("closed its stdin"), "the write met EPIPE: {}", ran.stdout);
     assert_eq!(scratch.work_dirs(), Vec::<String>::new());
