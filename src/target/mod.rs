@@ -925,6 +925,44 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     out
 }
 
+/// The planted notes server (no SDK, correct: `tests/peers/python/planted_notes_server.py`), three stdio
+/// instances on one SQLite file, as a target file written in a fresh directory `mcpsim-NAME-PID` under the
+/// system's temporary one; `extra` (tables such as `[store]`) goes before the principals. For the unit tests
+/// of the target world and its plays.
+#[cfg(test)]
+pub(crate) fn planted_target(name: &str, extra: &str) -> (PathBuf, Target) {
+    let dir = std::env::temp_dir().join(format!("mcpsim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    create_private_dir(&dir).unwrap();
+    let file = dir.join("planted.toml");
+    let text = format!(
+        r#"name = "planted notes server (no SDK), correct"
+transport = "stdio"
+instances = 3
+setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{{data_dir}}/notes.db"]]
+command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{{data_dir}}/notes.db"]
+env = {{ PLANTED = "" }}
+{extra}
+[principals.alice]
+args = ["alice"]
+
+[tool]
+name = "notes_delete"
+arguments = {{ workspaceUri = "file:///notes", title = "TPS report" }}
+input_key = "delete_choice"
+accept = {{ note_id = "note-7", confirm = true }}
+principal = "alice"
+
+[effects]
+method = "resources/list"
+count = "result.resources"
+"#
+    );
+    std::fs::write(&file, text).unwrap();
+    let target = Target::load(&file).unwrap();
+    (dir, target)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -934,36 +972,7 @@ mod tests {
     #[test]
     fn a_drawn_lost_answer_is_retried_on_another_instance_with_a_fresh_id_and_logged() {
         use self::faults::{FaultAction, FaultKind, RetryOn, Trigger};
-        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-plan-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir(&dir).unwrap();
-        let file = dir.join("planted.toml");
-        std::fs::write(
-            &file,
-            r#"name = "planted notes server (no SDK), correct"
-transport = "stdio"
-instances = 3
-setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
-command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
-env = { PLANTED = "" }
-
-[principals.alice]
-args = ["alice"]
-
-[tool]
-name = "notes_delete"
-arguments = { workspaceUri = "file:///notes", title = "TPS report" }
-input_key = "delete_choice"
-accept = { note_id = "note-7", confirm = true }
-principal = "alice"
-
-[effects]
-method = "resources/list"
-count = "result.resources"
-"#,
-        )
-        .unwrap();
-        let target = Target::load(&file).unwrap();
+        let (dir, target) = planted_target("drawn-plan", "");
         let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
         let event = FaultEvent {
             trigger: Trigger::Request { number: 2 },
@@ -1014,40 +1023,14 @@ count = "result.resources"
     #[test]
     fn a_drawn_store_cut_holds_a_sqlite_fleets_write_lock_through_the_dispatcher() {
         use self::faults::{FaultAction, FaultKind, Trigger};
-        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-store-cut-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir(&dir).unwrap();
-        let file = dir.join("planted.toml");
-        std::fs::write(
-            &file,
-            r#"name = "planted notes server (no SDK), correct, its SQLite file named"
-transport = "stdio"
-instances = 3
-setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
-command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
-env = { PLANTED = "" }
-
+        let (dir, target) = planted_target(
+            "drawn-store-cut",
+            "
 [store]
-kind = "sqlite"
-path = "{data_dir}/notes.db"
-
-[principals.alice]
-args = ["alice"]
-
-[tool]
-name = "notes_delete"
-arguments = { workspaceUri = "file:///notes", title = "TPS report" }
-input_key = "delete_choice"
-accept = { note_id = "note-7", confirm = true }
-principal = "alice"
-
-[effects]
-method = "resources/list"
-count = "result.resources"
-"#,
-        )
-        .unwrap();
-        let target = Target::load(&file).unwrap();
+kind = \"sqlite\"
+path = \"{data_dir}/notes.db\"
+",
+        );
         let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
         let event =
             FaultEvent { trigger: Trigger::Request { number: 2 }, action: FaultAction::StoreCut { after_statements: 1, outage_ms: 300 } };

@@ -1108,43 +1108,13 @@ fn wants_retry(answer: &Result<Option<Value>, super::fleet::Lost>) -> bool {
 mod tests {
     use crate::oracle::history::{Attempt, OperationId};
     use crate::target::faults::{FaultAction, FaultEvent, FaultKind, FaultPlan, RetryOn, Trigger};
-    use crate::target::file::Target;
     use crate::target::world::Routing;
-    use crate::target::{create_private_dir, embedded, load_source, play_once, PlayedOnce};
+    use crate::target::{embedded, load_source, planted_target, play_once, PlayedOnce};
 
     /// Plays `01-retry-lands-elsewhere` on the planted notes server (correct, three stdio instances) under a
     /// plan of one event at request 2 (the accept).
     fn play_with(name: &str, action: FaultAction) -> PlayedOnce {
-        let dir = std::env::temp_dir().join(format!("mcpsim-drawn-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        create_private_dir(&dir).unwrap();
-        let file = dir.join("planted.toml");
-        std::fs::write(
-            &file,
-            r#"name = "planted notes server (no SDK), correct"
-transport = "stdio"
-instances = 3
-setup = [["python3", "tests/peers/python/planted_notes_server.py", "seed", "{data_dir}/notes.db"]]
-command = ["python3", "tests/peers/python/planted_notes_server.py", "stdio", "{data_dir}/notes.db"]
-env = { PLANTED = "" }
-
-[principals.alice]
-args = ["alice"]
-
-[tool]
-name = "notes_delete"
-arguments = { workspaceUri = "file:///notes", title = "TPS report" }
-input_key = "delete_choice"
-accept = { note_id = "note-7", confirm = true }
-principal = "alice"
-
-[effects]
-method = "resources/list"
-count = "result.resources"
-"#,
-        )
-        .unwrap();
-        let target = Target::load(&file).unwrap();
+        let (dir, target) = planted_target(&format!("drawn-{name}"), "");
         let scenario = load_source(&target, &embedded("01-retry-lands-elsewhere").unwrap()).unwrap();
         let event = FaultEvent { trigger: Trigger::Request { number: 2 }, action };
         let plan = FaultPlan { kinds: vec![event.action.kind()], events: vec![event] };
