@@ -1093,6 +1093,10 @@ impl World for TargetWorld<'_, '_> {
         Ok(())
     }
 
+    fn stages(&self) -> Result<(), NotPlayed> {
+        Ok(())
+    }
+
     fn roll(&mut self, instances: &[usize], stage: &str, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
         if self.routing == Routing::One {
             return Err(Refused::Unsupported(
