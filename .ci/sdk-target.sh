@@ -69,6 +69,11 @@ for server in "$venv/bin/python tests/peers/python/notes_fleet_server.py" \
   if ! timeout 300 python3 tests/peers/planted_live.py $server; then failed=$((failed + 1)); fi
 done
 
+# The Python server's key ring really rotates as configured (targets/matrix/python.toml's stages), without mcpsim:
+# a matrix cell cannot pass because the server ignores its keys.
+echo "== tests/peers/python/rotation_live.py $venv/bin/python"
+if ! timeout 300 python3 tests/peers/python/rotation_live.py "$venv/bin/python"; then failed=$((failed + 1)); fi
+
 for sdk in python typescript; do
   # No ledger (the SDKs' default): a declined state is accepted afterwards.
   expect_attack 1 decline-then-accept "targets/sdk/$sdk-no-single-use.toml"

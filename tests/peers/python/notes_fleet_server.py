@@ -8,6 +8,10 @@ target (targets/python-sdk-*.toml, docs/targets.md).
 The requestState key is the SDK's business: with NOTES_STATE_KEY set (a deployment-wide secret of at least
 32 bytes) every instance seals and opens states with it (`RequestStateSecurity(keys=[key])`, what the SDK's
 docs ask for behind a load balancer); without it the SDK's default applies (a random key per process).
+NOTES_STATE_KEYS is the SDK's own rotation ring, in its own terms: an ordered, comma-separated key list handed
+to `RequestStateSecurity(keys=[...])`, where keys[0] seals and every key opens (mcp/server/request_state.py,
+the class's docstring: `[old, new]`, then `[new, old]`, then `[new]` after one TTL; targets/matrix/python.toml).
+Set one of the two; an empty value counts as unset (a target's stage clears the key that way).
 The delete itself is written carefully: it reports a deletion only when its DELETE removed a row, so a race
 between two instances cannot report two deletions of one note.
 
@@ -69,8 +73,27 @@ def client_info_name(rctx):
     return info.get("name") if isinstance(info, dict) else None
 
 
+def state_keys():
+    """The requestState key ring from the environment, keys[0] sealing (None: the SDK's per-process default).
+
+    Exits naming the variable, never echoing a key, when it is malformed; the SDK itself refuses a key under 32
+    bytes or a duplicate, and that refusal is reported the same way."""
+    single, ring = os.environ.get("NOTES_STATE_KEY") or None, os.environ.get("NOTES_STATE_KEYS") or None
+    if single is not None and ring is not None:
+        sys.exit("set one of NOTES_STATE_KEY (one key) and NOTES_STATE_KEYS (the rotation ring), not both")
+    if ring is None and single is None:
+        return None
+    name, keys = ("NOTES_STATE_KEY", [single]) if ring is None else ("NOTES_STATE_KEYS", ring.split(","))
+    if any(not k for k in keys):
+        sys.exit("NOTES_STATE_KEYS has an empty entry: give comma-separated keys, the sealing key first")
+    try:
+        RequestStateSecurity(keys=keys)
+    except (TypeError, ValueError) as error:
+        sys.exit(f"{name} refused by the SDK: {error}")
+    return keys
+
+
 def serve(path):
-    key = os.environ.get("NOTES_STATE_KEY")
     bug = os.environ.get("NOTES_BUG") or None
     if bug is not None and bug not in BUGS:
         sys.exit(f"unknown NOTES_BUG {bug}; one of {', '.join(BUGS)}")
@@ -82,8 +105,14 @@ def serve(path):
         binding = {"bind_principal": client_info_name}
     elif principal:
         binding = {"bind_principal": lambda rctx: principal}
-    # None: the SDK's per-process default key
-    security = RequestStateSecurity(keys=[key], ttl=300, **binding) if key else None
+    keys = state_keys()
+    security = RequestStateSecurity(keys=keys, ttl=300, **binding) if keys else None
+    if security is None and binding:
+        # The SDK's per-process default key (what MCPServer installs when given no policy), still bound to the
+        # credential: `ephemeral()` takes no binding, so it is set on the policy it returns.
+        security = RequestStateSecurity.ephemeral(ttl=300)
+        security.bind_principal = binding["bind_principal"]
+    # Still None: MCPServer installs the SDK's default itself (a random key per process, no binding over stdio).
     mcp = MCPServer("notes-fleet", version="0.1.0", request_state_security=security)
     db = connect(path)
 
