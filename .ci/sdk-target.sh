@@ -68,6 +68,11 @@ for server in "$venv/bin/python tests/peers/python/notes_fleet_server.py" \
   # shellcheck disable=SC2086 # the interpreter and the script, two words
   if ! timeout 300 python3 tests/peers/planted_live.py $server; then failed=$((failed + 1)); fi
 done
+# The TypeScript server's key, without mcpsim: the SDK's codec takes one key (targets/matrix/typescript.toml), so a
+# state sealed under k1 must be refused under k2 or an ephemeral key and complete under k1 (no matrix cell passes on a
+# server that ignores its key).
+echo "== tests/peers/typescript-server/rotation_live.py $node_dir/node"
+if ! timeout 300 python3 tests/peers/typescript-server/rotation_live.py "$node_dir/node"; then failed=$((failed + 1)); fi
 
 # The Python server's key ring really rotates as configured (targets/matrix/python.toml's stages), without mcpsim:
 # a matrix cell cannot pass because the server ignores its keys.

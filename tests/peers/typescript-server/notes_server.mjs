@@ -14,6 +14,12 @@
 // an invalid answer claims nothing). NOTES_BUG plants one mistake; the switches are those of
 // tests/peers/nosdk/notes_server.py, where each is described. NOTES_AUDIT=random puts a fresh random `audit` id
 // in every tools/call result's structured content; NOTES_EFFECT_MS makes the delete's effect take that long.
+//
+// The key, in the SDK's own terms: the codec takes exactly one `key` (>= 32 bytes, else a RangeError; no key
+// list, no fallback keys, no key id in the wire value), so NOTES_STATE_KEY is that one key and rotating it means
+// switching it (targets/matrix/typescript.toml). The SDK has no per-process default key either (with no
+// `verify` hook it passes the wire string through unverified), so NOTES_STATE_KEY=ephemeral is this server's
+// own: 32 bytes drawn from crypto.randomBytes at start, a key no other process holds.
 import { createHash, randomBytes } from 'node:crypto';
 import { DatabaseSync } from 'node:sqlite';
 import { createRequestStateCodec, inputRequired, inputResponse, McpServer, ProtocolError } from '@modelcontextprotocol/server';
@@ -48,8 +54,11 @@ function sleep(ms) {
 }
 
 function serve(path) {
-    const key = process.env.NOTES_STATE_KEY ?? '';
-    if (Buffer.byteLength(key) < 32) fail('NOTES_STATE_KEY must be set to a shared key of at least 32 bytes');
+    const given = process.env.NOTES_STATE_KEY ?? '';
+    const key = given === 'ephemeral' ? randomBytes(32) : given;
+    if (Buffer.byteLength(key) < 32) {
+        fail('NOTES_STATE_KEY must be set to a shared key of at least 32 bytes (or to ephemeral: a random key of this process)');
+    }
     const principal = process.env.NOTES_PRINCIPAL ?? '';
     if (!principal) fail('NOTES_PRINCIPAL must name who this process acts for');
     const bug = process.env.NOTES_BUG || undefined;
