@@ -20,6 +20,7 @@
 //!   - NOTES_STATE_EPHEMERAL=1: a 32-byte key drawn at random when the process starts. rmcp has no default key
 //!     (no `Default` for the codec; without one a state is whatever plain string the tool writes), so this is
 //!     the closest to "a process that makes a key of its own": a restart or another process cannot open it.
+//!
 //! An empty variable counts as unset (a target's stage clears the file's NOTES_STATE_KEY with `""`).
 //!
 //! What rmcp 3.11 gives, and this server uses:
