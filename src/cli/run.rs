@@ -46,6 +46,8 @@ Examples:
                                                # faults drawn from the seed against the target's processes
   mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 --fault-plan plan.json
                                                # one given plan (explore --target --faults prints it)
+  mcpsim run --target targets/mcpsim-http.toml 14-rotation-mid-confirmation
+                                               # once per step of the file's [rotation] recipe
 
 With --live the scenarios are played against a running fleet (`mcpsim serve --http … --instances N`) and each
 step's outcome is compared with the simulator's for the same seed. Steps that need the servers' store, clock,
@@ -115,7 +117,8 @@ pub struct RunArgs {
     /// (tools/list, one round 1, one probe read) first refuses a wrong tool, input_key or [effects] (exit 2); a run
     /// whose every scenario was skipped exits 3. Everything the target starts is contained (a cgroup of the run, or the
     /// MCPSIM_TARGET_RUN environment marker; MCPSIM_TARGET_CONTAINMENT=marker forces the latter), killed and
-    /// counted at the end, also after Ctrl-C or a SIGKILL of mcpsim. See docs/targets.md.
+    /// counted at the end, also after Ctrl-C or a SIGKILL of mcpsim. A lesson naming {{stage_before}} or
+    /// {{stage_after}} is played once per step of the file's [rotation] recipe. See docs/targets.md.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["live", "out", "html_out", "mutant", "scheduler"])]
     pub target: Option<PathBuf>,
     /// With --target: how many times a failing scenario is played again from its decision log (the servers'

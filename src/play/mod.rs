@@ -652,6 +652,11 @@ impl Interpreter<'_, '_> {
         if self.down.contains(&self.instance_index(&send.instance)) {
             return Some(format!("{} is crashed at this point of the scenario, but the {} one is up", send.instance, self.world.label()));
         }
+        if let Some(stage) = &self.scenario.cluster.instances[self.instance_index(&send.instance)].stage {
+            if let Err(why) = self.world.stages() {
+                return Some(format!("{} runs in stage {stage}: {why}", send.instance));
+            }
+        }
         if self.clients[self.client_index(&send.client)].legacy {
             if let Err(why) = self.world.legacy_clients() {
                 return Some(format!("{} is a 2025-11-25 client: {why}", send.client));

@@ -103,6 +103,11 @@ pub enum NotPlayed {
         "{world} legacy clients are not played (no session or server→client requests over this world's transport); run the scenario in the simulator (`mcpsim run`), and see tests/eras.rs for the real binary"
     )]
     NoLegacyClients { world: String },
+    /// This world has no target file, so no `[stages.NAME]` to start an instance in.
+    #[error(
+        "stages are a target file's ([stages.NAME]); {world} the instance would run another configuration: play this lesson with --target"
+    )]
+    NoStages { world: String },
 }
 
 /// How many nonces a world's replay store consumed, and how the count was found, for messages.
@@ -267,6 +272,12 @@ pub trait World {
     /// answered inside a call): only the simulator models them; the real binary is tested by `tests/eras.rs`.
     fn legacy_clients(&self) -> Result<(), NotPlayed> {
         Err(NotPlayed::NoLegacyClients { world: self.label().to_string() })
+    }
+
+    /// `Err(why)` when this world cannot run an instance in a target file's stage (`instance I stage NAME`): only
+    /// a target's world can.
+    fn stages(&self) -> Result<(), NotPlayed> {
+        Err(NotPlayed::NoStages { world: self.label().to_string() })
     }
 
     /// A line for the world's transcript (worlds without one ignore it).

@@ -607,6 +607,40 @@ count = "result.resources"
     }
 
     #[test]
+    fn stages_rotation_and_deploy_name_only_stages_that_exist() {
+        let staged = format!(
+            "{GOOD}[stages.k1]\nenv = {{ KEY = \"a\" }}\n[stages.k2]\nargs = [\"--key\", \"b\"]\nabout = \"k2 signs\"\n\
+             [stages.release]\nprogram_env = \"MCPSIM_RELEASE_FOR_A_TEST\"\n\
+             [rotation]\nstages = [\"k1\", \"k2\"]\n[deploy]\nold = \"release\"\nnew = \"k2\"\n"
+        );
+        let target = Target::parse(Path::new("t.toml"), &staged).unwrap();
+        assert_eq!(target.file.rotation.as_ref().map(|r| r.stages.len()), Some(2));
+        assert_eq!(target.file.stage_program_missing("release").as_deref(), Some("MCPSIM_RELEASE_FOR_A_TEST"));
+        assert_eq!(target.file.stage_program_missing("k1"), None);
+        assert_eq!(
+            error(&staged.replace("stages = [\"k1\", \"k2\"]", "stages = [\"k1\", \"k3\"]")),
+            "targets/t.toml: [rotation] stages[1] = \"k3\" is not a stage (the stages are: k1, k2, release)"
+        );
+        assert_eq!(
+            error(&staged.replace("stages = [\"k1\", \"k2\"]", "stages = [\"k1\"]")),
+            "targets/t.toml: [rotation] stages: a recipe is 2 or more stages in order (the first where a fleet starts, the last with the old key retired)"
+        );
+        assert_eq!(
+            error(&staged.replace("new = \"k2\"", "new = \"current\"")),
+            "targets/t.toml: [deploy] new = \"current\" is not a stage (the stages are: k1, k2, release)"
+        );
+        assert_eq!(
+            error(&staged.replace("[stages.k1]", "[stages.\"k 1\"]")),
+            "targets/t.toml: [stages.k 1]: a stage's name is 1 to 32 of A-Z a-z 0-9 _ -"
+        );
+        assert_eq!(
+            error(&staged.replace("MCPSIM_RELEASE_FOR_A_TEST", "A-B")),
+            "targets/t.toml: [stages.release] program_env = \"A-B\" is not an environment variable's name"
+        );
+        assert!(error(&format!("{GOOD}[stages.k1]\nkeys = 1\n")).contains("unknown field `keys`"));
+    }
+
+    #[test]
     fn an_unknown_key_names_the_file_the_line_and_the_keys_that_exist() {
         let text = GOOD.replace("instances = 2", "instances = 2\ninstance_count = 3");
         let message = error(&text);

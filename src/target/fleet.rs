@@ -182,6 +182,16 @@ fn request_id(outgoing: &Outgoing) -> Option<Value> {
 impl<'t> Fleet<'t> {
     /// Runs the target's setup commands in `data_dir` (fresh, owned by the caller), then starts every instance.
     pub fn start(target: &'t Target, data_dir: &Path, mcpsim: &str) -> Result<Fleet<'t>, FleetError> {
+        Fleet::start_in_stages(target, data_dir, mcpsim, BTreeMap::new())
+    }
+
+    /// [`Fleet::start`], the instances `stages` names started in those stages of the target file (by index).
+    pub fn start_in_stages(
+        target: &'t Target,
+        data_dir: &Path,
+        mcpsim: &str,
+        stages: BTreeMap<usize, String>,
+    ) -> Result<Fleet<'t>, FleetError> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(FleetError::Runtime)?;
         let mut fleet = Fleet {
             target,
@@ -199,6 +209,9 @@ impl<'t> Fleet<'t> {
             abandoned: BTreeMap::new(),
         };
         fleet.store = fleet.open_store()?;
+        for (index, stage) in stages {
+            fleet.set_stage(index, &stage)?;
+        }
         for (index, command) in target.file.setup.iter().enumerate() {
             fleet.setup(index, command)?;
         }
@@ -499,6 +512,11 @@ impl<'t> Fleet<'t> {
         Ok(line)
     }
 
+    /// ` in stage NAME` for an instance in a stage, else nothing (the processes' log).
+    fn in_stage(&self, index: usize) -> String {
+        self.stages.get(&index).map(|stage| format!(" in stage {stage}")).unwrap_or_default()
+    }
+
     /// A stage as reports name it: `k2-k1 (k2 signs, k1 verifies)`.
     pub fn stage_shown(&self, stage: &str) -> String {
         match self.target.file.stages.get(stage).and_then(|s| s.about.as_deref()) {
@@ -546,7 +564,7 @@ impl<'t> Fleet<'t> {
                     env.extend(clock.clone());
                     let stderr = self.data_dir.join(format!("{name}-{principal}.stderr"));
                     let process = Process::start(&argv, &env, stderr, true)?;
-                    self.events.push(format!("started {name} for {principal}: pid {}", process.pid));
+                    self.events.push(format!("started {name}{} for {principal}: pid {}", self.in_stage(index), process.pid));
                     processes.insert(principal.clone(), process);
                 }
                 Ok(Running::Stdio(processes))
@@ -585,7 +603,7 @@ impl<'t> Fleet<'t> {
                         timeout_ms: self.target.start_timeout_ms(),
                     });
                 }
-                self.events.push(format!("started {name} at {url}: pid {}", process.pid));
+                self.events.push(format!("started {name}{} at {url}: pid {}", self.in_stage(index), process.pid));
                 Ok(Running::Http { process, url })
             }
         }

@@ -597,6 +597,35 @@ mod tests {
         }
     }
 
+    #[test]
+    fn answers_taken_in_another_stage_than_round_1_are_listed_completed_dropped_or_lost() {
+        let mut play = Play { history: History::default(), step: 0 };
+        let form = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required", "requestState": STATE}});
+        let round1 = play.send("round1", "i1@t1[k1]", json!({"name": "notes_delete", "arguments": {"title": "TPS"}}));
+        play.history.answer(round1, Arc::new(form), 0, 1);
+        let same = play.accept("same", "i3@t3[k1]");
+        play.answer(same, deleted());
+        let refused = play.accept("refused", "i2@t2[k2]");
+        play.answer(refused, json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "bad signature"}}));
+        let lost = play.accept("lost", "i2@t2[k2]");
+        play.lose(lost);
+        let done = play.accept("done", "i2@t2[k2-k1]");
+        play.answer(done, deleted());
+        assert_eq!(
+            crossings(&play.history),
+            [
+                "refused on i2@t2[k2] answered the form of round1 on i1@t1[k1]: dropped (error -32602: \"bad signature\")",
+                "lost on i2@t2[k2] answered the form of round1 on i1@t1[k1]: lost (no answer: it may have happened)",
+                "done on i2@t2[k2-k1] answered the form of round1 on i1@t1[k1]: completed",
+            ]
+        );
+        // Without stages (every label plain), nothing crosses.
+        let mut plain = Play::new();
+        let accept = plain.accept("round2", "i2@t2");
+        plain.answer(accept, deleted());
+        assert!(crossings(&plain.history).is_empty());
+    }
+
     fn deleted() -> Value {
         json!({"jsonrpc": "2.0", "id": 9, "result": {"resultType": "complete", "structuredContent": {"deleted": true, "noteId": "note-7"}}})
     }

@@ -364,7 +364,11 @@ pub fn play_once(
         work_dir.join(format!("{}-{}-{}", safe_name(&scenario.name), seed, if routing == Routing::One { "one" } else { "spread" }));
     let _ = std::fs::remove_dir_all(&data_dir);
     create_private_dir(&data_dir)?;
-    let mut fleet = Fleet::start(target, &data_dir, mcpsim)?;
+    let stages = match routing {
+        Routing::Spread => world::starting_stages(scenario, seed, target.file.instances),
+        Routing::One => BTreeMap::new(),
+    };
+    let mut fleet = Fleet::start_in_stages(target, &data_dir, mcpsim, stages)?;
     let before = probe(target, &mut fleet, &data_dir, mcpsim);
     let mut world = TargetWorld::new(scenario, &mut fleet, seed, routing, plan);
     world.start_skewed()?;

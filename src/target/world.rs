@@ -123,6 +123,31 @@ enum Delivery {
     Crash { before: bool, restarted_after: usize, retry: RetryOn, fault: String },
 }
 
+/// The seed's order of the fleet's `instances` (scenario instance `k` goes to `permutation[k % len]` when
+/// spread), and the scheduler stream drawn from after it.
+fn routing_permutation(seed: u64, instances: usize) -> (Vec<usize>, ChaCha8Rng) {
+    let mut rng = stream(seed, Stream::Scheduler);
+    let mut permutation: Vec<usize> = (0..instances).collect();
+    for i in (1..permutation.len()).rev() {
+        let j = below(&mut rng, i as u64 + 1) as usize;
+        permutation.swap(i, j);
+    }
+    (permutation, rng)
+}
+
+/// The stage each fleet instance starts in when `scenario` is played spread under `seed` (`instance I stage
+/// NAME`): the first scenario instance mapped to a fleet instance decides.
+pub fn starting_stages(scenario: &Scenario, seed: u64, instances: usize) -> BTreeMap<usize, String> {
+    let (permutation, _) = routing_permutation(seed, instances);
+    let mut stages = BTreeMap::new();
+    for (k, instance) in scenario.cluster.instances.iter().enumerate() {
+        if let Some(stage) = &instance.stage {
+            stages.entry(permutation[k % permutation.len()]).or_insert_with(|| stage.clone());
+        }
+    }
+    stages
+}
+
 /// One request to put on the wire: to fleet instance `to`, as `principal`; `attempt` when it repeats another.
 struct Wire {
     to: usize,
@@ -143,12 +168,7 @@ impl<'f, 't> TargetWorld<'f, 't> {
     /// `plan`: the faults of this play (`FaultPlan::default()` for none); each fires on the request its
     /// trigger names, and is written in the decisions when it does.
     pub fn new(scenario: &'f Scenario, fleet: &'f mut Fleet<'t>, seed: u64, routing: Routing, plan: FaultPlan) -> TargetWorld<'f, 't> {
-        let mut rng = stream(seed, Stream::Scheduler);
-        let mut permutation: Vec<usize> = (0..fleet.len()).collect();
-        for i in (1..permutation.len()).rev() {
-            let j = below(&mut rng, i as u64 + 1) as usize;
-            permutation.swap(i, j);
-        }
+        let (permutation, rng) = routing_permutation(seed, fleet.len());
         let mut decisions = Vec::new();
         let mapping: Vec<String> = scenario
             .cluster
@@ -225,11 +245,13 @@ impl<'f, 't> TargetWorld<'f, 't> {
             .map(|k| self.route(k))
             .collect();
         for (to, (stage, name)) in staged {
-            if skewed.contains(&to) {
-                // Started once, under its clock, below.
-                self.fleet.set_stage(to, &stage)?;
-            } else {
-                self.fleet.roll(to, &stage)?;
+            // Started in it already ([`starting_stages`]), or once under its clock, below.
+            if self.fleet.stage_of(to) != Some(stage.as_str()) {
+                if skewed.contains(&to) {
+                    self.fleet.set_stage(to, &stage)?;
+                } else {
+                    self.fleet.roll(to, &stage)?;
+                }
             }
             self.decisions.push(format!("{name} starts in stage {} on {}", self.fleet.stage_shown(&stage), Fleet::instance_name(to)));
         }
@@ -1068,6 +1090,10 @@ impl World for TargetWorld<'_, '_> {
             return Err(Refused::Failed(format!("{} is not paused (no pause of it fired)", Fleet::instance_name(to))));
         }
         self.continue_instance(to, "by the scenario");
+        Ok(())
+    }
+
+    fn stages(&self) -> Result<(), NotPlayed> {
         Ok(())
     }
 
