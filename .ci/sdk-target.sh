@@ -106,6 +106,10 @@ echo "== tests/peers/planted_live.py tests/peers/rust-server/target/release/note
 if ! timeout 300 python3 tests/peers/planted_live.py tests/peers/rust-server/target/release/notes-server; then
   failed=$((failed + 1))
 fi
+# The stages of targets/matrix/rust.toml, without mcpsim: each opens what rmcp's rotation recipe says and no
+# more, so a matrix cell cannot pass because the server ignores its keys.
+echo "== tests/peers/rust-server/rotation_live.py targets/matrix/rust.toml"
+if ! timeout 120 python3 tests/peers/rust-server/rotation_live.py targets/matrix/rust.toml; then failed=$((failed + 1)); fi
 # A state burnt by a cancel is caught; the correct server holds the consumption and principal attacks.
 expect_attack 1 cancel-then-accept targets/sdk/rust-burn-on-cancel.toml
 expect_attack 0 cancel-then-accept,another-principal targets/sdk/rust-correct.toml

@@ -6,8 +6,22 @@
 //!     notes-server seed DB      # create DB with the three TPS notes and an empty ledger (idempotent)
 //!     notes-server stdio DB     # serve over stdio
 //!
-//! Environment: NOTES_STATE_KEY (>= 32 bytes, required), NOTES_PRINCIPAL (required), NOTES_BUG (unset, or
-//! one of BUGS), NOTES_AUDIT=random, NOTES_EFFECT_MS.
+//! Environment: the requestState key (one of the three below, required), NOTES_PRINCIPAL (required),
+//! NOTES_BUG (unset, or one of BUGS), NOTES_AUDIT=random, NOTES_EFFECT_MS.
+//!
+//! The requestState key, in rmcp's own terms (rmcp-3.11.0/src/model/request_state.rs; `codec_from_env`):
+//!   - NOTES_STATE_KEY=KEY (>= 32 bytes): one shared key, `RequestStateCodec::try_new` (seals and opens
+//!     `rs1` values only; what a fleet runs before a rotation);
+//!   - NOTES_STATE_KEYRING=KID=KEY,KID=KEY with NOTES_STATE_ACTIVE_KID=KID: `new_with_keyring(active, ring)`
+//!     (seals `rs2` under the active kid, opens `rs2` under any kid of the ring), plus
+//!     NOTES_STATE_RS1_SIGNING=KID (`with_rs1_signing`: still seals `rs1` with KID, rotation step 1) and
+//!     NOTES_STATE_RS1_FALLBACK=KID[,KID] (`with_rs1_fallback`: opens in-flight `rs1` values, step 2); a ring
+//!     without either (step 3) opens no `rs1` value at all. Keys are the bytes of the text (no `,` in a key);
+//!   - NOTES_STATE_EPHEMERAL=1: a 32-byte key drawn at random when the process starts. rmcp has no default key
+//!     (no `Default` for the codec; without one a state is whatever plain string the tool writes), so this is
+//!     the closest to "a process that makes a key of its own": a restart or another process cannot open it.
+//!
+//! An empty variable counts as unset (a target's stage clears the file's NOTES_STATE_KEY with `""`).
 //!
 //! What rmcp 3.11 gives, and this server uses:
 //!   - the stateless 2026-07-28 lifecycle over stdio: no initialize; `_meta` protocolVersion and
@@ -96,6 +110,57 @@ fn random_hex(bytes: usize) -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The environment variable's value, None when unset or empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+/// The requestState codec the environment configures (the module's comment): a message naming the variable
+/// when it is wrong, never a key.
+fn codec_from_env() -> Result<RequestStateCodec, String> {
+    let key = env("NOTES_STATE_KEY");
+    let keyring = env("NOTES_STATE_KEYRING");
+    let ephemeral = env("NOTES_STATE_EPHEMERAL");
+    let ring_only = ["NOTES_STATE_ACTIVE_KID", "NOTES_STATE_RS1_SIGNING", "NOTES_STATE_RS1_FALLBACK"];
+    if keyring.is_none() {
+        if let Some(name) = ring_only.iter().find(|name| env(name).is_some()) {
+            return Err(format!("{name} configures a keyring: set NOTES_STATE_KEYRING too"));
+        }
+    }
+    match (key, keyring, ephemeral) {
+        (Some(key), None, None) => RequestStateCodec::try_new(key.into_bytes())
+            .map_err(|e| format!("NOTES_STATE_KEY must be a shared key of at least 32 bytes ({e})")),
+        (None, Some(keyring), None) => {
+            let mut ring = Vec::new();
+            for (index, entry) in keyring.split(',').enumerate() {
+                let Some((kid, key)) = entry.split_once('=') else {
+                    return Err(format!("NOTES_STATE_KEYRING entry {} is not KID=KEY", index + 1));
+                };
+                ring.push((kid.to_owned(), key.as_bytes().to_vec()));
+            }
+            let active = env("NOTES_STATE_ACTIVE_KID").ok_or("NOTES_STATE_ACTIVE_KID must name the keyring's key that seals")?;
+            let mut codec = RequestStateCodec::new_with_keyring(active, ring).map_err(|e| format!("NOTES_STATE_KEYRING: {e}"))?;
+            if let Some(kid) = env("NOTES_STATE_RS1_SIGNING") {
+                codec = codec.with_rs1_signing(kid).map_err(|e| format!("NOTES_STATE_RS1_SIGNING: {e}"))?;
+            }
+            for kid in env("NOTES_STATE_RS1_FALLBACK").unwrap_or_default().split(',').filter(|kid| !kid.is_empty()) {
+                codec = codec.with_rs1_fallback(kid).map_err(|e| format!("NOTES_STATE_RS1_FALLBACK: {e}"))?;
+            }
+            Ok(codec)
+        }
+        (None, None, Some(ephemeral)) if ephemeral == "1" => {
+            let mut key = vec![0u8; RequestStateCodec::MIN_KEY_LENGTH];
+            getrandom::getrandom(&mut key).map_err(|e| format!("the OS random source: {e}"))?;
+            RequestStateCodec::try_new(key).map_err(|e| e.to_string())
+        }
+        (None, None, Some(_)) => Err("NOTES_STATE_EPHEMERAL must be 1 or unset".into()),
+        (None, None, None) => Err("a requestState key is required: NOTES_STATE_KEY (one shared key of at least 32 bytes), \
+             NOTES_STATE_KEYRING with NOTES_STATE_ACTIVE_KID, or NOTES_STATE_EPHEMERAL=1"
+            .into()),
+        _ => Err("set only one of NOTES_STATE_KEY, NOTES_STATE_KEYRING and NOTES_STATE_EPHEMERAL".into()),
+    }
+}
+
 fn digest(value: &Value) -> String {
     Sha256::digest(value.to_string().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -110,9 +175,7 @@ fn internal(error: impl std::fmt::Display) -> ErrorData {
 
 impl Notes {
     fn from_env(path: &str) -> Result<Self, String> {
-        let key = std::env::var("NOTES_STATE_KEY").unwrap_or_default();
-        let codec = RequestStateCodec::try_new(key.into_bytes())
-            .map_err(|e| format!("NOTES_STATE_KEY must be set to a shared key of at least 32 bytes ({e})"))?;
+        let codec = codec_from_env()?;
         let principal = std::env::var("NOTES_PRINCIPAL").unwrap_or_default();
         if principal.is_empty() {
             return Err("NOTES_PRINCIPAL must name who this process acts for".into());
