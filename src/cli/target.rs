@@ -114,7 +114,8 @@ pub fn run(args: &RunArgs, file: &Path) -> ExitCode {
         }
     };
     let files = match target::scenario_sources(&args.paths) {
-        Ok(files) if !files.is_empty() => files,
+        // A rotation lesson is played once per step of the target's recipe.
+        Ok(files) if !files.is_empty() => target::per_rotation_step(&target, files),
         Ok(_) => {
             eprintln!(
                 "mcpsim run: no .sim files in {}; the target scenarios are built in (run --target F without scenarios plays them)",

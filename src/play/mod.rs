@@ -365,6 +365,12 @@ impl Interpreter<'_, '_> {
                 let result = self.world.rotate(&positions, key, self.key_secret(key));
                 self.performed(index, line, text, result);
             }
+            Action::Roll { instances, stage, trigger } => {
+                self.header(line, text);
+                let positions: Vec<usize> = instances.iter().map(|i| self.instance_index(i)).collect();
+                let result = self.world.roll(&positions, stage, trigger.as_ref());
+                self.performed(index, line, text, result);
+            }
             Action::Retire { key, instances } => {
                 self.header(line, text);
                 let positions: Vec<usize> = instances.iter().map(|i| self.instance_index(i)).collect();

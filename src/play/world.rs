@@ -216,6 +216,12 @@ pub trait World {
         Err(Refused::Unsupported("a store lock holds a real SQLite file's write lock (a target with [store] kind = \"sqlite\")".into()))
     }
 
+    /// Restarts these instances in the target file's stage `stage` (its command, arguments, environment): now,
+    /// or right after the next request `trigger` names is written to its receiver.
+    fn roll(&mut self, _instances: &[usize], _stage: &str, _trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
+        Err(Refused::Unsupported("stages are a target file's ([stages.NAME]): play this lesson with --target".into()))
+    }
+
     /// Makes `key_id` (with `secret`) the signing key of these instances; earlier keys still verify.
     fn rotate(&mut self, instances: &[usize], key_id: &str, secret: Vec<u8>) -> Result<(), Refused>;
 

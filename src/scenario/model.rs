@@ -54,6 +54,11 @@ pub struct KeySpec {
     pub secret: Vec<u8>,
 }
 
+/// Whether `name` may name a target's stage: 1 to 32 of `A-Z a-z 0-9 _ -` (it is written in lessons and reports).
+pub fn is_stage_name(name: &str) -> bool {
+    (1..=32).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 #[derive(Debug, Clone)]
 pub struct InstanceSpec {
     pub name: String,
@@ -64,6 +69,8 @@ pub struct InstanceSpec {
     pub gateway: bool,
     /// `eras both`: also serves 2025-11-25 clients through the legacy adapter (`serve --eras both`).
     pub eras_both: bool,
+    /// `stage NAME`: against a target, the instance starts in the target file's `[stages.NAME]`.
+    pub stage: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +138,13 @@ pub enum Action {
     Rotate {
         instances: Vec<String>,
         key: String,
+    },
+    /// `roll I [I…] to STAGE [after I receives OP]`: against a target, each instance restarted in the target
+    /// file's `[stages.STAGE]`, now or right after the next `OP` request to it is written.
+    Roll {
+        instances: Vec<String>,
+        stage: String,
+        trigger: Option<TriggerSpec>,
     },
     Retire {
         key: String,

@@ -33,7 +33,7 @@ pub(crate) const STORE_OUTAGE_MS_MAX: u64 = 60_000;
 /// The statement keywords, for "expected one of" messages.
 const DECLARATIONS: [&str; 11] =
     ["use", "principal", "note", "key", "instance", "gateway", "client", "browser", "state-ttl", "replay", "latency"];
-const STEPS: [&str; 21] = [
+const STEPS: [&str; 22] = [
     "let",
     "send",
     "notify",
@@ -47,6 +47,7 @@ const STEPS: [&str; 21] = [
     "resume",
     "rotate",
     "retire",
+    "roll",
     "store",
     "parallel",
     "expect",
@@ -728,9 +729,10 @@ impl<'a> Parser<'a> {
                 let mut keys = Vec::new();
                 let mut clock_offset_ms = 0;
                 let mut eras_both = false;
+                let mut stage = None;
                 loop {
                     if self.keyword("keys") {
-                        while !self.at_line_end() && !matches!(self.peek_word().as_deref(), Some("clock" | "eras")) {
+                        while !self.at_line_end() && !matches!(self.peek_word().as_deref(), Some("clock" | "eras" | "stage")) {
                             let (key, key_at) = self.word().ok_or_else(|| self.expected("a key id"))?;
                             if !self.keys.contains(&key) {
                                 return Err(self.error_at(key_at, format!("key {key} is not declared: add `key {key}` above")));
@@ -742,6 +744,8 @@ impl<'a> Parser<'a> {
                         }
                     } else if self.keyword("clock") {
                         clock_offset_ms = self.duration("the clock offset", true)?;
+                    } else if self.keyword("stage") {
+                        stage = Some(self.stage_name()?);
                     } else if self.keyword("eras") {
                         if self.keyword("both") {
                             if keyword == "gateway" {
@@ -758,7 +762,7 @@ impl<'a> Parser<'a> {
                     }
                 }
                 self.instances.insert(name.clone());
-                self.cluster.instances.push(InstanceSpec { name, keys, clock_offset_ms, gateway: keyword == "gateway", eras_both });
+                self.cluster.instances.push(InstanceSpec { name, keys, clock_offset_ms, gateway: keyword == "gateway", eras_both, stage });
             }
             "client" => {
                 let (name, at) = self.name("the client's name")?;
@@ -959,6 +963,23 @@ impl<'a> Parser<'a> {
                 self.expect_keyword("to", "and the new signing key")?;
                 Action::Rotate { instances, key: self.key()? }
             }
+            "roll" => {
+                let mut instances = vec![self.instance()?];
+                while self.peek_word().as_deref() != Some("to") && !self.at_line_end() {
+                    instances.push(self.instance()?);
+                }
+                self.expect_keyword("to", "and the stage of the target file to restart them in")?;
+                let stage = self.stage_name()?;
+                let trigger = if self.keyword("after") {
+                    let receiver = self.instance()?;
+                    self.expect_keyword("receives", "after the receiver")?;
+                    let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a method such as tools/call)"))?;
+                    Some(TriggerSpec { moment: Moment::After, receiver, label, sender: None })
+                } else {
+                    None
+                };
+                Action::Roll { instances, stage, trigger }
+            }
             "retire" => {
                 let key = self.key()?;
                 self.expect_keyword("on", "and the instances that forget it")?;
@@ -1089,6 +1110,16 @@ impl<'a> Parser<'a> {
             return Err(self.error_at(at, format!("key {key} is not declared: add `key {key}` above the first step")));
         }
         Ok(key)
+    }
+
+    /// A stage of the target file (`[stages.NAME]`): 1 to 32 of `A-Z a-z 0-9 _ -`; whether the file has it is
+    /// the target's to say.
+    fn stage_name(&mut self) -> Result<String, ParseError> {
+        let (stage, at) = self.word().ok_or_else(|| self.expected("a stage of the target file (a [stages.NAME] table)"))?;
+        if !is_stage_name(&stage) {
+            return Err(self.error_at(at, format!("`{stage}` is not a stage's name (1 to 32 of A-Z a-z 0-9 _ -)")));
+        }
+        Ok(stage)
     }
 
     fn answer_name(&mut self) -> Result<String, ParseError> {
@@ -1714,7 +1745,7 @@ mod tests {
     fn errors_name_file_line_column_and_what_was_expected() {
         assert_eq!(
             error("use demo\nsned alice -> i1 tools/list {}\n"),
-            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, pause, resume, rotate, retire, store, parallel, expect, drop, duplicate, hold, release, retry)"
+            "s.sim:2:1: unknown statement `sned`: expected a declaration (use, principal, note, key, instance, gateway, client, browser, state-ttl, replay, latency) or a step (let, send, notify, answer, browse, admin, advance, crash, restart, pause, resume, rotate, retire, roll, store, parallel, expect, drop, duplicate, hold, release, retry)"
         );
         assert_eq!(
             with_cluster("send alice i1 tools/list {}\n"),
@@ -1887,6 +1918,42 @@ mod tests {
         let texts: Vec<&str> = scenario.steps.iter().map(|s| s.text.as_str()).collect();
         assert!(texts.contains(&"let args = {\"workspaceUri\": \"file:///c\", …"), "{texts:?}");
         assert!(texts.contains(&"crash i1 after replay receives claim_and_delete"));
+    }
+
+    #[test]
+    fn stages_and_rolls_parse_and_their_mistakes_are_named() {
+        let text = "instance i1 stage k1-k2 clock +5m\ninstance i2 keys k1 stage old\nclient u principal alice\n\
+                    roll i1 i2 to k2\nroll i2 to new after i2 receives tools/call\n";
+        let text = format!("use demo\nkey k1\n{text}");
+        let scenario = parse("s.sim", "s", &text).unwrap_or_else(|e| panic!("{e}"));
+        let instances = &scenario.cluster.instances;
+        assert_eq!((instances[0].stage.as_deref(), instances[0].clock_offset_ms), (Some("k1-k2"), 300_000));
+        assert_eq!((instances[1].stage.as_deref(), instances[1].keys.as_slice()), (Some("old"), &["k1".to_string()][..]));
+        let rolls: Vec<_> = scenario
+            .steps
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Roll { instances, stage, trigger } => {
+                    Some((instances.clone(), stage.clone(), trigger.as_ref().map(|t| t.label.clone())))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            rolls,
+            [
+                (vec!["i1".to_string(), "i2".to_string()], "k2".to_string(), None),
+                (vec!["i2".to_string()], "new".to_string(), Some("tools/call".to_string()))
+            ]
+        );
+        assert_eq!(
+            error("use demo\ninstance i1\nclient u principal alice\nroll i1 to k/2\n"),
+            "s.sim:4:12: `k/2` is not a stage's name (1 to 32 of A-Z a-z 0-9 _ -)"
+        );
+        assert_eq!(
+            error("use demo\ninstance i1\nclient u principal alice\nroll i1 k2\n"),
+            "s.sim:4:9: no instance named k2 (declared: i1)"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! `docs/targets.md`; `targets/` holds examples.
 
 use crate::oracle::outcome::{Mask, Masks};
+use crate::scenario::model::is_stage_name;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -73,6 +74,61 @@ pub struct TargetFile {
     /// Commands that change an item behind every client's back (`admin delete|move|rename`); without them
     /// those steps are skipped naming this table.
     pub admin: Option<AdminFile>,
+    /// Named configurations of an instance (`[stages.NAME]`): what `instance I stage NAME` starts it in and
+    /// `roll I to NAME` restarts it in.
+    #[serde(default)]
+    pub stages: BTreeMap<String, StageFile>,
+    /// The server's key-rotation recipe, as stages in order (the rotation lessons).
+    pub rotation: Option<RotationFile>,
+    /// Two versions of the server, as stages (the deploy lessons).
+    pub deploy: Option<DeployFile>,
+}
+
+/// One stage: the file's `command` and `env`, changed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageFile {
+    /// Instead of the file's `command` (another build or version of the server).
+    pub command: Option<Vec<String>>,
+    /// Appended to the command (stdio: before a principal's own `args`).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Over the file's `env` (placeholders allowed).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The program (the command's first word) is this environment variable's value: a build kept outside the
+    /// checkout. A lesson that needs the stage is skipped, naming the variable, when it is unset.
+    pub program_env: Option<String>,
+    /// A few words reports print beside the stage's name.
+    pub about: Option<String>,
+}
+
+/// A key-rotation recipe: `stages` in order (the first where a fleet starts, the last with the old key
+/// retired), and the stage whose processes make a key of their own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotationFile {
+    pub stages: Vec<String>,
+    pub ephemeral: Option<String>,
+}
+
+/// Two versions of the server, each a stage.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployFile {
+    pub old: String,
+    pub new: String,
+}
+
+impl TargetFile {
+    /// The stage `name`'s program, when it comes from an environment variable that is unset: `Err` names it.
+    pub fn stage_program_missing(&self, name: &str) -> Option<String> {
+        let variable = self.stages.get(name)?.program_env.as_ref()?;
+        match std::env::var_os(variable) {
+            Some(value) if !value.is_empty() => None,
+            _ => Some(variable.clone()),
+        }
+    }
 }
 
 /// The store the instances share.
@@ -367,6 +423,7 @@ impl Target {
                 }
             }
         }
+        check_stages(&file).map_err(invalid)?;
         Ok(Target { path: path.to_path_buf(), file })
     }
 
@@ -389,6 +446,49 @@ impl Target {
     pub fn url_template(&self) -> &str {
         self.file.url.as_deref().unwrap_or(DEFAULT_URL)
     }
+}
+
+/// The `[stages.*]`, `[rotation]` and `[deploy]` tables: names that exist, commands that are not empty.
+fn check_stages(file: &TargetFile) -> Result<(), String> {
+    for (name, stage) in &file.stages {
+        if !is_stage_name(name) {
+            return Err(format!("[stages.{name}]: a stage's name is 1 to 32 of A-Z a-z 0-9 _ -"));
+        }
+        if stage.command.as_ref().is_some_and(Vec::is_empty) {
+            return Err(format!("[stages.{name}] command = []: name the program, or leave command out to keep the file's"));
+        }
+        if let Some(variable) = &stage.program_env {
+            if variable.is_empty() || !variable.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(format!("[stages.{name}] program_env = {variable:?} is not an environment variable's name"));
+            }
+        }
+    }
+    let known = || {
+        let names: Vec<&str> = file.stages.keys().map(String::as_str).collect();
+        if names.is_empty() {
+            "there is no [stages.NAME] table".to_string()
+        } else {
+            format!("the stages are: {}", names.join(", "))
+        }
+    };
+    let mut named: Vec<(String, &String)> = Vec::new();
+    if let Some(rotation) = &file.rotation {
+        if rotation.stages.len() < 2 {
+            return Err("[rotation] stages: a recipe is 2 or more stages in order (the first where a fleet starts, the last with the old key retired)".into());
+        }
+        named.extend(rotation.stages.iter().enumerate().map(|(k, s)| (format!("[rotation] stages[{k}]"), s)));
+        named.extend(rotation.ephemeral.iter().map(|s| ("[rotation] ephemeral".to_string(), s)));
+    }
+    if let Some(deploy) = &file.deploy {
+        named.push(("[deploy] old".into(), &deploy.old));
+        named.push(("[deploy] new".into(), &deploy.new));
+    }
+    for (key, name) in named {
+        if !file.stages.contains_key(name) {
+            return Err(format!("{key} = {name:?} is not a stage ({})", known()));
+        }
+    }
+    Ok(())
 }
 
 /// Most paths `differ_by_design` may name.

@@ -60,6 +60,12 @@ pub enum FleetError {
          faketime; or set {FAKETIME_LIBRARY_ENV} to the path of libfaketime.so.1); looked in {looked}"
     )]
     NoFaketime { instance: String, offset_ms: i64, looked: String },
+    /// A stage the target file does not have (a lesson's `roll` or `instance I stage`).
+    #[error("{instance}: the target file has no [stages.{stage}] ({known})")]
+    NoSuchStage { instance: String, stage: String, known: String },
+    /// A stage whose program comes from an environment variable that is unset.
+    #[error("[stages.{stage}] program_env = {variable:?}: the environment has no such variable (the build it names; for mcpsim's release: export {variable}=\"$(bash .ci/mcpsim-release.sh)\")")]
+    NoStageProgram { stage: String, variable: String },
 }
 
 /// Overrides where libfaketime is looked for (the path of `libfaketime.so.1`).
@@ -148,6 +154,8 @@ pub struct Fleet<'t> {
     clocks: BTreeMap<usize, i64>,
     /// Instances paused and not yet resumed, and how.
     paused: BTreeMap<usize, PauseHow>,
+    /// Instances that run in a stage of the target file (`[stages.NAME]`), by index: kept on restarts.
+    stages: BTreeMap<usize, String>,
     /// Ids of requests whose client stopped waiting, by stdio process (instance, principal): their answers
     /// are discarded when they come.
     abandoned: BTreeMap<(usize, String), Vec<Value>>,
@@ -187,6 +195,7 @@ impl<'t> Fleet<'t> {
             events: Vec::new(),
             clocks: BTreeMap::new(),
             paused: BTreeMap::new(),
+            stages: BTreeMap::new(),
             abandoned: BTreeMap::new(),
         };
         fleet.store = fleet.open_store()?;
@@ -278,6 +287,11 @@ impl<'t> Fleet<'t> {
             env.push((key.clone(), p.fill(value)?));
         }
         Ok(env)
+    }
+
+    /// `extra` alone, its values filled.
+    fn env_only(&self, p: &Placeholders, extra: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, PlaceholderError> {
+        extra.iter().map(|(key, value)| Ok((key.clone(), p.fill(value)?))).collect()
     }
 
     /// One setup command, bounded by the start timeout; it must exit 0.
@@ -444,18 +458,91 @@ impl<'t> Fleet<'t> {
         Ok(line)
     }
 
+    pub fn has_stage(&self, stage: &str) -> bool {
+        self.target.file.stages.contains_key(stage)
+    }
+
+    /// The stage instance `index` runs in (`None`: the file's own command).
+    pub fn stage_of(&self, index: usize) -> Option<&str> {
+        self.stages.get(&index).map(String::as_str)
+    }
+
+    /// Puts instance `index` in stage `stage` for its next start (a process killed now starts in it). `Err`:
+    /// the file has no such stage.
+    pub fn set_stage(&mut self, index: usize, stage: &str) -> Result<(), FleetError> {
+        if !self.target.file.stages.contains_key(stage) {
+            let known: Vec<&str> = self.target.file.stages.keys().map(String::as_str).collect();
+            return Err(FleetError::NoSuchStage {
+                instance: Fleet::instance_name(index),
+                stage: stage.to_string(),
+                known: if known.is_empty() { "it has none".into() } else { format!("it has: {}", known.join(", ")) },
+            });
+        }
+        self.stages.insert(index, stage.to_string());
+        Ok(())
+    }
+
+    /// Restarts instance `index` in stage `stage` (its processes killed, started again with the stage's command,
+    /// arguments and environment). Returns the decision-log line.
+    pub fn roll(&mut self, index: usize, stage: &str) -> Result<String, FleetError> {
+        let before = self.stages.get(&index).cloned();
+        self.set_stage(index, stage)?;
+        if let Err(error) = self.restart(index) {
+            match before {
+                Some(before) => self.stages.insert(index, before),
+                None => self.stages.remove(&index),
+            };
+            return Err(error);
+        }
+        let line = format!("rolled {} to stage {}", Fleet::instance_name(index), self.stage_shown(stage));
+        self.events.push(line.clone());
+        Ok(line)
+    }
+
+    /// A stage as reports name it: `k2-k1 (k2 signs, k1 verifies)`.
+    pub fn stage_shown(&self, stage: &str) -> String {
+        match self.target.file.stages.get(stage).and_then(|s| s.about.as_deref()) {
+            Some(about) => format!("{stage} ({})", super::shown(about)),
+            None => stage.to_string(),
+        }
+    }
+
+    /// The command that starts instance `index` (its stage's, or the file's), filled: the program taken from
+    /// the stage's `program_env` when it names one, the stage's `args` appended.
+    fn instance_command(&self, index: usize, p: &Placeholders) -> Result<Vec<String>, FleetError> {
+        let Some((name, stage)) = self.stages.get(&index).and_then(|name| self.target.file.stages.get(name).map(|s| (name, s))) else {
+            return Ok(self.fill_all(&self.target.file.command, p)?);
+        };
+        let mut argv = self.fill_all(stage.command.as_deref().unwrap_or(&self.target.file.command), p)?;
+        if let Some(variable) = &stage.program_env {
+            match std::env::var(variable) {
+                Ok(program) if !program.is_empty() => argv[0] = program,
+                _ => return Err(FleetError::NoStageProgram { stage: name.clone(), variable: variable.clone() }),
+            }
+        }
+        argv.extend(self.fill_all(&stage.args, p)?);
+        Ok(argv)
+    }
+
+    /// The stage's environment of instance `index` (over the file's `env`).
+    fn stage_env(&self, index: usize) -> BTreeMap<String, String> {
+        self.stages.get(&index).and_then(|name| self.target.file.stages.get(name)).map(|s| s.env.clone()).unwrap_or_default()
+    }
+
     fn start_instance(&mut self, index: usize) -> Result<Running, FleetError> {
         let name = Fleet::instance_name(index);
         let _ = super::create_private_dir(&self.data_dir.join(&name));
         let clock = self.clock_env(index)?;
+        let stage_env = self.stage_env(index);
         match self.target.file.transport {
             Transport::Stdio => {
                 let mut processes = BTreeMap::new();
                 for (principal, credentials) in &self.target.file.principals {
                     let p = self.placeholders(Some(index), Some(principal), None);
-                    let mut argv = self.fill_all(&self.target.file.command, &p)?;
+                    let mut argv = self.instance_command(index, &p)?;
                     argv.extend(self.fill_all(&credentials.args, &p)?);
-                    let mut env = self.env(&p, &credentials.env)?;
+                    let mut env = self.env(&p, &stage_env)?;
+                    env.extend(self.env_only(&p, &credentials.env)?);
                     env.extend(clock.clone());
                     let stderr = self.data_dir.join(format!("{name}-{principal}.stderr"));
                     let process = Process::start(&argv, &env, stderr, true)?;
@@ -467,8 +554,9 @@ impl<'t> Fleet<'t> {
             Transport::Http => {
                 let port = free_port()?;
                 let p = self.placeholders(Some(index), None, Some(port));
-                let argv = self.fill_all(&self.target.file.command, &p)?;
-                let env = self.env(&p, &clock)?;
+                let argv = self.instance_command(index, &p)?;
+                let mut env = self.env(&p, &stage_env)?;
+                env.extend(clock.clone());
                 let url = p.fill(self.target.url_template())?;
                 // Before anything is sent: the URL's host is loopback and its port the one chosen here.
                 super::file::check_url(&url, Some(port))?;

@@ -474,6 +474,56 @@ pub fn indeterminate(history: &History) -> Vec<String> {
         .collect()
 }
 
+/// The stage an operation's instance ran in, from its label (`i1@t2[k1]`, as the target world writes it).
+fn stage_of(op: &Operation) -> Option<&str> {
+    op.instance.strip_suffix(']').and_then(|label| label.rsplit_once('[')).map(|(_, stage)| stage)
+}
+
+/// Every answer to a form taken in another stage than the round that minted its `requestState` (a rotation,
+/// a deploy between the rounds), one line each: `round2 on i2@t3[k2] answered the form of round1 on
+/// i1@t1[k1]: completed` — or `dropped (what the server said)`, or lost. A rotation that drops in-flight
+/// confirmations is reported with the ones it dropped.
+pub fn crossings(history: &History) -> Vec<String> {
+    let ops = history.operations();
+    let mut minted: BTreeMap<String, usize> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for (index, op) in ops.iter().enumerate() {
+        if let Some(state) = op.params().and_then(|p| p.get("requestState")).and_then(Value::as_str) {
+            if let Some(&by) = minted.get(state) {
+                let (from, to) = (stage_of(&ops[by]), stage_of(op));
+                if from.is_some() && to.is_some() && from != to {
+                    let outcome = match op.response() {
+                        None => "lost (no answer: it may have happened)".to_string(),
+                        Some(response) if succeeded(Some(response)) => "completed".to_string(),
+                        Some(response) => {
+                            let kind = match Observed::read(response).kind {
+                                Kind::Error { code: Some(crate::oracle::outcome::Code::Number(code)), .. } => format!("error {code}"),
+                                Kind::Error { .. } => "an error".to_string(),
+                                Kind::ToolError => "a tool error".to_string(),
+                                Kind::InputRequired => "a new form".to_string(),
+                                other => format!("{other:?}"),
+                            };
+                            let first_text = reading::at(response, &["result", "content"])
+                                .and_then(Value::as_array)
+                                .and_then(|items| items.first())
+                                .and_then(|item| item.get("text"))
+                                .and_then(Value::as_str);
+                            let what = reading::text(response, &["error", "message"]).or(first_text).unwrap_or("");
+                            let what: String = what.chars().take(120).collect();
+                            format!("dropped ({kind}{})", if what.is_empty() { String::new() } else { format!(": {what:?}") })
+                        }
+                    };
+                    lines.push(format!("{} answered the form of {}: {outcome}", named(history, op), short(&ops[by])));
+                }
+            }
+        }
+        if let Some(state) = op.response().and_then(|r| reading::at(r, &["result", "requestState"])).and_then(Value::as_str) {
+            minted.entry(state.to_string()).or_insert(index);
+        }
+    }
+    lines
+}
+
 /// A `complete` result that is not a tool error.
 pub(crate) fn succeeded(response: Option<&Value>) -> bool {
     response.is_some_and(|response| Observed::read(response).succeeded())

@@ -173,7 +173,51 @@ pub fn scenario_placeholders(target: &Target) -> BTreeMap<&'static str, Option<S
     values.insert("accept_missing_field", attack::missing_field(&tool.accept, None).map(|(_, v)| v.to_string()));
     // The item the accept picks, which an admin lesson deletes (`[admin] item`).
     values.insert("item", target.file.admin.as_ref().and_then(|admin| admin.item.clone()));
+    // The rolling-change lessons' stages: the rotation recipe's ends, its per-process-key stage, the two versions.
+    let rotation = target.file.rotation.as_ref();
+    values.insert("stage_first", rotation.and_then(|r| r.stages.first().cloned()));
+    values.insert("stage_last", rotation.and_then(|r| r.stages.last().cloned()));
+    values.insert("stage_ephemeral", rotation.and_then(|r| r.ephemeral.clone()));
+    // One step of the recipe: the lesson is played once per step ([`rotation_steps`]); this is the first.
+    values.insert("stage_before", rotation.and_then(|r| r.stages.first().cloned()));
+    values.insert("stage_after", rotation.and_then(|r| r.stages.get(1).cloned()));
+    values.insert("version_old", target.file.deploy.as_ref().map(|d| d.old.clone()));
+    values.insert("version_new", target.file.deploy.as_ref().map(|d| d.new.clone()));
     values
+}
+
+/// The placeholders that make a lesson one step of the rotation recipe, played once per step.
+const STEP_PLACEHOLDERS: [&str; 2] = ["{{stage_before}}", "{{stage_after}}"];
+
+/// The steps of the target's rotation recipe (each adjacent pair of `[rotation] stages`) a lesson is played
+/// for: every one when it names `{{stage_before}}` or `{{stage_after}}` and the file has a recipe, else none.
+pub fn rotation_steps(target: &Target, text: &str) -> Vec<(String, String)> {
+    let Some(rotation) = &target.file.rotation else { return Vec::new() };
+    if !STEP_PLACEHOLDERS.iter().any(|p| text.contains(p)) {
+        return Vec::new();
+    }
+    rotation.stages.windows(2).map(|pair| (pair[0].clone(), pair[1].clone())).collect()
+}
+
+/// `sources`, each lesson played per rotation step replaced by one source per step (`NAME [A → B]`).
+pub fn per_rotation_step(target: &Target, sources: Vec<ScenarioSource>) -> Vec<ScenarioSource> {
+    sources
+        .into_iter()
+        .flat_map(|source| {
+            let steps = rotation_steps(target, &source.text);
+            if steps.is_empty() {
+                return vec![source];
+            }
+            steps
+                .into_iter()
+                .map(|(before, after)| ScenarioSource {
+                    name: format!("{} [{before} → {after}]", source.name),
+                    step: Some((before, after)),
+                    ..source.clone()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The target file's key that gives scenario placeholder `name`, when the file leaves it empty.
@@ -181,6 +225,9 @@ fn placeholder_key(name: &str) -> &'static str {
     match name {
         "item" => "[admin] item",
         "ttl" | "past_ttl" => "tool.state_ttl_ms",
+        "stage_first" | "stage_last" | "stage_before" | "stage_after" => "[rotation] stages",
+        "stage_ephemeral" => "[rotation] ephemeral",
+        "version_old" | "version_new" => "[deploy]",
         _ => "tool.other_principal",
     }
 }
@@ -235,6 +282,9 @@ pub enum RunError {
         fleet::FAKETIME_LIBRARY_ENV
     )]
     NoFaketime { shown: String, looked: String },
+    /// A scenario (`shown`) needing a stage whose program comes from an environment variable that is unset.
+    #[error("{shown}: it needs [stages.{stage}], whose program is ${variable}, which is not set (for mcpsim's own release: export {variable}=\"$(bash .ci/mcpsim-release.sh)\")")]
+    NoStageProgram { shown: String, stage: String, variable: String },
     /// A folder of scenarios that could not be listed.
     #[error("{}: {source}", .path.display())]
     ListScenarios { path: PathBuf, source: std::io::Error },
@@ -263,8 +313,13 @@ pub const PAST_TTL_MARGIN_MS: u64 = 60_000;
 
 /// A target scenario's text with its `{{name}}` placeholders filled. `Err`: why it cannot be played against
 /// this target (a placeholder the file leaves empty, or one that does not exist).
-pub fn fill_scenario(target: &Target, text: &str) -> Result<String, PlaceholderError> {
-    let values = scenario_placeholders(target);
+/// `step`: the rotation step (`{{stage_before}}`, `{{stage_after}}`) it is played for [default: the first].
+pub fn fill_scenario(target: &Target, text: &str, step: Option<&(String, String)>) -> Result<String, PlaceholderError> {
+    let mut values = scenario_placeholders(target);
+    if let Some((before, after)) = step {
+        values.insert("stage_before", Some(before.clone()));
+        values.insert("stage_after", Some(after.clone()));
+    }
     file::fill_delimited(text, ("{{", "}}"), Some(PlaceholderError::Unclosed), |name| {
         let name = name.trim();
         match values.get(name) {
@@ -594,10 +649,13 @@ fn reference_comparable(scenario: &Scenario, decisions: &mut Vec<String>) -> boo
         .iter()
         .any(|step| matches!(step.action, Action::Pause { .. } | Action::Resume { .. } | Action::Crash { trigger: Some(_), .. }));
     let clocks = scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0);
-    let why = match (faulted, clocks) {
-        (true, _) => "the scenario pauses or kills an instance mid-request",
-        (false, true) => "the scenario gives instances their own clocks",
-        (false, false) => return true,
+    let staged = scenario.cluster.instances.iter().any(|i| i.stage.is_some())
+        || scenario.steps.iter().any(|step| matches!(step.action, Action::Roll { .. }));
+    let why = match (faulted, clocks, staged) {
+        (true, _, _) => "the scenario pauses or kills an instance mid-request",
+        (false, true, _) => "the scenario gives instances their own clocks",
+        (false, false, true) => "the scenario runs instances in stages of the target file (or rolls them)",
+        (false, false, false) => return true,
     };
     decisions.push(format!("statelessness not compared with the reference play on one instance: {why}, which one process cannot play"));
     false
@@ -696,6 +754,13 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("11-expiry-on-a-skewed-clock.sim", include_str!("../../targets/scenarios/11-expiry-on-a-skewed-clock.sim")),
     ("12-item-deleted-after-the-form.sim", include_str!("../../targets/scenarios/12-item-deleted-after-the-form.sim")),
     ("13-store-cut-between-claim-and-effect.sim", include_str!("../../targets/scenarios/13-store-cut-between-claim-and-effect.sim")),
+    ("14-rotation-mid-confirmation.sim", include_str!("../../targets/scenarios/14-rotation-mid-confirmation.sim")),
+    ("15-two-adjacent-stages-at-once.sim", include_str!("../../targets/scenarios/15-two-adjacent-stages-at-once.sim")),
+    ("16-old-key-retired-mid-confirmation.sim", include_str!("../../targets/scenarios/16-old-key-retired-mid-confirmation.sim")),
+    ("17-restarted-with-an-ephemeral-key.sim", include_str!("../../targets/scenarios/17-restarted-with-an-ephemeral-key.sim")),
+    ("18-deploy-old-mints-new-finishes.sim", include_str!("../../targets/scenarios/18-deploy-old-mints-new-finishes.sim")),
+    ("19-deploy-new-mints-old-finishes.sim", include_str!("../../targets/scenarios/19-deploy-new-mints-old-finishes.sim")),
+    ("20-deploy-during-an-accepts-race.sim", include_str!("../../targets/scenarios/20-deploy-during-an-accepts-race.sim")),
 ];
 
 /// A target scenario to play: where it comes from (a file, or the binary's) and its text.
@@ -707,6 +772,8 @@ pub struct ScenarioSource {
     pub argument: String,
     pub name: String,
     pub text: String,
+    /// The rotation step it is played for ([`per_rotation_step`]).
+    pub step: Option<(String, String)>,
 }
 
 /// The embedded target scenario `name` means (`04-cancel-then-accept`, with or without `.sim`).
@@ -715,7 +782,7 @@ pub fn embedded(name: &str) -> Option<ScenarioSource> {
     let file = if name.ends_with(".sim") { name.to_string() } else { format!("{name}.sim") };
     SCENARIOS.iter().find(|(f, _)| *f == file).map(|(f, text)| {
         let stem = f.trim_end_matches(".sim").to_string();
-        ScenarioSource { shown: format!("<embedded>/{f}"), argument: stem.clone(), name: stem, text: text.to_string() }
+        ScenarioSource { shown: format!("<embedded>/{f}"), argument: stem.clone(), name: stem, text: text.to_string(), step: None }
     })
 }
 
@@ -731,7 +798,13 @@ pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, Ru
             for path in scenario_files(std::slice::from_ref(argument))? {
                 let text = std::fs::read_to_string(&path).map_err(|source| RunError::ReadScenario { path: path.clone(), source })?;
                 let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-                sources.push(ScenarioSource { shown: path.display().to_string(), argument: path.display().to_string(), name, text });
+                sources.push(ScenarioSource {
+                    shown: path.display().to_string(),
+                    argument: path.display().to_string(),
+                    name,
+                    text,
+                    step: None,
+                });
             }
         } else if let Some(source) = embedded(&argument.to_string_lossy()) {
             sources.push(source);
@@ -745,8 +818,24 @@ pub fn scenario_sources(arguments: &[PathBuf]) -> Result<Vec<ScenarioSource>, Ru
 
 /// A target scenario: its text with the placeholders filled, parsed.
 pub fn load_source(target: &Target, source: &ScenarioSource) -> Result<Scenario, RunError> {
-    let filled = fill_scenario(target, &source.text).map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
+    let filled = fill_scenario(target, &source.text, source.step.as_ref())
+        .map_err(|why| RunError::FillScenario { shown: source.shown.clone(), source: why })?;
     let scenario = crate::scenario::parse(&source.shown, &source.name, &filled)?;
+    // Its stages: each one the file has, and a build its program comes from at hand.
+    let rolled = scenario.steps.iter().filter_map(|step| match &step.action {
+        Action::Roll { stage, .. } => Some((step.line, stage)),
+        _ => None,
+    });
+    let declared = scenario.cluster.instances.iter().filter_map(|i| i.stage.as_ref().map(|stage| (0, stage)));
+    for (line, stage) in declared.chain(rolled) {
+        if !target.file.stages.contains_key(stage) {
+            let at = if line == 0 { String::new() } else { format!("line {line}: ") };
+            return Err(RunError::NeedsKey { shown: source.shown.clone(), what: format!("{at}stage {stage}"), key: "[stages.NAME]" });
+        }
+        if let Some(variable) = target.file.stage_program_missing(stage) {
+            return Err(RunError::NoStageProgram { shown: source.shown.clone(), stage: stage.clone(), variable });
+        }
+    }
     // A skewed clock needs libfaketime: without it the scenario is skipped, saying what to install.
     if scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0) {
         fleet::libfaketime().map_err(|looked| RunError::NoFaketime { shown: source.shown.clone(), looked })?;
@@ -883,6 +972,13 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
     for what in judge::indeterminate(&report.spread.history) {
         let _ = writeln!(out, "   ?     may have happened: {}", shown(&what));
     }
+    let crossings = judge::crossings(&report.spread.history);
+    if !crossings.is_empty() {
+        let _ = writeln!(out, "confirmations across stages (round 1 in one stage, the answer in another):");
+        for line in crossings {
+            let _ = writeln!(out, "   >     {}", shown(&line));
+        }
+    }
     let mut properties = vec![Property::AtMostOnce, Property::Consent, Property::Refusal, Property::HonestOutcome, Property::Statelessness];
     if report.spread.history.clients_retry() {
         properties.push(Property::Liveness);
@@ -891,6 +987,17 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
         let broken: Vec<&Finding> = report.findings.iter().filter(|f| f.property == property).collect();
         if property == Property::Statelessness && report.faulty {
             let _ = writeln!(out, "   --    property statelessness: not compared under faults (a retry takes each play its own way)");
+            continue;
+        }
+        if let (Property::Statelessness, Some(why)) = (
+            property,
+            report
+                .spread
+                .decisions
+                .iter()
+                .find_map(|d| d.strip_prefix("statelessness not compared with the reference play on one instance: ")),
+        ) {
+            let _ = writeln!(out, "   --    property statelessness: not compared ({})", shown(why));
             continue;
         }
         let property = property.as_str();

@@ -68,6 +68,8 @@ pub struct TargetWorld<'f, 't> {
     /// Items `admin delete` removed: the effect probe's `before` is lowered by as many, so the judge counts
     /// only what the server did.
     pub admin_deleted: usize,
+    /// Armed `roll I to STAGE after I receives OP`, by scenario instance: the stage its armed crash restarts it in.
+    roll_pending: BTreeMap<usize, String>,
 }
 
 /// The store faults of a play.
@@ -190,15 +192,46 @@ impl<'f, 't> TargetWorld<'f, 't> {
             paused_ops: Vec::new(),
             resume_after: BTreeMap::new(),
             restart_after: BTreeMap::new(),
+            roll_pending: BTreeMap::new(),
         }
     }
 
-    /// Starts the fleet instances that scenario instances declared with `instance I clock ±DURATION` map to
-    /// under that clock (libfaketime). The reference play (every instance on one process) cannot honour
-    /// per-instance clocks: it plays on true time and says so ([`World::global_caveat`]).
+    /// Starts the fleet instances that scenario instances declared with `instance I stage NAME` map to in that
+    /// stage of the target file, then those declared with `instance I clock ±DURATION` under that clock
+    /// (libfaketime). The reference play (every instance on one process) cannot honour either: it plays on true
+    /// time and the file's command, and says so ([`World::global_caveat`]).
     pub fn start_skewed(&mut self) -> Result<(), FleetError> {
         if self.routing == Routing::One {
             return Ok(());
+        }
+        let mut staged: BTreeMap<usize, (String, String)> = BTreeMap::new();
+        for (k, instance) in self.scenario.cluster.instances.iter().enumerate() {
+            let Some(stage) = &instance.stage else { continue };
+            let to = self.route(k);
+            match staged.get(&to) {
+                Some((other, _)) if other != stage => self.decisions.push(format!(
+                    "{} shares {} with an instance in another stage: it runs in that one's",
+                    instance.name,
+                    Fleet::instance_name(to)
+                )),
+                Some(_) => {}
+                None => {
+                    staged.insert(to, (stage.clone(), instance.name.clone()));
+                }
+            }
+        }
+        let skewed: Vec<usize> = (0..self.scenario.cluster.instances.len())
+            .filter(|&k| self.scenario.cluster.instances[k].clock_offset_ms != 0)
+            .map(|k| self.route(k))
+            .collect();
+        for (to, (stage, name)) in staged {
+            if skewed.contains(&to) {
+                // Started once, under its clock, below.
+                self.fleet.set_stage(to, &stage)?;
+            } else {
+                self.fleet.roll(to, &stage)?;
+            }
+            self.decisions.push(format!("{name} starts in stage {} on {}", self.fleet.stage_shown(&stage), Fleet::instance_name(to)));
         }
         let mut clocks: BTreeMap<usize, (i64, String)> = BTreeMap::new();
         for (k, instance) in self.scenario.cluster.instances.iter().enumerate() {
@@ -572,6 +605,14 @@ impl<'f, 't> TargetWorld<'f, 't> {
                     };
                     self.decisions.push(format!("killed {target} (SIGKILL)"));
                     self.transcript.push(format!("  {target} gave no answer: {why}"));
+                    if let Some(stage) = self.roll_pending.remove(&wire.outgoing.instance) {
+                        let line = match self.fleet.set_stage(wire.to, &stage) {
+                            Ok(()) => format!("rolling {target} to stage {}: it starts in it", self.fleet.stage_shown(&stage)),
+                            Err(error) => format!("roll not applied: {error}"),
+                        };
+                        self.decisions.push(line.clone());
+                        self.transcript.push(format!("  {line}"));
+                    }
                     self.history.lost_to_fault(id, fault);
                     if restarted_after != usize::MAX {
                         self.restart_after.insert(wire.to, restarted_after);
@@ -759,8 +800,13 @@ impl<'f, 't> TargetWorld<'f, 't> {
     }
 
     /// The scenario's instance and the process that took it, so a report (and a trace) names both.
+    /// With a stage: `i1@t2[k1]` (the judge reads which stage took each round from it).
     fn instance_label(&self, instance: usize, to: usize) -> String {
-        format!("{}@{}", self.scenario.cluster.instances[instance].name, Fleet::instance_name(to))
+        let name = &self.scenario.cluster.instances[instance].name;
+        match self.fleet.stage_of(to) {
+            Some(stage) => format!("{name}@{}[{stage}]", Fleet::instance_name(to)),
+            None => format!("{name}@{}", Fleet::instance_name(to)),
+        }
     }
 
     /// A request goes on the wire: a new operation (a first attempt, or the retry `wire.attempt` says).
@@ -1025,12 +1071,63 @@ impl World for TargetWorld<'_, '_> {
         Ok(())
     }
 
+    fn roll(&mut self, instances: &[usize], stage: &str, trigger: Option<&TriggerSpec>) -> Result<(), Refused> {
+        if self.routing == Routing::One {
+            return Err(Refused::Unsupported(
+                "the reference play runs every instance on one process: rolling it would roll them all, so it plays without the roll"
+                    .into(),
+            ));
+        }
+        if let Some(trigger) = trigger {
+            let receiver = self.scenario.cluster.instances.iter().position(|i| i.name == trigger.receiver);
+            let [instance] = instances else {
+                return Err(Refused::Unsupported("a roll armed on a request rolls the one instance that receives it".into()));
+            };
+            if receiver != Some(*instance) {
+                return Err(Refused::Unsupported(
+                    "against a target, a roll is armed on a request the rolled instance itself receives (`roll I to STAGE after I receives METHOD`)".into(),
+                ));
+            }
+            if !self.fleet.has_stage(stage) {
+                return Err(Refused::Failed(format!("the target file has no [stages.{stage}]")));
+            }
+            // A deploy that does not drain: the process killed right after the request is written (as `crash … after`),
+            // and started again at once, in the stage.
+            let event = FaultEvent {
+                trigger: Trigger::Next { instance: *instance, method: Some(trigger.label.clone()) },
+                action: FaultAction::Crash { restarted_after: 0, retry: RetryOn::Scenario },
+            };
+            self.decisions.push(format!("roll armed: {} to stage {stage} ({event})", self.scenario.cluster.instances[*instance].name));
+            self.roll_pending.insert(*instance, stage.to_string());
+            self.armed.push((event, None));
+            return Ok(());
+        }
+        let mut done = Vec::new();
+        for &instance in instances {
+            let to = self.route(instance);
+            if done.contains(&to) {
+                continue;
+            }
+            done.push(to);
+            let line = self.fleet.roll(to, stage).map_err(|error| Refused::Failed(error.to_string()))?;
+            self.decisions.push(line.clone());
+            self.transcript.push(format!("  {line}"));
+        }
+        Ok(())
+    }
+
     fn rotate(&mut self, _instances: &[usize], _key_id: &str, _secret: Vec<u8>) -> Result<(), Refused> {
-        Err(Refused::Unsupported("a target's keys are its own".into()))
+        Err(Refused::Unsupported(
+            "a target's keys are its own: give the target file its rotation as [stages.NAME] and roll instances to them (`roll I to NAME`)"
+                .into(),
+        ))
     }
 
     fn retire(&mut self, _instances: &[usize], _key_id: &str) -> Result<(), Refused> {
-        Err(Refused::Unsupported("a target's keys are its own".into()))
+        Err(Refused::Unsupported(
+            "a target's keys are its own: give the target file its rotation as [stages.NAME] and roll instances to them (`roll I to NAME`)"
+                .into(),
+        ))
     }
 
     fn history(&self) -> &History {
@@ -1077,9 +1174,16 @@ impl World for TargetWorld<'_, '_> {
 
     fn global_caveat(&self) -> Option<String> {
         let skewed = self.scenario.cluster.instances.iter().any(|i| i.clock_offset_ms != 0);
-        (self.routing == Routing::One && skewed).then(|| {
-            "the reference play runs every instance on one process, on true time: it cannot honour per-instance clocks".to_string()
-        })
+        let staged = self.scenario.cluster.instances.iter().any(|i| i.stage.is_some());
+        match (self.routing == Routing::One, skewed, staged) {
+            (true, true, _) => {
+                Some("the reference play runs every instance on one process, on true time: it cannot honour per-instance clocks".into())
+            }
+            (true, false, true) => {
+                Some("the reference play runs every instance on one process, in the file's own command: it cannot honour stages".into())
+            }
+            _ => None,
+        }
     }
 
     fn annotate(&mut self, annotation: Annotation) {
