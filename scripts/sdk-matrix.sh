@@ -10,7 +10,7 @@
 #
 # Rows: "mcpsim" is mcpsim's own HTTP fleet, targets/mcpsim-http.toml itself (its rotation recipe and its two
 # versions are stages of that file; no copy under targets/matrix/); python, typescript and rust are
-# targets/matrix/ROW.toml. Cells (columns): lessons 01 02 03 04 06 14 15 16 17, and the deploy lessons 18 19 on
+# targets/matrix/ROW.toml. Cells (columns): lessons 01 02 03 04 06 14 15 16 17, and the deploy lessons 18 19 20 on
 # a row whose target file has a [deploy] table. A LESSON is its number (14) or its name. Each cell is exactly
 #   mcpsim run --target FILE LESSON --reruns 1
 # and its verdict is read from that run's summary rows: PASS, FAIL (properties), SKIPPED (the run says why),
@@ -31,7 +31,7 @@ source .ci/common.sh
 
 ROWS=(mcpsim python typescript rust)
 CELLS=(01 02 03 04 06 14 15 16 17)
-DEPLOY_CELLS=(18 19)
+DEPLOY_CELLS=(18 19 20)
 # The page's table section lies between these two lines (kept; everything between them is replaced).
 BEGIN_MARK="<!-- sdk-matrix table: scripts/sdk-matrix.sh --out docs/sdk-matrix.md writes what follows -->"
 END_MARK="<!-- end of the sdk-matrix table -->"
@@ -101,7 +101,7 @@ for row in $rows_run; do
   esac
 done
 export PATH
-if [[ -z "${MCPSIM_RELEASE:-}" ]] && printf '%s\n' "${cells[@]}" | grep -q ' 1[89]-'; then
+if [[ -z "${MCPSIM_RELEASE:-}" ]] && printf '%s\n' "${cells[@]}" | grep -q ' \(18\|19\|20\)-'; then
   if release="$(bash .ci/mcpsim-release.sh)"; then
     export MCPSIM_RELEASE="$release"
   else
@@ -189,10 +189,12 @@ if $update; then
   for row in $rows_run; do
     expected="$(expected_file "$row")"
     row_results "$row" > "$log"
-    old="$(if [[ -f "$expected" ]]; then cat "$expected"; fi)"
+    old="$(if [[ -f "$expected" ]]; then grep -v '^#' "$expected" || true; fi)"
     {
-      # The lessons in number order: those run take their new lines, the others keep theirs.
-      for lesson in $( (row_cells "$row" | tr ' ' '\n'; cut -f1 <<< "$old" | cut -d' ' -f1 | cut -c1-2) | sort -u); do
+      # The file's comment lines are kept; then the lessons in number order: those run take their new lines,
+      # the others keep theirs.
+      if [[ -f "$expected" ]]; then grep '^#' "$expected" || true; fi
+      for lesson in $( (row_cells "$row" | tr ' ' '\n'; cut -f1 <<< "$old" | cut -c1-2) | LC_ALL=C sort -u); do
         name="$(lesson_name "$lesson")"
         if printf '%s\n' "${cells[@]}" | grep -qx "$row $name"; then cell_lines "$name" "$log"; else cell_lines "$name" <(echo "$old"); fi
       done
@@ -224,6 +226,7 @@ title() {
     17*) echo "ephemeral restart (17)" ;;
     18*) echo "deploy: old mints, new finishes (18)" ;;
     19*) echo "deploy: new mints, old finishes (19)" ;;
+    20*) echo "deploy during a race (20)" ;;
     *) echo "$1" ;;
   esac
 }
@@ -234,12 +237,15 @@ cell_text() {
     index($1, l " [") == 1 {
       step = substr($1, length(l) + 3); sub(/\]$/, "", step)
       n++; steps[n] = step; verdicts[n] = $2; count[$2]++
+      if ($2 == "PASS") passed = step
     }
     END {
       if (n == 0) exit
+      if (n == 1) { print step_text(steps[1], verdicts[1]); exit }
       text = ""
       for (i = 1; i <= n; i++) if (verdicts[i] != "PASS") text = text (text == "" ? "" : "<br>") step_text(steps[i], verdicts[i])
-      if (count["PASS"] > 0) text = text (text == "" ? "" : "<br>") "PASS ×" count["PASS"]
+      if (count["PASS"] == 1 && n > 1) text = text (text == "" ? "" : "<br>") step_text(passed, "PASS")
+      else if (count["PASS"] > 0) text = text (text == "" ? "" : "<br>") "PASS ×" count["PASS"]
       print text
     }
     function step_text(s, v) { return v " at " s }' "$2"
