@@ -142,8 +142,9 @@ for cell in "${cells[@]}"; do
   done_cells=$((done_cells + 1))
   file="$(row_file "$row")"
   echo "== [$done_cells/$total] $row $lesson: mcpsim run --target $file $lesson --reruns 1" >&2
-  status=0
+  status=0 started=$SECONDS
   timeout 600 "$MCPSIM" run --target "$file" "$lesson" --reruns 1 > "$log" 2>&1 || status=$?
+  echo "   ($((SECONDS - started)) s)" >&2
   rows="$(summary_rows < "$log")"
   if [[ -z "$rows" ]]; then
     echo "   no verdict (exit $status):" >&2; tail -20 "$log" >&2
