@@ -33,8 +33,9 @@ and answered on one not yet restarted is refused there (unknown key). targets/mc
 recipe (docs/targets.md, \"Rolling changes\").
 
 Without --out the key is printed to a terminal or a pipe (a secret manager, say); a shell redirect into a file
-(`> keys.toml`) is refused, since the shell creates it readable by others before any chmod: use --out. Exit status: 0 when the key was written; 1 if the file could not be written (or exists,
-or stdout is a file others can read).";
+(`> keys.toml`) is refused, since the shell creates it readable by others before any chmod: use --out.
+Exit status: 0 when the key was written; 1 if the file could not be written (or exists, or stdout is a file
+others can read).";
 
 /// Make a new signing key for a fleet's shared key file (`serve --key-file`).
 #[derive(Debug, clap::Args)]
