@@ -253,19 +253,20 @@ cell_text() {
 }
 lessons_run="$(printf '%s\n' "${cells[@]}" | cut -d' ' -f2 | LC_ALL=C sort -u)"
 table() {
-  local header="| SDK (target file) |" rule="|---|" line lesson
+  local header="| SDK (target file) |" rule="|---|" line lesson missing=false
   for lesson in $lessons_run; do header="$header $(title "$lesson") |"; rule="$rule---|"; done
   echo "$header"; echo "$rule"
   for row in $rows_run; do
     row_results "$row" > "$log"
     line="| $(label "$row") (\`$(row_file "$row")\`) |"
     for lesson in $lessons_run; do
-      if printf '%s\n' "${cells[@]}" | grep -qx "$row $lesson"; then line="$line $(cell_text "$lesson" "$log") |"; else line="$line |"; fi
+      if printf '%s\n' "${cells[@]}" | grep -qx "$row $lesson"; then line="$line $(cell_text "$lesson" "$log") |"; else line="$line — |"; missing=true; fi
     done
     echo "$line"
   done
   echo
   echo "Each cell: \`mcpsim run --target FILE LESSON --reruns 1\` (FILE as in its row, LESSON as in its column);"
+  if $missing; then echo "— is a cell not played (not asked for, or a deploy lesson on a file without [deploy]);"; fi
   echo "the whole table: \`scripts/sdk-matrix.sh --out docs/sdk-matrix.md\`."
 }
 
