@@ -20,12 +20,22 @@ Examples:
   mcpsim keygen --out keys.toml          # a new key file, readable by you only (refuses to overwrite one)
   mcpsim serve --http 127.0.0.1:8080 --instances 3 --store sqlite:./fleet.db --key-file keys.toml
 
-Rotation: make a new key, put its [[keys]] table first in the key file (it signs from then on) and keep the
-old one after it (it still verifies the states it sealed until they expire); restart every process of the
-fleet with the new file. Without --out the key is printed to a terminal or a pipe (a secret manager, say); a
-shell redirect into a file (`> keys.toml`) is refused, since the shell creates it readable by others before
-any chmod: use --out. Exit status: 0 when the key was written; 1 if the file could not be written (or exists,
-or stdout is a file others can read).";
+Rotation, in four stages (the first [[keys]] table of a key file signs, the others only verify), each one
+rolled out to every process (a restart each) before the next begins:
+  1. k1      the old key alone: where the fleet stands.
+  2. k1-k2   k1 still signs; the new key after it, verifying only (`mcpsim keygen --id k2 --out k2.toml`,
+             then its [[keys]] table appended: `(umask 077; cat k1.toml k2.toml > k1-k2.toml)`).
+  3. k2-k1   k2 signs; k1 after it still verifies the states it sealed until they expire.
+  4. k2      k1 retired, once --state-ttl has passed since the last process reached stage 3.
+While a stage rolls out, processes of two adjacent stages answer together, and each verifies what the other
+signs. Skipping stage 2 (the new key first at once) drops confirmations: a state sealed by a restarted process
+and answered on one not yet restarted is refused there (unknown key). targets/mcpsim-http.toml plays this
+recipe (docs/targets.md, \"Rolling changes\").
+
+Without --out the key is printed to a terminal or a pipe (a secret manager, say); a shell redirect into a file
+(`> keys.toml`) is refused, since the shell creates it readable by others before any chmod: use --out.
+Exit status: 0 when the key was written; 1 if the file could not be written (or exists, or stdout is a file
+others can read).";
 
 /// Make a new signing key for a fleet's shared key file (`serve --key-file`).
 #[derive(Debug, clap::Args)]
