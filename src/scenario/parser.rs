@@ -944,40 +944,20 @@ impl<'a> Parser<'a> {
             "restart" => Action::Restart { instance: self.instance()? },
             "pause" => {
                 let instance = self.instance()?;
-                let trigger = if self.keyword("after") {
-                    let receiver = self.instance()?;
-                    self.expect_keyword("receives", "after the receiver")?;
-                    let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a method such as tools/call)"))?;
-                    Some(TriggerSpec { moment: Moment::After, receiver, label, sender: None })
-                } else {
-                    None
-                };
+                let trigger = self.after_receives()?;
                 Action::Pause { instance, trigger }
             }
             "resume" => Action::Resume { instance: self.instance()? },
             "rotate" => {
-                let mut instances = vec![self.instance()?];
-                while self.peek_word().as_deref() != Some("to") && !self.at_line_end() {
-                    instances.push(self.instance()?);
-                }
+                let instances = self.instances_before_to()?;
                 self.expect_keyword("to", "and the new signing key")?;
                 Action::Rotate { instances, key: self.key()? }
             }
             "roll" => {
-                let mut instances = vec![self.instance()?];
-                while self.peek_word().as_deref() != Some("to") && !self.at_line_end() {
-                    instances.push(self.instance()?);
-                }
+                let instances = self.instances_before_to()?;
                 self.expect_keyword("to", "and the stage of the target file to restart them in")?;
                 let stage = self.stage_name()?;
-                let trigger = if self.keyword("after") {
-                    let receiver = self.instance()?;
-                    self.expect_keyword("receives", "after the receiver")?;
-                    let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a method such as tools/call)"))?;
-                    Some(TriggerSpec { moment: Moment::After, receiver, label, sender: None })
-                } else {
-                    None
-                };
+                let trigger = self.after_receives()?;
                 Action::Roll { instances, stage, trigger }
             }
             "retire" => {
@@ -1110,6 +1090,26 @@ impl<'a> Parser<'a> {
             return Err(self.error_at(at, format!("key {key} is not declared: add `key {key}` above the first step")));
         }
         Ok(key)
+    }
+
+    /// `after I receives OP`, if the line goes on with `after` (`pause` and `roll`): the request that fires it.
+    fn after_receives(&mut self) -> Result<Option<TriggerSpec>, ParseError> {
+        if !self.keyword("after") {
+            return Ok(None);
+        }
+        let receiver = self.instance()?;
+        self.expect_keyword("receives", "after the receiver")?;
+        let (label, _) = self.word().ok_or_else(|| self.expected("what it receives (a method such as tools/call)"))?;
+        Ok(Some(TriggerSpec { moment: Moment::After, receiver, label, sender: None }))
+    }
+
+    /// One or more instances, up to `to` (`rotate I… to KEY`, `roll I… to STAGE`).
+    fn instances_before_to(&mut self) -> Result<Vec<String>, ParseError> {
+        let mut instances = vec![self.instance()?];
+        while self.peek_word().as_deref() != Some("to") && !self.at_line_end() {
+            instances.push(self.instance()?);
+        }
+        Ok(instances)
     }
 
     /// A stage of the target file (`[stages.NAME]`): 1 to 32 of `A-Z a-z 0-9 _ -`; whether the file has it is
