@@ -216,44 +216,36 @@ impl<'f, 't> TargetWorld<'f, 't> {
         }
     }
 
-    /// Starts the fleet instances that scenario instances declared with `instance I stage NAME` map to in that
-    /// stage of the target file, then those declared with `instance I clock ±DURATION` under that clock
-    /// (libfaketime). The reference play (every instance on one process) cannot honour either: it plays on true
+    /// Says which stage each instance declared with `instance I stage NAME` started in (the fleet was started in
+    /// them), then restarts those declared with `instance I clock ±DURATION` under that clock (libfaketime,
+    /// keeping their stage). The reference play (every instance on one process) cannot honour either: it plays on true
     /// time and the file's command, and says so ([`World::global_caveat`]).
     pub fn start_skewed(&mut self) -> Result<(), FleetError> {
         if self.routing == Routing::One {
             return Ok(());
         }
-        let mut staged: BTreeMap<usize, (String, String)> = BTreeMap::new();
+        // The fleet was started in the declared stages ([`starting_stages`], the first instance mapped to each
+        // fleet instance deciding): said here, with any instance that shares a process in another stage.
+        let mut said = Vec::new();
         for (k, instance) in self.scenario.cluster.instances.iter().enumerate() {
-            let Some(stage) = &instance.stage else { continue };
-            let to = self.route(k);
-            match staged.get(&to) {
-                Some((other, _)) if other != stage => self.decisions.push(format!(
+            let (Some(stage), to) = (&instance.stage, self.route(k)) else { continue };
+            let running = self.fleet.stage_of(to).unwrap_or_default().to_string();
+            if running != *stage {
+                let line = format!(
                     "{} shares {} with an instance in another stage: it runs in that one's",
                     instance.name,
                     Fleet::instance_name(to)
-                )),
-                Some(_) => {}
-                None => {
-                    staged.insert(to, (stage.clone(), instance.name.clone()));
-                }
+                );
+                self.decisions.push(line);
+            } else if !said.contains(&to) {
+                said.push(to);
+                self.decisions.push(format!(
+                    "{} starts in stage {} on {}",
+                    instance.name,
+                    self.fleet.stage_shown(stage),
+                    Fleet::instance_name(to)
+                ));
             }
-        }
-        let skewed: Vec<usize> = (0..self.scenario.cluster.instances.len())
-            .filter(|&k| self.scenario.cluster.instances[k].clock_offset_ms != 0)
-            .map(|k| self.route(k))
-            .collect();
-        for (to, (stage, name)) in staged {
-            // Started in it already ([`starting_stages`]), or once under its clock, below.
-            if self.fleet.stage_of(to) != Some(stage.as_str()) {
-                if skewed.contains(&to) {
-                    self.fleet.set_stage(to, &stage)?;
-                } else {
-                    self.fleet.roll(to, &stage)?;
-                }
-            }
-            self.decisions.push(format!("{name} starts in stage {} on {}", self.fleet.stage_shown(&stage), Fleet::instance_name(to)));
         }
         let mut clocks: BTreeMap<usize, (i64, String)> = BTreeMap::new();
         for (k, instance) in self.scenario.cluster.instances.iter().enumerate() {
@@ -1239,7 +1231,45 @@ mod tests {
     use crate::oracle::history::{Attempt, OperationId};
     use crate::target::faults::{FaultAction, FaultEvent, FaultKind, FaultPlan, RetryOn, Trigger};
     use crate::target::world::Routing;
-    use crate::target::{embedded, load_source, planted_target, play_once, PlayedOnce};
+    use crate::target::{embedded, load_source, planted_target, play_once, PlayedOnce, RunError, ScenarioSource};
+
+    /// A lesson written here, as a target scenario source.
+    fn lesson(name: &str, text: &str) -> ScenarioSource {
+        ScenarioSource { shown: format!("{name}.sim"), argument: name.into(), name: name.into(), text: text.into(), step: None }
+    }
+
+    const ROUND1: &str =
+        "principal {{principal}} workspaces \"file:///notes\"\ninstance i1\ninstance i2\nclient user principal {{principal}}\n\
+        send user -> i1 tools/call {\"name\": \"{{tool}}\", \"arguments\": {{arguments}}} as round1\n";
+
+    #[test]
+    fn a_roll_armed_on_a_request_restarts_its_receiver_in_the_stage_and_wrong_rolls_are_refused() {
+        let (dir, target) = planted_target("armed-roll", "[stages.again]\nenv = { PLANTED = \"\" }\nabout = \"the same server\"\n");
+        // A stage the file lacks: skipped before any process starts, naming the table.
+        let missing = load_source(&target, &lesson("missing", &format!("{ROUND1}roll i2 to nope\n"))).unwrap_err();
+        assert!(matches!(&missing, RunError::NeedsKey { what, key: "[stages.NAME]", .. } if what.contains("stage nope")), "{missing}");
+        // Armed on the request i2 receives: i2 killed once its accept is written, started again in the stage.
+        let text = format!("{ROUND1}roll i2 to again after i2 receives tools/call\nanswer user -> i2 accept {{{{accept}}}} as lost\n");
+        let scenario = load_source(&target, &lesson("armed", &text)).unwrap();
+        let played = play_once(&target, &scenario, 1, Routing::Spread, FaultPlan::default(), "mcpsim", &dir).unwrap();
+        assert!(played.play.failures.is_empty(), "{:?}", played.play.failures);
+        assert!(played.decisions.iter().any(|d| d.starts_with("roll armed: i2 to stage again")), "{:?}", played.decisions);
+        assert!(played.decisions.iter().any(|d| d.contains("to stage again (the same server): it starts in it")), "{:?}", played.decisions);
+        assert!(played.events.iter().any(|e| e.contains(" in stage again for alice")), "{:?}", played.events);
+        assert!(played.history.lost_to(OperationId(1)).is_some(), "{:?}", played.transcript);
+        // Armed on a request another instance receives: not done, the step skipped saying why, nothing armed.
+        let text = format!("{ROUND1}roll i1 to again after i2 receives tools/call\n");
+        let scenario = load_source(&target, &lesson("elsewhere", &text)).unwrap();
+        let played = play_once(&target, &scenario, 1, Routing::Spread, FaultPlan::default(), "mcpsim", &dir).unwrap();
+        let roll = played.play.steps.iter().find(|s| s.text.starts_with("roll")).expect("the roll's record");
+        assert!(
+            matches!(&roll.outcome, crate::play::StepOutcome::Skipped(why) if why.contains("a roll is armed on a request the rolled instance itself receives")),
+            "{:?}",
+            roll.outcome
+        );
+        assert!(!played.decisions.iter().any(|d| d.starts_with("roll armed")), "{:?}", played.decisions);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Plays `01-retry-lands-elsewhere` on the planted notes server (correct, three stdio instances) under a
     /// plan of one event at request 2 (the accept).
