@@ -6,17 +6,16 @@ exactly the answer it plants. Exit 0 when every switch did what it plants, 1 (na
 
     python3 tests/peers/planted_live.py COMMAND...      # e.g. python3 tests/peers/nosdk/notes_server.py
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stdio_peer import META, StdioServer  # noqa: E402  (tests/peers/stdio_peer.py)
+
 KEY = "mcpsim-test-key-0123456789abcdef0123456789"
 ARGS = {"workspaceUri": "file:///work/notes", "title": "TPS report"}
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-        "io.modelcontextprotocol/clientInfo": {"name": "user", "version": "1.0.0"}}
 ACCEPT = {"action": "accept", "content": {"note_id": "note-7", "confirm": True}}
 INVALID = {"action": "accept", "content": {"note_id": 12345, "confirm": "yes"}}
 # What bob's copied accept and alice's valid accept must get, per switch (the cancel and the invalid answer
@@ -30,29 +29,13 @@ EXPECTED = {
 }
 
 
-class Process:
+class Process(StdioServer):
     def __init__(self, command, db, bug, principal):
         env = dict(os.environ, NOTES_STATE_KEY=KEY, NOTES_PRINCIPAL=principal, NODE_NO_WARNINGS="1")
         env.pop("NOTES_BUG", None)
         if bug:
             env["NOTES_BUG"] = bug
-        self.process = subprocess.Popen(command + ["stdio", db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        env=env, text=True)
-        self.id = 0
-
-    def call(self, params):
-        self.id += 1
-        message = {"jsonrpc": "2.0", "id": self.id, "method": "tools/call", "params": {"_meta": META, **params}}
-        self.process.stdin.write(json.dumps(message) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            sys.exit(f"the server exited without answering {message}")
-        return json.loads(line)
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(30)
+        super().__init__(command + ["stdio", db], env)
 
 
 def kind(answer):

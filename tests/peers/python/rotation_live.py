@@ -10,19 +10,18 @@ cannot pass because the server ignores its keys. Exit 0 when all held, 1 (naming
 
     python3 tests/peers/python/rotation_live.py PYTHON   # an interpreter with the pinned SDK (.ci/peers.sh --venv)
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from stdio_peer import META, StdioServer  # noqa: E402  (tests/peers/stdio_peer.py)
+
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes_fleet_server.py")
 K1 = "mcpsim-rotation-test-key-one-0123456789abcdef"
 K2 = "mcpsim-rotation-test-key-two-0123456789abcdef"
 ARGS = {"workspaceUri": "file:///work/notes", "title": "TPS report"}
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-        "io.modelcontextprotocol/clientInfo": {"name": "user", "version": "1.0.0"}}
 ACCEPT = {"action": "accept", "content": {"note_id": "note-7", "confirm": True}}
 # Each process: its environment, the key it seals with, the keys it opens.
 STAGES = {
@@ -41,33 +40,14 @@ def environment(extra):
     return dict(env, NOTES_PRINCIPAL="alice", **extra)
 
 
-class Process:
+class Process(StdioServer):
     def __init__(self, python, db, extra):
         # The SDK logs every refusal's reason on stderr: kept in a file, shown if the process dies.
-        self.log = tempfile.TemporaryFile("w+")
-        self.process = subprocess.Popen([python, SERVER, "stdio", db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.log, env=environment(extra), text=True)
-        self.id = 0
-
-    def call(self, params):
-        self.id += 1
-        message = {"jsonrpc": "2.0", "id": self.id, "method": "tools/call", "params": {"_meta": META, **params}}
-        self.process.stdin.write(json.dumps(message) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            self.log.seek(0)
-            sys.exit(f"the server exited without answering {message}:\n{self.log.read()[-2000:]}")
-        return json.loads(line)
+        super().__init__([python, SERVER, "stdio", db], environment(extra))
 
     def answer(self, state, response):
         return kind(self.call({"name": "notes_delete", "arguments": ARGS, "requestState": state,
                                "inputResponses": {"delete_choice": response}}))
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(30)
-        self.log.close()
 
 
 def kind(answer):

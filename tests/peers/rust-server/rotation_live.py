@@ -11,16 +11,16 @@ never a key. Exit 0 when all held, 1 (naming what did not) otherwise.
     python3 tests/peers/rust-server/rotation_live.py [TARGET]    # default targets/matrix/rust.toml
 """
 import base64
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import tomllib
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from stdio_peer import META, StdioServer  # noqa: E402  (tests/peers/stdio_peer.py)
+
 ARGS = {"workspaceUri": "file:///work/notes", "title": "TPS report"}
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
 ACCEPT = {"action": "accept", "content": {"note_id": "note-7", "confirm": True}}
 ROTATION = ["k1", "k1-k2", "k2-k1", "k2"]
 # Where a state sealed on each stage opens (rmcp's recipe), and how it is sealed.
@@ -39,29 +39,14 @@ def fill(words, data_dir):
     return [word.replace("{data_dir}", data_dir) for word in words]
 
 
-class Process:
+class Process(StdioServer):
     def __init__(self, command, env):
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        env={**os.environ, "NOTES_BUG": "", **env}, text=True)
-        self.id = 0
-
-    def call(self, params):
-        self.id += 1
-        message = {"jsonrpc": "2.0", "id": self.id, "method": "tools/call", "params": {"_meta": META, **params}}
-        self.process.stdin.write(json.dumps(message) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            sys.exit(f"the server exited without answering {message}")
-        return json.loads(line)
+        super().__init__(command, {**os.environ, "NOTES_BUG": "", **env})
 
     def answer(self, state, response):
         return self.call({"name": "notes_delete", "arguments": ARGS, "requestState": state,
                           "inputResponses": {"delete_choice": response}})
 
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(30)
 
 
 def opened(answer):

@@ -14,37 +14,25 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from stdio_peer import META, StdioServer  # noqa: E402  (tests/peers/stdio_peer.py)
+
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes_server.mjs")
 # The keys of targets/matrix/typescript.toml's stages.
 K1 = "mcpsim-matrix-typescript-k1-0123456789abcdef"
 K2 = "mcpsim-matrix-typescript-k2-0123456789abcdef"
 ARGS = {"workspaceUri": "file:///work/notes", "title": "TPS report"}
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-        "io.modelcontextprotocol/clientInfo": {"name": "user", "version": "1.0.0"}}
 ACCEPT = {"delete_choice": {"action": "accept", "content": {"note_id": "note-7", "confirm": True}}}
 
 
-class Process:
+class Process(StdioServer):
     def __init__(self, node, db, key):
         env = dict(os.environ, NOTES_PRINCIPAL="alice", NODE_NO_WARNINGS="1")
         for name in ("NOTES_BUG", "NOTES_STATE_KEY", "NOTES_AUDIT"):
             env.pop(name, None)
         if key is not None:
             env["NOTES_STATE_KEY"] = key
-        self.process = subprocess.Popen([node, SERVER, "stdio", db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, env=env, text=True)
-        self.id = 0
-
-    def call(self, params):
-        self.id += 1
-        message = {"jsonrpc": "2.0", "id": self.id, "method": "tools/call", "params": {"_meta": META, **params}}
-        self.process.stdin.write(json.dumps(message) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            sys.exit(f"the server exited without answering {message}")
-        return json.loads(line)
+        super().__init__([node, SERVER, "stdio", db], env)
 
     def round1(self):
         return self.call({"name": "notes_delete", "arguments": ARGS})["result"]["requestState"]
@@ -62,9 +50,6 @@ class Process:
         answer = self.call({"name": "notes_list", "arguments": {}})
         return len(answer["result"]["structuredContent"]["notes"])
 
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(30)
 
 
 def check(node, folder):
