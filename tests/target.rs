@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::child::{finish, Ran};
+use common::child::{finish, repo, Ran};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -14,18 +14,8 @@ use std::time::Duration;
 /// Longest one `mcpsim run --target` may take here (a full run of the target scenarios takes ~2 s).
 const RUN_SECONDS_MAX: u64 = 180;
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mcpsim"))
-        .args(args)
-        .current_dir(repo())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mcpsim starts")
+    common::child::mcpsim(args).spawn().expect("mcpsim starts")
 }
 
 fn run(args: &[&str]) -> Ran {
@@ -142,10 +132,7 @@ fn a_target_file_with_an_unknown_key_is_refused_with_the_file_the_line_and_the_k
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcpsim-target-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::child::scratch("target-test", name)
 }
 
 /// A target whose "server" records its pid and then never answers, so mcpsim is mid-run (waiting for round 1)

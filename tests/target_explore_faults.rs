@@ -8,22 +8,13 @@
 
 mod common;
 
-use common::child::{finish, Ran};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use common::child::Ran;
 
 /// Longest one mcpsim run may take here (five seeds of scenario 02 on three processes take ~6 s).
 const RUN_SECONDS_MAX: u64 = 180;
 
 fn run(args: &[&str]) -> Ran {
-    let child = Command::new(env!("CARGO_BIN_EXE_mcpsim"))
-        .args(args)
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mcpsim starts");
-    finish(child, RUN_SECONDS_MAX)
+    common::child::run_mcpsim(args, RUN_SECONDS_MAX)
 }
 
 /// What an exploration decided, seed by seed: each seed's line-indented decisions (its routing, the plan

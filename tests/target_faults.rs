@@ -14,10 +14,9 @@
 
 mod common;
 
-use common::child::{finish, Ran};
+use common::child::Ran;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Longest one `mcpsim run` may take here (one scenario on a fresh fleet takes about a second).
@@ -25,26 +24,12 @@ const RUN_SECONDS_MAX: u64 = 180;
 
 const FLEETS: [&str; 2] = ["targets/mcpsim-stdio.toml", "targets/mcpsim-http.toml"];
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn run(args: &[&str]) -> Ran {
-    let child = Command::new(env!("CARGO_BIN_EXE_mcpsim"))
-        .args(args)
-        .current_dir(repo())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mcpsim starts");
-    finish(child, RUN_SECONDS_MAX)
+    common::child::run_mcpsim(args, RUN_SECONDS_MAX)
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcpsim-target-faults-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::child::scratch("target-faults", name)
 }
 
 /// Whether a transcript line's message has JSON-RPC id `id` (first, or before `jsonrpc` in an error).

@@ -13,9 +13,8 @@
 
 mod common;
 
-use common::child::{finish, Ran};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use common::child::{finish, repo, Ran};
+use std::path::PathBuf;
 
 /// Longest one `mcpsim run --target` may take here (the rotation lessons on three HTTP processes take seconds).
 const RUN_SECONDS_MAX: u64 = 300;
@@ -23,14 +22,9 @@ const TARGET: &str = "targets/mcpsim-http.toml";
 /// The steps (adjacent stages) of the file's rotation recipe.
 const STEPS: [&str; 3] = ["[k1 → k1-k2]", "[k1-k2 → k2-k1]", "[k2-k1 → k2]"];
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// `mcpsim ARGS` from the checkout, with MCPSIM_RELEASE as given (`None`: removed from the environment).
 fn run(args: &[&str], release: Option<&str>) -> Ran {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcpsim"));
-    command.args(args).current_dir(repo()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut command = common::child::mcpsim(args);
     match release {
         Some(path) => command.env("MCPSIM_RELEASE", path),
         None => command.env_remove("MCPSIM_RELEASE"),
@@ -65,10 +59,7 @@ fn verdict<'a>(rows: &'a [(String, String)], name: &str) -> &'a str {
 
 /// A scratch directory of this test process's own.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcpsim-target-rotation-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::child::scratch("target-rotation", name)
 }
 
 #[test]

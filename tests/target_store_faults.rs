@@ -9,35 +9,20 @@
 
 mod common;
 
-use common::child::{finish, Ran};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use common::child::{repo, Ran};
+use std::path::PathBuf;
 
 /// Longest one run may take here (a SQLite lock lesson waits out the server's 5 s busy timeout per play).
 const RUN_SECONDS_MAX: u64 = 180;
 const POSTGRES: &str = "MCPSIM_TEST_POSTGRES_URL";
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn run(args: &[&str]) -> Ran {
-    let child = Command::new(env!("CARGO_BIN_EXE_mcpsim"))
-        .args(args)
-        .current_dir(repo())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mcpsim starts");
-    finish(child, RUN_SECONDS_MAX)
+    common::child::run_mcpsim(args, RUN_SECONDS_MAX)
 }
 
 /// A scratch directory of this test, fresh.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcpsim-store-faults-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::child::scratch("store-faults", name)
 }
 
 /// The answers the transcript shows, in order (`← tN user: {…}`), as JSON.

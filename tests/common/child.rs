@@ -3,8 +3,35 @@
 
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+/// The repository's root: where the tests start mcpsim (target files and scenarios are named from there).
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `mcpsim ARGS` as this test run built it, in the repository's root, its output piped (not started yet: a
+/// test may add to its environment).
+pub fn mcpsim(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcpsim"));
+    command.args(args).current_dir(repo()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+}
+
+/// `mcpsim ARGS` run to its end within `seconds` ([`finish`]).
+pub fn run_mcpsim(args: &[&str], seconds: u64) -> Ran {
+    finish(mcpsim(args).spawn().expect("mcpsim starts"), seconds)
+}
+
+/// A fresh, empty scratch directory `mcpsim-TEST-PID-NAME` under the temporary directory.
+pub fn scratch(test: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcpsim-{test}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
 
 /// How a child ended and what it printed.
 pub struct Ran {
