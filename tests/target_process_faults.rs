@@ -11,21 +11,16 @@
 
 mod common;
 
-use common::child::{finish, Ran};
+use common::child::{finish, repo, Ran};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 /// Longest one `mcpsim run --target` may take here.
 const RUN_SECONDS_MAX: u64 = 180;
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn spawn(args: &[&str], marker: bool) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcpsim"));
-    command.args(args).current_dir(repo()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut command = common::child::mcpsim(args);
     if marker {
         command.env("MCPSIM_TARGET_CONTAINMENT", "marker");
     }
@@ -37,10 +32,7 @@ fn run(args: &[&str]) -> Ran {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcpsim-process-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::child::scratch("process-faults", name)
 }
 
 /// `targets/mcpsim-stdio.toml` with its command wrapped so that each process writes its pid to `DIR/pids`
@@ -69,9 +61,21 @@ fn scenario(dir: &Path, name: &str, steps: &str) -> PathBuf {
     file
 }
 
+/// The processes the target started: the pids they recorded, and those not recorded yet, found by their
+/// command line (`sh -c "echo $$ >> DIR/pids; exec …"`): a pause can stop a process before its `echo` ran.
 fn pids(dir: &Path) -> Vec<u32> {
-    let text = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
-    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+    let file = dir.join("pids");
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let mut pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let needle = file.display().to_string();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if !pids.contains(&pid) && String::from_utf8_lossy(&cmdline).contains(&needle) && state(pid).is_some() {
+            pids.push(pid);
+        }
+    }
+    pids
 }
 
 /// The process's state letter (`T` stopped), or `None` once it is gone or a zombie.
