@@ -7,6 +7,7 @@ use crate::scenario::{self, Scenario};
 use crate::sim::actors::instance::notes_server_factory;
 use crate::sim::engine::faults::{Fault, FaultKind, RETRIES_MAX};
 use crate::sim::explore::coverage::Coverage;
+use crate::sim::explore::determinism::CHECK_SEEDS_MAX;
 use crate::sim::explore::exhaustive::Breaks;
 use crate::sim::explore::exhaustive::{explore_exhaustively, EXHAUSTIVE_EXECUTIONS_MAX};
 use crate::sim::explore::mutants::{self, MUTANTS};
@@ -123,6 +124,14 @@ pub struct ExploreArgs {
     /// (counterexample-SCENARIO-seedN.mmd, …) and named. (--report DIR writes its HTML page.)
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<TranscriptFormat>,
+    /// Run K seeds of the range (default 8: evenly spaced, and the first failing seed) again in another
+    /// process (`mcpsim run SCENARIO --seed N --format jsonl …`) and compare the transcripts byte for byte: a
+    /// difference is a finding (exit 1) printed with the seed and the first differing line. MCPSIM_DETERMINISM_CHILD
+    /// names another program to run instead (another build's mcpsim: two builds should agree); docs/swarm.md.
+    #[arg(long, value_name = "K", num_args = 0..=1, require_equals = true, default_missing_value = "8",
+          value_parser = clap::value_parser!(u64).range(1..=CHECK_SEEDS_MAX),
+          conflicts_with_all = ["target", "exhaustive", "all_mutants"])]
+    pub check_determinism: Option<u64>,
 }
 
 /// `mcpsim mutants`: the zoo, one sentence per mistake.
@@ -257,6 +266,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         }
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
+    let range = seeds.clone();
     let covered = args.report.is_some() || args.coverage_json.is_some();
     let (exploration, coverage) = if covered {
         let (exploration, coverage) = explore::explore_with_coverage(&scenario, &server, seeds, args.jobs, &faults, &on_progress);
@@ -269,7 +279,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     }
     let server_name = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
     let run = Explored { scenario: &scenario.name, argument: name, server: &server_name, mutant: args.mutant.as_deref(), faults: &faults };
-    let code = summarize(&run, first_seed, last_seed, &exploration);
+    let mut code = summarize(&run, first_seed, last_seed, &exploration);
     let first = exploration.first_unsafe.as_ref().or(exploration.first_not_live.as_ref());
     let mut shrunk = None;
     if let Some((seed, failures)) = first {
@@ -281,6 +291,17 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             let found = Found { mutant: args.mutant.as_deref(), seed: *seed, faults: plan.as_deref(), breaks };
             shrunk = counterexample(&scenario, &text, &found, args.save.as_deref(), format);
         }
+    }
+    if let Some(k) = args.check_determinism {
+        let explored = super::determinism::Explored {
+            argument: name,
+            scenario: &scenario,
+            server: &server,
+            mutant: args.mutant.as_deref(),
+            faults: &faults,
+        };
+        let failing = first.map(|(seed, _)| *seed).or(exploration.first_crash.as_ref().map(|(seed, _)| *seed));
+        code = super::determinism::check_and_report(&explored, &range, k, failing, code).0;
     }
     let flags = crate::sim::runner::reproduce_flags(false, &faults, args.mutant.as_deref());
     if let (Some(path), Some(coverage)) = (&args.coverage_json, &coverage) {

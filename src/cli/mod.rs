@@ -3,6 +3,7 @@
 pub mod attack;
 pub(crate) mod common;
 pub mod demo;
+pub(crate) mod determinism;
 pub mod explore;
 pub mod keygen;
 pub mod live;

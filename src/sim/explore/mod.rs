@@ -7,6 +7,9 @@
 //! answer (counts, the first violating seed, the coverage) is therefore the same for any number of jobs.
 
 pub mod coverage;
+// `mcpsim explore --check-determinism` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub mod determinism;
 pub mod exhaustive;
 pub mod mutants;
 // `mcpsim explore --save` and `run --replay` (the `cli` feature).
