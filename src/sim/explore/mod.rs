@@ -12,6 +12,9 @@ pub mod mutants;
 // `mcpsim explore --save` and `run --replay` (the `cli` feature).
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub mod reproducer;
+// `mcpsim explore --results` and `mcpsim merge` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub mod results;
 
 use crate::oracle::check::Property;
 use crate::scenario::Scenario;
