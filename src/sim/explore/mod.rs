@@ -11,6 +11,9 @@ pub mod coverage;
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub mod determinism;
 pub mod exhaustive;
+// `mcpsim merge --ledger` and `explore --ledger` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub mod ledger;
 pub mod mutants;
 // `mcpsim explore --save` and `run --replay` (the `cli` feature).
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
