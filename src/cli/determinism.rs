@@ -3,7 +3,7 @@
 //! their transcripts compared byte for byte with this process's. Which seeds and where bytes differ are
 //! `sim::explore::determinism`'s; this module spawns, waits (bounded) and reports.
 
-use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED, EXIT_USAGE};
+use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED};
 use crate::scenario::Scenario;
 use crate::sim::engine::faults::FaultKind;
 use crate::sim::explore::determinism::{self, Difference};
@@ -49,16 +49,8 @@ pub(crate) fn check_and_report(
     failing: Option<u64>,
     code: ExitCode,
 ) -> (ExitCode, Vec<Disagreement>) {
-    let (code, disagreements) = check_and_report_status(explored, seeds, k, failing, status_of(code));
+    let (code, disagreements) = check_and_report_status(explored, seeds, k, failing, super::common::status_of(code));
     (ExitCode::from(code), disagreements)
-}
-
-/// The status `code` stands for (`ExitCode` does not give its number back).
-fn status_of(code: ExitCode) -> u8 {
-    [EXIT_HELD, EXIT_FAILED, EXIT_USAGE, EXIT_UNJUDGED, EXIT_NOT_LIVE]
-        .into_iter()
-        .find(|status| ExitCode::from(*status) == code)
-        .unwrap_or(EXIT_FAILED)
 }
 
 fn check_and_report_status(

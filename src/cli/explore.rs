@@ -132,6 +132,15 @@ pub struct ExploreArgs {
           value_parser = clap::value_parser!(u64).range(1..=CHECK_SEEDS_MAX),
           conflicts_with_all = ["target", "exhaustive", "all_mutants"])]
     pub check_determinism: Option<u64>,
+    /// A seed ledger (`merge --ledger DIR` writes it; docs/swarm.md): first replay every failing seed it
+    /// recorded for this scenario, server and faults, printing each one's verdict now (a seed failing again is a
+    /// finding), then explore the range. A seed that passes counts one more build in a row.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["target", "exhaustive", "all_mutants"])]
+    pub ledger: Option<PathBuf>,
+    /// With --ledger: retire a recorded seed (remove its file) once it has passed on K builds in a row.
+    #[arg(long, value_name = "K", default_value_t = crate::sim::explore::ledger::KEEP_DEFAULT, requires = "ledger",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub ledger_keep: u64,
 }
 
 /// `mcpsim mutants`: the zoo, one sentence per mistake.
@@ -257,6 +266,10 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     if args.exhaustive {
         return exhaustive(&scenario, name, args.mutant.as_deref(), &server);
     }
+    let replayed = match &args.ledger {
+        Some(dir) => super::ledger::replay_first(dir, (&scenario, &text), &server, args.mutant.as_deref(), &faults, args.ledger_keep),
+        None => EXIT_HELD,
+    };
     let total = seeds.end() - seeds.start() + 1;
     let bar = progress_bar(total);
     let on_progress = |done: u64, violations: u64| {
@@ -280,6 +293,11 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let server_name = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
     let run = Explored { scenario: &scenario.name, argument: name, server: &server_name, mutant: args.mutant.as_deref(), faults: &faults };
     let mut code = summarize(&run, first_seed, last_seed, &exploration);
+    if replayed != EXIT_HELD {
+        let status = super::ledger::worse(super::common::status_of(code), replayed);
+        println!("\n(the ledger's recorded seeds failed again: see above; exit status {status})");
+        code = ExitCode::from(status);
+    }
     let first = exploration.first_unsafe.as_ref().or(exploration.first_not_live.as_ref());
     let mut shrunk = None;
     if let Some((seed, failures)) = first {

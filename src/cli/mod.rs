@@ -6,6 +6,7 @@ pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
 pub mod keygen;
+pub(crate) mod ledger;
 pub mod live;
 pub mod pins;
 pub mod run;
