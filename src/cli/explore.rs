@@ -257,7 +257,7 @@ fn usage(message: &str) -> ExitCode {
 }
 
 /// The scenario and its text (a reproducer carries the text).
-fn load_scenario(name: &str) -> Result<(Scenario, String), String> {
+pub(crate) fn load_scenario(name: &str) -> Result<(Scenario, String), String> {
     let path = Path::new(name);
     if path.is_file() {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
@@ -442,7 +442,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     }
     let server_name = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
     let run = Explored { scenario: &scenario.name, argument: name, server: &server_name, mutant: args.mutant.as_deref(), faults: &faults };
-    let code = summarize(&run, first_seed, last_seed, &Totals::of(&exploration));
+    let code = ExitCode::from(summarize(&run, first_seed, last_seed, &Totals::of(&exploration)));
     let first = exploration.first_unsafe.as_ref().or(exploration.first_not_live.as_ref());
     let mut shrunk = None;
     if let Some((seed, failures)) = first {
@@ -794,7 +794,7 @@ fn usage_of(command: &str, message: &str) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &Totals) -> ExitCode {
+pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exploration: &Totals) -> u8 {
     let Explored { scenario, argument, server, mutant, faults } = *run;
     let faulty = !faults.is_empty();
     let kinds: Vec<&str> = faults.iter().map(|k| k.as_str()).collect();
@@ -816,7 +816,7 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
     if let Some((seed, message)) = &exploration.first_crash {
         println!("\nthe simulator crashed on seed {seed}: {message}");
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
-        return ExitCode::from(EXIT_UNJUDGED);
+        return EXIT_UNJUDGED;
     }
     if let Some((seed, failures)) = &exploration.first_unsafe {
         println!("\nSAFETY VIOLATED ({}); first at seed {seed}:", exploration.properties_broken.join(", "));
@@ -827,7 +827,7 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
         if mutant.is_none() {
             println!("  transcript: mcpsim run {argument} --seed {seed}{}", crate::sim::runner::reproduce_flags(false, faults, None));
         }
-        return ExitCode::from(EXIT_FAILED);
+        return EXIT_FAILED;
     }
     if let Some((seed, failures)) = &exploration.first_not_live {
         let what = if faulty { "LIVENESS FAILED" } else { "EXPECTATIONS FAILED" };
@@ -836,14 +836,14 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
             println!("  {}", failure.replace('\n', "\n  "));
         }
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
-        return ExitCode::from(if faulty { EXIT_NOT_LIVE } else { EXIT_FAILED });
+        return if faulty { EXIT_NOT_LIVE } else { EXIT_FAILED };
     }
     if faulty {
         println!("\nall held in every schedule: every safety property, and liveness with clients retrying up to {RETRIES_MAX} times");
     } else {
         println!("\nall held in every schedule: every safety property, and every expectation of the scenario");
     }
-    ExitCode::from(EXIT_HELD)
+    EXIT_HELD
 }
 
 fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, server: &ServerUnderTest) -> ExitCode {
@@ -973,7 +973,7 @@ fn all_mutants(seeds: u64, jobs: usize, shard: Option<Shard>, results: Option<(&
         }
         rows.push(MutantRow { mutant, seeds, found, real: Totals::of(&real) });
     }
-    let code = print_mutant_table(&rows);
+    let code = ExitCode::from(print_mutant_table(&rows));
     if let Some((path, _)) = results {
         let zoo: String =
             MUTANTS.iter().map(|m| format!("{}\n{}\n", m.name, mutants::embedded(m.exposed_by).map_or("", |(_, text)| text))).collect();
@@ -987,7 +987,7 @@ fn all_mutants(seeds: u64, jobs: usize, shard: Option<Shard>, results: Option<(&
 
 /// The `--all-mutants` table and its closing line; held only if every row's mutant was caught with the real
 /// server clean.
-pub(crate) fn print_mutant_table(rows: &[MutantRow<'_>]) -> ExitCode {
+pub(crate) fn print_mutant_table(rows: &[MutantRow<'_>]) -> u8 {
     let mut all_caught = true;
     let mut cells = Vec::new();
     for row in rows {
@@ -1012,9 +1012,9 @@ pub(crate) fn print_mutant_table(rows: &[MutantRow<'_>]) -> ExitCode {
     }
     if all_caught {
         println!("\nevery mutant caught; the real server broke nothing on the same seeds");
-        ExitCode::from(EXIT_HELD)
+        EXIT_HELD
     } else {
         println!("\nNOT every mutant was caught with the real server clean (see the table)");
-        ExitCode::from(EXIT_FAILED)
+        EXIT_FAILED
     }
 }
