@@ -7,6 +7,7 @@ use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED};
 use crate::scenario::Scenario;
 use crate::sim::engine::faults::FaultKind;
 use crate::sim::explore::determinism::{self, Difference};
+use crate::sim::explore::results::{Finding, Verdict};
 use crate::sim::runner::ServerUnderTest;
 use std::io::Read;
 use std::ops::RangeInclusive;
@@ -37,6 +38,29 @@ pub(crate) struct Explored<'a> {
 pub(crate) struct Disagreement {
     pub seed: u64,
     pub difference: Difference,
+}
+
+/// The results record of a disagreement (`"verdict": "nondeterministic"`).
+pub(crate) fn finding(explored: &Explored<'_>, disagreement: &Disagreement) -> Finding {
+    let seed = disagreement.seed;
+    let flags = crate::sim::runner::reproduce_flags(false, explored.faults, explored.mutant);
+    let plan = (!explored.faults.is_empty()).then(|| {
+        serde_json::to_value(crate::sim::explore::fault_plan(explored.scenario, seed, explored.faults)).expect("a plan serializes")
+    });
+    Finding {
+        scenario: explored.scenario.name.clone(),
+        server: super::explore::server_label(explored.mutant),
+        seed,
+        verdict: Verdict::Nondeterministic,
+        properties: Vec::new(),
+        deliveries: 0,
+        fault_plan: plan,
+        failures: vec![format!(
+            "seed {seed} ran differently in another process; {}",
+            disagreement.difference.describe("this process", "the other")
+        )],
+        reproduce: format!("mcpsim run {} --seed {seed} --format jsonl{flags}", explored.argument),
+    }
 }
 
 /// Runs the check on `k` seeds of `seeds` (the first failing seed among them), prints what it found and

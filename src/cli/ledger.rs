@@ -11,11 +11,6 @@ use crate::sim::explore::{self, SeedOutcome};
 use crate::sim::runner::{FailureKind, ServerUnderTest};
 use std::path::Path;
 
-/// The server as results and the ledger name it: `real` or `mutant:NAME`.
-pub(crate) fn server_label(mutant: Option<&str>) -> String {
-    mutant.map_or_else(|| "real".to_string(), |m| format!("mutant:{m}"))
-}
-
 /// The worse of two exit statuses: a crash (not judged) first, then a finding, then liveness alone.
 pub(crate) fn worse(a: u8, b: u8) -> u8 {
     let rank = |code: u8| match code {
@@ -55,7 +50,7 @@ pub(crate) fn replay_first(
         println!("ledger: skipped {error}");
         status = EXIT_UNJUDGED;
     }
-    let label = server_label(mutant);
+    let label = super::explore::server_label(mutant);
     let mut kinds: Vec<String> = faults.iter().map(|k| k.as_str().to_string()).collect();
     kinds.sort();
     let folder_freshness = entries.iter().map(|e| e.freshness).max().unwrap_or(0) + 1;

@@ -154,7 +154,7 @@ impl Exploration {
         }
     }
 
-    fn add(&mut self, seed: u64, deliveries: usize, outcome: SeedOutcome) {
+    pub(crate) fn add(&mut self, seed: u64, deliveries: usize, outcome: SeedOutcome) {
         self.schedules += 1;
         self.deliveries += deliveries as u64;
         if let Some(verdict) = verdict_of(&outcome) {
@@ -486,37 +486,6 @@ fn explore_seeds(
         }
     }
     (exploration, coverage)
-}
-
-/// The first seed in `seeds` that breaks a safety property, searched in order, with the property broken.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
-pub fn first_violation(scenario: &Scenario, server: impl Into<ServerUnderTest>, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
-    let server = server.into();
-    for seed in seeds {
-        if let (_, SeedOutcome::Unsafe(failures)) = run_seed(scenario, &server, seed) {
-            return Some((seed, failures));
-        }
-    }
-    None
-}
-
-/// The first seed in `seeds` whose run fails at all (a property, or without faults an expectation),
-/// searched in order, with `faults` on if not empty. The gateway mutants are caught this way without faults
-/// (the scenario's expectations state the defence they lack); a mutant that only breaks liveness, with them.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
-pub fn first_failure(
-    scenario: &Scenario,
-    server: impl Into<ServerUnderTest>,
-    seeds: RangeInclusive<u64>,
-    faults: &[FaultKind],
-) -> Option<(u64, Vec<Failure>)> {
-    let server = server.into();
-    for seed in seeds {
-        if let (_, SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures)) = run_seed_with(scenario, &server, seed, faults) {
-            return Some((seed, failures));
-        }
-    }
-    None
 }
 
 #[cfg(test)]

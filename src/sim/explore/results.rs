@@ -171,7 +171,7 @@ pub struct Summary {
     pub not_live_runs: u64,
     pub expectation_runs: u64,
     pub crashed_runs: u64,
-    /// Every property broken in some run, sorted.
+    /// Every property broken in some run, in the oracle's order (as the terminal prints them).
     pub properties_broken: Vec<String>,
     /// Runs that broke each property (a run breaking two counts for both).
     pub failing_runs_by_property: BTreeMap<String, u64>,
@@ -215,7 +215,7 @@ pub struct Finding {
     pub server: String,
     pub seed: u64,
     pub verdict: Verdict,
-    /// The properties broken, sorted (empty for expectations and crashes).
+    /// The properties broken, in the oracle's order (empty for expectations and crashes).
     pub properties: Vec<String>,
     pub deliveries: u64,
     /// The seed's fault plan, when faults were on.
