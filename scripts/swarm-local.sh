@@ -55,13 +55,15 @@ echo "pod command (from examples/swarm/kubernetes-indexed-job.yaml):"
 printf '%s\n' "$pod_command" | sed 's/^/  /'
 echo "running $shards shard(s) of $scenario, seeds 1..$seeds${explore_args:+, $explore_args}, with $mcpsim"
 
-# CPU seconds of waited-for children so far (bash's `times`, second line: user and system).
+# CPU seconds (user + system) of this shell's waited-for children so far, into the variable named $1: bash's
+# `times` (second line), run in this shell (in a $(…) subshell it would count that subshell's children).
 children_cpu() {
-    times | sed -n 2p | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); t += p[1] * 60 + p[2] }; printf "%.3f", t }'
+    times >"$out/times"
+    printf -v "$1" '%s' "$(sed -n 2p "$out/times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); t += p[1] * 60 + p[2] }; printf "%.3f", t }')"
 }
 now() { date +%s.%N; }
 
-cpu0=$(children_cpu)
+children_cpu cpu0
 start=$(now)
 pids=()
 for ((index = 0; index < shards; index++)); do
@@ -84,7 +86,7 @@ for ((index = 0; index < shards; index++)); do
     fi
 done
 wall=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')
-cpu1=$(children_cpu)
+children_cpu cpu1
 schedules=$(cat "$out"/logs/shard-*.log | awk '$1 == "schedules" { s += $2 } END { print s + 0 }')
 
 echo
@@ -95,7 +97,7 @@ merge_start=$(now)
 "${merge[@]}"
 merge_status=$?
 merge_wall=$(awk -v a="$merge_start" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')
-cpu2=$(children_cpu)
+children_cpu cpu2
 
 cores=$(nproc 2>/dev/null || echo 1)
 used=$((shards < cores ? shards : cores))

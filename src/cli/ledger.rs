@@ -140,7 +140,7 @@ fn status_of_verdict(verdict: Option<Verdict>, faulty: bool) -> u8 {
 /// `merge --ledger DIR`: records the first failing runs of the merged `records` and says what changed.
 /// Returns false when the ledger could not be written.
 pub(crate) fn record(dir: &Path, records: &[Record], max: usize) -> bool {
-    match ledger::record(dir, records, &BuildIdentity::current(), max) {
+    match ledger::record(dir, records, max) {
         Ok((changes, errors)) => {
             for error in errors {
                 println!("ledger: left alone {error}");

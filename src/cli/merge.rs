@@ -56,6 +56,14 @@ pub struct MergeArgs {
     /// Merge records of different builds or options anyway (each summary then says so).
     #[arg(long)]
     pub allow_mixed: bool,
+    /// Keep the first failing run per scenario, server, verdict and property in a seed ledger in DIR, one file
+    /// each (docs/swarm.md); `explore --ledger DIR` replays them first.
+    #[arg(long, value_name = "DIR")]
+    pub ledger: Option<PathBuf>,
+    /// With --ledger: most seeds kept per scenario and server (the least fresh dropped first).
+    #[arg(long, value_name = "M", default_value_t = crate::sim::explore::ledger::MAX_DEFAULT as u64, requires = "ledger",
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub ledger_max: u64,
 }
 
 fn usage(message: &str) -> ExitCode {
@@ -130,6 +138,13 @@ pub fn run(args: MergeArgs) -> ExitCode {
             }
         };
         codes.push(code);
+    }
+    if let Some(dir) = &args.ledger {
+        println!();
+        let records: Vec<Record> = read.iter().map(|item| item.record.clone()).collect();
+        if !super::ledger::record(dir, &records, usize::try_from(args.ledger_max).unwrap_or(usize::MAX)) {
+            incomplete.push(format!("the ledger {} could not be written", dir.display()));
+        }
     }
     if !incomplete.is_empty() {
         println!("\nNOT merged completely:");

@@ -11,7 +11,7 @@
 //!
 //! Rules: a seed is kept until it has passed on `keep` builds in a row (then retired: its file removed); a
 //! folder (scenario and server) keeps at most `max` seeds, the least fresh dropped first (among equals the
-//! higher seed). Recording the same build's finding twice changes nothing but its freshness.
+//! higher seed). The same build recording or failing a seed again changes nothing (no churn under git).
 
 use super::results::{Body, BuildIdentity, Finding, Record};
 use serde::{Deserialize, Serialize};
@@ -188,26 +188,30 @@ pub struct Changes {
     pub retired: Vec<PathBuf>,
 }
 
-/// The entries of one folder (scenario and server) after recording `found` (first failing runs) by `build`,
-/// keeping at most `max`: the entries to write, and what changed.
-pub fn record_in(existing: Vec<Entry>, found: &[&Record], build: &BuildIdentity, max: usize) -> (Vec<Entry>, Changes) {
-    let seen = Seen::of(build);
+/// The entries of one folder (scenario and server) after recording `found` (first failing runs, each seen by
+/// the build its record names), keeping at most `max`: the entries to write, and what changed.
+pub fn record_in(existing: Vec<Entry>, found: &[&Record], max: usize) -> (Vec<Entry>, Changes) {
     let mut entries: BTreeMap<PathBuf, Entry> = existing.into_iter().map(|e| (e.path(), e)).collect();
     let mut changes = Changes::default();
     let freshness = entries.values().map(|e| e.freshness).max().unwrap_or(0) + 1;
     for record in found {
         let Body::Finding(finding) = &record.body else { continue };
+        // Seen by the build that ran it (its record says which), not by the one merging.
+        let seen = Seen::of(&record.build);
         let path = path_of(finding);
         match entries.get_mut(&path) {
-            Some(entry) => {
+            // Seen again by another build: counted and freshened (the same build again changes nothing).
+            Some(entry) if entry.last_seen != seen || entry.passed_since > 0 => {
                 if entry.last_seen != seen {
                     entry.count += 1;
                 }
                 entry.last_seen = seen.clone();
                 entry.passed_since = 0;
+                entry.last_passed = None;
                 entry.freshness = freshness;
                 changes.updated.push(path);
             }
+            Some(_) => {}
             None => {
                 let entry = Entry {
                     record: (*record).clone(),
@@ -243,13 +247,15 @@ pub fn record_in(existing: Vec<Entry>, found: &[&Record], build: &BuildIdentity,
 pub fn replayed(mut entry: Entry, failed: bool, build: &BuildIdentity, keep: u64, freshness: u64) -> Option<Entry> {
     let seen = Seen::of(build);
     if failed {
-        if entry.last_seen != seen {
-            entry.count += 1;
+        if entry.last_seen != seen || entry.passed_since > 0 {
+            if entry.last_seen != seen {
+                entry.count += 1;
+            }
+            entry.last_seen = seen;
+            entry.passed_since = 0;
+            entry.last_passed = None;
+            entry.freshness = freshness;
         }
-        entry.last_seen = seen;
-        entry.passed_since = 0;
-        entry.last_passed = None;
-        entry.freshness = freshness;
         return Some(entry);
     }
     if entry.last_passed.as_ref() != Some(&seen) {
@@ -306,10 +312,10 @@ fn sorted_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// Records the first failing runs of `records` (a merge's) in the ledger under `dir`, by `build`, keeping at
+/// Records the first failing runs of `records` (a merge's) in the ledger under `dir`, keeping at
 /// most `max` per scenario and server; files are written whole (a temporary file renamed) and only when
 /// their text changes.
-pub fn record(dir: &Path, records: &[Record], build: &BuildIdentity, max: usize) -> std::io::Result<(Changes, Vec<String>)> {
+pub fn record(dir: &Path, records: &[Record], max: usize) -> std::io::Result<(Changes, Vec<String>)> {
     let (entries, errors) = load(dir)?;
     let found = firsts(records);
     let mut by_folder: BTreeMap<PathBuf, (Vec<Entry>, Vec<&Record>)> = BTreeMap::new();
@@ -328,7 +334,7 @@ pub fn record(dir: &Path, records: &[Record], build: &BuildIdentity, max: usize)
             continue;
         }
         let before: BTreeMap<PathBuf, String> = existing.iter().map(|e| (e.path(), e.to_json())).collect();
-        let (kept, folder) = record_in(existing, &found, build, max);
+        let (kept, folder) = record_in(existing, &found, max);
         for entry in &kept {
             let text = entry.to_json();
             if before.get(&entry.path()) != Some(&text) {
@@ -350,7 +356,13 @@ pub fn record(dir: &Path, records: &[Record], build: &BuildIdentity, max: usize)
 /// Writes `entry` back (when it changed), or removes its file when `None` retired it.
 pub fn store(dir: &Path, path: &Path, entry: Option<&Entry>) -> std::io::Result<()> {
     match entry {
-        Some(entry) => write_file(&dir.join(path), &entry.to_json()),
+        Some(entry) => {
+            let text = entry.to_json();
+            match std::fs::read_to_string(dir.join(path)) {
+                Ok(old) if old == text => Ok(()),
+                _ => write_file(&dir.join(path), &text),
+            }
+        }
         None => std::fs::remove_file(dir.join(path)),
     }
 }
@@ -406,6 +418,12 @@ mod tests {
         record
     }
 
+    /// `record` as the build `commit` wrote it.
+    fn by(commit: &str, mut record: Record) -> Record {
+        record.build = build(commit);
+        record
+    }
+
     #[test]
     fn names_are_deterministic_and_safe() {
         let record = finding(7, 10, "at_most_once");
@@ -433,7 +451,7 @@ mod tests {
     #[test]
     fn an_entry_round_trips_through_its_file_text() {
         let record = finding(7, 10, "at_most_once");
-        let (kept, _) = record_in(Vec::new(), &[&record], &build("b"), MAX_DEFAULT);
+        let (kept, _) = record_in(Vec::new(), &[&by("b", record.clone())], MAX_DEFAULT);
         let text = kept[0].to_json();
         assert_eq!(Entry::from_json(&text).unwrap(), kept[0]);
         assert!(text.contains("\"firstSeen\"") && text.contains("\"passedSince\": 0") && text.ends_with("}\n"), "{text}");
@@ -443,11 +461,13 @@ mod tests {
     #[test]
     fn recording_again_counts_builds_not_merges() {
         let record = finding(7, 10, "at_most_once");
-        let (kept, changes) = record_in(Vec::new(), &[&record], &build("b"), MAX_DEFAULT);
+        let (kept, changes) = record_in(Vec::new(), &[&by("b", record.clone())], MAX_DEFAULT);
         assert_eq!(changes.added.len(), 1);
-        let (kept, changes) = record_in(kept, &[&record], &build("b"), MAX_DEFAULT);
-        assert_eq!((kept[0].count, changes.updated.len()), (1, 1));
-        let (kept, _) = record_in(kept, &[&record], &build("c"), MAX_DEFAULT);
+        let before = kept[0].to_json();
+        let (kept, changes) = record_in(kept, &[&by("b", record.clone())], MAX_DEFAULT);
+        assert_eq!((kept[0].count, changes.updated.len()), (1, 0));
+        assert_eq!(kept[0].to_json(), before, "the same build again changes no byte");
+        let (kept, _) = record_in(kept, &[&by("c", record.clone())], MAX_DEFAULT);
         assert_eq!(
             (kept[0].count, kept[0].first_seen.clone(), kept[0].last_seen.clone()),
             (2, Seen::of(&build("b")), Seen::of(&build("c")))
@@ -456,24 +476,24 @@ mod tests {
 
     #[test]
     fn a_full_folder_drops_the_least_fresh_and_keeps_the_new() {
-        let (mut kept, _) = record_in(Vec::new(), &[&finding(1, 1, "a"), &finding(2, 1, "b")], &build("b"), 3);
-        let (next, _) = record_in(kept, &[&finding(3, 1, "c")], &build("c"), 3);
+        let (mut kept, _) = record_in(Vec::new(), &[&by("b", finding(1, 1, "a")), &by("b", finding(2, 1, "b"))], 3);
+        let (next, _) = record_in(kept, &[&by("c", finding(3, 1, "c"))], 3);
         kept = next;
         // A fourth seed: of the first recording (freshness 1) the higher seed goes.
-        let (kept, changes) = record_in(kept, &[&finding(4, 1, "d")], &build("d"), 3);
+        let (kept, changes) = record_in(kept, &[&by("d", finding(4, 1, "d"))], 3);
         let seeds: Vec<u64> = kept.iter().map(|e| e.finding().seed).collect();
         assert_eq!(seeds, [1, 3, 4]);
         assert_eq!(changes.dropped, [PathBuf::from("04-race/mutant-m/unsafe-b-seed2.json")]);
         // Seen again, seed 1 is the freshest: the next drop is seed 3.
-        let (kept, _) = record_in(kept, &[&finding(1, 1, "a")], &build("e"), 3);
-        let (kept, changes) = record_in(kept, &[&finding(5, 1, "e")], &build("e"), 3);
+        let (kept, _) = record_in(kept, &[&by("e", finding(1, 1, "a"))], 3);
+        let (kept, changes) = record_in(kept, &[&by("e", finding(5, 1, "e"))], 3);
         assert_eq!(kept.iter().map(|e| e.finding().seed).collect::<Vec<_>>(), [1, 4, 5]);
         assert_eq!(changes.dropped, [PathBuf::from("04-race/mutant-m/unsafe-c-seed3.json")]);
     }
 
     #[test]
     fn a_seed_is_kept_until_it_passes_on_keep_builds_in_a_row() {
-        let (kept, _) = record_in(Vec::new(), &[&finding(7, 10, "a")], &build("b"), MAX_DEFAULT);
+        let (kept, _) = record_in(Vec::new(), &[&by("b", finding(7, 10, "a"))], MAX_DEFAULT);
         let entry = kept.into_iter().next().unwrap();
         let entry = replayed(entry, false, &build("c"), 3, 2).expect("kept");
         assert_eq!(entry.passed_since, 1);
