@@ -31,6 +31,8 @@ pub(crate) struct Explored<'a> {
     pub scenario: &'a Scenario,
     pub server: &'a ServerUnderTest,
     pub mutant: Option<&'a str>,
+    /// The server as results name it (`real`, `mutant:NAME`).
+    pub label: &'a str,
     pub faults: &'a [FaultKind],
 }
 
@@ -49,7 +51,7 @@ pub(crate) fn finding(explored: &Explored<'_>, disagreement: &Disagreement) -> F
     });
     Finding {
         scenario: explored.scenario.name.clone(),
-        server: super::explore::server_label(explored.mutant),
+        server: explored.label.to_string(),
         seed,
         verdict: Verdict::Nondeterministic,
         properties: Vec::new(),

@@ -54,6 +54,8 @@ Examples:
   mcpsim explore 04-accepts-race-for-one-note --seeds 10000 --jobs 2
   mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ --coverage-json coverage.json
+  mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --check-determinism --ledger ledger/
+                                               # swarm scale, ledgers, determinism across processes: docs/swarm.md
   mcpsim explore --all-mutants
   mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --seeds 5   # a target fleet, per seed
   mcpsim explore --target targets/mcpsim-stdio.toml 02-accepts-race --faults lost-answer,duplicate,hold --seeds 20
@@ -444,7 +446,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
         },
     };
     let replayed = match &args.ledger {
-        Some(dir) => super::ledger::replay_first(dir, (&scenario, &text), &server, args.mutant.as_deref(), &faults, args.ledger_keep),
+        Some(dir) => super::ledger::replay_first(dir, (&scenario, &text), &server, &label, &faults, args.ledger_keep),
         None => EXIT_HELD,
     };
     let total = seeds.end() - seeds.start() + 1;
@@ -490,6 +492,7 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             scenario: &scenario,
             server: &server,
             mutant: args.mutant.as_deref(),
+            label: &label,
             faults: &faults,
         };
         let failing = first.map(|(seed, _)| *seed).or(exploration.first_crash.as_ref().map(|(seed, _)| *seed));

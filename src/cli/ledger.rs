@@ -27,14 +27,15 @@ pub(crate) fn worse(a: u8, b: u8) -> u8 {
     }
 }
 
-/// Replays every seed the ledger under `dir` recorded for this scenario, server and faults, printing each one's
+/// Replays every seed the ledger under `dir` recorded for this scenario, server (`label`: `real`, `mutant:NAME`)
+/// and faults, printing each one's
 /// verdict now, and writes back what it learnt (a seed that passed counts one more build; after `keep` builds in
 /// a row it is retired). Returns the status the replays alone earn: a recorded seed failing again is a finding.
 pub(crate) fn replay_first(
     dir: &Path,
     (scenario, text): (&Scenario, &str),
     server: &ServerUnderTest,
-    mutant: Option<&str>,
+    label: &str,
     faults: &[FaultKind],
     keep: u64,
 ) -> u8 {
@@ -50,7 +51,6 @@ pub(crate) fn replay_first(
         println!("ledger: skipped {error}");
         status = EXIT_UNJUDGED;
     }
-    let label = super::explore::server_label(mutant);
     let mut kinds: Vec<String> = faults.iter().map(|k| k.as_str().to_string()).collect();
     kinds.sort();
     let folder_freshness = entries.iter().map(|e| e.freshness).max().unwrap_or(0) + 1;
