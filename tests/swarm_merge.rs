@@ -275,3 +275,18 @@ fn bad_shards_and_unreadable_files_are_usage_errors() {
     assert_eq!(ran.status, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("cannot read /nonexistent/mcpsim/shard-1.jsonl"), "{}", ran.stderr);
 }
+
+#[test]
+fn a_shard_of_a_target_exploration_plays_only_its_seeds() {
+    let ran = run_mcpsim(
+        &["explore", "--target", "targets/broken-own-memory-store.toml", "02-accepts-race", "--seeds", "3", "--shard", "2/3"],
+        SECONDS,
+    );
+    assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("shard 2/3: seeds 2..2 of 1..3"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("seed 2: FAIL (at-most-once"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains("seed 1:") && !ran.stdout.contains("seed 3:"), "only seed 2 played: {}", ran.stdout);
+    assert!(ran.stdout.contains("1 of 1 seed(s) failed"), "{}", ran.stdout);
+    let refused = run_mcpsim(&["explore", "--target", "targets/mcpsim-stdio.toml", "02-accepts-race", "--results", "r.jsonl"], SECONDS);
+    assert_eq!(refused.status, 2, "{}", refused.stderr);
+}
