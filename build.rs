@@ -28,7 +28,9 @@ fn main() {
 /// of a git work tree (not a crate unpacked inside some other repository). Registers what changes them: HEAD,
 /// the branch it names, the packed refs, the index, and the tracked sources (so "dirty" follows an edit).
 fn git_identity(manifest: &Path) -> Option<(String, String)> {
-    let git = |args: &[&str]| output(Command::new("git").arg("-C").arg(manifest).args(args));
+    // --no-optional-locks: `status` must not refresh the index, whose change would make the next build run this
+    // again (and again).
+    let git = |args: &[&str]| output(Command::new("git").arg("--no-optional-locks").arg("-C").arg(manifest).args(args));
     let top = git(&["rev-parse", "--show-toplevel"])?;
     if Path::new(&top).canonicalize().ok()? != manifest.canonicalize().ok()? {
         return None;
@@ -38,7 +40,8 @@ fn git_identity(manifest: &Path) -> Option<(String, String)> {
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
         watched.push(path_of(&branch));
     }
-    for path in watched.into_iter().flatten() {
+    // Only files that exist: cargo takes a missing one as always changed (packed-refs often is missing).
+    for path in watched.into_iter().flatten().filter(|path| path.exists()) {
         println!("cargo:rerun-if-changed={}", path.display());
     }
     for tracked in ["src", "Cargo.toml", "scenarios", "targets/scenarios"] {

@@ -62,24 +62,27 @@ Examples:
   mcpsim explore 04-accepts-race-for-one-note --seeds 4000 --shard 2/3 --results shard-2.jsonl
   mcpsim explore --all-mutants --seeds 50 --shard 1/4 --results mutants-1.jsonl
 
-Shards (--shard I/N, 1 <= I <= N <= 10000): the seed range is cut into N contiguous slices, the first L % N
-of L / N + 1 seeds, the others of L / N (--seeds 9 --shard 2/3 runs seeds 4..=6: seeds stay those of the
-whole run); with --all-mutants the zoo's rows are cut the same way. A slice may be empty: the shard then
-explores nothing, says so, and exits 0. N shards explore exactly what one run would; `mcpsim merge` adds
-them up. With --target, --shard cuts the seeds too (no --results there). Not with --exhaustive.
+Shards (--shard I/N, 1 <= I <= N <= 10000): the seed range is cut into N contiguous slices, the
+first L % N of L / N + 1 seeds, the others of L / N (--seeds 9 --shard 2/3 runs seeds 4..=6: seeds
+stay those of the whole run); with --all-mutants the zoo's rows are cut the same way. A slice may be
+empty: the shard then explores nothing, says so, and exits 0. N shards explore exactly what one run
+would; `mcpsim merge` adds them up. With --target, --shard cuts the seeds too (no --results there).
+Not with --exhaustive.
 
-Results (--results FILE.jsonl, written whole at the end, replaced if it exists): one JSON object per line,
-keys sorted; every line has `record` (summary or finding), `format: 1`, `build` (version, git commit and
-dirty, rustc -V, sha256 of Cargo.lock: what build.rs saw) and `run` (scenario, scenarioDigest, argument,
-server, faults, world, seeds of the whole run, optionsDigest, mode: the same for every shard of one swarm).
+Results (--results FILE.jsonl, written whole at the end, replacing FILE): one JSON object per line,
+keys sorted; every line has `record` (summary or finding), `format: 1`, `build` (version, git
+commit and dirty, rustc -V, sha256 of Cargo.lock: what build.rs saw) and `run` (scenario,
+scenarioDigest, argument, server, faults, world, seeds of the whole run, optionsDigest, mode: the
+same for every shard of one swarm).
   summary   shard {index, count}, seedsRun, scenario, server, schedules, deliveries, unsafeRuns,
-            notLiveRuns, expectationRuns, crashedRuns, propertiesBroken, failingRunsByProperty, coverage
-            (exact, mergeable: collected whenever --results is given; null in --all-mutants rows)
+            notLiveRuns, expectationRuns, crashedRuns, propertiesBroken, failingRunsByProperty,
+            coverage (exact, mergeable; collected whenever --results is given, which costs the
+            transcript of every run; null in --all-mutants rows)
   finding   scenario, server, seed, verdict (unsafe, not_live, expectations, crashed), properties,
             deliveries, faultPlan, failures (as printed), reproduce (the one command)
-The summary counts every run; findings are the lowest failing seeds, up to --results-max-findings per
-verdict and property. --all-mutants writes per row the mutant's summary (the seeds searched up to its first
-failure), then the real server's on the same seeds, then their findings.
+The summary counts every run; findings are the lowest failing seeds, up to --results-max-findings
+per verdict and property. --all-mutants writes per row the mutant's summary (the seeds searched up
+to its first failure), then the real server's on the same seeds, then their findings.
 
 Against a target (--target FILE) the faults are a real fleet's, drawn per seed (each kind on with even odds,
 one or two events at request numbers within the scenario's requests) and played on fresh processes:

@@ -80,7 +80,12 @@ struct Read {
 pub fn run(args: MergeArgs) -> ExitCode {
     let mut read = Vec::new();
     let mut malformed = Vec::new();
+    let mut seen = BTreeSet::new();
     for path in &args.files {
+        if !seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())) {
+            println!("{} is named twice: read once", path.display());
+            continue;
+        }
         let (records, errors) = match results::read(path) {
             Ok(parsed) => parsed,
             Err(error) => return usage(&format!("cannot read {}: {error}", path.display())),
