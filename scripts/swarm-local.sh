@@ -9,7 +9,8 @@
 #
 # Environment: MCPSIM, the mcpsim to run (default: this checkout's target/release/mcpsim, else target/debug/mcpsim,
 # else the one on PATH); OUT, where results/, logs/ and report/ go (default: ./swarm-out, emptied first);
-# LEDGER, a seed ledger folder the merge records into (merge --ledger).
+# LEDGER, a seed ledger folder the merge records into (merge --ledger). OUT is emptied first only if this script
+# made it (a marker file); any other non-empty folder is refused.
 # Prints each shard's exit status (a shard that wrote no results file is a failure, reported and counted),
 # the merge's output, and the figures: schedules, the shards' wall and CPU (user+sys) time, schedules per
 # CPU-second and per core, and the merge's wall and CPU time.
@@ -45,8 +46,14 @@ if [ -z "$pod_command" ]; then
 fi
 
 out="${OUT:-swarm-out}"
+# Emptied first, but only a folder this script made (it leaves a marker there): never anything else OUT names.
+if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -e "$out/.swarm-local" ]; then
+    echo "swarm-local: $out exists and was not made by this script; name another OUT" >&2
+    exit 2
+fi
 rm -rf "$out"
 mkdir -p "$out/results" "$out/logs" "$out/bin"
+touch "$out/.swarm-local"
 out="$(cd "$out" && pwd)"
 # The pod calls `mcpsim` by name, as in the image.
 ln -s "$mcpsim" "$out/bin/mcpsim"

@@ -259,4 +259,20 @@ fn the_local_swarm_runs_the_manifests_pod_command_and_merges() {
         "{}",
         ran.stdout
     );
+
+    // OUT naming a folder the script did not make: refused, and nothing in it removed.
+    let other = dir.join("someone-elses");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("keep.txt"), "mine").unwrap();
+    let mut script = std::process::Command::new(repo().join("scripts/swarm-local.sh"));
+    script
+        .args(["1", RACE, "10"])
+        .env("MCPSIM", env!("CARGO_BIN_EXE_mcpsim"))
+        .env("OUT", &other)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let ran = finish(script.spawn().unwrap(), 60);
+    assert_status(&ran, 2);
+    assert!(ran.stderr.contains("was not made by this script"), "{}", ran.stderr);
+    assert_eq!(std::fs::read_to_string(other.join("keep.txt")).unwrap(), "mine");
 }
