@@ -368,23 +368,8 @@ pub fn run(args: ExploreArgs) -> ExitCode {
             Ok(kinds) => kinds,
             Err(message) => return usage(&message),
         };
-        let seeds = match shard {
-            None => seeds,
-            Some(shard) => match explore::shard(&seeds, shard.index, shard.count) {
-                Some(part) => {
-                    println!(
-                        "shard {}/{}: seeds {}..{} of {}..{}",
-                        shard.index,
-                        shard.count,
-                        part.start(),
-                        part.end(),
-                        seeds.start(),
-                        seeds.end()
-                    );
-                    part
-                }
-                None => return empty_shard(shard, &seeds),
-            },
+        let Some(seeds) = seeds_of_shard(shard, &seeds) else {
+            return empty_shard(shard.expect("only a shard is empty"), &seeds);
         };
         return super::target::explore(file, name, seeds, &kinds, args.reruns.min(super::target::RERUNS_MAX));
     }
@@ -420,33 +405,19 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let label = server_label(args.mutant.as_deref());
     let identity = RunIdentity::new(&scenario.name, &text, name, &label, &fault_names, "simulator", whole, "seeds");
     let shard_of = shard.unwrap_or(Shard { index: 1, count: 1 });
-    let seeds = match shard {
-        None => seeds,
-        Some(shard) => match explore::shard(&seeds, shard.index, shard.count) {
-            Some(part) => {
-                println!(
-                    "shard {}/{}: seeds {}..{} of {}..{}",
-                    shard.index,
-                    shard.count,
-                    part.start(),
-                    part.end(),
-                    whole.first,
-                    whole.last
-                );
-                part
-            }
-            None => {
-                let code = empty_shard(shard, &seeds);
-                if let Some((path, _)) = results {
-                    let coverage = Coverage::new(&faults);
-                    let body = summary_record(shard, None, &scenario.name, &label, &Exploration::default(), Some(&coverage));
-                    if !write_results(path, &identity, vec![body]) {
-                        return ExitCode::from(EXIT_USAGE);
-                    }
+    let seeds = match seeds_of_shard(shard, &seeds) {
+        Some(part) => part,
+        None => {
+            let code = empty_shard(shard_of, &seeds);
+            if let Some((path, _)) = results {
+                let coverage = Coverage::new(&faults);
+                let body = summary_record(shard_of, None, &scenario.name, &label, &Exploration::default(), Some(&coverage));
+                if !write_results(path, &identity, vec![body]) {
+                    return ExitCode::from(EXIT_USAGE);
                 }
-                return code;
             }
-        },
+            return code;
+        }
     };
     let replayed = match &args.ledger {
         Some(dir) => super::ledger::replay_first(dir, (&scenario, &text), &server, &label, &faults, args.ledger_keep),
@@ -566,6 +537,16 @@ pub(crate) fn write_coverage_json(
     }
     println!("coverage written to {}", path.display());
     true
+}
+
+/// The seeds this run explores: all of `seeds`, or with `--shard` its slice (said in a line). None: the slice is
+/// empty.
+fn seeds_of_shard(shard: Option<Shard>, seeds: &RangeInclusive<u64>) -> Option<RangeInclusive<u64>> {
+    let Some(shard) = shard else { return Some(seeds.clone()) };
+    let part = explore::shard(seeds, shard.index, shard.count)?;
+    let (index, count) = (shard.index, shard.count);
+    println!("shard {index}/{count}: seeds {}..{} of {}..{}", part.start(), part.end(), seeds.start(), seeds.end());
+    Some(part)
 }
 
 /// An empty shard: said, and held (it explored nothing, so nothing failed).
@@ -1009,7 +990,16 @@ fn all_mutants(seeds: u64, jobs: usize, shard: Option<Shard>, results: Option<(&
             }
         }
         let last = found.as_ref().map(|(seed, _)| *seed).unwrap_or(seeds);
-        let (real, _) = explore::explore_keeping(&scenario, &notes_server_factory(), 1..=last, jobs, faults, &|_, _| {}, false, keep);
+        let (real, _) = explore::explore_keeping(
+            &scenario,
+            &ServerUnderTest::from(&notes_server_factory()),
+            1..=last,
+            jobs,
+            faults,
+            &|_, _| {},
+            false,
+            keep,
+        );
         let argument = mutant.exposed_by.trim_end_matches(".sim");
         let seeds_run = Some(Seeds { first: 1, last });
         bodies.push(summary_record(shard_of, seeds_run, &scenario.name, &server_label(Some(mutant.name)), &searched, None));

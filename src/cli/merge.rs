@@ -177,7 +177,7 @@ fn mixed(read: &[Read]) -> Vec<String> {
     if builds.len() > 1 {
         let said: Vec<String> = builds.iter().map(|(build, files)| format!("{} from {}", join(files), build.short())).collect();
         lines.push(format!("the records come from {} builds: {}", builds.len(), said.join(", ")));
-        let fields: [(&str, fn(&BuildIdentity) -> String); 5] = [
+        let fields: [Field<BuildIdentity>; 5] = [
             ("version", |b| b.version.clone()),
             ("commit", |b| b.commit.clone().unwrap_or_else(|| "unknown".into())),
             ("dirty", |b| b.dirty.map_or("unknown".into(), |d| d.to_string())),
@@ -198,7 +198,7 @@ fn mixed(read: &[Read]) -> Vec<String> {
     }
     if runs.len() > 1 {
         lines.push(format!("the records are of {} different runs (options or scenario text differ):", runs.len()));
-        let fields: [(&str, fn(&RunIdentity) -> String); 7] = [
+        let fields: [Field<RunIdentity>; 7] = [
             ("scenario", |r| r.scenario.clone()),
             ("scenario text", |r| r.scenario_digest[..r.scenario_digest.len().min(19)].to_string()),
             ("server", |r| r.server.clone()),
@@ -212,8 +212,11 @@ fn mixed(read: &[Read]) -> Vec<String> {
     lines
 }
 
+/// A field of a build or run identity: its name, and its value in words.
+type Field<T> = (&'static str, fn(&T) -> String);
+
 /// For each field whose value differs between the groups: `FIELD: files VALUE; files VALUE`.
-fn differing<T>(fields: &[(&str, fn(&T) -> String)], groups: &[(&T, BTreeSet<&str>)]) -> Vec<String> {
+fn differing<T>(fields: &[Field<T>], groups: &[(&T, BTreeSet<&str>)]) -> Vec<String> {
     let mut lines = Vec::new();
     for (name, value) in fields {
         let values: BTreeSet<String> = groups.iter().map(|(item, _)| value(item)).collect();

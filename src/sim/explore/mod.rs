@@ -380,7 +380,7 @@ pub fn explore(
     faults: &[FaultKind],
     progress: Progress<'_>,
 ) -> Exploration {
-    explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, false, 0).0
+    explore_keeping(scenario, &server.into(), seeds, jobs, faults, progress, false, 0).0
 }
 
 /// [`explore`], and what the runs reached (`Coverage`). Each run records its transcript, which coverage is
@@ -393,31 +393,17 @@ pub fn explore_with_coverage(
     faults: &[FaultKind],
     progress: Progress<'_>,
 ) -> (Exploration, Coverage) {
-    let (exploration, coverage) = explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, true, 0);
+    let (exploration, coverage) = explore_keeping(scenario, &server.into(), seeds, jobs, faults, progress, true, 0);
     (exploration, coverage.unwrap_or_else(|| Coverage::new(faults)))
-}
-
-/// [`explore`] (with coverage when `cover`) keeping the `keep` lowest failing seeds per verdict and property
-/// ([`Exploration::failing`]), as `explore --results` writes them; the answer is the same for any number of jobs.
-#[allow(clippy::too_many_arguments)]
-pub fn explore_keeping(
-    scenario: &Scenario,
-    server: impl Into<ServerUnderTest>,
-    seeds: RangeInclusive<u64>,
-    jobs: usize,
-    faults: &[FaultKind],
-    progress: Progress<'_>,
-    cover: bool,
-    keep: usize,
-) -> (Exploration, Option<Coverage>) {
-    explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, cover, keep)
 }
 
 /// What one thread found over the seeds it ran, and what they reached.
 type Chunk = (Exploration, Option<Coverage>);
 
+/// [`explore`] (with coverage when `cover`) keeping the `keep` lowest failing seeds per verdict and property
+/// ([`Exploration::failing`]), as `explore --results` writes them; the answer is the same for any number of jobs.
 #[allow(clippy::too_many_arguments)]
-fn explore_seeds(
+pub fn explore_keeping(
     scenario: &Scenario,
     server: &ServerUnderTest,
     seeds: RangeInclusive<u64>,
