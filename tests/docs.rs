@@ -31,10 +31,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 8] = [
+const DOCUMENTS: [&str; 9] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
+    "docs/swarm.md",
     "docs/serving.md",
     "docs/conformance.md",
     "docs/targets.md",
@@ -60,6 +61,17 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
     ),
     ("cargo run -- explore 04-accepts-race-for-one-note --faults all --mutant claim-without-outcome", 4, "the mutant breaks only liveness"),
     ("cargo run -- replay counterexample-zoo-move-races-the-accept-seed7.json", 1, "the replayed run breaks containment again"),
+    (
+        "mcpsim explore zoo-move-races-the-accept --seeds 30 --mutant recheck-then-delete --results mutant.jsonl",
+        1,
+        "the mutant breaks containment (its findings go to the ledger next)",
+    ),
+    ("mcpsim merge mutant.jsonl --ledger ledger/", 1, "the merged results hold the mutant's finding"),
+    (
+        "mcpsim explore zoo-move-races-the-accept --seed-range 100..110 --mutant recheck-then-delete --ledger ledger/",
+        1,
+        "the ledger's seed fails again, replayed first (and the mutant fails in the range too)",
+    ),
     (
         "mcpsim run --target targets/broken-own-memory-store.toml targets/scenarios/02-accepts-race.sim",
         1,
@@ -528,6 +540,11 @@ fn simulator_doc_recipes_run_as_written() {
 #[test]
 fn exploring_doc_recipes_run_as_written() {
     run_document("docs/exploring.md", &commands_before("docs/exploring.md"));
+}
+
+#[test]
+fn swarm_doc_recipes_run_as_written() {
+    run_document("docs/swarm.md", &commands_before("docs/swarm.md"));
 }
 
 #[test]

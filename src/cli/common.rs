@@ -17,6 +17,15 @@ pub(crate) const EXIT_UNJUDGED: u8 = 3;
 /// answered, a confirmation never settled (the liveness property alone broke).
 pub(crate) const EXIT_NOT_LIVE: u8 = 4;
 
+/// The status `code` stands for (`ExitCode` does not give its number back): for a command that raises the
+/// status an earlier part of it returned.
+pub(crate) fn status_of(code: std::process::ExitCode) -> u8 {
+    [EXIT_HELD, EXIT_FAILED, EXIT_USAGE, EXIT_UNJUDGED, EXIT_NOT_LIVE]
+        .into_iter()
+        .find(|status| std::process::ExitCode::from(*status) == code)
+        .unwrap_or(EXIT_FAILED)
+}
+
 /// The table, as `mcpsim --help` prints it.
 pub(crate) const EXIT_TABLE: &str = "\
 Exit status, the same in every command:

@@ -3,9 +3,12 @@
 pub mod attack;
 pub(crate) mod common;
 pub mod demo;
+pub(crate) mod determinism;
 pub mod explore;
 pub mod keygen;
+pub(crate) mod ledger;
 pub mod live;
+pub mod merge;
 pub mod pins;
 pub mod run;
 pub mod sandbox;
@@ -46,6 +49,9 @@ pub enum Command {
     Keygen(keygen::KeygenArgs),
     /// Explore one scenario under many seeds (interleavings), against the real server or a mutant.
     Explore(explore::ExploreArgs),
+    /// Add up the results files of an exploration's shards (`explore --shard I/N --results FILE`) into what one
+    /// run would have printed, refusing mixed builds or options; optionally its HTML report.
+    Merge(merge::MergeArgs),
     /// List the mutant zoo: deliberately unsafe servers the checker must catch (simulator only).
     #[command(after_help = "\
 Examples:
@@ -87,7 +93,13 @@ pub fn main() -> ExitCode {
     };
     if matches!(
         cli.command,
-        Command::Run(_) | Command::Explore(_) | Command::Mutants | Command::Replay(_) | Command::Pins(_) | Command::Scenarios
+        Command::Run(_)
+            | Command::Explore(_)
+            | Command::Merge(_)
+            | Command::Mutants
+            | Command::Replay(_)
+            | Command::Pins(_)
+            | Command::Scenarios
     ) {
         end_quietly_on_closed_pipe();
     }
@@ -104,6 +116,7 @@ pub fn main() -> ExitCode {
         Command::Seed(args) => seed::run(args),
         Command::Keygen(args) => keygen::run(args),
         Command::Explore(args) => explore::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
         Command::Attack(args) => attack::run(args),
@@ -183,7 +196,7 @@ mod tests {
                 checked.push(words[1].clone());
             }
         }
-        for name in ["demo", "serve", "pins", "run", "seed", "keygen", "explore", "mutants", "replay", "scenarios"] {
+        for name in ["demo", "serve", "pins", "run", "seed", "keygen", "explore", "merge", "mutants", "replay", "scenarios"] {
             assert!(checked.iter().any(|checked| checked == name), "no example of `mcpsim {name}` was checked: {checked:?}");
         }
         assert!(checked.len() >= 30, "only {} examples found", checked.len());

@@ -451,16 +451,8 @@ fn run_seeds(
     // The scenario's cluster is worked out once for every seed.
     let prepared = runner::Prepared::new(&item.scenario);
     for seed in args.seed..=last_seed {
-        let mut options = RunOptions { check_determinism: true, ..RunOptions::seeded(seed).with_server(server) };
-        options.scheduler = match args.scheduler {
-            SchedulerArg::Random => SchedulerChoice::Random,
-            SchedulerArg::Scripted => SchedulerChoice::Scripted,
-        };
+        let mut options = seed_options(&item.scenario, seed, server, faults, args.scheduler);
         options.record_transcript = output.format.is_some() || output.pages || seed == args.seed;
-        if !faults.is_empty() {
-            options.faults = Some(explore::fault_plan(&item.scenario, seed, faults));
-            options.check_statelessness = false;
-        }
         let report = runner::run_prepared(&prepared, &options);
         messages += report.deliveries;
         orders.insert(report.decisions.choices().map(|d| (d.options, d.chosen)).collect::<Vec<_>>());
@@ -495,6 +487,28 @@ fn run_seeds(
         first: if output.pages && failed.is_none() { first } else { None },
         failed,
     }
+}
+
+/// The options `mcpsim run` runs `seed` with (the transcript recorded).
+fn seed_options(scenario: &Scenario, seed: u64, server: &ServerUnderTest, faults: &[FaultKind], scheduler: SchedulerArg) -> RunOptions {
+    let mut options = RunOptions { check_determinism: true, ..RunOptions::seeded(seed).with_server(server) };
+    options.scheduler = match scheduler {
+        SchedulerArg::Random => SchedulerChoice::Random,
+        SchedulerArg::Scripted => SchedulerChoice::Scripted,
+    };
+    if !faults.is_empty() {
+        options.faults = Some(explore::fault_plan(scenario, seed, faults));
+        options.check_statelessness = false;
+    }
+    options
+}
+
+/// The bytes `mcpsim run SCENARIO --seed SEED --format jsonl [--faults …] [--mutant …]` prints on stdout for
+/// one scenario: the same options and the same renderer, in this process (`explore --check-determinism`
+/// compares them with another process's).
+pub(crate) fn jsonl_transcript(scenario: &Scenario, seed: u64, server: &ServerUnderTest, faults: &[FaultKind]) -> String {
+    let report = runner::run(scenario, &seed_options(scenario, seed, server, faults, SchedulerArg::Random));
+    report.transcript.render(Format::Jsonl)
 }
 
 pub(crate) fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loaded> {

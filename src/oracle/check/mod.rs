@@ -40,6 +40,26 @@ pub enum Property {
 }
 
 impl Property {
+    /// Every property, in the order they are declared (the order a list of broken ones is kept in).
+    pub const ALL: [Property; 11] = [
+        Property::AtMostOnce,
+        Property::Consent,
+        Property::Containment,
+        Property::Refusal,
+        Property::Statelessness,
+        Property::Capabilities,
+        Property::HonestOutcome,
+        Property::Liveness,
+        Property::Mediation,
+        Property::Determinism,
+        Property::Binding,
+    ];
+
+    /// The property [`Property::as_str`] names `name` (as a results file writes it).
+    pub fn named(name: &str) -> Option<Property> {
+        Property::ALL.iter().copied().find(|p| p.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Property::AtMostOnce => "at-most-once",

@@ -12,12 +12,14 @@ use crate::sim::engine::faults::FaultKind;
 use crate::sim::explore::SeedOutcome;
 use crate::sim::render::transcript::Entry;
 use crate::sim::runner::{FailureKind, RunReport};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How often something was reached: in how many answers (or firings), and in how many runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Reached {
     pub times: u64,
     pub runs: u64,
@@ -205,6 +207,116 @@ impl Coverage {
     }
 }
 
+/// [`Coverage`] as data another process can merge (`explore --results`, read by `mcpsim merge`): every set
+/// exact (the distinct delivery orders and end states as sorted hex digests, the outcome classes with their
+/// answers), so merging shards read back gives the coverage one run of all their seeds would have.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Mergeable {
+    runs: u64,
+    faults_on: Vec<String>,
+    faults: BTreeMap<String, Reached>,
+    reasons: BTreeMap<String, Reached>,
+    outcomes: BTreeMap<String, Reached>,
+    delivery_orders: Vec<String>,
+    end_states: Vec<String>,
+    steps: Vec<MergeableStep>,
+    classes: Vec<MergeableClass>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MergeableStep {
+    step: usize,
+    line: usize,
+    text: String,
+    raced_runs: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MergeableClass {
+    verdict: String,
+    answers: Vec<String>,
+    runs: u64,
+    example_seed: u64,
+}
+
+fn hex(digest: &[u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Result<[u8; 32], String> {
+    let bad = || format!("{text:?} is not a digest (64 hex digits)");
+    if text.len() != 64 || !text.is_ascii() {
+        return Err(bad());
+    }
+    let mut digest = [0u8; 32];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(digest)
+}
+
+fn fault_kind(name: &str) -> Result<FaultKind, String> {
+    FaultKind::ALL.iter().copied().find(|k| k.as_str() == name).ok_or_else(|| format!("unknown fault kind {name:?}"))
+}
+
+impl Coverage {
+    /// The coverage as mergeable data ([`Coverage::from_mergeable_json`] reads it back exactly).
+    pub fn to_mergeable_json(&self) -> Value {
+        let mergeable = Mergeable {
+            runs: self.runs,
+            faults_on: self.faults_on.iter().map(|k| k.as_str().to_string()).collect(),
+            faults: self.faults.iter().map(|(k, r)| (k.as_str().to_string(), *r)).collect(),
+            reasons: self.reasons.clone(),
+            outcomes: self.outcomes.clone(),
+            delivery_orders: self.delivery_orders.iter().map(hex).collect(),
+            end_states: self.end_states.iter().map(hex).collect(),
+            steps: self
+                .steps
+                .iter()
+                .map(|(n, s)| MergeableStep { step: *n, line: s.line, text: s.text.clone(), raced_runs: s.raced_runs })
+                .collect(),
+            classes: self
+                .classes
+                .iter()
+                .map(|(k, c)| MergeableClass {
+                    verdict: k.verdict.clone(),
+                    answers: k.answers.clone(),
+                    runs: c.runs,
+                    example_seed: c.example_seed,
+                })
+                .collect(),
+        };
+        serde_json::to_value(mergeable).expect("coverage serializes")
+    }
+
+    /// Reads [`Coverage::to_mergeable_json`] back; what is wrong with it, when something is.
+    pub fn from_mergeable_json(value: &Value) -> Result<Coverage, String> {
+        let m: Mergeable = Mergeable::deserialize(value).map_err(|e| format!("coverage: {e}"))?;
+        let mut faults_on = m.faults_on.iter().map(|n| fault_kind(n)).collect::<Result<Vec<_>, _>>()?;
+        faults_on.sort();
+        let mut coverage = Coverage::new(&faults_on);
+        coverage.runs = m.runs;
+        for (name, reached) in m.faults {
+            coverage.faults.insert(fault_kind(&name)?, reached);
+        }
+        coverage.reasons = m.reasons;
+        coverage.outcomes = m.outcomes;
+        coverage.delivery_orders = m.delivery_orders.iter().map(|d| unhex(d)).collect::<Result<_, _>>()?;
+        coverage.end_states = m.end_states.iter().map(|d| unhex(d)).collect::<Result<_, _>>()?;
+        for step in m.steps {
+            coverage.steps.insert(step.step, StepCoverage { line: step.line, text: step.text, raced_runs: step.raced_runs });
+        }
+        for class in m.classes {
+            let key = ClassKey { verdict: class.verdict, answers: class.answers };
+            coverage.classes.insert(key, OutcomeClass { runs: class.runs, example_seed: class.example_seed });
+        }
+        Ok(coverage)
+    }
+}
+
 /// The verdict of a seed, as outcome classes name it.
 pub(crate) fn verdict(outcome: &SeedOutcome) -> String {
     let properties = |failures: &[crate::sim::runner::Failure]| {
@@ -333,4 +445,69 @@ fn end_state(report: &RunReport) -> [u8; 32] {
     let mut digest = Sha256::new();
     digest.update(format!("{deleted:?}\n{consumed:?}\n{exports:?}").as_bytes());
     digest.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A made-up run reaching things that depend on its seed.
+    fn run(seed: u64) -> RunCoverage {
+        let mut run = RunCoverage::default();
+        if seed % 3 == 0 {
+            run.faults.insert(FaultKind::Drop, seed % 5 + 1);
+        }
+        run.reasons.insert(format!("reason-{}", seed % 4), 1);
+        run.outcomes.insert("complete: deleted".into(), 2);
+        run.delivery_order = [(seed % 11) as u8; 32];
+        run.end_state = [(seed % 2) as u8; 32];
+        run.steps.insert(1, (3, "parallel".into(), seed % 2 == 0));
+        run.steps.insert(2, (9, "expect".into(), false));
+        run.class = Some(ClassKey { verdict: "held".into(), answers: vec![format!("alice: {}", seed % 3)] });
+        run
+    }
+
+    #[test]
+    fn coverage_round_trips_as_data_and_shards_merge_to_the_whole() {
+        let faults = [FaultKind::Crash, FaultKind::Drop];
+        let mut whole = Coverage::new(&faults);
+        for seed in 1..=40 {
+            whole.add(seed, run(seed));
+        }
+        let json = whole.to_mergeable_json();
+        assert_eq!(Coverage::from_mergeable_json(&json).unwrap(), whole);
+        // Three contiguous shards, each through JSON text, merged in reverse order.
+        let mut merged: Option<Coverage> = None;
+        for seeds in [27..=40u64, 14..=26, 1..=13] {
+            let mut part = Coverage::new(&faults);
+            seeds.for_each(|seed| part.add(seed, run(seed)));
+            let text = part.to_mergeable_json().to_string();
+            let back = Coverage::from_mergeable_json(&serde_json::from_str(&text).unwrap()).unwrap();
+            match merged.as_mut() {
+                None => merged = Some(back),
+                Some(merged) => merged.merge(back),
+            }
+        }
+        let merged = merged.unwrap();
+        assert_eq!(merged, whole);
+        assert_eq!(merged.to_json().to_string(), whole.to_json().to_string());
+        assert_eq!(merged.faults_never_fired(), [FaultKind::Crash]);
+    }
+
+    #[test]
+    fn malformed_coverage_is_refused_with_the_reason() {
+        let mut whole = Coverage::new(&[FaultKind::Crash]);
+        whole.add(1, run(1));
+        let good = whole.to_mergeable_json();
+        let mut bad_digest = good.clone();
+        bad_digest["deliveryOrders"] = json!(["abc"]);
+        let mut bad_kind = good.clone();
+        bad_kind["faultsOn"] = json!(["meteor"]);
+        let mut missing = good.clone();
+        missing.as_object_mut().unwrap().remove("runs");
+        for (bad, says) in [(bad_digest, "is not a digest"), (bad_kind, "unknown fault kind"), (missing, "missing field `runs`")] {
+            let error = Coverage::from_mergeable_json(&bad).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
+    }
 }

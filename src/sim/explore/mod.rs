@@ -7,11 +7,20 @@
 //! answer (counts, the first violating seed, the coverage) is therefore the same for any number of jobs.
 
 pub mod coverage;
+// `mcpsim explore --check-determinism` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub mod determinism;
 pub mod exhaustive;
+// `mcpsim merge --ledger` and `explore --ledger` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub mod ledger;
 pub mod mutants;
 // `mcpsim explore --save` and `run --replay` (the `cli` feature).
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub mod reproducer;
+// `mcpsim explore --results` and `mcpsim merge` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub mod results;
 
 use crate::oracle::check::Property;
 use crate::scenario::Scenario;
@@ -19,7 +28,9 @@ use crate::sim::engine::faults::{self, Fault, FaultKind, PlanShape};
 use crate::sim::runner::{self, Failure, FailureKind, Prepared, RunOptions, ServerUnderTest};
 use crate::stores::memory::ReplayLimits;
 use coverage::Coverage;
-use std::ops::RangeInclusive;
+use results::Verdict;
+use std::collections::BTreeMap;
+use std::ops::{Range, RangeInclusive};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -65,9 +76,73 @@ pub struct Exploration {
     pub first_crash: Option<(u64, String)>,
     /// Every property broken in some run.
     pub properties_broken: Vec<Property>,
+    /// Runs that broke each property (a run that broke two counts for both).
+    pub failing_runs_by_property: BTreeMap<Property, u64>,
+    /// The lowest failing seeds, up to `keep` per verdict and property broken (per verdict alone for the
+    /// verdicts without one: expectations failed, crashed): a seed that broke two properties is kept under both,
+    /// so the lowest failing seed of every property is among them. Each list is sorted by seed.
+    pub failing: BTreeMap<(Verdict, Option<Property>), Vec<Failing>>,
+    /// How many failing seeds `failing` keeps per key (0: none, the default; `explore --results` sets it).
+    pub keep: usize,
+}
+
+/// A failing seed kept (`Exploration::failing`): its deliveries and its failures (a crash's message as one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failing {
+    pub seed: u64,
+    pub deliveries: u64,
+    pub verdict: Verdict,
+    pub failures: Vec<Failure>,
+    /// The simulator's panic message, for a crash.
+    pub crash: Option<String>,
+}
+
+impl Failing {
+    /// The properties the run broke, sorted.
+    pub fn properties(&self) -> Vec<Property> {
+        let mut properties: Vec<Property> = self.failures.iter().filter_map(property_of).collect();
+        properties.sort();
+        properties.dedup();
+        properties
+    }
+}
+
+/// The verdict of a failing outcome (None: it held).
+pub fn verdict_of(outcome: &SeedOutcome) -> Option<Verdict> {
+    match outcome {
+        SeedOutcome::Held => None,
+        SeedOutcome::Unsafe(_) => Some(Verdict::Unsafe),
+        SeedOutcome::NotLive(failures) if failures.iter().any(|f| property_of(f).is_some()) => Some(Verdict::NotLive),
+        SeedOutcome::NotLive(_) => Some(Verdict::Expectations),
+        SeedOutcome::Crashed(_) => Some(Verdict::Crashed),
+    }
 }
 
 impl Exploration {
+    /// An empty exploration that keeps up to `keep` failing seeds per verdict and property.
+    pub fn keeping(keep: usize) -> Exploration {
+        Exploration { keep, ..Exploration::default() }
+    }
+
+    /// Keeps a failing seed under each key it belongs to, if it is among the `keep` lowest there.
+    fn keep_failing(&mut self, failing: Failing) {
+        if self.keep == 0 {
+            return;
+        }
+        let mut keys: Vec<Option<Property>> = failing.properties().into_iter().map(Some).collect();
+        if keys.is_empty() {
+            keys.push(None);
+        }
+        for key in keys {
+            let kept = self.failing.entry((failing.verdict, key)).or_default();
+            let place = kept.partition_point(|k| k.seed < failing.seed);
+            if place < self.keep && kept.get(place).is_none_or(|k| k.seed != failing.seed) {
+                kept.insert(place, failing.clone());
+                kept.truncate(self.keep);
+            }
+        }
+    }
+
     fn note_properties(&mut self, failures: &[Failure]) {
         failures.iter().filter_map(property_of).for_each(|property| self.note_property(property));
     }
@@ -79,9 +154,21 @@ impl Exploration {
         }
     }
 
-    fn add(&mut self, seed: u64, deliveries: usize, outcome: SeedOutcome) {
+    pub(crate) fn add(&mut self, seed: u64, deliveries: usize, outcome: SeedOutcome) {
         self.schedules += 1;
         self.deliveries += deliveries as u64;
+        if let Some(verdict) = verdict_of(&outcome) {
+            let (failures, crash) = match &outcome {
+                SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures) => (failures.clone(), None),
+                SeedOutcome::Crashed(message) => (Vec::new(), Some(message.clone())),
+                SeedOutcome::Held => (Vec::new(), None),
+            };
+            let failing = Failing { seed, deliveries: deliveries as u64, verdict, failures, crash };
+            for property in failing.properties() {
+                *self.failing_runs_by_property.entry(property).or_default() += 1;
+            }
+            self.keep_failing(failing);
+        }
         if let SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures) = &outcome {
             if failures.iter().any(|f| property_of(f).is_none()) {
                 self.expectation_runs += 1;
@@ -125,7 +212,46 @@ impl Exploration {
             keep_lowest(&mut self.first_crash, example);
         }
         other.properties_broken.into_iter().for_each(|property| self.note_property(property));
+        for (property, runs) in other.failing_runs_by_property {
+            *self.failing_runs_by_property.entry(property).or_default() += runs;
+        }
+        self.keep = self.keep.max(other.keep);
+        for failing in other.failing.into_values().flatten() {
+            self.keep_failing(failing);
+        }
     }
+
+    /// Every failing seed kept, once each, by seed.
+    pub fn failing_seeds(&self) -> Vec<&Failing> {
+        let mut seeds: Vec<&Failing> = self.failing.values().flatten().collect();
+        seeds.sort_by_key(|f| f.seed);
+        seeds.dedup_by_key(|f| f.seed);
+        seeds
+    }
+}
+
+/// The `index`-th (1-based) of `count` contiguous, near-equal slices of `0..len`: the first `len % count`
+/// slices have `len / count + 1` elements, the others `len / count` (a slice may be empty). Every element is in
+/// exactly one slice. `1 <= index <= count` is the caller's to check (`explore --shard` refuses anything else).
+pub fn slice(len: u64, index: u64, count: u64) -> Range<u64> {
+    let count = count.max(1);
+    let i = index.clamp(1, count) - 1;
+    let (size, longer) = (len / count, len % count);
+    let start = i * size + i.min(longer);
+    start..start + size + u64::from(i < longer)
+}
+
+/// The `index`-th of `count` shards of `seeds` ([`slice`] of its offsets): the seeds stay those of the whole
+/// run (shard 2/3 of 1..=9 is 4..=6). None: this shard's slice is empty.
+pub fn shard(seeds: &RangeInclusive<u64>, index: u64, count: u64) -> Option<RangeInclusive<u64>> {
+    let (first, last) = (*seeds.start(), *seeds.end());
+    if first > last {
+        return None;
+    }
+    // At most EXPLORE_SEEDS_MAX seeds reach here; saturate rather than wrap for the whole u64 range.
+    let len = (last - first).saturating_add(1);
+    let part = slice(len, index, count);
+    (!part.is_empty()).then(|| first + part.start..=first + part.end - 1)
 }
 
 /// Keeps the example with the lower seed.
@@ -254,7 +380,7 @@ pub fn explore(
     faults: &[FaultKind],
     progress: Progress<'_>,
 ) -> Exploration {
-    explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, false).0
+    explore_keeping(scenario, &server.into(), seeds, jobs, faults, progress, false, 0).0
 }
 
 /// [`explore`], and what the runs reached (`Coverage`). Each run records its transcript, which coverage is
@@ -267,14 +393,17 @@ pub fn explore_with_coverage(
     faults: &[FaultKind],
     progress: Progress<'_>,
 ) -> (Exploration, Coverage) {
-    let (exploration, coverage) = explore_seeds(scenario, &server.into(), seeds, jobs, faults, progress, true);
+    let (exploration, coverage) = explore_keeping(scenario, &server.into(), seeds, jobs, faults, progress, true, 0);
     (exploration, coverage.unwrap_or_else(|| Coverage::new(faults)))
 }
 
 /// What one thread found over the seeds it ran, and what they reached.
 type Chunk = (Exploration, Option<Coverage>);
 
-fn explore_seeds(
+/// [`explore`] (with coverage when `cover`) keeping the `keep` lowest failing seeds per verdict and property
+/// ([`Exploration::failing`]), as `explore --results` writes them; the answer is the same for any number of jobs.
+#[allow(clippy::too_many_arguments)]
+pub fn explore_keeping(
     scenario: &Scenario,
     server: &ServerUnderTest,
     seeds: RangeInclusive<u64>,
@@ -282,10 +411,11 @@ fn explore_seeds(
     faults: &[FaultKind],
     progress: Progress<'_>,
     cover: bool,
+    keep: usize,
 ) -> (Exploration, Option<Coverage>) {
     let (first, last) = (*seeds.start(), *seeds.end());
     if first > last {
-        return (Exploration::default(), cover.then(|| Coverage::new(faults)));
+        return (Exploration::keeping(keep), cover.then(|| Coverage::new(faults)));
     }
     let count = last - first + 1;
     let blocks = count.div_ceil(SEEDS_PER_BLOCK);
@@ -299,7 +429,7 @@ fn explore_seeds(
     // Each thread folds its seeds' outcomes as it goes (nothing is kept per seed: an exploration of millions of
     // seeds holds no more than one of a few).
     let run_blocks = || -> Chunk {
-        let mut found = Exploration::default();
+        let mut found = Exploration::keeping(keep);
         let mut covered = cover.then(|| Coverage::new(faults));
         loop {
             let block = next_block.fetch_add(1, Ordering::Relaxed);
@@ -332,7 +462,7 @@ fn explore_seeds(
             handles.into_iter().map(|h| h.join().expect("each run catches its own panics")).collect()
         })
     };
-    let mut exploration = Exploration::default();
+    let mut exploration = Exploration::keeping(keep);
     let mut coverage = cover.then(|| Coverage::new(faults));
     for (found, covered) in per_thread {
         // Sums, sets and the smallest example seed: the same whichever thread reached what.
@@ -342,37 +472,6 @@ fn explore_seeds(
         }
     }
     (exploration, coverage)
-}
-
-/// The first seed in `seeds` that breaks a safety property, searched in order, with the property broken.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
-pub fn first_violation(scenario: &Scenario, server: impl Into<ServerUnderTest>, seeds: RangeInclusive<u64>) -> Option<(u64, Vec<Failure>)> {
-    let server = server.into();
-    for seed in seeds {
-        if let (_, SeedOutcome::Unsafe(failures)) = run_seed(scenario, &server, seed) {
-            return Some((seed, failures));
-        }
-    }
-    None
-}
-
-/// The first seed in `seeds` whose run fails at all (a property, or without faults an expectation),
-/// searched in order, with `faults` on if not empty. The gateway mutants are caught this way without faults
-/// (the scenario's expectations state the defence they lack); a mutant that only breaks liveness, with them.
-#[cfg_attr(not(feature = "cli"), allow(dead_code))]
-pub fn first_failure(
-    scenario: &Scenario,
-    server: impl Into<ServerUnderTest>,
-    seeds: RangeInclusive<u64>,
-    faults: &[FaultKind],
-) -> Option<(u64, Vec<Failure>)> {
-    let server = server.into();
-    for seed in seeds {
-        if let (_, SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures)) = run_seed_with(scenario, &server, seed, faults) {
-            return Some((seed, failures));
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -397,23 +496,96 @@ mod tests {
     #[test]
     fn an_exploration_split_between_threads_merges_to_the_one_read_in_seed_order() {
         let seeds = 10..=90u64;
-        let mut in_order = Exploration::default();
+        let mut in_order = Exploration::keeping(3);
         for seed in seeds.clone() {
             in_order.add(seed, seed as usize, outcome(seed));
         }
         assert_eq!(in_order.first_unsafe.as_ref().map(|(seed, _)| *seed), Some(15));
         assert_eq!(in_order.properties_broken, [Property::AtMostOnce, Property::Consent]);
+        let kept = |e: &Exploration, verdict, property| -> Vec<u64> {
+            e.failing.get(&(verdict, property)).map(|k| k.iter().map(|f| f.seed).collect()).unwrap_or_default()
+        };
+        assert_eq!(kept(&in_order, Verdict::Unsafe, Some(Property::Consent)), [15, 22, 29]);
+        assert_eq!(kept(&in_order, Verdict::Unsafe, Some(Property::AtMostOnce)), [18, 32, 46]);
+        assert_eq!(kept(&in_order, Verdict::Expectations, None), [10, 17, 24]);
+        assert_eq!(kept(&in_order, Verdict::Crashed, None), [12, 19, 26]);
+        let consent_runs = seeds.clone().filter(|s| s % 7 == 1).count() as u64;
+        assert_eq!(in_order.failing_runs_by_property[&Property::Consent], consent_runs);
         // Blocks of 4 seeds dealt to three threads, each thread folding its own, merged in either order.
-        let mut threads: [Exploration; 3] = Default::default();
+        let mut threads: [Exploration; 3] = std::array::from_fn(|_| Exploration::keeping(3));
         for seed in seeds.clone().rev() {
             threads[((seed / 4) % 3) as usize].add(seed, seed as usize, outcome(seed));
         }
         for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
-            let mut merged = Exploration::default();
+            let mut merged = Exploration::keeping(3);
             for thread in order {
                 merged.merge(threads[thread].clone());
             }
             assert_eq!(merged, in_order, "threads merged in the order {order:?}");
         }
+        // Cut into shards as `--shard I/N` cuts (contiguous slices), each explored alone, merged in any order.
+        for count in [1, 2, 3, 7, 100] {
+            let shards: Vec<Exploration> = (1..=count)
+                .map(|index| {
+                    let mut part = Exploration::keeping(3);
+                    for seed in shard(&seeds, index, count).into_iter().flatten() {
+                        part.add(seed, seed as usize, outcome(seed));
+                    }
+                    part
+                })
+                .collect();
+            let mut merged = Exploration::keeping(3);
+            for part in shards.into_iter().rev() {
+                merged.merge(part);
+            }
+            assert_eq!(merged, in_order, "{count} shards merged");
+        }
+    }
+
+    #[test]
+    fn a_seed_that_breaks_two_properties_is_kept_under_both() {
+        let both = SeedOutcome::Unsafe(vec![
+            failure(FailureKind::Property(Property::Consent), "a"),
+            failure(FailureKind::Property(Property::AtMostOnce), "b"),
+        ]);
+        let mut found = Exploration::keeping(1);
+        found.add(7, 3, SeedOutcome::Unsafe(vec![failure(FailureKind::Property(Property::AtMostOnce), "c")]));
+        found.add(5, 3, both);
+        assert_eq!(found.failing[&(Verdict::Unsafe, Some(Property::Consent))][0].seed, 5);
+        assert_eq!(found.failing[&(Verdict::Unsafe, Some(Property::AtMostOnce))][0].seed, 5);
+        assert_eq!(found.failing_seeds().len(), 1, "one seed, kept under two keys, is one finding");
+        assert_eq!(found.failing_runs_by_property[&Property::AtMostOnce], 2);
+        assert!(Exploration::default().failing.is_empty());
+    }
+
+    #[test]
+    fn shards_cover_the_range_exactly_once_in_near_equal_slices() {
+        assert_eq!(shard(&(1..=9), 2, 3), Some(4..=6));
+        assert_eq!(shard(&(1..=10), 1, 3), Some(1..=4));
+        assert_eq!(shard(&(1..=10), 3, 3), Some(8..=10));
+        assert_eq!(shard(&(1..=2), 3, 3), None, "more shards than seeds: the last is empty");
+        assert_eq!(shard(&(5..=5), 1, 1), Some(5..=5));
+        assert_eq!(slice(0, 1, 4), 0..0);
+        for len in 0..40u64 {
+            for count in 1..12u64 {
+                let slices: Vec<Range<u64>> = (1..=count).map(|index| slice(len, index, count)).collect();
+                // Contiguous from 0 to len: each element exactly once.
+                assert_eq!(slices[0].start, 0);
+                assert_eq!(slices.last().unwrap().end, len);
+                for pair in slices.windows(2) {
+                    assert_eq!(pair[0].end, pair[1].start, "{len} in {count}");
+                }
+                let sizes: Vec<u64> = slices.iter().map(|s| s.end - s.start).collect();
+                let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(max - min <= 1, "{len} in {count}: {sizes:?}");
+                // The longer slices come first.
+                assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{len} in {count}: {sizes:?}");
+                let offset = 1000;
+                let seeds = offset..=offset + len.max(1) - 1;
+                let covered: Vec<u64> = (1..=count).flat_map(|i| shard(&seeds, i, count).into_iter().flatten()).collect();
+                assert_eq!(covered, seeds.clone().collect::<Vec<_>>(), "{len} in {count}");
+            }
+        }
+        assert_eq!(shard(&(0..=u64::MAX), 2, 2).map(|r| *r.end()), Some(u64::MAX - 1), "saturates, never wraps");
     }
 }
