@@ -277,7 +277,7 @@ pub async fn search_is_the_default_search_on_random_titles(kind: &dyn StoreKind)
             match (pick(&salt, 6) + k) % 6 {
                 0 => drop(admin.rename(&id, &draw(title())).await.unwrap()),
                 1 => drop(admin.move_to(&id, &format!("{}{id}.md", places[pick(&id, places.len())])).await.unwrap()),
-                2 => drop(admin.swap(&id).await.unwrap()),
+                2 if admin.keeps_revisions() => drop(admin.swap(&id).await.unwrap()),
                 3 => drop(admin.remove(&id).await.unwrap()),
                 4 => drop(notes.delete_if_inside(&id, &store.revision(&id).await, &workspaces[0]).await.unwrap()),
                 _ => admin
