@@ -641,11 +641,36 @@ fn fts_phrase(folded: &str) -> String {
     format!("\"{}\"", folded.replace('"', "\"\""))
 }
 
+/// The most notes of a workspace round 1 compares one by one before it asks the trigram index: an FTS5 query
+/// has a fixed cost (190 µs against 30 µs for a workspace of 10 notes, `benches/store_scale.rs`, 2026-12-04)
+/// that a small workspace's scan does not pay.
+const SCAN_NOTES_MAX: i64 = 256;
+
+/// The first [`SCAN_NOTES_MAX`] + 1 notes of a workspace's range of `notes_by_place` (from the index alone),
+/// with their folded titles: all of them, if the workspace holds no more.
+const WORKSPACE_PROBE: &str = "SELECT id, title, uri, title_fold, position FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 LIMIT ?3";
+
 /// Round 1's search: the notes of `workspace` whose folded title contains the folded `query`, in listing order.
+/// A workspace of at most [`SCAN_NOTES_MAX`] notes is compared title by title; a larger one asks the trigram
+/// index for a query of 3 characters or more.
 fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) -> rusqlite::Result<Vec<Note>> {
     let (start, end) = workspace.index_range();
     let query = fold_title(query);
     if query.chars().count() >= 3 {
+        let mut probe = connection.prepare_cached(WORKSPACE_PROBE)?;
+        let rows = probe.query_map(params![start, end, SCAN_NOTES_MAX + 1], |row| {
+            Ok((row.get::<_, i64>(4)?, row.get::<_, Option<String>>(3)?, bodiless_note(row)?))
+        })?;
+        let few: Vec<(i64, Option<String>, Note)> = rows.collect::<rusqlite::Result<_>>()?;
+        if few.len() as i64 <= SCAN_NOTES_MAX {
+            let mut found: Vec<(i64, Note)> = few
+                .into_iter()
+                .filter(|(_, folded, _)| folded.as_deref().is_some_and(|folded| folded.contains(&query)))
+                .map(|(position, _, note)| (position, note))
+                .collect();
+            found.sort_by_key(|(position, _)| *position);
+            return Ok(found.into_iter().map(|(_, note)| note).collect());
+        }
         let mut statement = connection.prepare_cached(FIND_CANDIDATES_BY_TRIGRAMS)?;
         let rows = statement.query_map(params![start, end, fts_phrase(&query), query], bodiless_note)?;
         return rows.collect();
