@@ -177,12 +177,11 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         description: "notes by title trigram: round 1 reads the notes whose folded title holds the query, not every title of the workspace",
         sql: "
         -- FTS5's trigram tokenizer over title_fold (Rust's to_lowercase: case_sensitive 1 keeps SQLite from
-        -- folding again, ASCII-only), contentless (the notes table holds the titles), rowid = the note's
-        -- position. The triggers keep it in step in the transaction of every write to notes (insert, upsert,
-        -- rename, move, delete, the seed's renumbering, the fill of title_fold at open).
-        CREATE VIRTUAL TABLE notes_by_title USING fts5 (
-            title_fold, content = '', contentless_delete = 1, tokenize = 'trigram case_sensitive 1'
-        );
+        -- folding again, ASCII-only), rowid = the note's position. The triggers keep it in step in the
+        -- transaction of every write to notes (insert, upsert, rename, move, delete, the seed's renumbering, the
+        -- fill of title_fold at open), including another program's: the table keeps its own copy of the folded
+        -- titles, not contentless_delete, which a SQLite before 3.43 (Debian 12's, Python's) cannot write.
+        CREATE VIRTUAL TABLE notes_by_title USING fts5 (title_fold, tokenize = 'trigram case_sensitive 1');
         INSERT INTO notes_by_title (rowid, title_fold) SELECT position, title_fold FROM notes WHERE title_fold IS NOT NULL;
         CREATE TRIGGER notes_by_title_insert AFTER INSERT ON notes WHEN new.title_fold IS NOT NULL BEGIN
             INSERT INTO notes_by_title (rowid, title_fold) VALUES (new.position, new.title_fold);
