@@ -1,14 +1,22 @@
 //! A confirmation's cost against the size of the store: round 1 (`notes_delete` without an answer: find the
 //! candidates, seal the state) and round 2 (accept: claim the nonce and delete the note in one store call)
-//! through the whole pipeline, against stores holding 10, 10^3, 10^5 and 10^6 notes. The asked workspace
-//! (alice's, as in the demo) holds the same notes at every size; the rest of the store is spread over 1,000
-//! other workspaces, with bodies of about 300 bytes. The cost should follow the workspace, not the store.
+//! through the whole pipeline, on two axes:
+//!
+//! - `store` (groups `store_scale/STORE`): stores holding 10, 10^3, 10^5 and 10^6 notes, the asked workspace
+//!   (alice's, as in the demo) holding the same notes at every size, the rest spread over 1,000 other
+//!   workspaces. The cost should follow the workspace, not the store.
+//! - `workspace` (groups `store_scale/STORE/in_workspace`): alice's workspace itself holding that many notes
+//!   (the demo's and `Weekly notes N`), nothing elsewhere. Round 1 asks for "TPS report", which one note
+//!   matches: with a title index its cost follows the matches, not the workspace.
+//!
+//! Bodies are about 300 bytes.
 //!
 //! ```sh
 //! cargo bench --bench store_scale                       # memory and SQLite
 //! MCPSIM_TEST_POSTGRES_URL=postgres://… cargo bench --bench store_scale   # and PostgreSQL
 //! MCPSIM_BENCH_SIZES=10,1000 cargo bench --bench store_scale             # fewer sizes
 //! MCPSIM_BENCH_STORES=postgres cargo bench --bench store_scale           # some stores only (memory,sqlite,postgres)
+//! MCPSIM_BENCH_AXIS=workspace cargo bench --bench store_scale            # one axis only (store,workspace)
 //! ```
 //!
 //! SQLite is durable (`synchronous=FULL`), so round 2 includes the disk's sync; filler notes are inserted in
@@ -46,10 +54,23 @@ fn filler(i: usize) -> Note {
     }
 }
 
+/// The `i`-th filler note of alice's own workspace.
+fn filler_inside(i: usize) -> Note {
+    Note { uri: format!("{ALICE}/weekly-{i}.md"), ..filler(i) }
+}
+
+/// Where the fillers go: the rest of the store, or the asked workspace.
+#[derive(Clone, Copy, PartialEq)]
+enum Axis {
+    Store,
+    Workspace,
+}
+
 /// The demo's notes and fillers up to `size` notes in all.
-fn notes_of(size: usize) -> Vec<Note> {
+fn notes_of(size: usize, axis: Axis) -> Vec<Note> {
     let demo = Deployment::demo().notes();
     let fillers = size.saturating_sub(demo.len());
+    let filler = if axis == Axis::Store { filler } else { filler_inside };
     demo.into_iter().chain((0..fillers).map(filler)).collect()
 }
 
@@ -80,16 +101,16 @@ struct Subject {
     add: Box<dyn Fn(Note) + Send + Sync>,
 }
 
-fn memory_subject(size: usize) -> Subject {
-    let notes = Arc::new(MemoryNoteStore::new(notes_of(size)));
+fn memory_subject(notes: Vec<Note>) -> Subject {
+    let notes = Arc::new(MemoryNoteStore::new(notes));
     let replay = Arc::new(MemoryReplayStore::new(notes.clone(), Arc::new(SystemClock), ReplayLimits::with_share(10_000_000, 100, 60_000)));
     let adding = notes.clone();
     Subject { server: server(notes, replay), add: Box::new(move |note| adding.upsert(note)) }
 }
 
-async fn database_subject(spec: StoreSpec, size: usize, bulk: impl AsyncFnOnce(&[Note])) -> (Subject, Arc<dyn StoreAdmin>) {
+async fn database_subject(spec: StoreSpec, notes: Vec<Note>, bulk: impl AsyncFnOnce(&[Note])) -> (Subject, Arc<dyn StoreAdmin>) {
     let stores = open(&spec, Arc::new(SystemClock), ReplayLimits::with_share(10_000_000, 100, 60_000)).await.expect("open the store");
-    bulk(&notes_of(size)).await;
+    bulk(&notes).await;
     let admin = stores.admin.clone();
     let adding = stores.admin.clone();
     let handle = tokio::runtime::Handle::current();
@@ -152,12 +173,12 @@ async fn postgres_bulk(url: &str, notes: &[Note]) {
     client.batch_execute("COMMIT; ANALYZE notes;").await.unwrap();
 }
 
-fn bench_subject(c: &mut Criterion, runtime: &tokio::runtime::Runtime, store: &str, size: usize, subject: &Subject) {
+fn bench_subject(c: &mut Criterion, runtime: &tokio::runtime::Runtime, group: &str, size: usize, subject: &Subject) {
     let round_one = call(json!({ "workspaceUri": ALICE, "title": "TPS report" }), json!({}));
     let first = runtime.block_on(handle_message(&subject.server, "alice", &round_one, None));
     let first = first.response.unwrap();
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
-    let mut group = c.benchmark_group(format!("store_scale/{store}"));
+    let mut group = c.benchmark_group(group);
     group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     group.bench_function(BenchmarkId::new("round_1", size), |b| {
         b.iter(|| runtime.block_on(handle_message(&subject.server, "alice", &round_one, None)))
@@ -212,33 +233,53 @@ fn main() {
     if runs("postgres") && std::env::var_os("MCPSIM_TEST_POSTGRES_URL").is_none() {
         eprintln!("store_scale: no PostgreSQL rows: MCPSIM_TEST_POSTGRES_URL is not set (eval \"$(bash .ci/postgres.sh start)\")");
     }
+    let axes: Vec<Axis> = match std::env::var("MCPSIM_BENCH_AXIS").as_deref() {
+        Err(_) => vec![Axis::Store, Axis::Workspace],
+        Ok(axes) => axes
+            .split(',')
+            .map(|axis| match axis.trim() {
+                "store" => Axis::Store,
+                "workspace" => Axis::Workspace,
+                other => panic!("MCPSIM_BENCH_AXIS: store or workspace, not {other:?}"),
+            })
+            .collect(),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let directory = std::env::temp_dir().join(format!("mcpsim-store-scale-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
-    for &size in &sizes {
-        if runs("memory") {
-            let subject = memory_subject(size);
-            bench_subject(&mut c, &runtime, "memory", size, &subject);
-            drop(subject);
-        }
-
-        if runs("sqlite") {
-            let path = directory.join(format!("notes-{size}.db"));
-            let spec: StoreSpec = format!("sqlite:{}", path.display()).parse().unwrap();
-            let (subject, admin) = runtime.block_on(database_subject(spec, size, async |notes: &[Note]| sqlite_bulk(&path, notes)));
-            bench_subject(&mut c, &runtime, "sqlite", size, &subject);
-            runtime.block_on(admin.close()).unwrap();
-            drop(subject);
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    for &axis in &axes {
+        let group = |store: &str| match axis {
+            Axis::Store => format!("store_scale/{store}"),
+            Axis::Workspace => format!("store_scale/{store}/in_workspace"),
+        };
+        for &size in &sizes {
+            if runs("memory") {
+                let subject = memory_subject(notes_of(size, axis));
+                bench_subject(&mut c, &runtime, &group("memory"), size, &subject);
+                drop(subject);
             }
-        }
 
-        if let Some(url) = std::env::var("MCPSIM_TEST_POSTGRES_URL").ok().filter(|_| runs("postgres")) {
-            let spec: StoreSpec = format!("postgres:{url}").parse().unwrap();
-            let (subject, admin) = runtime.block_on(database_subject(spec, size, async |notes: &[Note]| postgres_bulk(&url, notes).await));
-            bench_subject(&mut c, &runtime, "postgres", size, &subject);
-            runtime.block_on(admin.close()).unwrap();
+            if runs("sqlite") {
+                let path = directory.join(format!("notes-{size}.db"));
+                let spec: StoreSpec = format!("sqlite:{}", path.display()).parse().unwrap();
+                let notes = notes_of(size, axis);
+                let (subject, admin) = runtime.block_on(database_subject(spec, notes, async |notes: &[Note]| sqlite_bulk(&path, notes)));
+                bench_subject(&mut c, &runtime, &group("sqlite"), size, &subject);
+                runtime.block_on(admin.close()).unwrap();
+                drop(subject);
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+
+            if let Some(url) = std::env::var("MCPSIM_TEST_POSTGRES_URL").ok().filter(|_| runs("postgres")) {
+                let spec: StoreSpec = format!("postgres:{url}").parse().unwrap();
+                let notes = notes_of(size, axis);
+                let (subject, admin) =
+                    runtime.block_on(database_subject(spec, notes, async |notes: &[Note]| postgres_bulk(&url, notes).await));
+                bench_subject(&mut c, &runtime, &group("postgres"), size, &subject);
+                runtime.block_on(admin.close()).unwrap();
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&directory);

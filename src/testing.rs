@@ -44,7 +44,7 @@ pub use crate::stores::gateway::{MemoryAuditSink, MemoryExportLedger};
 pub use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits, MEMORY_REPLAY_BYTES_PER_NONCE};
 pub use crate::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
 #[cfg(feature = "postgres")]
-pub use crate::stores::postgres::{PostgresStore, POSTGRES_MIGRATIONS};
+pub use crate::stores::postgres::{PostgresStore, FIND_CANDIDATES_BY_TRIGRAMS as POSTGRES_FIND_BY_TRIGRAMS, POSTGRES_MIGRATIONS};
 #[cfg(feature = "postgres")]
 pub use crate::stores::spec::PostgresTarget;
 pub use crate::stores::spec::{open_with_durability, open_with_limits};

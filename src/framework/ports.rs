@@ -82,8 +82,9 @@ pub trait NoteStore: Send + Sync {
     /// case (`folded_title_contains` of the folded query), in listing order. An index narrows, it never authorizes: a store may return
     /// more than that (the notes server checks every candidate's containment and title again and drops the
     /// rest), never fewer. Bodies may be left empty. The default reads every note; the stores of `stores`
-    /// answer from an index on [`FileUri::index_key`] and the folded title, so the cost follows the notes in
-    /// the workspace, not in the store.
+    /// answer a query of 3 characters or more from an index of the folded titles' trigrams (cost: the notes
+    /// holding the query's trigrams, not the workspace) and a shorter one from an index on
+    /// [`FileUri::index_key`] and the folded title (cost: the notes in the workspace, not in the store).
     async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
         let notes = self.list_notes().await?;
         let query = fold_title(query);

@@ -8,16 +8,17 @@
 //! ends; then it is pruned like a consumed entry.
 
 use crate::framework::ports::{
-    fold_title, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note, NoteStore, ReplayStore,
-    StoreError,
+    fold_title, folded_title_contains, note_index_key, ClaimAndDelete, ClaimOutcome, ClaimRecord, Clock, GuardedDelete, NonceClaim, Note,
+    NoteStore, ReplayStore, StoreError,
 };
 use crate::policy::containment::{same_text, FileUri};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Notes in listing order, indexed by id and by place (workspace, then title): round 1's search reads the
-/// notes of the asked workspace, never the rest of the store.
+/// Notes in listing order, indexed by id, by place (workspace, then title) and, once a search needs it, by the
+/// byte trigrams of their folded titles: round 1's search reads the notes of the asked workspace holding the
+/// query's rarest trigram, never the rest of the store nor the workspace's other notes.
 #[derive(Debug, Default)]
 pub struct MemoryNoteStore {
     notes: Mutex<Notes>,
@@ -32,25 +33,110 @@ struct Notes {
     /// (the URI's [`FileUri::index_key`], position) → the folded title. A workspace's notes are one range of
     /// it; a note whose URI does not parse is not in it (it is inside no workspace).
     places: BTreeMap<(String, u64), String>,
+    /// The trigram index of the placed notes' folded titles, built by the first search that can use it (a
+    /// query of [`TRIGRAM`] bytes or more) and kept true by every change after: a store nobody searches that
+    /// way (the simulator's, which answers from its listing) never pays for it.
+    grams: Option<TitleGrams>,
     next: u64,
     /// The listing as last handed out whole, shared until a change (the simulated note store answers every
     /// read with it, and the history keeps each answer).
     shared: Option<Arc<Vec<Note>>>,
 }
 
+/// The length of the n-grams the title index keeps, in bytes.
+const TRIGRAM: usize = 3;
+
+/// An n-gram of a folded title: [`TRIGRAM`] bytes of its UTF-8. Bytes, not chars: a folded title contains the
+/// folded query exactly when its bytes contain the query's (`str::contains` compares bytes; both are UTF-8),
+/// so every byte trigram of the query is one of a match's, whatever its characters; the keys are fixed-size
+/// (no allocation per posting), and a one-character query of three UTF-8 bytes (most CJK) is indexed too.
+type Trigram = [u8; TRIGRAM];
+
+/// The byte trigrams of `folded`, each once.
+fn trigrams(folded: &str) -> BTreeSet<Trigram> {
+    folded.as_bytes().windows(TRIGRAM).map(|gram| [gram[0], gram[1], gram[2]]).collect()
+}
+
+/// Trigram → the places (index key, position) of the notes whose folded title holds it. A workspace's notes
+/// with a trigram are one range of its postings, as in `places`.
+#[derive(Debug, Default, Clone)]
+struct TitleGrams {
+    postings: BTreeMap<Trigram, BTreeSet<(Arc<str>, u64)>>,
+}
+
+impl TitleGrams {
+    fn add(&mut self, key: &str, position: u64, folded: &str) {
+        let key: Arc<str> = key.into();
+        for gram in trigrams(folded) {
+            self.postings.entry(gram).or_default().insert((key.clone(), position));
+        }
+    }
+
+    fn remove(&mut self, key: &str, position: u64, folded: &str) {
+        let place = (Arc::<str>::from(key), position);
+        for gram in trigrams(folded) {
+            if let Some(places) = self.postings.get_mut(&gram) {
+                places.remove(&place);
+                if places.is_empty() {
+                    self.postings.remove(&gram);
+                }
+            }
+        }
+    }
+
+    /// The positions of the notes placed in `[start, end)` whose folded title holds the rarest trigram (the
+    /// fewest postings in the store) of `folded_query` (at least [`TRIGRAM`] bytes): a superset of the matches
+    /// there, which the caller checks. Empty when some trigram of the query is in no title.
+    fn narrow(&self, start: &str, end: &str, folded_query: &str) -> Vec<u64> {
+        let mut rarest: Option<&BTreeSet<(Arc<str>, u64)>> = None;
+        for gram in trigrams(folded_query) {
+            let Some(places) = self.postings.get(&gram) else {
+                return Vec::new();
+            };
+            if rarest.is_none_or(|fewest| places.len() < fewest.len()) {
+                rarest = Some(places);
+            }
+        }
+        let Some(places) = rarest else {
+            return Vec::new();
+        };
+        places.range((Arc::from(start), 0)..(Arc::from(end), 0)).map(|(_, position)| *position).collect()
+    }
+}
+
 impl Notes {
     fn unplace(&mut self, position: u64) {
         if let Some(key) = self.listing.get(&position).and_then(|note| note_index_key(&note.uri)) {
-            self.places.remove(&(key, position));
+            if let Some(folded) = self.places.remove(&(key.clone(), position)) {
+                if let Some(grams) = &mut self.grams {
+                    grams.remove(&key, position, &folded);
+                }
+            }
         }
     }
 
     fn place(&mut self, position: u64) {
         if let Some(note) = self.listing.get(&position) {
             if let Some(key) = note_index_key(&note.uri) {
-                self.places.insert((key, position), fold_title(&note.title));
+                let folded = fold_title(&note.title);
+                if let Some(grams) = &mut self.grams {
+                    grams.add(&key, position, &folded);
+                }
+                self.places.insert((key, position), folded);
             }
         }
+    }
+
+    /// The trigram index, built from `places` if no search has needed it yet.
+    fn grams(&mut self) -> &TitleGrams {
+        let places = &self.places;
+        self.grams.get_or_insert_with(|| {
+            let mut grams = TitleGrams::default();
+            for ((key, position), folded) in places {
+                grams.add(key, *position, folded);
+            }
+            grams
+        })
     }
 
     /// Adds a note at the end of the listing, or replaces the one with its id where it stands.
@@ -183,16 +269,30 @@ impl NoteStore for MemoryNoteStore {
         Ok(self.snapshot())
     }
 
+    /// A query of [`TRIGRAM`] bytes or more (folded) reads the workspace's postings of its rarest trigram
+    /// and compares those notes' titles only: the cost follows the notes holding that trigram in the
+    /// workspace, not the workspace. A shorter one (0–2 bytes: an empty query, one or two ASCII letters, one
+    /// accented letter) compares every title of the workspace's range: such a query matches most titles of a
+    /// workspace anyway (any title, for the empty one), so postings of 1- and 2-grams (as many again as the
+    /// trigrams' to keep) would save little, and a form offers at most a few candidates.
     async fn find_candidates(&self, workspace: &FileUri, query: &str) -> Result<Vec<Note>, StoreError> {
-        let notes = self.lock();
+        let mut notes = self.lock();
         let (start, end) = workspace.index_range();
         let query = fold_title(query);
-        let mut positions: Vec<u64> = notes
-            .places
-            .range((start, 0)..(end, 0))
-            .filter(|(_, title)| title.contains(&query))
-            .map(|((_, position), _)| *position)
-            .collect();
+        let mut positions: Vec<u64> = if query.len() >= TRIGRAM {
+            let narrowed = notes.grams().narrow(&start, &end, &query);
+            narrowed
+                .into_iter()
+                .filter(|position| notes.listing.get(position).is_some_and(|note| folded_title_contains(&note.title, &query)))
+                .collect()
+        } else {
+            notes
+                .places
+                .range((start, 0)..(end, 0))
+                .filter(|(_, title)| title.contains(&query))
+                .map(|((_, position), _)| *position)
+                .collect()
+        };
         positions.sort_unstable();
         Ok(positions.iter().filter_map(|position| notes.listing.get(position)).map(without_body).collect())
     }

@@ -172,6 +172,29 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         description: "the out-of-band flows by principal: each principal's share of them is counted from this index",
         sql: "CREATE INDEX out_of_band_flows_by_principal ON out_of_band_flows (principal);",
     },
+    Migration {
+        version: 8,
+        description: "notes by title trigram: round 1 reads the notes whose folded title holds the query, not every title of the workspace",
+        sql: "
+        -- FTS5's trigram tokenizer over title_fold (Rust's to_lowercase: case_sensitive 1 keeps SQLite from
+        -- folding again, ASCII-only), rowid = the note's position. The triggers keep it in step in the
+        -- transaction of every write to notes (insert, upsert, rename, move, delete, the seed's renumbering, the
+        -- fill of title_fold at open), including another program's: the table keeps its own copy of the folded
+        -- titles, not contentless_delete, which a SQLite before 3.43 (Debian 12's, Python's) cannot write.
+        CREATE VIRTUAL TABLE notes_by_title USING fts5 (title_fold, tokenize = 'trigram case_sensitive 1');
+        INSERT INTO notes_by_title (rowid, title_fold) SELECT position, title_fold FROM notes WHERE title_fold IS NOT NULL;
+        CREATE TRIGGER notes_by_title_insert AFTER INSERT ON notes WHEN new.title_fold IS NOT NULL BEGIN
+            INSERT INTO notes_by_title (rowid, title_fold) VALUES (new.position, new.title_fold);
+        END;
+        CREATE TRIGGER notes_by_title_delete AFTER DELETE ON notes BEGIN
+            DELETE FROM notes_by_title WHERE rowid = old.position;
+        END;
+        CREATE TRIGGER notes_by_title_update AFTER UPDATE OF position, title_fold ON notes BEGIN
+            DELETE FROM notes_by_title WHERE rowid = old.position;
+            INSERT INTO notes_by_title (rowid, title_fold) SELECT new.position, new.title_fold WHERE new.title_fold IS NOT NULL;
+        END;
+    ",
+    },
 ];
 
 /// The schema step that added the search columns, after which opening fills them for older rows.
@@ -596,16 +619,63 @@ fn bodiless_note(row: &rusqlite::Row<'_>) -> rusqlite::Result<Note> {
     Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: String::new(), revision: String::new() })
 }
 
-/// Round 1's search, in [`find_candidates`].
+/// Round 1's search for a query of 3 characters or more, in [`find_candidates`]: the notes whose folded title
+/// holds the query, from `notes_by_title` (its trigrams' postings), then those in the workspace. `?3` is the
+/// folded query as an FTS5 phrase, `?4` the folded query (compared again: the index narrows).
+const FIND_CANDIDATES_BY_TRIGRAMS: &str = "SELECT notes.id, notes.title, notes.uri FROM notes_by_title
+     JOIN notes ON notes.position = notes_by_title.rowid
+     WHERE notes_by_title MATCH ?3 AND notes.uri_key >= ?1 AND notes.uri_key < ?2 AND instr(notes.title_fold, ?4) > 0
+     ORDER BY notes.position";
+
+/// Round 1's search for a shorter query (which the trigram index cannot answer: FTS5 finds no row for a phrase
+/// of fewer than 3 characters), in [`find_candidates`]: one range of `notes_by_place`, every title of the
+/// workspace compared, from the index alone (no table row read, so no body). Such a query matches most titles
+/// of a workspace anyway.
 const FIND_CANDIDATES: &str =
     "SELECT id, title, uri FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 AND instr(title_fold, ?3) > 0 ORDER BY position";
 
-/// Round 1's search: one range of `notes_by_place`, titles compared in the database, from the index alone (no
-/// table row read, so no body).
+/// `folded` as one FTS5 phrase: in double quotes, a `"` inside doubled; everything else (`*`, `^`, `-`, `:`,
+/// `AND`, …) is the phrase's text there.
+fn fts_phrase(folded: &str) -> String {
+    format!("\"{}\"", folded.replace('"', "\"\""))
+}
+
+/// The most notes of a workspace round 1 compares one by one before it asks the trigram index: an FTS5 query
+/// has a fixed cost (190 µs against 30 µs for a workspace of 10 notes, `benches/store_scale.rs`, 2026-12-04)
+/// that a small workspace's scan does not pay.
+const SCAN_NOTES_MAX: i64 = 256;
+
+/// The first [`SCAN_NOTES_MAX`] + 1 notes of a workspace's range of `notes_by_place` (from the index alone),
+/// with their folded titles: all of them, if the workspace holds no more.
+const WORKSPACE_PROBE: &str = "SELECT id, title, uri, title_fold, position FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 LIMIT ?3";
+
+/// Round 1's search: the notes of `workspace` whose folded title contains the folded `query`, in listing order.
+/// A workspace of at most [`SCAN_NOTES_MAX`] notes is compared title by title; a larger one asks the trigram
+/// index for a query of 3 characters or more.
 fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) -> rusqlite::Result<Vec<Note>> {
     let (start, end) = workspace.index_range();
+    let query = fold_title(query);
+    if query.chars().count() >= 3 {
+        let mut probe = connection.prepare_cached(WORKSPACE_PROBE)?;
+        let rows = probe.query_map(params![start, end, SCAN_NOTES_MAX + 1], |row| {
+            Ok((row.get::<_, i64>(4)?, row.get::<_, Option<String>>(3)?, bodiless_note(row)?))
+        })?;
+        let few: Vec<(i64, Option<String>, Note)> = rows.collect::<rusqlite::Result<_>>()?;
+        if few.len() as i64 <= SCAN_NOTES_MAX {
+            let mut found: Vec<(i64, Note)> = few
+                .into_iter()
+                .filter(|(_, folded, _)| folded.as_deref().is_some_and(|folded| folded.contains(&query)))
+                .map(|(position, _, note)| (position, note))
+                .collect();
+            found.sort_by_key(|(position, _)| *position);
+            return Ok(found.into_iter().map(|(_, note)| note).collect());
+        }
+        let mut statement = connection.prepare_cached(FIND_CANDIDATES_BY_TRIGRAMS)?;
+        let rows = statement.query_map(params![start, end, fts_phrase(&query), query], bodiless_note)?;
+        return rows.collect();
+    }
     let mut statement = connection.prepare_cached(FIND_CANDIDATES)?;
-    let rows = statement.query_map(params![start, end, fold_title(query)], bodiless_note)?;
+    let rows = statement.query_map(params![start, end, query], bodiless_note)?;
     rows.collect()
 }
 
@@ -1116,20 +1186,36 @@ mod tests {
         assert_eq!(checkpoint_pages, SQLITE_WAL_CHECKPOINT_PAGES, "checkpoints every SQLITE_WAL_CHECKPOINT_PAGES pages, not 1,000");
     }
 
-    /// Round 1 reads the titles of every note in the workspace: from the index, never from the table's rows
-    /// (whose pages hold the bodies).
-    #[test]
-    fn round_one_searches_the_index_alone() {
-        let (directory, mut connection) = scratch_connection("covering");
+    /// The query plan of `sql` (bound to `parameters`) after every migration, one step a line.
+    fn plan_of(name: &str, sql: &str, parameters: impl rusqlite::Params) -> Vec<String> {
+        let (directory, mut connection) = scratch_connection(name);
         let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
-        let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
         let plan: Vec<String> = {
-            let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {FIND_CANDIDATES}")).unwrap();
-            let rows = statement.query_map(params![start, end, "plan"], |row| row.get::<_, String>(3)).unwrap();
+            let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let rows = statement.query_map(parameters, |row| row.get::<_, String>(3)).unwrap();
             rows.collect::<rusqlite::Result<_>>().unwrap()
         };
         drop(connection);
         let _ = std::fs::remove_dir_all(&directory);
+        plan
+    }
+
+    /// A query of fewer than 3 characters reads the titles of every note in the workspace: from the index,
+    /// never from the table's rows (whose pages hold the bodies).
+    #[test]
+    fn round_one_searches_the_index_alone() {
+        let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
+        let plan = plan_of("covering", FIND_CANDIDATES, params![start, end, "pl"]);
         assert!(plan.iter().any(|step| step.contains("USING COVERING INDEX notes_by_place")), "{plan:?}");
+    }
+
+    /// A longer query reads the trigram index (the bundled SQLite has FTS5 and its trigram tokenizer), then
+    /// each match's row by its position: no scan of the workspace.
+    #[test]
+    fn round_one_reads_the_trigram_index() {
+        let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
+        let plan = plan_of("trigrams", FIND_CANDIDATES_BY_TRIGRAMS, params![start, end, fts_phrase("plan"), "plan"]);
+        assert!(plan.iter().any(|step| step.starts_with("SCAN notes_by_title VIRTUAL TABLE INDEX")), "{plan:?}");
+        assert!(plan.iter().any(|step| step.contains("SEARCH notes USING INDEX sqlite_autoindex_notes_2 (position=?)")), "{plan:?}");
     }
 }

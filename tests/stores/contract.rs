@@ -8,7 +8,7 @@ use mcpsim::testing::open_with_durability;
 use mcpsim::testing::Durability;
 use mcpsim::testing::FileUri;
 use mcpsim::testing::ReplayLimits;
-use mcpsim::testing::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, Note};
+use mcpsim::testing::{ClaimAndDelete, ClaimOutcome, ClaimRecord, GuardedDelete, NonceClaim, Note, NoteStore, StoreError};
 use mcpsim::testing::{SeedReport, StoreSpec, Stores};
 use std::sync::Arc;
 
@@ -243,6 +243,103 @@ pub async fn candidates_are_the_workspace_notes_matching_the_title(kind: &dyn St
     let live = notes.notes_by_ids(&wanted).await.unwrap();
     assert_eq!(ids(live.clone()), ["n1", "n3", "in-sub"], "listing order, absent ids left out");
     assert_eq!(live[0].uri, "file:///w/n1.md");
+}
+
+/// The store's search against the default `NoteStore::find_candidates` (a scan of the listing) on random titles
+/// (ASCII and not: `İ` folds to two chars, `ß`, `Σ`, CJK of three UTF-8 bytes, and `%`, `_`, `"`, `*`, `[`,
+/// `\`, which a SQL pattern or an FTS query would take for syntax), queries of 0 to 5 chars (random, or a
+/// slice of a title in another case), in three workspaces, after rounds of upserts, renames, moves, copies,
+/// guarded deletes and removals: the same notes in the same order, every time. Cases come from proptest's
+/// deterministic runner (the same every run).
+pub async fn search_is_the_default_search_on_random_titles(kind: &dyn StoreKind) {
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::TestRunner;
+    let store = open_fresh(kind, 10).await;
+    let (notes, admin) = (&store.stores.notes, &store.stores.admin);
+    let mut runner = TestRunner::deterministic();
+    let mut draw = |strategy: proptest::strategy::BoxedStrategy<String>| strategy.new_tree(&mut runner).unwrap().current();
+    let title = || r#"[aAbB c%_"*\[\\İßΣσé日本-]{0,10}"#.boxed();
+    let places = ["file:///w/", "file:///w/sub/", "file:///w-evil/", "file:///x/"];
+    let workspaces = ["file:///w", "file:///w/sub", "file:///"].map(|uri| FileUri::parse(uri).unwrap());
+    let pick = |text: &str, n: usize| text.bytes().fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b))) % n;
+    let mut ids: Vec<String> = Vec::new();
+    // More notes than a database compares one by one before it asks its trigram index (SQLite: 256), so a
+    // search of the whole store (`file:///`) takes the index's path and one of `file:///w` the scan's.
+    for k in 0..300 {
+        let id = format!("fill-{k}");
+        admin
+            .upsert(Note {
+                id: id.clone(),
+                title: draw(title()),
+                uri: format!("file:///x/fill/{id}.md"),
+                body: String::new(),
+                revision: String::new(),
+            })
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    for round in 0..6 {
+        for k in 0..12 {
+            let id = format!("r{round}-{k}");
+            let t = draw(title());
+            let uri = format!("{}{id}.md", places[pick(&t, places.len())]);
+            admin.upsert(Note { id: id.clone(), title: t, uri, body: String::new(), revision: String::new() }).await.unwrap();
+            ids.push(id);
+        }
+        for k in 0..8 {
+            let salt = draw(title());
+            let id = ids[pick(&format!("{salt}{k}"), ids.len())].clone();
+            match (pick(&salt, 6) + k) % 6 {
+                0 => drop(admin.rename(&id, &draw(title())).await.unwrap()),
+                1 => drop(admin.move_to(&id, &format!("{}{id}.md", places[pick(&id, places.len())])).await.unwrap()),
+                2 if admin.keeps_revisions() => drop(admin.swap(&id).await.unwrap()),
+                3 => drop(admin.remove(&id).await.unwrap()),
+                4 => drop(notes.delete_if_inside(&id, &store.revision(&id).await, &workspaces[0]).await.unwrap()),
+                _ => admin
+                    .upsert(Note {
+                        id: id.clone(),
+                        title: salt,
+                        uri: format!("file:///w/{id}.md"),
+                        body: String::new(),
+                        revision: String::new(),
+                    })
+                    .await
+                    .unwrap(),
+            }
+        }
+        let listing = notes.list_notes().await.unwrap();
+        let mut queries: Vec<String> = (0..10).map(|_| draw(r#"[aAbB c%_"*\[\\İßΣé日-]{0,5}"#.boxed())).collect();
+        for note in listing.iter().filter(|note| !note.id.starts_with("fill-")).chain(listing.iter().step_by(10)) {
+            let chars: Vec<char> = note.title.chars().collect();
+            let from = pick(&note.id, chars.len().max(1)).min(chars.len());
+            for len in 1..=4 {
+                queries.push(chars[from..(from + len).min(chars.len())].iter().collect::<String>().to_uppercase());
+            }
+        }
+        let default = DefaultSearch(listing);
+        for workspace in &workspaces {
+            for query in &queries {
+                let found: Vec<String> = notes.find_candidates(workspace, query).await.unwrap().into_iter().map(|n| n.id).collect();
+                let expected: Vec<String> = default.find_candidates(workspace, query).await.unwrap().into_iter().map(|n| n.id).collect();
+                assert_eq!(found, expected, "round {round}: {query:?} in {workspace}");
+            }
+        }
+    }
+}
+
+/// A store that has only a listing: its search is `NoteStore`'s default.
+struct DefaultSearch(Vec<Note>);
+
+#[async_trait]
+impl NoteStore for DefaultSearch {
+    async fn list_notes(&self) -> Result<Vec<Note>, StoreError> {
+        Ok(self.0.clone())
+    }
+
+    async fn delete_if_inside(&self, _: &str, _: &str, _: &FileUri) -> Result<GuardedDelete, StoreError> {
+        Ok(GuardedDelete::Gone)
+    }
 }
 
 pub async fn full_store_fails_closed_until_entries_expire(kind: &dyn StoreKind) {
@@ -654,6 +751,7 @@ macro_rules! contract_tests {
             claim_and_delete_consumes_only_when_it_deletes,
             moved_and_prefix_sibling_notes_are_outside,
             candidates_are_the_workspace_notes_matching_the_title,
+            search_is_the_default_search_on_random_titles,
             full_store_fails_closed_until_entries_expire,
             a_principal_filling_its_share_leaves_the_others_working,
             delete_if_inside_rechecks_the_live_note,
@@ -682,6 +780,7 @@ macro_rules! contract_tests {
             claim_and_delete_consumes_only_when_it_deletes,
             moved_and_prefix_sibling_notes_are_outside,
             candidates_are_the_workspace_notes_matching_the_title,
+            search_is_the_default_search_on_random_titles,
             full_store_fails_closed_until_entries_expire,
             a_principal_filling_its_share_leaves_the_others_working,
             claims_past_the_replay_window_are_refused,
