@@ -548,6 +548,8 @@ impl Inner {
             result
         });
         self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(batch.len());
+        // Off by default (`MCPSIM_LOG=…,mcpsim::store=debug` shows it): tests/fleet.rs reads it from a process it kills.
+        tracing::debug!(target: "mcpsim::store", "sqlite batch: {} writes, committed: {}", batch.len(), committed.is_ok());
         match committed {
             Ok(()) => batch.into_iter().for_each(|write| write.answer(Ok(()))),
             Err(failure) => {
