@@ -358,9 +358,18 @@ impl SqliteStore {
         let (answer, mut answered) = oneshot::channel();
         inner.lock_queue().push_back(Box::new(Pending { operation: Some(operation), outcome: None, answer }));
         loop {
-            let writing = inner.writer.clone().acquire_owned().await.expect("the semaphore is never closed");
-            // The writer before this one may have carried this write in its batch (it answers before it
-            // lets the turn go): then the answer is here.
+            // Either another caller's batch carries this write (its answer comes, and this caller leaves the
+            // writer's queue without taking a turn), or this caller's turn comes first and it runs a batch.
+            let writing = tokio::select! {
+                biased;
+                result = &mut answered => {
+                    return result.unwrap_or_else(|_| {
+                        Err(StoreError::Unavailable(format!("sqlite {path}: the store worker failed while running this write")))
+                    });
+                }
+                permit = inner.writer.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            };
+            // The writer before this one may have answered as the turn passed: then the answer is here.
             match answered.try_recv() {
                 Ok(result) => return result,
                 Err(oneshot::error::TryRecvError::Closed) => {
