@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The disk's floor: `--sync-floor N` measures, beside the fleet's databases (`target/tmp`), N syncs of a
-//! small write (`fdatasync` of 512 bytes appended to a file) and N one-row commits of SQLite in WAL mode with
+//! small write (`fdatasync` of 512 bytes appended to a file, and overwriting one in place) and N one-row commits of SQLite in WAL mode with
 //! `synchronous=FULL` and with `NORMAL`, prints p50 and mean of each and exits: a durable fleet confirms at
 //! most 1 / (sync time) × (writes per commit) deletions per second.
 //!
@@ -643,33 +643,49 @@ fn describe_syncs(samples: &mut [u64]) -> String {
     )
 }
 
-/// The disk's sync floor beside the fleet's databases: `syncs` fdatasyncs of a 512-byte append, then `syncs`
-/// one-row SQLite commits in WAL mode with synchronous=FULL and with NORMAL.
+/// The disk's sync floor beside the fleet's databases: `syncs` fdatasyncs of a 512-byte write appended to a
+/// file (the file grows: the sync also writes its size) and overwriting a file in place (what a WAL reused
+/// after a checkpoint sees), then `syncs` one-row SQLite commits in WAL mode with synchronous=FULL and with
+/// NORMAL, on a WAL already grown (as the fleet's is after its first checkpoint).
 fn measure_sync_floor(syncs: usize) {
-    use std::io::Write;
+    use std::io::{Seek, Write};
     let directory = TempDir::new_in(private_temp());
     println!("sync floor: {syncs} of each, in {} (load average {})", directory.path().display(), load_average());
-    let mut file = std::fs::File::create(directory.path().join("sync-floor.bin")).expect("a file beside the databases");
-    let mut samples = Vec::with_capacity(syncs);
-    for _ in 0..syncs {
-        let clock = Stopwatch::start();
-        file.write_all(&[0x5a; 512]).expect("the write succeeds");
-        file.sync_data().expect("fdatasync succeeds");
-        samples.push(clock.elapsed_us());
+    for (label, in_place) in [("appended to a file", false), ("overwriting a file in place", true)] {
+        let mut file = std::fs::File::create(directory.path().join("sync-floor.bin")).expect("a file beside the databases");
+        if in_place {
+            file.write_all(&vec![0_u8; 512 * syncs]).expect("the file is filled");
+            file.sync_all().expect("and synced");
+            file.rewind().expect("and rewound");
+        }
+        let mut samples = Vec::with_capacity(syncs);
+        for _ in 0..syncs {
+            let clock = Stopwatch::start();
+            file.write_all(&[0x5a; 512]).expect("the write succeeds");
+            file.sync_data().expect("fdatasync succeeds");
+            samples.push(clock.elapsed_us());
+        }
+        println!("- fdatasync of 512 bytes {label}: {}", describe_syncs(&mut samples));
     }
-    println!("- fdatasync of a 512-byte append: {}", describe_syncs(&mut samples));
     for synchronous in ["FULL", "NORMAL"] {
         let connection = rusqlite::Connection::open(directory.path().join(format!("sync-{synchronous}.db"))).expect("SQLite opens");
         let mode: String = connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).expect("WAL");
         assert_eq!(mode, "wal");
         connection.pragma_update(None, "synchronous", synchronous).expect("synchronous is set");
+        // As the store sets it (src/stores/sqlite.rs, SQLITE_WAL_CHECKPOINT_PAGES).
+        connection.pragma_update(None, "wal_autocheckpoint", 10_000).expect("a checkpoint every 10,000 pages");
         connection.execute_batch("CREATE TABLE floor (id INTEGER PRIMARY KEY, value TEXT NOT NULL)").expect("the table");
-        let mut samples = Vec::with_capacity(syncs);
-        for index in 0..syncs {
+        let commit = |index: usize| {
             let clock = Stopwatch::start();
             connection.execute("INSERT INTO floor (id, value) VALUES (?1, 'a small row')", [index as i64]).expect("one commit");
-            samples.push(clock.elapsed_us());
-        }
+            clock.elapsed_us()
+        };
+        // Grow the WAL, then start it over: the measured commits overwrite it in place.
+        (0..syncs).for_each(|index| {
+            commit(index);
+        });
+        connection.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())).expect("the WAL restarts");
+        let mut samples: Vec<u64> = (syncs..2 * syncs).map(commit).collect();
         println!("- SQLite, WAL, synchronous={synchronous}, one-row commit: {}", describe_syncs(&mut samples));
     }
     println!("(load average after: {})", load_average());
