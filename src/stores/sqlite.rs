@@ -377,12 +377,14 @@ impl SqliteStore {
                 }
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
+            let permit = inner.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+            // No await from here until the batch has run: a caller dropped now (its client gone) cannot drop
+            // the other callers' writes with it.
             let batch: Vec<Box<dyn QueuedWrite>> = {
                 let mut queue = inner.lock_queue();
                 let take = queue.len().min(SQLITE_BATCH_MAX);
                 queue.drain(..take).collect()
             };
-            let permit = inner.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
             let batch_inner = inner.clone();
             let work = move || {
                 let _permits = (permit, writing);
