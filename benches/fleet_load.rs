@@ -6,10 +6,22 @@
 //! eval "$(bash .ci/postgres.sh start)" && cargo bench --bench fleet_load   # ... with a local PostgreSQL
 //! cargo bench --bench fleet_load -- --store sqlite --seconds 5 --concurrency 1,16
 //! # A deployment's load: 1 KiB bodies, states living 10 s (nonces are kept 10 + 60 s, so a 5-minute row
-//! # goes past the replay store's retention: once the capacity is reached each claim prunes what expired).
+//! # goes past the replay store's retention; 500,000 nonces sustain 7,142/s: 2× headroom over 3,571/s).
 //! cargo bench --bench fleet_load -- --store sqlite-relaxed --concurrency 16 --seconds 300 \
-//!     --body-bytes 1024 --state-ttl 10 --replay-capacity 150000   # then --store sqlite
+//!     --body-bytes 1024 --state-ttl 10 --replay-capacity 500000   # then --store sqlite
 //! ```
+//!
+//! The disk's floor: `--sync-floor N` measures, beside the fleet's databases (`target/tmp`), N syncs of a
+//! small write (`fdatasync` of 512 bytes appended to a file, and overwriting one in place) and N one-row commits of SQLite in WAL mode with
+//! `synchronous=FULL` and with `NORMAL`, prints p50 and mean of each and exits: a durable fleet confirms at
+//! most 1 / (sync time) × (writes per commit) deletions per second.
+//!
+//! ```sh
+//! cargo bench --bench fleet_load -- --sync-floor 3000
+//! ```
+//!
+//! `MCPSIM_FLEET_BIN=PATH` runs the fleet with another `mcpsim` binary (a baseline built beside this one)
+//! instead of the one built with this bench.
 //!
 //! For each store and each concurrency it measures, for the same duration:
 //! - `server/discover` alone (authentication, pipeline, one JSON reply): the floor of the stack;
@@ -84,6 +96,8 @@ const CONCURRENCY_MAX: usize = 256;
 const OPERATIONS_MAX: usize = 2_000_000;
 const NOTES_MAX: usize = 1_000_000;
 const BODY_BYTES_MAX: usize = 1 << 20;
+/// Most syncs `--sync-floor` measures of each kind.
+const SYNCS_MAX: usize = 100_000;
 /// Unmeasured warm-up before each measurement (connections, caches, page cache).
 const WARMUP_MS: u64 = 500;
 
@@ -99,12 +113,22 @@ struct Options {
     state_ttl: Option<u64>,
     /// `[replay] capacity` of the fleet's deployment (absent: the store's default).
     replay_capacity: Option<u64>,
+    /// `--sync-floor N`: measure the disk's sync floor with N syncs and stop.
+    sync_floor: Option<usize>,
 }
 
 fn parse_options() -> Options {
     let stores = ["sqlite", "sqlite-relaxed", "sqlite-tmpfs", "postgres", "postgres-relaxed"].map(String::from).to_vec();
-    let mut options =
-        Options { stores, seconds: 5, concurrencies: vec![1, 16], notes: 0, body_bytes: 0, state_ttl: None, replay_capacity: None };
+    let mut options = Options {
+        stores,
+        seconds: 5,
+        concurrencies: vec![1, 16],
+        notes: 0,
+        body_bytes: 0,
+        state_ttl: None,
+        replay_capacity: None,
+        sync_floor: None,
+    };
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
         let mut value = || arguments.next().unwrap_or_else(|| panic!("{argument} needs a value"));
@@ -121,8 +145,9 @@ fn parse_options() -> Options {
             "--body-bytes" => options.body_bytes = value().parse::<usize>().expect("--body-bytes N").min(BODY_BYTES_MAX),
             "--state-ttl" => options.state_ttl = Some(value().parse::<u64>().expect("--state-ttl SECONDS").max(1)),
             "--replay-capacity" => options.replay_capacity = Some(value().parse::<u64>().expect("--replay-capacity N").max(1)),
+            "--sync-floor" => options.sync_floor = Some(value().parse::<usize>().expect("--sync-floor N").clamp(10, SYNCS_MAX)),
             other => panic!(
-                "unknown argument {other}; use --store sqlite,sqlite-relaxed,sqlite-tmpfs,postgres,postgres-relaxed --seconds N --concurrency N[,N…] --notes N --body-bytes N --state-ttl SECONDS --replay-capacity N"
+                "unknown argument {other}; use --store sqlite,sqlite-relaxed,sqlite-tmpfs,postgres,postgres-relaxed --seconds N --concurrency N[,N…] --notes N --body-bytes N --state-ttl SECONDS --replay-capacity N --sync-floor N"
             ),
         }
     }
@@ -524,7 +549,8 @@ struct Server {
 impl Server {
     fn start(arguments: &[&str], log: std::path::PathBuf) -> Server {
         let file = std::fs::File::create(&log).expect("the request log file can be created");
-        let child = std::process::Command::new(BIN)
+        let binary = std::env::var_os("MCPSIM_FLEET_BIN").unwrap_or_else(|| BIN.into());
+        let child = std::process::Command::new(binary)
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(arguments)
             .env("MCPSIM_LOG", "info")
@@ -604,9 +630,74 @@ fn milliseconds(us: u64) -> String {
     format!("{:.2}", us as f64 / 1000.0)
 }
 
+/// p50 and mean of `samples` (microseconds), as "p50 X ms, mean Y ms (Z/s)".
+fn describe_syncs(samples: &mut [u64]) -> String {
+    let mean = samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64;
+    let p50 = percentile(samples, 50);
+    format!(
+        "p50 {} ms, p99 {} ms, mean {:.3} ms: {:.0} per second",
+        milliseconds(p50),
+        milliseconds(percentile(samples, 99)),
+        mean / 1000.0,
+        1e6 / mean.max(1.0)
+    )
+}
+
+/// The disk's sync floor beside the fleet's databases: `syncs` fdatasyncs of a 512-byte write appended to a
+/// file (the file grows: the sync also writes its size) and overwriting a file in place (what a WAL reused
+/// after a checkpoint sees), then `syncs` one-row SQLite commits in WAL mode with synchronous=FULL and with
+/// NORMAL, on a WAL already grown (as the fleet's is after its first checkpoint).
+fn measure_sync_floor(syncs: usize) {
+    use std::io::{Seek, Write};
+    let directory = TempDir::new_in(private_temp());
+    println!("sync floor: {syncs} of each, in {} (load average {})", directory.path().display(), load_average());
+    for (label, in_place) in [("appended to a file", false), ("overwriting a file in place", true)] {
+        let mut file = std::fs::File::create(directory.path().join("sync-floor.bin")).expect("a file beside the databases");
+        if in_place {
+            file.write_all(&vec![0_u8; 512 * syncs]).expect("the file is filled");
+            file.sync_all().expect("and synced");
+            file.rewind().expect("and rewound");
+        }
+        let mut samples = Vec::with_capacity(syncs);
+        for _ in 0..syncs {
+            let clock = Stopwatch::start();
+            file.write_all(&[0x5a; 512]).expect("the write succeeds");
+            file.sync_data().expect("fdatasync succeeds");
+            samples.push(clock.elapsed_us());
+        }
+        println!("- fdatasync of 512 bytes {label}: {}", describe_syncs(&mut samples));
+    }
+    for synchronous in ["FULL", "NORMAL"] {
+        let connection = rusqlite::Connection::open(directory.path().join(format!("sync-{synchronous}.db"))).expect("SQLite opens");
+        let mode: String = connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).expect("WAL");
+        assert_eq!(mode, "wal");
+        connection.pragma_update(None, "synchronous", synchronous).expect("synchronous is set");
+        // As the store sets it (src/stores/sqlite.rs, SQLITE_WAL_CHECKPOINT_PAGES).
+        connection.pragma_update(None, "wal_autocheckpoint", 10_000).expect("a checkpoint every 10,000 pages");
+        connection.execute_batch("CREATE TABLE floor (id INTEGER PRIMARY KEY, value TEXT NOT NULL)").expect("the table");
+        let commit = |index: usize| {
+            let clock = Stopwatch::start();
+            connection.execute("INSERT INTO floor (id, value) VALUES (?1, 'a small row')", [index as i64]).expect("one commit");
+            clock.elapsed_us()
+        };
+        // Grow the WAL, then start it over: the measured commits overwrite it in place.
+        (0..syncs).for_each(|index| {
+            commit(index);
+        });
+        connection.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())).expect("the WAL restarts");
+        let mut samples: Vec<u64> = (syncs..2 * syncs).map(commit).collect();
+        println!("- SQLite, WAL, synchronous={synchronous}, one-row commit: {}", describe_syncs(&mut samples));
+    }
+    println!("(load average after: {})", load_average());
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let options = parse_options();
+    if let Some(syncs) = options.sync_floor {
+        measure_sync_floor(syncs);
+        return;
+    }
     let secret = base64::engine::general_purpose::STANDARD.encode([0x5a_u8; 32]);
     let key_file = TempConfig::new(&format!("[[keys]]\nid = \"bench\"\nsecret_base64 = \"{secret}\"\n"));
     #[cfg(unix)]
@@ -728,12 +819,16 @@ async fn main() {
             store.stores.admin.nonce_count().await.unwrap(),
             options.replay_capacity.map_or("the store's default".to_string(), |c| c.to_string()),
         ));
-        let mut logged = Vec::new();
+        let (mut logged, mut commits) = (Vec::new(), Vec::new());
         for process in processes {
             let log = process.log.clone();
             assert!(process.terminate(), "a fleet process failed to stop cleanly; its log: {}", log.display());
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             logged.push(format!("{} lines ({:.1} MB)", text.lines().count(), text.len() as f64 / 1e6));
+            // What the store's group commit did in this process (logged when it closes the store).
+            if let Some(line) = text.lines().find_map(|line| line.split_once("group commit: ").map(|(_, rest)| rest)) {
+                commits.push(line.to_string());
+            }
         }
         sustained.push(format!(
             "{}: request logs (each serve's stderr, MCPSIM_LOG=info, to {}/serve-N.log, removed after the run): {}",
@@ -741,6 +836,9 @@ async fn main() {
             logs.path().display(),
             logged.join(", ")
         ));
+        for (instance, line) in commits.iter().enumerate() {
+            sustained.push(format!("{}: process {instance}'s group commit: {line}", store.label));
+        }
         let remaining = store.stores.admin.list().await.unwrap().len();
         assert_eq!(remaining, options.notes + refused, "every flow deleted its note, unless refused; the background notes stay");
         if let Some((server, name)) = &store.database {

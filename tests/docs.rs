@@ -144,12 +144,21 @@ const NOT_RUN: &[(&str, &str)] = &[
     ("cargo bench --bench fleet_load", "a benchmark: a release build and minutes of load on three processes (clippy --all-targets compiles it in CI)"),
     ("cargo bench --bench store_scale", "a benchmark: a release build and minutes against stores of up to 10^6 notes (clippy --all-targets compiles it in CI)"),
     (
-        "cargo bench --bench fleet_load -- --store sqlite-relaxed --concurrency 16 --seconds 300 --body-bytes 1024 --state-ttl 10 --replay-capacity 150000",
+        "cargo bench --bench fleet_load -- --store sqlite-relaxed --concurrency 16 --seconds 300 --body-bytes 1024 --state-ttl 10 --replay-capacity 500000",
         "a benchmark: five minutes of load on three processes, past the replay store's retention",
     ),
     (
-        "cargo bench --bench fleet_load -- --store sqlite --concurrency 16 --seconds 300 --body-bytes 1024 --state-ttl 10 --replay-capacity 150000",
+        "cargo bench --bench fleet_load -- --store sqlite --concurrency 16 --seconds 300 --body-bytes 1024 --state-ttl 10 --replay-capacity 500000",
         "a benchmark: five minutes of load on three processes, past the replay store's retention",
+    ),
+    ("cargo bench --bench fleet_load -- --sync-floor 2000", "a benchmark: a release build and a minute of syncs on this disk"),
+    (
+        "MCPSIM_FLEET_BIN=../base/target/release/mcpsim cargo bench --bench fleet_load -- --store sqlite --concurrency 16 --seconds 60 --body-bytes 1024 --state-ttl 10 --replay-capacity 400000",
+        "a benchmark against a baseline binary built beside this checkout (../base)",
+    ),
+    (
+        "cargo bench --bench fleet_load -- --store sqlite --concurrency 16 --seconds 60 --body-bytes 1024 --state-ttl 10 --replay-capacity 400000",
+        "a benchmark: a minute of load on three processes",
     ),
     (
         "MCPSIM_BENCH_STORES=postgres cargo bench --bench store_scale",

@@ -37,6 +37,9 @@ const PROCESSES: usize = 3;
 const ROUNDS: usize = 200;
 /// Confirmations in flight at the process that is killed.
 const KILLED_FLOWS: usize = 40;
+/// Flows confirmed at once per round of the group-commit attack, and its rounds.
+const BATCHED_FLOWS: usize = 32;
+const BATCHED_ROUNDS: usize = 3;
 const ALICE: &str = "demo-alice";
 const KEY_ID: &str = "fleet";
 /// A test key, never a real one.
@@ -123,6 +126,12 @@ impl Fleet {
         // the listener's whole bound (the default share, 16 of 64, is for fairness, tested in http_limits).
         let share = "64";
         HttpServer::start(&["--store", &self.store.argument, "--key-file", self.key_file.arg(), "--http-principal-requests-max", share])
+    }
+
+    /// [`Fleet::start_process`] logging each SQLite group commit (`sqlite batch: N writes, committed: …`).
+    fn start_process_logging_batches(&self) -> HttpServer {
+        let arguments = ["--store", &self.store.argument, "--key-file", self.key_file.arg(), "--http-principal-requests-max", "64"];
+        HttpServer::start_logging("127.0.0.1:0", &arguments, 1, "info,mcpsim::store=debug")
     }
 
     fn url(&self, process: usize) -> String {
@@ -394,6 +403,85 @@ async fn a_killed_process_leaves_the_store_consistent(store: SharedStore) {
         assert_deleted(&fleet.confirm((first + 1) % PROCESSES, &flow).await, &flow.note_id);
         fleet.assert_completed_in_store(&flow).await;
     }
+}
+
+/// The largest `sqlite batch: N writes, committed: true` in `lines`.
+fn largest_committed_batch(lines: &[String]) -> usize {
+    lines
+        .iter()
+        .filter_map(|line| line.split_once("sqlite batch: ")?.1.strip_suffix(" writes, committed: true").map(str::to_string))
+        .filter_map(|writes| writes.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Group commit attacked from outside: two processes on one file are each sent their flows' confirmations all
+/// at once (every fourth also to the other process; every eighth after its note was removed), and both are
+/// killed with SIGKILL the moment the last answer has arrived. The store, reopened, holds every deletion a
+/// client was told of; each confirmation deleted at most once (one `deleted` answer, any other `state_consumed`
+/// naming that deletion); a refused one holds no nonce. The processes' own logs show commits that carried
+/// several writes, so the batches were exercised, not bypassed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_answered_deletions_survive_a_kill_right_after_the_answers() {
+    let mut fleet = Fleet::start(SharedStore::sqlite(), 0).await;
+    let mut largest = 0;
+    let mut held = fleet.stores.admin.nonce_count().await.unwrap();
+    for round in 0..BATCHED_ROUNDS {
+        fleet.processes = vec![Some(fleet.start_process_logging_batches()), Some(fleet.start_process_logging_batches())];
+        let mut flows = Vec::new();
+        for index in 0..BATCHED_FLOWS {
+            flows.push(fleet.open_flow(index % 2).await);
+        }
+        let gone = |index: usize| index % 8 == 7;
+        for (index, flow) in flows.iter().enumerate().filter(|(index, _)| gone(*index)) {
+            assert!(fleet.stores.admin.remove(&flow.note_id).await.unwrap(), "{index}");
+        }
+        let mut sending = Vec::new();
+        for (index, flow) in flows.iter().enumerate() {
+            let targets = if index % 4 == 0 { vec![index % 2, (index + 1) % 2] } else { vec![index % 2] };
+            for process in targets {
+                let (client, url, message) = (fleet.client.clone(), fleet.url(process), fleet.confirmation(flow));
+                sending.push((index, tokio::spawn(async move { post_message(&client, &url, ALICE, &message).await })));
+            }
+        }
+        let mut answers: Vec<Vec<Value>> = vec![Vec::new(); BATCHED_FLOWS];
+        for (index, sent) in sending {
+            let (status, response) = sent.await.unwrap().expect("every confirmation is answered");
+            assert_eq!(status, 200, "{response}");
+            answers[index].push(response);
+        }
+        for process in 0..2 {
+            let server = fleet.processes[process].take().expect("running");
+            let lines = server.stderr();
+            assert!(!server.kill().success(), "killed, not exited");
+            largest = largest.max(largest_committed_batch(&lines));
+        }
+
+        // A store opened after the kill: what the disk holds.
+        let reopened = open(&fleet.store.spec, Arc::new(SystemClock), ReplayLimits::default()).await.expect("the store reopens");
+        let left: Vec<String> = reopened.admin.list().await.unwrap().into_iter().map(|note| note.id).collect();
+        for (index, (flow, answered)) in flows.iter().zip(&answers).enumerate() {
+            let record = reopened.admin.nonce_record(&flow.nonce).await.unwrap();
+            assert!(!left.contains(&flow.note_id), "round {round}: {} is in the store", flow.note_id);
+            if gone(index) {
+                assert!(answered.iter().all(|answer| reason(answer) == "note_gone"), "round {round}: {answered:?}");
+                assert_eq!(record, None, "round {round}: a refused confirmation holds no nonce");
+                continue;
+            }
+            let deleted: Vec<&Value> = answered.iter().filter(|answer| answer["result"]["structuredContent"]["deleted"] == true).collect();
+            assert_eq!(deleted.len(), 1, "round {round}: exactly one deletion per confirmation: {answered:?}");
+            assert_deleted(deleted[0], &flow.note_id);
+            for answer in answered.iter().filter(|answer| answer.get("result").is_none()) {
+                assert_consumed_by_deletion(answer, flow);
+            }
+            assert_eq!(record, Some(flow.deleted_record()), "round {round}: the answered deletion's nonce survived the kill");
+        }
+        held += flows.iter().enumerate().filter(|(index, _)| !gone(*index)).count() as u64;
+        assert_eq!(reopened.admin.nonce_count().await.unwrap(), held, "round {round}: one nonce per deletion, no more");
+        reopened.admin.close().await.unwrap();
+    }
+    assert!(largest > 1, "no commit carried more than one write: the batches were never exercised");
+    eprintln!("group commit: the largest committed batch held {largest} writes; every answered deletion survived SIGKILL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,12 @@
 //! [`SQLITE_CONNECTIONS_MAX`] operations of one process run at once, the rest wait their turn. Writers of one
 //! process go one at a time (they would serialize on the file's lock anyway), so only one per process polls
 //! for the lock while another process holds it, in short steps ([`SQLITE_BUSY_SLEEP_STEP_US`]).
+//!
+//! Group commit: the claims and guarded deletes of one process queue; whichever of their callers gets the
+//! writer's turn runs every queued one (up to [`SQLITE_BATCH_MAX`], never waiting for more) in one
+//! transaction, each inside its own SAVEPOINT (a refusal or failure rolls back that item's work alone), commits
+//! once (one sync under `durable`), and only then answers each of them. A failed commit answers every item of
+//! the batch with the error: no answer says deleted unless the commit that recorded it returned.
 //! This store serves the real fleet only; the simulator keeps its in-memory stores.
 
 use crate::framework::out_of_band::decide_completion;
@@ -34,12 +40,12 @@ use crate::stores::memory::{past_retention, ReplayLimits};
 use crate::stores::out_of_band::{OutOfBandLimits, OUT_OF_BAND_GRACE_MS};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, Semaphore};
 
 /// How long a writer waits for another process's transaction before reporting the store unavailable.
 pub(crate) const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
@@ -51,6 +57,10 @@ pub const SQLITE_BUSY_SLEEP_MAX_US: u64 = 1_000;
 /// Connections (and blocking threads) one process uses at most. Writers serialize on the file's lock anyway;
 /// this bounds readers and the threads blocked in SQLite under load.
 pub const SQLITE_CONNECTIONS_MAX: usize = 8;
+
+/// The most queued writes one transaction (one commit, one sync) carries. A batch is what was queued when the
+/// writer's turn came: nothing waits for more.
+pub const SQLITE_BATCH_MAX: usize = 64;
 
 /// WAL pages after which a commit checkpoints (SQLite's default is 1,000). With 1 KiB note bodies a flow
 /// writes about 8 pages, so at 1,000 flows/s a checkpoint runs about once a second (not eight times); the WAL
@@ -235,6 +245,10 @@ struct Inner {
     permits: Arc<Semaphore>,
     /// One permit: the write transaction of this process that may take the file's write lock.
     writer: Arc<Semaphore>,
+    /// Writes waiting for a batch (group commit), oldest first; run by whichever caller holds `writer`.
+    queue: Mutex<VecDeque<Box<dyn QueuedWrite>>>,
+    /// How many writes each batch carried.
+    batches: Mutex<BatchSizes>,
     clock: Arc<dyn Clock>,
     limits: ReplayLimits,
     durability: Durability,
@@ -322,6 +336,8 @@ impl SqliteStore {
             closed: AtomicBool::new(false),
             permits: Arc::new(Semaphore::new(SQLITE_CONNECTIONS_MAX)),
             writer: Arc::new(Semaphore::new(1)),
+            queue: Mutex::new(VecDeque::new()),
+            batches: Mutex::new(BatchSizes::default()),
             clock,
             limits,
             durability,
@@ -341,6 +357,67 @@ impl SqliteStore {
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The sizes of the group commits this store (this process) has run so far.
+    pub fn batch_sizes(&self) -> BatchSizes {
+        self.inner.batch_sizes()
+    }
+
+    /// Runs `operation` as one item of a group commit (see the module's documentation): queued, run by
+    /// whichever caller of this process gets the writer's turn, inside a SAVEPOINT of that batch's transaction.
+    /// `operation` says whether its work is kept (`true`) or rolled back to its savepoint (a refusal); its
+    /// answer is given only after the batch's commit returned, and is the commit's error if that failed.
+    async fn write<T, F>(&self, operation: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Inner) -> Outcome<(T, bool)> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let path = inner.path.display().to_string();
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable(format!("sqlite {path}: the store was closed (the server is shutting down)")));
+        }
+        let (answer, mut answered) = oneshot::channel();
+        inner.lock_queue().push_back(Box::new(Pending { operation: Some(operation), outcome: None, answer }));
+        loop {
+            // Either another caller's batch carries this write (its answer comes, and this caller leaves the
+            // writer's queue without taking a turn), or this caller's turn comes first and it runs a batch.
+            let writing = tokio::select! {
+                biased;
+                result = &mut answered => {
+                    return result.unwrap_or_else(|_| {
+                        Err(StoreError::Unavailable(format!("sqlite {path}: the store worker failed while running this write")))
+                    });
+                }
+                permit = inner.writer.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            };
+            // The writer before this one may have answered as the turn passed: then the answer is here.
+            match answered.try_recv() {
+                Ok(result) => return result,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    return Err(StoreError::Unavailable(format!("sqlite {path}: the store worker failed while running this write")));
+                }
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            let permit = inner.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+            // No await from here until the batch has run: a caller dropped now (its client gone) cannot drop
+            // the other callers' writes with it.
+            let batch: Vec<Box<dyn QueuedWrite>> = {
+                let mut queue = inner.lock_queue();
+                let take = queue.len().min(SQLITE_BATCH_MAX);
+                queue.drain(..take).collect()
+            };
+            let batch_inner = inner.clone();
+            let work = move || {
+                let _permits = (permit, writing);
+                batch_inner.run_batch(batch);
+            };
+            if let Err(failure) = blocking(work).await {
+                // The batch's answers were dropped unsent; this write's receiver reports it below.
+                tracing::warn!("sqlite {path}: a batch of writes failed: {failure}");
+            }
+        }
     }
 
     /// Runs `operation` with a pooled connection, where blocking is allowed.
@@ -371,20 +448,7 @@ impl SqliteStore {
             }
             result
         };
-        let finished = match tokio::runtime::Handle::current().runtime_flavor() {
-            // On a worker of the multi-threaded runtime (every HTTP server), the operation runs right here:
-            // tokio hands this worker's other tasks to another thread, off this request's path. Crossing to
-            // the blocking pool and back instead cost two thread wake-ups per operation (about 45 µs each
-            // on a loaded 2-core machine), more than the operation itself.
-            // A panic is caught as the blocking pool would catch it: reported, never unwound into the server.
-            tokio::runtime::RuntimeFlavor::MultiThread => {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tokio::task::block_in_place(work)))
-                    .map_err(|_| "the operation panicked".to_string())
-            }
-            // A single-threaded runtime (stdio, tests) has no other worker to hand its tasks to.
-            _ => tokio::task::spawn_blocking(work).await.map_err(|join_error| join_error.to_string()),
-        };
-        match finished {
+        match blocking(work).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Failure::Store(error))) => Err(error),
             Ok(Err(Failure::Sql(error))) => Err(describe_sql_error(&path, &error)),
@@ -393,7 +457,142 @@ impl SqliteStore {
     }
 }
 
+/// Runs `work` where blocking is allowed. On a worker of the multi-threaded runtime (every HTTP server) it runs
+/// right here: tokio hands this worker's other tasks to another thread, off this request's path. Crossing to
+/// the blocking pool and back instead cost two thread wake-ups per operation (about 45 µs each on a loaded
+/// 2-core machine), more than the operation itself. A panic is caught as the blocking pool would catch it:
+/// reported, never unwound into the server.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tokio::task::block_in_place(work)))
+                .map_err(|_| "the operation panicked".to_string())
+        }
+        // A single-threaded runtime (stdio, tests) has no other worker to hand its tasks to.
+        _ => tokio::task::spawn_blocking(work).await.map_err(|join_error| join_error.to_string()),
+    }
+}
+
+/// One write waiting in a group commit's queue.
+trait QueuedWrite: Send {
+    /// Runs the write on the batch's connection, inside its savepoint; whether its work is to be kept.
+    fn stage(&mut self, connection: &Connection, inner: &Inner) -> bool;
+    /// Answers the caller once the batch's fate is known: `Ok` once its commit returned, else the error.
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>);
+}
+
+struct Pending<T, F> {
+    operation: Option<F>,
+    outcome: Option<Result<T, StoreError>>,
+    answer: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> QueuedWrite for Pending<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &Inner) -> Outcome<(T, bool)> + Send + 'static,
+{
+    fn stage(&mut self, connection: &Connection, inner: &Inner) -> bool {
+        let Some(operation) = self.operation.take() else { return false };
+        // Its caller gave up (a dropped request) before its turn: nothing is done in its name.
+        if self.answer.is_closed() {
+            return false;
+        }
+        let (outcome, keep) = match operation(connection, inner) {
+            Ok((value, keep)) => (Ok(value), keep),
+            Err(failure) => (Err(failure.into_store_error(&inner.path)), false),
+        };
+        self.outcome = Some(outcome);
+        keep
+    }
+
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>) {
+        let result = match (committed, self.outcome) {
+            (Ok(()), Some(outcome)) => outcome,
+            (Err(error), _) => Err(error),
+            (Ok(()), None) => return,
+        };
+        // A caller that stopped waiting is not told.
+        let _ = self.answer.send(result);
+    }
+}
+
+/// The sizes of the batches a store's group commit ran (each commit's count of writes).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BatchSizes {
+    pub batches: u64,
+    pub writes: u64,
+    pub largest: usize,
+    /// Batches of 1, 2–3, 4–7, 8–15, 16–31 and 32 or more writes.
+    pub by_size: [u64; 6],
+}
+
+impl BatchSizes {
+    fn record(&mut self, size: usize) {
+        self.batches += 1;
+        self.writes += size as u64;
+        self.largest = self.largest.max(size);
+        let bucket = (usize::BITS - size.max(1).leading_zeros()) as usize - 1;
+        self.by_size[bucket.min(self.by_size.len() - 1)] += 1;
+    }
+
+    /// One line: the batches, the writes, the mean and the histogram.
+    pub fn describe(&self) -> String {
+        let mean = self.writes as f64 / self.batches.max(1) as f64;
+        let [one, two, four, eight, sixteen, more] = self.by_size;
+        format!(
+            "group commit: {} writes in {} commits (mean {mean:.2} per commit, largest {}; commits of 1: {one}, 2-3: {two}, 4-7: {four}, 8-15: {eight}, 16-31: {sixteen}, 32+: {more})",
+            self.writes, self.batches, self.largest
+        )
+    }
+}
+
+impl Failure {
+    fn into_store_error(self, path: &Path) -> StoreError {
+        match self {
+            Failure::Store(error) => error,
+            Failure::Sql(error) => describe_sql_error(&path.display().to_string(), &error),
+        }
+    }
+}
+
 impl Inner {
+    fn batch_sizes(&self) -> BatchSizes {
+        self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Box<dyn QueuedWrite>>> {
+        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `batch` in one transaction, each write in its own savepoint, commits once, then answers each.
+    fn run_batch(&self, mut batch: Vec<Box<dyn QueuedWrite>>) {
+        if batch.is_empty() {
+            return;
+        }
+        let committed = self.take_connection().and_then(|mut connection| {
+            let result = stage_and_commit(&mut connection, self, &mut batch);
+            if result.is_err() && !connection.is_autocommit() {
+                let _ = connection.execute_batch("ROLLBACK");
+            }
+            // A connection whose batch failed may hold an aborted transaction: do not reuse it.
+            if result.is_ok() && connection.is_autocommit() {
+                self.give_back(connection);
+            }
+            result
+        });
+        self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(batch.len());
+        // Off by default (`MCPSIM_LOG=…,mcpsim::store=debug` shows it): tests/fleet.rs reads it from a process it kills.
+        tracing::debug!(target: "mcpsim::store", "sqlite batch: {} writes, committed: {}", batch.len(), committed.is_ok());
+        match committed {
+            Ok(()) => batch.into_iter().for_each(|write| write.answer(Ok(()))),
+            Err(failure) => {
+                let error = failure.into_store_error(&self.path);
+                batch.into_iter().for_each(|write| write.answer(Err(error.clone())));
+            }
+        }
+    }
+
     fn take_connection(&self) -> Outcome<Connection> {
         let reused = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
         match reused {
@@ -421,8 +620,33 @@ impl Inner {
         for connection in drained {
             connection.close().map_err(|(_, error)| error)?;
         }
+        let sizes = self.batch_sizes();
+        if sizes.batches > 0 {
+            tracing::info!("sqlite {}: {}", self.path.display(), sizes.describe());
+        }
         Ok(())
     }
+}
+
+/// Inside `BEGIN IMMEDIATE … COMMIT`: each write of `batch` in a savepoint, kept (released) or rolled back to it.
+/// An error that ends the transaction itself (a failed savepoint statement, SQLite rolling everything back on
+/// an I/O error) fails the whole batch: none of its writes is answered as done.
+fn stage_and_commit(connection: &mut Connection, inner: &Inner, batch: &mut [Box<dyn QueuedWrite>]) -> Outcome<()> {
+    connection.execute_batch("BEGIN IMMEDIATE")?;
+    for write in batch.iter_mut() {
+        connection.execute_batch("SAVEPOINT item")?;
+        let keep = write.stage(connection, inner);
+        if connection.is_autocommit() {
+            return Err(StoreError::Unavailable(format!(
+                "sqlite {}: the batch's transaction was rolled back by an error inside one write",
+                inner.path.display()
+            ))
+            .into());
+        }
+        connection.execute_batch(if keep { "RELEASE item" } else { "ROLLBACK TO item; RELEASE item" })?;
+    }
+    connection.execute_batch("COMMIT")?;
+    Ok(())
 }
 
 fn open_connection(path: &Path, durability: Durability) -> Outcome<Connection> {
@@ -518,9 +742,9 @@ fn migrate(connection: &mut Connection, migrations: &[Migration], now_ms: u64) -
     Ok(MigrationReport { version_before: found, version_after: found.max(known) })
 }
 
-/// Inside a write transaction: records the nonce unless it is already held, and enforces the capacity the
+/// Inside a write transaction (or a batch's savepoint): records the nonce unless it is already held, and enforces the capacity the
 /// way the memory store does (prune only when full, never an unexpired-plus-grace entry, never evict).
-fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limits: ReplayLimits) -> Outcome<Reservation> {
+fn reserve(transaction: &Connection, claim: &NonceClaim, now_ms: u64, limits: ReplayLimits) -> Outcome<Reservation> {
     // Cached statements: the hot path parses no SQL after a connection's first claim.
     let inserted = transaction
         .prepare_cached(
@@ -584,7 +808,7 @@ fn reserve(transaction: &Transaction<'_>, claim: &NonceClaim, now_ms: u64, limit
     Ok(Reservation::Inserted)
 }
 
-fn read_note(transaction: &Transaction<'_>, id: &str) -> rusqlite::Result<Option<Note>> {
+fn read_note(transaction: &Connection, id: &str) -> rusqlite::Result<Option<Note>> {
     transaction
         .prepare_cached("SELECT id, title, uri, body FROM notes WHERE id = ?1")?
         .query_row([id], |row| {
@@ -721,17 +945,15 @@ impl NoteStore for SqliteStore {
         let id = id.to_string();
         let workspace = workspace.clone();
         let revision_matches = matches_revisionless(revision);
-        self.run(Access::Write, move |connection, _| {
-            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let Some(note) = read_note(&transaction, &id)?.filter(|_| revision_matches) else {
-                return Ok(GuardedDelete::Gone);
+        self.write(move |connection, _| {
+            let Some(note) = read_note(connection, &id)?.filter(|_| revision_matches) else {
+                return Ok((GuardedDelete::Gone, false));
             };
             if !still_inside(&workspace, &note.uri) {
-                return Ok(GuardedDelete::OutsideWorkspace);
+                return Ok((GuardedDelete::OutsideWorkspace, false));
             }
-            transaction.prepare_cached("DELETE FROM notes WHERE id = ?1")?.execute([&id])?;
-            transaction.commit()?;
-            Ok(GuardedDelete::Deleted(note))
+            connection.prepare_cached("DELETE FROM notes WHERE id = ?1")?.execute([&id])?;
+            Ok((GuardedDelete::Deleted(note), true))
         })
         .await
     }
@@ -740,19 +962,15 @@ impl NoteStore for SqliteStore {
 #[async_trait]
 impl ReplayStore for SqliteStore {
     async fn claim(&self, claim: NonceClaim) -> Result<ClaimOutcome, StoreError> {
-        self.run(Access::Write, move |connection, inner| {
+        self.write(move |connection, inner| {
             let now_ms = inner.clock.now_ms();
-            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            match reserve(&transaction, &claim, now_ms, inner.limits)? {
-                Reservation::Inserted => {
-                    transaction.commit()?;
-                    Ok(ClaimOutcome::Claimed)
-                }
-                // Dropping the transaction rolls it back: a refused claim leaves no trace.
-                Reservation::AlreadyClaimed(record) => Ok(ClaimOutcome::AlreadyClaimed { record }),
-                Reservation::Full => Ok(ClaimOutcome::Full),
-                Reservation::Expired => Ok(ClaimOutcome::Expired),
-            }
+            // A refused claim is rolled back to its savepoint: it leaves no trace.
+            Ok(match reserve(connection, &claim, now_ms, inner.limits)? {
+                Reservation::Inserted => (ClaimOutcome::Claimed, true),
+                Reservation::AlreadyClaimed(record) => (ClaimOutcome::AlreadyClaimed { record }, false),
+                Reservation::Full => (ClaimOutcome::Full, false),
+                Reservation::Expired => (ClaimOutcome::Expired, false),
+            })
         })
         .await
     }
@@ -767,25 +985,24 @@ impl ReplayStore for SqliteStore {
         let note_id = note_id.to_string();
         let workspace = workspace.clone();
         let revision_matches = matches_revisionless(revision);
-        self.run(Access::Write, move |connection, inner| {
+        self.write(move |connection, inner| {
             let now_ms = inner.clock.now_ms();
-            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            match reserve(&transaction, &claim, now_ms, inner.limits)? {
+            match reserve(connection, &claim, now_ms, inner.limits)? {
                 Reservation::Inserted => {}
-                Reservation::AlreadyClaimed(record) => return Ok(ClaimAndDelete::AlreadyClaimed { record }),
-                Reservation::Full => return Ok(ClaimAndDelete::Full),
-                Reservation::Expired => return Ok(ClaimAndDelete::Expired),
+                Reservation::AlreadyClaimed(record) => return Ok((ClaimAndDelete::AlreadyClaimed { record }, false)),
+                Reservation::Full => return Ok((ClaimAndDelete::Full, false)),
+                Reservation::Expired => return Ok((ClaimAndDelete::Expired, false)),
             }
-            // Each refusal below returns before commit: the transaction rolls back and the nonce is released.
-            let Some(note) = read_note(&transaction, &note_id)?.filter(|_| revision_matches) else {
-                return Ok(ClaimAndDelete::NoteGone);
+            // Each refusal below is rolled back to this write's savepoint: the nonce is released, the batch's
+            // other writes are kept.
+            let Some(note) = read_note(connection, &note_id)?.filter(|_| revision_matches) else {
+                return Ok((ClaimAndDelete::NoteGone, false));
             };
             if !still_inside(&workspace, &note.uri) {
-                return Ok(ClaimAndDelete::NoteOutsideWorkspace);
+                return Ok((ClaimAndDelete::NoteOutsideWorkspace, false));
             }
-            transaction.prepare_cached("DELETE FROM notes WHERE id = ?1")?.execute([&note_id])?;
-            transaction.commit()?;
-            Ok(ClaimAndDelete::Deleted(note))
+            connection.prepare_cached("DELETE FROM notes WHERE id = ?1")?.execute([&note_id])?;
+            Ok((ClaimAndDelete::Deleted(note), true))
         })
         .await
     }
@@ -1171,6 +1388,132 @@ mod tests {
         std::fs::create_dir_all(&directory).unwrap();
         let Ok(connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
         (directory, connection)
+    }
+
+    /// A store on a new database whose claims are held in one batch by `batched_writes` below.
+    async fn scratch_store(name: &str, capacity: usize) -> (PathBuf, SqliteStore) {
+        let directory = std::env::temp_dir().join(format!("mcpsim-sqlite-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        let clock = Arc::new(crate::stores::deterministic::ManualClock::new(1_000));
+        let limits = ReplayLimits { capacity, principal_capacity: capacity, retention_grace_ms: 60_000 };
+        let Ok(store) = SqliteStore::open(&directory.join("notes.db"), clock, limits).await else { panic!("the store opens") };
+        (directory, store)
+    }
+
+    fn note(id: &str) -> Note {
+        Note {
+            id: id.into(),
+            title: format!("title of {id}"),
+            uri: format!("file:///w/{id}.md"),
+            body: "body".into(),
+            revision: String::new(),
+        }
+    }
+
+    fn claim(nonce: &str, note_id: &str) -> NonceClaim {
+        NonceClaim {
+            nonce: nonce.into(),
+            principal: "alice".into(),
+            expires_at_ms: 100_000,
+            record: ClaimRecord::Deleted { note_id: note_id.into() },
+        }
+    }
+
+    /// Starts each `(nonce, note)` claim-and-delete while this test holds the writer's turn, waits until all
+    /// are queued, then lets them go: the next turn carries every one of them in one transaction.
+    async fn batched_writes(store: &SqliteStore, writes: &[(&str, &str)]) -> Vec<ClaimAndDelete> {
+        let turn = store.inner.writer.clone().acquire_owned().await.unwrap();
+        let workspace = FileUri::parse("file:///w").unwrap();
+        let tasks: Vec<_> = writes
+            .iter()
+            .map(|(nonce, note_id)| {
+                let (store, claim, note_id, workspace) = (store.clone(), claim(nonce, note_id), note_id.to_string(), workspace.clone());
+                tokio::spawn(async move { store.claim_and_delete(claim, &note_id, "", &workspace).await })
+            })
+            .collect();
+        for _ in 0..5_000 {
+            if store.inner.lock_queue().len() == writes.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(store.inner.lock_queue().len(), writes.len(), "every write is queued behind the held turn");
+        let before = store.batch_sizes();
+        drop(turn);
+        let mut answers = Vec::new();
+        for task in tasks {
+            let Ok(Ok(answer)) = task.await else { panic!("every write is answered") };
+            answers.push(answer);
+        }
+        let after = store.batch_sizes();
+        assert_eq!((after.batches - before.batches, after.writes - before.writes), (1, writes.len() as u64), "one commit: {after:?}");
+        answers
+    }
+
+    /// One batch (one transaction, one commit) holding a good delete, one refused as already consumed, one
+    /// whose note is gone, another good one: each refusal is rolled back to its own savepoint, the other
+    /// writes are committed and answered as deleted, and the store agrees after it is reopened.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refusal_inside_a_batch_leaves_the_other_writes_committed() {
+        let (directory, store) = scratch_store("batch-refusal", 100).await;
+        let notes: Vec<Note> = ["n1", "n2", "n3"].map(note).to_vec();
+        store.seed(&notes).await.unwrap();
+        let workspace = FileUri::parse("file:///w").unwrap();
+        assert!(matches!(store.claim_and_delete(claim("used", "n3"), "n3", "", &workspace).await, Ok(ClaimAndDelete::Deleted(_))));
+        store.seed(&[note("n3")]).await.unwrap();
+
+        let answers = batched_writes(&store, &[("a", "n1"), ("used", "n3"), ("b", "missing"), ("c", "n2")]).await;
+        assert!(matches!(&answers[0], ClaimAndDelete::Deleted(note) if note.id == "n1"), "{:?}", answers[0]);
+        assert_eq!(answers[1], ClaimAndDelete::AlreadyClaimed { record: ClaimRecord::Deleted { note_id: "n3".into() } });
+        assert_eq!(answers[2], ClaimAndDelete::NoteGone);
+        assert!(matches!(&answers[3], ClaimAndDelete::Deleted(note) if note.id == "n2"), "{:?}", answers[3]);
+        store.close().await.unwrap();
+
+        let (_, reopened) = scratch_store_at(&directory, 100).await;
+        let left: Vec<String> = reopened.list().await.unwrap().into_iter().map(|note| note.id).collect();
+        assert_eq!(left, ["n3"], "n1 and n2 deleted; n3 kept (its claim was refused)");
+        for (nonce, expected) in [("a", Some("n1")), ("c", Some("n2")), ("used", Some("n3")), ("b", None)] {
+            let record = reopened.nonce_record(nonce).await.unwrap();
+            assert_eq!(record, expected.map(|id| ClaimRecord::Deleted { note_id: id.into() }), "nonce {nonce}");
+        }
+        assert_eq!(reopened.nonce_count().await.unwrap(), 3, "the refused claims hold no nonce");
+        reopened.close().await.unwrap();
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// The capacity is counted inside the batch's transaction, write after write: with room for 3 more nonces,
+    /// 3 of 6 batched claims delete and the other 3 are refused `Full`, leaving exactly the capacity held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_capacity_holds_exactly_inside_a_batch() {
+        let (directory, store) = scratch_store("batch-capacity", 5).await;
+        let ids = ["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"];
+        store.seed(&ids.map(note)).await.unwrap();
+        let workspace = FileUri::parse("file:///w").unwrap();
+        for (nonce, id) in [("x1", "n7"), ("x2", "n8")] {
+            assert!(matches!(store.claim_and_delete(claim(nonce, id), id, "", &workspace).await, Ok(ClaimAndDelete::Deleted(_))));
+        }
+        let writes: Vec<(String, &str)> = ids[..6].iter().map(|id| (format!("nonce-{id}"), *id)).collect();
+        let writes: Vec<(&str, &str)> = writes.iter().map(|(nonce, id)| (nonce.as_str(), *id)).collect();
+        let answers = batched_writes(&store, &writes).await;
+        let deleted = answers.iter().filter(|answer| matches!(answer, ClaimAndDelete::Deleted(_))).count();
+        // The queue's order is the order the tasks reached it (any): whichever 3 came first delete.
+        assert_eq!(deleted, 3, "{answers:?}");
+        let refused: Vec<String> =
+            ids[..6].iter().zip(&answers).filter(|(_, answer)| **answer == ClaimAndDelete::Full).map(|(id, _)| id.to_string()).collect();
+        assert_eq!(refused.len(), 3, "{answers:?}");
+        assert_eq!(store.nonce_count().await.unwrap(), 5);
+        let kept: Vec<String> = store.list().await.unwrap().into_iter().map(|note| note.id).collect();
+        assert_eq!(kept, refused, "the notes whose claims were refused are kept, no other");
+        store.close().await.unwrap();
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    async fn scratch_store_at(directory: &Path, capacity: usize) -> (PathBuf, SqliteStore) {
+        let clock = Arc::new(crate::stores::deterministic::ManualClock::new(1_000));
+        let limits = ReplayLimits { capacity, principal_capacity: capacity, retention_grace_ms: 60_000 };
+        let Ok(store) = SqliteStore::open(&directory.join("notes.db"), clock, limits).await else { panic!("the store reopens") };
+        (directory.to_path_buf(), store)
     }
 
     /// Under `serve`'s sandbox only the database's folder is writable: a statement that spills to a temporary

@@ -224,11 +224,16 @@ impl HttpServer {
 
     /// [`HttpServer::start_instances`] listening on `address` (e.g. `0.0.0.0:0`) instead of `127.0.0.1:0`.
     pub fn start_at(address: &str, extra_args: &[&str], instances: usize) -> HttpServer {
+        // Debug lines of our own request log only (e.g. a subscription stream ending).
+        HttpServer::start_logging(address, extra_args, instances, "info,mcpsim::request=debug")
+    }
+
+    /// [`HttpServer::start_at`] with `MCPSIM_LOG` set to `log` (a tracing filter).
+    pub fn start_logging(address: &str, extra_args: &[&str], instances: usize, log: &str) -> HttpServer {
         let mut child = Command::new(BIN)
             .args(["serve", "--http", address])
             .args(extra_args)
-            // Debug lines of our own request log only (e.g. a subscription stream ending).
-            .env("MCPSIM_LOG", "info,mcpsim::request=debug")
+            .env("MCPSIM_LOG", log)
             .env_remove("MCPSIM_STORE")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
