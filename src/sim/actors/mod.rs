@@ -30,8 +30,8 @@ use crate::framework::ports::{
 use crate::framework::Reply;
 use crate::policy::containment::FileUri;
 use crate::sim::engine::message::{ActorId, StoreCall, StoreReturn, TaskId};
+use crate::sim::engine::sorted::SortedMap;
 use async_trait::async_trait;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,7 +66,7 @@ pub struct Outgoing {
 pub struct Exchange {
     current: Option<TaskId>,
     outbox: Vec<Outgoing>,
-    returns: BTreeMap<TaskId, StoreReturn>,
+    returns: SortedMap<TaskId, StoreReturn>,
 }
 
 /// Shared handle on the [`Exchange`]. A simulation runs on one thread; the mutex only satisfies the

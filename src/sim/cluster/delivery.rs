@@ -45,17 +45,21 @@ impl Cluster {
         if !self.planned_faults.is_empty() && !self.network.is_empty() {
             self.fire_point_faults(next);
         }
-        let ready = self.network.ready(next);
-        if ready.is_empty() {
+        // One buffer for every delivery's choice (taken out while the scheduler reads it, then put back).
+        let mut ready = std::mem::take(&mut self.ready);
+        self.network.ready_into(next, &mut ready);
+        let choice = if ready.is_empty() { Ok(None) } else { self.scheduler.choose(&ready).map(Some) };
+        let picked = choice.map(|chosen| chosen.map(|chosen| (chosen, ready[chosen], ready.len())));
+        self.ready = ready;
+        let Some((chosen, picked, in_flight)) = picked? else {
             return Ok(false);
-        }
-        let chosen = self.scheduler.choose(&ready)?;
-        self.decisions.decisions.push(Decision { options: ready.len() as u32, chosen: chosen as u32 });
-        let id = ready[chosen].envelope;
+        };
+        self.decisions.decisions.push(Decision { options: in_flight as u32, chosen: chosen as u32 });
+        let id = picked.envelope;
         if !self.planned_faults.is_empty() && self.fire_envelope_fault(next, id)? {
             return Ok(true);
         }
-        self.clock.advance_to(ready[chosen].deliver_at_ms);
+        self.clock.advance_to(picked.deliver_at_ms);
         if !self.triggers.is_empty() {
             self.fire_triggers(Moment::Before, id);
         }
@@ -84,7 +88,7 @@ impl Cluster {
                 to: envelope.to,
                 message: self.message_of(&envelope),
                 cause: self.cause_of(&envelope),
-                in_flight: ready.len(),
+                in_flight,
             };
             self.transcript.push(entry);
         }

@@ -37,9 +37,10 @@ use crate::sim::actors::{ExchangeHandle, StoreClient, TaskFuture};
 use crate::sim::engine::clock::VirtualClock;
 use crate::sim::engine::faults::{Fault, StoreName};
 use crate::sim::engine::message::{ActorId, StoreCall, TaskId};
-use crate::sim::engine::network::{Network, NetworkFull};
+use crate::sim::engine::network::{Network, NetworkFull, Ready};
 use crate::sim::engine::random::{self, Stream};
 use crate::sim::engine::scheduler::{DecisionLog, Divergence, Scheduler};
+use crate::sim::engine::sorted::SortedMap;
 use crate::sim::render::transcript::Transcript;
 use crate::stores::memory::{MemoryNoteStore, MemoryReplayStore, ReplayLimits};
 use crate::stores::out_of_band::MemoryOutOfBandStore;
@@ -187,8 +188,11 @@ pub struct Cluster {
     /// Each client actor (by client index), with what it keeps between requests.
     clients: Vec<Client>,
     exchange: ExchangeHandle,
-    /// Boxed: a task is a few hundred bytes, and a task is taken out and put back on every poll.
-    tasks: BTreeMap<TaskId, Box<Task>>,
+    /// By id (a new task's is the largest). Boxed: a task is a few hundred bytes, taken out and put back on
+    /// every poll, and a removal shifts the entries after it.
+    tasks: SortedMap<TaskId, Box<Task>>,
+    /// The envelopes the scheduler may pick, worked out before each delivery into this one buffer.
+    ready: Vec<Ready>,
     next_task: u64,
     network: Network,
     scheduler: Box<dyn Scheduler>,
@@ -312,7 +316,8 @@ impl Cluster {
             instances,
             clients,
             exchange,
-            tasks: BTreeMap::new(),
+            tasks: SortedMap::new(),
+            ready: Vec::new(),
             next_task: 1,
             network,
             scheduler,

@@ -7,8 +7,8 @@
 
 use crate::sim::engine::message::{ActorId, Payload, TaskId};
 use crate::sim::engine::random;
+use crate::sim::engine::sorted::SortedMap;
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
 
 /// Most envelopes in flight at once. A scenario that exceeds it is a runaway: the run stops with an error.
 pub(crate) const IN_FLIGHT_MAX: usize = 4_096;
@@ -58,8 +58,9 @@ pub struct Ready {
 pub struct NetworkFull;
 
 pub(crate) struct Network {
-    /// Boxed: an envelope is a few hundred bytes, and the map shifts its entries on every insert and removal.
-    in_flight: BTreeMap<u64, Box<Envelope>>,
+    /// By id: a new envelope's id is the largest, so sending appends. Boxed: an envelope is a few hundred
+    /// bytes, and a removal shifts the entries after it (a runaway scenario has thousands in flight).
+    in_flight: SortedMap<u64, Box<Envelope>>,
     next_id: u64,
     actor_count: usize,
     /// One-way latency of the link `from → to`, at `from * actor_count + to`.
@@ -71,7 +72,7 @@ impl Network {
     pub fn new(actor_count: usize, latency_ms_min: u64, latency_ms_max: u64, rng: &mut ChaCha8Rng) -> Network {
         let span = latency_ms_max.saturating_sub(latency_ms_min).saturating_add(1);
         let latency_ms = (0..actor_count * actor_count).map(|_| latency_ms_min + random::below(rng, span)).collect();
-        Network { in_flight: BTreeMap::new(), next_id: 1, actor_count, latency_ms }
+        Network { in_flight: SortedMap::new(), next_id: 1, actor_count, latency_ms }
     }
 
     pub(crate) fn latency_ms(&self, from: ActorId, to: ActorId) -> u64 {
@@ -109,7 +110,15 @@ impl Network {
     /// The envelopes the scheduler may pick for delivery number `next_delivery`, in id (send) order: the
     /// free ones and those whose hold has ended; if there are none, those still held for some deliveries;
     /// only if there are none of those either, those held until the network is quiet.
+    #[cfg(test)]
     pub fn ready(&self, next_delivery: usize) -> Vec<Ready> {
+        let mut ready = Vec::new();
+        self.ready_into(next_delivery, &mut ready);
+        ready
+    }
+
+    /// [`Network::ready`] into `ready` (emptied first), so the cluster reuses one buffer for every delivery.
+    pub fn ready_into(&self, next_delivery: usize, ready: &mut Vec<Ready>) {
         let class = |e: &Envelope| match e.hold {
             Hold::Free => 0,
             Hold::UntilDelivery(from) if from <= next_delivery => 0,
@@ -118,7 +127,7 @@ impl Network {
         };
         // One pass (the cluster asks before every delivery): a lower class found drops what was kept so far.
         let mut eligible = u8::MAX;
-        let mut ready = Vec::new();
+        ready.clear();
         for envelope in self.in_flight.values() {
             let class = class(envelope);
             if class < eligible {
@@ -129,7 +138,6 @@ impl Network {
                 ready.push(Ready { envelope: envelope.id, from: envelope.from, to: envelope.to, deliver_at_ms: envelope.deliver_at_ms });
             }
         }
-        ready
     }
 
     pub fn take(&mut self, id: u64) -> Option<Envelope> {
