@@ -204,7 +204,7 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Round 1's search for a query of 3 characters or more: `$3` is the folded query, [`like_escaped`]. The
+/// Round 1's search for a query of 3 characters or more: `$3` is the folded query, `like_escaped`. The
 /// statement is prepared once per connection, and after five runs PostgreSQL may plan it once for any
 /// parameters (a generic plan), which priced a pattern it cannot see at 0.5% of the table and chose the
 /// workspace's range of `notes_by_place` (31.8 ms at 10^5 notes, `benches/store_scale.rs`). `uri_key || ''`

@@ -233,6 +233,8 @@ impl Exploration {
 /// The `index`-th (1-based) of `count` contiguous, near-equal slices of `0..len`: the first `len % count`
 /// slices have `len / count + 1` elements, the others `len / count` (a slice may be empty). Every element is in
 /// exactly one slice. `1 <= index <= count` is the caller's to check (`explore --shard` refuses anything else).
+// `mcpsim explore --shard` (the `cli` feature).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn slice(len: u64, index: u64, count: u64) -> Range<u64> {
     let count = count.max(1);
     let i = index.clamp(1, count) - 1;
@@ -243,6 +245,7 @@ pub fn slice(len: u64, index: u64, count: u64) -> Range<u64> {
 
 /// The `index`-th of `count` shards of `seeds` ([`slice`] of its offsets): the seeds stay those of the whole
 /// run (shard 2/3 of 1..=9 is 4..=6). None: this shard's slice is empty.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub fn shard(seeds: &RangeInclusive<u64>, index: u64, count: u64) -> Option<RangeInclusive<u64>> {
     let (first, last) = (*seeds.start(), *seeds.end());
     if first > last {
