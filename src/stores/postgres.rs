@@ -189,19 +189,6 @@ pub const POSTGRES_MIGRATIONS: &[Migration] = &[
         description: "the out-of-band flows by principal: each principal's share of them is counted from this index",
         sql: "CREATE INDEX out_of_band_flows_by_principal ON out_of_band_flows (principal);",
     },
-    Migration {
-        version: TITLE_TRIGRAMS_VERSION,
-        description:
-            "notes by title trigram (pg_trgm): round 1 reads the notes whose folded title holds the query, not every title of the workspace",
-        sql: "
-        -- pg_trgm is a trusted extension (PostgreSQL 13 and later): the database's owner may create it. Where
-        -- that is refused, opening fails saying what a superuser must run (postgres.rs, migrate).
-        CREATE EXTENSION IF NOT EXISTS pg_trgm;
-        -- fastupdate off: a new title goes into the index at once, not into a pending list every search would
-        -- scan (and which made the planner price the index above reading the workspace until a vacuum).
-        CREATE INDEX notes_by_title ON notes USING gin (title_fold gin_trgm_ops) WITH (fastupdate = off);
-    ",
-    },
 ];
 
 /// Round 1's search for a query of 3 characters or more: `$3` is the folded query, `like_escaped`. The
@@ -224,8 +211,22 @@ fn like_escaped(text: &str) -> String {
     escaped
 }
 
-/// The schema step that adds the trigram index of the folded titles (and the `pg_trgm` extension it needs).
-const TITLE_TRIGRAMS_VERSION: i64 = 7;
+/// The trigram index of the folded titles (and the `pg_trgm` extension it needs): not a numbered migration but
+/// an addition, built by opening the store when it is missing, after [`TITLE_TRIGRAMS_AFTER`]. It only narrows
+/// round 1's search and PostgreSQL keeps it in step with every writer, an older mcpsim's included, so it must not
+/// raise the schema version: a rolling deploy runs the release before it (schema 6, which refuses a newer
+/// version) beside this one on the same database.
+const TITLE_TRIGRAMS: &str = "
+        -- pg_trgm is a trusted extension (PostgreSQL 13 and later): the database's owner may create it. Where
+        -- that is refused, opening fails saying what a superuser must run (postgres.rs, ensure_title_trigrams).
+        CREATE EXTENSION IF NOT EXISTS pg_trgm;
+        -- fastupdate off: a new title goes into the index at once, not into a pending list every search would
+        -- scan (and which made the planner price the index above reading the workspace until a vacuum).
+        CREATE INDEX IF NOT EXISTS notes_by_title ON notes USING gin (title_fold gin_trgm_ops) WITH (fastupdate = off);
+    ";
+
+/// The schema version whose stores get [`TITLE_TRIGRAMS`] (the last numbered one when it was added).
+const TITLE_TRIGRAMS_AFTER: i64 = 6;
 
 /// The schema step that added the search columns, after which opening fills them for older rows.
 const NOTE_INDEX_VERSION: i64 = 5;
@@ -363,6 +364,9 @@ impl PostgresStore {
         if migrations.iter().any(|migration| migration.version == NOTE_INDEX_VERSION) {
             store.backfill_search_columns().await?;
         }
+        if migrations.iter().any(|migration| migration.version == TITLE_TRIGRAMS_AFTER) {
+            store.ensure_title_trigrams().await?;
+        }
         Ok((store, report))
     }
 
@@ -407,10 +411,7 @@ impl PostgresStore {
                 return Err(newer_schema(found, known));
             }
             for migration in migrations.iter().filter(|migration| migration.version > found) {
-                transaction.batch_execute(migration.sql).await.map_err(|e| match migration.version {
-                    TITLE_TRIGRAMS_VERSION => self.without_trigrams(&e),
-                    _ => step(e),
-                })?;
+                transaction.batch_execute(migration.sql).await.map_err(step)?;
                 transaction
                     .execute(
                         "INSERT INTO schema_version (version, description, applied_at_ms) VALUES ($1, $2, $3)",
@@ -439,6 +440,24 @@ impl PostgresStore {
     }
 
     /// Commits or rolls back. A failed rollback is reported too: the pool then discards the connection.
+    /// Builds [`TITLE_TRIGRAMS`] in one transaction (under the migration lock) if the database lacks it.
+    async fn ensure_title_trigrams(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.error(&e))?;
+        let result: Result<(), StoreError> = async {
+            let step = |e: tokio_postgres::Error| self.error(&e);
+            transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).await.map_err(step)?;
+            let present: bool = transaction.query_one("SELECT to_regclass('notes_by_title') IS NOT NULL", &[]).await.map_err(step)?.get(0);
+            if !present {
+                transaction.batch_execute(TITLE_TRIGRAMS).await.map_err(|e| self.without_trigrams(&e))?;
+            }
+            Ok(())
+        }
+        .await;
+        self.finish(transaction, result.is_ok()).await?;
+        result
+    }
+
     async fn finish(&self, transaction: Transaction<'_>, commit: bool) -> Result<(), StoreError> {
         let ended = if commit { transaction.commit().await } else { transaction.rollback().await };
         ended.map_err(|e| self.error(&e))

@@ -182,10 +182,14 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
         description: "the out-of-band flows by principal: each principal's share of them is counted from this index",
         sql: "CREATE INDEX out_of_band_flows_by_principal ON out_of_band_flows (principal);",
     },
-    Migration {
-        version: 8,
-        description: "notes by title trigram: round 1 reads the notes whose folded title holds the query, not every title of the workspace",
-        sql: "
+];
+
+/// The trigram index of titles: not a numbered migration but an addition, built by opening the store when it
+/// is missing. It only narrows round 1's search, and its triggers keep it in step with every writer, an older
+/// mcpsim's included, so it must not raise the schema version: a rolling deploy runs the release before it
+/// (schema 7, which refuses a newer version) beside this one on the same file (lesson 18, found by
+/// `tests/target_rotation.rs` when this was migration 8).
+const TITLE_INDEX: &str = "
         -- FTS5's trigram tokenizer over title_fold (Rust's to_lowercase: case_sensitive 1 keeps SQLite from
         -- folding again, ASCII-only), rowid = the note's position. The triggers keep it in step in the
         -- transaction of every write to notes (insert, upsert, rename, move, delete, the seed's renumbering, the
@@ -203,12 +207,28 @@ pub const SQLITE_MIGRATIONS: &[Migration] = &[
             DELETE FROM notes_by_title WHERE rowid = old.position;
             INSERT INTO notes_by_title (rowid, title_fold) SELECT new.position, new.title_fold WHERE new.title_fold IS NOT NULL;
         END;
-    ",
-    },
-];
+    ";
+
+/// Builds [`TITLE_INDEX`] in one write transaction if the database does not have it yet.
+fn ensure_title_index(connection: &mut Connection) -> Outcome<()> {
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let present: bool = transaction.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'notes_by_title')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !present {
+        transaction.execute_batch(TITLE_INDEX)?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
 
 /// The schema step that added the search columns, after which opening fills them for older rows.
 const NOTE_INDEX_VERSION: i64 = 5;
+
+/// The schema version whose stores get [`TITLE_INDEX`] (the last numbered one when it was added).
+const TITLE_INDEX_AFTER: i64 = 7;
 
 /// Fills the search columns of notes written before [`NOTE_INDEX_VERSION`] (or by hand): one pass at open.
 fn backfill_search_columns(connection: &mut Connection) -> Outcome<()> {
@@ -348,6 +368,9 @@ impl SqliteStore {
                 let report = migrate(connection, migrations, inner.clock.now_ms())?;
                 if migrations.iter().any(|migration| migration.version == NOTE_INDEX_VERSION) {
                     backfill_search_columns(connection)?;
+                }
+                if migrations.iter().any(|migration| migration.version == TITLE_INDEX_AFTER) {
+                    ensure_title_index(connection)?;
                 }
                 Ok(report)
             })
@@ -1533,6 +1556,7 @@ mod tests {
     fn plan_of(name: &str, sql: &str, parameters: impl rusqlite::Params) -> Vec<String> {
         let (directory, mut connection) = scratch_connection(name);
         let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
+        let Ok(()) = ensure_title_index(&mut connection) else { panic!("the title index builds") };
         let plan: Vec<String> = {
             let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
             let rows = statement.query_map(parameters, |row| row.get::<_, String>(3)).unwrap();

@@ -128,17 +128,17 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
     let (_, first) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, &POSTGRES_MIGRATIONS[..1]).await.unwrap();
     assert_eq!(first, MigrationReport { version_before: 0, version_after: 1 });
     let (upgraded, current) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, POSTGRES_MIGRATIONS).await.unwrap();
-    assert_eq!(current, MigrationReport { version_before: 1, version_after: 7 }, "only the new steps run");
+    assert_eq!(current, MigrationReport { version_before: 1, version_after: 6 }, "only the new steps run");
     assert_eq!(upgraded.nonce_count().await, Ok(0), "the data of step 1 is untouched");
     let (_, again) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, POSTGRES_MIGRATIONS).await.unwrap();
-    assert_eq!(again, MigrationReport { version_before: 7, version_after: 7 }, "a restart applies nothing");
+    assert_eq!(again, MigrationReport { version_before: 6, version_after: 6 }, "a restart applies nothing");
     let with_next = with_a_later_step(POSTGRES_MIGRATIONS, "CREATE TABLE later_step (x BIGINT);");
     let (_, later) = PostgresStore::open_with_migrations(config.clone(), clock(), limits, with_next).await.unwrap();
-    assert_eq!(later, MigrationReport { version_before: 7, version_after: 8 });
+    assert_eq!(later, MigrationReport { version_before: 6, version_after: 7 });
     let Err(StoreError::Unavailable(refusal)) = PostgresStore::open(config, clock(), limits).await else {
         panic!("an older mcpsim must refuse a newer schema");
     };
-    assert!(refusal.contains("version 8") && refusal.contains("upgrade mcpsim"), "{refusal}");
+    assert!(refusal.contains("version 7") && refusal.contains("upgrade mcpsim"), "{refusal}");
 }
 
 /// With 10^4 notes in the workspace, round 1's search for a query of 3 characters or more reads the trigram

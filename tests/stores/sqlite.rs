@@ -86,29 +86,29 @@ async fn migrations_run_once_and_newer_schemas_are_refused() {
             .unwrap();
     }
     let (upgraded, current) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(current, MigrationReport { version_before: 1, version_after: 8 }, "only the new steps run");
+    assert_eq!(current, MigrationReport { version_before: 1, version_after: 7 }, "only the new steps run");
     assert_eq!(upgraded.nonce_count().await, Ok(1), "the data of step 1 is untouched");
     let found = upgraded.find_candidates(&FileUri::parse("file:///w").unwrap(), "plan").await.unwrap();
     assert_eq!(found.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(), ["old-note"], "opening filled the search columns");
     assert_eq!(upgraded.claim(claim_at("new", u64::MAX >> 12)).await, Ok(ClaimOutcome::Claimed), "the upgraded schema takes claims");
     let (_, again) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(again, MigrationReport { version_before: 8, version_after: 8 }, "a restart applies nothing");
+    assert_eq!(again, MigrationReport { version_before: 7, version_after: 7 }, "a restart applies nothing");
     let with_next = with_a_later_step(SQLITE_MIGRATIONS, "CREATE TABLE later_step (x INTEGER) STRICT;");
     let (_, later) = SqliteStore::open_with_migrations(&path, clock(), limits, with_next).await.unwrap();
-    assert_eq!(later, MigrationReport { version_before: 8, version_after: 9 });
+    assert_eq!(later, MigrationReport { version_before: 7, version_after: 8 });
     let versions: Vec<(i64, String)> = {
         let connection = rusqlite::Connection::open(&path).unwrap();
         let mut statement = connection.prepare("SELECT version, description FROM schema_version ORDER BY version").unwrap();
         statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
     };
-    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6, 7, 8]);
     let Err(StoreError::Unavailable(refusal)) = SqliteStore::open(&path, clock(), limits).await else {
         panic!("an older mcpsim must refuse a newer schema");
     };
-    assert!(refusal.contains("version 9") && refusal.contains("upgrade mcpsim"), "{refusal}");
+    assert!(refusal.contains("version 8") && refusal.contains("upgrade mcpsim"), "{refusal}");
 }
 
-/// A database of the release before the trigram index, holding notes, gets the index built when it is opened:
+/// A database from before the trigram index, holding notes, gets the index built when it is opened:
 /// its notes are found by a query of 3 characters or more (which only the index answers) and by a shorter one,
 /// and a rename after the upgrade is followed.
 #[tokio::test]
@@ -116,12 +116,12 @@ async fn an_upgraded_database_searches_its_notes_by_trigrams() {
     let directory = TempDir::new();
     let path = directory.path().join("notes.db");
     let limits = ReplayLimits::default();
-    let (old, _) = SqliteStore::open_with_migrations(&path, clock(), limits, &SQLITE_MIGRATIONS[..7]).await.unwrap();
+    let (old, _) = SqliteStore::open_with_migrations(&path, clock(), limits, &SQLITE_MIGRATIONS[..6]).await.unwrap();
     old.seed(&[contract::note("a", "file:///w/a.md"), contract::note("b", "file:///x/b.md")]).await.unwrap();
     old.rename("a", "Quarterly PLAN").await.unwrap();
     drop(old);
     let (upgraded, report) = SqliteStore::open_with_migrations(&path, clock(), limits, SQLITE_MIGRATIONS).await.unwrap();
-    assert_eq!(report, MigrationReport { version_before: 7, version_after: 8 });
+    assert_eq!(report, MigrationReport { version_before: 6, version_after: 7 });
     let ids = |found: Vec<mcpsim::testing::Note>| found.into_iter().map(|n| n.id).collect::<Vec<_>>();
     let root = FileUri::parse("file:///").unwrap();
     assert_eq!(ids(upgraded.find_candidates(&root, "plan").await.unwrap()), ["a"]);
