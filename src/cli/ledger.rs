@@ -8,7 +8,7 @@ use crate::sim::engine::faults::FaultKind;
 use crate::sim::explore::ledger::{self, Entry};
 use crate::sim::explore::results::{self, BuildIdentity, Record, Verdict};
 use crate::sim::explore::{self, SeedOutcome};
-use crate::sim::runner::{FailureKind, ServerUnderTest};
+use crate::sim::runner::ServerUnderTest;
 use std::path::Path;
 
 /// The worse of two exit statuses: a crash (not judged) first, then a finding, then liveness alone.
@@ -88,15 +88,7 @@ pub(crate) fn replay_first(
         let now = match (&outcome, verdict) {
             (_, None) => "passes now".to_string(),
             (SeedOutcome::Unsafe(failures) | SeedOutcome::NotLive(failures), Some(verdict)) => {
-                let mut names: Vec<&str> = failures
-                    .iter()
-                    .filter_map(|f| match f.kind {
-                        FailureKind::Property(property) => Some(property.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                names.sort_unstable();
-                names.dedup();
+                let names = explore::broken_property_names(failures);
                 let what = if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) };
                 format!("FAILS AGAIN: {}{what}", verdict.as_str())
             }

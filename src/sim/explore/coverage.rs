@@ -319,18 +319,7 @@ impl Coverage {
 
 /// The verdict of a seed, as outcome classes name it.
 pub(crate) fn verdict(outcome: &SeedOutcome) -> String {
-    let properties = |failures: &[crate::sim::runner::Failure]| {
-        let mut names: Vec<&str> = failures
-            .iter()
-            .filter_map(|f| match f.kind {
-                FailureKind::Property(property) => Some(property.as_str()),
-                _ => None,
-            })
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names.join(", ")
-    };
+    let properties = |failures: &[crate::sim::runner::Failure]| crate::sim::explore::broken_property_names(failures).join(", ");
     match outcome {
         SeedOutcome::Held => "held".into(),
         SeedOutcome::Unsafe(failures) => format!("unsafe: {}", properties(failures)),

@@ -319,6 +319,14 @@ pub fn run_seed(scenario: &Scenario, server: impl Into<ServerUnderTest>, seed: u
 }
 
 /// The property a failure broke, if it is one.
+/// The names of the properties `failures` broke, sorted by name, each once (what a verdict line lists).
+pub(crate) fn broken_property_names(failures: &[Failure]) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = failures.iter().filter_map(property_of).map(Property::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 fn property_of(failure: &Failure) -> Option<Property> {
     match failure.kind {
         FailureKind::Property(property) => Some(property),
