@@ -14,7 +14,8 @@
 //!   instance, delete before claim, a re-check separated from the delete, no re-check, eviction);
 //! * a **service wrapper**: the real `NotesServer` behind a wrapper that re-makes exactly one decision the
 //!   wrong way before handing the request on (string-prefix authorization, trusting unsigned or unbound
-//!   state by re-sealing it, cancel consuming, an invalid answer consuming, decline not consuming, remembered capabilities).
+//!   state by re-sealing it, cancel consuming, an invalid answer consuming, decline not consuming, remembered
+//!   capabilities, the pending confirmation kept in one instance's memory: a sticky session).
 
 use crate::framework::Service;
 use crate::scenario::{self, Scenario};
@@ -28,7 +29,7 @@ use wrappers::{
     accept_trusted_as_completion, admits_past_retention, cancel_consumes, claim_then_delete, claim_without_outcome, decline_not_consuming,
     delete_then_claim, evicting_replay_store, hash_ordered, invalid_answer_consumes, no_live_recheck, no_outcome_on_replay,
     prefix_containment, recheck_then_delete, remembered_capabilities, replay_per_instance, state_unbound_arguments,
-    state_unbound_principal, undecoded_containment, unsigned_state, url_bound_to_nothing,
+    state_unbound_principal, sticky_session, undecoded_containment, unsigned_state, url_bound_to_nothing,
 };
 
 mod wrappers;
@@ -101,6 +102,14 @@ pub const MUTANTS: &[Mutant] = &[
         exposed_by: "05-accepts-race-for-different-candidates.sim",
         also_caught_by: "02-retry-lands-on-another-instance.sim",
         build: Build::Notes(replay_per_instance),
+        liveness: false,
+    },
+    Mutant {
+        name: "sticky-session",
+        mistake: "Keeps the pending confirmation in the memory of the instance that showed the form, so round 2 on any other instance (or after a restart) is refused as expired.",
+        exposed_by: "02-retry-lands-on-another-instance.sim",
+        also_caught_by: "09-cancel-then-accept-elsewhere.sim",
+        build: Build::Notes(sticky_session),
         liveness: false,
     },
     Mutant {

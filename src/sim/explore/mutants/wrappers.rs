@@ -15,7 +15,7 @@ use crate::wire::canonical::canonical_bytes;
 use crate::wire::{Reason, RpcError};
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 fn server(parts: InstanceParts) -> NotesServer {
@@ -403,6 +403,58 @@ impl Service for MistakenService {
                 self.inner.call(context, method, params).await
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Sticky sessions: the pending confirmation kept in one instance's memory.
+
+/// The textbook unsafe design (course lesson 2): round 1 remembers the confirmation it opened in this
+/// instance's memory (its nonce, as a session would), and round 2 is served only where that memory is. The
+/// signed `requestState` already carries everything round 2 needs, but this server asks its memory first, so
+/// a retry that a load balancer sends to another instance, or that follows a restart, is refused as if the
+/// confirmation had expired. Built per incarnation: a crash forgets the sessions too.
+struct StickySession {
+    inner: NotesServer,
+    /// The nonces of the confirmations this incarnation opened.
+    pending: Mutex<BTreeSet<String>>,
+}
+
+pub(super) fn sticky_session(parts: InstanceParts) -> Arc<dyn Service> {
+    Arc::new(StickySession { inner: server(parts), pending: Mutex::new(BTreeSet::new()) })
+}
+
+#[async_trait]
+impl Service for StickySession {
+    fn has_method(&self, method: &str) -> bool {
+        self.inner.has_method(method)
+    }
+
+    async fn page(&self, user: &str, request: &crate::framework::out_of_band::PageRequest) -> crate::framework::out_of_band::PageAnswer {
+        self.inner.page(user, request).await
+    }
+
+    async fn call(&self, context: RequestContext<'_>, method: &str, params: &Value) -> Result<Value, RpcError> {
+        if !is_notes_delete(method, params) {
+            return self.inner.call(context, method, params).await;
+        }
+        let nonce_of = |state: Option<&Value>| state.and_then(Value::as_str).and_then(read_unverified).map(|claims| claims.nonce);
+        if let Some(nonce) = nonce_of(params.get("requestState")) {
+            // Round 2: served only by the instance whose memory holds the session.
+            let remembered = self.pending.lock().expect("a mutant's memory is never poisoned").contains(&nonce);
+            if !remembered {
+                return Err(RpcError::invalid_params(
+                    Reason::StateExpired,
+                    "no pending confirmation for this requestState on this instance (its session is kept where round 1 ran); start again",
+                ));
+            }
+            return self.inner.call(context, method, params).await;
+        }
+        let result = self.inner.call(context, method, params).await?;
+        if let Some(nonce) = nonce_of(result.get("requestState")) {
+            self.pending.lock().expect("a mutant's memory is never poisoned").insert(nonce);
+        }
+        Ok(result)
     }
 }
 
