@@ -424,6 +424,7 @@ fn write_pages(folder: &Path, summaries: &[Summary], loaded: &[Loaded], unreadab
         }
         rows.push(html::IndexRow {
             scenario: summary.name.clone(),
+            lesson: item.scenario.lesson_line(),
             href: file,
             seeds: summary.seeds,
             messages: summary.messages,

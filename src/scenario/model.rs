@@ -17,6 +17,31 @@ pub struct Scenario {
     pub warnings: Vec<String>,
 }
 
+impl Scenario {
+    /// The lesson in one line, from the opening comment: the guarantee it teaches (the words after
+    /// `Guarantee taught:` up to the first full stop) and the situation (the comment's first line), as in
+    /// `statelessness: The retry lands on another instance.` A scenario without the marker gives its first line.
+    pub fn lesson_line(&self) -> String {
+        lesson_line(&self.summary)
+    }
+}
+
+/// [`Scenario::lesson_line`] of an opening comment's lines (`#` removed).
+pub fn lesson_line(summary: &[String]) -> String {
+    let situation = summary.iter().find(|line| !line.is_empty()).cloned().unwrap_or_default();
+    let text = summary.join(" ");
+    let guarantee = text.split_once("Guarantee taught:").map(|(_, rest)| {
+        let rest = rest.trim();
+        // The first sentence: up to ". " (a full stop before the next sentence) or the end.
+        rest.split_once(". ").map_or(rest.trim_end_matches('.'), |(first, _)| first).trim().to_string()
+    });
+    match guarantee {
+        Some(guarantee) if !guarantee.is_empty() && !situation.starts_with("Guarantee taught:") => format!("{guarantee}: {situation}"),
+        Some(guarantee) if !guarantee.is_empty() => guarantee,
+        _ => situation,
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct ClusterSpec {
     /// Start from the embedded demo deployment (principals, workspaces, notes, state TTL).
@@ -428,4 +453,23 @@ pub enum AdminAction {
     Approve {
         tool: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lesson_line;
+
+    fn lines(text: &[&str]) -> Vec<String> {
+        text.iter().map(|line| line.to_string()).collect()
+    }
+
+    #[test]
+    fn the_lesson_line_names_the_guarantee_then_the_situation() {
+        let summary = lines(&["The retry lands on another instance.", "", "Guarantee taught: statelessness. Instance i1 shows", "the form."]);
+        assert_eq!(lesson_line(&summary), "statelessness: The retry lands on another instance.");
+        let zoo = lines(&["Guarantee taught: the candidates are signed; a client cannot add one."]);
+        assert_eq!(lesson_line(&zoo), "the candidates are signed; a client cannot add one");
+        assert_eq!(lesson_line(&lines(&["Just a situation."])), "Just a situation.");
+        assert_eq!(lesson_line(&[]), "");
+    }
 }

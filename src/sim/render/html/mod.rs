@@ -19,6 +19,7 @@ mod state;
 
 pub use exploration::{exploration_page, CounterexampleLink, ExampleRun, ExplorationInput};
 pub use run::{run_page, RunInput};
+pub(crate) use state::{decode_state, RunKeys};
 
 use askama::Template;
 use base64::engine::general_purpose::STANDARD;
@@ -63,6 +64,8 @@ pub struct IndexRow {
     pub scenario: String,
     /// The page of its run, relative to the index.
     pub href: String,
+    /// What the scenario teaches, in one line ([`crate::scenario::Scenario::lesson_line`]).
+    pub lesson: String,
     pub seeds: u64,
     pub messages: usize,
     pub interleavings: usize,

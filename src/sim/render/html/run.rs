@@ -129,6 +129,8 @@ struct RunTemplate<'a> {
     reproduce: &'a str,
     up: Option<(&'a str, &'a str)>,
     note: Option<&'a str>,
+    /// The scenario's opening comment (the lesson it teaches), as paragraphs.
+    lesson: Vec<String>,
     passed: bool,
     failures: Vec<String>,
     lanes: Vec<Lane>,
@@ -274,6 +276,7 @@ pub fn run_page(input: &RunInput<'_>) -> String {
         reproduce: input.reproduce,
         up: input.up,
         note: input.note,
+        lesson: paragraphs(&input.scenario.summary),
         passed: report.failures.is_empty(),
         failures: report.failures.iter().map(ToString::to_string).collect(),
         lanes: lanes.into_iter().map(|(_, lane)| lane).collect(),
@@ -286,6 +289,25 @@ pub fn run_page(input: &RunInput<'_>) -> String {
         conversations: conversation_views,
     };
     page.render().expect("the run page renders")
+}
+
+/// Comment lines as paragraphs: consecutive lines joined, a blank line ending a paragraph.
+fn paragraphs(lines: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open = false;
+    for line in lines {
+        if line.is_empty() {
+            open = false;
+        } else if open {
+            let last = out.last_mut().expect("an open paragraph exists");
+            last.push(' ');
+            last.push_str(line);
+        } else {
+            out.push(line.clone());
+            open = true;
+        }
+    }
+    out
 }
 
 fn colour(conversation: usize) -> String {

@@ -42,6 +42,12 @@ impl RunKeys {
         RunKeys { ring }
     }
 
+    /// The keys of one ring (`demo`'s fleet).
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+    pub fn of_ring(ring: KeyRing) -> RunKeys {
+        RunKeys { ring: Some(ring) }
+    }
+
     fn holds(&self, key_id: &str) -> bool {
         self.ring.as_ref().is_some_and(|ring| ring.key_ids().any(|id| id == key_id))
     }
@@ -90,6 +96,12 @@ fn collect(value: &Value, path: &str, found: &mut Vec<(String, String)>) {
         }
         _ => {}
     }
+}
+
+/// One `requestState` token, decoded and checked against `keys` as the inspector shows it (`demo` prints it).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub(crate) fn decode_state(token: &str, keys: &RunKeys) -> StateView {
+    decode("requestState", token, keys)
 }
 
 fn decode(path: &str, token: &str, keys: &RunKeys) -> StateView {
