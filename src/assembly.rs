@@ -54,22 +54,29 @@ pub fn real_notes_server(
     Ok(notes_server(Arc::new(config), ports))
 }
 
-/// A notes server over fresh in-memory stores seeded from `deployment`, with the given key ring, clock and
-/// nonce source (fixed ones give byte-stable output, as `mcpsim demo` needs). Returns the note store too, so
-/// the caller can inspect the notes.
+/// One notes server per nonce source, all over the same in-memory note store and replay store, the same key
+/// ring and clock: the instances of a fleet, as the simulator and `serve --instances` build them, sharing
+/// only the stores (`demo` shows round 1 on one and round 2 on another). Returns the note store too, so the
+/// caller can inspect the notes.
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
-pub fn in_memory_notes_server(
+pub fn in_memory_notes_fleet(
     deployment: &Deployment,
     key_ring: KeyRing,
     state_ttl_secs: Option<u64>,
     clock: Arc<dyn Clock>,
-    nonces: Arc<dyn NonceSource>,
-) -> Result<(NotesServer, Arc<MemoryNoteStore>), ConfigError> {
+    nonces: Vec<Arc<dyn NonceSource>>,
+) -> Result<(Vec<NotesServer>, Arc<MemoryNoteStore>), ConfigError> {
     let notes = Arc::new(MemoryNoteStore::new(deployment.notes()));
-    let replay = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
-    let config = deployment.notes_config(key_ring, state_ttl_secs)?;
-    let server = notes_server(Arc::new(config), NotesPorts { notes: notes.clone(), replay, clock, nonces, out_of_band: None });
-    Ok((server, notes))
+    let replay: Arc<MemoryReplayStore> = Arc::new(MemoryReplayStore::new(notes.clone(), clock.clone(), ReplayLimits::default()));
+    let config = Arc::new(deployment.notes_config(key_ring, state_ttl_secs)?);
+    let servers = nonces
+        .into_iter()
+        .map(|nonces| {
+            let ports = NotesPorts { notes: notes.clone(), replay: replay.clone(), clock: clock.clone(), nonces, out_of_band: None };
+            notes_server(config.clone(), ports)
+        })
+        .collect();
+    Ok((servers, notes))
 }
 
 /// The embedded demo over fresh in-memory stores with a random key, for tests of the transports.
@@ -319,14 +326,20 @@ mod tests {
     async fn built_servers_use_the_stores_they_are_given() {
         let server = demo_notes_server();
         assert_eq!(server.ports.notes.list_notes().await.unwrap().len(), 7);
-        let (_, notes) = in_memory_notes_server(
+        let (fleet, notes) = in_memory_notes_fleet(
             &Deployment::demo(),
             KeyRing::new("k", random_key()).unwrap(),
             None,
             Arc::new(SystemClock),
-            Arc::new(OsNonces),
+            vec![Arc::new(OsNonces), Arc::new(OsNonces)],
         )
         .unwrap();
         assert_eq!(notes.snapshot().len(), 7);
+        assert_eq!(fleet.len(), 2);
+        // One store behind both instances: what one deletes, the other no longer finds.
+        let note = notes.snapshot().into_iter().find(|note| note.id == "note-7").unwrap();
+        let everywhere = crate::policy::containment::FileUri::parse("file:///").unwrap();
+        notes.delete_if_inside(&note.id, &note.revision, &everywhere).await.unwrap();
+        assert_eq!(fleet[1].ports.notes.list_notes().await.unwrap().len(), 6);
     }
 }
