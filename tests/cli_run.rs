@@ -108,6 +108,8 @@ fn library_names_run_in_place_of_paths_and_typos_get_the_closest_name() {
     for (file, _) in mcpsim::testing::library::SCENARIOS {
         assert!(listing.contains(file.trim_end_matches(".sim")), "{file} is listed");
     }
+    // It points to the course and marks the scenarios its lessons run.
+    assert!(listing.contains("(mcpsim course)") && listing.contains("L2 02-retry-lands-on-another-instance"), "{listing}");
 }
 
 #[test]

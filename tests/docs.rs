@@ -31,7 +31,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 9] = [
+const DOCUMENTS: [&str; 19] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
@@ -41,6 +41,17 @@ const DOCUMENTS: [&str; 9] = [
     "docs/targets.md",
     "docs/benchmarks.md",
     "docs/ci.md",
+    // The course, in its order (`course_is_walked_in_order_running_every_command` runs these ten).
+    "docs/course/README.md",
+    "docs/course/01-one-instance.md",
+    "docs/course/02-the-retry-elsewhere.md",
+    "docs/course/03-the-crash.md",
+    "docs/course/04-the-race.md",
+    "docs/course/05-decline-and-cancel.md",
+    "docs/course/06-expiry-and-skew.md",
+    "docs/course/07-the-delete-after-the-form.md",
+    "docs/course/08-the-replay-store-full.md",
+    "docs/course/09-lost-answers.md",
 ];
 /// Longest a command may take (the slowest recipe takes well under a minute on the 2-core machine).
 const COMMAND_SECONDS_MAX: u64 = 600;
@@ -67,6 +78,61 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
         "the mutant breaks containment (its findings go to the ledger next)",
     ),
     ("mcpsim merge mutant.jsonl --ledger ledger/", 1, "the merged results hold the mutant's finding"),
+    // The course: each lesson breaks its guarantee with a mutant, which must be caught.
+    ("mcpsim explore zoo-forged-candidate --mutant unsigned-state --seeds 5", 1, "the mutant is caught: consent breaks"),
+    (
+        "mcpsim explore 02-retry-lands-on-another-instance --mutant sticky-session --seeds 5",
+        1,
+        "the mutant is caught: statelessness breaks",
+    ),
+    (
+        "mcpsim explore 02-retry-lands-on-another-instance --mutant replay-per-instance --seeds 5",
+        1,
+        "the mutant is caught: honest outcome and statelessness break",
+    ),
+    ("mcpsim run 03-retry-after-the-first-instance-crashed --mutant sticky-session", 1, "the mutant fails: statelessness breaks"),
+    (
+        "mcpsim explore zoo-crash-between-claim-and-delete --mutant claim-then-delete --seeds 5",
+        1,
+        "the mutant is caught: honest outcome breaks",
+    ),
+    (
+        "mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim --seeds 20",
+        1,
+        "the mutant is caught: at most once breaks",
+    ),
+    (
+        "mcpsim explore 05-accepts-race-for-different-candidates --mutant replay-per-instance --seeds 5",
+        1,
+        "the mutant is caught: at most once and statelessness break",
+    ),
+    ("mcpsim explore 08-decline-then-replayed-accept --mutant decline-not-consuming --seeds 5", 1, "the mutant is caught: refusal breaks"),
+    ("mcpsim explore 09-cancel-then-accept-elsewhere --mutant cancel-consumes --seeds 5", 1, "the mutant is caught: refusal breaks"),
+    (
+        "mcpsim explore zoo-lagging-instance-past-the-grace --mutant admits-past-retention --seeds 5",
+        1,
+        "the mutant is caught: at most once breaks",
+    ),
+    (
+        "mcpsim explore 07-note-moved-out-after-the-form-was-shown --mutant no-live-recheck --seeds 5",
+        1,
+        "the mutant is caught: containment breaks",
+    ),
+    (
+        "mcpsim explore zoo-full-replay-store-reused --mutant evicting-replay-store --seeds 5",
+        1,
+        "the mutant is caught: at most once breaks",
+    ),
+    (
+        "mcpsim explore 16-crash-between-claim-and-delete --mutant no-outcome-on-replay --seeds 5",
+        1,
+        "the mutant is caught: honest outcome breaks",
+    ),
+    (
+        "mcpsim explore 04-accepts-race-for-one-note --faults all --mutant claim-without-outcome --seeds 5",
+        4,
+        "the mutant breaks only liveness",
+    ),
     (
         "mcpsim explore zoo-move-races-the-accept --seed-range 100..110 --mutant recheck-then-delete --ledger ledger/",
         1,
@@ -581,16 +647,38 @@ fn ci_doc_recipes_run_as_written() {
     run_document("docs/ci.md", &commands_before("docs/ci.md"));
 }
 
+/// The course, walked as a learner walks it: its index, then each lesson in the order the index lists them,
+/// every command of every page run as written (each lesson's mutant must be caught, with the status above).
+#[test]
+fn course_is_walked_in_order_running_every_command() {
+    let index = std::fs::read_to_string(Path::new(ROOT).join("docs/course/README.md")).unwrap();
+    // The lessons the index's table links, in its order: the walk must be that order.
+    let linked: Vec<String> = index
+        .lines()
+        .filter(|line| line.starts_with("| "))
+        .filter_map(|line| line.split("](").nth(1).and_then(|rest| rest.split(')').next()))
+        .map(|page| format!("docs/course/{page}"))
+        .collect();
+    let course: Vec<&str> = DOCUMENTS.iter().copied().filter(|d| d.starts_with("docs/course/")).collect();
+    assert_eq!(course[0], "docs/course/README.md");
+    assert_eq!(course[1..], linked.iter().map(String::as_str).collect::<Vec<_>>()[..], "DOCUMENTS walks the course out of order");
+    for document in course {
+        run_document(document, &commands_before(document));
+    }
+}
+
 /// A document added under `docs/` with commands in it is run like the others: it must be listed in [`DOCUMENTS`]
 /// (which has a test per entry), so none can be left out by forgetting it.
 #[test]
 fn every_document_is_run() {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(Path::new(ROOT).join("docs")).unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
-        let path = Path::new(ROOT).join("docs").join(&name);
-        if name.ends_with(".md") && !sh_blocks(&std::fs::read_to_string(path).unwrap()).is_empty() {
-            found.push(format!("docs/{name}"));
+    for folder in ["docs", "docs/course"] {
+        for entry in std::fs::read_dir(Path::new(ROOT).join(folder)).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let path = Path::new(ROOT).join(folder).join(&name);
+            if name.ends_with(".md") && !sh_blocks(&std::fs::read_to_string(path).unwrap()).is_empty() {
+                found.push(format!("{folder}/{name}"));
+            }
         }
     }
     for document in found {

@@ -2,6 +2,7 @@
 
 pub mod attack;
 pub(crate) mod common;
+pub mod course;
 pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
@@ -29,13 +30,19 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Walk the MCP lesson exchange against the embedded demo, printing every message.
+    /// Walk the MCP lesson exchange on two instances of the embedded demo, printing every message.
     ///
-    /// server/discover → tools/list → notes_delete round 1 (a form and a signed requestState) → the user
-    /// picks note-7 → round 2 on a fresh id deletes it → resources/list without note-7 → round 2 replayed
-    /// (state_consumed). Runs in-process with a fixed key, clock and nonces, so the output is the same on
-    /// every run. Exits 0 only if every step got the expected outcome.
+    /// server/discover → tools/list → notes_delete round 1 on i1 (a form and a signed requestState, decoded)
+    /// → the user picks note-7 → round 2 on i2, a fresh id, deletes it → resources/list without note-7 →
+    /// round 2 replayed on i1 (state_consumed). Runs in-process with a fixed key, clock and nonces, so the
+    /// output is the same on every run. Exits 0 only if every step got the expected outcome.
     Demo(demo::DemoArgs),
+    /// The course on the statelessness guarantee: the lessons in order, or one lesson's page.
+    ///
+    /// Nine lessons (one instance, the retry elsewhere, the crash, the race, decline and cancel, expiry and
+    /// skew, the delete after the form, the replay store full, lost answers), each a question, a scenario to
+    /// run, where to look in its HTML report, the mutant that breaks it, and an exercise (docs/course/).
+    Course(course::CourseArgs),
     /// Run the notes server for real, over stdio or streamable HTTP, alone or as a fleet of instances.
     Serve(serve::ServeArgs),
     /// Review and approve the gateway's descriptor pins (quarantined tools stay hidden and refused until approved).
@@ -68,7 +75,7 @@ Examples:
     TargetWatchdog(target::WatchdogArgs),
     /// Replay a counterexample written by `mcpsim explore`, byte for byte.
     Replay(explore::ReplayArgs),
-    /// List the scenario library (and the zoo's scenarios), each with the guarantee it teaches.
+    /// List the scenario library (and the zoo's scenarios): each a situation, with the guarantee it shows.
     ///
     /// Any name listed can be given to `mcpsim run` and `mcpsim explore` instead of a file path.
     #[command(after_help = "\
@@ -100,11 +107,13 @@ pub fn main() -> ExitCode {
             | Command::Replay(_)
             | Command::Pins(_)
             | Command::Scenarios
+            | Command::Course(_)
     ) {
         end_quietly_on_closed_pipe();
     }
     match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Course(args) => course::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Pins(args) => pins::run(args),
         // `run` plays on one of three worlds: the target's processes, a live fleet, or the simulator.

@@ -563,12 +563,16 @@ pub(crate) fn load(paths: &[PathBuf], unreadable: &mut Vec<String>) -> Vec<Loade
     loaded
 }
 
-/// `mcpsim scenarios`: every library and zoo scenario, with the first line of the guarantee it teaches.
+/// `mcpsim scenarios`: every library and zoo scenario, each a situation with the guarantee it shows (the first
+/// line of its opening comment), the course's lessons marked.
 pub(crate) fn list_scenarios() -> ExitCode {
     let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "The scenario library: each one a situation, with the guarantee it shows. To learn them in order,");
+    let _ = writeln!(out, "take the course (mcpsim course): L1-L9 below mark the scenarios its lessons run.\n");
     let entries: Vec<(&str, &str)> = library::SCENARIOS.iter().chain(mutants::ZOO_SCENARIOS.iter()).copied().collect();
     let width = entries.iter().map(|(file, _)| file.trim_end_matches(".sim").len()).max().unwrap_or(0);
     for (file, text) in entries {
+        let name = file.trim_end_matches(".sim");
         let lesson = text
             .lines()
             .filter_map(|line| line.strip_prefix('#'))
@@ -577,7 +581,11 @@ pub(crate) fn list_scenarios() -> ExitCode {
             .unwrap_or("")
             .trim_start_matches("Guarantee taught:")
             .trim();
-        let _ = writeln!(out, "{:<width$}  {lesson}", file.trim_end_matches(".sim"));
+        let mark = match crate::cli::course::lesson_of_scenario(name) {
+            Some(course) => format!("L{}", course.number),
+            None => String::new(),
+        };
+        let _ = writeln!(out, "{mark:<3}{name:<width$}  {lesson}");
     }
     let _ = writeln!(out, "\nRun one: mcpsim run NAME   Explore one: mcpsim explore NAME --seeds 1000   (names work in place of paths)");
     ExitCode::SUCCESS
