@@ -431,3 +431,49 @@ fn a_hostile_note_body_is_shown_as_text() {
     assert_eq!(browser.eval("typeof window.pwned"), "undefined");
     assert_eq!(browser.requests(), [url]);
 }
+
+/// A course lesson's page shows the scenario's lesson on top and says what clicking a message opens; a link
+/// ending in `#m5` opens it at message 5 with the inspector decoding its state; the index has a lesson column.
+/// Screenshots: `target/html-report/lesson-page.png` and `lesson-index.png`.
+#[test]
+#[ignore = "needs /usr/bin/chromium"]
+fn a_lesson_page_shows_its_lesson_and_opens_at_its_anchor_and_the_index_has_a_lesson_column() {
+    let scratch = Scratch::new("lesson");
+    let folder = scratch.path("report");
+    let output = mcpsim(
+        repo(),
+        &["run", "02-retry-lands-on-another-instance", "04-accepts-race-for-one-note", "--html-out", folder.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let mut browser = Browser::launch("lesson");
+    browser.open(&folder.join("index.html"));
+    let heads = browser.eval("Array.prototype.map.call(document.querySelectorAll('#runs th'), function (e) { return e.textContent; })");
+    assert_eq!(heads[1], "lesson", "{heads}");
+    let lessons =
+        browser.eval("Array.prototype.map.call(document.querySelectorAll('#runs td.lesson-cell'), function (e) { return e.textContent; })");
+    assert_eq!(
+        lessons,
+        serde_json::json!([
+            "statelessness: The retry lands on another instance.",
+            "at most once: Two accepts of one confirmation race on two instances, for the same note."
+        ])
+    );
+    browser.screenshot(&screenshots().join("lesson-index.png"), 1300, 500);
+    let page = folder.join("02-retry-lands-on-another-instance.html").canonicalize().unwrap();
+    browser.navigate(&format!("file://{}#m5", page.display()));
+    let lesson = browser.eval("document.getElementById('lesson').textContent");
+    let lesson = lesson.as_str().unwrap();
+    assert!(lesson.contains("Guarantee taught: statelessness. Instance i1 shows the form"), "{lesson}");
+    assert!(lesson.contains("Both instances hold the same signing key."), "the whole opening comment: {lesson}");
+    let keys = browser.eval("document.querySelector('p.keys').textContent");
+    assert!(keys.as_str().unwrap().contains("Click a message to open the inspector"), "{keys}");
+    // The anchor selected message 5 (round 2 at i2) and the inspector decodes the state it carries.
+    assert_eq!(browser.eval("document.querySelector('.msg.selected').id"), "m5");
+    assert_eq!(browser.eval("document.getElementById('detail-m5').hidden"), false);
+    assert_eq!(browser.eval("document.querySelector('#detail-m5 [data-signature]').dataset.signature"), "verified");
+    assert_eq!(browser.eval("document.querySelector('#detail-m5 [data-claim=principal]').textContent"), "alice");
+    assert_eq!(browser.errors(), Vec::<String>::new());
+    // The top of the page: the lesson, then the timeline with message 5 selected.
+    browser.eval("window.scrollTo(0, 0)");
+    browser.screenshot(&screenshots().join("lesson-page.png"), 1500, 1000);
+}
