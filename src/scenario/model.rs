@@ -465,7 +465,8 @@ mod tests {
 
     #[test]
     fn the_lesson_line_names_the_guarantee_then_the_situation() {
-        let summary = lines(&["The retry lands on another instance.", "", "Guarantee taught: statelessness. Instance i1 shows", "the form."]);
+        let summary =
+            lines(&["The retry lands on another instance.", "", "Guarantee taught: statelessness. Instance i1 shows", "the form."]);
         assert_eq!(lesson_line(&summary), "statelessness: The retry lands on another instance.");
         let zoo = lines(&["Guarantee taught: the candidates are signed; a client cannot add one."]);
         assert_eq!(lesson_line(&zoo), "the candidates are signed; a client cannot add one");
