@@ -42,7 +42,7 @@ fn a_drifted_answer_fails_at_its_member_with_the_paths() {
     assert_ne!(drifted, imported.text);
     let report = run_text(&drifted);
     let first = report.failures.first().expect("the drift fails").to_string();
-    assert!(first.contains("differs at result.structuredContent.outcome: expected \"kept\", got \"deleted\""), "{first}");
+    assert!(first.contains("as written, found another value; differs at result.structuredContent.outcome: expected \"kept\", got \"deleted\""), "{first}");
 }
 
 #[test]

@@ -67,7 +67,7 @@ pub enum Mismatch {
     NotToolError { got: String },
     #[error("expected error {code}{}, got {got}", .reason.as_ref().map(|r| format!(" {r}")).unwrap_or_default())]
     Error { code: i64, reason: Option<String>, got: String },
-    #[error("expected {} = {}, found {}{}", .path.join("."), preview(.expected), preview(.actual), drift(.path, .expected, .actual))]
+    #[error("{}", not_equal(.path, .expected, .actual))]
     NotEqual { path: Vec<String>, expected: Value, actual: Value },
     #[error("expected {} = {}, but it is absent; got {got}", .path.join("."), preview(.expected))]
     EqualButAbsent { path: Vec<String>, expected: Value, got: String },
@@ -297,6 +297,14 @@ pub(crate) fn consumed_count(found: usize, expected: usize, listing: impl FnOnce
     }
 }
 
+/// `expected P = X, found Y` for scalars; for two objects or arrays, where they differ instead of both whole.
+fn not_equal(path: &[String], expected: &Value, actual: &Value) -> String {
+    match drift(path, expected, actual) {
+        diff if diff.is_empty() => format!("expected {} = {}, found {}", path.join("."), preview(expected), preview(actual)),
+        diff => format!("expected {} as written, found another value; differs at {diff}", path.join(".")),
+    }
+}
+
 /// Most differing paths a drifted value lists.
 const DRIFT_PATHS_MAX: usize = 8;
 
@@ -309,12 +317,38 @@ fn drift(path: &[String], expected: &Value, actual: &Value) -> String {
     }
     let shown = |value: &Option<Value>| value.as_ref().map_or_else(|| "absent".to_string(), preview);
     let found = crate::oracle::outcome::differences(expected, actual, &path.join("."), DRIFT_PATHS_MAX + 1);
-    let mut text: Vec<String> =
-        found.iter().take(DRIFT_PATHS_MAX).map(|(at, want, got)| format!("{at}: expected {}, got {}", shown(want), shown(got))).collect();
+    let mut text: Vec<String> = found
+        .iter()
+        .take(DRIFT_PATHS_MAX)
+        .map(|(at, want, got)| match (want, got) {
+            (Some(Value::String(a)), Some(Value::String(b))) if a.chars().count() > 60 || b.chars().count() > 60 => {
+                let (a, b, from) = around_first_difference(a, b);
+                format!("{at}: from character {from}, expected {a}, got {b}")
+            }
+            _ => format!("{at}: expected {}, got {}", shown(want), shown(got)),
+        })
+        .collect();
     if found.len() > DRIFT_PATHS_MAX {
         text.push("and more".into());
     }
-    format!("; differs at {}", text.join("; "))
+    text.join("; ")
+}
+
+/// Two long strings shown where they first differ: a window of each from a little before the first differing
+/// character (quoted, `…` where cut), and that character's position.
+fn around_first_difference(a: &str, b: &str) -> (String, String, usize) {
+    let first = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    let from = first.saturating_sub(12);
+    let window = |text: &str| {
+        let total = text.chars().count();
+        let part: String = text.chars().skip(from).take(48).collect();
+        let quoted = Value::String(part).to_string();
+        let inner = &quoted[1..quoted.len() - 1];
+        let before = if from > 0 { "…" } else { "" };
+        let after = if from + 48 < total { "…" } else { "" };
+        format!("\"{before}{inner}{after}\"")
+    };
+    (window(a), window(b), first)
 }
 
 /// The nonce sealed in the `requestState` of the answer named `answer`.
@@ -459,8 +493,8 @@ mod tests {
                     expected: json!({"deleted": true, "noteId": "note-7", "outcome": "deleted"}),
                     actual: json!({"deleted": false, "outcome": "declined"}),
                 },
-                "expected result.structuredContent = {\"deleted\":true,\"noteId\":\"note-7\",\"outcome\":\"deleted\"}, found \
-                 {\"deleted\":false,\"outcome\":\"declined\"}; differs at result.structuredContent.deleted: expected true, got false; \
+                "expected result.structuredContent as written, found another value; \
+                 differs at result.structuredContent.deleted: expected true, got false; \
                  result.structuredContent.noteId: expected \"note-7\", got absent; \
                  result.structuredContent.outcome: expected \"deleted\", got \"declined\"",
             ),
