@@ -1,5 +1,5 @@
 //! `mcpsim import TRACE` from the outside: mcpsim's own trace round-trips; real mcp-trace-capture 0.6.0
-//! recordings (`tests/traces/`, made by `tests/traces/capture-notes-delete.py`, docs/recording.md) replay in
+//! recordings (`tests/traces/`, made by `tests/traces/capture-notes-delete.py`, docs/importing.md) replay in
 //! the simulator and against real processes with the same outcomes; the per-process key is found by `explore
 //! --perturb` and shrunk; a changed server is reported at its first drifted answer with JSON paths; malformed
 //! traces are refused with FILE:LINE; a credential in a trace never reaches the scenario.
@@ -207,5 +207,41 @@ fn a_credential_in_a_trace_identifies_a_principal_and_is_never_written() {
     assert!(sim.contains("named by --principal"), "{sim}");
     let unnamed = import(path.to_str().unwrap(), &dir.join("unnamed.sim"), &[]);
     assert!(!unnamed.contains("sk-planted") && unnamed.contains("GUESSED"), "{unnamed}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_imported_capture_plays_on_a_live_fleet_matching_the_simulator() {
+    use std::io::{BufRead, BufReader};
+    let dir = dir("live");
+    let sim_path = dir.join("capture.sim");
+    import(HTTP_CAPTURE, &sim_path, &["--principal", "alice"]);
+    let store = format!("sqlite:{}", dir.join("notes.db").display());
+    let keys = dir.join("keys.toml");
+    assert_eq!(mcpsim(&["keygen", "--out", keys.to_str().unwrap()]).status, 0);
+    assert_eq!(mcpsim(&["seed", "--store", &store]).status, 0);
+    let mut server = common::child::mcpsim(&["serve", "--http", "127.0.0.1:0", "--instances", "2", "--store", &store, "--key-file", keys.to_str().unwrap()])
+        .spawn()
+        .expect("serve starts");
+    let mut stderr = BufReader::new(server.stderr.take().unwrap());
+    let mut urls = Vec::new();
+    let mut line = String::new();
+    while urls.len() < 2 {
+        line.clear();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(url) = line.trim().strip_prefix("listening on ") {
+            urls.push(url.split_whitespace().next().unwrap().to_string());
+        }
+    }
+    // Keep draining the server's log so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    assert_eq!(urls.len(), 2, "two instances listen");
+    let ran = mcpsim(&["run", "--live", &urls.join(","), sim_path.to_str().unwrap()]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(ran.status, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("expectations 23 held, 0 failed"), "{}", ran.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }

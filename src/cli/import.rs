@@ -25,7 +25,7 @@ Examples:
   mcpsim explore broken.sim --perturb                     # round 2 on another instance fails: shrunk, saved
   mcpsim import trace.jsonl --principal '<redacted:3f9c2a1b7d4e>=alice' --mask result.structuredContent.at
 
-docs/recording.md (\"Importing a trace\") says what maps to what.")]
+docs/importing.md says what maps to what.")]
 pub struct ImportArgs {
     /// The trace (JSON Lines, one event per line).
     pub trace: PathBuf,

@@ -298,8 +298,14 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
 
     // The header, the cluster, then the steps.
     let mut text = String::new();
-    let _ = writeln!(text, "# Imported from {file} by `mcpsim import`: {} event(s), {} step(s), {rounds} round(s) answering a form;", events.len(), requests.len());
-    let _ = writeln!(text, "# transport {}.", transports.join(" and "));
+    let _ = writeln!(text, "# Imported from {file} by `mcpsim import`:");
+    let _ = writeln!(
+        text,
+        "# {} event(s) over {}, {} step(s), {rounds} round(s) answering a form.",
+        events.len(),
+        transports.join(" and "),
+        requests.len()
+    );
     let _ = writeln!(text, "#");
     let _ = writeln!(text, "# Guarantee taught: regression. The recorded exchange replays with the answers it got: each round");
     let _ = writeln!(text, "# answering a form finds that form by its requestState (never by JSON-RPC id), and each answer is");
@@ -309,7 +315,10 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
     let _ = writeln!(text, "#");
     let _ = writeln!(text, "# Clients:");
     for client in &clients {
-        let _ = writeln!(text, "#   {}: principal {} ({})", client.name, client.principal, client.why);
+        let _ = writeln!(text, "#   {}: principal {}", client.name, client.principal);
+        for line in wrapped(&client.why, 92) {
+            let _ = writeln!(text, "#     {line}");
+        }
     }
     let dropped: Vec<&str> = requests
         .iter()
@@ -324,7 +333,9 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
     } else {
         let _ = writeln!(text, "# Not mapped (trace line: what):");
         for line in &unmapped {
-            let _ = writeln!(text, "#   {line}");
+            for (k, part) in wrapped(line, 94).iter().enumerate() {
+                let _ = writeln!(text, "#   {}{part}", if k == 0 { "" } else { "  " });
+            }
         }
     }
     text.push('\n');
@@ -713,6 +724,21 @@ fn describe(message: &Value) -> String {
 fn outcome_words(answer: &Value) -> String {
     let observed = crate::oracle::outcome::Observed::read(answer);
     format!("answered {observed}").chars().take(100).collect()
+}
+
+/// `text` cut into lines of at most `width` characters at spaces (a longer word stays whole).
+fn wrapped(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
 }
 
 fn shorten(text: &str) -> String {

@@ -4,7 +4,7 @@ round 2 replayed) through mcp-trace-capture 0.6.0, to record the traces tests/im
   python3 tests/traces/capture-notes-delete.py http  URL     # URL: the capture proxy in front of serve --http
   python3 tests/traces/capture-notes-delete.py stdio CMD…    # CMD: mcp-trace-capture … stdio -- mcpsim serve …
 
-docs/recording.md ("Importing a trace") has the whole commands. Plain Python (no SDK): the requests are the
+docs/importing.md has the whole commands. Plain Python (no SDK): the requests are the
 ones a conforming 2026-07-28 client sends, with its own clientInfo."""
 import json
 import subprocess
