@@ -262,3 +262,18 @@ fn an_imported_capture_plays_on_a_live_fleet_matching_the_simulator() {
     assert!(ran.stdout.contains("expectations 23 held, 0 failed"), "{}", ran.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn spread_sends_each_round_answering_a_form_to_the_next_instance() {
+    let dir = dir("spread");
+    let sim_path = dir.join("spread.sim");
+    let sim = import(HTTP_CAPTURE, &sim_path, &["--principal", "alice", "--spread", "--instances", "3"]);
+    assert!(sim.contains("send alice -> i1 tools/call"), "{sim}");
+    assert!(sim.contains("answer alice -> i2 accept {\"confirm\": true, \"note_id\": \"note-7\"} for call3 as answer4"), "{sim}");
+    assert!(sim.contains("instance i3 keys k1"), "{sim}");
+    assert_eq!(mcpsim(&["run", sim_path.to_str().unwrap()]).status, 0, "a fleet sharing its key answers alike");
+    let refused = mcpsim(&["import", HTTP_CAPTURE, "--instances", "17"]);
+    assert_eq!(refused.status, 2);
+    assert!(refused.stderr.contains("--instances must be between 1 and 16"), "{}", refused.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -195,6 +195,13 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
                         what: "a server message with neither `method` nor `id`".into(),
                     });
                 };
+                if id.is_null() {
+                    unmapped.push(format!(
+                        "{}: an answer with id null (to a message the server could not read, which the trace does not hold); not replayed",
+                        at(event.line)
+                    ));
+                    continue;
+                }
                 let waiting = pending.get_mut(&id.to_string()).filter(|waiting| !waiting.is_empty());
                 let Some(waiting) = waiting else {
                     return Err(TraceError {
@@ -266,7 +273,9 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
                 shorten(state)
             ));
         }
-        let statement = match form.and_then(|form| answer_statement(&requests[form], &names[form], message, own_meta)) {
+        // `answer` always sends a request: a notification echoing a state is written as the notification it was.
+        let answered = form.filter(|_| !notification).and_then(|form| answer_statement(&requests[form], &names[form], message, own_meta));
+        let statement = match answered {
             Some(answer) => {
                 rounds += 1;
                 format!("answer {} -> i{} {answer} as {name}", client.name, instance + 1)
