@@ -638,12 +638,39 @@ fn compact(value: &Value) -> String {
 /// A value in an `expect` line: on one line when short, indented over several otherwise (the language reads
 /// JSON until its brackets close).
 fn expected_text(value: &Value) -> String {
+    let mut out = String::new();
+    readable(value, 0, &mut out);
+    out
+}
+
+/// `value` compact when it fits in 100 columns at `indent`, else its members one per line, each written
+/// the same way (so short objects and arrays inside stay on one line).
+fn readable(value: &Value, indent: usize, out: &mut String) {
     let one = compact(value);
-    if one.len() <= 100 {
-        one
-    } else {
-        serde_json::to_string_pretty(value).unwrap_or(one)
+    let (open, close, members): (char, char, Vec<(Option<&String>, &Value)>) = match value {
+        Value::Object(map) if indent + one.len() > 100 => ('{', '}', map.iter().map(|(k, v)| (Some(k), v)).collect()),
+        Value::Array(items) if indent + one.len() > 100 => ('[', ']', items.iter().map(|v| (None, v)).collect()),
+        _ => {
+            out.push_str(&one);
+            return;
+        }
+    };
+    out.push(open);
+    for (k, (key, member)) in members.iter().enumerate() {
+        out.push('\n');
+        out.push_str(&" ".repeat(indent + 2));
+        if let Some(key) = key {
+            out.push_str(&Value::String((*key).clone()).to_string());
+            out.push_str(": ");
+        }
+        readable(member, indent + 2, out);
+        if k + 1 < members.len() {
+            out.push(',');
+        }
     }
+    out.push('\n');
+    out.push_str(&" ".repeat(indent));
+    out.push(close);
 }
 
 /// A path as an `expect` line writes it: keys that are not plain words quoted.
