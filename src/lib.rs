@@ -85,6 +85,9 @@ mod play;
 
 mod sim;
 
+#[cfg(feature = "cli")]
+mod import;
+
 #[cfg(feature = "http")]
 mod live;
 

@@ -31,7 +31,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 19] = [
+const DOCUMENTS: [&str; 20] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
@@ -41,6 +41,7 @@ const DOCUMENTS: [&str; 19] = [
     "docs/targets.md",
     "docs/benchmarks.md",
     "docs/ci.md",
+    "docs/importing.md",
     // The course, in its order (`course_is_walked_in_order_running_every_command` runs these ten).
     "docs/course/README.md",
     "docs/course/01-one-instance.md",
@@ -167,6 +168,12 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
         "mcpsim run --target targets/broken-release-on-store-error.toml tests/scenarios/store-locked-after-the-effect.sim",
         1,
         "the broken server is caught under its fault: honest outcome breaks",
+    ),
+    ("mcpsim explore broken.sim --perturb --format mcp-trace", 1, "round 2 on another instance of a fleet without a shared key is refused"),
+    (
+        "mcpsim run --target targets/broken-no-shared-key.toml perturbed-broken.sim",
+        1,
+        "the shrunk perturbation fails on the broken deployment's real processes too",
     ),
 ];
 
@@ -665,6 +672,11 @@ fn course_is_walked_in_order_running_every_command() {
     for document in course {
         run_document(document, &commands_before(document));
     }
+}
+
+#[test]
+fn importing_doc_recipes_run_as_written() {
+    run_document("docs/importing.md", &commands_before("docs/importing.md"));
 }
 
 /// A document added under `docs/` with commands in it is run like the others: it must be listed in [`DOCUMENTS`]

@@ -6,6 +6,7 @@ pub mod course;
 pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
+pub mod import;
 pub mod keygen;
 pub(crate) mod ledger;
 pub mod live;
@@ -75,6 +76,8 @@ Examples:
     TargetWatchdog(target::WatchdogArgs),
     /// Replay a counterexample written by `mcpsim explore`, byte for byte.
     Replay(explore::ReplayArgs),
+    /// Turn a recorded trace (mcp-trace JSON Lines) into a .sim scenario that replays it in every world.
+    Import(import::ImportArgs),
     /// List the scenario library (and the zoo's scenarios): each a situation, with the guarantee it shows.
     ///
     /// Any name listed can be given to `mcpsim run` and `mcpsim explore` instead of a file path.
@@ -131,6 +134,7 @@ pub fn main() -> ExitCode {
         Command::Attack(args) => attack::run(args),
         Command::TargetWatchdog(args) => target::watchdog(args),
         Command::Scenarios => run::list_scenarios(),
+        Command::Import(args) => import::run(args),
     }
 }
 
