@@ -153,8 +153,10 @@ pub struct CourseArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum CourseCommand {
     /// The lessons in order (what `mcpsim course` alone prints).
+    #[command(after_help = "Examples:\n  mcpsim course list             # the same as mcpsim course")]
     List,
     /// One lesson's page (what `mcpsim course N` prints).
+    #[command(after_help = "Examples:\n  mcpsim course show 2           # the same as mcpsim course 2")]
     Show {
         /// The lesson's number (1-9).
         #[arg(value_name = "N")]
