@@ -2,6 +2,7 @@
 
 pub mod attack;
 pub(crate) mod common;
+pub mod course_check;
 pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
@@ -62,6 +63,10 @@ Examples:
     Mutants,
     /// Attack a fleet of any MCP server (a target file) with the MRTR battery: replays, tampering, another principal, …
     Attack(attack::AttackArgs),
+    /// Grade your own server's level of the course (1 to 8, or all) with the target harness (docs/wire.md).
+    ///
+    /// Wired here until the `course` command lands; then it is `mcpsim course check N --target FILE`.
+    CourseCheck(course_check::CheckArgs),
     /// (internal) What `run`/`explore`/`attack --target` start beside themselves: when its stdin ends (mcpsim
     /// gone, however it ended), kills every process of the target and removes the work directory.
     #[command(hide = true)]
@@ -118,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => explore::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Mutants => explore::list_mutants(),
+        Command::CourseCheck(args) => course_check::run(args),
         Command::Replay(args) => explore::replay(args),
         Command::Attack(args) => attack::run(args),
         Command::TargetWatchdog(args) => target::watchdog(args),
