@@ -31,7 +31,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 9] = [
+const DOCUMENTS: [&str; 10] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
@@ -41,6 +41,7 @@ const DOCUMENTS: [&str; 9] = [
     "docs/targets.md",
     "docs/benchmarks.md",
     "docs/ci.md",
+    "docs/wire.md",
 ];
 /// Longest a command may take (the slowest recipe takes well under a minute on the 2-core machine).
 const COMMAND_SECONDS_MAX: u64 = 600;
@@ -310,7 +311,7 @@ impl Scratch {
         let root = std::env::temp_dir().join(format!("mcpsim-docs-{}-{}", std::process::id(), document.replace(['/', '.'], "-")));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join(".bin")).unwrap();
-        for linked in ["scenarios", "examples", "targets", "tests"] {
+        for linked in ["scenarios", "examples", "targets", "tests", "course"] {
             std::os::unix::fs::symlink(Path::new(ROOT).join(linked), root.join(linked)).unwrap();
         }
         std::os::unix::fs::symlink(BIN, root.join(".bin/mcpsim")).unwrap();
@@ -579,6 +580,11 @@ fn benchmarks_doc_recipes_run_as_written() {
 #[test]
 fn ci_doc_recipes_run_as_written() {
     run_document("docs/ci.md", &commands_before("docs/ci.md"));
+}
+
+#[test]
+fn wire_doc_recipes_run_as_written() {
+    run_document("docs/wire.md", &commands_before("docs/wire.md"));
 }
 
 /// A document added under `docs/` with commands in it is run like the others: it must be listed in [`DOCUMENTS`]

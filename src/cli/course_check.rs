@@ -9,7 +9,7 @@
 
 use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_UNJUDGED, EXIT_USAGE};
 use super::target::{after_preflight, TargetRun};
-use crate::oracle::history::{History, Operation, Outcome};
+use crate::oracle::history::{Attempt, History, Operation, Outcome};
 use crate::oracle::outcome::Observed;
 use crate::target::attack::{self, Verdict};
 use crate::target::faults::FaultPlan;
@@ -60,7 +60,9 @@ pub static LEVELS: &[Level] = &[
             include_str!("../../course/levels/01-two-rounds-on-one-instance.sim"),
         )],
         attacks: &["missing-capability", "unsupported-version", "missing-protocol-version", "accept-as-notification"],
-        hint: "read _meta on every request: a protocolVersion you do not speak is -32022 with data.supported and \
+        hint: "round 1 answers resultType input_required with inputRequests and a requestState; the answer \
+               comes back as a new tools/call (a fresh id, the same arguments) carrying requestState and \
+               inputResponses: verify, execute, answer resultType complete. Read _meta on every request: a protocolVersion you do not speak is -32022 with data.supported and \
                data.requested, a missing one -32602; round 1 from a client without the elicitation capability \
                is -32021; a message without an id is a notification and gets no answer (docs/wire.md)",
     },
@@ -348,16 +350,16 @@ fn grade(level: &Level, target: &Target, file: &str, seed: u64, mcpsim: &str, wo
         let mut out = wrap(&format!("what must hold: {}", level.property), "  ");
         out.push('\n');
         for finding in &report.findings {
-            out.push_str(&wrap(&format!("property {}: {}", finding.property.as_str(), shown(&finding.message)), "  "));
+            out.push_str(&wrap(&format!("property {}: {}", finding.property.as_str(), shown(&briefly(&finding.message))), "  "));
             out.push('\n');
         }
         for failure in &report.failures {
-            out.push_str(&wrap(&format!("expectation: {}", shown(failure)), "  "));
+            out.push_str(&wrap(&format!("expectation: {}", shown(&briefly(failure))), "  "));
             out.push('\n');
         }
-        let step = source.step.as_ref().map(|(a, b)| format!(" [{a} → {b}]")).unwrap_or_default();
         let route = report.spread.decisions.first().map(|d| format!("; {}", shown(d))).unwrap_or_default();
-        out.push_str(&format!("  the failing play ({}{step}, seed {seed}{route}):\n", shown(&source.name)));
+        out.push_str(&wrap(&format!("the failing play ({}, seed {seed}{route}):", shown(&source.name)), "  "));
+        out.push('\n');
         out.push_str(&history_lines(&report.spread.history));
         if let Ok((before, after)) = report.spread.effects {
             out.push_str(&format!("    effects: the probe read {before} before and {after} after\n"));
@@ -388,10 +390,10 @@ fn grade(level: &Level, target: &Target, file: &str, seed: u64, mcpsim: &str, wo
         let mut out = wrap(&format!("what must hold: {}", level.property), "  ");
         out.push('\n');
         if broken {
-            out.push_str(&wrap(&format!("attack {} ({}): {}", report.name, report.clause, shown(what)), "  "));
+            out.push_str(&wrap(&format!("attack {} ({}): {}", report.name, report.clause, shown(&briefly(what))), "  "));
         } else {
             out.push_str(&wrap(
-                &format!("attack {} could not be judged, so level {} is not a pass: {}", report.name, level.number, shown(what)),
+                &format!("attack {} could not be judged, so level {} is not a pass: {}", report.name, level.number, shown(&briefly(what))),
                 "  ",
             ));
         }
@@ -416,7 +418,14 @@ fn grade(level: &Level, target: &Target, file: &str, seed: u64, mcpsim: &str, wo
 fn history_lines(history: &History) -> String {
     let mut out = String::new();
     for op in history.operations() {
-        let name = op.name.clone().unwrap_or_else(|| format!("#{}", op.id.0 + 1));
+        let ops = history.operations();
+        let named = |id: usize| ops[id].name.clone().unwrap_or_else(|| format!("#{}", id + 1));
+        let name = match (history.attempts().get(&op.id), &op.name) {
+            (_, Some(name)) => name.clone(),
+            (Some(Attempt::Retry { of, number }), None) => format!("retry {number} of {}", named(of.0)),
+            (Some(Attempt::Duplicate { of }), None) => format!("a copy of {}", named(of.0)),
+            (None, None) => named(op.id.0),
+        };
         let sent = match &op.request_value {
             Some(value) => request_brief(value),
             None => "(not JSON)".to_string(),
@@ -479,13 +488,37 @@ fn message_line(message: &str) -> String {
     format!("{}\n", wrap(&text, "    "))
 }
 
+/// `text` with every JSON-RPC message in it (a whole answer quoted by a verdict) replaced by what it says:
+/// a request by [`request_brief`], an answer by its outcome.
+fn briefly(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('{') {
+        out.push_str(&rest[..at]);
+        let mut values = serde_json::Deserializer::from_str(&rest[at..]).into_iter::<Value>();
+        match values.next() {
+            Some(Ok(value)) if value.get("jsonrpc").is_some() => {
+                let brief = if value.get("method").is_some() { request_brief(&value) } else { Observed::read(&value).to_string() };
+                out.push_str(&format!("[{brief}]"));
+                rest = &rest[at + values.byte_offset()..];
+            }
+            _ => {
+                out.push('{');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `text` wrapped at spaces to [`WIDTH`] columns, every line starting with `indent` (a word longer than a line
 /// is split, so nothing is ever cut off).
 fn wrap(text: &str, indent: &str) -> String {
     let room = WIDTH.saturating_sub(indent.chars().count() + 2).max(20);
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
-    for word in text.split(' ') {
+    for word in text.split_whitespace() {
         let mut word: Vec<char> = word.chars().collect();
         loop {
             let used = line.chars().count();
@@ -546,6 +579,12 @@ mod tests {
         assert!(wrapped.lines().all(|l| l.chars().count() <= WIDTH), "{wrapped}");
         let kept: String = wrapped.split_whitespace().collect();
         assert_eq!(kept, long.split_whitespace().collect::<String>());
+    }
+
+    #[test]
+    fn a_quoted_answer_is_shown_by_its_outcome() {
+        let verdict = "expected -32022: {\"id\":1,\"jsonrpc\":\"2.0\",\"result\":{\"resultType\":\"input_required\"}} (and {not json)";
+        assert_eq!(briefly(verdict), "expected -32022: [input_required] (and {not json)");
     }
 
     #[test]

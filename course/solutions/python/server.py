@@ -39,7 +39,8 @@ INPUT_KEY = "delete_choice"
 TTL_SECONDS = 300
 BUGS = {
     "level1": "the protocol version in _meta is not checked: any version is served",
-    "level2": "each process seals with a key of its own: another instance cannot verify the state",
+    "level2": "the instance that asked owns the confirmation (a sticky session with failover): another "
+              "instance finishes it only while the owner is alive",
     "level3": "the accept never writes the ledger: a replay finds the note gone and says so",
     "level4": "check, then act: the ledger is read, the note deleted, and only later the nonce claimed",
     "level5": "a cancel claims the nonce, so the user cannot change their mind and accept",
@@ -100,7 +101,7 @@ class Server:
             sys.exit(f"unknown COURSE_BUG {self.bug!r}; one of {', '.join(BUGS)}")
         self.principal = os.environ.get("COURSE_PRINCIPAL") or sys.exit("set COURSE_PRINCIPAL")
         # LESSON 2: one key ring for the whole fleet. The first key signs; every key verifies.
-        if os.environ.get("COURSE_EPHEMERAL_KEY") == "1" or self.bug == "level2":
+        if os.environ.get("COURSE_EPHEMERAL_KEY") == "1":
             self.keys = [(secrets.token_hex(4), secrets.token_bytes(32))]
         else:
             ring = os.environ.get("COURSE_KEYS") or sys.exit("set COURSE_KEYS=kid=secret[,kid=secret…]")
@@ -159,6 +160,13 @@ class Server:
             return self.notes_delete(params, meta)
         raise RpcError(-32601, f"method not found: {method}")
 
+    def who(self, meta):
+        """Who a state is bound to: the credential this process was started with (COURSE_BUG=level6: the name
+        the client gives itself in _meta, which any client can copy)."""
+        if self.bug == "level6":
+            return (meta.get("io.modelcontextprotocol/clientInfo") or {}).get("name")
+        return self.principal
+
     def notes_delete(self, params, meta):
         arguments = params.get("arguments") or {}
         if not isinstance(arguments.get("title"), str):
@@ -170,10 +178,11 @@ class Server:
             raise RpcError(-32602, "requestState and inputResponses come together", "continuation_unpaired")
         payload = self.unseal(state)
         # Bound to who asked and what was asked: another principal, or changed arguments, cannot use it.
-        who = (meta.get("io.modelcontextprotocol/clientInfo") or {}).get("name") if self.bug == "level6" else self.principal
-        if payload["p"] != who or payload["a"] != digest(arguments):
+        if payload["p"] != self.who(meta) or payload["a"] != digest(arguments):
             raise RpcError(-32602, "requestState was issued for another principal or other arguments",
                            "state_mismatch")
+        if self.bug == "level2" and not self.alive(payload["owner"]):
+            raise RpcError(-32602, "the instance that asked is gone; call notes_delete again", "state_expired")
         answer = responses.get(INPUT_KEY)
         if not isinstance(answer, dict) or answer.get("action") not in ("accept", "decline", "cancel"):
             raise RpcError(-32602, f"inputResponses.{INPUT_KEY} is missing", "response_invalid")
@@ -204,8 +213,10 @@ class Server:
             return result("no note matches", {"deleted": False, "outcome": "no_match"}, is_error=True)
         candidates = [i for i, _ in rows]
         # LESSON 1: everything round 2 needs, sealed; nothing kept here.
-        payload = {"p": self.principal, "a": digest(arguments), "c": candidates,
+        payload = {"p": self.who(meta), "a": digest(arguments), "c": candidates,
                    "n": secrets.token_hex(16), "exp": int(time.time()) + TTL_SECONDS}
+        if self.bug == "level2":
+            payload["owner"] = os.getpid()
         form = {"mode": "form", "message": "Which note should be deleted? " + ", ".join(f"{i}: {t}" for i, t in rows),
                 "requestedSchema": {"type": "object", "required": ["note_id", "confirm"], "properties": {
                     "note_id": {"type": "string", "title": "Note", "enum": candidates},
@@ -213,6 +224,15 @@ class Server:
         return {"resultType": "input_required",
                 "inputRequests": {INPUT_KEY: {"method": "elicitation/create", "params": form}},
                 "requestState": self.seal(payload)}
+
+    @staticmethod
+    def alive(pid):
+        """COURSE_BUG=level2: whether the process that asked still runs (signal 0 only looks)."""
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
 
     # -- LESSON 3: single use, in the shared store -----------------------------------------------------------
     def consumed(self, previous):

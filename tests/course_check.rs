@@ -1,0 +1,187 @@
+//! The course's graded challenges (`mcpsim course-check`, docs/wire.md) against the course's own solutions:
+//! the Python reference passes every level; each broken solution (`course/solutions/broken/levelN.toml`, the
+//! reference with `COURSE_BUG=levelN`) fails exactly the levels listed in [`BROKEN`] and passes every other;
+//! the TypeScript reference passes every level (ignored without Node 22: CI gives it through `MCPSIM_NODE22`).
+//! Every check runs the real binary against real processes, each solution in its own `mcpsim` process (cargo
+//! runs the tests in parallel).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// How the grader is invoked after `mcpsim` (it moves under `course check` when the `course` command lands:
+/// this is the one line to change).
+const COMMAND: &[&str] = &["course-check"];
+
+/// Each broken solution, and the levels it fails. A level's mistake fails that level and, where a later
+/// level's scenarios contain the same situation, those too (the report argues each):
+/// - level 3's (a replay finds the note gone and says so) fails every later level: each of them replays an
+///   executed confirmation somewhere (the race's loser, `04`'s and `07`'s last accept, `08`'s third accept,
+///   `14`'s replay), and every such replay is told "gone".
+const BROKEN: &[(u8, &[u8])] = &[
+    (1, &[1]),
+    (2, &[2]),
+    (3, &[3, 4, 5, 6, 7, 8]),
+    (4, &[4]),
+    (5, &[5]),
+    (6, &[6]),
+    (7, &[7]),
+    (8, &[8]),
+];
+
+/// Runs the grader from the checkout (the target files name the solutions by paths relative to it).
+fn course_check(args: &[&str], path_prefix: Option<&Path>) -> Output {
+    let mut command = Command::new(BIN);
+    command.args(COMMAND).args(args).current_dir(ROOT);
+    if let Some(dir) = path_prefix {
+        let path = std::env::var("PATH").unwrap_or_default();
+        command.env("PATH", format!("{}:{path}", dir.display()));
+    }
+    command.output().expect("mcpsim runs")
+}
+
+/// The verdict printed for each level (`level N title … PASS (…)` / `FAIL` / `NOT JUDGED`), in order.
+fn verdicts(output: &Output) -> Vec<(u8, String)> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("level ")?;
+            let (number, _) = rest.split_once(' ')?;
+            let number: u8 = number.parse().ok()?;
+            let verdict = ["PASS", "FAIL", "NOT JUDGED"].into_iter().find(|v| line.contains(&format!("  {v}")))?;
+            Some((number, verdict.to_string()))
+        })
+        .collect()
+}
+
+fn show(output: &Output) -> String {
+    format!("status {:?}\n{}\n{}", output.status.code(), String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+fn assert_every_level_passes(target: &str, path_prefix: Option<&Path>) {
+    let output = course_check(&["all", "--target", target], path_prefix);
+    let expected: Vec<(u8, String)> = (1..=8).map(|n| (n, "PASS".to_string())).collect();
+    assert_eq!(verdicts(&output), expected, "{}", show(&output));
+    assert_eq!(output.status.code(), Some(0), "{}", show(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("every level passed"), "{}", show(&output));
+}
+
+fn assert_fails_exactly(level: u8) {
+    let (_, failing) = BROKEN.iter().find(|(n, _)| *n == level).unwrap();
+    let target = format!("course/solutions/broken/level{level}.toml");
+    let output = course_check(&["all", "--keep-going", "--target", &target], None);
+    let expected: Vec<(u8, String)> =
+        (1..=8).map(|n| (n, if failing.contains(&n) { "FAIL" } else { "PASS" }.to_string())).collect();
+    assert_eq!(verdicts(&output), expected, "{}", show(&output));
+    assert_eq!(output.status.code(), Some(1), "{}", show(&output));
+    // The failing level's report: what must hold, the history, the hint, and the command that repeats it.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = stdout.split(&format!("level {level} ")).nth(1).unwrap();
+    for part in ["what must hold:", "hint:", "repeat: mcpsim "] {
+        assert!(report.contains(part), "level {level}'s report lacks {part:?}:\n{stdout}");
+    }
+    let repeat = report.lines().find(|l| l.trim_start().starts_with("repeat: ")).unwrap();
+    assert!(repeat.contains(&target), "{repeat}");
+    // Within 100 columns, but for the command to copy whole.
+    for line in stdout.lines().filter(|l| !l.trim_start().starts_with("repeat: ") && !l.starts_with("stopped at")) {
+        assert!(line.chars().count() <= 100, "a line over 100 columns: {line}");
+    }
+    assert!(!stdout.contains("panicked") && !String::from_utf8_lossy(&output.stderr).contains("panicked"), "{}", show(&output));
+}
+
+#[test]
+fn the_python_reference_passes_every_level() {
+    assert_every_level_passes("course/solutions/python/target.toml", None);
+}
+
+#[test]
+fn broken_at_level_1_fails_exactly_its_levels() {
+    assert_fails_exactly(1);
+}
+
+#[test]
+fn broken_at_level_2_fails_exactly_its_levels() {
+    assert_fails_exactly(2);
+}
+
+#[test]
+fn broken_at_level_3_fails_exactly_its_levels() {
+    assert_fails_exactly(3);
+}
+
+#[test]
+fn broken_at_level_4_fails_exactly_its_levels() {
+    assert_fails_exactly(4);
+}
+
+#[test]
+fn broken_at_level_5_fails_exactly_its_levels() {
+    assert_fails_exactly(5);
+}
+
+#[test]
+fn broken_at_level_6_fails_exactly_its_levels() {
+    assert_fails_exactly(6);
+}
+
+#[test]
+fn broken_at_level_7_fails_exactly_its_levels() {
+    assert_fails_exactly(7);
+}
+
+#[test]
+fn broken_at_level_8_fails_exactly_its_levels() {
+    assert_fails_exactly(8);
+}
+
+/// `all` stops at the first failing level and says so; one level alone is graded alone.
+#[test]
+fn all_stops_at_the_first_failure_and_one_level_is_graded_alone() {
+    let output = course_check(&["all", "--target", "course/solutions/broken/level1.toml"], None);
+    assert_eq!(verdicts(&output), vec![(1, "FAIL".to_string())], "{}", show(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("stopped at level 1"), "{}", show(&output));
+    assert_eq!(output.status.code(), Some(1));
+    let output = course_check(&["5", "--target", "course/solutions/broken/level1.toml"], None);
+    assert_eq!(verdicts(&output), vec![(5, "PASS".to_string())], "{}", show(&output));
+    assert_eq!(output.status.code(), Some(0), "{}", show(&output));
+}
+
+/// A level whose scenario is skipped (the target file lacks what it needs) judged nothing there: exit 3, saying
+/// why, never a pass.
+#[test]
+fn a_skipped_scenario_is_not_a_pass() {
+    let reference = std::fs::read_to_string(Path::new(ROOT).join("course/solutions/python/target.toml")).unwrap();
+    let without_stages = reference.split("\n# Level 8").next().unwrap();
+    let dir = std::env::temp_dir().join(format!("mcpsim-course-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("no-rotation.toml");
+    std::fs::write(&file, without_stages).unwrap();
+    let output = course_check(&["8", "--target", &file.display().to_string()], None);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(verdicts(&output), vec![(8, "NOT JUDGED".to_string())], "{}", show(&output));
+    assert_eq!(output.status.code(), Some(3), "{}", show(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("SKIPPED") && stdout.contains("[rotation]"), "{stdout}");
+}
+
+#[test]
+fn an_unknown_level_or_an_unreadable_target_file_is_a_usage_error() {
+    let output = course_check(&["9", "--target", "course/solutions/python/target.toml"], None);
+    assert_eq!(output.status.code(), Some(2), "{}", show(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("the levels are 1 to 8"), "{}", show(&output));
+    let output = course_check(&["1", "--target", "course/solutions/no-such.toml"], None);
+    assert_eq!(output.status.code(), Some(2), "{}", show(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("docs/wire.md"), "{}", show(&output));
+}
+
+#[test]
+#[ignore = "needs Node 22 (node:sqlite, type stripping): MCPSIM_NODE22 names its binary; .ci/run exports it from .ci/common.sh's node22"]
+fn the_typescript_reference_passes_every_level() {
+    let node = std::env::var("MCPSIM_NODE22").expect("MCPSIM_NODE22 must name a Node 22 binary (.ci/common.sh: node22)");
+    let dir = Path::new(&node).parent().expect("MCPSIM_NODE22 is a path to the node binary");
+    assert!(dir.join("node").exists(), "{} has no `node` (MCPSIM_NODE22 = {node})", dir.display());
+    assert_every_level_passes("course/solutions/typescript/target.toml", Some(dir));
+}
