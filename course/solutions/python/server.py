@@ -182,7 +182,7 @@ class Server:
             raise RpcError(-32602, "requestState was issued for another principal or other arguments",
                            "state_mismatch")
         if self.bug == "level2" and not self.alive(payload["owner"]):
-            raise RpcError(-32602, "the instance that asked is gone; call notes_delete again", "state_expired")
+            raise RpcError(-32602, "the instance that asked has stopped; call notes_delete again", "state_expired")
         answer = responses.get(INPUT_KEY)
         if not isinstance(answer, dict) or answer.get("action") not in ("accept", "decline", "cancel"):
             raise RpcError(-32602, f"inputResponses.{INPUT_KEY} is missing", "response_invalid")
