@@ -1,6 +1,7 @@
 //! The course's graded challenges (`mcpsim course-check`, docs/wire.md) against the course's own solutions:
 //! the Python reference passes every level; each broken solution (`course/solutions/broken/levelN.toml`, the
-//! reference with `COURSE_BUG=levelN`) fails exactly the levels listed in [`BROKEN`] and passes every other;
+//! reference with `COURSE_BUG=levelN`) fails exactly the levels listed in [`BROKEN`] and passes every other
+//! (the levels up to its own here, the ones after it in an ignored test CI runs, for the time budget);
 //! the TypeScript reference passes every level (ignored without Node 22: CI gives it through `MCPSIM_NODE22`).
 //! Every check runs the real binary against real processes, each solution in its own `mcpsim` process (cargo
 //! runs the tests in parallel).
@@ -20,16 +21,7 @@ const COMMAND: &[&str] = &["course-check"];
 /// - level 3's (a replay finds the note gone and says so) fails every later level: each of them replays an
 ///   executed confirmation somewhere (the race's loser, `04`'s and `07`'s last accept, `08`'s third accept,
 ///   `14`'s replay), and every such replay is told "gone".
-const BROKEN: &[(u8, &[u8])] = &[
-    (1, &[1]),
-    (2, &[2]),
-    (3, &[3, 4, 5, 6, 7, 8]),
-    (4, &[4]),
-    (5, &[5]),
-    (6, &[6]),
-    (7, &[7]),
-    (8, &[8]),
-];
+const BROKEN: &[(u8, &[u8])] = &[(1, &[1]), (2, &[2]), (3, &[3, 4, 5, 6, 7, 8]), (4, &[4]), (5, &[5]), (6, &[6]), (7, &[7]), (8, &[8])];
 
 /// Runs the grader from the checkout (the target files name the solutions by paths relative to it).
 fn course_check(args: &[&str], path_prefix: Option<&Path>) -> Output {
@@ -69,24 +61,26 @@ fn assert_every_level_passes(target: &str, path_prefix: Option<&Path>) {
     assert!(String::from_utf8_lossy(&output.stdout).contains("every level passed"), "{}", show(&output));
 }
 
-/// What is wrong with broken solution `level`'s grading, if anything.
-fn fails_exactly(level: u8) -> Result<(), String> {
-    let (_, failing) = BROKEN.iter().find(|(n, _)| *n == level).unwrap();
+/// Runs `args` against broken solution `level` and checks the verdicts: `expected`, each level PASS or FAIL.
+/// For its own level, also the failing report: what must hold, the messages, the hint, the command.
+fn graded_as(level: u8, args: &[&str], expected: &[(u8, &str)]) -> Result<(), String> {
     let target = format!("course/solutions/broken/level{level}.toml");
-    let output = course_check(&["all", "--keep-going", "--target", &target], None);
-    let expected: Vec<(u8, String)> =
-        (1..=8).map(|n| (n, if failing.contains(&n) { "FAIL" } else { "PASS" }.to_string())).collect();
+    let output = course_check(&[args, &["--target", &target]].concat(), None);
+    let expected: Vec<(u8, String)> = expected.iter().map(|(n, v)| (*n, v.to_string())).collect();
     let ensure = |holds: bool, what: String| if holds { Ok(()) } else { Err(format!("{target}: {what}\n{}", show(&output))) };
     ensure(verdicts(&output) == expected, format!("expected {expected:?}, got {:?}", verdicts(&output)))?;
-    ensure(output.status.code() == Some(1), "exit status not 1".into())?;
-    // The failing level's report: what must hold, the history, the hint, and the command that repeats it.
+    let failed = expected.iter().any(|(_, v)| v == "FAIL");
+    ensure(output.status.code() == Some(if failed { 1 } else { 0 }), "another exit status".into())?;
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let report = stdout.split(&format!("level {level} ")).nth(1).unwrap_or_default();
-    for part in ["what must hold:", "the failing play", "hint:", "repeat: mcpsim "] {
-        ensure(report.contains(part), format!("level {level}'s report lacks {part:?}"))?;
+    if let Some(report) = stdout.split(&format!("level {level} ")).nth(1).filter(|_| expected.iter().any(|(n, _)| *n == level)) {
+        for part in ["what must hold:", "hint:", "repeat: mcpsim "] {
+            ensure(report.contains(part), format!("level {level}'s report lacks {part:?}"))?;
+        }
+        let history = report.contains("the failing play (") || report.contains("the messages (");
+        ensure(history, format!("level {level}'s report shows no messages"))?;
+        let repeat = report.lines().find(|l| l.trim_start().starts_with("repeat: ")).unwrap_or_default();
+        ensure(repeat.contains(&target), format!("the repeat line names another target: {repeat}"))?;
     }
-    let repeat = report.lines().find(|l| l.trim_start().starts_with("repeat: ")).unwrap_or_default();
-    ensure(repeat.contains(&target), format!("the repeat line names another target: {repeat}"))?;
     // Within 100 columns, but for the commands, which are copied whole.
     for line in stdout.lines().filter(|l| !l.trim_start().starts_with("repeat: ") && !l.starts_with("stopped at")) {
         ensure(line.chars().count() <= 100, format!("a line over 100 columns: {line}"))?;
@@ -94,30 +88,44 @@ fn fails_exactly(level: u8) -> Result<(), String> {
     ensure(!stdout.contains("panicked") && !String::from_utf8_lossy(&output.stderr).contains("panicked"), "a panic".into())
 }
 
+/// Runs `check` for every broken solution at once, each in its own mcpsim (their processes mostly wait on one
+/// another's answers, so running them together keeps both cores busy), and fails with every wrong one.
+fn for_every_broken_solution(levels: impl Iterator<Item = u8>, check: fn(u8) -> Result<(), String>) {
+    let checks: Vec<_> = levels.map(|level| std::thread::spawn(move || check(level))).collect();
+    let wrong: Vec<String> = checks.into_iter().filter_map(|c| c.join().unwrap().err()).collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
 #[test]
 fn the_python_reference_passes_every_level() {
     assert_every_level_passes("course/solutions/python/target.toml", None);
 }
 
-/// Every broken solution at once, each in its own mcpsim (their processes mostly wait on one another's
-/// answers, so running them together keeps both cores busy): each fails exactly its levels.
+/// `all` on broken solution N: levels 1 to N-1 pass, level N fails, and the grading stops there.
 #[test]
-fn each_broken_solution_fails_exactly_its_levels() {
-    let checks: Vec<_> = BROKEN.iter().map(|(level, _)| std::thread::spawn(move || fails_exactly(*level))).collect();
-    let wrong: Vec<String> = checks.into_iter().filter_map(|c| c.join().unwrap().err()).collect();
-    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+fn each_broken_solution_passes_the_levels_before_its_own_and_fails_its_own() {
+    for_every_broken_solution(1..=8, |level| {
+        let expected: Vec<(u8, &str)> = (1..=level).map(|n| (n, if n == level { "FAIL" } else { "PASS" })).collect();
+        graded_as(level, &["all"], &expected)
+    });
 }
 
-/// `all` stops at the first failing level and says so; one level alone is graded alone.
+/// The levels after its own: each broken solution passes them, but for the ones [`BROKEN`] lists. Run by CI
+/// (`.ci/run` runs every ignored test); with the test above, every level of every broken solution is graded.
 #[test]
-fn all_stops_at_the_first_failure_and_one_level_is_graded_alone() {
-    let output = course_check(&["all", "--target", "course/solutions/broken/level1.toml"], None);
-    assert_eq!(verdicts(&output), vec![(1, "FAIL".to_string())], "{}", show(&output));
-    assert!(String::from_utf8_lossy(&output.stdout).contains("stopped at level 1"), "{}", show(&output));
-    assert_eq!(output.status.code(), Some(1));
-    let output = course_check(&["5", "--target", "course/solutions/broken/level1.toml"], None);
-    assert_eq!(verdicts(&output), vec![(5, "PASS".to_string())], "{}", show(&output));
-    assert_eq!(output.status.code(), Some(0), "{}", show(&output));
+#[ignore = "the levels after each broken solution's own: another ~170 CPU-seconds, past cargo test's budget for this binary (3 minutes on 2 cores); CI runs it"]
+fn each_broken_solution_passes_the_levels_after_its_own_but_those_listed() {
+    for_every_broken_solution(1..=7, |level| {
+        let (_, failing) = BROKEN.iter().find(|(n, _)| *n == level).unwrap();
+        let expected: Vec<(u8, &str)> = (level + 1..=8).map(|n| (n, if failing.contains(&n) { "FAIL" } else { "PASS" })).collect();
+        graded_as(level, &[&format!("{}-8", level + 1), "--keep-going"], &expected)
+    });
+}
+
+/// One level alone is graded alone: broken solution 1 passes level 5.
+#[test]
+fn one_level_is_graded_alone() {
+    graded_as(1, &["5"], &[(5, "PASS")]).unwrap();
 }
 
 /// A level whose scenario is skipped (the target file lacks what it needs) judged nothing there: exit 3, saying

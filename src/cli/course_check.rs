@@ -190,7 +190,7 @@ Examples:
   mcpsim course-check all --target course/solutions/python/target.toml # in order, stopping at a failure
   mcpsim course-check all --keep-going --target course/solutions/broken/level5.toml   # every level")]
 pub struct CheckArgs {
-    /// The level: 1 to 8, or `all` (the default): every level in order, stopping at the first that fails.
+    /// The level: 1 to 8, a range (`3-5`), or `all` (the default): in order, stopping at the first that fails.
     #[arg(value_name = "N", default_value = "all")]
     pub level: String,
     /// The target file (TOML) describing your server: how to start it, its principals, its tool, its effects.
@@ -199,7 +199,7 @@ pub struct CheckArgs {
     /// The seed routing scenario instances to your processes and ordering races (logged in every report).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// With `all`: go on after a level fails, and grade every level.
+    /// With several levels: go on after a level fails, and grade every one.
     #[arg(long)]
     pub keep_going: bool,
 }
@@ -215,15 +215,16 @@ enum Graded {
 }
 
 pub fn run(args: CheckArgs) -> ExitCode {
-    let levels: Vec<&Level> = match args.level.as_str() {
-        "all" => LEVELS.iter().collect(),
-        n => match LEVELS.iter().find(|l| l.number.to_string() == n) {
-            Some(level) => vec![level],
-            None => {
-                eprintln!("mcpsim {INVOKED_AS}: there is no level {n:?}: the levels are 1 to {} (or all)", LEVELS.len());
-                return ExitCode::from(EXIT_USAGE);
-            }
-        },
+    let levels: Vec<&Level> = match chosen(&args.level) {
+        Some(levels) => levels,
+        None => {
+            eprintln!(
+                "mcpsim {INVOKED_AS}: there is no level {:?}: the levels are 1 to {} (or a range such as 3-5, or all)",
+                args.level,
+                LEVELS.len()
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
     };
     let target = match Target::load(&args.target) {
         Ok(target) => target,
@@ -246,9 +247,13 @@ pub fn run(args: CheckArgs) -> ExitCode {
         Ok(run) => run,
         Err(status) => return status,
     };
-    let found = target::preflight(&target, &mcpsim, run.work_dir());
-    if let Some(stopped) = after_preflight(INVOKED_AS, &args.target, found, false) {
-        return stopped;
+    match target::preflight(&target, &mcpsim, run.work_dir()) {
+        Ok(line) => println!("{}", wrap(&shown(&line), "")),
+        found => {
+            if let Some(stopped) = after_preflight(INVOKED_AS, &args.target, found, false) {
+                return stopped;
+            }
+        }
     }
     let file = shown(&args.target.display().to_string());
     let mut status = EXIT_HELD;
@@ -277,7 +282,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
             println!("{detail}");
         }
         if stop && !args.keep_going && levels.len() > 1 {
-            println!("stopped at level {}: fix it, then run `mcpsim {INVOKED_AS} all --target {file}` again", level.number);
+            println!("stopped at level {}: fix it, then run `mcpsim {INVOKED_AS} {} --target {file}` again", level.number, args.level);
             break;
         }
     }
@@ -289,6 +294,19 @@ pub fn run(args: CheckArgs) -> ExitCode {
         println!("{which} passed (the servers' own timing is not mcpsim's: a clean run is evidence, not proof)");
     }
     ExitCode::from(status)
+}
+
+/// The levels `spec` names: `all`, `N`, or a range `N-M`; `None` when it names none.
+fn chosen(spec: &str) -> Option<Vec<&'static Level>> {
+    let (first, last) = match spec {
+        "all" => (1, LEVELS.len() as u8),
+        _ => match spec.split_once('-') {
+            Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+            None => (spec.parse().ok()?, spec.parse().ok()?),
+        },
+    };
+    let levels: Vec<&Level> = LEVELS.iter().filter(|l| (first..=last).contains(&l.number)).collect();
+    (first <= last && levels.len() == usize::from(last - first + 1)).then_some(levels)
 }
 
 /// The scenarios a level plays against this target: each rotation lesson once per step of the file's recipe.
@@ -543,12 +561,7 @@ fn wrap(text: &str, indent: &str) -> String {
         lines.push(line);
     }
     let continuation = format!("{indent}  ");
-    lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| format!("{}{l}", if i == 0 { indent } else { &continuation }))
-        .collect::<Vec<_>>()
-        .join("\n")
+    lines.iter().enumerate().map(|(i, l)| format!("{}{l}", if i == 0 { indent } else { &continuation })).collect::<Vec<_>>().join("\n")
 }
 
 #[cfg(test)]
@@ -570,6 +583,17 @@ mod tests {
             assert!(!level.scenarios.is_empty() || !level.attacks.is_empty(), "level {} judges nothing", level.number);
         }
         assert_eq!(LEVELS.iter().map(|l| l.number).collect::<Vec<_>>(), (1..=8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn levels_are_chosen_one_by_range_or_all() {
+        let numbers = |spec: &str| chosen(spec).map(|levels| levels.iter().map(|l| l.number).collect::<Vec<_>>());
+        assert_eq!(numbers("all"), Some((1..=8).collect()));
+        assert_eq!(numbers("5"), Some(vec![5]));
+        assert_eq!(numbers("4-8"), Some(vec![4, 5, 6, 7, 8]));
+        for wrong in ["0", "9", "5-4", "7-9", "x", "-", "1-"] {
+            assert_eq!(numbers(wrong), None, "{wrong}");
+        }
     }
 
     #[test]
@@ -595,7 +619,8 @@ mod tests {
         let brief = request_brief(&retry);
         assert!(!brief.contains("very.long.state"), "{brief}");
         assert!(brief.contains("requestState + inputResponses") && brief.contains("note-7") && brief.ends_with("id 2"), "{brief}");
-        let line = message_line("← t1: {\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32602,\"data\":{\"reason\":\"state_consumed\"}}}");
+        let line =
+            message_line("← t1: {\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32602,\"data\":{\"reason\":\"state_consumed\"}}}");
         assert!(line.contains("error -32602 state_consumed"), "{line}");
     }
 }
