@@ -30,7 +30,7 @@ const RACE_TRIES: usize = 3;
 
 /// Where a level's scenario comes from.
 enum Source {
-    /// A target scenario built into mcpsim (`targets/scenarios/NAME.sim`).
+    /// A target scenario built into mcpsim (one of `targets/scenarios/`), by name.
     Embedded(&'static str),
     /// One of the course's own (`course/levels/`): its path in a checkout, and its text.
     Course(&'static str, &'static str),
