@@ -31,7 +31,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 20] = [
+const DOCUMENTS: [&str; 21] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
@@ -42,6 +42,7 @@ const DOCUMENTS: [&str; 20] = [
     "docs/benchmarks.md",
     "docs/ci.md",
     "docs/importing.md",
+    "docs/wire.md",
     // The course, in its order (`course_is_walked_in_order_running_every_command` runs these ten).
     "docs/course/README.md",
     "docs/course/01-one-instance.md",
@@ -383,7 +384,7 @@ impl Scratch {
         let root = std::env::temp_dir().join(format!("mcpsim-docs-{}-{}", std::process::id(), document.replace(['/', '.'], "-")));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join(".bin")).unwrap();
-        for linked in ["scenarios", "examples", "targets", "tests"] {
+        for linked in ["scenarios", "examples", "targets", "tests", "course"] {
             std::os::unix::fs::symlink(Path::new(ROOT).join(linked), root.join(linked)).unwrap();
         }
         std::os::unix::fs::symlink(BIN, root.join(".bin/mcpsim")).unwrap();
@@ -678,6 +679,11 @@ fn course_is_walked_in_order_running_every_command() {
 #[test]
 fn importing_doc_recipes_run_as_written() {
     run_document("docs/importing.md", &commands_before("docs/importing.md"));
+}
+
+#[test]
+fn wire_doc_recipes_run_as_written() {
+    run_document("docs/wire.md", &commands_before("docs/wire.md"));
 }
 
 /// A document added under `docs/` with commands in it is run like the others: it must be listed in [`DOCUMENTS`]

@@ -162,8 +162,8 @@ pub enum CourseCommand {
         #[arg(value_name = "N")]
         lesson: u32,
     },
-    // ---- `Check { .. }` (`mcpsim course check N --target FILE`, the grader, issue 39 item 2) is added here,
-    // ---- its arm in `run` calling `crate::cli::course_check::run`.
+    /// Grade your own server, level by level (1 to 8, or all), with the target harness (docs/wire.md).
+    Check(super::course_check::CheckArgs),
 }
 
 pub fn run(args: CourseArgs) -> ExitCode {
@@ -173,6 +173,7 @@ pub fn run(args: CourseArgs) -> ExitCode {
         (None, None) => CourseCommand::List,
     };
     let text = match command {
+        CourseCommand::Check(args) => return super::course_check::run(args),
         CourseCommand::List => list(),
         CourseCommand::Show { lesson } => match LESSONS.iter().find(|l| l.number == lesson) {
             Some(lesson) => show(lesson),

@@ -3,6 +3,7 @@
 pub mod attack;
 pub(crate) mod common;
 pub mod course;
+pub mod course_check;
 pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
