@@ -335,3 +335,53 @@ fn an_exploration_where_only_an_expectation_fails_writes_a_shrunk_reproducer_too
     assert!(replayed.contains("recorded as breaking expectation at line 12\n"), "{replayed}");
     assert!(replayed.contains("FAIL  expect first complete"), "{replayed}");
 }
+
+/// The subcommand names under "Commands:" in a help text.
+fn commands_listed(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .filter(|name| name != "help")
+        .collect()
+}
+
+/// Lines of `text` wider than 100 columns (counted in characters), numbered.
+fn wider_than_100(text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.chars().count() > 100)
+        .map(|(number, line)| format!("line {} ({} columns): {line}", number + 1, line.chars().count()))
+        .collect()
+}
+
+#[test]
+fn every_help_fits_in_100_columns_when_the_terminal_width_is_unknown() {
+    let help = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_mcpsim")).args(args).env_remove("COLUMNS").output().unwrap();
+        assert!(output.status.success(), "mcpsim {args:?}: {}", text(&output.stderr));
+        text(&output.stdout)
+    };
+    let top = help(&["--help"]);
+    let mut pages = vec![(vec![], top.clone())];
+    for name in commands_listed(&top) {
+        let page = help(&[&name, "--help"]);
+        for nested in commands_listed(&page) {
+            pages.push((vec![name.clone(), nested.clone()], help(&[&name, &nested, "--help"])));
+        }
+        pages.push((vec![name.clone()], page));
+    }
+    assert!(pages.len() >= 14, "the top-level help lists the subcommands: {top}");
+    let mut wide = Vec::new();
+    for (words, page) in &pages {
+        for flag in ["--help", "-h"] {
+            let page = if flag == "-h" { help(&words.iter().map(String::as_str).chain([flag]).collect::<Vec<_>>()) } else { page.clone() };
+            for line in wider_than_100(&page) {
+                wide.push(format!("mcpsim {} {flag}: {line}", words.join(" ")));
+            }
+        }
+    }
+    assert!(wide.is_empty(), "help lines over 100 columns:\n{}", wide.join("\n"));
+}
