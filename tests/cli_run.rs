@@ -385,3 +385,34 @@ fn every_help_fits_in_100_columns_when_the_terminal_width_is_unknown() {
     }
     assert!(wide.is_empty(), "help lines over 100 columns:\n{}", wide.join("\n"));
 }
+
+#[test]
+fn tables_and_lists_fit_in_100_columns() {
+    let scratch = Scratch::new("widths");
+    let zoo_results = scratch.0.join("zoo.jsonl");
+    let race_results = scratch.0.join("race.jsonl");
+    let zoo_results = zoo_results.to_str().unwrap();
+    let race_results = race_results.to_str().unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["run"],
+        vec!["run", "--seeds", "3"],
+        vec!["mutants"],
+        vec!["scenarios"],
+        vec!["explore", "--all-mutants", "--seeds", "3", "--results", zoo_results],
+        vec!["merge", zoo_results],
+        vec!["explore", "04-accepts-race-for-one-note", "--seeds", "20", "--results", race_results],
+        vec!["merge", race_results],
+    ];
+    let mut wide = Vec::new();
+    for args in &commands {
+        let output = mcpsim(repo(), args);
+        let stdout = text(&output.stdout);
+        assert!(stdout.lines().count() > 3, "mcpsim {}: {stdout}\n{}", args.join(" "), text(&output.stderr));
+        // The lines that quote a reproducer's fault plan or a failure are messages, not table rows.
+        let rows = stdout.lines().filter(|line| !line.trim_start().starts_with("reproduce:")).collect::<Vec<_>>().join("\n");
+        for line in wider_than_100(&rows) {
+            wide.push(format!("mcpsim {}: {line}", args.join(" ")));
+        }
+    }
+    assert!(wide.is_empty(), "lines over 100 columns:\n{}", wide.join("\n"));
+}

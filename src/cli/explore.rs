@@ -23,7 +23,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED, EXIT_USAGE};
+use super::common::{hanging, EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED, EXIT_USAGE};
 
 /// Seeds `--all-mutants` tries per mutant before declaring it survived.
 pub(crate) const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
@@ -264,12 +264,11 @@ fn write_results(path: &Path, run: &RunIdentity, bodies: Vec<Body>) -> bool {
 
 /// `mcpsim mutants`: the zoo, one sentence per mistake.
 pub(crate) fn list_mutants() -> ExitCode {
-    let width = MUTANTS.iter().map(|m| m.name.len()).max().unwrap_or(0);
     println!("The mutant zoo: unsafe variants of single rules, simulator-only (`mcpsim explore --mutant NAME`).\n");
     for mutant in MUTANTS {
-        println!("{:width$}  {}", mutant.name, mutant.mistake);
         let faults = if mutant.liveness { " --faults all (it breaks only liveness)" } else { "" };
-        println!("{:width$}  exposed by: {}{faults}", "", mutant.exposed_by);
+        println!("{}", hanging(&format!("{}  ", mutant.name), &format!("(exposed by {}{faults})", mutant.exposed_by)));
+        println!("{}", hanging("    ", mutant.mistake));
     }
     ExitCode::SUCCESS
 }
@@ -1034,21 +1033,24 @@ pub(crate) fn print_mutant_table(rows: &[MutantRow<'_>]) -> u8 {
         all_caught &= caught;
         cells.push(row_cells);
     }
-    let header = ["mutant", "exposed by", "schedules to first violation", "property broken", "real server, same seeds"];
+    // Within 100 columns: the scenario that exposes a mutant goes on a line of its own under its name.
+    let header = ["mutant (and the scenario that exposes it)", "schedules", "property broken", "real server"];
     let mut widths = header.map(str::len);
     for row in &cells {
-        for (width, cell) in widths.iter_mut().zip(row) {
+        for (width, cell) in widths.iter_mut().zip([&row[0], &row[2], &row[3], &row[4]]) {
             *width = (*width).max(cell.len());
         }
     }
-    let line = |cells: [&str; 5]| {
+    let line = |cells: [&str; 4]| {
         let padded: Vec<String> = cells.iter().zip(widths).map(|(cell, width)| format!("{cell:width$}")).collect();
         println!("{}", padded.join("  ").trim_end());
     };
     line(header);
     for row in &cells {
-        line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+        line([&row[0], &row[2], &row[3], &row[4]]);
+        println!("{}", hanging("  exposed by ", &row[1]));
     }
+    println!("\nschedules: seeds run to the first violation; real server: the real server on the same seeds");
     if all_caught {
         println!("\nevery mutant caught; the real server broke nothing on the same seeds");
         EXIT_HELD

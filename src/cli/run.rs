@@ -576,9 +576,10 @@ pub(crate) fn list_scenarios() -> ExitCode {
             .unwrap_or("")
             .trim_start_matches("Guarantee taught:")
             .trim();
-        let _ = writeln!(out, "{:<width$}  {lesson}", file.trim_end_matches(".sim"));
+        let _ = writeln!(out, "{}", common::hanging(&format!("{:<width$}  ", file.trim_end_matches(".sim")), lesson));
     }
-    let _ = writeln!(out, "\nRun one: mcpsim run NAME   Explore one: mcpsim explore NAME --seeds 1000   (names work in place of paths)");
+    let _ = writeln!(out, "\nRun one: mcpsim run NAME   Explore one: mcpsim explore NAME --seeds 1000");
+    let _ = writeln!(out, "(names work in place of paths)");
     ExitCode::SUCCESS
 }
 
@@ -630,18 +631,24 @@ fn scenario_files(folder: &Path) -> std::io::Result<Vec<PathBuf>> {
 fn render_table(summaries: &[Summary], unreadable: &[String], flags: &str) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let width = summaries.iter().map(|s| s.name.len()).max().unwrap_or(8).max(8);
+    // Within 100 columns: the numbers and a result as long as "FAIL (seed 1000000)" take 52, so a longer name
+    // wraps (at its hyphens) onto lines of its own.
+    let width = summaries.iter().map(|s| s.name.len()).max().unwrap_or(8).clamp(8, common::COLUMNS_MAX - 52);
     let _ = writeln!(out, "{:<width$}  {:>6}  {:>9}  {:>13}  result", "scenario", "seeds", "messages", "interleavings");
     for summary in summaries {
         let result = match &summary.failed {
             None => "ok".to_string(),
             Some(report) => format!("FAIL (seed {})", report.seed),
         };
+        let name = common::wrap(&summary.name, width);
         let _ = writeln!(
             out,
             "{:<width$}  {:>6}  {:>9}  {:>13}  {result}",
-            summary.name, summary.seeds, summary.messages, summary.interleavings
+            name[0], summary.seeds, summary.messages, summary.interleavings
         );
+        for rest in &name[1..] {
+            let _ = writeln!(out, "  {rest}");
+        }
     }
     let failed: Vec<&Summary> = summaries.iter().filter(|s| s.failed.is_some()).collect();
     for summary in &failed {
