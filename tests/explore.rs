@@ -155,9 +155,36 @@ fn exit_codes_distinguish_held_unsafe_not_live_and_usage() {
 fn the_zoo_is_listed_one_sentence_each() {
     let (code, out) = mcpsim(&["mutants"]);
     assert_eq!(code, 0);
+    // The sentences are wrapped within 100 columns: compared with the line breaks read as spaces.
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
     for mutant in mutants::MUTANTS {
-        assert!(out.contains(mutant.name) && out.contains(mutant.mistake), "{}", mutant.name);
+        assert!(out.contains(mutant.name) && words(&out).contains(&words(mutant.mistake)), "{}", mutant.name);
     }
+}
+
+/// The outcome classes an exploration found, on the terminal: each with its runs and an example seed given as
+/// the `mcpsim run` command that shows it.
+#[test]
+fn explore_prints_the_outcome_classes_each_with_a_command_showing_an_example() {
+    let (code, out) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--seeds", "60", "--faults", "all"]);
+    assert_eq!(code, 0, "{out}");
+    let block: Vec<&str> = out.lines().skip_while(|line| !line.starts_with("outcome classes: ")).collect();
+    let count: usize = block.first().and_then(|line| line["outcome classes: ".len()..].split(' ').next()?.parse().ok()).expect(&out);
+    assert!(count >= 2, "the race settles in several ways: {out}");
+    let examples: Vec<&str> = block.iter().filter_map(|line| line.trim().strip_prefix("example: ")).collect();
+    assert_eq!(examples.len(), count.min(8), "one example per class listed: {out}");
+    let runs: u64 = block
+        .iter()
+        .filter(|line| line.trim_start().split_once(". ").is_some_and(|(number, _)| number.parse::<usize>().is_ok()))
+        .filter_map(|line| line.split_once(", ").and_then(|(_, rest)| rest.split(" run").next()?.parse::<u64>().ok()))
+        .sum();
+    assert_eq!(runs, 60, "the classes partition the runs: {out}");
+    // The first class's example, run with the same flags: it is a run of the class, held.
+    let words: Vec<&str> = examples[0].split_whitespace().collect();
+    assert_eq!(&words[..3], ["mcpsim", "run", "04-accepts-race-for-one-note"], "{out}");
+    assert!(words.contains(&"--faults"), "the example repeats the faults: {out}");
+    let (code, transcript) = mcpsim(&words[1..]);
+    assert_eq!(code, 0, "{transcript}");
 }
 
 #[test]

@@ -432,7 +432,8 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
     let range = seeds.clone();
-    let covered = args.report.is_some() || args.coverage_json.is_some() || results.is_some();
+    // Always: the outcome classes are printed (the coverage costs the transcript of every run, ~8% more time).
+    let covered = true;
     let keep = results.map_or(0, |(_, keep)| keep);
     let (exploration, coverage) = explore::explore_keeping(&scenario, &server, seeds, args.jobs, &faults, &on_progress, covered, keep);
     if let Some(bar) = bar {
@@ -441,6 +442,9 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let server_name = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
     let run = Explored { scenario: &scenario.name, argument: name, server: &server_name, mutant: args.mutant.as_deref(), faults: &faults };
     let mut code = ExitCode::from(summarize(&run, first_seed, last_seed, &Totals::of(&exploration)));
+    if let Some(coverage) = &coverage {
+        print_outcome_classes(coverage, name, &crate::sim::runner::reproduce_flags(false, &faults, args.mutant.as_deref()));
+    }
     if replayed != EXIT_HELD {
         let status = super::ledger::worse(super::common::status_of(code), replayed);
         println!("\n(the ledger's recorded seeds failed again: see above; exit status {status})");
@@ -873,6 +877,30 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
         println!("\nall held in every schedule: every safety property, and every expectation of the scenario");
     }
     EXIT_HELD
+}
+
+/// Most outcome classes the terminal lists (the HTML report has a page for each of up to `EXAMPLE_PAGES_MAX`).
+const CLASSES_PRINTED_MAX: usize = 8;
+
+/// The outcome classes, the most frequent first, each with its runs, verdict, settled answers and the command
+/// that shows an example run (`flags`: what `run` needs besides the scenario and the seed). Printed by
+/// `explore` after its summary and by `merge` after the merged one.
+pub(crate) fn print_outcome_classes(coverage: &Coverage, argument: &str, flags: &str) {
+    let classes = coverage.classes_by_frequency();
+    if classes.is_empty() {
+        return;
+    }
+    println!("\noutcome classes: {} (runs with the same verdict and the same settled answers; most frequent first)", classes.len());
+    for (number, (key, class)) in classes.iter().enumerate().take(CLASSES_PRINTED_MAX) {
+        let runs = if class.runs == 1 { "1 run".to_string() } else { format!("{} runs", class.runs) };
+        let label = format!("{:>2}. ", number + 1);
+        println!("{}", hanging(&label, &format!("{}, {runs}: {}", key.verdict, key.answers.join("; "))));
+        println!("{}", hanging("    ", &format!("example: mcpsim run {argument} --seed {}{flags}", class.example_seed)));
+    }
+    if classes.len() > CLASSES_PRINTED_MAX {
+        let more = classes.len() - CLASSES_PRINTED_MAX;
+        println!("  … and {more} more, less frequent (explore --report DIR has a page for each of the first {EXAMPLE_PAGES_MAX})");
+    }
 }
 
 fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, server: &ServerUnderTest) -> ExitCode {

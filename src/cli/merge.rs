@@ -410,6 +410,9 @@ fn merge_seeds(run: &RunIdentity, items: &[&Read], note: &str, args: &MergeArgs,
         println!("merged {} shard(s) of {scenario} against {server_name}{note}", merged.shards);
         let explored = Explored { scenario, argument: &run.argument, server: &server_name, mutant, faults: &faults };
         codes.push(explore_cli::summarize(&explored, run.seeds.first, run.seeds.last, &merged.totals));
+        if let (Some(coverage), false) = (&merged.coverage, merged.coverage_missing) {
+            explore_cli::print_outcome_classes(coverage, &run.argument, &crate::sim::runner::reproduce_flags(false, &faults, mutant));
+        }
         first_failing_runs(merged);
         match (&merged.coverage, merged.coverage_missing) {
             (Some(coverage), false) => {
