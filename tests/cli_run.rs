@@ -416,3 +416,22 @@ fn tables_and_lists_fit_in_100_columns() {
     }
     assert!(wide.is_empty(), "lines over 100 columns:\n{}", wide.join("\n"));
 }
+
+#[test]
+fn a_failed_expectation_on_a_long_value_shows_every_differing_path_not_a_cut_off_line() {
+    let scratch = Scratch::new("long-expectation");
+    let schema = r#"{"properties": {"confirm": {"title": "Yes, delete this note permanently", "type": "boolean"}, "note_id": {"enum": ["note-3", "note-7", "note-14"], "title": "Note to delete", "type": "string"}}, "required": ["note_id", "confirmed"], "type": "object"}"#;
+    let file = scratch.write(
+        "long.sim",
+        &format!(
+            "use demo\ninstance i1\nclient alice principal alice capabilities {{\"elicitation\": {{\"form\": {{}}}}}}\n\
+             send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": {{\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}}}} as round1\n\
+             expect round1 result.inputRequests.delete_choice.params.requestedSchema = {schema}\n"
+        ),
+    );
+    let output = mcpsim(&scratch.0, &["run", &file, "--format", "text"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("found a value that differs at these JSON paths (expected, then found):"), "{stdout}");
+    assert!(stdout.contains("\n    required[1]: \"confirmed\", then \"confirm\"\n"), "the one difference, whole: {stdout}");
+}

@@ -14,6 +14,22 @@ use crate::scenario::template::{at, follow, preview, ResolveError, Template};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// `expected, found actual`, both whole when short; when either is too long to print whole, the expected
+/// value's start and then every JSON path where the found value differs, with both values.
+fn mismatch(expected: &Value, actual: &Value) -> String {
+    let (shown_expected, shown_actual) = (preview(expected), preview(actual));
+    if !shown_expected.ends_with('…') && !shown_actual.ends_with('…') {
+        return format!("{shown_expected}, found {shown_actual}");
+    }
+    let paths = crate::oracle::outcome::json_differences(expected, actual);
+    let mut out = format!("{shown_expected}, found a value that differs at these JSON paths (expected, then found):");
+    for line in paths {
+        out.push_str("\n  ");
+        out.push_str(&line.replace('\n', "\n  "));
+    }
+    out
+}
+
 /// Why an expectation did not hold: what it expected and what was found, with the data to say so. Its text
 /// is the report's `FAILED` line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,7 +83,7 @@ pub enum Mismatch {
     NotToolError { got: String },
     #[error("expected error {code}{}, got {got}", .reason.as_ref().map(|r| format!(" {r}")).unwrap_or_default())]
     Error { code: i64, reason: Option<String>, got: String },
-    #[error("expected {} = {}, found {}", .path.join("."), preview(.expected), preview(.actual))]
+    #[error("expected {} = {}", .path.join("."), mismatch(.expected, .actual))]
     NotEqual { path: Vec<String>, expected: Value, actual: Value },
     #[error("expected {} = {}, but it is absent; got {got}", .path.join("."), preview(.expected))]
     EqualButAbsent { path: Vec<String>, expected: Value, got: String },
