@@ -408,8 +408,9 @@ fn tables_and_lists_fit_in_100_columns() {
         let output = mcpsim(repo(), args);
         let stdout = text(&output.stdout);
         assert!(stdout.lines().count() > 3, "mcpsim {}: {stdout}\n{}", args.join(" "), text(&output.stderr));
-        // The lines that quote a reproducer's fault plan or a failure are messages, not table rows.
-        let rows = stdout.lines().filter(|line| !line.trim_start().starts_with("reproduce:")).collect::<Vec<_>>().join("\n");
+        // Commands (a reproducer, an outcome class's example) stay on one line, to be copied whole.
+        let command = |line: &str| ["reproduce:", "example:"].iter().any(|start| line.trim_start().starts_with(start));
+        let rows = stdout.lines().filter(|line| !command(line)).collect::<Vec<_>>().join("\n");
         for line in wider_than_100(&rows) {
             wide.push(format!("mcpsim {}: {line}", args.join(" ")));
         }

@@ -675,6 +675,9 @@ pub(crate) struct Totals {
     pub unsafe_runs: u64,
     pub not_live_runs: u64,
     pub expectation_runs: u64,
+    /// Runs that broke liveness (under faults, `not_live_runs` also counts runs where only an expectation marked
+    /// `always` failed).
+    pub liveness_runs: u64,
     pub crashed_runs: u64,
     /// Names, in the oracle's order (`Property`'s), as the summary prints them.
     pub properties_broken: Vec<String>,
@@ -693,6 +696,7 @@ impl Totals {
             unsafe_runs: exploration.unsafe_runs,
             not_live_runs: exploration.not_live_runs,
             expectation_runs: exploration.expectation_runs,
+            liveness_runs: exploration.failing_runs_by_property.get(&Property::Liveness).copied().unwrap_or(0),
             crashed_runs: exploration.crashed_runs,
             properties_broken,
             first_unsafe: exploration.first_unsafe.as_ref().map(texts),
@@ -837,7 +841,9 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
     println!("  deliveries             {}", exploration.deliveries);
     println!("  broke safety           {}", exploration.unsafe_runs);
     if faulty {
-        println!("  broke liveness         {}", exploration.not_live_runs);
+        println!("  broke liveness         {}", exploration.liveness_runs);
+        // Only the expectations marked `always` are judged under faults (docs/exploring.md).
+        println!("  expectations failed    {}  (those marked `always`; the rest are not judged under faults)", exploration.expectation_runs);
     } else {
         // Every run with a failed expectation, those that broke safety too: the count agrees with what is listed.
         let overlap = exploration.expectation_runs.saturating_sub(exploration.not_live_runs);
@@ -863,13 +869,15 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
         return EXIT_FAILED;
     }
     if let Some((seed, failures)) = &exploration.first_not_live {
-        let what = if faulty { "LIVENESS FAILED" } else { "EXPECTATIONS FAILED" };
+        // Under faults a run here broke liveness, or an expectation marked `always` failed (a finding: exit 1).
+        let live = failures.iter().any(|failure| failure.starts_with("property "));
+        let what = if faulty && live { "LIVENESS FAILED" } else { "EXPECTATIONS FAILED" };
         println!("\n{what} (no safety property broke); first at seed {seed}:");
         for failure in failures {
             println!("  {}", failure.replace('\n', "\n  "));
         }
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
-        return if faulty { EXIT_NOT_LIVE } else { EXIT_FAILED };
+        return if faulty && exploration.expectation_runs == 0 { EXIT_NOT_LIVE } else { EXIT_FAILED };
     }
     if faulty {
         println!("\nall held in every schedule: every safety property, and liveness with clients retrying up to {RETRIES_MAX} times");
@@ -895,7 +903,8 @@ pub(crate) fn print_outcome_classes(coverage: &Coverage, argument: &str, flags: 
         let runs = if class.runs == 1 { "1 run".to_string() } else { format!("{} runs", class.runs) };
         let label = format!("{:>2}. ", number + 1);
         println!("{}", hanging(&label, &format!("{}, {runs}: {}", key.verdict, key.answers.join("; "))));
-        println!("{}", hanging("    ", &format!("example: mcpsim run {argument} --seed {}{flags}", class.example_seed)));
+        // The command on one line, however long, so that it can be copied whole.
+        println!("    example: mcpsim run {argument} --seed {}{flags}", class.example_seed);
     }
     if classes.len() > CLASSES_PRINTED_MAX {
         let more = classes.len() - CLASSES_PRINTED_MAX;

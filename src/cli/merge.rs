@@ -334,6 +334,9 @@ impl Merged {
         }
         for (name, runs) in &summary.failing_runs_by_property {
             *self.failing_by_property.entry(name.clone()).or_default() += runs;
+            if name == crate::oracle::check::Property::Liveness.as_str() {
+                t.liveness_runs += runs;
+            }
         }
         match summary.coverage.as_ref().map(Coverage::from_mergeable_json) {
             Some(Ok(coverage)) => match self.coverage.as_mut() {

@@ -146,6 +146,7 @@ pub(crate) struct Context<'a> {
 pub(crate) fn judge(expectation: &Expectation, context: &Context<'_>) -> (ExpectationResult, Vec<(String, OperationId)>, bool) {
     let label = context.world.label();
     match expectation {
+        Expectation::Always(inner) => judge(inner, context),
         Expectation::If { condition, consequence } => {
             let (first, mut reads, mut reads_store) = judge(condition, context);
             match first {
@@ -242,7 +243,9 @@ fn on_store(expectation: &Expectation, context: &Context<'_>) -> ExpectationResu
                 let actual = world.nonce_record(&nonce)?;
                 nonce_record(answer, expected.as_ref(), actual.as_ref())
             }
-            Expectation::Answer { .. } | Expectation::ExportsCount(_) | Expectation::If { .. } => unreachable!("judged by `judge`"),
+            Expectation::Answer { .. } | Expectation::ExportsCount(_) | Expectation::If { .. } | Expectation::Always(_) => {
+                unreachable!("judged by `judge`")
+            }
         })
     })();
     match checked {
