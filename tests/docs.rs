@@ -259,7 +259,9 @@ fn ci_runs(ci: &str, command: &str) -> bool {
         let starts = matches!(before, '\n' | ' ' | ';' | '\'' | '"' | '(');
         // `--no-fail-fast` changes only when the run stops (CI's `cargo test` shows every failing binary).
         let ends = after.is_empty()
-            || ["\n", ";", ")", "'", "\"", " 2>", " |", " &&", " >", " --no-fail-fast 2>"].iter().any(|boundary| after.starts_with(boundary));
+            || ["\n", ";", ")", "'", "\"", " 2>", " |", " &&", " >", " --no-fail-fast 2>"]
+                .iter()
+                .any(|boundary| after.starts_with(boundary));
         starts && ends
     })
 }

@@ -472,7 +472,8 @@ fn expectations_marked_always_are_judged_under_faults_and_can_fail() {
     assert!(out.contains("FAIL  expect always round1 complete: expected resultType \"complete\", got input_required"), "{out}");
     assert!(out.contains("not judged under faults (not marked `always`): expect notes count 3"), "{out}");
     assert!(out.contains("2 expectation(s) not judged under faults: not marked `always`"), "{out}");
-    let (code, out) = mcpsim(&["explore", file.to_str().unwrap(), "--seeds", "5", "--faults", "drop", "--save", dir.join("cx.json").to_str().unwrap()]);
+    let (code, out) =
+        mcpsim(&["explore", file.to_str().unwrap(), "--seeds", "5", "--faults", "drop", "--save", dir.join("cx.json").to_str().unwrap()]);
     assert_eq!(code, 1, "a failed expectation is a finding, not a liveness failure: {out}");
     assert!(out.contains("EXPECTATIONS FAILED (no safety property broke); first at seed 1:"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -366,7 +366,9 @@ fn a_failed_snapshot_gets_the_review_recipe_from_ci() {
         assert!(recipe.contains(expected), "{expected:?} missing from:\n{recipe}\n(cargo test said: {log})");
     }
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    assert!(readme.contains("### When a snapshot test fails") && readme.contains("INSTA_UPDATE=always cargo test --test scenarios --test demo"));
+    assert!(
+        readme.contains("### When a snapshot test fails") && readme.contains("INSTA_UPDATE=always cargo test --test scenarios --test demo")
+    );
     assert_eq!(review("test x ... FAILED\nassertion `left == right` failed\n"), "", "no recipe for other failures");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -843,7 +843,10 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
     if faulty {
         println!("  broke liveness         {}", exploration.liveness_runs);
         // Only the expectations marked `always` are judged under faults (docs/exploring.md).
-        println!("  expectations failed    {}  (those marked `always`; the rest are not judged under faults)", exploration.expectation_runs);
+        println!(
+            "  expectations failed    {}  (those marked `always`; the rest are not judged under faults)",
+            exploration.expectation_runs
+        );
     } else {
         // Every run with a failed expectation, those that broke safety too: the count agrees with what is listed.
         let overlap = exploration.expectation_runs.saturating_sub(exploration.not_live_runs);

@@ -641,11 +641,8 @@ fn render_table(summaries: &[Summary], unreadable: &[String], flags: &str) -> St
             Some(report) => format!("FAIL (seed {})", report.seed),
         };
         let name = common::wrap(&summary.name, width);
-        let _ = writeln!(
-            out,
-            "{:<width$}  {:>6}  {:>9}  {:>13}  {result}",
-            name[0], summary.seeds, summary.messages, summary.interleavings
-        );
+        let _ =
+            writeln!(out, "{:<width$}  {:>6}  {:>9}  {:>13}  {result}", name[0], summary.seeds, summary.messages, summary.interleavings);
         for rest in &name[1..] {
             let _ = writeln!(out, "  {rest}");
         }

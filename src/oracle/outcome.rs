@@ -505,7 +505,11 @@ mod tests {
         assert_eq!(lines[0], "error: (absent), then {\"code\":-32602}", "{lines:#?}");
         assert_eq!(lines[1], "result.content[1]: 2, then (absent)");
         assert_eq!(lines[2], "result.structuredContent.deleted: true, then false");
-        assert!(lines[3].starts_with("result.structuredContent.note: …\"xxx") && lines[3].contains("xA") && lines[3].contains("xB"), "{}", lines[3]);
+        assert!(
+            lines[3].starts_with("result.structuredContent.note: …\"xxx") && lines[3].contains("xA") && lines[3].contains("xB"),
+            "{}",
+            lines[3]
+        );
         assert!(lines[3].contains("(from character 271)"), "{}", lines[3]);
         assert_eq!(lines.len(), 4);
         assert!(json_differences(&a, &a).is_empty());

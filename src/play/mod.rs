@@ -166,7 +166,9 @@ pub fn play(scenario: &Scenario, world: &mut dyn World) -> Play {
     let unjudged = interpreter.play.unjudged_under_faults;
     if unjudged > 0 {
         let why = match interpreter.world.expectations_judged() {
-            Err(NotPlayed::UnderFaultsUnlessMarked) => "not marked `always`, and a retry may take a flow another way than the scenario wrote",
+            Err(NotPlayed::UnderFaultsUnlessMarked) => {
+                "not marked `always`, and a retry may take a flow another way than the scenario wrote"
+            }
             _ => "a target's expectations are shown, not judged, under faults",
         };
         let text = format!("{unjudged} expectation(s) not judged under faults: {why} (docs/exploring.md#expectations-under-faults)");

@@ -95,6 +95,7 @@ pub enum NotPlayed {
     /// Clients retry under a target's faults: a retry may take a flow another way than the scenario wrote, and
     /// a target's expectations are shown, not judged, there (marked `always` or not).
     #[error("not judged under faults")]
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     UnderFaults,
     /// Clients retry under the simulator's faults: only the expectations marked `always` are judged.
     #[error("not judged under faults (not marked `always`)")]

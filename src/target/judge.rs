@@ -77,7 +77,10 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
             findings.push(Finding {
                 property: Property::Statelessness,
                 message: if difference.is_short() {
-                    format!("line {line}: with every round on one instance: {}; spread over the fleet: {}", difference.first, difference.second)
+                    format!(
+                        "line {line}: with every round on one instance: {}; spread over the fleet: {}",
+                        difference.first, difference.second
+                    )
                 } else {
                     format!(
                         "line {line}: with every round on one instance (first play), then spread over the fleet (second): {}",
