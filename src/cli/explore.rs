@@ -53,12 +53,14 @@ scenario (`zoo-move-races-the-accept`; see `mcpsim mutants`).
 Examples:
   mcpsim explore 04-accepts-race-for-one-note --seeds 10000 --jobs 2
   mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim
-  mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ --coverage-json coverage.json
+  mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ \\
+    --coverage-json coverage.json
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --check-determinism --ledger ledger/
                                                # swarm scale, ledgers, determinism across processes: docs/swarm.md
   mcpsim explore --all-mutants
   mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --seeds 5   # a target fleet, per seed
-  mcpsim explore --target targets/mcpsim-stdio.toml 02-accepts-race --faults lost-answer,duplicate,hold --seeds 20
+  mcpsim explore --target targets/mcpsim-stdio.toml 02-accepts-race \\
+    --faults lost-answer,duplicate,hold --seeds 20
   mcpsim explore 04-accepts-race-for-one-note --seeds 4000 --shard 2/3 --results shard-2.jsonl
   mcpsim explore --all-mutants --seeds 50 --shard 1/4 --results mutants-1.jsonl
 
@@ -770,7 +772,8 @@ The first line says what is replayed: the scenario, the seed, and whether it ran
 Examples:
   mcpsim explore zoo-move-races-the-accept --seeds 100 --mutant recheck-then-delete   # writes the file below
   mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json
-  mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json --format mermaid > counterexample.mmd")]
+  mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json --format mermaid \\
+    > counterexample.mmd")]
 pub struct ReplayArgs {
     /// A reproducer written by `mcpsim explore` (JSON: scenario text, mutant, seed, decision log).
     pub file: PathBuf,

@@ -32,17 +32,20 @@ Examples:
   mcpsim run                                   # the scenario library, one seed each
   mcpsim run scenarios/ --seeds 100            # every scenario under 100 interleavings
   mcpsim run scenarios/04-accepts-race-for-one-note.sim --seed 7 --format mermaid
-  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp scenarios/02-retry-lands-on-another-instance.sim
+  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp \\
+    scenarios/02-retry-lands-on-another-instance.sim
   mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl
                                                # then: mcp-trace-validator validate trace.jsonl
-  mcpsim run scenarios/62-legacy-confirmation-races-a-modern-one.sim --format mcp-trace --trace-client desk > desk.jsonl
+  mcpsim run scenarios/62-legacy-confirmation-races-a-modern-one.sim --format mcp-trace \\
+    --trace-client desk > desk.jsonl
                                                # one client's session (here the legacy one)
   mcpsim run scenarios/04-accepts-race-for-one-note.sim --format html > run.html
                                                # one page, opened from disk: timeline, inspector, checks
   mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
   mcpsim run --target targets/mcpsim-stdio.toml  # the target scenarios against 3 processes of any MCP server
   mcpsim run --target targets/mcpsim-http.toml 02-accepts-race --format mcp-trace > trace.jsonl
-  mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 --faults lost-answer,duplicate
+  mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 \\
+    --faults lost-answer,duplicate
                                                # faults drawn from the seed against the target's processes
   mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 --fault-plan plan.json
                                                # one given plan (explore --target --faults prints it)
@@ -58,7 +61,8 @@ made in it, and the scenario's store expectations (note, notes count, consumed, 
 without it those steps are skipped, those expectations are reported not evaluated, and the store must be
 re-seeded by hand (`mcpsim seed`) between scenarios.
 
-  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp --reseed sqlite:./fleet.db scenarios/")]
+  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp \\
+    --reseed sqlite:./fleet.db scenarios/")]
 pub struct RunArgs {
     /// Scenario files (.sim) or folders of them. Default: ./scenarios, or the embedded library if there is none.
     pub paths: Vec<PathBuf>,
