@@ -156,8 +156,16 @@ fn per_instance_session_state_breaks_statelessness() {
     let report = runner::run(&scenario, &options);
     assert!(!report.failures.iter().any(|f| f.kind == FailureKind::Expectation), "as written, the sticky server passes");
     // ...but the rerouted run serves the two rounds on different instances, and the answers differ.
-    assert_eq!(broken_properties(&scenario, factory, 1), BTreeSet::from([Property::Statelessness]));
+    assert_eq!(broken_properties(&scenario, factory.clone(), 1), BTreeSet::from([Property::Statelessness]));
     assert!(properties_hold(&runner::run(&scenario, &RunOptions::seeded(1))));
+    // The violation shows where the two answers differ, path by path with both values, not a cut-off line.
+    let report = runner::run(&scenario, &options);
+    let message = report.failures.iter().find(|f| f.kind == FailureKind::Property(Property::Statelessness)).expect("broken").to_string();
+    assert!(message.contains("the answers differ at ") && message.contains("(first play, then second):"), "{message}");
+    assert!(message.contains("\n  error: (absent), then {\"code\":-32602"), "the error only the rerouted play got, whole: {message}");
+    assert!(message.contains("this instance did not start that flow"), "{message}");
+    assert!(message.contains("\n  result: {") && message.contains(", then (absent)"), "the result only the first play got: {message}");
+    assert!(!message.contains("became"), "{message}");
 }
 
 /// Honest outcome reads the exports the backends made (effects of the history): the real gateway's answers in

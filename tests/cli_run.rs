@@ -337,3 +337,104 @@ fn an_exploration_where_only_an_expectation_fails_writes_a_shrunk_reproducer_too
     assert!(replayed.contains("recorded as breaking expectation at line 12\n"), "{replayed}");
     assert!(replayed.contains("FAIL  expect first complete"), "{replayed}");
 }
+
+/// The subcommand names under "Commands:" in a help text.
+fn commands_listed(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .filter(|name| name != "help")
+        .collect()
+}
+
+/// Lines of `text` wider than 100 columns (counted in characters), numbered.
+fn wider_than_100(text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.chars().count() > 100)
+        .map(|(number, line)| format!("line {} ({} columns): {line}", number + 1, line.chars().count()))
+        .collect()
+}
+
+#[test]
+fn every_help_fits_in_100_columns_when_the_terminal_width_is_unknown() {
+    let help = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_mcpsim")).args(args).env_remove("COLUMNS").output().unwrap();
+        assert!(output.status.success(), "mcpsim {args:?}: {}", text(&output.stderr));
+        text(&output.stdout)
+    };
+    let top = help(&["--help"]);
+    let mut pages = vec![(vec![], top.clone())];
+    for name in commands_listed(&top) {
+        let page = help(&[&name, "--help"]);
+        for nested in commands_listed(&page) {
+            pages.push((vec![name.clone(), nested.clone()], help(&[&name, &nested, "--help"])));
+        }
+        pages.push((vec![name.clone()], page));
+    }
+    assert!(pages.len() >= 14, "the top-level help lists the subcommands: {top}");
+    let mut wide = Vec::new();
+    for (words, page) in &pages {
+        for flag in ["--help", "-h"] {
+            let page = if flag == "-h" { help(&words.iter().map(String::as_str).chain([flag]).collect::<Vec<_>>()) } else { page.clone() };
+            for line in wider_than_100(&page) {
+                wide.push(format!("mcpsim {} {flag}: {line}", words.join(" ")));
+            }
+        }
+    }
+    assert!(wide.is_empty(), "help lines over 100 columns:\n{}", wide.join("\n"));
+}
+
+#[test]
+fn tables_and_lists_fit_in_100_columns() {
+    let scratch = Scratch::new("widths");
+    let zoo_results = scratch.0.join("zoo.jsonl");
+    let race_results = scratch.0.join("race.jsonl");
+    let zoo_results = zoo_results.to_str().unwrap();
+    let race_results = race_results.to_str().unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["run"],
+        vec!["run", "--seeds", "3"],
+        vec!["mutants"],
+        vec!["scenarios"],
+        vec!["explore", "--all-mutants", "--seeds", "3", "--results", zoo_results],
+        vec!["merge", zoo_results],
+        vec!["explore", "04-accepts-race-for-one-note", "--seeds", "20", "--results", race_results],
+        vec!["merge", race_results],
+    ];
+    let mut wide = Vec::new();
+    for args in &commands {
+        let output = mcpsim(repo(), args);
+        let stdout = text(&output.stdout);
+        assert!(stdout.lines().count() > 3, "mcpsim {}: {stdout}\n{}", args.join(" "), text(&output.stderr));
+        // Commands (a reproducer, an outcome class's example) stay on one line, to be copied whole.
+        let command = |line: &str| ["reproduce:", "example:"].iter().any(|start| line.trim_start().starts_with(start));
+        let rows = stdout.lines().filter(|line| !command(line)).collect::<Vec<_>>().join("\n");
+        for line in wider_than_100(&rows) {
+            wide.push(format!("mcpsim {}: {line}", args.join(" ")));
+        }
+    }
+    assert!(wide.is_empty(), "lines over 100 columns:\n{}", wide.join("\n"));
+}
+
+#[test]
+fn a_failed_expectation_on_a_long_value_shows_every_differing_path_not_a_cut_off_line() {
+    let scratch = Scratch::new("long-expectation");
+    let schema = r#"{"properties": {"confirm": {"title": "Yes, delete this note permanently", "type": "boolean"}, "note_id": {"enum": ["note-3", "note-7", "note-14"], "title": "Note to delete", "type": "string"}}, "required": ["note_id", "confirmed"], "type": "object"}"#;
+    let file = scratch.write(
+        "long.sim",
+        &format!(
+            "use demo\ninstance i1\nclient alice principal alice capabilities {{\"elicitation\": {{\"form\": {{}}}}}}\n\
+             send alice -> i1 tools/call {{\"name\": \"notes_delete\", \"arguments\": {{\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}}}} as round1\n\
+             expect round1 result.inputRequests.delete_choice.params.requestedSchema = {schema}\n"
+        ),
+    );
+    let output = mcpsim(&scratch.0, &["run", &file, "--format", "text"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("found a value that differs at these JSON paths (expected, then found):"), "{stdout}");
+    assert!(stdout.contains("\n    required[1]: \"confirmed\", then \"confirm\"\n"), "the one difference, whole: {stdout}");
+}

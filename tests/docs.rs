@@ -331,8 +331,11 @@ fn ci_runs(ci: &str, command: &str) -> bool {
         let before = ci[..at].chars().next_back().unwrap_or('\n');
         let after = &ci[at + command.len()..];
         let starts = matches!(before, '\n' | ' ' | ';' | '\'' | '"' | '(');
-        let ends =
-            after.is_empty() || ["\n", ";", ")", "'", "\"", " 2>", " |", " &&", " >"].iter().any(|boundary| after.starts_with(boundary));
+        // `--no-fail-fast` changes only when the run stops (CI's `cargo test` shows every failing binary).
+        let ends = after.is_empty()
+            || ["\n", ";", ")", "'", "\"", " 2>", " |", " &&", " >", " --no-fail-fast 2>"]
+                .iter()
+                .any(|boundary| after.starts_with(boundary));
         starts && ends
     })
 }

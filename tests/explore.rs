@@ -155,9 +155,36 @@ fn exit_codes_distinguish_held_unsafe_not_live_and_usage() {
 fn the_zoo_is_listed_one_sentence_each() {
     let (code, out) = mcpsim(&["mutants"]);
     assert_eq!(code, 0);
+    // The sentences are wrapped within 100 columns: compared with the line breaks read as spaces.
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
     for mutant in mutants::MUTANTS {
-        assert!(out.contains(mutant.name) && out.contains(mutant.mistake), "{}", mutant.name);
+        assert!(out.contains(mutant.name) && words(&out).contains(&words(mutant.mistake)), "{}", mutant.name);
     }
+}
+
+/// The outcome classes an exploration found, on the terminal: each with its runs and an example seed given as
+/// the `mcpsim run` command that shows it.
+#[test]
+fn explore_prints_the_outcome_classes_each_with_a_command_showing_an_example() {
+    let (code, out) = mcpsim(&["explore", "04-accepts-race-for-one-note", "--seeds", "60", "--faults", "all"]);
+    assert_eq!(code, 0, "{out}");
+    let block: Vec<&str> = out.lines().skip_while(|line| !line.starts_with("outcome classes: ")).collect();
+    let count: usize = block.first().and_then(|line| line["outcome classes: ".len()..].split(' ').next()?.parse().ok()).expect(&out);
+    assert!(count >= 2, "the race settles in several ways: {out}");
+    let examples: Vec<&str> = block.iter().filter_map(|line| line.trim().strip_prefix("example: ")).collect();
+    assert_eq!(examples.len(), count.min(8), "one example per class listed: {out}");
+    let runs: u64 = block
+        .iter()
+        .filter(|line| line.trim_start().split_once(". ").is_some_and(|(number, _)| number.parse::<usize>().is_ok()))
+        .filter_map(|line| line.split_once(", ").and_then(|(_, rest)| rest.split(" run").next()?.parse::<u64>().ok()))
+        .sum();
+    assert_eq!(runs, 60, "the classes partition the runs: {out}");
+    // The first class's example, run with the same flags: it is a run of the class, held.
+    let words: Vec<&str> = examples[0].split_whitespace().collect();
+    assert_eq!(&words[..3], ["mcpsim", "run", "04-accepts-race-for-one-note"], "{out}");
+    assert!(words.contains(&"--faults"), "the example repeats the faults: {out}");
+    let (code, transcript) = mcpsim(&words[1..]);
+    assert_eq!(code, 0, "{transcript}");
 }
 
 #[test]
@@ -412,4 +439,42 @@ fn a_reproducer_of_another_format_is_refused_with_what_to_do() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("mcpsim-reproducer/1") && stderr.contains("run the exploration again"), "{stderr}");
+}
+
+/// Under faults the expectations marked `always` are judged (05's: at most one pick deletes, and never the
+/// other note), so a mutant that deletes both picks fails them as well as at-most-once; the real server holds
+/// them; an unmarked expectation is not judged, and `run` says how many were not and why.
+#[test]
+fn expectations_marked_always_are_judged_under_faults_and_can_fail() {
+    let race = "05-accepts-race-for-different-candidates";
+    let (code, out) = mcpsim(&["explore", race, "--seeds", "30", "--faults", "all", "--mutant", "replay-per-instance"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("line 32: expect always at most 1 of picks_2023, picks_2024: complete\n"), "{out}");
+    assert!(out.contains("expected at most 1 to pass, 2 of 2 did"), "{out}");
+    let failed: u64 = out.lines().find_map(|l| l.strip_prefix("  expectations failed    ")?.split(' ').next()?.parse().ok()).expect(&out);
+    assert!(failed > 0, "{out}");
+    let (code, out) = mcpsim(&["explore", race, "--seeds", "200", "--faults", "all"]);
+    assert_eq!(code, 0, "the real server holds them: {out}");
+    assert!(out.contains("  expectations failed    0  (those marked `always`; the rest are not judged under faults)"), "{out}");
+    // A marked expectation that is false fails the run under faults (exit 1), with the unmarked ones counted.
+    let dir = std::env::temp_dir().join(format!("mcpsim-always-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("marked.sim");
+    std::fs::write(
+        &file,
+        "use demo\ninstance i1\ninstance i2\nclient alice principal alice\n\
+         send alice -> i1 tools/call {\"name\": \"notes_delete\", \"arguments\": {\"workspaceUri\": \"file:///Users/alice/Documents/Notes\", \"title\": \"TPS report\"}} as round1\n\
+         expect always round1 complete\nexpect round1 complete\nexpect notes count 3\n",
+    )
+    .unwrap();
+    let (code, out) = mcpsim(&["run", file.to_str().unwrap(), "--faults", "drop", "--format", "text"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL  expect always round1 complete: expected resultType \"complete\", got input_required"), "{out}");
+    assert!(out.contains("not judged under faults (not marked `always`): expect notes count 3"), "{out}");
+    assert!(out.contains("2 expectation(s) not judged under faults: not marked `always`"), "{out}");
+    let (code, out) =
+        mcpsim(&["explore", file.to_str().unwrap(), "--seeds", "5", "--faults", "drop", "--save", dir.join("cx.json").to_str().unwrap()]);
+    assert_eq!(code, 1, "a failed expectation is a finding, not a liveness failure: {out}");
+    assert!(out.contains("EXPECTATIONS FAILED (no safety property broke); first at seed 1:"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -152,10 +152,15 @@ fn a_changed_answer_is_reported_at_its_round_with_the_json_paths_that_drifted() 
     std::fs::write(&target, changed).unwrap();
     let ran = mcpsim(&["run", "--target", target.to_str().unwrap(), sim_path.to_str().unwrap()]);
     assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
-    let first = ran.stdout.lines().find(|l| l.trim_start().starts_with("FAIL  line")).expect("a failure");
+    // The first failure with the lines its diff continues on (indented deeper than the FAIL line).
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    let at = lines.iter().position(|l| l.trim_start().starts_with("FAIL  line")).expect("a failure");
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let continued = lines[at + 1..].iter().take_while(|l| indent(l) > indent(lines[at]) && !l.trim_start().starts_with("FAIL"));
+    let first = std::iter::once(lines[at]).chain(continued.copied()).collect::<Vec<_>>().join("\n");
     assert!(first.contains("expect call3 result.inputRequests"), "the first drift is round 1's form: {first}");
     assert!(
-        first.contains("differs at result.inputRequests.delete_choice.params.message: from character "),
+        first.contains("result.inputRequests.delete_choice.params.message: ") && first.contains("(from character "),
         "the JSON path of the drift: {first}"
     );
     assert!(first.contains("got \"…ort 2024 (final) (file:///"), "{first}");

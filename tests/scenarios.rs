@@ -317,3 +317,58 @@ fn a_wrong_consumed_count_lists_the_records_it_counted() {
     assert_eq!(report.failures.len(), 1, "only the wrong count fails: {failed}");
     assert!(failed.contains(r#"expected 2 consumed nonces, found 1: {"noteId":"n0","outcome":"deleted"}"#), "{failed}");
 }
+
+/// A snapshot that no longer matches makes insta's assertion fail, and CI's `.ci/snapshot-review.sh`, given
+/// that `cargo test` output, names the snapshot and prints the review recipe README.md shows; given a failure
+/// that is not a snapshot's, it prints nothing. The failing assertion runs in a child process of this test
+/// binary with `INSTA_UPDATE=no`, so the test means the same under `INSTA_UPDATE=always` (which would accept it).
+#[test]
+fn a_failed_snapshot_gets_the_review_recipe_from_ci() {
+    let scenario = load("01-lesson-exchange-on-one-instance.sim");
+    if let Ok(dir) = std::env::var("MCPSIM_SNAPSHOT_REVIEW_CHILD") {
+        let transcript = runner::run(&scenario, &RunOptions::seeded(1)).transcript.to_text();
+        insta::with_settings!({ snapshot_path => dir, prepend_module_to_snapshot => false, omit_expression => true }, {
+            insta::assert_snapshot!(scenario.name.clone(), transcript);
+        });
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mcpsim-snapshot-review-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The reviewed snapshot with one byte changed, as after editing a message.
+    let reviewed = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots").join(format!("{}.snap", scenario.name)));
+    let changed = reviewed.unwrap().replacen("notes_delete", "notes_dElete", 1);
+    std::fs::write(dir.join(format!("{}.snap", scenario.name)), changed).unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_failed_snapshot_gets_the_review_recipe_from_ci", "--test-threads", "1"])
+        .env("MCPSIM_SNAPSHOT_REVIEW_CHILD", &dir)
+        .env("INSTA_UPDATE", "no")
+        .output()
+        .unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+    assert!(!child.status.success(), "the changed snapshot fails:\n{log}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/snapshot-review.sh");
+    let review = |log: &str| {
+        let path = dir.join("cargo-test.log");
+        std::fs::write(&path, log).unwrap();
+        let output = std::process::Command::new("bash").arg(&script).arg(&path).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let recipe = review(&log);
+    for expected in [
+        "1 snapshot(s) changed: '01-lesson-exchange-on-one-instance'",
+        "cargo test --no-fail-fast",
+        "INSTA_UPDATE=always cargo test --test scenarios --test demo",
+        "git diff snapshots/",
+        "cargo insta review",
+    ] {
+        assert!(recipe.contains(expected), "{expected:?} missing from:\n{recipe}\n(cargo test said: {log})");
+    }
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    assert!(
+        readme.contains("### When a snapshot test fails") && readme.contains("INSTA_UPDATE=always cargo test --test scenarios --test demo")
+    );
+    assert_eq!(review("test x ... FAILED\nassertion `left == right` failed\n"), "", "no recipe for other failures");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -90,6 +90,14 @@ fn three_shards_of_a_clean_race_under_faults_merge_to_the_unsharded_run() {
     assert_eq!(s.merged.status, s.whole.status, "{}\n{}", s.merged.stdout, s.merged.stderr);
     assert_eq!(summary_block(&s.merged.stdout), summary_block(&s.whole.stdout));
     assert!(summary_block(&s.merged.stdout).contains("schedules              90"), "{}", s.merged.stdout);
+    // The outcome classes, each with its example seed, as the unsharded run printed them.
+    let classes = |stdout: &str| -> Vec<String> {
+        let mut lines = stdout.lines().skip_while(|l| !l.starts_with("outcome classes: "));
+        let head = lines.next().into_iter();
+        head.chain(lines.take_while(|l| l.starts_with(' '))).map(str::to_string).collect()
+    };
+    assert!(classes(&s.whole.stdout).len() > 3, "{}", s.whole.stdout);
+    assert_eq!(classes(&s.merged.stdout), classes(&s.whole.stdout), "merged:\n{}\nwhole:\n{}", s.merged.stdout, s.whole.stdout);
     let whole = std::fs::read(s.dir.join("whole-coverage.json")).unwrap();
     let merged = std::fs::read(s.dir.join("merged-coverage.json")).unwrap();
     assert!(whole.len() > 200);

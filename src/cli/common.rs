@@ -66,9 +66,73 @@ pub(crate) fn parse_token(text: &str) -> Result<(String, String), String> {
 /// Most seeds `explore --target` runs (each seed starts every instance twice).
 pub(crate) const EXPLORE_TARGET_SEEDS_MAX: u64 = 500;
 
+/// The widest line a command prints for a terminal (tables, lists, help): wider cells wrap.
+pub(crate) const COLUMNS_MAX: usize = 100;
+
+/// `text` broken into lines of at most `width` characters, at spaces where it can (a word longer than the
+/// width is split after a `-` or `/` if it has one that fits, else cut). Never empty: `""` gives one empty line.
+pub(crate) fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(10);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let mut word = word.to_string();
+        loop {
+            let (used, needed) = (line.chars().count(), word.chars().count());
+            let gap = usize::from(!line.is_empty());
+            if used + gap + needed <= width {
+                if gap == 1 {
+                    line.push(' ');
+                }
+                line.push_str(&word);
+                break;
+            }
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+                continue;
+            }
+            // A word wider than the whole width: split it.
+            let cut: Vec<char> = word.chars().collect();
+            let at = (1..=width).rev().find(|&i| matches!(cut[i - 1], '-' | '/')).unwrap_or(width);
+            lines.push(cut[..at].iter().collect());
+            word = cut[at..].iter().collect();
+        }
+    }
+    lines.push(line);
+    lines
+}
+
+/// `first` and then `text` wrapped to the columns after it, the following lines indented under the text.
+pub(crate) fn hanging(first: &str, text: &str) -> String {
+    let indent = first.chars().count();
+    let lines = wrap(text, COLUMNS_MAX.saturating_sub(indent));
+    let mut out = String::new();
+    for (number, line) in lines.iter().enumerate() {
+        if number == 0 {
+            out.push_str(first);
+        } else {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+        }
+        out.push_str(line);
+    }
+    out.trim_end().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrap_breaks_at_spaces_and_splits_only_words_wider_than_the_width() {
+        assert_eq!(wrap("the retry lands on another instance", 16), ["the retry lands", "on another", "instance"]);
+        assert_eq!(wrap("05-accepts-race-for-different-candidates", 20), ["05-accepts-race-for-", "different-candidates"]);
+        assert_eq!(wrap("abcdefghijklmnopqrstuvwxyz", 10), ["abcdefghij", "klmnopqrst", "uvwxyz"]);
+        assert_eq!(wrap("", 10), [""]);
+        let text = hanging("name  ", &"word ".repeat(40));
+        assert!(text.lines().all(|line| line.chars().count() <= COLUMNS_MAX), "{text}");
+        assert!(text.lines().skip(1).all(|line| line.starts_with("      word")), "{text}");
+    }
 
     #[test]
     fn the_table_names_every_status_once_in_order() {

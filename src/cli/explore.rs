@@ -23,7 +23,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::common::{EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED, EXIT_USAGE};
+use super::common::{hanging, EXIT_FAILED, EXIT_HELD, EXIT_NOT_LIVE, EXIT_UNJUDGED, EXIT_USAGE};
 
 /// Seeds `--all-mutants` tries per mutant before declaring it survived.
 pub(crate) const ALL_MUTANTS_SEEDS_DEFAULT: u64 = 200;
@@ -53,13 +53,15 @@ scenario (`zoo-move-races-the-accept`; see `mcpsim mutants`).
 Examples:
   mcpsim explore 04-accepts-race-for-one-note --seeds 10000 --jobs 2
   mcpsim explore 05-accepts-race-for-different-candidates --mutant delete-then-claim
-  mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ --coverage-json coverage.json
+  mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --faults all --report report/ \\
+    --coverage-json coverage.json
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --check-determinism --ledger ledger/
                                                # swarm scale, ledgers, determinism across processes: docs/swarm.md
   mcpsim explore --all-mutants
   mcpsim explore imported.sim --perturb                   # a recording (`mcpsim import`) varied as a fleet would
   mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --seeds 5   # a target fleet, per seed
-  mcpsim explore --target targets/mcpsim-stdio.toml 02-accepts-race --faults lost-answer,duplicate,hold --seeds 20
+  mcpsim explore --target targets/mcpsim-stdio.toml 02-accepts-race \\
+    --faults lost-answer,duplicate,hold --seeds 20
   mcpsim explore 04-accepts-race-for-one-note --seeds 4000 --shard 2/3 --results shard-2.jsonl
   mcpsim explore --all-mutants --seeds 50 --shard 1/4 --results mutants-1.jsonl
 
@@ -271,12 +273,11 @@ fn write_results(path: &Path, run: &RunIdentity, bodies: Vec<Body>) -> bool {
 
 /// `mcpsim mutants`: the zoo, one sentence per mistake.
 pub(crate) fn list_mutants() -> ExitCode {
-    let width = MUTANTS.iter().map(|m| m.name.len()).max().unwrap_or(0);
     println!("The mutant zoo: unsafe variants of single rules, simulator-only (`mcpsim explore --mutant NAME`).\n");
     for mutant in MUTANTS {
-        println!("{:width$}  {}", mutant.name, mutant.mistake);
         let faults = if mutant.liveness { " --faults all (it breaks only liveness)" } else { "" };
-        println!("{:width$}  exposed by: {}{faults}", "", mutant.exposed_by);
+        println!("{}", hanging(&format!("{}  ", mutant.name), &format!("(exposed by {}{faults})", mutant.exposed_by)));
+        println!("{}", hanging("    ", mutant.mistake));
     }
     ExitCode::SUCCESS
 }
@@ -452,7 +453,8 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     };
     let (first_seed, last_seed) = (*seeds.start(), *seeds.end());
     let range = seeds.clone();
-    let covered = args.report.is_some() || args.coverage_json.is_some() || results.is_some();
+    // Always: the outcome classes are printed (the coverage costs the transcript of every run, ~8% more time).
+    let covered = true;
     let keep = results.map_or(0, |(_, keep)| keep);
     let (exploration, coverage) = explore::explore_keeping(&scenario, &server, seeds, args.jobs, &faults, &on_progress, covered, keep);
     if let Some(bar) = bar {
@@ -461,6 +463,9 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let server_name = args.mutant.as_deref().map(|m| format!("mutant {m}")).unwrap_or_else(|| "the real server".into());
     let run = Explored { scenario: &scenario.name, argument: name, server: &server_name, mutant: args.mutant.as_deref(), faults: &faults };
     let mut code = ExitCode::from(summarize(&run, first_seed, last_seed, &Totals::of(&exploration)));
+    if let Some(coverage) = &coverage {
+        print_outcome_classes(coverage, name, &crate::sim::runner::reproduce_flags(false, &faults, args.mutant.as_deref()));
+    }
     if replayed != EXIT_HELD {
         let status = super::ledger::worse(super::common::status_of(code), replayed);
         println!("\n(the ledger's recorded seeds failed again: see above; exit status {status})");
@@ -691,6 +696,9 @@ pub(crate) struct Totals {
     pub unsafe_runs: u64,
     pub not_live_runs: u64,
     pub expectation_runs: u64,
+    /// Runs that broke liveness (under faults, `not_live_runs` also counts runs where only an expectation marked
+    /// `always` failed).
+    pub liveness_runs: u64,
     pub crashed_runs: u64,
     /// Names, in the oracle's order (`Property`'s), as the summary prints them.
     pub properties_broken: Vec<String>,
@@ -709,6 +717,7 @@ impl Totals {
             unsafe_runs: exploration.unsafe_runs,
             not_live_runs: exploration.not_live_runs,
             expectation_runs: exploration.expectation_runs,
+            liveness_runs: exploration.failing_runs_by_property.get(&Property::Liveness).copied().unwrap_or(0),
             crashed_runs: exploration.crashed_runs,
             properties_broken,
             first_unsafe: exploration.first_unsafe.as_ref().map(texts),
@@ -782,7 +791,8 @@ The first line says what is replayed: the scenario, the seed, and whether it ran
 Examples:
   mcpsim explore zoo-move-races-the-accept --seeds 100 --mutant recheck-then-delete   # writes the file below
   mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json
-  mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json --format mermaid > counterexample.mmd")]
+  mcpsim replay counterexample-zoo-move-races-the-accept-seed7.json --format mermaid \\
+    > counterexample.mmd")]
 pub struct ReplayArgs {
     /// A reproducer written by `mcpsim explore` (JSON: scenario text, mutant, seed, decision log).
     pub file: PathBuf,
@@ -853,7 +863,12 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
     println!("  deliveries             {}", exploration.deliveries);
     println!("  broke safety           {}", exploration.unsafe_runs);
     if faulty {
-        println!("  broke liveness         {}", exploration.not_live_runs);
+        println!("  broke liveness         {}", exploration.liveness_runs);
+        // Only the expectations marked `always` are judged under faults (docs/exploring.md).
+        println!(
+            "  expectations failed    {}  (those marked `always`; the rest are not judged under faults)",
+            exploration.expectation_runs
+        );
     } else {
         // Every run with a failed expectation, those that broke safety too: the count agrees with what is listed.
         let overlap = exploration.expectation_runs.saturating_sub(exploration.not_live_runs);
@@ -879,13 +894,15 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
         return EXIT_FAILED;
     }
     if let Some((seed, failures)) = &exploration.first_not_live {
-        let what = if faulty { "LIVENESS FAILED" } else { "EXPECTATIONS FAILED" };
+        // Under faults a run here broke liveness, or an expectation marked `always` failed (a finding: exit 1).
+        let live = failures.iter().any(|failure| failure.starts_with("property "));
+        let what = if faulty && live { "LIVENESS FAILED" } else { "EXPECTATIONS FAILED" };
         println!("\n{what} (no safety property broke); first at seed {seed}:");
         for failure in failures {
             println!("  {}", failure.replace('\n', "\n  "));
         }
         println!("  reproduce: mcpsim explore {argument} --seed-range {seed}..{seed}{mutant_flag}");
-        return if faulty { EXIT_NOT_LIVE } else { EXIT_FAILED };
+        return if faulty && exploration.expectation_runs == 0 { EXIT_NOT_LIVE } else { EXIT_FAILED };
     }
     if faulty {
         println!("\nall held in every schedule: every safety property, and liveness with clients retrying up to {RETRIES_MAX} times");
@@ -893,6 +910,31 @@ pub(crate) fn summarize(run: &Explored<'_>, first_seed: u64, last_seed: u64, exp
         println!("\nall held in every schedule: every safety property, and every expectation of the scenario");
     }
     EXIT_HELD
+}
+
+/// Most outcome classes the terminal lists (the HTML report has a page for each of up to `EXAMPLE_PAGES_MAX`).
+const CLASSES_PRINTED_MAX: usize = 8;
+
+/// The outcome classes, the most frequent first, each with its runs, verdict, settled answers and the command
+/// that shows an example run (`flags`: what `run` needs besides the scenario and the seed). Printed by
+/// `explore` after its summary and by `merge` after the merged one.
+pub(crate) fn print_outcome_classes(coverage: &Coverage, argument: &str, flags: &str) {
+    let classes = coverage.classes_by_frequency();
+    if classes.is_empty() {
+        return;
+    }
+    println!("\noutcome classes: {} (runs with the same verdict and the same settled answers; most frequent first)", classes.len());
+    for (number, (key, class)) in classes.iter().enumerate().take(CLASSES_PRINTED_MAX) {
+        let runs = if class.runs == 1 { "1 run".to_string() } else { format!("{} runs", class.runs) };
+        let label = format!("{:>2}. ", number + 1);
+        println!("{}", hanging(&label, &format!("{}, {runs}: {}", key.verdict, key.answers.join("; "))));
+        // The command on one line, however long, so that it can be copied whole.
+        println!("    example: mcpsim run {argument} --seed {}{flags}", class.example_seed);
+    }
+    if classes.len() > CLASSES_PRINTED_MAX {
+        let more = classes.len() - CLASSES_PRINTED_MAX;
+        println!("  … and {more} more, less frequent (explore --report DIR has a page for each of the first {EXAMPLE_PAGES_MAX})");
+    }
 }
 
 fn exhaustive(scenario: &Scenario, argument: &str, mutant: Option<&str>, server: &ServerUnderTest) -> ExitCode {
@@ -1053,21 +1095,24 @@ pub(crate) fn print_mutant_table(rows: &[MutantRow<'_>]) -> u8 {
         all_caught &= caught;
         cells.push(row_cells);
     }
-    let header = ["mutant", "exposed by", "schedules to first violation", "property broken", "real server, same seeds"];
+    // Within 100 columns: the scenario that exposes a mutant goes on a line of its own under its name.
+    let header = ["mutant (and the scenario that exposes it)", "schedules", "property broken", "real server"];
     let mut widths = header.map(str::len);
     for row in &cells {
-        for (width, cell) in widths.iter_mut().zip(row) {
+        for (width, cell) in widths.iter_mut().zip([&row[0], &row[2], &row[3], &row[4]]) {
             *width = (*width).max(cell.len());
         }
     }
-    let line = |cells: [&str; 5]| {
+    let line = |cells: [&str; 4]| {
         let padded: Vec<String> = cells.iter().zip(widths).map(|(cell, width)| format!("{cell:width$}")).collect();
         println!("{}", padded.join("  ").trim_end());
     };
     line(header);
     for row in &cells {
-        line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+        line([&row[0], &row[2], &row[3], &row[4]]);
+        println!("{}", hanging("  exposed by ", &row[1]));
     }
+    println!("\nschedules: seeds run to the first violation; real server: the real server on the same seeds");
     if all_caught {
         println!("\nevery mutant caught; the real server broke nothing on the same seeds");
         EXIT_HELD

@@ -334,6 +334,9 @@ impl Merged {
         }
         for (name, runs) in &summary.failing_runs_by_property {
             *self.failing_by_property.entry(name.clone()).or_default() += runs;
+            if name == crate::oracle::check::Property::Liveness.as_str() {
+                t.liveness_runs += runs;
+            }
         }
         match summary.coverage.as_ref().map(Coverage::from_mergeable_json) {
             Some(Ok(coverage)) => match self.coverage.as_mut() {
@@ -410,6 +413,9 @@ fn merge_seeds(run: &RunIdentity, items: &[&Read], note: &str, args: &MergeArgs,
         println!("merged {} shard(s) of {scenario} against {server_name}{note}", merged.shards);
         let explored = Explored { scenario, argument: &run.argument, server: &server_name, mutant, faults: &faults };
         codes.push(explore_cli::summarize(&explored, run.seeds.first, run.seeds.last, &merged.totals));
+        if let (Some(coverage), false) = (&merged.coverage, merged.coverage_missing) {
+            explore_cli::print_outcome_classes(coverage, &run.argument, &crate::sim::runner::reproduce_flags(false, &faults, mutant));
+        }
         first_failing_runs(merged);
         match (&merged.coverage, merged.coverage_missing) {
             (Some(coverage), false) => {

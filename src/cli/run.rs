@@ -32,17 +32,20 @@ Examples:
   mcpsim run                                   # the scenario library, one seed each
   mcpsim run scenarios/ --seeds 100            # every scenario under 100 interleavings
   mcpsim run scenarios/04-accepts-race-for-one-note.sim --seed 7 --format mermaid
-  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp scenarios/02-retry-lands-on-another-instance.sim
+  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp \\
+    scenarios/02-retry-lands-on-another-instance.sim
   mcpsim run scenarios/01-lesson-exchange-on-one-instance.sim --format mcp-trace > trace.jsonl
                                                # then: mcp-trace-validator validate trace.jsonl
-  mcpsim run scenarios/62-legacy-confirmation-races-a-modern-one.sim --format mcp-trace --trace-client desk > desk.jsonl
+  mcpsim run scenarios/62-legacy-confirmation-races-a-modern-one.sim --format mcp-trace \\
+    --trace-client desk > desk.jsonl
                                                # one client's session (here the legacy one)
   mcpsim run scenarios/04-accepts-race-for-one-note.sim --format html > run.html
                                                # one page, opened from disk: timeline, inspector, checks
   mcpsim run scenarios/ --html-out report/     # a page per scenario and report/index.html
   mcpsim run --target targets/mcpsim-stdio.toml  # the target scenarios against 3 processes of any MCP server
   mcpsim run --target targets/mcpsim-http.toml 02-accepts-race --format mcp-trace > trace.jsonl
-  mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 --faults lost-answer,duplicate
+  mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 \\
+    --faults lost-answer,duplicate
                                                # faults drawn from the seed against the target's processes
   mcpsim run --target targets/mcpsim-stdio.toml 02-accepts-race --seed 3 --fault-plan plan.json
                                                # one given plan (explore --target --faults prints it)
@@ -58,7 +61,8 @@ made in it, and the scenario's store expectations (note, notes count, consumed, 
 without it those steps are skipped, those expectations are reported not evaluated, and the store must be
 re-seeded by hand (`mcpsim seed`) between scenarios.
 
-  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp --reseed sqlite:./fleet.db scenarios/")]
+  mcpsim run --live http://127.0.0.1:8080/mcp,http://127.0.0.1:8081/mcp \\
+    --reseed sqlite:./fleet.db scenarios/")]
 pub struct RunArgs {
     /// Scenario files (.sim) or folders of them. Default: ./scenarios, or the embedded library if there is none.
     pub paths: Vec<PathBuf>,
@@ -585,9 +589,10 @@ pub(crate) fn list_scenarios() -> ExitCode {
             Some(course) => format!("L{}", course.number),
             None => String::new(),
         };
-        let _ = writeln!(out, "{mark:<3}{name:<width$}  {lesson}");
+        let _ = writeln!(out, "{}", common::hanging(&format!("{mark:<3}{name:<width$}  "), lesson));
     }
-    let _ = writeln!(out, "\nRun one: mcpsim run NAME   Explore one: mcpsim explore NAME --seeds 1000   (names work in place of paths)");
+    let _ = writeln!(out, "\nRun one: mcpsim run NAME   Explore one: mcpsim explore NAME --seeds 1000");
+    let _ = writeln!(out, "(names work in place of paths)");
     ExitCode::SUCCESS
 }
 
@@ -639,18 +644,21 @@ fn scenario_files(folder: &Path) -> std::io::Result<Vec<PathBuf>> {
 fn render_table(summaries: &[Summary], unreadable: &[String], flags: &str) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let width = summaries.iter().map(|s| s.name.len()).max().unwrap_or(8).max(8);
+    // Within 100 columns: the numbers and a result as long as "FAIL (seed 1000000)" take 52, so a longer name
+    // wraps (at its hyphens) onto lines of its own.
+    let width = summaries.iter().map(|s| s.name.len()).max().unwrap_or(8).clamp(8, common::COLUMNS_MAX - 52);
     let _ = writeln!(out, "{:<width$}  {:>6}  {:>9}  {:>13}  result", "scenario", "seeds", "messages", "interleavings");
     for summary in summaries {
         let result = match &summary.failed {
             None => "ok".to_string(),
             Some(report) => format!("FAIL (seed {})", report.seed),
         };
-        let _ = writeln!(
-            out,
-            "{:<width$}  {:>6}  {:>9}  {:>13}  {result}",
-            summary.name, summary.seeds, summary.messages, summary.interleavings
-        );
+        let name = common::wrap(&summary.name, width);
+        let _ =
+            writeln!(out, "{:<width$}  {:>6}  {:>9}  {:>13}  {result}", name[0], summary.seeds, summary.messages, summary.interleavings);
+        for rest in &name[1..] {
+            let _ = writeln!(out, "  {rest}");
+        }
     }
     let failed: Vec<&Summary> = summaries.iter().filter(|s| s.failed.is_some()).collect();
     for summary in &failed {

@@ -94,7 +94,9 @@ const AFTER_HELP: &str = r#"Pointing an MCP client at it:
            curl -s http://127.0.0.1:8080/mcp -H 'Authorization: Bearer demo-alice' \
              -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
              -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/list' \
-             -d '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
+             -d '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+                   "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                   "io.modelcontextprotocol/clientCapabilities":{}}}}'
 
 The embedded demo (used without --config): principal alice (token demo-alice) may use
 file:///Users/alice/Documents/Notes, principal bob (token demo-bob) may use file:///Users/bob/Notes;

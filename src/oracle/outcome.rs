@@ -210,52 +210,6 @@ pub fn same_set(a: &[Observed], b: &[Observed], masks: &Masks, extent: Extent) -
     })
 }
 
-/// Where two JSON values differ, as `(JSON path from `path`, expected, got)` with `None` for an absent
-/// member, in key order, at most `limit` of them: the structured diff of a drifted answer (`mcpsim import`'s
-/// regression mode). Values of different types, and arrays of different lengths, differ as a whole.
-pub fn differences(expected: &Value, got: &Value, path: &str, limit: usize) -> Vec<Difference> {
-    let mut found = Vec::new();
-    differences_at(expected, got, path, limit, &mut found);
-    found
-}
-
-/// One difference: its path, the value expected there and the one found (`None`: absent).
-type Difference = (String, Option<Value>, Option<Value>);
-
-fn differences_at(expected: &Value, got: &Value, path: &str, limit: usize, found: &mut Vec<Difference>) {
-    if found.len() >= limit || expected == got {
-        return;
-    }
-    let joined = |path: &str, key: &str| {
-        let plain = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        let key = if plain { key.to_string() } else { Value::String(key.to_string()).to_string() };
-        if path.is_empty() {
-            key
-        } else {
-            format!("{path}.{key}")
-        }
-    };
-    match (expected, got) {
-        (Value::Object(a), Value::Object(b)) => {
-            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-            for key in keys {
-                let inner = joined(path, key);
-                match (a.get(key), b.get(key)) {
-                    (Some(x), Some(y)) => differences_at(x, y, &inner, limit, found),
-                    (x, y) if found.len() < limit => found.push((inner, x.cloned(), y.cloned())),
-                    _ => return,
-                }
-            }
-        }
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
-            for (index, (x, y)) in a.iter().zip(b).enumerate() {
-                differences_at(x, y, &joined(path, &index.to_string()), limit, found);
-            }
-        }
-        _ => found.push((path.to_string(), Some(expected.clone()), Some(got.clone()))),
-    }
-}
-
 /// What parity, statelessness and reports print: `resultType` (and `structuredContent`), or the error code
 /// and reason, or no response. A tool error (`isError: true`) is its own outcome and prints as `tool_error`,
 /// never as a completion.
@@ -427,9 +381,151 @@ impl Masks {
     }
 }
 
+/// Most differing JSON paths a difference lists (the rest are counted).
+const PATHS_SHOWN_MAX: usize = 8;
+/// Characters of context kept on each side of where two strings differ.
+const CONTEXT_CHARS: usize = 30;
+
+/// Where two JSON values differ, one line per differing path (`error.data.reason: "a", then "b"`; a member only
+/// one side has is `(absent)` on the other), sorted by path, at most [`PATHS_SHOWN_MAX`] and then how many
+/// more. A long string is shown from a little before where the two first differ to a little after where they
+/// last do, and a multi-line one as the lines that differ (`-` first, `+` second) with a line of context on
+/// each side: the difference is shown whole, never cut off. Empty when the values are equal.
+pub fn json_differences(first: &Value, second: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    differing_paths(first, second, &mut String::new(), &mut found);
+    let total = found.len();
+    let mut lines: Vec<String> = found
+        .into_iter()
+        .take(PATHS_SHOWN_MAX)
+        .map(|(path, a, b)| {
+            let path = if path.is_empty() { "(the whole value)".to_string() } else { path };
+            match (a, b) {
+                (Some(Value::String(a)), Some(Value::String(b))) => format!("{path}: {}", strings_differ(a, b)),
+                (a, b) => format!("{path}: {}, then {}", shown_side(a), shown_side(b)),
+            }
+        })
+        .collect();
+    if total > PATHS_SHOWN_MAX {
+        lines.push(format!("… and {} more paths differ", total - PATHS_SHOWN_MAX));
+    }
+    lines
+}
+
+fn shown_side(value: Option<&Value>) -> String {
+    match value {
+        None => "(absent)".into(),
+        Some(value) => preview(value),
+    }
+}
+
+fn differing_paths<'v>(a: &'v Value, b: &'v Value, path: &mut String, found: &mut Vec<(String, Option<&'v Value>, Option<&'v Value>)>) {
+    if a == b {
+        return;
+    }
+    let len = path.len();
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for key in keys {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                match (x.get(key), y.get(key)) {
+                    (Some(a), Some(b)) => differing_paths(a, b, path, found),
+                    (a, b) => found.push((path.clone(), a, b)),
+                }
+                path.truncate(len);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for index in 0..x.len().max(y.len()) {
+                path.push_str(&format!("[{index}]"));
+                match (x.get(index), y.get(index)) {
+                    (Some(a), Some(b)) => differing_paths(a, b, path, found),
+                    (a, b) => found.push((path.clone(), a, b)),
+                }
+                path.truncate(len);
+            }
+        }
+        _ => found.push((path.clone(), Some(a), Some(b))),
+    }
+}
+
+/// Two differing strings: whole when short, else the part that differs with a little context.
+fn strings_differ(a: &str, b: &str) -> String {
+    if a.contains('\n') || b.contains('\n') {
+        return lines_differ(a, b);
+    }
+    if a.chars().count() + b.chars().count() <= 120 {
+        return format!("{a:?}, then {b:?}");
+    }
+    let (x, y): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let prefix = x.iter().zip(&y).take_while(|(p, q)| p == q).count();
+    let suffix = x[prefix..].iter().rev().zip(y[prefix..].iter().rev()).take_while(|(p, q)| p == q).count();
+    let start = prefix.saturating_sub(CONTEXT_CHARS);
+    let excerpt = |chars: &[char]| {
+        let end = (chars.len() - suffix + CONTEXT_CHARS).min(chars.len());
+        let text: String = chars[start..end].iter().collect();
+        let before = if start > 0 { "…" } else { "" };
+        let after = if end < chars.len() { "…" } else { "" };
+        format!("{before}{:?}{after}", text)
+    };
+    format!("{}, then {} (from character {})", excerpt(&x), excerpt(&y), start + 1)
+}
+
+/// Two differing multi-line strings: the lines that differ, `-` the first's and `+` the second's, with a line
+/// of context on each side.
+fn lines_differ(a: &str, b: &str) -> String {
+    let (x, y): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let prefix = x.iter().zip(&y).take_while(|(p, q)| p == q).count();
+    let suffix = x[prefix..].iter().rev().zip(y[prefix..].iter().rev()).take_while(|(p, q)| p == q).count();
+    let mut out = format!("the lines from line {} differ:", prefix.saturating_sub(1) + 1);
+    if prefix > 0 {
+        out.push_str(&format!("\n    {}", x[prefix - 1]));
+    }
+    for line in &x[prefix..x.len() - suffix] {
+        out.push_str(&format!("\n  - {line}"));
+    }
+    for line in &y[prefix..y.len() - suffix] {
+        out.push_str(&format!("\n  + {line}"));
+    }
+    if suffix > 0 {
+        out.push_str(&format!("\n    {}", x[x.len() - suffix]));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_differences_name_every_differing_path_with_both_values_and_never_cut_the_difference_off() {
+        use serde_json::json;
+        let long = "x".repeat(300);
+        let a = json!({"id": 4, "result": {"structuredContent": {"deleted": true, "note": long.clone() + "A" + &long}, "content": [1, 2]}});
+        let b = json!({"id": 4, "error": {"code": -32602}, "result": {"structuredContent": {"deleted": false, "note": long.clone() + "B" + &long}, "content": [1]}});
+        let lines = json_differences(&a, &b);
+        assert_eq!(lines[0], "error: (absent), then {\"code\":-32602}", "{lines:#?}");
+        assert_eq!(lines[1], "result.content[1]: 2, then (absent)");
+        assert_eq!(lines[2], "result.structuredContent.deleted: true, then false");
+        assert!(
+            lines[3].starts_with("result.structuredContent.note: …\"xxx") && lines[3].contains("xA") && lines[3].contains("xB"),
+            "{}",
+            lines[3]
+        );
+        assert!(lines[3].contains("(from character 271)"), "{}", lines[3]);
+        assert_eq!(lines.len(), 4);
+        assert!(json_differences(&a, &a).is_empty());
+        let text = json_differences(&json!("one\ntwo\nthree\nfour"), &json!("one\ntwo\n3\nfour"));
+        assert_eq!(text, ["(the whole value): the lines from line 2 differ:\n    two\n  - three\n  + 3\n    four"]);
+        let many: serde_json::Map<String, Value> = (0..12).map(|i| (format!("k{i:02}"), json!(i))).collect();
+        let lines = json_differences(&Value::Object(many), &json!({}));
+        assert_eq!(lines.len(), PATHS_SHOWN_MAX + 1);
+        assert_eq!(lines.last().unwrap(), "… and 4 more paths differ");
+    }
     use serde_json::json;
 
     fn observed(value: Value) -> Observed {

@@ -130,6 +130,7 @@ pub(crate) struct Context<'a> {
 pub(crate) fn judge(expectation: &Expectation, context: &Context<'_>) -> (ExpectationResult, Vec<(String, OperationId)>, bool) {
     let label = context.world.label();
     match expectation {
+        Expectation::Always(inner) => judge(inner, context),
         Expectation::If { condition, consequence } => {
             let (first, mut reads, mut reads_store) = judge(condition, context);
             match first {
@@ -226,7 +227,9 @@ fn on_store(expectation: &Expectation, context: &Context<'_>) -> ExpectationResu
                 let actual = world.nonce_record(&nonce)?;
                 nonce_record(answer, expected.as_ref(), actual.as_ref())
             }
-            Expectation::Answer { .. } | Expectation::ExportsCount(_) | Expectation::If { .. } => unreachable!("judged by `judge`"),
+            Expectation::Answer { .. } | Expectation::ExportsCount(_) | Expectation::If { .. } | Expectation::Always(_) => {
+                unreachable!("judged by `judge`")
+            }
         })
     })();
     match checked {
@@ -297,58 +300,28 @@ pub(crate) fn consumed_count(found: usize, expected: usize, listing: impl FnOnce
     }
 }
 
-/// `expected P = X, found Y` for scalars; for two objects or arrays, where they differ instead of both whole.
+/// `expect P = V` that did not hold. Two short scalars are shown whole; otherwise the message lists the JSON
+/// paths where the value found differs from the one written, both values at each (the structured diff of a
+/// drifted answer, as a trace differ shows it), never two prefixes cut off before the difference.
 fn not_equal(path: &[String], expected: &Value, actual: &Value) -> String {
-    match drift(path, expected, actual) {
-        diff if diff.is_empty() => format!("expected {} = {}, found {}", path.join("."), preview(expected), preview(actual)),
-        diff => format!("expected {} as written, found another value; differs at {diff}", path.join(".")),
+    let at = path.join(".");
+    let (shown_expected, shown_actual) = (preview(expected), preview(actual));
+    let structured = expected.is_object() || expected.is_array() || actual.is_object() || actual.is_array();
+    if !structured && !shown_expected.ends_with('…') && !shown_actual.ends_with('…') {
+        return format!("expected {at} = {shown_expected}, found {shown_actual}");
     }
-}
-
-/// Most differing paths a drifted value lists.
-const DRIFT_PATHS_MAX: usize = 8;
-
-/// Where an object or array found differs from the one expected, as JSON paths (the structured diff of a
-/// drifted answer): `; differs at result.structuredContent.outcome: expected "deleted", got "declined"`.
-/// Empty for two scalars (the line says it all).
-fn drift(path: &[String], expected: &Value, actual: &Value) -> String {
-    if !(expected.is_object() || expected.is_array()) || !(actual.is_object() || actual.is_array()) {
-        return String::new();
+    let mut out = format!("expected {at} = {shown_expected}, found a value that differs at these JSON paths (expected, then found):");
+    for line in crate::oracle::outcome::json_differences(expected, actual) {
+        let line = match line.strip_prefix("(the whole value)") {
+            Some(rest) => format!("{at}{rest}"),
+            None if line.starts_with('…') => line,
+            None if line.starts_with('[') => format!("{at}{line}"),
+            None => format!("{at}.{line}"),
+        };
+        out.push_str("\n  ");
+        out.push_str(&line.replace('\n', "\n  "));
     }
-    let shown = |value: &Option<Value>| value.as_ref().map_or_else(|| "absent".to_string(), preview);
-    let found = crate::oracle::outcome::differences(expected, actual, &path.join("."), DRIFT_PATHS_MAX + 1);
-    let mut text: Vec<String> = found
-        .iter()
-        .take(DRIFT_PATHS_MAX)
-        .map(|(at, want, got)| match (want, got) {
-            (Some(Value::String(a)), Some(Value::String(b))) if a.chars().count() > 60 || b.chars().count() > 60 => {
-                let (a, b, from) = around_first_difference(a, b);
-                format!("{at}: from character {from}, expected {a}, got {b}")
-            }
-            _ => format!("{at}: expected {}, got {}", shown(want), shown(got)),
-        })
-        .collect();
-    if found.len() > DRIFT_PATHS_MAX {
-        text.push("and more".into());
-    }
-    text.join("; ")
-}
-
-/// Two long strings shown where they first differ: a window of each from a little before the first differing
-/// character (quoted, `…` where cut), and that character's position.
-fn around_first_difference(a: &str, b: &str) -> (String, String, usize) {
-    let first = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
-    let from = first.saturating_sub(12);
-    let window = |text: &str| {
-        let total = text.chars().count();
-        let part: String = text.chars().skip(from).take(48).collect();
-        let quoted = Value::String(part).to_string();
-        let inner = &quoted[1..quoted.len() - 1];
-        let before = if from > 0 { "…" } else { "" };
-        let after = if from + 48 < total { "…" } else { "" };
-        format!("\"{before}{inner}{after}\"")
-    };
-    (window(a), window(b), first)
+    out
 }
 
 /// The nonce sealed in the `requestState` of the answer named `answer`.
@@ -493,10 +466,11 @@ mod tests {
                     expected: json!({"deleted": true, "noteId": "note-7", "outcome": "deleted"}),
                     actual: json!({"deleted": false, "outcome": "declined"}),
                 },
-                "expected result.structuredContent as written, found another value; \
-                 differs at result.structuredContent.deleted: expected true, got false; \
-                 result.structuredContent.noteId: expected \"note-7\", got absent; \
-                 result.structuredContent.outcome: expected \"deleted\", got \"declined\"",
+                "expected result.structuredContent = {\"deleted\":true,\"noteId\":\"note-7\",\"outcome\":\"deleted\"}, \
+                 found a value that differs at these JSON paths (expected, then found):\n  \
+                 result.structuredContent.deleted: true, then false\n  \
+                 result.structuredContent.noteId: \"note-7\", then (absent)\n  \
+                 result.structuredContent.outcome: \"deleted\", then \"declined\"",
             ),
             (
                 Mismatch::NonceRecord { answer: "r1".into(), expected: json!({"outcome": "declined"}), actual: json!({"outcome": "cancelled"}) },

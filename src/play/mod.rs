@@ -20,7 +20,7 @@ pub mod world;
 
 use self::client::{raw_message, scenario_answer, BuildError, Client};
 use self::expect::ExpectationResult;
-use self::world::{Annotation, ArmedFault, Item, Outgoing, Refused, World};
+use self::world::{Annotation, ArmedFault, Item, NotPlayed, Outgoing, Refused, World};
 use crate::oracle::check::Property;
 use crate::oracle::history::{OperationId, Outcome};
 use crate::policy::state::derived_key_secret;
@@ -120,6 +120,8 @@ pub struct Play {
     pub caveats: BTreeMap<OperationId, String>,
     /// Expectations judged (held or failed).
     pub judged: usize,
+    /// Expectations shown but not judged because faults were on (in the simulator: those not marked `always`).
+    pub unjudged_under_faults: usize,
     /// The world stopped before the end.
     pub stopped: bool,
     /// The first statement after which the world may differ from the scenario's intent (a step it could
@@ -160,6 +162,17 @@ pub fn play(scenario: &Scenario, world: &mut dyn World) -> Play {
         if interpreter.play.stopped {
             break;
         }
+    }
+    let unjudged = interpreter.play.unjudged_under_faults;
+    if unjudged > 0 {
+        let why = match interpreter.world.expectations_judged() {
+            Err(NotPlayed::UnderFaultsUnlessMarked) => {
+                "not marked `always`, and a retry may take a flow another way than the scenario wrote"
+            }
+            _ => "a target's expectations are shown, not judged, under faults",
+        };
+        let text = format!("{unjudged} expectation(s) not judged under faults: {why} (docs/exploring.md#expectations-under-faults)");
+        interpreter.annotate(|| Annotation::Note { text });
     }
     interpreter.play
 }
@@ -275,9 +288,16 @@ impl Interpreter<'_, '_> {
                 },
             },
             Action::Expect(expectation) => {
-                if let Err(why) = self.world.expectations_judged() {
-                    self.annotate(|| Annotation::Note { text: format!("{why}: {text}") });
-                    return;
+                match self.world.expectations_judged() {
+                    Ok(()) => {}
+                    Err(NotPlayed::UnderFaultsUnlessMarked) if expectation.always() => {}
+                    Err(why) => {
+                        if matches!(why, NotPlayed::UnderFaults | NotPlayed::UnderFaultsUnlessMarked) {
+                            self.play.unjudged_under_faults += 1;
+                        }
+                        self.annotate(|| Annotation::Note { text: format!("{why}: {text}") });
+                        return;
+                    }
                 }
                 let record = self.evaluate(index, line, text, expectation);
                 match &record.result {

@@ -92,9 +92,14 @@ pub enum Unobservable {
 /// Why a world does not judge a scenario's expectations, or does not play its 2025-11-25 clients.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotPlayed {
-    /// Clients retry under faults: a retry may take a flow another way than the scenario wrote.
+    /// Clients retry under a target's faults: a retry may take a flow another way than the scenario wrote, and
+    /// a target's expectations are shown, not judged, there (marked `always` or not).
     #[error("not judged under faults")]
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     UnderFaults,
+    /// Clients retry under the simulator's faults: only the expectations marked `always` are judged.
+    #[error("not judged under faults (not marked `always`)")]
+    UnderFaultsUnlessMarked,
     /// A re-run compared by something else than its expectations (what, said by the one that asked).
     #[error("{0}")]
     ComparedOtherwise(&'static str),

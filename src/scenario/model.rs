@@ -320,6 +320,18 @@ pub enum Expectation {
         condition: Box<Expectation>,
         consequence: Box<Expectation>,
     },
+    /// `expect always EXPECTATION`: the scenario says it holds under faults too (lost answers, retries, crashes,
+    /// …), so the simulator judges it there as well; an unmarked expectation is shown but not judged under
+    /// faults, where a retry may take a flow another way than the scenario wrote. Only at the top of an
+    /// `expect` statement.
+    Always(Box<Expectation>),
+}
+
+impl Expectation {
+    /// Whether it is marked `always` (judged under faults too).
+    pub fn always(&self) -> bool {
+        matches!(self, Expectation::Always(_))
+    }
 }
 
 #[derive(Debug, Clone)]

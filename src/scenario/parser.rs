@@ -1012,7 +1012,7 @@ impl<'a> Parser<'a> {
                 Action::StoreUnavailable { store, calls: calls as u32 }
             }
             "parallel" => self.parallel()?,
-            "expect" => Action::Expect(self.expectation()?),
+            "expect" => Action::Expect(self.expect_statement()?),
             "drop" => {
                 self.expect_keyword("answer", "(`drop answer from I to tools/call`)")?;
                 self.expect_keyword("from", "and the instance that answers (`drop answer from I to tools/call`)")?;
@@ -1374,6 +1374,23 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(Action::Parallel(items))
+    }
+
+    /// What follows `expect`: an expectation, or `always` and one (judged under faults too). A request named
+    /// `always` still works (`expect always complete`): `always` is the marker only when an expectation follows.
+    fn expect_statement(&mut self) -> Result<Expectation, ParseError> {
+        let saved = self.cursor;
+        if self.word().is_some_and(|(word, _)| word == "always") {
+            match self.expectation() {
+                Ok(expectation) => return Ok(Expectation::Always(Box::new(expectation))),
+                Err(marked_error) => {
+                    self.cursor = saved;
+                    return self.expectation().map_err(|_| marked_error);
+                }
+            }
+        }
+        self.cursor = saved;
+        self.expectation()
     }
 
     fn expectation(&mut self) -> Result<Expectation, ParseError> {
@@ -2004,6 +2021,34 @@ mod tests {
         assert_eq!(strip_comment(r##"send a -> b x {"t": "#1"} # why"##), r##"send a -> b x {"t": "#1"} "##);
         assert_eq!(strip_comment(r##"x "a\"#" # c"##), r##"x "a\"#" "##);
     }
+    #[test]
+    fn always_marks_an_expectation_judged_under_faults_and_a_request_may_still_be_named_always() {
+        let text = format!(
+            "{CLUSTER}send alice -> i1 tools/list {{}} as a\nsend alice -> i2 tools/list {{}} as always\n\
+             expect always at most 1 of a, always: complete\n\
+             expect always if a complete then notes count 7\n\
+             expect always complete\n\
+             expect a complete\n"
+        );
+        let scenario = parse("s.sim", "s", &text).unwrap();
+        let expectations: Vec<&Expectation> =
+            scenario.steps.iter().filter_map(|s| if let Action::Expect(e) = &s.action { Some(e) } else { None }).collect();
+        let marked: Vec<bool> = expectations.iter().map(|e| e.always()).collect();
+        assert_eq!(marked, [true, true, false, false]);
+        assert!(matches!(expectations[0], Expectation::Always(inner) if matches!(**inner, Expectation::Answer { .. })));
+        assert!(matches!(expectations[1], Expectation::Always(inner) if matches!(**inner, Expectation::If { .. })));
+        assert!(matches!(expectations[2], Expectation::Answer { targets: Targets::One(name), .. } if name == "always"));
+        // After the marker, an expectation: the error is the marked one's, at its column.
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list {} as a\nexpect always a\n"),
+            "s.sim:8:16: expected a check: complete, input_required, tool_error, error CODE [REASON], no response, or PATH = JSON, found the end of the line"
+        );
+        assert_eq!(
+            with_cluster("send alice -> i1 tools/list {} as a\nexpect always note\n"),
+            "s.sim:8:19: expected a note id, found the end of the line"
+        );
+    }
+
     #[test]
     fn quantified_alternative_and_conditional_expectations_parse() {
         let text = format!(

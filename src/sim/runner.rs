@@ -473,7 +473,7 @@ fn compare_rerouted(prepared: &Prepared<'_>, options: &RunOptions, original: &Ex
                 Some((from, to)) => format!(" (rerouted from {from} to {to})"),
                 None => String::new(),
             };
-            format!("line {line}{moved}: {} became {}", difference.first, difference.second)
+            format!("line {line}{moved}: {}", difference.described(" became "))
         })
         .collect();
     let stopped = |execution: &Execution| execution.failures.iter().find(|f| f.kind == FailureKind::Simulation).map(|f| f.message.clone());

@@ -76,10 +76,17 @@ pub fn judge(scenario: &Scenario, spread: &PlayedOnce, one: Option<&PlayedOnce>,
             let line = scenario.steps[difference.step].line;
             findings.push(Finding {
                 property: Property::Statelessness,
-                message: format!(
-                    "line {line}: with every round on one instance: {}; spread over the fleet: {}",
-                    difference.first, difference.second
-                ),
+                message: if difference.is_short() {
+                    format!(
+                        "line {line}: with every round on one instance: {}; spread over the fleet: {}",
+                        difference.first, difference.second
+                    )
+                } else {
+                    format!(
+                        "line {line}: with every round on one instance (first play), then spread over the fleet (second): {}",
+                        difference.described("")
+                    )
+                },
             });
         }
     }

@@ -4,7 +4,7 @@
 //! processes or on one) decides how they are paired and how much of an answer counts.
 
 use crate::oracle::history::{History, Operation};
-use crate::oracle::outcome::{Extent, Masks, Observed};
+use crate::oracle::outcome::{json_differences, Extent, Masks, Observed};
 use std::collections::BTreeSet;
 
 /// How the operations of the two plays are paired.
@@ -41,6 +41,47 @@ pub struct Difference {
     pub first: String,
     /// What the second play got.
     pub second: String,
+    /// Where the two (masked) answers differ, one line per JSON path with both values
+    /// ([`json_differences`]); empty when there is no pair of answers to compare path by path.
+    pub paths: Vec<String>,
+}
+
+impl Difference {
+    /// The difference as messages print it: `first`, then `second` (`joined` between them) when both are short
+    /// and no path needs naming, else the differing JSON paths, each on a line of its own.
+    pub fn described(&self, joined: &str) -> String {
+        if self.is_short() {
+            return format!("{}{joined}{}", self.first, self.second);
+        }
+        let count = self.paths.iter().filter(|line| !line.starts_with('…')).count();
+        let mut out = format!("the answers differ at {count} JSON path(s) (first play, then second):");
+        for line in &self.paths {
+            out.push_str("\n  ");
+            out.push_str(&line.replace('\n', "\n  "));
+        }
+        out
+    }
+}
+
+impl Difference {
+    /// Whether `first` and `second` alone show the difference: short, and at most one path differs.
+    pub fn is_short(&self) -> bool {
+        self.paths.is_empty() || (self.first.chars().count() + self.second.chars().count() <= 120 && self.paths.len() == 1)
+    }
+}
+
+/// The differing paths of two outcomes at `extent`: their whole masked answers, or their structured contents.
+fn paths_of(x: &Observed, y: &Observed, masks: &Masks, extent: Extent) -> Vec<String> {
+    match extent {
+        Extent::Answer => match (x.answer(), y.answer()) {
+            (Some(a), Some(b)) => json_differences(&masks.apply(a), &masks.apply(b)),
+            _ => Vec::new(),
+        },
+        Extent::Outcome => match (x.structured(), y.structured()) {
+            (Some(a), Some(b)) if x.kind == y.kind => json_differences(&masks.apply(a), &masks.apply(b)),
+            _ => Vec::new(),
+        },
+    }
 }
 
 /// Compares `first` with `second`, paired as `pairing` says, each answer with `masks` applied, at `extent`.
@@ -67,6 +108,7 @@ fn by_operation(first: &History, second: &History, masks: &Masks, extent: Extent
                 moved: (a.instance != b.instance).then(|| (a.instance.clone(), b.instance.clone())),
                 first: x.shown(masks, extent),
                 second: y.shown(masks, extent),
+                paths: paths_of(&x, &y, masks, extent),
             });
         }
     }
@@ -95,7 +137,11 @@ fn by_step(first: &History, second: &History, raced: &BTreeSet<usize>, masks: &M
                     outcomes.iter().map(|o| o.shown(masks, extent)).collect::<Vec<_>>().join("; ")
                 }
             };
-            compared.differences.push(Difference { step, moved: None, first: shown(&a), second: shown(&b) });
+            let paths = match (raced.contains(&step), a.as_slice(), b.as_slice()) {
+                (false, [x], [y]) => paths_of(x, y, masks, extent),
+                _ => Vec::new(),
+            };
+            compared.differences.push(Difference { step, moved: None, first: shown(&a), second: shown(&b), paths });
         }
     }
     compared
