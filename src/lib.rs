@@ -92,6 +92,9 @@ mod live;
 mod target;
 
 #[cfg(feature = "cli")]
+mod record;
+
+#[cfg(feature = "cli")]
 mod transport;
 
 #[cfg(feature = "cli")]

@@ -18,7 +18,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The layers, lowest first: `src/lib.rs`'s order (`embed` is the facade on top, `testing` the tests' view
 /// below it, beside it).
-const LAYERS: [&str; 18] = [
+const LAYERS: [&str; 19] = [
     "wire",
     "policy",
     "framework",
@@ -33,6 +33,7 @@ const LAYERS: [&str; 18] = [
     "sim",
     "live",
     "target",
+    "record",
     "transport",
     "cli",
     "embed",
