@@ -79,7 +79,10 @@ fn usage(message: impl std::fmt::Display) -> ExitCode {
 
 /// `--listen`: an IP address and port on loopback.
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    let address: SocketAddr = text.trim().parse().map_err(|_| format!("--listen {text:?} is not an address and port; write e.g. 127.0.0.1:0 (port 0 picks a free one)"))?;
+    let address: SocketAddr = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("--listen {text:?} is not an address and port; write e.g. 127.0.0.1:0 (port 0 picks a free one)"))?;
     if !address.ip().is_loopback() {
         return Err(format!(
             "--listen {address}: refusing a non-loopback address. The proxy forwards the client's credentials and records its traffic, so it listens on loopback only: use 127.0.0.1:PORT or [::1]:PORT"
@@ -124,7 +127,11 @@ enum Mode {
 
 fn check(args: &RecordArgs) -> Result<(Mode, Bounds), String> {
     if args.max_bytes < record::MAX_BYTES_MIN {
-        return Err(format!("--max-bytes {} is too small: at least {} (room for the events and the last one)", args.max_bytes, record::MAX_BYTES_MIN));
+        return Err(format!(
+            "--max-bytes {} is too small: at least {} (room for the events and the last one)",
+            args.max_bytes,
+            record::MAX_BYTES_MIN
+        ));
     }
     if args.max_message_bytes < record::MAX_MESSAGE_BYTES_MIN {
         return Err(format!("--max-message-bytes {} is too small: at least {}", args.max_message_bytes, record::MAX_MESSAGE_BYTES_MIN));
@@ -140,7 +147,10 @@ fn check(args: &RecordArgs) -> Result<(Mode, Bounds), String> {
         let Some(upstream) = &args.upstream else {
             return Err("--http needs --upstream URL, the server to put the proxy in front of (e.g. http://127.0.0.1:8080/mcp)".into());
         };
-        let upstream: hyper::Uri = parse_url(upstream).map_err(|message| format!("--upstream {message}"))?.parse().map_err(|error| format!("--upstream: {error}"))?;
+        let upstream: hyper::Uri = parse_url(upstream)
+            .map_err(|message| format!("--upstream {message}"))?
+            .parse()
+            .map_err(|error| format!("--upstream: {error}"))?;
         let listen = parse_listen(args.listen.as_deref().unwrap_or("127.0.0.1:0"))?;
         return Ok((Mode::Http { upstream, listen }, bounds));
     }
@@ -165,7 +175,10 @@ fn create(path: &Path, force: bool) -> Result<std::fs::File, String> {
     }
     options.open(path).map_err(|error| match error.kind() {
         std::io::ErrorKind::AlreadyExists => {
-            format!("{} exists; it is not appended to (its seq numbers would restart): --force overwrites it, or name another --out", path.display())
+            format!(
+                "{} exists; it is not appended to (its seq numbers would restart): --force overwrites it, or name another --out",
+                path.display()
+            )
         }
         _ => format!("cannot create {}: {error}", path.display()),
     })

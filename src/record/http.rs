@@ -33,7 +33,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 const CHUNKS_BUFFERED: usize = 16;
 
 /// Fields that belong to one connection (RFC 9110 §7.6.1): never forwarded.
-const HOP_BY_HOP: [&str; 8] = ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
+const HOP_BY_HOP: [&str; 8] =
+    ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
 
 struct Proxy {
     /// `http://host:port` of the upstream (its path is the client's).
@@ -98,7 +99,9 @@ async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response 
     let body = match Limited::new(body, REQUEST_BYTES_MAX).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) => {
-            let text = format!("mcpsim record: the request body could not be read whole ({error}; at most {REQUEST_BYTES_MAX} bytes); not forwarded");
+            let text = format!(
+                "mcpsim record: the request body could not be read whole ({error}; at most {REQUEST_BYTES_MAX} bytes); not forwarded"
+            );
             eprintln!("{text}");
             return plain(StatusCode::PAYLOAD_TOO_LARGE, text);
         }
@@ -148,7 +151,8 @@ async fn relay(proxy: &Arc<Proxy>, response: hyper::Response<hyper::body::Incomi
                 Body::from(bytes)
             }
             Err(error) => {
-                let text = format!("mcpsim record: the upstream's answer could not be read whole ({error}; at most {HELD_BYTES_MAX} bytes)");
+                let text =
+                    format!("mcpsim record: the upstream's answer could not be read whole ({error}; at most {HELD_BYTES_MAX} bytes)");
                 eprintln!("{text}");
                 proxy.recorder.http_response(parts.status.as_u16(), &headers, None);
                 proxy.recorder.lifecycle(Direction::ServerToClient, Lifecycle::Abort);
@@ -165,7 +169,12 @@ async fn relay(proxy: &Arc<Proxy>, response: hyper::Response<hyper::body::Incomi
 /// Reads an event stream from the upstream, records each event's data, and passes every chunk on after the
 /// events it completes are recorded. Ends when the upstream's stream ends or fails, the client goes away
 /// (the channel closes), or the proxy stops.
-async fn pump_events(mut incoming: hyper::body::Incoming, sender: mpsc::Sender<Result<Bytes, std::io::Error>>, recorder: Arc<Recorder>, mut stopping: watch::Receiver<bool>) {
+async fn pump_events(
+    mut incoming: hyper::body::Incoming,
+    sender: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    recorder: Arc<Recorder>,
+    mut stopping: watch::Receiver<bool>,
+) {
     let mut events = SseEvents::new(HELD_BYTES_MAX);
     loop {
         let frame = tokio::select! {

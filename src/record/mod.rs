@@ -111,10 +111,27 @@ pub struct FieldPath(Vec<String>);
 
 impl FieldPath {
     /// `params.arguments.password`. Refuses an empty path or an empty segment.
+    /// `params.arguments.password`; a dot inside a key is written `\.` (`params._meta.com\.example/auth.token`).
+    /// Refuses an empty path or an empty segment.
     pub fn parse(text: &str) -> Result<FieldPath, String> {
-        let segments: Vec<String> = text.split('.').map(str::to_string).collect();
+        let mut segments = Vec::new();
+        let mut segment = String::new();
+        let mut characters = text.chars();
+        while let Some(character) = characters.next() {
+            match character {
+                '\\' if characters.as_str().starts_with('.') => {
+                    characters.next();
+                    segment.push('.');
+                }
+                '.' => segments.push(std::mem::take(&mut segment)),
+                other => segment.push(other),
+            }
+        }
+        segments.push(segment);
         if text.trim().is_empty() || segments.iter().any(String::is_empty) {
-            return Err(format!("{text:?} is not a field path; write keys from the message's root joined by dots, e.g. params.arguments.password (* for any one key)"));
+            return Err(format!(
+                "{text:?} is not a field path; write keys from the message's root joined by dots, e.g. params.arguments.password (* for any one key, \\. for a dot inside a key)"
+            ));
         }
         Ok(FieldPath(segments))
     }
@@ -136,8 +153,11 @@ impl Redactor {
     }
 
     fn with_key(key: [u8; 32], extra_headers: &[String], fields: Vec<FieldPath>) -> Redactor {
-        let headers =
-            REDACTED_HEADERS_DEFAULT.iter().map(|name| name.to_string()).chain(extra_headers.iter().map(|name| name.trim().to_ascii_lowercase())).collect();
+        let headers = REDACTED_HEADERS_DEFAULT
+            .iter()
+            .map(|name| name.to_string())
+            .chain(extra_headers.iter().map(|name| name.trim().to_ascii_lowercase()))
+            .collect();
         Redactor { key, headers, fields }
     }
 
@@ -685,7 +705,8 @@ mod tests {
             ("X-Unlisted", "not-recorded-SECRET-4"),
             ("Mcp-Protocol-Version", "2026-07-28"),
         ]);
-        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"password":"pw-SECRET-5","pin":1234}}}"#;
+        let body =
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"password":"pw-SECRET-5","pin":1234}}}"#;
         recorder.http_request("post", &headers, body);
         recorder.http_request("POST", &pairs(&[("authorization", "Bearer tok-SECRET-1")]), b"");
         recorder.http_response(200, &pairs(&[("Set-Cookie", "sid=cookie-SECRET-2; Path=/; HttpOnly")]), Some(b"{}"));
@@ -719,11 +740,16 @@ mod tests {
         let request = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"notes_read","arguments":{"body":big}}});
         let response = json!({"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":big}]}});
         let error = json!({"jsonrpc":"2.0","id":8,"error":{"code":-32602,"message":"too big","data":big}});
-        for (direction, message) in [(Direction::ClientToServer, &request), (Direction::ServerToClient, &response), (Direction::ServerToClient, &error)] {
+        for (direction, message) in
+            [(Direction::ClientToServer, &request), (Direction::ServerToClient, &response), (Direction::ServerToClient, &error)]
+        {
             recorder.message(direction, message.to_string().as_bytes());
         }
         let events = lines(&sink);
-        assert_eq!(events[0]["payload"], json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"_meta":{"mcpsim/truncated":{"bytes":request.to_string().len()}}}}));
+        assert_eq!(
+            events[0]["payload"],
+            json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"_meta":{"mcpsim/truncated":{"bytes":request.to_string().len()}}}})
+        );
         assert_eq!(events[0]["truncated"]["bytes"], request.to_string().len());
         assert_eq!(events[1]["payload"]["id"], 7);
         assert!(events[1]["payload"]["result"]["_meta"]["mcpsim/truncated"].is_object());
@@ -792,5 +818,6 @@ mod tests {
         assert!(FieldPath::parse("params..x").is_err());
         assert!(FieldPath::parse("").is_err());
         assert_eq!(FieldPath::parse("a.*.b").unwrap(), FieldPath(vec!["a".into(), "*".into(), "b".into()]));
+        assert_eq!(FieldPath::parse(r"params._meta.com\.example/auth.token").unwrap().0, ["params", "_meta", "com.example/auth", "token"]);
     }
 }

@@ -48,7 +48,8 @@ pub async fn wrap(argv: &[String], recorder: Arc<Recorder>, mut stop: watch::Rec
             Ok(())
         });
     }
-    let mut child = command.spawn().map_err(|error| format!("cannot start {program:?}: {error} (is it on PATH? give its path otherwise)"))?;
+    let mut child =
+        command.spawn().map_err(|error| format!("cannot start {program:?}: {error} (is it on PATH? give its path otherwise)"))?;
     let group = child.id().map(|pid| pid as i32);
     let (Some(child_stdin), Some(child_stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err("the server's stdin and stdout were not piped".into());
@@ -108,7 +109,8 @@ pub async fn wrap(argv: &[String], recorder: Arc<Recorder>, mut stop: watch::Rec
         (None, None, Some(signal)) => (128 + signal as u8, format!("the server {}", describe(status))),
         (None, None, None) => (1, format!("the server {}", describe(status))),
     };
-    let how = if closer == Direction::ClientToServer && stopped_by.is_none() { format!("the client closed the session; {how}") } else { how };
+    let how =
+        if closer == Direction::ClientToServer && stopped_by.is_none() { format!("the client closed the session; {how}") } else { how };
     Ok(Ended { code, how, summary })
 }
 
