@@ -271,6 +271,65 @@ async fn planted_secrets_never_reach_the_file_and_each_keeps_one_marker() {
     assert_eq!(sent[0]["params"]["arguments"]["title"], "TPS report", "what is not secret is kept");
 }
 
+/// The next SSE event's data (JSON) of `response`, read as it arrives (bounded by [`WAIT`]).
+async fn next_event(response: &mut reqwest::Response, buffer: &mut String) -> Value {
+    loop {
+        if let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            let data: String = event.lines().filter_map(|line| line.strip_prefix("data: ")).collect();
+            if data.is_empty() {
+                continue;
+            }
+            return serde_json::from_str(&data).unwrap_or_else(|e| panic!("not JSON ({e}): {event:?}"));
+        }
+        let chunk = tokio::time::timeout(WAIT, response.chunk()).await.expect("an event in time").expect("the stream is readable");
+        buffer.push_str(&String::from_utf8_lossy(&chunk.expect("the stream is still open")));
+    }
+}
+
+#[tokio::test]
+async fn a_legacy_session_streams_through_the_proxy_event_by_event_with_its_session_id_and_delete() {
+    let scratch = Scratch::new();
+    let server = HttpServer::start(&["--eras", "both"]);
+    let proxy = Proxy::start(&server.url, &scratch.file("legacy.jsonl"), &[]);
+    let client = reqwest::Client::new();
+    let opened = legacy_post(&client, &proxy.url, "demo-alice", None, &legacy_initialize(json!({ "elicitation": {} }))).await;
+    assert_eq!(opened.status().as_u16(), 200);
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+    assert_eq!(legacy_post(&client, &proxy.url, "demo-alice", Some(&session), &initialized).await.status().as_u16(), 202);
+    // The call's stream stays open until the question is answered: its first event must come through alone.
+    let mut stream = legacy_post(&client, &proxy.url, "demo-alice", Some(&session), &legacy_delete(5, ALICE_WORKSPACE)).await;
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let mut buffer = String::new();
+    let asked = next_event(&mut stream, &mut buffer).await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let reply = json!({ "jsonrpc": "2.0", "id": asked["id"], "result": { "action": "accept", "content": { "note_id": "note-7", "confirm": true } } });
+    assert_eq!(legacy_post(&client, &proxy.url, "demo-alice", Some(&session), &reply).await.status().as_u16(), 202);
+    let done = next_event(&mut stream, &mut buffer).await;
+    assert_eq!(done["result"]["structuredContent"]["deleted"], true, "{done}");
+    drop(stream);
+    let ended = client.delete(&proxy.url).header("Authorization", "Bearer demo-alice").header("Mcp-Session-Id", &session).send().await.unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let (status, stderr, text) = proxy.stop();
+    assert!(status.success(), "{stderr}");
+    let events = read_events(&text, "streamable-http");
+    let minted = events.iter().find(|event| event["kind"] == "http" && event["headers"]["mcp-session-id"] == session.as_str()).expect("the session id is recorded");
+    assert_eq!(minted["direction"], "server-to-client", "first seen on the answer to initialize: {minted}");
+    let opened_stream = events.iter().position(|event| event["headers"]["content-type"] == "text/event-stream").expect("the stream's head is recorded");
+    let streamed: Vec<&Value> = events[opened_stream + 1..].iter().filter(|event| event["kind"] == "message" && event["direction"] == "server-to-client").collect();
+    assert_eq!(streamed[0]["payload"], asked, "each event's message as it was relayed");
+    assert!(streamed.iter().any(|event| event["payload"] == done), "the last event of the stream is recorded");
+    let asked_at = events.iter().position(|event| event["payload"] == asked).unwrap();
+    let reply_at = events.iter().position(|event| event["payload"] == reply).unwrap();
+    let done_at = events.iter().position(|event| event["payload"] == done).unwrap();
+    assert!(asked_at < reply_at && reply_at < done_at, "recorded in the order they happened");
+    let delete = events.iter().position(|event| event["method"] == "DELETE").expect("the DELETE is recorded");
+    assert_eq!(events[delete]["headers"]["mcp-session-id"], session.as_str());
+    assert_eq!(events[delete + 1]["kind"], "http", "its answer's head follows (no body)");
+    assert!(events[delete + 1]["status"].as_u64().is_some_and(|status| status < 300));
+}
+
 #[test]
 fn a_non_loopback_listen_address_is_refused_before_anything_starts() {
     let scratch = Scratch::new();
