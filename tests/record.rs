@@ -29,7 +29,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A bearer token planted in the server's configuration: it must never reach a recording.
 const PLANTED_TOKEN: &str = "tok-PLANTED-e41c09d7";
@@ -72,8 +72,8 @@ fn collect(stream: impl Read + Send + 'static) -> (Arc<Mutex<Vec<String>>>, Rece
 
 /// Waits (bounded by `limit`) for `child` to exit.
 fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
+    // Polled, not timed: a bound on the number of 20 ms waits.
+    for _ in 0..limit.as_millis() / 20 {
         if let Some(status) = child.try_wait().unwrap() {
             return Some(status);
         }
@@ -309,15 +309,21 @@ async fn a_legacy_session_streams_through_the_proxy_event_by_event_with_its_sess
     let done = next_event(&mut stream, &mut buffer).await;
     assert_eq!(done["result"]["structuredContent"]["deleted"], true, "{done}");
     drop(stream);
-    let ended = client.delete(&proxy.url).header("Authorization", "Bearer demo-alice").header("Mcp-Session-Id", &session).send().await.unwrap();
+    let ended =
+        client.delete(&proxy.url).header("Authorization", "Bearer demo-alice").header("Mcp-Session-Id", &session).send().await.unwrap();
     assert!(ended.status().is_success(), "{}", ended.status());
     let (status, stderr, text) = proxy.stop();
     assert!(status.success(), "{stderr}");
     let events = read_events(&text, "streamable-http");
-    let minted = events.iter().find(|event| event["kind"] == "http" && event["headers"]["mcp-session-id"] == session.as_str()).expect("the session id is recorded");
+    let minted = events
+        .iter()
+        .find(|event| event["kind"] == "http" && event["headers"]["mcp-session-id"] == session.as_str())
+        .expect("the session id is recorded");
     assert_eq!(minted["direction"], "server-to-client", "first seen on the answer to initialize: {minted}");
-    let opened_stream = events.iter().position(|event| event["headers"]["content-type"] == "text/event-stream").expect("the stream's head is recorded");
-    let streamed: Vec<&Value> = events[opened_stream + 1..].iter().filter(|event| event["kind"] == "message" && event["direction"] == "server-to-client").collect();
+    let opened_stream =
+        events.iter().position(|event| event["headers"]["content-type"] == "text/event-stream").expect("the stream's head is recorded");
+    let streamed: Vec<&Value> =
+        events[opened_stream + 1..].iter().filter(|event| event["kind"] == "message" && event["direction"] == "server-to-client").collect();
     assert_eq!(streamed[0]["payload"], asked, "each event's message as it was relayed");
     assert!(streamed.iter().any(|event| event["payload"] == done), "the last event of the stream is recorded");
     let asked_at = events.iter().position(|event| event["payload"] == asked).unwrap();
@@ -502,9 +508,11 @@ fn the_servers_exit_status_is_the_wrappers_and_a_server_that_outlives_its_client
     let pid_file = scratch.file("pid");
     let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
     let wrapper = Wrapper::start(&out, &[], &["sh", "-c", &script]);
-    let start = Instant::now();
-    while !pid_file.exists() || std::fs::read_to_string(&pid_file).unwrap().trim().is_empty() {
-        assert!(start.elapsed() < WAIT, "the server did not start");
+    for waited in 0.. {
+        if std::fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty()) {
+            break;
+        }
+        assert!(waited < WAIT.as_millis() / 20, "the server did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
