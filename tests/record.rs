@@ -524,6 +524,70 @@ fn the_servers_exit_status_is_the_wrappers_and_a_server_that_outlives_its_client
     assert_eq!(events.last().unwrap()["event"], "transport-abort");
 }
 
+/// Sends `signal` (e.g. "-TERM") to `child`.
+fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill").args([signal, &child.id().to_string()]).status().expect("kill runs");
+    assert!(sent.success());
+}
+
+#[tokio::test]
+async fn sigterm_or_sigint_stops_the_proxy_cleanly_and_an_unreachable_upstream_is_a_502_recorded_as_an_abort() {
+    let scratch = Scratch::new();
+    let server = HttpServer::start(&[]);
+    for (name, how) in [("term.jsonl", "-TERM"), ("int.jsonl", "-INT")] {
+        let mut proxy = Proxy::start(&server.url, &scratch.file(name), &[]);
+        let (status, _) = post_message(&reqwest::Client::new(), &proxy.url, "demo-alice", &resources_list(1)).await.unwrap();
+        assert_eq!(status, 200);
+        signal(&proxy.child, how);
+        let exit = wait_within(&mut proxy.child, WAIT).expect("the proxy stops on the signal");
+        assert!(exit.success(), "{how}: {:?}", proxy.stderr.lock().unwrap());
+        let events = read_events(&std::fs::read_to_string(scratch.file(name)).unwrap(), "streamable-http");
+        assert_eq!(events.len(), 5, "request, its message, the answer's head and message, the close: {events:?}");
+        assert_eq!(events[4]["event"], "transport-close");
+    }
+    // Nothing listens on the upstream: the client gets mcpsim's 502 naming it, the trace an aborted transport.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let proxy = Proxy::start(&nowhere, &scratch.file("nowhere.jsonl"), &[]);
+    let answer = reqwest::Client::new().post(&proxy.url).body(resources_list(1).to_string()).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 502);
+    assert!(answer.text().await.unwrap().contains("cannot reach the upstream"));
+    let (status, stderr, text) = proxy.stop();
+    assert!(status.success(), "{stderr}");
+    let events = read_events(&text, "streamable-http");
+    assert_eq!(events[2]["kind"], "lifecycle");
+    assert_eq!((events[2]["event"].as_str(), events[2]["direction"].as_str()), (Some("transport-abort"), Some("server-to-client")));
+}
+
+#[test]
+fn sigterm_to_the_wrapper_stops_the_server_and_the_status_says_so() {
+    let scratch = Scratch::new();
+    let out = scratch.file("term.jsonl");
+    let mut wrapper = Wrapper::start(&out, &[], &[BIN, "serve", "--stdio"]);
+    let answer = wrapper.exchange(&resources_list(1));
+    assert_eq!(answer["id"], 1);
+    signal(&wrapper.child, "-TERM");
+    let status = wait_within(&mut wrapper.child, WAIT).expect("the wrapper stops on SIGTERM");
+    assert_eq!(status.code(), Some(128 + 15));
+    let events = read_events(&std::fs::read_to_string(&out).unwrap(), "stdio");
+    let last = events.last().unwrap();
+    assert_eq!((last["event"].as_str(), last["direction"].as_str()), (Some("transport-abort"), Some("client-to-server")), "{last}");
+    assert_eq!(events.len(), 4, "open, the request, its answer, the end: {events:?}");
+}
+
+#[test]
+fn the_sample_recordings_are_traces_of_the_confirmation_without_the_token() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (file, transport) in [("sdk-python-http-notes-delete.jsonl", "streamable-http"), ("sdk-python-stdio-notes-delete.jsonl", "stdio")] {
+        let text = std::fs::read_to_string(root.join("tests/traces").join(file)).unwrap();
+        assert!(!text.contains("demo-alice"), "{file}: the bearer token is redacted");
+        let events = read_events(&text, transport);
+        assert_confirmation(&messages(&events));
+        assert_eq!(events.last().unwrap()["event"], "transport-close", "{file}");
+    }
+}
+
 /// The directory holding bin/mcp-trace-validator (MCPSIM_TRACE_TOOLS), or a panic saying how to get it.
 fn trace_tools() -> PathBuf {
     let tools = std::env::var_os("MCPSIM_TRACE_TOOLS")
@@ -567,6 +631,10 @@ fn recordings_of_our_own_clients_pass_the_validator() {
     let (status, stderr) = wrapper.close(WAIT);
     assert!(status.success(), "{stderr}");
     judge(&out);
+    // And the sample recordings kept for the importer.
+    for file in ["sdk-python-http-notes-delete.jsonl", "sdk-python-stdio-notes-delete.jsonl"] {
+        judge(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces").join(file));
+    }
 }
 
 /// The Python SDK's interpreter (MCPSIM_PYTHON_VENV/bin/python), or a panic saying how to get it.
