@@ -85,6 +85,8 @@ mod play;
 
 mod sim;
 
+mod import;
+
 #[cfg(feature = "http")]
 mod live;
 

@@ -31,7 +31,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 9] = [
+const DOCUMENTS: [&str; 10] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
@@ -41,6 +41,7 @@ const DOCUMENTS: [&str; 9] = [
     "docs/targets.md",
     "docs/benchmarks.md",
     "docs/ci.md",
+    "docs/importing.md",
 ];
 /// Longest a command may take (the slowest recipe takes well under a minute on the 2-core machine).
 const COMMAND_SECONDS_MAX: u64 = 600;
@@ -101,6 +102,12 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
         "mcpsim run --target targets/broken-release-on-store-error.toml tests/scenarios/store-locked-after-the-effect.sim",
         1,
         "the broken server is caught under its fault: honest outcome breaks",
+    ),
+    ("mcpsim explore broken.sim --perturb --format mcp-trace", 1, "round 2 on another instance of a fleet without a shared key is refused"),
+    (
+        "mcpsim run --target targets/broken-no-shared-key.toml perturbed-broken.sim",
+        1,
+        "the shrunk perturbation fails on the broken deployment's real processes too",
     ),
 ];
 

@@ -101,6 +101,12 @@ kind turned on that never fired is listed with why, and a run that held otherwis
 pub struct ExploreArgs {
     /// The scenario to explore (not needed with --all-mutants).
     pub scenario: Option<String>,
+    /// Vary the scenario file as a fleet would, in the simulator: each later request on each other instance
+    /// (every answer judged), each two consecutive requests raced (the properties judged, over --seeds,
+    /// default 20); the first failing variant is shrunk to the fewest requests and saved as a .sim (--save,
+    /// default perturbed-NAME.sim), its transcript beside it with --format. For `mcpsim import`'s scenarios.
+    #[arg(long, conflicts_with_all = ["target", "mutant", "exhaustive", "all_mutants", "faults", "report", "results", "shard", "ledger"])]
+    pub perturb: bool,
     /// Run seeds 1..=N, each a different interleaving of the scenario's parallel blocks.
     #[arg(long, conflicts_with = "seed_range")]
     pub seeds: Option<u64>,
@@ -349,6 +355,18 @@ pub fn run(args: ExploreArgs) -> ExitCode {
     let Some(name) = args.scenario.as_deref() else {
         return usage("name a scenario to explore (or use --all-mutants)");
     };
+    if args.perturb {
+        let seeds: Vec<u64> = match (&args.seed_range, args.seeds) {
+            (Some(range), _) => match parse_range(range) {
+                Ok(range) => range.collect(),
+                Err(message) => return usage(&message),
+            },
+            (None, Some(0)) => return usage("--seeds must be at least 1"),
+            (None, n) => (1..=n.unwrap_or(20).min(EXPLORE_SEEDS_MAX)).collect(),
+        };
+        let format = args.format.map(|f| TranscriptFormat::or_default(Some(f)));
+        return super::import::perturb_command(name, &seeds, args.save.as_deref(), format);
+    }
     if let Some(file) = &args.target {
         let seeds = match (&args.seed_range, args.seeds) {
             (Some(range), _) => match parse_range(range) {

@@ -5,6 +5,7 @@ pub(crate) mod common;
 pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
+pub mod import;
 pub mod keygen;
 pub(crate) mod ledger;
 pub mod live;
@@ -69,6 +70,8 @@ Examples:
     TargetWatchdog(target::WatchdogArgs),
     /// Replay a counterexample written by `mcpsim explore`, byte for byte.
     Replay(explore::ReplayArgs),
+    /// Turn a recorded trace (mcp-trace JSON Lines) into a .sim scenario that replays it in every world.
+    Import(import::ImportArgs),
     /// List the scenario library (and the zoo's scenarios), each with the guarantee it teaches.
     ///
     /// Any name listed can be given to `mcpsim run` and `mcpsim explore` instead of a file path.
@@ -126,6 +129,7 @@ pub fn main() -> ExitCode {
         Command::TargetWatchdog(args) => target::watchdog(args),
         Command::Scenarios => run::list_scenarios(),
         Command::Record(args) => record::run(args),
+        Command::Import(args) => import::run(args),
     }
 }
 

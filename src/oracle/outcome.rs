@@ -210,6 +210,49 @@ pub fn same_set(a: &[Observed], b: &[Observed], masks: &Masks, extent: Extent) -
     })
 }
 
+/// Where two JSON values differ, as `(JSON path from `path`, expected, got)` with `None` for an absent
+/// member, in key order, at most `limit` of them: the structured diff of a drifted answer (`mcpsim import`'s
+/// regression mode). Values of different types, and arrays of different lengths, differ as a whole.
+pub fn differences(expected: &Value, got: &Value, path: &str, limit: usize) -> Vec<(String, Option<Value>, Option<Value>)> {
+    let mut found = Vec::new();
+    differences_at(expected, got, &mut path.to_string(), limit, &mut found);
+    found
+}
+
+fn differences_at(expected: &Value, got: &Value, path: &mut String, limit: usize, found: &mut Vec<(String, Option<Value>, Option<Value>)>) {
+    if found.len() >= limit || expected == got {
+        return;
+    }
+    let joined = |path: &str, key: &str| {
+        let plain = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let key = if plain { key.to_string() } else { Value::String(key.to_string()).to_string() };
+        if path.is_empty() {
+            key
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (expected, got) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let mut inner = joined(path, key);
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => differences_at(x, y, &mut inner, limit, found),
+                    (x, y) if found.len() < limit => found.push((inner, x.cloned(), y.cloned())),
+                    _ => return,
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (index, (x, y)) in a.iter().zip(b).enumerate() {
+                differences_at(x, y, &mut joined(path, &index.to_string()), limit, found);
+            }
+        }
+        _ => found.push((path.clone(), Some(expected.clone()), Some(got.clone()))),
+    }
+}
+
 /// What parity, statelessness and reports print: `resultType` (and `structuredContent`), or the error code
 /// and reason, or no response. A tool error (`isError: true`) is its own outcome and prints as `tool_error`,
 /// never as a completion.
@@ -286,6 +329,12 @@ impl Masks {
     pub fn with(mut self, mask: Mask) -> Masks {
         self.masks.push(mask);
         self
+    }
+
+    /// Whether the member at `path` (from the answer's root, ending in its key; `*` for an array item) is
+    /// masked: what `mcpsim import` expects `present` rather than equal.
+    pub fn masked(&self, path: &[&str], value: &Value) -> bool {
+        path.last().is_some_and(|key| self.mask_of(path, key, value).is_some())
     }
 
     /// What the member `key` at `path` (from the answer's root, ending in `key`) is masked as, if it is.

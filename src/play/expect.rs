@@ -67,7 +67,7 @@ pub enum Mismatch {
     NotToolError { got: String },
     #[error("expected error {code}{}, got {got}", .reason.as_ref().map(|r| format!(" {r}")).unwrap_or_default())]
     Error { code: i64, reason: Option<String>, got: String },
-    #[error("expected {} = {}, found {}", .path.join("."), preview(.expected), preview(.actual))]
+    #[error("{}", not_equal(.path, .expected, .actual))]
     NotEqual { path: Vec<String>, expected: Value, actual: Value },
     #[error("expected {} = {}, but it is absent; got {got}", .path.join("."), preview(.expected))]
     EqualButAbsent { path: Vec<String>, expected: Value, got: String },
@@ -297,6 +297,60 @@ pub(crate) fn consumed_count(found: usize, expected: usize, listing: impl FnOnce
     }
 }
 
+/// `expected P = X, found Y` for scalars; for two objects or arrays, where they differ instead of both whole.
+fn not_equal(path: &[String], expected: &Value, actual: &Value) -> String {
+    match drift(path, expected, actual) {
+        diff if diff.is_empty() => format!("expected {} = {}, found {}", path.join("."), preview(expected), preview(actual)),
+        diff => format!("expected {} as written, found another value; differs at {diff}", path.join(".")),
+    }
+}
+
+/// Most differing paths a drifted value lists.
+const DRIFT_PATHS_MAX: usize = 8;
+
+/// Where an object or array found differs from the one expected, as JSON paths (the structured diff of a
+/// drifted answer): `; differs at result.structuredContent.outcome: expected "deleted", got "declined"`.
+/// Empty for two scalars (the line says it all).
+fn drift(path: &[String], expected: &Value, actual: &Value) -> String {
+    if !(expected.is_object() || expected.is_array()) || !(actual.is_object() || actual.is_array()) {
+        return String::new();
+    }
+    let shown = |value: &Option<Value>| value.as_ref().map_or_else(|| "absent".to_string(), preview);
+    let found = crate::oracle::outcome::differences(expected, actual, &path.join("."), DRIFT_PATHS_MAX + 1);
+    let mut text: Vec<String> = found
+        .iter()
+        .take(DRIFT_PATHS_MAX)
+        .map(|(at, want, got)| match (want, got) {
+            (Some(Value::String(a)), Some(Value::String(b))) if a.chars().count() > 60 || b.chars().count() > 60 => {
+                let (a, b, from) = around_first_difference(a, b);
+                format!("{at}: from character {from}, expected {a}, got {b}")
+            }
+            _ => format!("{at}: expected {}, got {}", shown(want), shown(got)),
+        })
+        .collect();
+    if found.len() > DRIFT_PATHS_MAX {
+        text.push("and more".into());
+    }
+    text.join("; ")
+}
+
+/// Two long strings shown where they first differ: a window of each from a little before the first differing
+/// character (quoted, `…` where cut), and that character's position.
+fn around_first_difference(a: &str, b: &str) -> (String, String, usize) {
+    let first = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    let from = first.saturating_sub(12);
+    let window = |text: &str| {
+        let total = text.chars().count();
+        let part: String = text.chars().skip(from).take(48).collect();
+        let quoted = Value::String(part).to_string();
+        let inner = &quoted[1..quoted.len() - 1];
+        let before = if from > 0 { "…" } else { "" };
+        let after = if from + 48 < total { "…" } else { "" };
+        format!("\"{before}{inner}{after}\"")
+    };
+    (window(a), window(b), first)
+}
+
 /// The nonce sealed in the `requestState` of the answer named `answer`.
 pub(crate) fn nonce_of(answer: &str, answers: &BTreeMap<String, OperationId>, history: &History) -> Result<String, Mismatch> {
     let id = answers.get(answer).ok_or_else(|| Mismatch::NoAnswerNamed { name: answer.to_string() })?;
@@ -433,6 +487,17 @@ mod tests {
                 "expected resultType \"complete\", got no response (lost); and expected result.a present, it is absent; got no response (lost)",
             ),
             (Mismatch::NotEqual { path: path("result.n"), expected: json!(1), actual: json!("x") }, "expected result.n = 1, found \"x\""),
+            (
+                Mismatch::NotEqual {
+                    path: path("result.structuredContent"),
+                    expected: json!({"deleted": true, "noteId": "note-7", "outcome": "deleted"}),
+                    actual: json!({"deleted": false, "outcome": "declined"}),
+                },
+                "expected result.structuredContent as written, found another value; \
+                 differs at result.structuredContent.deleted: expected true, got false; \
+                 result.structuredContent.noteId: expected \"note-7\", got absent; \
+                 result.structuredContent.outcome: expected \"deleted\", got \"declined\"",
+            ),
             (
                 Mismatch::NonceRecord { answer: "r1".into(), expected: json!({"outcome": "declined"}), actual: json!({"outcome": "cancelled"}) },
                 "expected the nonce of r1 consumed with {\"outcome\":\"declined\"}, it was consumed with {\"outcome\":\"cancelled\"}",
