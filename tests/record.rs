@@ -588,6 +588,39 @@ fn the_sample_recordings_are_traces_of_the_confirmation_without_the_token() {
     }
 }
 
+/// `mcpsim ARGS`, which must exit 0; its stdout and stderr otherwise in the panic.
+fn mcpsim_ok(args: &[&str]) -> String {
+    let ran = Command::new(BIN).args(args).env_remove("MCPSIM_STORE").output().expect("mcpsim starts");
+    let stdout = String::from_utf8_lossy(&ran.stdout).into_owned();
+    assert!(ran.status.success(), "mcpsim {}:\n{stdout}{}", args.join(" "), String::from_utf8_lossy(&ran.stderr));
+    stdout
+}
+
+/// A recording made by `mcpsim record` imported (`mcpsim import`) and replayed with the same outcomes in the
+/// simulator and, when `target` is given, against that target fleet of real processes.
+fn import_and_replay(trace: &Path, scratch: &Scratch, target: Option<&str>) {
+    let scenario = scratch.file(&format!("{}.sim", trace.file_stem().unwrap().to_string_lossy()));
+    let scenario_text = scenario.to_str().unwrap();
+    mcpsim_ok(&["import", trace.to_str().unwrap(), "--principal", "alice", "--out", scenario_text]);
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    assert!(text.contains("tools/call") && text.contains("Everything in the trace was mapped"), "{text}");
+    mcpsim_ok(&["run", scenario_text]);
+    if let Some(target) = target {
+        let report = mcpsim_ok(&["run", "--target", target, scenario_text]);
+        assert!(report.contains("PASS"), "{report}");
+    }
+}
+
+#[test]
+fn the_sample_recordings_import_and_replay_in_the_simulator_and_on_a_target_fleet() {
+    let scratch = Scratch::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = root.join("targets/mcpsim-stdio.toml");
+    for file in ["sdk-python-http-notes-delete.jsonl", "sdk-python-stdio-notes-delete.jsonl"] {
+        import_and_replay(&root.join("tests/traces").join(file), &scratch, Some(target.to_str().unwrap()));
+    }
+}
+
 /// The directory holding bin/mcp-trace-validator (MCPSIM_TRACE_TOOLS), or a panic saying how to get it.
 fn trace_tools() -> PathBuf {
     let tools = std::env::var_os("MCPSIM_TRACE_TOOLS")
@@ -685,6 +718,7 @@ fn python_sdk_notes_delete_recorded_over_http_and_stdio_passes_the_validator() {
     assert!(!text.contains("PLANTED"));
     assert_confirmation(&messages(&read_events(&text, "streamable-http")));
     judge(&scratch.file("http.jsonl"));
+    import_and_replay(&scratch.file("http.jsonl"), &scratch, None);
 
     let out = scratch.file("stdio.jsonl");
     let wrapped = json!([BIN, "record", "--stdio", "--out", out, "--", BIN, "serve", "--stdio"]);
@@ -698,4 +732,5 @@ fn python_sdk_notes_delete_recorded_over_http_and_stdio_passes_the_validator() {
     assert_eq!(events.last().unwrap()["event"], "transport-close");
     assert_confirmation(&messages(&events));
     judge(&out);
+    import_and_replay(&out, &scratch, None);
 }
