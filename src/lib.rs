@@ -85,6 +85,7 @@ mod play;
 
 mod sim;
 
+#[cfg(feature = "cli")]
 mod import;
 
 #[cfg(feature = "http")]

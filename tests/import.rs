@@ -143,7 +143,10 @@ fn a_changed_answer_is_reported_at_its_round_with_the_json_paths_that_drifted() 
     let stdio = text(&repo().join("targets/mcpsim-stdio.toml"));
     let config_arg = format!("\"--config\", \"{}\"", config.display());
     let changed = stdio
-        .replace("\"seed\", \"--store\", \"sqlite:{data_dir}/notes.db\"", &format!("\"seed\", \"--store\", \"sqlite:{{data_dir}}/notes.db\", {config_arg}"))
+        .replace(
+            "\"seed\", \"--store\", \"sqlite:{data_dir}/notes.db\"",
+            &format!("\"seed\", \"--store\", \"sqlite:{{data_dir}}/notes.db\", {config_arg}"),
+        )
         .replace("\"serve\", \"--stdio\",", &format!("\"serve\", \"--stdio\", {config_arg},"));
     assert_ne!(changed, stdio);
     std::fs::write(&target, changed).unwrap();
@@ -169,7 +172,11 @@ fn malformed_or_truncated_traces_are_refused_with_the_file_and_the_line() {
     let cases: Vec<(&str, String, String)> = vec![
         ("truncated", format!("{}\n{}\n{}\n{cut}", lines[0], lines[1], lines[2]), ":4: the last event is cut short".into()),
         ("not-json", format!("{}\n{}\nHTTP/1.1 200 OK\n", lines[0], lines[1]), ":3: not a JSON event".into()),
-        ("unknown-kind", format!("{}\n{}\n", lines[0], lines[1].replace("\"kind\":\"message\"", "\"kind\":\"telemetry\"")), ":2: unknown event kind \"telemetry\"".into()),
+        (
+            "unknown-kind",
+            format!("{}\n{}\n", lines[0], lines[1].replace("\"kind\":\"message\"", "\"kind\":\"telemetry\"")),
+            ":2: unknown event kind \"telemetry\"".into(),
+        ),
         ("orphan-response", format!("{}\n{response}\n", lines[0]), ":2: a response (id 1) without a request".into()),
     ];
     for (name, body, expected) in cases {
@@ -220,9 +227,19 @@ fn an_imported_capture_plays_on_a_live_fleet_matching_the_simulator() {
     let keys = dir.join("keys.toml");
     assert_eq!(mcpsim(&["keygen", "--out", keys.to_str().unwrap()]).status, 0);
     assert_eq!(mcpsim(&["seed", "--store", &store]).status, 0);
-    let mut server = common::child::mcpsim(&["serve", "--http", "127.0.0.1:0", "--instances", "2", "--store", &store, "--key-file", keys.to_str().unwrap()])
-        .spawn()
-        .expect("serve starts");
+    let mut server = common::child::mcpsim(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--instances",
+        "2",
+        "--store",
+        &store,
+        "--key-file",
+        keys.to_str().unwrap(),
+    ])
+    .spawn()
+    .expect("serve starts");
     let mut stderr = BufReader::new(server.stderr.take().unwrap());
     let mut urls = Vec::new();
     let mut line = String::new();

@@ -79,7 +79,13 @@ pub fn run(args: ImportArgs) -> ExitCode {
             return usage(format!("{source}:{line}: not UTF-8 text (a trace is JSON Lines)"));
         }
     };
-    let mut options = import::Options { source: source.clone(), instances: args.instances, spread: args.spread, own_keys: args.own_keys, ..Default::default() };
+    let mut options = import::Options {
+        source: source.clone(),
+        instances: args.instances,
+        spread: args.spread,
+        own_keys: args.own_keys,
+        ..Default::default()
+    };
     for given in &args.principal {
         match given.rsplit_once('=') {
             Some((marker, principal)) if !marker.is_empty() && !principal.is_empty() => {
@@ -142,12 +148,17 @@ pub fn perturb_command(name: &str, seeds: &[u64], save: Option<&Path>, format: O
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("mcpsim explore --perturb: cannot read {name}: {error} (--perturb takes a .sim file, e.g. one `mcpsim import` wrote)");
+            eprintln!(
+                "mcpsim explore --perturb: cannot read {name}: {error} (--perturb takes a .sim file, e.g. one `mcpsim import` wrote)"
+            );
             return ExitCode::from(EXIT_USAGE);
         }
     };
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("scenario").to_string();
-    println!("perturbing {name}: each later request on each other instance (1 seed), each two consecutive requests raced ({} seeds)", seeds.len());
+    println!(
+        "perturbing {name}: each later request on each other instance (1 seed), each two consecutive requests raced ({} seeds)",
+        seeds.len()
+    );
     match perturb::perturb(name, &stem, &text, seeds) {
         Err(error) => {
             eprintln!("mcpsim explore --perturb: {error}");
@@ -182,7 +193,8 @@ pub fn perturb_command(name: &str, seeds: &[u64], save: Option<&Path>, format: O
                 if finding.removed.is_empty() { "none".to_string() } else { finding.removed.join(", ") }
             );
             let out = save.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(format!("perturbed-{stem}.sim")));
-            let text = format!("# The shrunk failure of `mcpsim explore {name} --perturb`: {}.\n{}", finding.changes.join(", "), finding.text);
+            let text =
+                format!("# The shrunk failure of `mcpsim explore {name} --perturb`: {}.\n{}", finding.changes.join(", "), finding.text);
             if let Err(error) = std::fs::write(&out, text) {
                 eprintln!("mcpsim explore --perturb: cannot write {}: {error}", out.display());
                 return ExitCode::from(EXIT_USAGE);

@@ -64,7 +64,15 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { source: "trace.jsonl".into(), principal: None, principal_of: Vec::new(), instances: 2, spread: false, own_keys: false, masks: Vec::new() }
+        Options {
+            source: "trace.jsonl".into(),
+            principal: None,
+            principal_of: Vec::new(),
+            instances: 2,
+            spread: false,
+            own_keys: false,
+            masks: Vec::new(),
+        }
     }
 }
 
@@ -137,7 +145,10 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
             (Body::Http { .. }, _) => {}
             (Body::Lifecycle(what), _) => {
                 if what == "transport-abort" {
-                    unmapped.push(format!("{}: the transport was aborted here (transport-abort): what follows was not recorded", at(event.line)));
+                    unmapped.push(format!(
+                        "{}: the transport was aborted here (transport-abort): what follows was not recorded",
+                        at(event.line)
+                    ));
                 }
             }
             (Body::Message(message), Direction::ClientToServer) => {
@@ -170,11 +181,19 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
             }
             (Body::Message(message), Direction::ServerToClient) => {
                 if message.get("method").is_some() {
-                    unmapped.push(format!("{}: a server→client request or notification ({}); not replayed", at(event.line), method_of(message)));
+                    unmapped.push(format!(
+                        "{}: a server→client request or notification ({}); not replayed",
+                        at(event.line),
+                        method_of(message)
+                    ));
                     continue;
                 }
                 let Some(id) = message.get("id") else {
-                    return Err(TraceError { file: file.into(), line: event.line, what: "a server message with neither `method` nor `id`".into() });
+                    return Err(TraceError {
+                        file: file.into(),
+                        line: event.line,
+                        what: "a server message with neither `method` nor `id`".into(),
+                    });
                 };
                 let waiting = pending.get_mut(&id.to_string()).filter(|waiting| !waiting.is_empty());
                 let Some(waiting) = waiting else {
@@ -186,7 +205,11 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
                 };
                 let index = waiting.remove(0);
                 if let Some(why) = truncated(message) {
-                    unmapped.push(format!("{}: the answer to line {} was {why}; nothing expected of it", at(event.line), requests[index].line));
+                    unmapped.push(format!(
+                        "{}: the answer to line {} was {why}; nothing expected of it",
+                        at(event.line),
+                        requests[index].line
+                    ));
                     requests[index].answer = Some((event.line, Value::Null));
                 } else {
                     requests[index].answer = Some((event.line, message.clone()));
@@ -224,7 +247,11 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
             ("tools/call", _) => "call",
             (method, _) => method.rsplit('/').next().filter(|m| m.chars().all(|c| c.is_ascii_alphanumeric())).unwrap_or("request"),
         };
-        let name = format!("{}{}", if base.is_empty() || !base.starts_with(|c: char| c.is_ascii_alphabetic()) { "request" } else { base }, index + 1);
+        let name = format!(
+            "{}{}",
+            if base.is_empty() || !base.starts_with(|c: char| c.is_ascii_alphabetic()) { "request" } else { base },
+            index + 1
+        );
         let instance = match form {
             Some(form) if options.spread => (placed[form] + 1) % instances,
             _ => 0,
@@ -273,7 +300,11 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
             }
             None => {
                 let _ = writeln!(body, "# the trace holds no answer to it: nothing expected");
-                unmapped.push(format!("{}: no answer to {} in the trace (lost, or the recording ended): nothing expected", at(request.line), describe(message)));
+                unmapped.push(format!(
+                    "{}: no answer to {} in the trace (lost, or the recording ended): nothing expected",
+                    at(request.line),
+                    describe(message)
+                ));
             }
             Some((_, Value::Null)) => {
                 let _ = writeln!(body, "# its answer was truncated in the trace: nothing expected");
@@ -407,7 +438,9 @@ fn decide_clients(identities: &[String], requests: &[Request], options: &Options
                 (Some((_, p)), _, _) => (p.clone(), format!("credential #{} named by --principal", k + 1)),
                 (None, Some(p), _) => (p.clone(), format!("credential #{}: a bearer token of the demo deployment", k + 1)),
                 (None, None, Some(p)) => (p.clone(), format!("credential #{} not matched; --principal", k + 1)),
-                (None, None, None) => guess(first, &demo, &format!("credential #{} (redacted) matches no token: say --principal MARKER=P", k + 1)),
+                (None, None, None) => {
+                    guess(first, &demo, &format!("credential #{} (redacted) matches no token: say --principal MARKER=P", k + 1))
+                }
             }
         } else {
             match &options.principal {
@@ -430,7 +463,11 @@ fn decide_clients(identities: &[String], requests: &[Request], options: &Options
 /// A principal for a client nothing identified: its clientInfo name when the demo has such a principal
 /// (mcpsim's own traces), else the demo's first principal; `why` says so.
 fn guess(first: Option<&Value>, demo: &Deployment, unknown: &str) -> (String, String) {
-    let info = first.and_then(|m| m.pointer("/params/_meta")).and_then(|m| m.get(KEY_CLIENT_INFO)).and_then(|i| i.get("name")).and_then(Value::as_str);
+    let info = first
+        .and_then(|m| m.pointer("/params/_meta"))
+        .and_then(|m| m.get(KEY_CLIENT_INFO))
+        .and_then(|i| i.get("name"))
+        .and_then(Value::as_str);
     match info {
         Some(name) if demo.principals.contains_key(name) => {
             (name.to_string(), format!("GUESSED from clientInfo.name {name:?}, which is self-reported, never identity; {unknown}"))
@@ -640,7 +677,8 @@ pub fn expectations(name: &str, answer: &Value, masks: &Masks) -> Vec<String> {
         }
     } else if let Some(error) = answer.get("error") {
         let code = error.get("code").and_then(Value::as_i64);
-        let reason = error.pointer("/data/reason").and_then(Value::as_str).filter(|r| r.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        let reason =
+            error.pointer("/data/reason").and_then(Value::as_str).filter(|r| r.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
         if let Some(code) = code {
             lines.push(match reason {
                 Some(reason) => format!("expect {name} error {code} {reason}"),

@@ -64,8 +64,15 @@ pub enum Outcome {
     /// The scenario fails as written: nothing to perturb (`failures` as printed).
     FailsVerbatim(Vec<String>),
     /// Every variant held: how many were played.
-    Held { variants: usize, skipped: usize, plays: usize },
-    Found { finding: Finding, variants_played: usize },
+    Held {
+        variants: usize,
+        skipped: usize,
+        plays: usize,
+    },
+    Found {
+        finding: Finding,
+        variants_played: usize,
+    },
 }
 
 /// Why a perturbation could not run.
@@ -243,7 +250,13 @@ fn describe(scenario: &Scenario, change: &Change) -> String {
 }
 
 /// Plays `text` on `seeds`, judging it as `properties_only` says: the first failing seed and its signature.
-fn play(origin: &str, name: &str, text: &str, seeds: &[u64], properties_only: bool) -> Result<Option<(u64, Signature, RunReport)>, PerturbError> {
+fn play(
+    origin: &str,
+    name: &str,
+    text: &str,
+    seeds: &[u64],
+    properties_only: bool,
+) -> Result<Option<(u64, Signature, RunReport)>, PerturbError> {
     let scenario = scenario::parse(origin, name, text).map_err(|error| PerturbError(format!("a variant does not parse: {error}")))?;
     let prepared = runner::Prepared::new(&scenario);
     for &seed in seeds {

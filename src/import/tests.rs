@@ -38,11 +38,15 @@ fn an_own_trace_imports_into_rounds_correlated_by_state_and_runs() {
 #[test]
 fn a_drifted_answer_fails_at_its_member_with_the_paths() {
     let imported = import(&trace_of("02-retry-lands-on-another-instance.sim"), &Options::default()).unwrap();
-    let drifted = imported.text.replace("\"noteId\": \"note-3\", \"outcome\": \"deleted\"}", "\"noteId\": \"note-3\", \"outcome\": \"kept\"}");
+    let drifted =
+        imported.text.replace("\"noteId\": \"note-3\", \"outcome\": \"deleted\"}", "\"noteId\": \"note-3\", \"outcome\": \"kept\"}");
     assert_ne!(drifted, imported.text);
     let report = run_text(&drifted);
     let first = report.failures.first().expect("the drift fails").to_string();
-    assert!(first.contains("as written, found another value; differs at result.structuredContent.outcome: expected \"kept\", got \"deleted\""), "{first}");
+    assert!(
+        first.contains("as written, found another value; differs at result.structuredContent.outcome: expected \"kept\", got \"deleted\""),
+        "{first}"
+    );
 }
 
 #[test]

@@ -161,9 +161,7 @@ fn event_of(value: &Value, line: usize) -> Result<Event, String> {
             None => return Err("a lifecycle event without `event`".into()),
         },
         Some(other) => {
-            return Err(format!(
-                "unknown event kind {other:?} (this reader knows message, http and lifecycle: mcp-trace 0.6.0)"
-            ))
+            return Err(format!("unknown event kind {other:?} (this reader knows message, http and lifecycle: mcp-trace 0.6.0)"))
         }
         None => return Err("no `kind` string".into()),
     };

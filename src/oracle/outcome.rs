@@ -213,13 +213,16 @@ pub fn same_set(a: &[Observed], b: &[Observed], masks: &Masks, extent: Extent) -
 /// Where two JSON values differ, as `(JSON path from `path`, expected, got)` with `None` for an absent
 /// member, in key order, at most `limit` of them: the structured diff of a drifted answer (`mcpsim import`'s
 /// regression mode). Values of different types, and arrays of different lengths, differ as a whole.
-pub fn differences(expected: &Value, got: &Value, path: &str, limit: usize) -> Vec<(String, Option<Value>, Option<Value>)> {
+pub fn differences(expected: &Value, got: &Value, path: &str, limit: usize) -> Vec<Difference> {
     let mut found = Vec::new();
-    differences_at(expected, got, &mut path.to_string(), limit, &mut found);
+    differences_at(expected, got, path, limit, &mut found);
     found
 }
 
-fn differences_at(expected: &Value, got: &Value, path: &mut String, limit: usize, found: &mut Vec<(String, Option<Value>, Option<Value>)>) {
+/// One difference: its path, the value expected there and the one found (`None`: absent).
+type Difference = (String, Option<Value>, Option<Value>);
+
+fn differences_at(expected: &Value, got: &Value, path: &str, limit: usize, found: &mut Vec<Difference>) {
     if found.len() >= limit || expected == got {
         return;
     }
@@ -236,9 +239,9 @@ fn differences_at(expected: &Value, got: &Value, path: &mut String, limit: usize
         (Value::Object(a), Value::Object(b)) => {
             let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
             for key in keys {
-                let mut inner = joined(path, key);
+                let inner = joined(path, key);
                 match (a.get(key), b.get(key)) {
-                    (Some(x), Some(y)) => differences_at(x, y, &mut inner, limit, found),
+                    (Some(x), Some(y)) => differences_at(x, y, &inner, limit, found),
                     (x, y) if found.len() < limit => found.push((inner, x.cloned(), y.cloned())),
                     _ => return,
                 }
@@ -246,10 +249,10 @@ fn differences_at(expected: &Value, got: &Value, path: &mut String, limit: usize
         }
         (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
             for (index, (x, y)) in a.iter().zip(b).enumerate() {
-                differences_at(x, y, &mut joined(path, &index.to_string()), limit, found);
+                differences_at(x, y, &joined(path, &index.to_string()), limit, found);
             }
         }
-        _ => found.push((path.clone(), Some(expected.clone()), Some(got.clone()))),
+        _ => found.push((path.to_string(), Some(expected.clone()), Some(got.clone()))),
     }
 }
 
