@@ -81,7 +81,7 @@ Examples:
   mcpsim run 02-retry-lands-on-another-instance       # one of them: its transcript, then the table
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000")]
     Scenarios,
-    /// Record the traffic between a real client and a real server as an mcp-trace file (HTTP proxy or stdio wrapper).
+    /// Record a real client's traffic with a real server as an mcp-trace file (HTTP proxy or stdio wrapper).
     Record(record::RecordArgs),
 }
 

@@ -12,25 +12,26 @@ use tokio::sync::watch;
 const AFTER_HELP: &str = "\
 Examples:
   mcpsim record --http --upstream http://127.0.0.1:8080/mcp --out session.jsonl
-      # a proxy on 127.0.0.1 (a free port): prints its URL on stdout; point the client there; Ctrl-C stops it
+      # a proxy on 127.0.0.1 (a free port); its URL on stdout: point the client there
   mcpsim record --stdio --out session.jsonl -- mcpsim serve --stdio
       # give this whole command to the client as its server command
   mcpsim record --http --upstream http://127.0.0.1:8080/mcp --listen 127.0.0.1:9000 --out s.jsonl \\
       --redact-header X-Tenant-Key --redact-field params.arguments.password
 
-The file is an mcp-trace (JSON Lines, the format of mcp-trace-capture 0.6.0): judge it with
-`mcp-trace-validator validate FILE`, turn it into a scenario with `mcpsim import FILE`. Each event is written
-and flushed as it happens. Never written: Authorization, Cookie, Set-Cookie and X-Api-Key values, headers named
-by --redact-header, fields named by --redact-field (each replaced by <redacted:HEX>, the same marker for the
-same secret within one file, under a key drawn for this recording and never written); headers other than the
-MCP ones (docs/recording.md lists them) are not recorded at all.
---http stops on Ctrl-C, SIGTERM, or the end of its stdin when stdin is a pipe or a terminal. --stdio ends with
-its session: the client closing mcpsim's stdin (the server gets 2 s to exit, then it is killed), the server
-exiting, or Ctrl-C/SIGTERM (the server gets SIGTERM, then SIGKILL after 2 s).
-Exit status: --http 0 once stopped and the file complete, 1 if it could not be written whole, 2 on a usage
-error; --stdio the server's exit status (128+N if a signal N ended it or mcpsim), 2 on a usage error.";
+The file is an mcp-trace (JSON Lines, mcp-trace-capture 0.6.0's format), each event written and
+flushed as it happens: judge it with `mcp-trace-validator validate FILE`, make it a scenario with
+`mcpsim import FILE`. Never written: the values of Authorization, Cookie, Set-Cookie, X-Api-Key, of
+the headers named by --redact-header and of the fields named by --redact-field (each becomes
+<redacted:HEX>, the same marker for the same secret in one file, from a key drawn for this recording
+and never written). Headers other than the MCP ones (docs/recording.md lists them) are not recorded
+at all.
+--http stops on Ctrl-C, SIGTERM, or the end of its stdin when stdin is a pipe or a terminal. --stdio
+ends with its session: the client closes mcpsim's stdin (the server gets 2 s to exit, then it is
+killed), the server exits, or Ctrl-C/SIGTERM (SIGTERM to the server, SIGKILL 2 s later).
+Exit status: --http 0 once stopped with the file complete, 1 if it could not be written whole;
+--stdio the server's status (128+N if signal N ended it or mcpsim); 2 on a usage error.";
 
-/// Record the traffic between a real client and a real server as an mcp-trace file (HTTP proxy or stdio wrapper).
+/// Record a real client's traffic with a real server as an mcp-trace file (HTTP proxy or stdio wrapper).
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 #[command(group = clap::ArgGroup::new("mode").required(true).args(["http", "stdio"]))]
@@ -41,10 +42,10 @@ pub struct RecordArgs {
     /// A wrapper around the server command given after `--`.
     #[arg(long)]
     pub stdio: bool,
-    /// (--http) The server's URL, e.g. http://127.0.0.1:8080/mcp (a bare host:port means its /mcp).
+    /// (--http) The server's URL, e.g. http://127.0.0.1:8080/mcp (host:port alone: its /mcp).
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
-    /// (--http) Where the proxy listens: a loopback address only; port 0 picks a free port [default: 127.0.0.1:0].
+    /// (--http) Where the proxy listens, loopback only; port 0: a free one [default: 127.0.0.1:0]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
     /// The trace file to write (created with mode 600).
@@ -53,18 +54,20 @@ pub struct RecordArgs {
     /// Overwrite --out if it exists.
     #[arg(long)]
     pub force: bool,
-    /// A header whose value is a secret (any case; repeatable): recorded as a marker. Authorization, Cookie,
-    /// Set-Cookie and X-Api-Key always are.
+    /// A header whose value is secret (any case; repeatable): recorded as a marker.
     #[arg(long = "redact-header", value_name = "NAME")]
     pub redact_header: Vec<String>,
-    /// A JSON field of the messages whose value is a secret, as keys from the message's root joined by dots
-    /// (`*` any one key or array index; repeatable), e.g. params.arguments.password. [default: none]
+    /// A secret JSON field of the messages (repeatable), e.g. params.arguments.password.
+    ///
+    /// Keys from the message's root joined by dots: `*` is any one key or array index,
+    ///
+    /// `\.` a dot inside a key (`params._meta.com\.example/auth.token`). None by default.
     #[arg(long = "redact-field", value_name = "PATH", value_parser = FieldPath::parse)]
     pub redact_field: Vec<FieldPath>,
-    /// The most bytes the file may hold; past it recording stops (a last event says where) and forwarding goes on.
+    /// Most bytes of the file: past it, recording stops (a last event says so); forwarding goes on
     #[arg(long, value_name = "N", default_value_t = record::MAX_BYTES_DEFAULT)]
     pub max_bytes: u64,
-    /// The most bytes of one message as written; a larger one is written as a smaller message with a marker.
+    /// Most bytes of one message as written: a larger one becomes a smaller message with a marker.
     #[arg(long, value_name = "N", default_value_t = record::MAX_MESSAGE_BYTES_DEFAULT)]
     pub max_message_bytes: usize,
     /// (--stdio) The server command and its arguments, after `--`.
