@@ -64,7 +64,7 @@ pub struct RecordArgs {
     /// `\.` a dot inside a key (`params._meta.com\.example/auth.token`). None by default.
     #[arg(long = "redact-field", value_name = "PATH", value_parser = FieldPath::parse)]
     pub redact_field: Vec<FieldPath>,
-    /// Most bytes of the file: past it, recording stops (a last event says so); forwarding goes on
+    /// Most bytes of the file: past it, recording stops (a last event says so), not forwarding
     #[arg(long, value_name = "N", default_value_t = record::MAX_BYTES_DEFAULT)]
     pub max_bytes: u64,
     /// Most bytes of one message as written: a larger one becomes a smaller message with a marker.
