@@ -187,14 +187,17 @@ fn create(path: &Path, force: bool) -> Result<std::fs::File, String> {
     })
 }
 
-/// Turns true on SIGINT or SIGTERM (and the signal's number is kept in `signal`).
+/// Sends the signal's number on SIGINT, SIGTERM or SIGHUP.
 fn watch_signals(sender: watch::Sender<Option<i32>>) {
     tokio::spawn(async move {
         let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
         let Ok(mut interrupt) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) else { return };
+        let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
         let signal = tokio::select! {
             _ = interrupt.recv() => libc::SIGINT,
             _ = terminate.recv() => libc::SIGTERM,
+            // The terminal or session that started the recording went away.
+            _ = hangup.recv() => libc::SIGHUP,
         };
         let _ = sender.send(Some(signal));
     });
