@@ -425,6 +425,11 @@ impl Wrapper {
     /// Closes its stdin (the client goes away) and waits, bounded, for it to end.
     fn close(mut self, limit: Duration) -> (ExitStatus, String) {
         drop(self.stdin.take());
+        self.ended(limit)
+    }
+
+    /// Waits, bounded, for it to end with its stdin still open (the server ends the session).
+    fn ended(mut self, limit: Duration) -> (ExitStatus, String) {
         let status = wait_within(&mut self.child, limit).unwrap_or_else(|| panic!("the wrapper did not end within {limit:?}"));
         std::thread::sleep(Duration::from_millis(50));
         (status, self.stderr.lock().unwrap().join("\n"))
@@ -496,7 +501,8 @@ fn the_servers_exit_status_is_the_wrappers_and_a_server_that_outlives_its_client
             "echo '{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":1}}'; exit 7",
         ],
     );
-    let (status, stderr) = wrapper.close(WAIT);
+    // The client stays: the server ends the session, and the wrapper ends with it.
+    let (status, stderr) = wrapper.ended(WAIT);
     assert_eq!(status.code(), Some(7), "{stderr}");
     let events = read_events(&std::fs::read_to_string(&out).unwrap(), "stdio");
     assert_eq!(events[1]["payload"]["method"], "notifications/message");

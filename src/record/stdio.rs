@@ -63,9 +63,16 @@ pub async fn wrap(argv: &[String], recorder: Arc<Recorder>, mut stop: watch::Rec
         ClientGone,
         Stopped(i32),
     }
+    // The client's end is looked at first: a client that closed its end while the server was exiting
+    // (because of it) ended the session. A client pump that stopped because the server's stdin failed says
+    // nothing of the client: the server's exit is waited for then.
     let end = tokio::select! {
+        biased;
+        ended = &mut client => match ended {
+            Ok(PumpEnd::SourceClosed) => End::ClientGone,
+            _ => End::Exited(child.wait().await),
+        },
         status = child.wait() => End::Exited(status),
-        _ = &mut client => End::ClientGone,
         signal = stop.wait_for(Option::is_some) => End::Stopped(signal.ok().and_then(|signal| *signal).unwrap_or(libc::SIGTERM)),
     };
     let (status, closer, stopped_by) = match end {
@@ -133,7 +140,15 @@ fn signal_group(group: Option<i32>, signal: libc::c_int) {
 
 /// Copies `from` to `to` chunk by chunk, recording each line a chunk completes before passing the chunk on.
 /// Ends at the end of `from` (closing `to`) or when either side fails.
-async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, direction: Direction, recorder: Arc<Recorder>) {
+/// Why a pump stopped.
+enum PumpEnd {
+    /// Its source ended (or failed): for the client's pump, the client closed its end.
+    SourceClosed,
+    /// Writing to the other side failed: that side is gone.
+    SinkFailed,
+}
+
+async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, direction: Direction, recorder: Arc<Recorder>) -> PumpEnd {
     let mut lines = Framer::new(HELD_BYTES_MAX);
     let mut buffer = vec![0u8; 64 * 1024];
     let record = |piece: Piece| match piece {
@@ -145,13 +160,13 @@ async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin,
             Ok(0) | Err(_) => {
                 lines.finish().into_iter().for_each(record);
                 let _ = to.shutdown().await;
-                return;
+                return PumpEnd::SourceClosed;
             }
             Ok(read) => read,
         };
         lines.push(&buffer[..read]).into_iter().for_each(record);
         if to.write_all(&buffer[..read]).await.is_err() || to.flush().await.is_err() {
-            return;
+            return PumpEnd::SinkFailed;
         }
     }
 }
