@@ -588,6 +588,11 @@ fn ci_doc_recipes_run_as_written() {
     run_document("docs/ci.md", &commands_before("docs/ci.md"));
 }
 
+#[test]
+fn importing_doc_recipes_run_as_written() {
+    run_document("docs/importing.md", &commands_before("docs/importing.md"));
+}
+
 /// A document added under `docs/` with commands in it is run like the others: it must be listed in [`DOCUMENTS`]
 /// (which has a test per entry), so none can be left out by forgetting it.
 #[test]

@@ -57,6 +57,7 @@ Examples:
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000 --check-determinism --ledger ledger/
                                                # swarm scale, ledgers, determinism across processes: docs/swarm.md
   mcpsim explore --all-mutants
+  mcpsim explore imported.sim --perturb                   # a recording (`mcpsim import`) varied as a fleet would
   mcpsim explore --target targets/broken-own-memory-store.toml 02-accepts-race --seeds 5   # a target fleet, per seed
   mcpsim explore --target targets/mcpsim-stdio.toml 02-accepts-race --faults lost-answer,duplicate,hold --seeds 20
   mcpsim explore 04-accepts-race-for-one-note --seeds 4000 --shard 2/3 --results shard-2.jsonl

@@ -195,6 +195,13 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
                         what: "a server message with neither `method` nor `id`".into(),
                     });
                 };
+                if id.is_null() {
+                    unmapped.push(format!(
+                        "{}: an answer with id null (to a message the server could not read, which the trace does not hold); not replayed",
+                        at(event.line)
+                    ));
+                    continue;
+                }
                 let waiting = pending.get_mut(&id.to_string()).filter(|waiting| !waiting.is_empty());
                 let Some(waiting) = waiting else {
                     return Err(TraceError {
@@ -266,7 +273,9 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, TraceError> {
                 shorten(state)
             ));
         }
-        let statement = match form.and_then(|form| answer_statement(&requests[form], &names[form], message, own_meta)) {
+        // `answer` always sends a request: a notification echoing a state is written as the notification it was.
+        let answered = form.filter(|_| !notification).and_then(|form| answer_statement(&requests[form], &names[form], message, own_meta));
+        let statement = match answered {
             Some(answer) => {
                 rounds += 1;
                 format!("answer {} -> i{} {answer} as {name}", client.name, instance + 1)
@@ -629,12 +638,39 @@ fn compact(value: &Value) -> String {
 /// A value in an `expect` line: on one line when short, indented over several otherwise (the language reads
 /// JSON until its brackets close).
 fn expected_text(value: &Value) -> String {
+    let mut out = String::new();
+    readable(value, 0, &mut out);
+    out
+}
+
+/// `value` compact when it fits in 100 columns at `indent`, else its members one per line, each written
+/// the same way (so short objects and arrays inside stay on one line).
+fn readable(value: &Value, indent: usize, out: &mut String) {
     let one = compact(value);
-    if one.len() <= 100 {
-        one
-    } else {
-        serde_json::to_string_pretty(value).unwrap_or(one)
+    let (open, close, members): (char, char, Vec<(Option<&String>, &Value)>) = match value {
+        Value::Object(map) if indent + one.len() > 100 => ('{', '}', map.iter().map(|(k, v)| (Some(k), v)).collect()),
+        Value::Array(items) if indent + one.len() > 100 => ('[', ']', items.iter().map(|v| (None, v)).collect()),
+        _ => {
+            out.push_str(&one);
+            return;
+        }
+    };
+    out.push(open);
+    for (k, (key, member)) in members.iter().enumerate() {
+        out.push('\n');
+        out.push_str(&" ".repeat(indent + 2));
+        if let Some(key) = key {
+            out.push_str(&Value::String((*key).clone()).to_string());
+            out.push_str(": ");
+        }
+        readable(member, indent + 2, out);
+        if k + 1 < members.len() {
+            out.push(',');
+        }
     }
+    out.push('\n');
+    out.push_str(&" ".repeat(indent));
+    out.push(close);
 }
 
 /// A path as an `expect` line writes it: keys that are not plain words quoted.
