@@ -95,6 +95,9 @@ mod live;
 mod target;
 
 #[cfg(feature = "cli")]
+mod record;
+
+#[cfg(feature = "cli")]
 mod transport;
 
 #[cfg(feature = "cli")]

@@ -18,7 +18,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The layers, lowest first: `src/lib.rs`'s order (`embed` is the facade on top, `testing` the tests' view
 /// below it, beside it).
-const LAYERS: [&str; 19] = [
+const LAYERS: [&str; 20] = [
     "wire",
     "policy",
     "framework",
@@ -34,6 +34,7 @@ const LAYERS: [&str; 19] = [
     "import",
     "live",
     "target",
+    "record",
     "transport",
     "cli",
     "embed",

@@ -13,6 +13,7 @@ pub(crate) mod ledger;
 pub mod live;
 pub mod merge;
 pub mod pins;
+pub mod record;
 pub mod run;
 pub mod sandbox;
 pub mod seed;
@@ -88,6 +89,8 @@ Examples:
   mcpsim run 02-retry-lands-on-another-instance       # one of them: its transcript, then the table
   mcpsim explore 04-accepts-race-for-one-note --seeds 1000")]
     Scenarios,
+    /// Record a real client's traffic with a real server as an mcp-trace file (HTTP proxy or stdio wrapper).
+    Record(record::RecordArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -135,6 +138,7 @@ pub fn main() -> ExitCode {
         Command::Attack(args) => attack::run(args),
         Command::TargetWatchdog(args) => target::watchdog(args),
         Command::Scenarios => run::list_scenarios(),
+        Command::Record(args) => record::run(args),
         Command::Import(args) => import::run(args),
     }
 }
@@ -210,7 +214,7 @@ mod tests {
                 checked.push(words[1].clone());
             }
         }
-        for name in ["demo", "course", "serve", "pins", "run", "seed", "keygen", "explore", "merge", "mutants", "replay", "scenarios"] {
+        for name in ["demo", "course", "serve", "pins", "run", "seed", "keygen", "explore", "merge", "mutants", "replay", "scenarios", "record", "import"] {
             assert!(checked.iter().any(|checked| checked == name), "no example of `mcpsim {name}` was checked: {checked:?}");
         }
         assert!(checked.len() >= 30, "only {} examples found", checked.len());
