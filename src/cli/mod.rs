@@ -1,6 +1,7 @@
 //! The `mcpsim` command line: wiring only. Each subcommand lives in its own module.
 
 pub mod attack;
+pub mod gateway_lab;
 pub(crate) mod common;
 pub mod demo;
 pub(crate) mod determinism;
@@ -62,6 +63,8 @@ Examples:
     Mutants,
     /// Attack a fleet of any MCP server (a target file) with the MRTR battery: replays, tampering, another principal, …
     Attack(attack::AttackArgs),
+    /// Bring your own gateway: malicious backends behind its replicas, the seven defences judged from both edges.
+    GatewayLab(gateway_lab::GatewayLabArgs),
     /// (internal) What `run`/`explore`/`attack --target` start beside themselves: when its stdin ends (mcpsim
     /// gone, however it ended), kills every process of the target and removes the work directory.
     #[command(hide = true)]
@@ -120,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
         Command::Attack(args) => attack::run(args),
+        Command::GatewayLab(args) => gateway_lab::run(args),
         Command::TargetWatchdog(args) => target::watchdog(args),
         Command::Scenarios => run::list_scenarios(),
     }

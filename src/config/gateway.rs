@@ -27,6 +27,34 @@ pub struct GatewayFile {
     pub policy: AccessPolicy,
     #[serde(default)]
     pub issues: Vec<Issue>,
+    /// Backends in other processes, by id (`serve --gateway` only; the simulator's gateway has none): reached
+    /// over streamable HTTP (`url`) or by starting a stdio server (`command`). Their descriptors are whatever
+    /// they publish, judged against the pins like any backend's.
+    #[serde(default)]
+    pub remote: BTreeMap<String, RemoteBackendConfig>,
+}
+
+/// A backend mcpsim does not run: exactly one of `url` (streamable HTTP, `http://` only) and `command` (a stdio
+/// server the gateway starts, one per gateway process).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteBackendConfig {
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+}
+
+impl RemoteBackendConfig {
+    /// Where the gateway reaches it, as recorded in pins (publisher evidence): the URL, or `stdio:` and the
+    /// command's words joined by spaces.
+    pub fn endpoint(&self) -> String {
+        match (&self.url, &self.command) {
+            (Some(url), _) => url.clone(),
+            (None, Some(command)) => format!("stdio:{}", command.join(" ")),
+            (None, None) => String::new(),
+        }
+    }
 }
 
 fn default_state_ttl_secs() -> u64 {
@@ -124,6 +152,22 @@ impl GatewayFile {
             }
             if backend.kind == BackendKind::Issues && !backend.destinations.is_empty() {
                 return Err(ConfigError::Invalid(format!("{origin}: backend {id}: only notes backends have destinations")));
+            }
+        }
+        for (id, remote) in &file.remote {
+            if !crate::policy::pinning::is_backend_id(id) || file.backends.contains_key(id) {
+                return Err(ConfigError::Invalid(format!(
+                    "{origin}: remote backend id {id:?} must be 1 to 32 characters of a-z 0-9 _ - (no dot), and not also a [backends] id"
+                )));
+            }
+            match (&remote.url, &remote.command) {
+                (Some(url), None) if url.starts_with("http://") => {}
+                (None, Some(command)) if !command.is_empty() && !command[0].is_empty() => {}
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{origin}: remote backend {id}: give exactly one of url = \"http://HOST:PORT/mcp\" or command = [\"program\", ...]"
+                    )))
+                }
             }
         }
         Ok(file)

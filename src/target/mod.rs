@@ -25,6 +25,7 @@ pub mod contain;
 pub mod explore;
 pub mod faults;
 pub mod file;
+pub mod gateway;
 pub mod fleet;
 pub mod judge;
 pub mod process;
