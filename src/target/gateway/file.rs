@@ -139,7 +139,7 @@ impl GatewayTargetFile {
     pub fn parse(path: &Path, text: &str) -> Result<GatewayTargetFile, GatewayTargetError> {
         let shown = path.display().to_string();
         let file: GatewayTargetFile = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            let line = e.span().map(|span| text.as_bytes()[..span.start.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1);
             let at = line.map_or(String::new(), |l| format!("line {l}: "));
             GatewayTargetError::Parse { path: shown.clone(), message: format!("{at}{}", e.message()) }
         })?;
@@ -240,7 +240,7 @@ poisoning = true
     #[test]
     fn bad_files_say_where_and_what() {
         let unknown = error(&GOOD.replace("replicas = 2", "replicas = 2\nreplica = 3"));
-        assert!(unknown.contains("targets/gateways/g.toml") && unknown.contains("line 3") && unknown.contains("replica"), "{unknown}");
+        assert!(unknown.contains("targets/gateways/g.toml") && unknown.contains("line 4") && unknown.contains("replica"), "{unknown}");
         assert!(error(&GOOD.replace("replicas = 2", "replicas = 0")).contains("replicas must be"));
         assert!(error(&GOOD.replace("poisoning = true", "rate_limits = true")).contains("[rate_limit]"));
         assert!(error(&format!("{GOOD}\n[files]\n\"../x\" = \"\"\n")).contains("plain file name"));

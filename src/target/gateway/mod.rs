@@ -212,6 +212,7 @@ pub async fn run_lab(file: &GatewayTargetFile, options: &LabOptions) -> Result<L
         processes: Vec::new(),
         started: 0,
     };
+    lab.decisions.push(format!("work directory {}", options.work_dir.display()));
     let values = lab.start_backends()?;
     lab.start_gateway(&values)?;
     lab.battery().await;
@@ -544,13 +545,15 @@ impl Lab<'_> {
                 self.send(replica, &rate.principal, "tools/call", params, none.clone(), Some(headers), Some(index)).await;
             }
             let missing = Some(("header_body", "a refused request spends no rate-limit token"));
+            // Spread over the replicas in turn, from a drawn one: the quota must follow the principal.
+            let first = (self.draw() % self.urls.len() as u64) as usize;
             for n in 0..rate.calls {
-                let replica = (self.draw() % self.urls.len() as u64) as usize;
+                let replica = (first + n as usize) % self.urls.len();
                 self.decisions.push(format!("quota call {} of {} at replica {replica}", n + 1, rate.calls));
                 let index = self.intent(&format!("quota-{n}"), &backend, &tool, json!({}), Expect::Once { missing }, "rate_limits", "the quota allows its calls");
                 self.call(index, replica, &rate.principal, &rate.tool, none.clone()).await;
             }
-            let replica = (self.draw() % self.urls.len() as u64) as usize;
+            let replica = (first + rate.calls as usize) % self.urls.len();
             self.decisions.push(format!("the call past the quota at replica {replica}"));
             let index = self.intent("quota-over", &backend, &tool, json!({}), Expect::Never, "rate_limits", "the quota follows the principal across replicas");
             self.call(index, replica, &rate.principal, &rate.tool, none.clone()).await;
@@ -852,8 +855,9 @@ mod tests {
 
     #[test]
     fn findings_show_bounded_escaped_messages_without_states() {
-        let shown = bounded(&json!({ "requestState": "a".repeat(100), "text": "x\ny" }));
-        assert!(shown.contains("aaaaaaaaaaaa…") && !shown.contains(&"a".repeat(13)) && shown.contains("x\\\\ny"), "{shown}");
+        let shown = bounded(&json!({ "requestState": "a".repeat(100), "text": "x\ny\u{202e}" }));
+        assert!(shown.contains("aaaaaaaaaaaa…") && !shown.contains(&"a".repeat(13)), "{shown}");
+        assert!(shown.contains("x\\ny\\u{202e}") && !shown.contains('\n') && !shown.contains('\u{202e}'), "{shown}");
         assert!(bounded(&json!("z".repeat(2000))).chars().count() <= SHOWN_CHARS_MAX + 1);
     }
 }
