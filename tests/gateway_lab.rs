@@ -109,11 +109,7 @@ fn exports_on_decline_is_caught_by_the_confirmation() {
 fn a_lab_backend_binds_loopback_only() {
     let dir = common::child::scratch("gateway-lab", "loopback");
     let spec = dir.join("spec.json");
-    std::fs::write(
-        &spec,
-        r#"{"id":"notes","carrier":"http","server_name":"n","server_version":"1","phases":[[]]}"#,
-    )
-    .unwrap();
+    std::fs::write(&spec, r#"{"id":"notes","carrier":"http","server_name":"n","server_version":"1","phases":[[]]}"#).unwrap();
     let (phase, record) = (dir.join("phase"), dir.join("record.jsonl"));
     let args = |address: &str| {
         vec![
@@ -144,10 +140,8 @@ fn a_mutant_gateway_needs_its_explicit_flag() {
     let ran = run_mcpsim(&["serve", "--gateway", "--http", "127.0.0.1:0", "--gateway-mutant", "exports-on-decline"], 20);
     assert_eq!(ran.status, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("--i-know-this-gateway-is-broken"), "{}", ran.stderr);
-    let ran = run_mcpsim(
-        &["serve", "--gateway", "--http", "127.0.0.1:0", "--gateway-mutant", "nope", "--i-know-this-gateway-is-broken"],
-        20,
-    );
+    let ran =
+        run_mcpsim(&["serve", "--gateway", "--http", "127.0.0.1:0", "--gateway-mutant", "nope", "--i-know-this-gateway-is-broken"], 20);
     assert_eq!(ran.status, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("description-only-pins, first-listed-backend-wins, exports-on-decline"), "{}", ran.stderr);
 }

@@ -123,13 +123,14 @@ fn backend(
     address: Option<std::net::SocketAddr>,
     stdio: bool,
 ) -> ExitCode {
-    let spec: BackendSpec = match std::fs::read(spec).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
-        Ok(spec) => spec,
-        Err(error) => {
-            eprintln!("mcpsim gateway-lab backend: cannot read the spec {}: {error}", spec.display());
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
+    let spec: BackendSpec =
+        match std::fs::read(spec).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+            Ok(spec) => spec,
+            Err(error) => {
+                eprintln!("mcpsim gateway-lab backend: cannot read the spec {}: {error}", spec.display());
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
     if spec.phases.is_empty() || spec.phases.len() > PHASES_MAX {
         eprintln!("mcpsim gateway-lab backend: a spec has 1 to {PHASES_MAX} listing phases");
         return ExitCode::from(EXIT_USAGE);

@@ -1,11 +1,11 @@
 //! The `mcpsim` command line: wiring only. Each subcommand lives in its own module.
 
 pub mod attack;
-pub mod gateway_lab;
 pub(crate) mod common;
 pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
+pub mod gateway_lab;
 pub mod keygen;
 pub(crate) mod ledger;
 pub mod live;

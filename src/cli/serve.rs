@@ -24,7 +24,6 @@ use crate::servers::fixture::legacy_suite::LegacySuiteFixture;
 use crate::servers::gateway::ports::{AuditSink, Backend};
 use crate::servers::gateway::BackendHandle;
 use crate::sim::actors::gateway_mutants::{DescriptionOnlyBackend, GatewayVariant, RealMutant};
-use crate::transport::remote_backend::RemoteBackend;
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::{
@@ -40,6 +39,7 @@ use crate::transport::http::{
     PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
 };
 use crate::transport::page::{PageBase, SIGN_IN_BURST_PER_CLIENT, SIGN_IN_BURST_PER_REFERENCE, SIGN_IN_INTERVAL_MS};
+use crate::transport::remote_backend::RemoteBackend;
 use crate::transport::stdio::serve_stdio;
 use crate::wire::jsonrpc::MESSAGE_BYTES_MAX;
 use std::net::{Ipv4Addr, SocketAddr};

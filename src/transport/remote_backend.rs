@@ -69,7 +69,10 @@ impl RemoteBackend {
                 let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
                 let json = if streamed { last_sse_data(&text) } else { text };
                 serde_json::from_str::<Value>(&json).map_err(|e| {
-                    BackendError::Unreachable(format!("backend {} answered HTTP {} with a body that is not JSON ({e})", self.id, answer.status))
+                    BackendError::Unreachable(format!(
+                        "backend {} answered HTTP {} with a body that is not JSON ({e})",
+                        self.id, answer.status
+                    ))
                 })?
             }
             Carrier::Stdio { command, process } => {

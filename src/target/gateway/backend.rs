@@ -175,13 +175,16 @@ impl Service for LabBackend {
             _ => {
                 let tool = params.get("name").and_then(Value::as_str).unwrap_or("").to_string();
                 record.arguments = params.get("arguments").cloned();
-                record.idempotency_key =
-                    params.pointer(&format!("/_meta/{}", IDEMPOTENCY_KEY_META.replace('~', "~0").replace('/', "~1"))).and_then(Value::as_str).map(str::to_string);
+                record.idempotency_key = params
+                    .pointer(&format!("/_meta/{}", IDEMPOTENCY_KEY_META.replace('~', "~0").replace('/', "~1")))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 record.listed = self.spec.descriptor(phase, &tool).is_some();
                 record.tool = Some(tool.clone());
-                let first = record.idempotency_key.as_ref().and_then(|key| {
-                    self.executed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(key).cloned()
-                });
+                let first = record
+                    .idempotency_key
+                    .as_ref()
+                    .and_then(|key| self.executed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(key).cloned());
                 record.redriven = first.is_some();
                 self.append(&record);
                 if !record.listed {
@@ -275,8 +278,8 @@ pub fn battery() -> Vec<BackendSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::scanner::scan_descriptor;
     use crate::policy::pinning::descriptor_digest;
+    use crate::policy::scanner::scan_descriptor;
 
     #[test]
     fn each_poisoned_descriptor_trips_its_own_scanner_category() {
@@ -323,8 +326,7 @@ mod tests {
         std::fs::write(&phase, "1").unwrap();
         let refused = backend.call(context, "tools/call", &json!({ "name": EXPORT, "arguments": {} })).await;
         assert!(refused.is_err(), "export is not listed in phase 1");
-        let lines: Vec<Record> =
-            std::fs::read_to_string(&records).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<Record> = std::fs::read_to_string(&records).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(lines.len(), 3);
         assert_eq!((lines[0].phase, lines[0].listed, lines[0].idempotency_key.as_deref()), (0, true, Some("k")));

@@ -131,8 +131,7 @@ pub enum GatewayTargetError {
 
 impl GatewayTargetFile {
     pub fn load(path: &Path) -> Result<GatewayTargetFile, GatewayTargetError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| GatewayTargetError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| GatewayTargetError::Read { path: path.display().to_string(), source })?;
         GatewayTargetFile::parse(path, &text)
     }
 
@@ -157,8 +156,13 @@ impl GatewayTargetFile {
             return Err(invalid("give at least one [principals.NAME] with its token".into()));
         }
         for name in file.files.keys() {
-            if name.is_empty() || name.starts_with('.') || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
-                return Err(invalid(format!("[files] name {name:?}: a plain file name of A-Z a-z 0-9 . _ - (it is written in the work directory)")));
+            if name.is_empty()
+                || name.starts_with('.')
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            {
+                return Err(invalid(format!(
+                    "[files] name {name:?}: a plain file name of A-Z a-z 0-9 . _ - (it is written in the work directory)"
+                )));
             }
         }
         if let Some(rate) = &file.rate_limit {

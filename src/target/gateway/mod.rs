@@ -269,7 +269,9 @@ impl Lab<'_> {
                 return Ok(());
             }
             if let Some(status) = self.processes.last_mut().and_then(Process::exited) {
-                return Err(setup(format!("{what} exited before listening on port {port} ({status}); see its stderr in the work directory")));
+                return Err(setup(format!(
+                    "{what} exited before listening on port {port} ({status}); see its stderr in the work directory"
+                )));
             }
             if Instant::now() > deadline {
                 return Err(setup(format!("{what} did not listen on 127.0.0.1:{port} within {timeout_ms} ms")));
@@ -348,7 +350,8 @@ impl Lab<'_> {
 
     /// Writes the target's files, runs its setup, starts its replicas.
     fn start_gateway(&mut self, values: &BTreeMap<String, String>) -> Result<(), LabError> {
-        let filled = |text: &str, values: &BTreeMap<String, String>| fill(text, values).map_err(|e| setup(format!("the gateway target file: {e}")));
+        let filled =
+            |text: &str, values: &BTreeMap<String, String>| fill(text, values).map_err(|e| setup(format!("the gateway target file: {e}")));
         for (name, template) in &self.file.files {
             let path = self.options.work_dir.join(name);
             std::fs::write(&path, filled(template, values)?).map_err(|e| setup(format!("cannot write {}: {e}", path.display())))?;
@@ -371,7 +374,11 @@ impl Lab<'_> {
                 std::thread::sleep(Duration::from_millis(20));
             };
             if status != "exit status: 0" {
-                return Err(setup(format!("{what} ({}) failed: {status}; its stderr was lab/setup-{}.stderr in the work directory", super::redact_argv(&argv), index + 1)));
+                return Err(setup(format!(
+                    "{what} ({}) failed: {status}; its stderr was lab/setup-{}.stderr in the work directory",
+                    super::redact_argv(&argv),
+                    index + 1
+                )));
             }
         }
         for replica in 0..self.file.replicas {
@@ -426,7 +433,13 @@ impl Lab<'_> {
                 let text = String::from_utf8_lossy(&answer.body).into_owned();
                 let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
                 let json = if streamed {
-                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).filter(|d| !d.is_empty()).last().unwrap_or("").to_string()
+                    text.lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim)
+                        .filter(|d| !d.is_empty())
+                        .last()
+                        .unwrap_or("")
+                        .to_string()
                 } else {
                     text
                 };
@@ -444,7 +457,16 @@ impl Lab<'_> {
         answer
     }
 
-    fn intent(&mut self, label: &str, backend: &str, tool: &str, extra: Value, expect: Expect, defence: &'static str, clause: &'static str) -> usize {
+    fn intent(
+        &mut self,
+        label: &str,
+        backend: &str,
+        tool: &str,
+        extra: Value,
+        expect: Expect,
+        defence: &'static str,
+        clause: &'static str,
+    ) -> usize {
         let token = self.token(label);
         let mut arguments = json!({ "query": token });
         if let (Value::Object(arguments), Value::Object(extra)) = (&mut arguments, extra) {
@@ -466,7 +488,8 @@ impl Lab<'_> {
     /// A plain `tools/call` of intent `index` under public name `public`.
     async fn call(&mut self, index: usize, replica: usize, principal: &str, public: &str, capabilities: Value) -> Value {
         let arguments = self.intents[index].arguments.clone();
-        self.send(replica, principal, "tools/call", json!({ "name": public, "arguments": arguments }), capabilities, None, Some(index)).await
+        self.send(replica, principal, "tools/call", json!({ "name": public, "arguments": arguments }), capabilities, None, Some(index))
+            .await
     }
 
     /// The principal granted `public` (the first in name order), if any.
@@ -478,7 +501,9 @@ impl Lab<'_> {
         let none = json!({});
         let form = json!({ "elicitation": { "form": {} } });
         let public = |lab: &Lab<'_>, backend: &str, tool: &str| lab.file.public_name(backend, tool);
-        let principal = self.granted(&public(self, "notes", "search")).unwrap_or_else(|| self.file.principals.keys().next().cloned().unwrap_or_default());
+        let principal = self
+            .granted(&public(self, "notes", "search"))
+            .unwrap_or_else(|| self.file.principals.keys().next().cloned().unwrap_or_default());
 
         // What the gateway lists (an observation: the calls decide).
         let listing = self.send(0, &principal, "tools/list", json!({}), none.clone(), None, None).await;
@@ -487,7 +512,8 @@ impl Lab<'_> {
             .and_then(Value::as_array)
             .map(|tools| tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_string)).collect())
             .unwrap_or_default();
-        self.observations.push(format!("{principal} is listed: {}", if listed.is_empty() { "nothing".to_string() } else { listed.join(", ") }));
+        self.observations
+            .push(format!("{principal} is listed: {}", if listed.is_empty() { "nothing".to_string() } else { listed.join(", ") }));
 
         // Poisoning: every poisoned tool was reviewed (pinned), so only a scanner stops it.
         for (tool, label, _) in POISONED {
@@ -499,7 +525,15 @@ impl Lab<'_> {
 
         // Identity: a familiar display name from a publisher nobody reviewed.
         let caller = self.granted(&public(self, "mirror", "search")).unwrap_or_else(|| principal.clone());
-        let index = self.intent("mirror", "mirror", "search", json!({}), Expect::Never, "identity", "an unreviewed publisher's tool is never callable, whatever name it shows");
+        let index = self.intent(
+            "mirror",
+            "mirror",
+            "search",
+            json!({}),
+            Expect::Never,
+            "identity",
+            "an unreviewed publisher's tool is never callable, whatever name it shows",
+        );
         let name = public(self, "mirror", "search");
         self.call(index, 0, &caller, &name, none.clone()).await;
 
@@ -507,17 +541,34 @@ impl Lab<'_> {
         let clause = "each qualified name is routed to its own backend, never by discovery order";
         for backend in ["notes", "issues"] {
             let caller = self.granted(&public(self, backend, "search")).unwrap_or_else(|| principal.clone());
-            let index = self.intent(&format!("shadow-{backend}"), backend, "search", json!({}), Expect::Once { missing: None }, "shadowing", clause);
+            let index = self.intent(
+                &format!("shadow-{backend}"),
+                backend,
+                "search",
+                json!({}),
+                Expect::Once { missing: None },
+                "shadowing",
+                clause,
+            );
             let name = public(self, backend, "search");
             let answer = self.call(index, 1 % self.urls.len(), &caller, &name, none.clone()).await;
             if backend == "issues" {
                 let text = answer.pointer("/result/content/0/text").and_then(Value::as_str).unwrap_or("");
                 let passed = if text.contains(INJECTED_INSTRUCTION) { "passed through unchanged" } else { "not passed through as sent" };
-                self.observations.push(format!("the instruction in issues.search's result was {passed} (results are not one of the seven surfaces)"));
+                self.observations
+                    .push(format!("the instruction in issues.search's result was {passed} (results are not one of the seven surfaces)"));
             }
         }
         for backend in ["notes", "issues"] {
-            let index = self.intent(&format!("bare-{backend}"), backend, "search", json!({}), Expect::Never, "shadowing", "a bare, ambiguous name is never resolved");
+            let index = self.intent(
+                &format!("bare-{backend}"),
+                backend,
+                "search",
+                json!({}),
+                Expect::Never,
+                "shadowing",
+                "a bare, ambiguous name is never resolved",
+            );
             // Two intents, one request: whichever backend it reaches is a finding. The token is the notes one.
             if backend == "notes" {
                 self.call(index, 0, &principal, "search", none.clone()).await;
@@ -532,9 +583,21 @@ impl Lab<'_> {
         // Header/body confusion, then the quota across replicas.
         if let Some(rate) = self.file.rate_limit.clone() {
             let (backend, tool) = self.lab_tool(&rate.tool).unwrap_or_else(|| ("issues".into(), "search".into()));
-            let other = if rate.tool == public(self, "notes", "search") { public(self, "issues", "search") } else { public(self, "notes", "search") };
+            let other = if rate.tool == public(self, "notes", "search") {
+                public(self, "issues", "search")
+            } else {
+                public(self, "notes", "search")
+            };
             for (n, (method, name)) in [("tools/call", other.clone()), ("tools/list", rate.tool.clone())].into_iter().enumerate() {
-                let index = self.intent(&format!("confused-{n}"), &backend, &tool, json!({}), Expect::Never, "header_body", "a header that disagrees with the body is refused before any backend call");
+                let index = self.intent(
+                    &format!("confused-{n}"),
+                    &backend,
+                    &tool,
+                    json!({}),
+                    Expect::Never,
+                    "header_body",
+                    "a header that disagrees with the body is refused before any backend call",
+                );
                 let arguments = self.intents[index].arguments.clone();
                 let params = json!({ "name": rate.tool, "arguments": arguments });
                 let mut headers = RoutingHeaders::for_message(&json!({ "method": "tools/call", "params": params.clone() }));
@@ -550,12 +613,28 @@ impl Lab<'_> {
             for n in 0..rate.calls {
                 let replica = (first + n as usize) % self.urls.len();
                 self.decisions.push(format!("quota call {} of {} at replica {replica}", n + 1, rate.calls));
-                let index = self.intent(&format!("quota-{n}"), &backend, &tool, json!({}), Expect::Once { missing }, "rate_limits", "the quota allows its calls");
+                let index = self.intent(
+                    &format!("quota-{n}"),
+                    &backend,
+                    &tool,
+                    json!({}),
+                    Expect::Once { missing },
+                    "rate_limits",
+                    "the quota allows its calls",
+                );
                 self.call(index, replica, &rate.principal, &rate.tool, none.clone()).await;
             }
             let replica = (first + rate.calls as usize) % self.urls.len();
             self.decisions.push(format!("the call past the quota at replica {replica}"));
-            let index = self.intent("quota-over", &backend, &tool, json!({}), Expect::Never, "rate_limits", "the quota follows the principal across replicas");
+            let index = self.intent(
+                "quota-over",
+                &backend,
+                &tool,
+                json!({}),
+                Expect::Never,
+                "rate_limits",
+                "the quota follows the principal across replicas",
+            );
             self.call(index, replica, &rate.principal, &rate.tool, none.clone()).await;
         }
 
@@ -565,16 +644,41 @@ impl Lab<'_> {
         if let Some(confirm) = self.file.confirm.clone() {
             let outsider = self.file.principals.iter().find(|(_, p)| !p.tools.contains(&export)).map(|(name, _)| name.clone());
             if let Some(outsider) = outsider {
-                let every = json!({ "elicitation": { "form": {}, "url": {} }, "sampling": {}, "roots": {}, "experimental": { "admin": true } });
-                let index = self.intent("caps-outsider", "notes", EXPORT, destination.clone(), Expect::Never, "capabilities", "declared capabilities never grant a tool");
+                let every =
+                    json!({ "elicitation": { "form": {}, "url": {} }, "sampling": {}, "roots": {}, "experimental": { "admin": true } });
+                let index = self.intent(
+                    "caps-outsider",
+                    "notes",
+                    EXPORT,
+                    destination.clone(),
+                    Expect::Never,
+                    "capabilities",
+                    "declared capabilities never grant a tool",
+                );
                 self.call(index, 0, &outsider, &export, every).await;
             }
-            let index = self.intent("caps-no-form", "notes", EXPORT, destination.clone(), Expect::Never, "capabilities", "a client that cannot be asked is not a reason to skip the confirmation");
+            let index = self.intent(
+                "caps-no-form",
+                "notes",
+                EXPORT,
+                destination.clone(),
+                Expect::Never,
+                "capabilities",
+                "a client that cannot be asked is not a reason to skip the confirmation",
+            );
             self.call(index, 0, &confirm.principal, &export, none.clone()).await;
 
             let (a, b) = self.pair("confirmation accepted");
             let once = Expect::Once { missing: None };
-            let index = self.intent("confirm-accept", "notes", EXPORT, destination.clone(), once, "confirmation", "a confirmation answered at another replica runs once");
+            let index = self.intent(
+                "confirm-accept",
+                "notes",
+                EXPORT,
+                destination.clone(),
+                once,
+                "confirmation",
+                "a confirmation answered at another replica runs once",
+            );
             let round1 = self.call(index, a, &confirm.principal, &export, form.clone()).await;
             match round_two(&round1, "accept") {
                 Some((state, responses)) => {
@@ -587,8 +691,24 @@ impl Lab<'_> {
             }
 
             let (a, b) = self.pair("confirmation with other arguments");
-            let asked = self.intent("confirm-asked", "notes", EXPORT, destination.clone(), Expect::Never, "confirmation", "round 1's arguments were never confirmed");
-            let other = self.intent("confirm-other", "notes", EXPORT, destination.clone(), Expect::Never, "confirmation", "a confirmation never runs with other arguments");
+            let asked = self.intent(
+                "confirm-asked",
+                "notes",
+                EXPORT,
+                destination.clone(),
+                Expect::Never,
+                "confirmation",
+                "round 1's arguments were never confirmed",
+            );
+            let other = self.intent(
+                "confirm-other",
+                "notes",
+                EXPORT,
+                destination.clone(),
+                Expect::Never,
+                "confirmation",
+                "a confirmation never runs with other arguments",
+            );
             let round1 = self.call(asked, a, &confirm.principal, &export, form.clone()).await;
             match round_two(&round1, "accept") {
                 Some((state, responses)) => {
@@ -600,7 +720,15 @@ impl Lab<'_> {
             }
 
             let (a, b) = self.pair("confirmation declined");
-            let index = self.intent("confirm-decline", "notes", EXPORT, destination.clone(), Expect::Never, "confirmation", "a decline is terminal on every replica");
+            let index = self.intent(
+                "confirm-decline",
+                "notes",
+                EXPORT,
+                destination.clone(),
+                Expect::Never,
+                "confirmation",
+                "a decline is terminal on every replica",
+            );
             let round1 = self.call(index, a, &confirm.principal, &export, form.clone()).await;
             match (round_two(&round1, "decline"), round_two(&round1, "accept")) {
                 (Some((state, declined)), Some((_, accepted))) => {
@@ -619,13 +747,30 @@ impl Lab<'_> {
         std::fs::write(self.lab_dir.join("notes.phase.next"), "1")
             .and_then(|()| std::fs::rename(self.lab_dir.join("notes.phase.next"), self.lab_dir.join("notes.phase")))
             .unwrap_or_else(|e| self.problems.push(format!("the lab could not switch notes to its second listing: {e}")));
-        self.decisions.push("notes switched to listing 1 (search: inputSchema changed, description kept; export renamed export_all)".into());
+        self.decisions
+            .push("notes switched to listing 1 (search: inputSchema changed, description kept; export renamed export_all)".into());
         let caller = self.granted(&public(self, "notes", "search")).unwrap_or_else(|| principal.clone());
-        let index = self.intent("rug-search", "notes", "search", json!({}), Expect::Never, "rug_pull", "a changed inputSchema under an unchanged description is quarantined");
+        let index = self.intent(
+            "rug-search",
+            "notes",
+            "search",
+            json!({}),
+            Expect::Never,
+            "rug_pull",
+            "a changed inputSchema under an unchanged description is quarantined",
+        );
         let name = public(self, "notes", "search");
         self.call(index, 1 % self.urls.len(), &caller, &name, none.clone()).await;
         let caller = self.file.confirm.as_ref().map_or(principal.clone(), |c| c.principal.clone());
-        let index = self.intent("rug-rename", "notes", EXPORT_RENAMED, destination, Expect::Never, "rug_pull", "a renamed tool is a new, unreviewed tool");
+        let index = self.intent(
+            "rug-rename",
+            "notes",
+            EXPORT_RENAMED,
+            destination,
+            Expect::Never,
+            "rug_pull",
+            "a renamed tool is a new, unreviewed tool",
+        );
         let name = public(self, "notes", EXPORT_RENAMED);
         let round1 = self.call(index, 0, &caller, &name, form.clone()).await;
         if let Some((state, responses)) = round_two(&round1, "accept") {
@@ -643,7 +788,10 @@ impl Lab<'_> {
 
     /// The lab's (backend, tool) behind a public name.
     fn lab_tool(&self, public: &str) -> Option<(String, String)> {
-        self.specs.iter().flat_map(|s| s.tool_names().into_iter().map(move |t| (s.id.clone(), t))).find(|(b, t)| self.file.public_name(b, t) == public)
+        self.specs
+            .iter()
+            .flat_map(|s| s.tool_names().into_iter().map(move |t| (s.id.clone(), t)))
+            .find(|(b, t)| self.file.public_name(b, t) == public)
     }
 
     fn read_records(&mut self) -> Vec<Record> {
@@ -678,8 +826,19 @@ impl Lab<'_> {
         for record in &calls {
             let query = record.arguments.as_ref().and_then(|a| a.get("query")).and_then(Value::as_str).unwrap_or("");
             if !self.intents.iter().any(|i| i.token == query) {
-                let message = format!("{} received {} with {} that no lab request explains", record.backend, record.tool.as_deref().unwrap_or("?"), bounded(&record.arguments.clone().unwrap_or(Value::Null)));
-                findings.push(LabFinding { defence: "mediation", clause: "every backend call is a granted client request", property: "mediation", message, exchanges: Vec::new() });
+                let message = format!(
+                    "{} received {} with {} that no lab request explains",
+                    record.backend,
+                    record.tool.as_deref().unwrap_or("?"),
+                    bounded(&record.arguments.clone().unwrap_or(Value::Null))
+                );
+                findings.push(LabFinding {
+                    defence: "mediation",
+                    clause: "every backend call is a granted client request",
+                    property: "mediation",
+                    message,
+                    exchanges: Vec::new(),
+                });
             }
         }
         for intent in &self.intents {
@@ -687,7 +846,11 @@ impl Lab<'_> {
                 .iter()
                 .filter(|r| r.arguments.as_ref().and_then(|a| a.get("query")).and_then(Value::as_str) == Some(intent.token.as_str()))
                 .collect();
-            let exact = |r: &&&Record| r.backend == intent.backend && r.tool.as_deref() == Some(intent.tool.as_str()) && r.arguments.as_ref() == Some(&intent.arguments);
+            let exact = |r: &&&Record| {
+                r.backend == intent.backend
+                    && r.tool.as_deref() == Some(intent.tool.as_str())
+                    && r.arguments.as_ref() == Some(&intent.arguments)
+            };
             let finding = |property: &'static str, message: String| LabFinding {
                 defence: intent.defence,
                 clause: intent.clause,
@@ -726,10 +889,14 @@ impl Lab<'_> {
                         match missing {
                             Some((defence, clause)) => {
                                 let message = format!("an allowed call was refused after refused requests: {answer}");
-                                let refused = LabFinding { defence, clause, property: "mediation", message, exchanges: intent.exchanges.clone() };
+                                let refused =
+                                    LabFinding { defence, clause, property: "mediation", message, exchanges: intent.exchanges.clone() };
                                 report(refused, &mut findings, &mut observations);
                             }
-                            None => problems.push(format!("{} ({}.{}) is allowed but never reached its backend; last answer: {answer}", intent.token, intent.backend, intent.tool)),
+                            None => problems.push(format!(
+                                "{} ({}.{}) is allowed but never reached its backend; last answer: {answer}",
+                                intent.token, intent.backend, intent.tool
+                            )),
                         }
                     }
                 }
