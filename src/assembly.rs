@@ -280,6 +280,7 @@ fn gateway_over(
 /// ledgers are the database's, shared with every other gateway process pointed at it; without, they are this
 /// process's own, in memory.
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+#[allow(clippy::too_many_arguments)] // Each is one of the process's own settings or ports.
 pub fn real_gateway(
     file: &GatewayFile,
     deployment: &Deployment,

@@ -34,7 +34,7 @@ pub struct RemoteBackend {
 
 enum Carrier {
     Http { url: String, client: HttpClient },
-    Stdio { command: Vec<String>, process: Mutex<Option<StdioProcess>> },
+    Stdio { command: Vec<String>, process: Mutex<Option<Box<StdioProcess>>> },
 }
 
 struct StdioProcess {
@@ -110,7 +110,7 @@ impl RemoteBackend {
 }
 
 /// Writes `message` to the stdio backend (starting it first if needed) and reads lines until the answer to `id`.
-async fn exchange_stdio(command: &[String], slot: &mut Option<StdioProcess>, message: &Value, id: &str) -> Result<Value, String> {
+async fn exchange_stdio(command: &[String], slot: &mut Option<Box<StdioProcess>>, message: &Value, id: &str) -> Result<Value, String> {
     if slot.is_none() {
         let mut child = tokio::process::Command::new(&command[0])
             .args(&command[1..])
@@ -122,7 +122,7 @@ async fn exchange_stdio(command: &[String], slot: &mut Option<StdioProcess>, mes
             .map_err(|e| format!("cannot start {:?}: {e}", command[0]))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
-        *slot = Some(StdioProcess { child, stdin, lines: BufReader::new(stdout).lines() });
+        *slot = Some(Box::new(StdioProcess { child, stdin, lines: BufReader::new(stdout).lines() }));
     }
     let process = slot.as_mut().expect("started above");
     let mut line = serde_json::to_vec(message).expect("a JSON value serializes");
@@ -146,7 +146,7 @@ async fn exchange_stdio(command: &[String], slot: &mut Option<StdioProcess>, mes
 }
 
 fn last_sse_data(text: &str) -> String {
-    text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim).filter(|d| !d.is_empty()).last().unwrap_or("").to_string()
+    text.lines().filter_map(|line| line.strip_prefix("data:")).map(str::trim).rfind(|d| !d.is_empty()).unwrap_or("").to_string()
 }
 
 fn base_meta() -> Map<String, Value> {
