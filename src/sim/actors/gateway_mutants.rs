@@ -192,6 +192,7 @@ impl GatewayVariant {
 
 /// A backend seen through description-only pins: a listed descriptor whose description equals its pin's is
 /// shown to the gateway as the pinned descriptor, whatever else changed (calls go to the backend as they are).
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // Built by `serve` alone (the `cli` feature).
 pub struct DescriptionOnlyBackend {
     pub id: String,
     pub inner: Arc<dyn crate::servers::gateway::ports::Backend>,
@@ -226,6 +227,7 @@ impl crate::servers::gateway::ports::Backend for DescriptionOnlyBackend {
 }
 
 /// A real process's broken gateway: the unchanged gateway behind the variant's rewriting of `tools/call`.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // Built by `serve` alone (the `cli` feature).
 pub struct RealMutant {
     pub variant: GatewayVariant,
     pub gateway: Gateway,
