@@ -579,6 +579,11 @@ fn targets_doc_recipes_run_as_written() {
 }
 
 #[test]
+fn gateways_doc_recipes_run_as_written() {
+    run_document("docs/gateways.md", &commands_before("docs/gateways.md"));
+}
+
+#[test]
 fn serving_doc_recipes_run_as_written() {
     run_document("docs/serving.md", &commands_before("docs/serving.md"));
 }
