@@ -249,4 +249,22 @@ mod tests {
         let error = GatewayFile::from_toml("[backends.i]\nkind = \"ftp\"\n[policy]\nversion = \"v\"\n", "g.toml").unwrap_err();
         assert!(error.to_string().contains("g.toml"), "{error}");
     }
+
+    #[test]
+    fn remote_backends_name_exactly_one_way_to_reach_them() {
+        let file = |remote: &str| GatewayFile::from_toml(&format!("[backends]\n{remote}\n[policy]\nversion = \"v\"\n"), "g.toml");
+        let ok = file("[remote.a]\nurl = \"http://127.0.0.1:9/mcp\"\n[remote.b]\ncommand = [\"srv\", \"--stdio\"]").unwrap();
+        assert_eq!(ok.remote["a"].endpoint(), "http://127.0.0.1:9/mcp");
+        assert_eq!(ok.remote["b"].endpoint(), "stdio:srv --stdio");
+        for bad in [
+            "[remote.a]\nurl = \"https://x/mcp\"",
+            "[remote.a]\ncommand = []",
+            "[remote.a]\nurl = \"http://x/mcp\"\ncommand = [\"srv\"]",
+            "[remote.a]",
+            "[remote.\"A.b\"]\nurl = \"http://x/mcp\"",
+        ] {
+            let error = file(bad).unwrap_err().to_string();
+            assert!(error.contains("g.toml") && error.contains("remote backend"), "{bad}: {error}");
+        }
+    }
 }
