@@ -234,7 +234,7 @@ pub fn gateway_world(file: &GatewayFile, deployment: &Deployment, options: World
     };
     let stores =
         (notes.clone() as Arc<dyn NoteStore>, replay.clone() as Arc<dyn ReplayStore>, rate_limiter.clone() as Arc<dyn RateLimiter>);
-    let (gateway, built) = gateway_over(file, deployment, options, pins.clone(), stores, &mut ledger)?;
+    let (gateway, built) = gateway_over(file, deployment, options, pins.clone(), stores, &mut ledger, Vec::new())?;
     let mut notes_backends = BTreeMap::new();
     let mut issues_backends = BTreeMap::new();
     for (id, backend) in built {
@@ -260,6 +260,7 @@ fn gateway_over(
     pins: Arc<SharedPins>,
     stores: (Arc<dyn NoteStore>, Arc<dyn ReplayStore>, Arc<dyn RateLimiter>),
     ledger: &mut dyn FnMut(&str) -> Arc<dyn ExportLedger>,
+    remote: Vec<BackendHandle>,
 ) -> Result<(Gateway, Vec<(String, BuiltBackend)>), ConfigError> {
     let authorizations = deployment.authorizations()?;
     let (notes, replay, rate_limiter) = stores;
@@ -270,6 +271,7 @@ fn gateway_over(
         handles.push(BackendHandle { id: id.clone(), endpoint: in_process_endpoint(id), port: Arc::new(backend.local_port()) });
         built.push((id.clone(), backend));
     }
+    handles.extend(remote);
     let ports = GatewayPorts { pins, replay, rate_limiter, audit: options.audit, clock: options.clock, nonces: options.nonces };
     let state_ttl_ms = file.state_ttl_secs.saturating_mul(1000);
     let gateway = gateway(file, &options.instance, options.key_ring, state_ttl_ms, options.audit_key, handles, ports)?;
@@ -278,12 +280,14 @@ fn gateway_over(
 
 /// The gateway a real process runs: the deployment's notes and principals, this gateway file's backends and
 /// policy, the wall clock, OS nonces, the deployment's keys (or a random key of this process), a random audit
-/// key, and the given pins and audit sink. `state_ttl_secs` overrides the file's `state_ttl_secs`.
+/// key, and the given pins and audit sink. `state_ttl_secs` overrides the file's `state_ttl_secs`. `remote`
+/// holds the ports of the file's `[remote.ID]` backends (the caller reaches them: this layer knows no socket).
 ///
 /// With `shared` (a SQLite or PostgreSQL store), the notes, the replay ledger, the rate counters and the export
 /// ledgers are the database's, shared with every other gateway process pointed at it; without, they are this
 /// process's own, in memory.
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+#[allow(clippy::too_many_arguments)] // Each is one of the process's own settings or ports.
 pub fn real_gateway(
     file: &GatewayFile,
     deployment: &Deployment,
@@ -292,6 +296,7 @@ pub fn real_gateway(
     state_ttl_secs: Option<u64>,
     replay_limits: ReplayLimits,
     shared: Option<&GatewayStores>,
+    remote: Vec<BackendHandle>,
 ) -> Result<Gateway, ConfigError> {
     let mut file = file.clone();
     if let Some(secs) = state_ttl_secs {
@@ -308,12 +313,20 @@ pub fn real_gateway(
         replay_limits,
     };
     match shared {
-        None => gateway_world(&file, deployment, options).map(|world| world.gateway),
+        None if remote.is_empty() => gateway_world(&file, deployment, options).map(|world| world.gateway),
+        None => {
+            let notes: Arc<dyn NoteStore> = Arc::new(MemoryNoteStore::new(deployment.notes()));
+            let replay = Arc::new(MemoryReplayStore::new(notes.clone(), options.clock.clone(), options.replay_limits));
+            let pins = Arc::new(SharedPins::new(options.pins.clone()));
+            let ports = (notes, replay as Arc<dyn ReplayStore>, Arc::new(MemoryRateLimiter::default()) as Arc<dyn RateLimiter>);
+            let mut ledger = |_: &str| Arc::new(MemoryExportLedger::default()) as Arc<dyn ExportLedger>;
+            gateway_over(&file, deployment, options, pins, ports, &mut ledger, remote).map(|(gateway, _)| gateway)
+        }
         Some(stores) => {
             let pins = Arc::new(SharedPins::new(options.pins.clone()));
             let ports = (stores.notes.clone(), stores.replay.clone(), stores.rate_limiter.clone());
             let mut ledger = |id: &str| (stores.ledger)(id);
-            gateway_over(&file, deployment, options, pins, ports, &mut ledger).map(|(gateway, _)| gateway)
+            gateway_over(&file, deployment, options, pins, ports, &mut ledger, remote).map(|(gateway, _)| gateway)
         }
     }
 }

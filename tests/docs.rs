@@ -31,7 +31,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mcpsim");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The documents, in the order they are run (a command shared with an earlier one is run there).
 /// Every Markdown file under `docs/` that shows an `sh` block must be here (`every_document_is_run` checks it).
-const DOCUMENTS: [&str; 21] = [
+const DOCUMENTS: [&str; 22] = [
     "README.md",
     "docs/simulator.md",
     "docs/exploring.md",
@@ -39,6 +39,7 @@ const DOCUMENTS: [&str; 21] = [
     "docs/serving.md",
     "docs/conformance.md",
     "docs/targets.md",
+    "docs/gateways.md",
     "docs/benchmarks.md",
     "docs/ci.md",
     "docs/importing.md",
@@ -62,6 +63,17 @@ const SERVER_START_SECONDS_MAX: u64 = 60;
 
 /// Commands that exit with another status than 0 by design, and why.
 const EXIT_STATUS: &[(&str, i32, &str)] = &[
+    ("mcpsim gateway-lab run targets/gateways/mcpsim-mutant-description-only-pins.toml", 1, "the gateway mutant is caught: rug_pull broke"),
+    (
+        "mcpsim gateway-lab run targets/gateways/mcpsim-mutant-first-listed-backend-wins.toml",
+        1,
+        "the gateway mutant is caught: shadowing broke",
+    ),
+    (
+        "mcpsim gateway-lab run targets/gateways/mcpsim-mutant-exports-on-decline.toml",
+        1,
+        "the gateway mutant is caught: confirmation broke",
+    ),
     (
         "cargo run -- explore zoo-move-races-the-accept --seeds 100 --mutant recheck-then-delete",
         1,
@@ -641,6 +653,11 @@ fn conformance_doc_recipes_run_as_written() {
 #[test]
 fn targets_doc_recipes_run_as_written() {
     run_document("docs/targets.md", &commands_before("docs/targets.md"));
+}
+
+#[test]
+fn gateways_doc_recipes_run_as_written() {
+    run_document("docs/gateways.md", &commands_before("docs/gateways.md"));
 }
 
 #[test]

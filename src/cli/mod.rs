@@ -7,6 +7,7 @@ pub mod course_check;
 pub mod demo;
 pub(crate) mod determinism;
 pub mod explore;
+pub mod gateway_lab;
 pub mod import;
 pub mod keygen;
 pub(crate) mod ledger;
@@ -72,6 +73,8 @@ Examples:
     Mutants,
     /// Attack a fleet of any MCP server (a target file) with the MRTR battery: replays, tampering, another principal, …
     Attack(attack::AttackArgs),
+    /// Bring your own gateway: malicious backends behind its replicas, the seven defences judged from both edges.
+    GatewayLab(gateway_lab::GatewayLabArgs),
     /// (internal) What `run`/`explore`/`attack --target` start beside themselves: when its stdin ends (mcpsim
     /// gone, however it ended), kills every process of the target and removes the work directory.
     #[command(hide = true)]
@@ -136,6 +139,7 @@ pub fn main() -> ExitCode {
         Command::Mutants => explore::list_mutants(),
         Command::Replay(args) => explore::replay(args),
         Command::Attack(args) => attack::run(args),
+        Command::GatewayLab(args) => gateway_lab::run(args),
         Command::TargetWatchdog(args) => target::watchdog(args),
         Command::Scenarios => run::list_scenarios(),
         Command::Record(args) => record::run(args),

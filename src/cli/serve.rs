@@ -21,7 +21,9 @@ use crate::policy::pinning::PinFile;
 use crate::policy::state::KeyRing;
 use crate::policy::state::DEFAULT_STATE_TTL_MS;
 use crate::servers::fixture::legacy_suite::LegacySuiteFixture;
-use crate::servers::gateway::ports::AuditSink;
+use crate::servers::gateway::ports::{AuditSink, Backend};
+use crate::servers::gateway::BackendHandle;
+use crate::sim::actors::gateway_mutants::{DescriptionOnlyBackend, GatewayVariant, RealMutant};
 use crate::stores::database::Durability;
 use crate::stores::gateway::JsonLinesAuditSink;
 use crate::stores::memory::{
@@ -37,6 +39,7 @@ use crate::transport::http::{
     PRINCIPAL_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX,
 };
 use crate::transport::page::{PageBase, SIGN_IN_BURST_PER_CLIENT, SIGN_IN_BURST_PER_REFERENCE, SIGN_IN_INTERVAL_MS};
+use crate::transport::remote_backend::RemoteBackend;
 use crate::transport::stdio::serve_stdio;
 use crate::wire::jsonrpc::MESSAGE_BYTES_MAX;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -266,6 +269,15 @@ pub struct ServeArgs {
     /// With --gateway: append the audit log (JSON Lines, one record per tools/call) to FILE [default: stderr].
     #[arg(long, value_name = "FILE", requires = "gateway")]
     pub audit_log: Option<PathBuf>,
+
+    /// Test-only (hidden): serve a deliberately broken gateway of the mutant zoo, for `gateway-lab` to catch.
+    /// Refused without --i-know-this-gateway-is-broken; the startup line says MUTANT.
+    #[arg(long, value_name = "NAME", requires = "gateway", hide = true)]
+    pub gateway_mutant: Option<String>,
+
+    /// Test-only (hidden): the explicit consent --gateway-mutant needs.
+    #[arg(long, requires = "gateway_mutant", hide = true)]
+    pub i_know_this_gateway_is_broken: bool,
 
     /// Where notes and used confirmations live: memory | sqlite:PATH | postgres:URL [default: memory].
     ///
@@ -996,6 +1008,8 @@ struct GatewayPlan {
     store: StoreSpec,
     durability: Durability,
     stdio_principal: String,
+    /// A mutant of the zoo instead of the real gateway (test-only, consented to).
+    mutant: Option<GatewayVariant>,
 }
 
 /// Checks the gateway's arguments and files: deployment, gateway file, pins, audit log, store.
@@ -1025,7 +1039,22 @@ fn plan_gateway(args: &ServeArgs) -> Result<GatewayPlan, Failure> {
     if args.durability.is_some() && !store.is_shared() {
         return Err(Failure::usage("--durability applies to a sqlite: or postgres: store; a memory store writes nothing to disk"));
     }
+    let mutant = match &args.gateway_mutant {
+        None => None,
+        Some(name) => {
+            let known: Vec<&str> = GatewayVariant::REAL_PROCESS.iter().map(|v| v.name()).collect();
+            let variant = GatewayVariant::real_process(name)
+                .ok_or_else(|| Failure::usage(format!("unknown gateway mutant {name:?}: one of {}", known.join(", "))))?;
+            if !args.i_know_this_gateway_is_broken {
+                return Err(Failure::usage(
+                    "--gateway-mutant serves a deliberately broken gateway (for gateway-lab's tests); add --i-know-this-gateway-is-broken",
+                ));
+            }
+            Some(variant)
+        }
+    };
     Ok(GatewayPlan {
+        mutant,
         deployment,
         file,
         pins,
@@ -1042,13 +1071,25 @@ fn plan_gateway(args: &ServeArgs) -> Result<GatewayPlan, Failure> {
 /// keeping its replay ledger, rate counters and export ledgers in the store (shared with every gateway process
 /// pointed at a `sqlite:` or `postgres:` store; this process's own in `memory`).
 async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_limits: ReplayLimits) -> Result<Served, Failure> {
-    let GatewayPlan { deployment, file, pins, audit, pins_shown, audit_shown, store, durability, stdio_principal } = plan;
+    let GatewayPlan { deployment, file, pins, audit, pins_shown, audit_shown, store, durability, stdio_principal, mutant } = plan;
     let keys_shared = deployment.configured_key_ring().map_err(|error| Failure::usage(config_hint(error)))?.is_some();
     let opened = open_for_gateway(&store, Arc::new(SystemClock), replay_limits, durability)
         .await
         .map_err(|error| Failure::failed(format!("cannot open the store {store}: {error}. Check the path or URL ({STORE_SPEC_HELP}).")))?;
     let (stores, shared) = opened.unzip();
-    let gateway = real_gateway(&file, &deployment, pins, audit, state_ttl_secs, replay_limits, shared.as_ref())
+    let pinned = Arc::new(pins.clone());
+    let remote = file
+        .remote
+        .iter()
+        .map(|(id, config)| {
+            let mut port: Arc<dyn Backend> = Arc::new(RemoteBackend::new(id, config));
+            if mutant == Some(GatewayVariant::DescriptionOnlyPins) {
+                port = Arc::new(DescriptionOnlyBackend { id: id.clone(), inner: port, pins: pinned.clone() });
+            }
+            BackendHandle { id: id.clone(), endpoint: config.endpoint(), port }
+        })
+        .collect();
+    let gateway = real_gateway(&file, &deployment, pins, audit, state_ttl_secs, replay_limits, shared.as_ref(), remote)
         .map_err(|error| Failure::usage(config_hint(error)))?;
     let state = match &stores {
         Some(stores) => {
@@ -1081,16 +1122,27 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
         }
     };
     let backends: Vec<String> = gateway.backends().iter().map(|b| b.id.clone()).collect();
+    let marked = match mutant {
+        Some(variant) => {
+            tracing::warn!("MUTANT gateway {}: deliberately broken, for gateway-lab's tests only", variant.name());
+            format!("MUTANT gateway {} (deliberately broken) — ", variant.name())
+        }
+        None => String::new(),
+    };
     let summary = format!(
-        "security gateway; backends: {}; policy {}; pins: {pins_shown}; audit log: {audit_shown}; {state}; room for {} confirmations ({} per principal)",
+        "{marked}security gateway; backends: {}; policy {}; pins: {pins_shown}; audit log: {audit_shown}; {state}; room for {} confirmations ({} per principal)",
         backends.join(", "),
         file.policy.version,
         replay_limits.capacity,
         replay_limits.principal_capacity,
     );
     let tokens = deployment.tokens();
+    let service: Arc<dyn Service> = match mutant {
+        Some(variant) if variant != GatewayVariant::DescriptionOnlyPins => Arc::new(RealMutant { variant, gateway }),
+        _ => Arc::new(gateway),
+    };
     Ok(Served {
-        service: Arc::new(gateway),
+        service,
         legacy_service: None,
         authentication: Authentication::Bearer(Tokens::new(tokens)),
         stdio_principal,

@@ -27,6 +27,34 @@ pub struct GatewayFile {
     pub policy: AccessPolicy,
     #[serde(default)]
     pub issues: Vec<Issue>,
+    /// Backends in other processes, by id (`serve --gateway` only; the simulator's gateway has none): reached
+    /// over streamable HTTP (`url`) or by starting a stdio server (`command`). Their descriptors are whatever
+    /// they publish, judged against the pins like any backend's.
+    #[serde(default)]
+    pub remote: BTreeMap<String, RemoteBackendConfig>,
+}
+
+/// A backend mcpsim does not run: exactly one of `url` (streamable HTTP, `http://` only) and `command` (a stdio
+/// server the gateway starts, one per gateway process).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteBackendConfig {
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+}
+
+impl RemoteBackendConfig {
+    /// Where the gateway reaches it, as recorded in pins (publisher evidence): the URL, or `stdio:` and the
+    /// command's words joined by spaces.
+    pub fn endpoint(&self) -> String {
+        match (&self.url, &self.command) {
+            (Some(url), _) => url.clone(),
+            (None, Some(command)) => format!("stdio:{}", command.join(" ")),
+            (None, None) => String::new(),
+        }
+    }
 }
 
 fn default_state_ttl_secs() -> u64 {
@@ -126,6 +154,22 @@ impl GatewayFile {
                 return Err(ConfigError::Invalid(format!("{origin}: backend {id}: only notes backends have destinations")));
             }
         }
+        for (id, remote) in &file.remote {
+            if !crate::policy::pinning::is_backend_id(id) || file.backends.contains_key(id) {
+                return Err(ConfigError::Invalid(format!(
+                    "{origin}: remote backend id {id:?} must be 1 to 32 characters of a-z 0-9 _ - (no dot), and not also a [backends] id"
+                )));
+            }
+            match (&remote.url, &remote.command) {
+                (Some(url), None) if url.starts_with("http://") => {}
+                (None, Some(command)) if !command.is_empty() && !command[0].is_empty() => {}
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{origin}: remote backend {id}: give exactly one of url = \"http://HOST:PORT/mcp\" or command = [\"program\", ...]"
+                    )))
+                }
+            }
+        }
         Ok(file)
     }
 
@@ -204,5 +248,23 @@ mod tests {
         assert!(error.to_string().contains("only notes backends"), "{error}");
         let error = GatewayFile::from_toml("[backends.i]\nkind = \"ftp\"\n[policy]\nversion = \"v\"\n", "g.toml").unwrap_err();
         assert!(error.to_string().contains("g.toml"), "{error}");
+    }
+
+    #[test]
+    fn remote_backends_name_exactly_one_way_to_reach_them() {
+        let file = |remote: &str| GatewayFile::from_toml(&format!("[backends]\n{remote}\n[policy]\nversion = \"v\"\n"), "g.toml");
+        let ok = file("[remote.a]\nurl = \"http://127.0.0.1:9/mcp\"\n[remote.b]\ncommand = [\"srv\", \"--stdio\"]").unwrap();
+        assert_eq!(ok.remote["a"].endpoint(), "http://127.0.0.1:9/mcp");
+        assert_eq!(ok.remote["b"].endpoint(), "stdio:srv --stdio");
+        for bad in [
+            "[remote.a]\nurl = \"https://x/mcp\"",
+            "[remote.a]\ncommand = []",
+            "[remote.a]\nurl = \"http://x/mcp\"\ncommand = [\"srv\"]",
+            "[remote.a]",
+            "[remote.\"A.b\"]\nurl = \"http://x/mcp\"",
+        ] {
+            let error = file(bad).unwrap_err().to_string();
+            assert!(error.contains("g.toml") && error.contains("remote backend"), "{bad}: {error}");
+        }
     }
 }

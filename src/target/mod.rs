@@ -26,6 +26,7 @@ pub mod explore;
 pub mod faults;
 pub mod file;
 pub mod fleet;
+pub mod gateway;
 pub mod judge;
 pub mod process;
 pub mod store_proxy;

@@ -12,6 +12,8 @@ pub mod http;
 #[cfg(feature = "http")]
 pub mod page;
 #[cfg(feature = "http")]
+pub mod remote_backend;
+#[cfg(feature = "http")]
 mod slots;
 pub mod stdio;
 

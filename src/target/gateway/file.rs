@@ -1,0 +1,255 @@
+//! The gateway target file: how to start N replicas of a gateway under test in front of the lab's backends,
+//! the principals' credentials and grants, and which of the seed's defences the gateway claims.
+//!
+//! TOML, every table closed (an unknown key is refused with the file, the line and the keys that exist).
+//! Commands, environment values and the `[files]` templates take `{placeholders}`; the format and every
+//! placeholder are documented in `docs/gateways.md`; `targets/gateways/` holds examples.
+
+use crate::target::file::fill_delimited;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Most replicas a gateway target file may ask for.
+pub const REPLICAS_MAX: usize = 8;
+/// Longest a replica may take to start.
+pub const START_TIMEOUT_MS_MAX: u64 = 120_000;
+
+/// The seed's seven defences, and the cross-replica rate limit, in the order reports list them.
+pub const DEFENCES: [&str; 8] =
+    ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits"];
+
+/// A gateway target file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayTargetFile {
+    /// What is under test, in a few words.
+    pub name: String,
+    /// How many replicas (1 to [`REPLICAS_MAX`]); the cross-replica checks need 2.
+    pub replicas: usize,
+    /// Commands run once, in order, after the files are written and before any replica starts.
+    #[serde(default)]
+    pub setup: Vec<Vec<String>>,
+    /// The command that starts one replica, listening on `{port}` (loopback).
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A replica's MCP endpoint [default: `http://127.0.0.1:{port}/mcp`].
+    pub url: Option<String>,
+    /// How long a replica may take to accept connections [default: 20000].
+    pub start_timeout_ms: Option<u64>,
+    /// The public name of a backend's tool [default: `{backend}.{tool}`].
+    pub tool_name: Option<String>,
+    /// Files written to the run's work directory before setup, by name (templates with placeholders).
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// The principals the lab acts as: a bearer token and the public tools the gateway grants each.
+    pub principals: BTreeMap<String, PrincipalFile>,
+    /// Which defences the gateway claims.
+    pub claims: Claims,
+    /// The quota the gateway claims on one principal and tool (for `rate_limits`).
+    pub rate_limit: Option<RateLimitFile>,
+    /// The public name of the destructive tool the gateway confirms (`notes.export` of the lab).
+    pub confirm: Option<ConfirmFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalFile {
+    pub token: String,
+    /// The public tool names the gateway's policy grants this principal.
+    #[serde(default)]
+    pub tools: Vec<String>,
+}
+
+/// One flag per defence: a claimed defence that does not hold is a finding; an unclaimed one is reported as
+/// "not claimed", never as a failure.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claims {
+    #[serde(default)]
+    pub poisoning: bool,
+    #[serde(default)]
+    pub rug_pull: bool,
+    #[serde(default)]
+    pub shadowing: bool,
+    #[serde(default)]
+    pub header_body: bool,
+    #[serde(default)]
+    pub capabilities: bool,
+    #[serde(default)]
+    pub confirmation: bool,
+    #[serde(default)]
+    pub identity: bool,
+    #[serde(default)]
+    pub rate_limits: bool,
+}
+
+impl Claims {
+    pub fn claims(&self, defence: &str) -> bool {
+        match defence {
+            "poisoning" => self.poisoning,
+            "rug_pull" => self.rug_pull,
+            "shadowing" => self.shadowing,
+            "header_body" => self.header_body,
+            "capabilities" => self.capabilities,
+            "confirmation" => self.confirmation,
+            "identity" => self.identity,
+            "rate_limits" => self.rate_limits,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitFile {
+    pub principal: String,
+    /// A public tool name.
+    pub tool: String,
+    /// Calls allowed in one window (the lab makes them all within one).
+    pub calls: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmFile {
+    /// The principal granted the tool.
+    pub principal: String,
+}
+
+/// What is wrong with a gateway target file.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayTargetError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl GatewayTargetFile {
+    pub fn load(path: &Path) -> Result<GatewayTargetFile, GatewayTargetError> {
+        let text = std::fs::read_to_string(path).map_err(|source| GatewayTargetError::Read { path: path.display().to_string(), source })?;
+        GatewayTargetFile::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<GatewayTargetFile, GatewayTargetError> {
+        let shown = path.display().to_string();
+        let file: GatewayTargetFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|span| text.as_bytes()[..span.start.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1);
+            let at = line.map_or(String::new(), |l| format!("line {l}: "));
+            GatewayTargetError::Parse { path: shown.clone(), message: format!("{at}{}", e.message()) }
+        })?;
+        let invalid = |message: String| GatewayTargetError::Invalid { path: shown.clone(), message };
+        if file.replicas == 0 || file.replicas > REPLICAS_MAX {
+            return Err(invalid(format!("replicas must be 1 to {REPLICAS_MAX}, not {}", file.replicas)));
+        }
+        if file.command.is_empty() || file.command[0].is_empty() {
+            return Err(invalid("command must name a program: command = [\"program\", \"arg\", …]".into()));
+        }
+        if file.start_timeout_ms.is_some_and(|ms| ms == 0 || ms > START_TIMEOUT_MS_MAX) {
+            return Err(invalid(format!("start_timeout_ms must be 1 to {START_TIMEOUT_MS_MAX}")));
+        }
+        if file.principals.is_empty() {
+            return Err(invalid("give at least one [principals.NAME] with its token".into()));
+        }
+        for name in file.files.keys() {
+            if name.is_empty()
+                || name.starts_with('.')
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            {
+                return Err(invalid(format!(
+                    "[files] name {name:?}: a plain file name of A-Z a-z 0-9 . _ - (it is written in the work directory)"
+                )));
+            }
+        }
+        if let Some(rate) = &file.rate_limit {
+            if !file.principals.contains_key(&rate.principal) || rate.calls == 0 {
+                return Err(invalid(format!("[rate_limit]: principal {:?} must be one of [principals], calls at least 1", rate.principal)));
+            }
+        }
+        if let Some(confirm) = &file.confirm {
+            if !file.principals.contains_key(&confirm.principal) {
+                return Err(invalid(format!("[confirm]: principal {:?} must be one of [principals]", confirm.principal)));
+            }
+        }
+        if file.claims.rate_limits && file.rate_limit.is_none() {
+            return Err(invalid("claims.rate_limits needs [rate_limit] (principal, tool, calls): the quota the lab checks".into()));
+        }
+        if file.claims.confirmation && file.confirm.is_none() {
+            return Err(invalid("claims.confirmation needs [confirm] (principal): who may run the destructive tool".into()));
+        }
+        Ok(file)
+    }
+
+    pub fn start_timeout_ms(&self) -> u64 {
+        self.start_timeout_ms.unwrap_or(20_000)
+    }
+
+    /// The public name of `backend`'s `tool`.
+    pub fn public_name(&self, backend: &str, tool: &str) -> String {
+        let template = self.tool_name.as_deref().unwrap_or("{backend}.{tool}");
+        fill(template, &BTreeMap::from([("backend".to_string(), backend.to_string()), ("tool".to_string(), tool.to_string())]))
+            .unwrap_or_else(|_| format!("{backend}.{tool}"))
+    }
+}
+
+/// `text` with every `{name}` of `values` filled in; an unknown one is an error naming the ones that exist.
+/// Only a name of `a-z 0-9 _ .` (starting with a letter) is a placeholder: anything else in braces (a TOML
+/// inline table `{ calls = 3 }`, an empty `{}`) is kept as written.
+pub fn fill(text: &str, values: &BTreeMap<String, String>) -> Result<String, String> {
+    let is_name = |name: &str| {
+        name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.'))
+    };
+    fill_delimited(text, ("{", "}"), None, |name| {
+        if !is_name(name) {
+            return Ok(format!("{{{name}}}"));
+        }
+        values.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = values.keys().map(String::as_str).collect();
+            format!("unknown placeholder {{{name}}}; the placeholders are {}", known.join(", "))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "g"
+replicas = 2
+command = ["{mcpsim}", "serve", "--gateway", "--http", "127.0.0.1:{port}"]
+[principals.alice]
+token = "t"
+tools = ["notes.search"]
+[claims]
+poisoning = true
+"#;
+
+    fn error(text: &str) -> String {
+        GatewayTargetFile::parse(Path::new("targets/gateways/g.toml"), text).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn a_good_file_parses_and_names_tools() {
+        let file = GatewayTargetFile::parse(Path::new("g.toml"), GOOD).unwrap();
+        assert_eq!(file.public_name("notes", "search"), "notes.search");
+        assert!(file.claims.claims("poisoning") && !file.claims.claims("rug_pull"));
+    }
+
+    #[test]
+    fn bad_files_say_where_and_what() {
+        let unknown = error(&GOOD.replace("replicas = 2", "replicas = 2\nreplica = 3"));
+        assert!(unknown.contains("targets/gateways/g.toml") && unknown.contains("line 4") && unknown.contains("replica"), "{unknown}");
+        assert!(error(&GOOD.replace("replicas = 2", "replicas = 0")).contains("replicas must be"));
+        assert!(error(&GOOD.replace("poisoning = true", "rate_limits = true")).contains("[rate_limit]"));
+        assert!(error(&format!("{GOOD}\n[files]\n\"../x\" = \"\"\n")).contains("plain file name"));
+        assert!(fill("{nope}", &BTreeMap::new()).unwrap_err().contains("unknown placeholder {nope}"));
+        let values = BTreeMap::from([("port".to_string(), "80".to_string())]);
+        assert_eq!(fill("a = { b = 1 } c = {} {port}", &values).unwrap(), "a = { b = 1 } c = {} 80");
+    }
+}

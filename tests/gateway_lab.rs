@@ -1,0 +1,158 @@
+//! `mcpsim gateway-lab`: mcpsim's own gateway fleet (two `serve --gateway` replicas on one SQLite store,
+//! in front of the lab's backends) holds every claimed defence; each gateway mutant of the zoo that runs as a
+//! real process is caught with the defence and the property named; a lab backend binds loopback only;
+//! a mutant is refused without its explicit flag; and every process a run starts is gone after it — counted
+//! by the run's containment and again here, from `/proc`. Each run takes about a second.
+
+mod common;
+
+use common::child::run_mcpsim;
+
+/// Runs the lab on `file` (under `targets/gateways/`) and checks what every run must show: its processes
+/// started, the containment's count of 0 left, and no process of the run's work directory alive afterwards.
+fn lab(file: &str, seed: &str) -> (i32, String) {
+    let path = format!("targets/gateways/{file}");
+    let ran = run_mcpsim(&["gateway-lab", "run", &path, "--seed", seed], 90);
+    let out = ran.stdout;
+    assert!(out.contains("cleanup: every process of the target was killed (0 left"), "{out}\n{}", ran.stderr);
+    // Three HTTP backends, one setup command, two replicas (the stdio backend is each replica's child).
+    assert!(out.contains("  6 processes started;"), "{out}");
+    let work_dir = out
+        .lines()
+        .find_map(|l| l.strip_prefix("  decided: work directory "))
+        .unwrap_or_else(|| panic!("the report names its work directory: {out}"))
+        .to_string();
+    assert!(!std::path::Path::new(&work_dir).exists(), "the work directory {work_dir} was removed");
+    let alive = processes_naming(&work_dir);
+    assert!(alive.is_empty(), "processes of the run still alive: {alive:?}");
+    (ran.status, out)
+}
+
+/// Pids of live processes whose command line names `text` (the backends and replicas all name the work dir).
+fn processes_naming(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(text) {
+            found.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+fn verdict(out: &str, defence: &str) -> String {
+    out.lines()
+        .find_map(|l| l.trim_start().strip_prefix(defence).filter(|rest| rest.starts_with(' ')).map(|rest| rest.trim().to_string()))
+        .unwrap_or_else(|| panic!("no verdict for {defence}: {out}"))
+}
+
+#[test]
+fn mcpsim_gateway_fleet_holds_every_claimed_defence() {
+    let (status, out) = lab("mcpsim.toml", "1");
+    assert_eq!(status, 0, "{out}");
+    for defence in ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits"] {
+        assert_eq!(verdict(&out, defence), "held", "{out}");
+    }
+    assert!(out.contains("result: every claimed defence held"), "{out}");
+    // Only the reviewed, clean tools are listed; the poisoned, the look-alike and the renamed are not.
+    assert!(out.contains("observed: alice is listed: issues.search, notes.export, notes.search\n"), "{out}");
+    // The confirmation really crossed replicas, and both replicas took quota calls.
+    assert!(out.contains("decided: confirmation accepted: replica A = "), "{out}");
+    assert!(out.contains("at replica 0") && out.contains("at replica 1"), "{out}");
+}
+
+#[test]
+fn the_same_seed_makes_the_same_decisions() {
+    let decisions = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("  decided: ") && !l.contains("started ") && !l.contains("work directory"))
+            .map(str::to_string)
+            .collect()
+    };
+    let (_, first) = lab("mcpsim.toml", "7");
+    let (_, again) = lab("mcpsim.toml", "7");
+    assert_eq!(decisions(&first), decisions(&again));
+    assert!(decisions(&first).len() >= 7, "{first}");
+}
+
+/// Runs a mutant's target file: exit 1, the defence BROKEN, a finding naming the property, every other
+/// claimed defence held.
+fn caught(mutant: &str, defence: &str, property: &str) {
+    let (status, out) = lab(&format!("mcpsim-mutant-{mutant}.toml"), "1");
+    assert_eq!(status, 1, "{out}");
+    assert_eq!(verdict(&out, defence), "BROKEN", "{out}");
+    assert!(out.contains(&format!("FINDING {defence} ({property}; ")), "{out}");
+    let broken = out.lines().filter(|l| l.ends_with(" BROKEN")).count();
+    assert_eq!(broken, 1, "only the mutant's defence breaks: {out}");
+    // The finding shows the messages that reproduce it, escaped and with requestState shortened.
+    assert!(out.contains("    → replica "), "{out}");
+    assert!(!out.contains("lab-alice-token"), "tokens are never shown: {out}");
+}
+
+#[test]
+fn description_only_pins_are_caught_by_the_rug_pull() {
+    caught("description-only-pins", "rug_pull", "mediation");
+}
+
+#[test]
+fn first_listed_backend_wins_is_caught_by_shadowing() {
+    caught("first-listed-backend-wins", "shadowing", "mediation");
+}
+
+#[test]
+fn exports_on_decline_is_caught_by_the_confirmation() {
+    caught("exports-on-decline", "confirmation", "consent");
+}
+
+#[test]
+fn a_lab_backend_binds_loopback_only() {
+    let dir = common::child::scratch("gateway-lab", "loopback");
+    let spec = dir.join("spec.json");
+    std::fs::write(&spec, r#"{"id":"notes","carrier":"http","server_name":"n","server_version":"1","phases":[[]]}"#).unwrap();
+    let (phase, record) = (dir.join("phase"), dir.join("record.jsonl"));
+    let args = |address: &str| {
+        vec![
+            "gateway-lab".to_string(),
+            "backend".into(),
+            "--spec".into(),
+            spec.display().to_string(),
+            "--phase-file".into(),
+            phase.display().to_string(),
+            "--record".into(),
+            record.display().to_string(),
+            "--http".into(),
+            address.to_string(),
+        ]
+    };
+    for address in ["0.0.0.0:0", "[::]:0"] {
+        let argv = args(address);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let ran = run_mcpsim(&argv, 20);
+        assert_eq!(ran.status, 2, "{}", ran.stderr);
+        assert!(ran.stderr.contains("loopback only"), "{}", ran.stderr);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_mutant_gateway_needs_its_explicit_flag() {
+    let ran = run_mcpsim(&["serve", "--gateway", "--http", "127.0.0.1:0", "--gateway-mutant", "exports-on-decline"], 20);
+    assert_eq!(ran.status, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--i-know-this-gateway-is-broken"), "{}", ran.stderr);
+    let ran =
+        run_mcpsim(&["serve", "--gateway", "--http", "127.0.0.1:0", "--gateway-mutant", "nope", "--i-know-this-gateway-is-broken"], 20);
+    assert_eq!(ran.status, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("description-only-pins, first-listed-backend-wins, exports-on-decline"), "{}", ran.stderr);
+}
+
+#[test]
+fn a_bad_gateway_target_file_says_where() {
+    let dir = common::child::scratch("gateway-lab", "bad");
+    let path = dir.join("g.toml");
+    std::fs::write(&path, "name = \"g\"\nreplicas = 2\nreplica = 3\n").unwrap();
+    let ran = run_mcpsim(&["gateway-lab", "run", &path.display().to_string()], 20);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(ran.status, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("g.toml") && ran.stderr.contains("line 3") && ran.stderr.contains("docs/gateways.md"), "{}", ran.stderr);
+}
