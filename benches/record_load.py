@@ -2,7 +2,7 @@
 """N sequential resources/list POSTs on one keep-alive connection to URL (a `serve --http` or a `record --http`
 proxy in front of one), for the cost measurement of docs/recording.md:
 
-    python3 .ci/record-load.py http://127.0.0.1:PORT/mcp 2000
+    python3 benches/record_load.py http://127.0.0.1:PORT/mcp 2000
 """
 import http.client, json, sys, time, urllib.parse
 url = urllib.parse.urlparse(sys.argv[1]); n = int(sys.argv[2])
