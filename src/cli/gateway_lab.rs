@@ -11,6 +11,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  mcpsim gateway-lab run targets/gateways/mcpsim.toml              # mcpsim's gateway, 2 replicas: exit 0
+  mcpsim gateway-lab run targets/gateways/mcpsim-mutant-exports-on-decline.toml   # a finding: exit 1")]
 pub struct GatewayLabArgs {
     #[command(subcommand)]
     pub command: LabCommand,

@@ -21,9 +21,11 @@ Examples:
   mcpsim import tests/traces/capture-http-notes-delete.jsonl --principal alice --out imported.sim
   mcpsim run imported.sim                                 # the simulator: the recorded answers hold
   mcpsim run --target targets/mcpsim-stdio.toml imported.sim   # real processes, same answers
-  mcpsim import tests/traces/capture-http-notes-delete.jsonl --principal alice --own-keys --out broken.sim
+  mcpsim import tests/traces/capture-http-notes-delete.jsonl --principal alice --own-keys \\
+      --out broken.sim
   mcpsim explore broken.sim --perturb                     # round 2 on another instance fails: shrunk, saved
-  mcpsim import trace.jsonl --principal '<redacted:3f9c2a1b7d4e>=alice' --mask result.structuredContent.at
+  mcpsim import trace.jsonl --principal '<redacted:3f9c2a1b7d4e>=alice' \\
+      --mask result.structuredContent.at
 
 docs/importing.md says what maps to what.")]
 pub struct ImportArgs {

@@ -204,7 +204,7 @@ mod tests {
         // (Hidden ones are internal, e.g. `target-watchdog`, which mcpsim starts itself.)
         for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
             subcommands.push(sub.clone());
-            subcommands.extend(sub.get_subcommands().cloned());
+            subcommands.extend(sub.get_subcommands().filter(|inner| !inner.is_hide_set()).cloned());
         }
         for mut sub in subcommands {
             let name = sub.get_name().to_string();

@@ -44,7 +44,7 @@ fn a_drifted_answer_fails_at_its_member_with_the_paths() {
     let report = run_text(&drifted);
     let first = report.failures.first().expect("the drift fails").to_string();
     assert!(
-        first.contains("as written, found another value; differs at result.structuredContent.outcome: expected \"kept\", got \"deleted\""),
+        first.contains("differs at these JSON paths (expected, then found):\n    result.structuredContent.outcome: \"kept\", then \"deleted\""),
         "{first}"
     );
 }

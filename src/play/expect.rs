@@ -318,8 +318,8 @@ fn not_equal(path: &[String], expected: &Value, actual: &Value) -> String {
             None if line.starts_with('[') => format!("{at}{line}"),
             None => format!("{at}.{line}"),
         };
-        out.push_str("\n  ");
-        out.push_str(&line.replace('\n', "\n  "));
+        out.push_str("\n    ");
+        out.push_str(&line.replace('\n', "\n    "));
     }
     out
 }
@@ -467,9 +467,9 @@ mod tests {
                     actual: json!({"deleted": false, "outcome": "declined"}),
                 },
                 "expected result.structuredContent = {\"deleted\":true,\"noteId\":\"note-7\",\"outcome\":\"deleted\"}, \
-                 found a value that differs at these JSON paths (expected, then found):\n  \
-                 result.structuredContent.deleted: true, then false\n  \
-                 result.structuredContent.noteId: \"note-7\", then (absent)\n  \
+                 found a value that differs at these JSON paths (expected, then found):\n    \
+                 result.structuredContent.deleted: true, then false\n    \
+                 result.structuredContent.noteId: \"note-7\", then (absent)\n    \
                  result.structuredContent.outcome: \"deleted\", then \"declined\"",
             ),
             (
