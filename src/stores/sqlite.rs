@@ -209,7 +209,18 @@ const TITLE_INDEX: &str = "
         END;
     ";
 
-/// Builds [`TITLE_INDEX`] in one write transaction if the database does not have it yet.
+/// How `notes_by_title` merges its segments (FTS5 settings, kept in its `_config` table, so every writer of
+/// the file follows them, an older mcpsim's included). Each write transaction adds a segment, and a search
+/// reads every segment's postings of each of its trigrams: with FTS5's defaults (`automerge` 4, `crisismerge`
+/// 16) a store written one note at a time kept 11–20 segments and a search cost 100–155 µs, against 19 µs
+/// with one segment. Merging two segments of a level at a time, and all of a level at once when it holds 4,
+/// keeps 4–5 (a search 44–54 µs) for no measurable cost per write (SQLite 3.40, 10^5 titles, 4,000 single
+/// writes and deletes; docs/benchmarks.md, "Store scale", 2026-12-04).
+const TITLE_INDEX_MERGING: [(&str, i64); 2] = [("automerge", 2), ("crisismerge", 4)];
+
+/// Builds [`TITLE_INDEX`] in one write transaction if the database does not have it yet, merged into one
+/// segment (a bulk fill leaves many), and sets [`TITLE_INDEX_MERGING`] where it differs (a file whose index an
+/// earlier mcpsim built).
 fn ensure_title_index(connection: &mut Connection) -> Outcome<()> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let present: bool = transaction.query_row(
@@ -219,6 +230,16 @@ fn ensure_title_index(connection: &mut Connection) -> Outcome<()> {
     )?;
     if !present {
         transaction.execute_batch(TITLE_INDEX)?;
+    }
+    for (setting, value) in TITLE_INDEX_MERGING {
+        let set: Option<i64> =
+            transaction.query_row("SELECT v FROM notes_by_title_config WHERE k = ?1", [setting], |row| row.get(0)).optional()?;
+        if set != Some(value) {
+            transaction.execute("INSERT INTO notes_by_title (notes_by_title, rank) VALUES (?1, ?2)", params![setting, value])?;
+        }
+    }
+    if !present {
+        transaction.execute_batch("INSERT INTO notes_by_title (notes_by_title) VALUES ('optimize')")?;
     }
     transaction.commit()?;
     Ok(())
@@ -888,13 +909,15 @@ fn fts_phrase(folded: &str) -> String {
 }
 
 /// The most notes of a workspace round 1 compares one by one before it asks the trigram index: an FTS5 query
-/// has a fixed cost (190 µs against 30 µs for a workspace of 10 notes, `benches/store_scale.rs`, 2026-12-04)
-/// that a small workspace's scan does not pay.
+/// has a fixed cost that a small workspace's scan does not pay (`benches/store_scale.rs`, 2026-12-04: the
+/// search alone about 20 µs with the index in few segments, a title compared about 0.1 µs).
 const SCAN_NOTES_MAX: i64 = 256;
 
 /// The first [`SCAN_NOTES_MAX`] + 1 notes of a workspace's range of `notes_by_place` (from the index alone),
-/// with their folded titles: all of them, if the workspace holds no more.
-const WORKSPACE_PROBE: &str = "SELECT id, title, uri, title_fold, position FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 LIMIT ?3";
+/// each with whether its folded title holds `?4`, in the index's order (by URI): all of them, if the
+/// workspace holds no more. Only a match's strings are read out.
+const WORKSPACE_PROBE: &str =
+    "SELECT id, title, uri, instr(title_fold, ?4) > 0, position FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 LIMIT ?3";
 
 /// Round 1's search: the notes of `workspace` whose folded title contains the folded `query`, in listing order.
 /// A workspace of at most [`SCAN_NOTES_MAX`] notes is compared title by title; a larger one asks the trigram
@@ -904,16 +927,15 @@ fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) ->
     let query = fold_title(query);
     if query.chars().count() >= 3 {
         let mut probe = connection.prepare_cached(WORKSPACE_PROBE)?;
-        let rows = probe.query_map(params![start, end, SCAN_NOTES_MAX + 1], |row| {
-            Ok((row.get::<_, i64>(4)?, row.get::<_, Option<String>>(3)?, bodiless_note(row)?))
-        })?;
-        let few: Vec<(i64, Option<String>, Note)> = rows.collect::<rusqlite::Result<_>>()?;
-        if few.len() as i64 <= SCAN_NOTES_MAX {
-            let mut found: Vec<(i64, Note)> = few
-                .into_iter()
-                .filter(|(_, folded, _)| folded.as_deref().is_some_and(|folded| folded.contains(&query)))
-                .map(|(position, _, note)| (position, note))
-                .collect();
+        let mut rows = probe.query(params![start, end, SCAN_NOTES_MAX + 1, query])?;
+        let (mut probed, mut found) = (0_i64, Vec::new());
+        while let Some(row) = rows.next()? {
+            probed += 1;
+            if row.get::<_, Option<bool>>(3)? == Some(true) {
+                found.push((row.get::<_, i64>(4)?, bodiless_note(row)?));
+            }
+        }
+        if probed <= SCAN_NOTES_MAX {
             found.sort_by_key(|(position, _)| *position);
             return Ok(found.into_iter().map(|(_, note)| note).collect());
         }
@@ -1565,6 +1587,96 @@ mod tests {
         drop(connection);
         let _ = std::fs::remove_dir_all(&directory);
         plan
+    }
+
+    /// How many segments `notes_by_title` has: its structure record (rowid 10 of its `_data`) holds a 4-byte
+    /// cookie (then, in the second version of the record, a 4-byte marker `ff 00 00 00`), then varints: the number of
+    /// levels, then of segments.
+    fn title_index_segments(connection: &Connection) -> u64 {
+        let structure: Vec<u8> = connection.query_row("SELECT block FROM notes_by_title_data WHERE id = 10", [], |row| row.get(0)).unwrap();
+        let mut bytes = if structure.get(4..8) == Some(&[0xff, 0, 0, 0][..]) { &structure[8..] } else { &structure[4..] }.iter();
+        let mut varint = || {
+            let mut value = 0_u64;
+            for byte in bytes.by_ref() {
+                value = (value << 7) | u64::from(byte & 0x7f);
+                if byte & 0x80 == 0 {
+                    break;
+                }
+            }
+            value
+        };
+        let _levels = varint();
+        varint()
+    }
+
+    /// The title index merges its segments by [`TITLE_INDEX_MERGING`] (a search reads every segment), set
+    /// when it is built and on a file whose index an earlier mcpsim built without them; the index filled at
+    /// its build is one segment.
+    #[test]
+    fn the_title_index_keeps_few_segments() {
+        let settings = |connection: &Connection| -> Vec<(String, i64)> {
+            let mut statement =
+                connection.prepare("SELECT k, v FROM notes_by_title_config WHERE k IN ('automerge', 'crisismerge') ORDER BY k").unwrap();
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).unwrap();
+            rows.collect::<rusqlite::Result<_>>().unwrap()
+        };
+        let expected: Vec<(String, i64)> = TITLE_INDEX_MERGING.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let (directory, mut connection) = scratch_connection("title-merging");
+        let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
+        for i in 0..300 {
+            connection
+                .execute(
+                    "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6)",
+                    params![
+                        format!("n{i}"),
+                        i + 1,
+                        format!("Note {i}"),
+                        format!("file:///w/{i}.md"),
+                        format!("w/{i}"),
+                        format!("note {i}")
+                    ],
+                )
+                .unwrap();
+        }
+        let Ok(()) = ensure_title_index(&mut connection) else { panic!("the title index builds") };
+        assert_eq!(settings(&connection), expected);
+        assert_eq!(title_index_segments(&connection), 1, "the build's fill is merged into one segment");
+        // Each write transaction adds a segment; merged as set, they stay at 5 or fewer, the build's one
+        // included (FTS5's defaults let a level hold 15: 17 within 200 writes, SQLite 3.40).
+        let most = (300..500)
+            .map(|i| {
+                connection
+                    .execute(
+                        "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6)",
+                        params![
+                            format!("n{i}"),
+                            i + 1,
+                            format!("Note {i}"),
+                            format!("file:///w/{i}.md"),
+                            format!("w/{i}"),
+                            format!("note {i}")
+                        ],
+                    )
+                    .unwrap();
+                title_index_segments(&connection)
+            })
+            .max();
+        assert!(most.is_some_and(|most| most <= 5), "{most:?} segments");
+        // An index built before the settings (FTS5's defaults) gets them at the next open.
+        connection.execute_batch("DELETE FROM notes_by_title_config WHERE k IN ('automerge', 'crisismerge')").unwrap();
+        assert!(settings(&connection).is_empty());
+        let Ok(()) = ensure_title_index(&mut connection) else { panic!("the title index opens") };
+        assert_eq!(settings(&connection), expected);
+        drop(connection);
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// A workspace's probe reads `notes_by_place` alone (no table row, so no body).
+    #[test]
+    fn the_workspace_probe_reads_the_index_alone() {
+        let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
+        let plan = plan_of("probe", WORKSPACE_PROBE, params![start, end, SCAN_NOTES_MAX + 1, "plan"]);
+        assert!(plan.iter().any(|step| step.contains("USING COVERING INDEX notes_by_place")), "{plan:?}");
     }
 
     /// A query of fewer than 3 characters reads the titles of every note in the workspace: from the index,
