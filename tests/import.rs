@@ -160,10 +160,11 @@ fn a_changed_answer_is_reported_at_its_round_with_the_json_paths_that_drifted() 
     let first = std::iter::once(lines[at]).chain(continued.copied()).collect::<Vec<_>>().join("\n");
     assert!(first.contains("expect call3 result.inputRequests"), "the first drift is round 1's form: {first}");
     assert!(
-        first.contains("result.inputRequests.delete_choice.params.message: ") && first.contains("(from character "),
+        first.contains("result.inputRequests.delete_choice.params.message: the lines from line 2 differ:"),
         "the JSON path of the drift: {first}"
     );
-    assert!(first.contains("got \"…ort 2024 (final) (file:///"), "{first}");
+    assert!(first.contains("\n         - note-7: TPS report 2024 (file:///"), "the line expected: {first}");
+    assert!(first.contains("\n         + note-7: TPS report 2024 (final) (file:///"), "the line found: {first}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -73,6 +73,19 @@ pub fn shown(text: &str) -> String {
     out
 }
 
+/// A message of several lines as reports show it (a diff of two answers: mcpsim's own line breaks between
+/// lines of the target's text): each line escaped by [`shown`], every line after the first indented by three
+/// more columns than the report's own lines, so no text from a target can start a line a report line would.
+pub fn shown_lines(text: &str) -> String {
+    let mut lines = text.split('\n');
+    let mut out = shown(lines.next().unwrap_or(""));
+    for line in lines {
+        out.push_str("\n   ");
+        out.push_str(&shown(line));
+    }
+    out
+}
+
 /// Unicode's invisible format characters that reorder or hide text (category Cf, and the line and paragraph
 /// separators).
 fn is_format_control(c: char) -> bool {
@@ -960,7 +973,7 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             ExpectationResult::HeldVacuously(why) => {
                 writeln!(out, "   ok    line {}: {} ({})", record.line, shown(&record.text), shown(why))
             }
-            ExpectationResult::Failed(why) => writeln!(out, "   FAIL  line {}: {}: {}", record.line, shown(&record.text), shown(why)),
+            ExpectationResult::Failed(why) => writeln!(out, "   FAIL  line {}: {}: {}", record.line, shown(&record.text), shown_lines(why)),
             ExpectationResult::NotEvaluated(why) => {
                 writeln!(out, "   --    line {}: {}: not evaluated: {}", record.line, shown(&record.text), shown(why))
             }
@@ -1010,7 +1023,7 @@ pub fn render(target: &Target, report: &ScenarioReport, transcript: bool) -> Str
             let _ = writeln!(out, "   ok    property {property}");
         }
         for finding in broken {
-            let _ = writeln!(out, "   FAIL  property {property}: {}", shown(&finding.message));
+            let _ = writeln!(out, "   FAIL  property {property}: {}", shown_lines(&finding.message));
         }
     }
     for failure in report.spread.play.failures.iter().filter(|f| f.kind != play::FailureKind::Expectation) {
@@ -1168,6 +1181,18 @@ path = \"{data_dir}/notes.db\"
             "boom\\n   ok    property at-most-once\\r\\nPASS\\t\\u{1b}[2K\\u{7f}\\u{9b}\\u{202e}\\u{2066}\\u{200b}\\u{2028}\\u{feff}"
         );
         assert_eq!(shown("é → t1 {\"a\": 1} ✓"), "é → t1 {\"a\": 1} ✓");
+    }
+
+    #[test]
+    fn a_message_of_several_lines_keeps_its_breaks_indented_and_escapes_the_rest() {
+        let diff = "differs at:\n    result.message: the lines from line 2 differ:\n      - a\u{1b}[2K\n   ok    property at-most-once";
+        let out = shown_lines(diff);
+        assert_eq!(
+            out,
+            "differs at:\n       result.message: the lines from line 2 differ:\n         - a\\u{1b}[2K\n      ok    property at-most-once"
+        );
+        // Every line after the first starts three columns further in than a report's own `   ok`/`   FAIL`.
+        assert!(out.lines().skip(1).all(|line| line.starts_with("      ")), "{out}");
     }
 
     #[test]
