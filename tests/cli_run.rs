@@ -436,5 +436,8 @@ fn a_failed_expectation_on_a_long_value_shows_every_differing_path_not_a_cut_off
     let stdout = text(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("found a value that differs at these JSON paths (expected, then found):"), "{stdout}");
-    assert!(stdout.contains("\n    result.inputRequests.delete_choice.params.requestedSchema.required[1]: \"confirmed\", then \"confirm\"\n"), "the one difference, whole: {stdout}");
+    assert!(
+        stdout.contains("\n    result.inputRequests.delete_choice.params.requestedSchema.required[1]: \"confirmed\", then \"confirm\"\n"),
+        "the one difference, whole: {stdout}"
+    );
 }

@@ -218,7 +218,22 @@ mod tests {
                 checked.push(words[1].clone());
             }
         }
-        for name in ["demo", "course", "serve", "pins", "run", "seed", "keygen", "explore", "merge", "mutants", "replay", "scenarios", "record", "import"] {
+        for name in [
+            "demo",
+            "course",
+            "serve",
+            "pins",
+            "run",
+            "seed",
+            "keygen",
+            "explore",
+            "merge",
+            "mutants",
+            "replay",
+            "scenarios",
+            "record",
+            "import",
+        ] {
             assert!(checked.iter().any(|checked| checked == name), "no example of `mcpsim {name}` was checked: {checked:?}");
         }
         assert!(checked.len() >= 30, "only {} examples found", checked.len());

@@ -44,7 +44,9 @@ fn a_drifted_answer_fails_at_its_member_with_the_paths() {
     let report = run_text(&drifted);
     let first = report.failures.first().expect("the drift fails").to_string();
     assert!(
-        first.contains("differs at these JSON paths (expected, then found):\n    result.structuredContent.outcome: \"kept\", then \"deleted\""),
+        first.contains(
+            "differs at these JSON paths (expected, then found):\n    result.structuredContent.outcome: \"kept\", then \"deleted\""
+        ),
         "{first}"
     );
 }
