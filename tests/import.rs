@@ -152,19 +152,18 @@ fn a_changed_answer_is_reported_at_its_round_with_the_json_paths_that_drifted() 
     std::fs::write(&target, changed).unwrap();
     let ran = mcpsim(&["run", "--target", target.to_str().unwrap(), sim_path.to_str().unwrap()]);
     assert_eq!(ran.status, 1, "{}\n{}", ran.stdout, ran.stderr);
-    // The first failure with the lines its diff continues on (indented deeper than the FAIL line).
+    // The first failure with the lines its diff continues on (behind the message's gutter).
     let lines: Vec<&str> = ran.stdout.lines().collect();
     let at = lines.iter().position(|l| l.trim_start().starts_with("FAIL  line")).expect("a failure");
-    let indent = |l: &str| l.len() - l.trim_start().len();
-    let continued = lines[at + 1..].iter().take_while(|l| indent(l) > indent(lines[at]) && !l.trim_start().starts_with("FAIL"));
+    let continued = lines[at + 1..].iter().take_while(|l| l.starts_with("         | "));
     let first = std::iter::once(lines[at]).chain(continued.copied()).collect::<Vec<_>>().join("\n");
     assert!(first.contains("expect call3 result.inputRequests"), "the first drift is round 1's form: {first}");
     assert!(
         first.contains("result.inputRequests.delete_choice.params.message: the lines from line 2 differ:"),
         "the JSON path of the drift: {first}"
     );
-    assert!(first.contains("\n         - note-7: TPS report 2024 (file:///"), "the line expected: {first}");
-    assert!(first.contains("\n         + note-7: TPS report 2024 (final) (file:///"), "the line found: {first}");
+    assert!(first.contains("\n         |       - note-7: TPS report 2024 (file:///"), "the line expected: {first}");
+    assert!(first.contains("\n         |       + note-7: TPS report 2024 (final) (file:///"), "the line found: {first}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

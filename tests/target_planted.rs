@@ -164,8 +164,16 @@ fn the_correct_server_with_a_random_audit_id_passes_once_the_file_masks_it() {
     let ran = mcpsim(&["run", "--target", unmasked.to_str().unwrap(), &scenario("01-retry-lands-elsewhere"), "--reruns", "0"]);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(ran.status, Some(1), "{}\n{}", ran.stdout, ran.stderr);
-    let statelessness: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("FAIL  property statelessness")).collect();
-    assert!(!statelessness.is_empty() && statelessness.iter().all(|l| l.contains("audit")), "{}", ran.stdout);
+    // Each finding with the lines behind its gutter (the JSON paths where the two answers differ).
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    let statelessness: Vec<String> = (0..lines.len())
+        .filter(|&at| lines[at].contains("FAIL  property statelessness"))
+        .map(|at| {
+            let continued = lines[at + 1..].iter().take_while(|l| l.starts_with("         | "));
+            std::iter::once(lines[at]).chain(continued.copied()).collect::<Vec<_>>().join("\n")
+        })
+        .collect();
+    assert!(!statelessness.is_empty() && statelessness.iter().all(|f| f.contains("audit")), "{}", ran.stdout);
 }
 
 /// `gone-on-replay` (a plant of the no-SDK server only): single use holds (the ledger is claimed with the

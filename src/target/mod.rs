@@ -73,14 +73,15 @@ pub fn shown(text: &str) -> String {
     out
 }
 
-/// A message of several lines as reports show it (a diff of two answers: mcpsim's own line breaks between
-/// lines of the target's text): each line escaped by [`shown`], every line after the first indented by three
-/// more columns than the report's own lines, so no text from a target can start a line a report line would.
+/// A message of several lines as reports show it (a diff of two answers, whose line breaks are mcpsim's, though
+/// a line break inside the target's own text splits it too): each line escaped by [`shown`], every line after
+/// the first behind a gutter (`         | `) that no report line starts with, so no text from a target can start
+/// a line that reads as the report's own.
 pub fn shown_lines(text: &str) -> String {
     let mut lines = text.split('\n');
     let mut out = shown(lines.next().unwrap_or(""));
     for line in lines {
-        out.push_str("\n   ");
+        out.push_str("\n         | ");
         out.push_str(&shown(line));
     }
     out
@@ -1184,15 +1185,15 @@ path = \"{data_dir}/notes.db\"
     }
 
     #[test]
-    fn a_message_of_several_lines_keeps_its_breaks_indented_and_escapes_the_rest() {
-        let diff = "differs at:\n    result.message: the lines from line 2 differ:\n      - a\u{1b}[2K\n   ok    property at-most-once";
+    fn a_message_of_several_lines_keeps_its_breaks_behind_a_gutter_and_escapes_the_rest() {
+        let diff = "differs at:\n    result.message: the lines from line 2 differ:\n      - a\u{1b}[2K\nPASS: every property held\n   ok    property at-most-once";
         let out = shown_lines(diff);
         assert_eq!(
             out,
-            "differs at:\n       result.message: the lines from line 2 differ:\n         - a\\u{1b}[2K\n      ok    property at-most-once"
+            "differs at:\n         |     result.message: the lines from line 2 differ:\n         |       - a\\u{1b}[2K\n         | PASS: every property held\n         |    ok    property at-most-once"
         );
-        // Every line after the first starts three columns further in than a report's own `   ok`/`   FAIL`.
-        assert!(out.lines().skip(1).all(|line| line.starts_with("      ")), "{out}");
+        // Every line after the first starts behind the gutter, which no line of a report starts with.
+        assert!(out.lines().skip(1).all(|line| line.starts_with("         | ")), "{out}");
     }
 
     #[test]
