@@ -215,6 +215,11 @@ const SERVERS: &[(&str, Server)] = &[
 ];
 
 /// The commands a test cannot run, and why. Each must appear in some document.
+/// Recipes that run an instance under a skewed clock, which needs Debian's faketime: the documents' tests leave
+/// them to `recipes_that_skew_a_clock_run_as_written` (ignored without it; .ci/run installs it and runs it).
+const NEEDS_FAKETIME: &[&str] =
+    &["mcpsim run --target targets/broken-own-clock-expiry.toml tests/scenarios/clock-ahead-prunes-the-ledger.sim"];
+
 const NOT_RUN: &[(&str, &str)] = &[
     // Another machine's addresses: the same commands against a local PostgreSQL are tests/fleet.rs's ignored
     // postgres tests, which CI runs.
@@ -579,6 +584,7 @@ fn run_document(document: &str, earlier: &BTreeSet<String>) {
                     servers.push(Running::start(&scratch, recipe, kind, document));
                 }
                 Treatment::Run { .. } if earlier.contains(&as_run(&recipe.key)) && !recipe.key.contains('>') => {}
+                Treatment::Run { .. } if NEEDS_FAKETIME.contains(&recipe.key.as_str()) => {}
                 Treatment::Run { status } => run_one(&scratch, recipe, status, &at),
             }
         }
@@ -594,17 +600,15 @@ fn run_one(scratch: &Scratch, recipe: &Recipe, expected: i32, at: &str) {
     let stdout = lines_of(child.stdout.take().unwrap());
     let stderr = lines_of(child.stderr.take().unwrap());
     let status = wait_bounded(&mut child, COMMAND_SECONDS_MAX);
-    let tail = |lines: &Receiver<String>| {
-        let all: Vec<String> = lines.try_iter().collect();
-        all[all.len().saturating_sub(30)..].join("\n")
-    };
+    let tail = |all: Vec<String>| all[all.len().saturating_sub(30)..].join("\n");
+    let (stdout, stderr): (Vec<String>, Vec<String>) = (stdout.try_iter().collect(), stderr.try_iter().collect());
     let code = status.and_then(|s| s.code());
     if code != Some(expected) {
         panic!(
             "{at}: `{}` exited with {code:?} (expected {expected}; None: killed after {COMMAND_SECONDS_MAX}s)\n--- stdout (last lines)\n{}\n--- stderr (last lines)\n{}",
             recipe.key,
-            tail(&stdout),
-            tail(&stderr)
+            tail(stdout),
+            tail(stderr)
         );
     }
     // What a recipe sends to a file must be there.
@@ -648,6 +652,22 @@ fn swarm_doc_recipes_run_as_written() {
 #[test]
 fn conformance_doc_recipes_run_as_written() {
     run_document("docs/conformance.md", &commands_before("docs/conformance.md"));
+}
+
+#[test]
+#[ignore = "needs Debian's faketime package (a skewed clock); .ci/run installs it and runs the ignored tests"]
+fn recipes_that_skew_a_clock_run_as_written() {
+    let mut found = 0;
+    for document in DOCUMENTS {
+        let text = std::fs::read_to_string(Path::new(ROOT).join(document)).unwrap();
+        let scratch = Scratch::new(&format!("faketime-{document}"));
+        for recipe in sh_blocks(&text).iter().flatten().filter(|r| NEEDS_FAKETIME.contains(&r.key.as_str())) {
+            let status = EXIT_STATUS.iter().find(|(command, _, _)| *command == recipe.key).map_or(0, |(_, status, _)| *status);
+            run_one(&scratch, recipe, status, &format!("{document}:{}", recipe.line));
+            found += 1;
+        }
+    }
+    assert_eq!(found, NEEDS_FAKETIME.len(), "every recipe listed in NEEDS_FAKETIME is in a document");
 }
 
 #[test]
