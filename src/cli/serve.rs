@@ -263,6 +263,7 @@ pub struct ServeArgs {
     pub gateway_config: Option<PathBuf>,
 
     /// With --gateway: the pin file, as `mcpsim pins approve` writes it [default: the embedded demo pins].
+    /// SIGHUP re-reads it: an approval takes effect, a removed pin is revoked, without a restart.
     #[arg(long, value_name = "FILE", requires = "gateway")]
     pub pins: Option<PathBuf>,
 
