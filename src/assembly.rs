@@ -280,7 +280,8 @@ fn gateway_over(
 
 /// The gateway a real process runs: the deployment's notes and principals, this gateway file's backends and
 /// policy, the wall clock, OS nonces, the deployment's keys (or a random key of this process), a random audit
-/// key, and the given pins and audit sink. `state_ttl_secs` overrides the file's `state_ttl_secs`. `remote`
+/// key, and the given pins (shared, so an operator's reload replaces them) and audit sink. `state_ttl_secs`
+/// overrides the file's `state_ttl_secs`. `remote`
 /// holds the ports of the file's `[remote.ID]` backends (the caller reaches them: this layer knows no socket).
 ///
 /// With `shared` (a SQLite or PostgreSQL store), the notes, the replay ledger, the rate counters and the export
@@ -291,7 +292,7 @@ fn gateway_over(
 pub fn real_gateway(
     file: &GatewayFile,
     deployment: &Deployment,
-    pins: PinFile,
+    pins: Arc<SharedPins>,
     audit: Arc<dyn AuditSink>,
     state_ttl_secs: Option<u64>,
     replay_limits: ReplayLimits,
@@ -309,21 +310,18 @@ pub fn real_gateway(
         key_ring: deployment.key_ring_or_random()?,
         audit_key: random_key(),
         audit,
-        pins,
+        pins: crate::servers::gateway::ports::PinSource::pins(pins.as_ref()).as_ref().clone(),
         replay_limits,
     };
     match shared {
-        None if remote.is_empty() => gateway_world(&file, deployment, options).map(|world| world.gateway),
         None => {
             let notes: Arc<dyn NoteStore> = Arc::new(MemoryNoteStore::new(deployment.notes()));
             let replay = Arc::new(MemoryReplayStore::new(notes.clone(), options.clock.clone(), options.replay_limits));
-            let pins = Arc::new(SharedPins::new(options.pins.clone()));
             let ports = (notes, replay as Arc<dyn ReplayStore>, Arc::new(MemoryRateLimiter::default()) as Arc<dyn RateLimiter>);
             let mut ledger = |_: &str| Arc::new(MemoryExportLedger::default()) as Arc<dyn ExportLedger>;
             gateway_over(&file, deployment, options, pins, ports, &mut ledger, remote).map(|(gateway, _)| gateway)
         }
         Some(stores) => {
-            let pins = Arc::new(SharedPins::new(options.pins.clone()));
             let ports = (stores.notes.clone(), stores.replay.clone(), stores.rate_limiter.clone());
             let mut ledger = |id: &str| (stores.ledger)(id);
             gateway_over(&file, deployment, options, pins, ports, &mut ledger, remote).map(|(gateway, _)| gateway)

@@ -75,6 +75,16 @@ const EXIT_STATUS: &[(&str, i32, &str)] = &[
         "the gateway mutant is caught: confirmation broke",
     ),
     (
+        "mcpsim gateway-lab run targets/gateways/mcpsim-mutant-routes-by-header-after-authorizing-the-body.toml",
+        1,
+        "the gateway mutant is caught: header_body broke",
+    ),
+    (
+        "mcpsim gateway-lab run targets/gateways/mcpsim-mutant-revoke-ignoring-backend.toml",
+        1,
+        "the gateway mutant is caught: revocation broke",
+    ),
+    (
         "cargo run -- explore zoo-move-races-the-accept --seeds 100 --mutant recheck-then-delete",
         1,
         "the mutant is caught: a safety property broke",

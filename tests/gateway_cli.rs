@@ -75,6 +75,28 @@ fn approve_records_who_when_and_which_publisher_then_review_agrees() {
 }
 
 #[test]
+fn revoke_removes_one_pin_and_review_then_quarantines_the_tool() {
+    let scratch = Scratch::new("revoke");
+    let pins = scratch.path("pins.json");
+    // Never from the embedded pins: there is nothing to revoke in a file that does not exist.
+    let (code, _, err) = mcpsim(&["pins", "revoke", "issues.search", "--pins", text(&pins)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("does not exist") && !pins.exists(), "{err}");
+    std::fs::write(&pins, include_str!("../src/config/gateway_pins.json")).unwrap();
+    let (code, out, err) = mcpsim(&["pins", "revoke", "issues.search", "--pins", text(&pins)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("revoked issues.search") && out.contains("SIGHUP"), "{out}");
+    let file = PinFile::parse(&std::fs::read_to_string(&pins).unwrap()).unwrap();
+    assert!(!file.pins.contains_key("issues.search") && file.pins.contains_key("notes.search"), "only that pin went");
+    let (code, out, _) = mcpsim(&["pins", "review", "--pins", text(&pins)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("  issues.search        unreviewed"), "{out}");
+    let (code, _, err) = mcpsim(&["pins", "revoke", "issues.search", "--pins", text(&pins)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("holds no pin for \"issues.search\"") && err.contains("notes.search"), "{err}");
+}
+
+#[test]
 fn review_shows_a_rug_pull_as_a_diff_against_the_pin() {
     let scratch = Scratch::new("rug-pull");
     // The pin holds what was approved back then: an export schema without maxLength on the query.

@@ -348,3 +348,58 @@ async fn refused_confirmations_spend_no_quota() {
     let (status, response) = post(&server, &conforming(&sixth, ALICE), &sixth).await;
     assert_eq!((status, reason(&response)), (429, "rate_limited"), "{response}");
 }
+
+/// Sends SIGHUP to the server and waits (bounded) for the stderr line containing `marker`, the `nth` such.
+fn hang_up_and_wait(server: &HttpServer, marker: &str, nth: usize) {
+    let sent = std::process::Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().expect("kill runs");
+    assert!(sent.success());
+    for _ in 0..500 {
+        if server.stderr().iter().filter(|line| line.contains(marker)).count() >= nth {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("no {marker:?} line after SIGHUP; stderr: {:?}", server.stderr());
+}
+
+fn listed(response: &Value) -> Vec<String> {
+    response["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// The operator's revocation on a running gateway: SIGHUP re-reads `--pins FILE`. A pin removed from the file
+/// (replaced by a rename, as `pins approve` writes it, so the sandbox's rule on the folder is what lets it be
+/// read) is revoked from the next request on; a file that does not parse changes nothing and is logged.
+#[tokio::test]
+async fn sighup_reloads_the_pins_and_a_removed_pin_is_revoked() {
+    let dir = std::env::temp_dir().join(format!("mcpsim-gateway-http-pins-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pins_path = dir.join("pins.json");
+    let embedded: Value = serde_json::from_str(include_str!("../src/config/gateway_pins.json")).unwrap();
+    std::fs::write(&pins_path, serde_json::to_vec_pretty(&embedded).unwrap()).unwrap();
+    let server = HttpServer::start(&["--gateway", "--pins", pins_path.to_str().unwrap()]);
+    assert!(server.stderr().iter().any(|l| l.contains("(SIGHUP reloads it)")), "{:?}", server.stderr());
+    let (_, before) = post(&server, &conforming(&list(1), ALICE), &list(1)).await;
+    assert!(listed(&before).contains(&"notes.search".to_string()), "{before}");
+
+    let mut revoked = embedded.clone();
+    revoked["pins"].as_object_mut().unwrap().remove("notes.search").expect("the demo pins notes.search");
+    let next = dir.join("pins.json.tmp");
+    std::fs::write(&next, serde_json::to_vec_pretty(&revoked).unwrap()).unwrap();
+    std::fs::rename(&next, &pins_path).unwrap();
+    hang_up_and_wait(&server, "SIGHUP: pins reloaded", 1);
+    assert!(server.stderr().iter().any(|l| l.contains("1 withdrawn")), "{:?}", server.stderr());
+    let (_, after) = post(&server, &conforming(&list(2), ALICE), &list(2)).await;
+    assert!(!listed(&after).contains(&"notes.search".to_string()), "{after}");
+    assert!(listed(&after).contains(&"issues.search".to_string()), "{after}");
+    let search = call(3, "notes.search", json!({ "query": "TPS" }));
+    let (_, refused) = post(&server, &conforming(&search, ALICE), &search).await;
+    assert_eq!(reason(&refused), "tool_quarantined", "{refused}");
+
+    std::fs::write(&pins_path, "{ not json").unwrap();
+    hang_up_and_wait(&server, "SIGHUP: the pins in force stay", 1);
+    let (_, kept) = post(&server, &conforming(&list(4), ALICE), &list(4)).await;
+    assert_eq!(listed(&kept), listed(&after), "a bad file changes nothing");
+    let (status, _) = server.terminate_with_stderr();
+    assert!(status.success(), "the gateway outlived both signals and stopped cleanly: {status:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

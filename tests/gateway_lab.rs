@@ -1,6 +1,6 @@
 //! `mcpsim gateway-lab`: mcpsim's own gateway fleet (two `serve --gateway` replicas on one SQLite store,
 //! in front of the lab's backends) holds every claimed defence; each gateway mutant of the zoo that runs as a
-//! real process is caught with the defence and the property named; a lab backend binds loopback only;
+//! real process is caught with the defence and the property named (all five); a lab backend binds loopback only;
 //! a mutant is refused without its explicit flag; and every process a run starts is gone after it — counted
 //! by the run's containment and again here, from `/proc`. Each run takes about a second.
 
@@ -15,8 +15,9 @@ fn lab(file: &str, seed: &str) -> (i32, String) {
     let ran = run_mcpsim(&["gateway-lab", "run", &path, "--seed", seed], 90);
     let out = ran.stdout;
     assert!(out.contains("cleanup: every process of the target was killed (0 left"), "{out}\n{}", ran.stderr);
-    // Three HTTP backends, one setup command, two replicas (the stdio backend is each replica's child).
-    assert!(out.contains("  6 processes started;"), "{out}");
+    // Three HTTP backends, one setup command, two replicas (the stdio backend is each replica's child), and
+    // the revocation's command once per replica.
+    assert!(out.contains("  8 processes started;"), "{out}");
     let work_dir = out
         .lines()
         .find_map(|l| l.strip_prefix("  decided: work directory "))
@@ -51,7 +52,9 @@ fn verdict(out: &str, defence: &str) -> String {
 fn mcpsim_gateway_fleet_holds_every_claimed_defence() {
     let (status, out) = lab("mcpsim.toml", "1");
     assert_eq!(status, 0, "{out}");
-    for defence in ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits"] {
+    for defence in
+        ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits", "revocation"]
+    {
         assert_eq!(verdict(&out, defence), "held", "{out}");
     }
     assert!(out.contains("result: every claimed defence held"), "{out}");
@@ -60,6 +63,11 @@ fn mcpsim_gateway_fleet_holds_every_claimed_defence() {
     // The confirmation really crossed replicas, and both replicas took quota calls.
     assert!(out.contains("decided: confirmation accepted: replica A = "), "{out}");
     assert!(out.contains("at replica 0") && out.contains("at replica 1"), "{out}");
+    // The revocation was made at both replicas (SIGHUP re-read the rewritten pins), after a call that reached
+    // issues, and every replica stopped listing the revoked tool within the lab's wait.
+    assert!(out.contains("decided: revoked the review of issues"), "{out}");
+    assert!(out.contains("decided: started revocation 0 (pid ") && out.contains("decided: started revocation 1 (pid "), "{out}");
+    assert!(!out.contains("after the revocation"), "{out}");
 }
 
 #[test]
@@ -106,6 +114,16 @@ fn exports_on_decline_is_caught_by_the_confirmation() {
 }
 
 #[test]
+fn routing_by_the_header_is_caught_by_header_body() {
+    caught("routes-by-header-after-authorizing-the-body", "header_body", "mediation");
+}
+
+#[test]
+fn a_revocation_that_never_reaches_the_calls_is_caught() {
+    caught("revoke-ignoring-backend", "revocation", "mediation");
+}
+
+#[test]
 fn a_lab_backend_binds_loopback_only() {
     let dir = common::child::scratch("gateway-lab", "loopback");
     let spec = dir.join("spec.json");
@@ -143,7 +161,14 @@ fn a_mutant_gateway_needs_its_explicit_flag() {
     let ran =
         run_mcpsim(&["serve", "--gateway", "--http", "127.0.0.1:0", "--gateway-mutant", "nope", "--i-know-this-gateway-is-broken"], 20);
     assert_eq!(ran.status, 2, "{}", ran.stderr);
-    assert!(ran.stderr.contains("description-only-pins, first-listed-backend-wins, exports-on-decline"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains(
+            "description-only-pins, routes-by-header-after-authorizing-the-body, first-listed-backend-wins, exports-on-decline, \
+             revoke-ignoring-backend"
+        ),
+        "{}",
+        ran.stderr
+    );
 }
 
 #[test]

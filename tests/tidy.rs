@@ -494,3 +494,46 @@ fn a_public_layer_is_found() {
     );
     assert_eq!(public_surface_problems("pub use embed::{run};\n").len(), FACADE.len() - 1);
 }
+
+/// The files (relative to `src/`) whose code defines `Service::exchange` (`fn exchange(&self, principal`, the
+/// trait's signature; another type's `exchange` method is not it): overriding it would let a
+/// server skip the shared pipeline, which only the zoo's header-routing gateway mutant may (ARCHITECTURE.md,
+/// "One pipeline, one order").
+fn pipeline_overrides(files: &[(String, String)]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(path, text)| {
+            path != "framework/pipeline.rs"
+                && path != "sim/actors/gateway_mutants.rs"
+                && code_of(text).replace(char::is_whitespace, "").contains("fnexchange(&self,principal")
+        })
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
+#[test]
+fn only_the_zoo_skips_the_pipeline() {
+    let files: Vec<(String, String)> = rust_sources()
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(Path::new(ROOT).join("src")).unwrap().display().to_string();
+            (relative, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    assert!(files.iter().any(|(path, text)| path == "sim/actors/gateway_mutants.rs" && text.contains("fn exchange(&self, principal")));
+    let found = pipeline_overrides(&files);
+    assert!(found.is_empty(), "only the zoo's gateway mutant overrides Service::exchange: {found:?}");
+}
+
+#[test]
+fn a_planted_pipeline_override_is_found() {
+    let planted = vec![
+        (
+            "servers/notes/mod.rs".to_string(),
+            "impl Service for X {\n    async fn exchange(\n        &self,\n        principal: &str) {}\n}\n".to_string(),
+        ),
+        ("servers/gateway/mod.rs".to_string(), "// fn exchange(&self, principal in a comment\nfn f() {}\n".to_string()),
+        ("cli/demo.rs".to_string(), "async fn exchange(&mut self, instance: usize) {}\n".to_string()),
+    ];
+    assert_eq!(pipeline_overrides(&planted), ["servers/notes/mod.rs"]);
+}

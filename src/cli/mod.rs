@@ -73,7 +73,7 @@ Examples:
     Mutants,
     /// Attack a fleet of any MCP server (a target file) with the MRTR battery: replays, tampering, another principal, …
     Attack(attack::AttackArgs),
-    /// Bring your own gateway: malicious backends behind its replicas, the seven defences judged from both edges.
+    /// Bring your own gateway: malicious backends behind its replicas, its defences judged from both edges.
     GatewayLab(gateway_lab::GatewayLabArgs),
     /// (internal) What `run`/`explore`/`attack --target` start beside themselves: when its stdin ends (mcpsim
     /// gone, however it ended), kills every process of the target and removes the work directory.

@@ -4,7 +4,9 @@
 //! judge it exactly as the gateway does ([`crate::servers::gateway::catalog`]). `review` prints, for every
 //! tool that is not approved, the evidence a person needs: the change against its pin as a diff, the full
 //! descriptor of a never-reviewed tool, the publisher, and each scanner finding with its span. `approve`
-//! re-pins one tool to its current descriptor and records when, by whom and from which publisher.
+//! re-pins one tool to its current descriptor and records when, by whom and from which publisher. `revoke`
+//! removes one tool's pin, so the gateway quarantines it; a running `serve --gateway --pins FILE` applies
+//! either on SIGHUP.
 
 use crate::config::gateway::{load_pins, GatewayFile};
 use crate::config::ConfigError;
@@ -30,6 +32,7 @@ Examples:
   mcpsim pins review                                   # what the demo gateway quarantines or blocks, and why
   mcpsim pins approve notes_mirror.search --pins pins.json --by alice   # writes pins.json (from the embedded pins)
   mcpsim pins review --pins pins.json                  # the same review against that file
+  mcpsim pins revoke issues.search --pins pins.json    # withdraw an approval; then kill -HUP each gateway
   mcpsim serve --http 127.0.0.1:8080 --gateway --pins pins.json"
 )]
 pub struct PinsArgs {
@@ -49,6 +52,20 @@ pub enum PinsCommand {
     #[command(after_help = "Examples:\n  mcpsim pins approve notes_mirror.search --pins pins.json --by alice\n  \
                             mcpsim pins approve notes.export --pins pins.json --accept-findings   # only after reading every finding")]
     Approve(ApproveArgs),
+    /// Remove NAME's pin from FILE: the gateway quarantines the tool (hidden and refused) until it is approved
+    /// again. A running `serve --gateway --pins FILE` applies it on SIGHUP (`kill -HUP PID`, each process).
+    #[command(after_help = "Examples:\n  mcpsim pins revoke issues.search --pins pins.json\n  \
+                            kill -HUP PID                                      # PID: each gateway process, to re-read")]
+    Revoke(RevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// Qualified tool name, backend.tool (as `pins review` prints it).
+    pub name: String,
+    /// Pin file to update (it must exist).
+    #[arg(long, value_name = "FILE")]
+    pub pins: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -84,6 +101,7 @@ pub fn run(args: PinsArgs) -> ExitCode {
     let outcome = match args.command {
         PinsCommand::Review(args) => review(&args),
         PinsCommand::Approve(args) => approve(&args),
+        PinsCommand::Revoke(args) => revoke(&args),
     };
     match outcome {
         Ok((text, code)) => {
@@ -237,6 +255,32 @@ fn approve(args: &ApproveArgs) -> Result<(String, u8), ConfigError> {
         let _ = writeln!(out, "  acknowledging {} scanner finding(s) for this exact descriptor", pin.acknowledged_findings.len());
     }
     let _ = writeln!(out, "written to {}", args.pins.display());
+    Ok((out, 0))
+}
+
+fn revoke(args: &RevokeArgs) -> Result<(String, u8), ConfigError> {
+    // Never from the embedded pins: revoking in a file that does not exist would create one that approves
+    // every other demo tool, which nobody asked for.
+    if !args.pins.exists() {
+        return Err(ConfigError::Invalid(format!(
+            "{} does not exist: name the pin file the gateway serves with --pins",
+            args.pins.display()
+        )));
+    }
+    let mut pins = load_pins(Some(&args.pins))?;
+    if pins.pins.remove(&args.name).is_none() {
+        let known: Vec<&str> = pins.pins.keys().map(String::as_str).collect();
+        return Err(ConfigError::Invalid(format!(
+            "{} holds no pin for {:?}; pinned: {}",
+            args.pins.display(),
+            args.name,
+            if known.is_empty() { "nothing".to_string() } else { known.join(", ") }
+        )));
+    }
+    write_atomically(&args.pins, &pins.to_json_string())?;
+    let mut out = String::new();
+    let _ = writeln!(out, "revoked {}: its pin is removed from {}", args.name, args.pins.display());
+    let _ = writeln!(out, "  a gateway serving it quarantines the tool once it re-reads the file: send each one SIGHUP (kill -HUP PID)");
     Ok((out, 0))
 }
 

@@ -13,6 +13,9 @@
 //! - `postgres:URL`: read `/etc` and read/execute the system libraries (name resolution loads NSS modules).
 //! - `memory`: nothing.
 //!
+//! A gateway served with `--pins FILE` may also read that file's folder: SIGHUP re-reads the file, which
+//! `mcpsim pins approve` replaces by a rename (a rule on the file alone would still name the old one).
+//!
 //! Every process may read `/dev/urandom`. Files opened before (the deployment, key file, audit log) stay
 //! usable through their descriptors; stderr is the log. The network is not restricted.
 

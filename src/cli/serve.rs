@@ -25,7 +25,7 @@ use crate::servers::gateway::ports::{AuditSink, Backend};
 use crate::servers::gateway::BackendHandle;
 use crate::sim::actors::gateway_mutants::{DescriptionOnlyBackend, GatewayVariant, RealMutant};
 use crate::stores::database::Durability;
-use crate::stores::gateway::JsonLinesAuditSink;
+use crate::stores::gateway::{JsonLinesAuditSink, SharedPins};
 use crate::stores::memory::{
     default_replay_capacity, sustained_claims_per_second, ReplayLimits, REPLAY_PRINCIPAL_SHARE_PERCENT, REPLAY_RETENTION_GRACE_MS,
 };
@@ -263,6 +263,7 @@ pub struct ServeArgs {
     pub gateway_config: Option<PathBuf>,
 
     /// With --gateway: the pin file, as `mcpsim pins approve` writes it [default: the embedded demo pins].
+    /// SIGHUP re-reads it: an approval takes effect, a removed pin is revoked, without a restart.
     #[arg(long, value_name = "FILE", requires = "gateway")]
     pub pins: Option<PathBuf>,
 
@@ -594,7 +595,17 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         Plan::Gateway(gateway) => gateway.store.clone(),
         Plan::Fixture => StoreSpec::Memory,
     };
-    let sandbox_plan = SandboxPlan::for_store(&store_spec).map_err(|error| Failure::usage(format!("--sandbox: {error}")))?;
+    let mut sandbox_plan = SandboxPlan::for_store(&store_spec).map_err(|error| Failure::usage(format!("--sandbox: {error}")))?;
+    if let Plan::Gateway(GatewayPlan { pins_path: Some(path), .. }) = &plan {
+        // SIGHUP re-reads the pin file, which `pins approve` replaces by a rename: its folder, read only.
+        let folder = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let folder = std::fs::canonicalize(&folder)
+            .map_err(|error| Failure::usage(format!("--sandbox: the folder of --pins {}: {error}", path.display())))?;
+        sandbox_plan.read.push(folder);
+    }
     let sandboxed = sandbox::apply(args.sandbox.unwrap_or_default(), &sandbox_plan).map_err(|error| Failure::usage(error.to_string()))?;
     let runtime = match addresses {
         Some(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
@@ -1001,6 +1012,8 @@ struct GatewayPlan {
     deployment: Deployment,
     file: GatewayFile,
     pins: PinFile,
+    /// `--pins`: the file SIGHUP re-reads (the embedded demo pins have none).
+    pins_path: Option<PathBuf>,
     audit: Arc<dyn AuditSink>,
     /// What the startup log says of the pins and the audit log.
     pins_shown: String,
@@ -1058,6 +1071,7 @@ fn plan_gateway(args: &ServeArgs) -> Result<GatewayPlan, Failure> {
         deployment,
         file,
         pins,
+        pins_path: args.pins.clone(),
         audit,
         pins_shown: args.pins.as_ref().map_or("embedded demo pins".to_string(), |p| p.display().to_string()),
         audit_shown: args.audit_log.as_ref().map_or("stderr".to_string(), |p| p.display().to_string()),
@@ -1071,7 +1085,8 @@ fn plan_gateway(args: &ServeArgs) -> Result<GatewayPlan, Failure> {
 /// keeping its replay ledger, rate counters and export ledgers in the store (shared with every gateway process
 /// pointed at a `sqlite:` or `postgres:` store; this process's own in `memory`).
 async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_limits: ReplayLimits) -> Result<Served, Failure> {
-    let GatewayPlan { deployment, file, pins, audit, pins_shown, audit_shown, store, durability, stdio_principal, mutant } = plan;
+    let GatewayPlan { deployment, file, pins, pins_path, audit, pins_shown, audit_shown, store, durability, stdio_principal, mutant } =
+        plan;
     let keys_shared = deployment.configured_key_ring().map_err(|error| Failure::usage(config_hint(error)))?.is_some();
     let opened = open_for_gateway(&store, Arc::new(SystemClock), replay_limits, durability)
         .await
@@ -1089,8 +1104,14 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
             BackendHandle { id: id.clone(), endpoint: config.endpoint(), port }
         })
         .collect();
-    let gateway = real_gateway(&file, &deployment, pins, audit, state_ttl_secs, replay_limits, shared.as_ref(), remote)
+    let in_force = Arc::new(SharedPins::new(pins));
+    let gateway = real_gateway(&file, &deployment, in_force.clone(), audit, state_ttl_secs, replay_limits, shared.as_ref(), remote)
         .map_err(|error| Failure::usage(config_hint(error)))?;
+    let reloads = match &pins_path {
+        Some(path) => reload_pins_on_hangup(path.clone(), in_force)
+            .map_err(|error| Failure::failed(format!("cannot install the SIGHUP handler: {error}")))?,
+        None => "",
+    };
     let state = match &stores {
         Some(stores) => {
             let note_count = stores.admin.list().await.map_err(|error| Failure::failed(format!("cannot read the store: {error}")))?.len();
@@ -1130,7 +1151,7 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
         None => String::new(),
     };
     let summary = format!(
-        "{marked}security gateway; backends: {}; policy {}; pins: {pins_shown}; audit log: {audit_shown}; {state}; room for {} confirmations ({} per principal)",
+        "{marked}security gateway; backends: {}; policy {}; pins: {pins_shown}{reloads}; audit log: {audit_shown}; {state}; room for {} confirmations ({} per principal)",
         backends.join(", "),
         file.policy.version,
         replay_limits.capacity,
@@ -1138,7 +1159,15 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
     );
     let tokens = deployment.tokens();
     let service: Arc<dyn Service> = match mutant {
-        Some(variant) if variant != GatewayVariant::DescriptionOnlyPins => Arc::new(RealMutant { variant, gateway }),
+        Some(variant) if variant != GatewayVariant::DescriptionOnlyPins => {
+            // The revoke-ignoring mutant calls its backends under the pins it started with, whatever is reloaded.
+            let started_with = (variant == GatewayVariant::RevokeIgnoringBackend).then(|| {
+                let mut frozen = gateway.clone();
+                frozen.ports.pins = Arc::new(SharedPins::new(pinned.as_ref().clone()));
+                frozen
+            });
+            Arc::new(RealMutant { variant, gateway, started_with })
+        }
         _ => Arc::new(gateway),
     };
     Ok(Served {
@@ -1150,6 +1179,41 @@ async fn open_gateway(plan: GatewayPlan, state_ttl_secs: Option<u64>, replay_lim
         stores,
         page: None,
     })
+}
+
+/// SIGHUP re-reads the pin file and replaces the pins in force: how an operator withdraws (or grants) an
+/// approval on a running gateway, each process on its own signal. A file that cannot be read or parsed
+/// changes nothing and is logged. Returns what the startup line says of it.
+#[cfg(unix)]
+fn reload_pins_on_hangup(path: PathBuf, in_force: Arc<SharedPins>) -> std::io::Result<&'static str> {
+    use crate::servers::gateway::ports::PinSource;
+    use tokio::signal::unix::{signal, SignalKind};
+    // Installed before the process listens, so a SIGHUP never meets the default action (ending the process).
+    let mut hangups = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let before = in_force.pins();
+            match load_pins(Some(&path)) {
+                Ok(pins) => {
+                    let withdrawn = before.pins.keys().filter(|name| !pins.pins.contains_key(*name)).count();
+                    let (count, shown) = (pins.pins.len(), path.display());
+                    in_force.replace(pins);
+                    tracing::info!("SIGHUP: pins reloaded from {shown}: {count} pinned, {withdrawn} withdrawn");
+                }
+                Err(error) => tracing::error!(
+                    "SIGHUP: the pins in force stay ({} pinned): {}. Fix the file, then send SIGHUP again",
+                    before.pins.len(),
+                    config_hint(error)
+                ),
+            }
+        }
+    });
+    Ok(" (SIGHUP reloads it)")
+}
+
+#[cfg(not(unix))]
+fn reload_pins_on_hangup(_path: PathBuf, _in_force: Arc<SharedPins>) -> std::io::Result<&'static str> {
+    Ok(" (restart to reload it)")
 }
 
 fn load_deployment(path: Option<&PathBuf>) -> Result<Deployment, Failure> {

@@ -51,6 +51,17 @@ pub trait Service: Send + Sync {
         self.call(context, method, params).await.map(ServiceResponse::result)
     }
 
+    /// One raw message and the routing headers its transport received, through the shared pipeline.
+    ///
+    /// HTTP (the one transport with routing headers) calls this rather than [`handle_exchange`] for a single
+    /// reason: a test-only mutant of the zoo (`serve --gateway-mutant
+    /// routes-by-header-after-authorizing-the-body`, `sim::actors::gateway_mutants`) must read `Mcp-Name`
+    /// before the header check, as the gateway bug it reproduces does. No server overrides it
+    /// (`tests/tidy.rs` checks), so every server's requests take the one pipeline in its one order.
+    async fn exchange(&self, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> Exchange {
+        handle_exchange(self, principal, raw, headers).await
+    }
+
     /// Told of a request the pipeline refused before the service ran (`_meta`, routing headers, version,
     /// unknown method), so a service that must account for every request (the gateway's audit log) can,
     /// whichever transport carried it. The default does nothing; the refusal is already the answer.

@@ -63,7 +63,7 @@
 //!    not a queue).
 //! 8. **Body**: read within [`BODY_READ_TIMEOUT_MS`] → else `408`, `Connection: close`. Then the routing
 //!    headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`; names case-insensitive, values trimmed)
-//!    and the body go to [`handle_exchange`], which applies the protocol's own order
+//!    and the body go to [`Service::exchange`]: the shared pipeline (`handle_exchange`), which applies the protocol's own order
 //!    (-32700/-32600 → notification → `_meta` → -32020 → -32022 → -32601).
 //!
 //! Every refusal carries a JSON-RPC error body (id `null`, `-32600`, a message saying what to do next), so a
@@ -91,7 +91,7 @@
 use super::slots::{KeyedSlots, Slot, SlotRefusal};
 use super::{log_request, outcome_of, MessageSummary, Stopwatch};
 use crate::eras::{is_legacy_http, Channel, ClientLink, LegacyAdapter, LegacyReply, LEGACY_ANSWER_TIMEOUT_MS};
-use crate::framework::{handle_exchange, Exchange, Service};
+use crate::framework::{Exchange, Service};
 use crate::policy::origin::{check_local_request, names_public_url, OriginPolicy};
 use crate::wire::errors::{echo, RpcError};
 use crate::wire::headers::RoutingHeaders;
@@ -796,7 +796,7 @@ impl Endpoint {
                 return Handled { response, principal: Some(principal), summary, outcome };
             }
         }
-        let exchange = handle_exchange(&*self.service, &principal, &body, Some(&routing)).await;
+        let exchange = self.service.exchange(&principal, &body, Some(&routing)).await;
         let mut outcome = outcome_of(&exchange.reply);
         let response = if exchange.is_streamed() {
             outcome = format!(

@@ -102,16 +102,11 @@ pub async fn handle(
     let name = parsed.as_ref().and_then(|m| m.get("params")).and_then(|p| p.get("name")).and_then(Value::as_str);
     let is_call = parsed.as_ref().and_then(|m| m.get("method")).and_then(Value::as_str) == Some("tools/call");
     let rewritten = match (variant, is_call, name) {
-        (GatewayVariant::RoutesByHeader, true, Some(body_name)) => {
-            let header_name = headers.and_then(|h| h.name.as_deref()).filter(|h| *h != body_name);
+        (GatewayVariant::RoutesByHeader, true, Some(_)) => match routed_by_header(gateway, principal, parsed.as_ref(), headers) {
             // Authorized for what the body says; run what the header says (skipping the agreement check).
-            match header_name {
-                Some(header_name) if gateway.config.policy.grant(principal, body_name).is_some() => {
-                    return gateway.handle(principal, &with_name(parsed.as_ref(), header_name), None).await;
-                }
-                _ => None,
-            }
-        }
+            Some(renamed) => return gateway.handle(principal, &renamed, None).await,
+            None => None,
+        },
         (GatewayVariant::FirstListedBackendWins, true, Some(bare)) if !bare.contains('.') => backends
             .iter()
             .find(|b| b.descriptors.current().iter().any(|d| d.get("name").and_then(Value::as_str) == Some(bare)))
@@ -150,6 +145,16 @@ pub async fn handle(
     }
 }
 
+/// The header-routing bug: a `tools/call` whose body names a tool the principal is granted, sent with an
+/// `Mcp-Name` header naming another, becomes a call of the header's tool (which the gateway then judges as
+/// any call of it). `None` when the bug does not change the request.
+fn routed_by_header(gateway: &Gateway, principal: &str, message: Option<&Value>, headers: Option<&RoutingHeaders>) -> Option<Vec<u8>> {
+    let body_name = message?.pointer("/params/name").and_then(Value::as_str)?;
+    let header_name = headers.and_then(|h| h.name.as_deref()).filter(|h| *h != body_name)?;
+    gateway.config.policy.grant(principal, body_name)?;
+    Some(with_name(message, header_name))
+}
+
 /// The same call with every declined answer turned into `accept {confirm: true}`, if it declines anything.
 fn accepting_a_decline(message: Option<&Value>) -> Option<Vec<u8>> {
     let mut message = message?.clone();
@@ -175,14 +180,14 @@ fn with_name(message: Option<&Value>, name: &str) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------------------------
 // The same bugs in a real process (`serve --gateway --gateway-mutant NAME`, refused without
 // `--i-know-this-gateway-is-broken`), for `gateway-lab` to catch from outside. Each is built around the
-// unchanged `Gateway` as above. `routes-by-header-after-authorizing-the-body` needs the header past the
-// pipeline's stage-2 check, which no transport hands a service, and `revoke-ignoring-backend` needs an admin
-// revocation the lab does not make: both stay simulator-only.
+// unchanged `Gateway` as above. `routes-by-header-after-authorizing-the-body` reads the `Mcp-Name` header
+// before the pipeline's header check through `Service::exchange`, which HTTP calls and only this mutant
+// overrides; `revoke-ignoring-backend` lists by the pins an operator's revocation (SIGHUP) reloaded but calls
+// the backends under the pins the process started with.
 
 impl GatewayVariant {
-    /// The mutants a real process can run.
-    pub const REAL_PROCESS: [GatewayVariant; 3] =
-        [GatewayVariant::DescriptionOnlyPins, GatewayVariant::FirstListedBackendWins, GatewayVariant::ExportsOnDecline];
+    /// The mutants a real process can run: all of them.
+    pub const REAL_PROCESS: [GatewayVariant; 5] = GatewayVariant::MUTANTS;
 
     /// The variant named `name` among [`GatewayVariant::REAL_PROCESS`].
     pub fn real_process(name: &str) -> Option<GatewayVariant> {
@@ -231,6 +236,9 @@ impl crate::servers::gateway::ports::Backend for DescriptionOnlyBackend {
 pub struct RealMutant {
     pub variant: GatewayVariant,
     pub gateway: Gateway,
+    /// `revoke-ignoring-backend`: the same gateway over the pins the process started with, which every
+    /// `tools/call` goes through whatever an operator withdrew since (its listings show the reloaded pins).
+    pub started_with: Option<Gateway>,
 }
 
 #[async_trait::async_trait]
@@ -247,6 +255,9 @@ impl Service for RealMutant {
     ) -> Result<Value, crate::wire::errors::RpcError> {
         if method != "tools/call" {
             return self.gateway.call(context, method, params).await;
+        }
+        if let (GatewayVariant::RevokeIgnoringBackend, Some(started_with)) = (self.variant, &self.started_with) {
+            return started_with.call(context, method, params).await;
         }
         let name = params.get("name").and_then(Value::as_str).unwrap_or("");
         match self.variant {
@@ -279,5 +290,19 @@ impl Service for RealMutant {
             }
             _ => self.gateway.call(context, method, params).await,
         }
+    }
+
+    /// `routes-by-header-after-authorizing-the-body`: a call the header renames skips the pipeline's header
+    /// check (the agreement it would refuse) and runs as the header's tool; every other message takes the
+    /// pipeline as any server's does.
+    async fn exchange(&self, principal: &str, raw: &[u8], headers: Option<&RoutingHeaders>) -> crate::framework::Exchange {
+        if self.variant == GatewayVariant::RoutesByHeader {
+            let message: Option<Value> = serde_json::from_slice(raw).ok();
+            let is_call = message.as_ref().and_then(|m| m.get("method")).and_then(Value::as_str) == Some("tools/call");
+            if let Some(renamed) = routed_by_header(&self.gateway, principal, message.as_ref(), headers).filter(|_| is_call) {
+                return crate::framework::handle_exchange(&self.gateway, principal, &renamed, None).await;
+            }
+        }
+        crate::framework::handle_exchange(self, principal, raw, headers).await
     }
 }

@@ -15,9 +15,10 @@ pub const REPLICAS_MAX: usize = 8;
 /// Longest a replica may take to start.
 pub const START_TIMEOUT_MS_MAX: u64 = 120_000;
 
-/// The seed's seven defences, and the cross-replica rate limit, in the order reports list them.
-pub const DEFENCES: [&str; 8] =
-    ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits"];
+/// The seed's seven defences, the cross-replica rate limit and an operator's revocation, in the order reports
+/// list them.
+pub const DEFENCES: [&str; 9] =
+    ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits", "revocation"];
 
 /// A gateway target file as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -51,6 +52,8 @@ pub struct GatewayTargetFile {
     pub rate_limit: Option<RateLimitFile>,
     /// The public name of the destructive tool the gateway confirms (`notes.export` of the lab).
     pub confirm: Option<ConfirmFile>,
+    /// How an operator's withdrawal of a reviewed backend reaches a running replica (for `revocation`).
+    pub revocation: Option<RevocationFile>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -83,6 +86,8 @@ pub struct Claims {
     pub identity: bool,
     #[serde(default)]
     pub rate_limits: bool,
+    #[serde(default)]
+    pub revocation: bool,
 }
 
 impl Claims {
@@ -96,6 +101,7 @@ impl Claims {
             "confirmation" => self.confirmation,
             "identity" => self.identity,
             "rate_limits" => self.rate_limits,
+            "revocation" => self.revocation,
             _ => false,
         }
     }
@@ -116,6 +122,14 @@ pub struct RateLimitFile {
 pub struct ConfirmFile {
     /// The principal granted the tool.
     pub principal: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevocationFile {
+    /// Run once per replica after the lab rewrote `{pins}` and `{review}` without the revoked backend: makes
+    /// that replica apply them (`{pid}`, `{port}`, `{replica}`: the replica's); must end with status 0.
+    pub command: Vec<String>,
 }
 
 /// What is wrong with a gateway target file.
@@ -177,6 +191,12 @@ impl GatewayTargetFile {
         }
         if file.claims.rate_limits && file.rate_limit.is_none() {
             return Err(invalid("claims.rate_limits needs [rate_limit] (principal, tool, calls): the quota the lab checks".into()));
+        }
+        if file.revocation.as_ref().is_some_and(|r| r.command.first().is_none_or(String::is_empty)) {
+            return Err(invalid("[revocation] command must name a program: command = [\"kill\", \"-HUP\", \"{pid}\"]".into()));
+        }
+        if file.claims.revocation && file.revocation.is_none() {
+            return Err(invalid("claims.revocation needs [revocation] (command): how a replica applies a revoked review".into()));
         }
         if file.claims.confirmation && file.confirm.is_none() {
             return Err(invalid("claims.confirmation needs [confirm] (principal): who may run the destructive tool".into()));
@@ -248,6 +268,8 @@ poisoning = true
         assert!(error(&GOOD.replace("replicas = 2", "replicas = 0")).contains("replicas must be"));
         assert!(error(&GOOD.replace("poisoning = true", "rate_limits = true")).contains("[rate_limit]"));
         assert!(error(&format!("{GOOD}\n[files]\n\"../x\" = \"\"\n")).contains("plain file name"));
+        assert!(error(&GOOD.replace("poisoning = true", "revocation = true")).contains("[revocation]"));
+        assert!(error(&format!("{GOOD}\n[revocation]\ncommand = []\n")).contains("[revocation] command must name a program"));
         assert!(fill("{nope}", &BTreeMap::new()).unwrap_err().contains("unknown placeholder {nope}"));
         let values = BTreeMap::from([("port".to_string(), "80".to_string())]);
         assert_eq!(fill("a = { b = 1 } c = {} {port}", &values).unwrap(), "a = { b = 1 } c = {} 80");

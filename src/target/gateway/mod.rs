@@ -49,6 +49,8 @@ pub const REQUEST_TIMEOUT_MS: u64 = 15_000;
 pub const SHOWN_CHARS_MAX: usize = 600;
 /// Longest a setup command may run.
 pub const SETUP_TIMEOUT_MS: u64 = 60_000;
+/// Longest the lab waits for every replica to stop listing a revoked backend's tool.
+pub const REVOCATION_WAIT_MS: u64 = 5_000;
 /// One step of waiting for a process to listen or end.
 const WAIT_STEP_MS: u64 = 25;
 
@@ -192,6 +194,12 @@ struct Lab<'a> {
     next_id: u64,
     processes: Vec<Process>,
     started: usize,
+    /// Every placeholder's value (the replicas' own added per replica).
+    values: BTreeMap<String, String>,
+    /// Each backend's endpoint, as the review records its publisher.
+    endpoints: BTreeMap<String, String>,
+    /// Each replica's process id and port, by replica.
+    replicas: Vec<(u32, u16)>,
 }
 
 /// Runs the battery against the gateway `file` describes.
@@ -213,10 +221,14 @@ pub async fn run_lab(file: &GatewayTargetFile, options: &LabOptions) -> Result<L
         next_id: 0,
         processes: Vec::new(),
         started: 0,
+        values: BTreeMap::new(),
+        endpoints: BTreeMap::new(),
+        replicas: Vec::new(),
     };
     lab.decisions.push(format!("work directory {}", options.work_dir.display()));
     let values = lab.start_backends()?;
     lab.start_gateway(&values)?;
+    lab.values = values;
     lab.battery().await;
     let records = lab.read_records();
     let report = lab.judge(&records);
@@ -323,11 +335,21 @@ impl Lab<'_> {
             values.insert(key("endpoint"), endpoint.clone());
             endpoints.insert(spec.id.clone(), endpoint);
         }
-        // The review: what an operator approved before the run (phase 0 of notes, issues and tricks; mirror is
-        // never reviewed). As mcpsim's pin file (`{pins}`) and as plain JSON (`{review}`) for other gateways.
+        self.endpoints = endpoints;
+        let (pins_path, review_path) = self.write_review(None)?;
+        values.insert("pins".into(), pins_path.display().to_string());
+        values.insert("review".into(), review_path.display().to_string());
+        Ok(values)
+    }
+
+    /// The review: what an operator approved before the run (phase 0 of notes, issues and tricks; mirror is
+    /// never reviewed), less the backend `revoked`. As mcpsim's pin file (`{pins}`) and as plain JSON
+    /// (`{review}`) for other gateways; rewritten in place when the lab revokes a backend.
+    fn write_review(&self, revoked: Option<&str>) -> Result<(PathBuf, PathBuf), LabError> {
+        let endpoints = &self.endpoints;
         let mut pins = PinFile::default();
         let mut review = Vec::new();
-        for spec in self.specs.iter().filter(|s| s.id != "mirror") {
+        for spec in self.specs.iter().filter(|s| s.id != "mirror" && Some(s.id.as_str()) != revoked) {
             for descriptor in &spec.phases[0] {
                 let tool = descriptor["name"].as_str().unwrap_or_default();
                 let publisher = PublisherEvidence {
@@ -347,9 +369,7 @@ impl Lab<'_> {
         std::fs::write(&pins_path, pins.to_json_string())
             .and_then(|()| std::fs::write(&review_path, serde_json::to_vec_pretty(&review).expect("serializes")))
             .map_err(|e| setup(format!("cannot write the review: {e}")))?;
-        values.insert("pins".into(), pins_path.display().to_string());
-        values.insert("review".into(), review_path.display().to_string());
-        Ok(values)
+        Ok((pins_path, review_path))
     }
 
     /// Writes the target's files, runs its setup, starts its replicas.
@@ -365,26 +385,7 @@ impl Lab<'_> {
             if argv.first().is_none_or(String::is_empty) {
                 return Err(setup(format!("setup command {} is empty", index + 1)));
             }
-            let what = format!("setup {}", index + 1);
-            self.start_process(argv.clone(), &[], &what)?;
-            let mut waited: u64 = 0;
-            let status = loop {
-                if let Some(status) = self.processes.last_mut().and_then(Process::exited) {
-                    break status;
-                }
-                waited += 1;
-                if waited * WAIT_STEP_MS > SETUP_TIMEOUT_MS {
-                    return Err(setup(format!("{what} ({}) did not end within {SETUP_TIMEOUT_MS} ms", super::redact_argv(&argv))));
-                }
-                std::thread::sleep(Duration::from_millis(WAIT_STEP_MS));
-            };
-            if status != "exit status: 0" {
-                return Err(setup(format!(
-                    "{what} ({}) failed: {status}; its stderr was lab/setup-{}.stderr in the work directory",
-                    super::redact_argv(&argv),
-                    index + 1
-                )));
-            }
+            self.run_to_end(argv, &format!("setup {}", index + 1))?;
         }
         for replica in 0..self.file.replicas {
             let port = free_port()?;
@@ -397,8 +398,34 @@ impl Lab<'_> {
             let url = filled(self.file.url.as_deref().unwrap_or("http://127.0.0.1:{port}/mcp"), &values)?;
             let what = format!("replica {replica}");
             self.start_process(argv, &env, &what)?;
+            let pid = self.processes.last().map_or(0, |p| p.pid);
             self.wait_port(port, &what, self.file.start_timeout_ms())?;
             self.urls.push(url);
+            self.replicas.push((pid, port));
+        }
+        Ok(())
+    }
+
+    /// Runs one command of the target's (setup, revocation) to its end, which must be status 0.
+    fn run_to_end(&mut self, argv: Vec<String>, what: &str) -> Result<(), LabError> {
+        self.start_process(argv.clone(), &[], what)?;
+        let mut waited: u64 = 0;
+        let status = loop {
+            if let Some(status) = self.processes.last_mut().and_then(Process::exited) {
+                break status;
+            }
+            waited += 1;
+            if waited * WAIT_STEP_MS > SETUP_TIMEOUT_MS {
+                return Err(setup(format!("{what} ({}) did not end within {SETUP_TIMEOUT_MS} ms", super::redact_argv(&argv))));
+            }
+            std::thread::sleep(Duration::from_millis(WAIT_STEP_MS));
+        };
+        if status != "exit status: 0" {
+            return Err(setup(format!(
+                "{what} ({}) failed: {status}; its stderr was lab/{}.stderr in the work directory",
+                super::redact_argv(&argv),
+                super::safe_name(&what.replace(' ', "-"))
+            )));
         }
         Ok(())
     }
@@ -608,6 +635,27 @@ impl Lab<'_> {
                 let replica = n % self.urls.len();
                 self.send(replica, &rate.principal, "tools/call", params, none.clone(), Some(headers), Some(index)).await;
             }
+            // A principal granted both tools: the body's passes authorization, so a gateway that then routes by
+            // the header runs the header's tool. Two intents share the request's token, one per backend.
+            let both = self.file.principals.iter().find(|(_, p)| p.tools.contains(&rate.tool) && p.tools.contains(&other));
+            match (both.map(|(name, _)| name.clone()), self.lab_tool(&other)) {
+                (Some(both), Some((other_backend, other_tool))) => {
+                    let clause = "the body names the tool, even when the header's would be allowed too";
+                    let index = self.intent("confused-both", &backend, &tool, json!({}), Expect::Never, "header_body", clause);
+                    let arguments = self.intents[index].arguments.clone();
+                    let params = json!({ "name": rate.tool, "arguments": arguments });
+                    let mut headers = RoutingHeaders::for_message(&json!({ "method": "tools/call", "params": params.clone() }));
+                    headers.protocol_version = Some(PROTOCOL_VERSION.into());
+                    headers.name = Some(other.clone());
+                    self.send(0, &both, "tools/call", params, none.clone(), Some(headers), Some(index)).await;
+                    let shared = self.intent("confused-both", &other_backend, &other_tool, json!({}), Expect::Never, "header_body", clause);
+                    self.intents[shared].exchanges = self.intents[index].exchanges.clone();
+                }
+                _ => self.observations.push(format!(
+                    "no principal is granted both {} and {other}: the lab could not send a confused call both would allow",
+                    rate.tool
+                )),
+            }
             let missing = Some(("header_body", "a refused request spends no rate-limit token"));
             // Spread over the replicas in turn, from a drawn one: the quota must follow the principal.
             let first = (self.draw() % self.urls.len() as u64) as usize;
@@ -778,6 +826,94 @@ impl Lab<'_> {
             let arguments = self.intents[index].arguments.clone();
             let params = json!({ "name": name, "arguments": arguments, "requestState": state, "inputResponses": responses });
             self.send(0, &caller, "tools/call", params, form, None, Some(index)).await;
+        }
+
+        self.revocation(&principal).await;
+    }
+
+    /// An operator revokes the review of `issues` while the replicas run: the lab rewrites `{pins}` and
+    /// `{review}` without it and runs the file's `[revocation] command` for each replica. A call just before
+    /// must reach `issues` (so the revoked backend was reachable); none after, at any replica, may.
+    async fn revocation(&mut self, principal: &str) {
+        let Some(revocation) = self.file.revocation.clone() else { return };
+        let none = json!({});
+        let name = self.file.public_name("issues", "search");
+        // Not the quota's principal (its quota is spent), and the last in name order: the earlier steps call as
+        // the first, and a tool's quota counts per principal.
+        let quota = self.file.rate_limit.as_ref().map(|r| r.principal.clone());
+        let granted: Vec<String> = self.file.principals.iter().filter(|(_, p)| p.tools.contains(&name)).map(|(n, _)| n.clone()).collect();
+        let caller =
+            granted.iter().rev().find(|n| Some(*n) != quota.as_ref()).or(granted.first()).cloned().unwrap_or(principal.to_string());
+        let (a, _) = self.pair("revocation");
+        let index = self.intent(
+            "revoke-before",
+            "issues",
+            "search",
+            json!({}),
+            Expect::Once { missing: None },
+            "revocation",
+            "a reviewed backend is callable until it is revoked",
+        );
+        self.call(index, a, &caller, &name, none.clone()).await;
+        if let Err(e) = self.write_review(Some("issues")) {
+            self.problems.push(format!("the lab could not revoke issues: {e}"));
+            return;
+        }
+        self.decisions.push("revoked the review of issues ({pins} and {review} rewritten without issues.search)".into());
+        for (replica, (pid, port)) in self.replicas.clone().into_iter().enumerate() {
+            let mut values = self.values.clone();
+            values.insert("pid".into(), pid.to_string());
+            values.insert("port".into(), port.to_string());
+            values.insert("replica".into(), replica.to_string());
+            let argv: Result<Vec<String>, String> = revocation.command.iter().map(|word| fill(word, &values)).collect();
+            let ran = match argv {
+                Ok(argv) => self.run_to_end(argv, &format!("revocation {replica}")),
+                Err(e) => Err(setup(format!("the gateway target file's [revocation] command: {e}"))),
+            };
+            if let Err(e) = ran {
+                self.problems.push(format!("the revocation at replica {replica} could not be made: {e}"));
+                return;
+            }
+        }
+        // The replicas apply a revocation in their own time: wait (bounded) until none lists the tool. The
+        // calls after it decide; a replica that still lists it is reported beside them.
+        for replica in 0..self.urls.len() {
+            let mut waited: u64 = 0;
+            loop {
+                let listing = self.send(replica, &caller, "tools/list", json!({}), none.clone(), None, None).await;
+                let listed = listing
+                    .pointer("/result/tools")
+                    .and_then(Value::as_array)
+                    .is_some_and(|tools| tools.iter().any(|t| t.get("name").and_then(Value::as_str) == Some(name.as_str())));
+                if !listed {
+                    break;
+                }
+                waited += 1;
+                if waited * WAIT_STEP_MS > REVOCATION_WAIT_MS {
+                    self.observations.push(format!("replica {replica} still listed {name} {REVOCATION_WAIT_MS} ms after the revocation"));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(WAIT_STEP_MS)).await;
+            }
+        }
+        for replica in 0..self.urls.len() {
+            let index = self.intent(
+                &format!("revoke-after-{replica}"),
+                "issues",
+                "search",
+                json!({}),
+                Expect::Never,
+                "revocation",
+                "a revoked backend is never called again, at any replica",
+            );
+            let answer = self.call(index, replica, &caller, &name, none.clone()).await;
+            // A quota refusal hides whether the revocation was in force there.
+            if answer.pointer("/error/data/reason").and_then(Value::as_str) == Some("rate_limited") {
+                self.problems.push(format!(
+                    "the call after the revocation at replica {replica} was refused rate_limited: {caller}'s quota on {name} is spent, \
+                     so the revocation there is unjudged"
+                ));
+            }
         }
     }
 
