@@ -42,6 +42,8 @@ pub struct HttpAnswer {
     pub status: u16,
     /// `Content-Type`, when it was text.
     pub content_type: Option<String>,
+    /// `Mcp-Session-Id`, when the server minted or echoed one (a 2025-11-25 session; modern servers send none).
+    pub session_id: Option<String>,
     pub body: Bytes,
 }
 
@@ -69,13 +71,14 @@ impl HttpClient {
                 .map_err(|e| PostError { message: format!("POST {url} failed: {}", with_causes(&e)), unreachable: e.is_connect() })?;
             let status = response.status().as_u16();
             let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let session_id = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
             let body = Limited::new(response.into_body(), self.body_bytes_max)
                 .collect()
                 .await
                 .map_err(|e| format!("reading the answer from {url} failed: {e} (at most {} bytes are read)", self.body_bytes_max))
                 .map_err(PostError::from)?
                 .to_bytes();
-            Ok(HttpAnswer { status, content_type, body })
+            Ok(HttpAnswer { status, content_type, session_id, body })
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(answer) => answer,

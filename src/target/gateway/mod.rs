@@ -30,7 +30,7 @@ pub mod backend;
 pub mod file;
 
 use self::backend::{BackendSpec, Carrier, Record, EXPORT, EXPORT_RENAMED, INJECTED_INSTRUCTION, POISONED};
-use self::file::{fill, GatewayTargetFile, DEFENCES};
+use self::file::{fill, GatewayTargetFile, DEFENCES, LEGACY_NOT_APPLICABLE, LEGACY_PROTOCOL};
 use super::process::Process;
 use crate::live::http_client::HttpClient;
 use crate::policy::pinning::{descriptor_digest, Approval, PinFile, PublisherEvidence};
@@ -192,6 +192,9 @@ struct Lab<'a> {
     next_id: u64,
     processes: Vec<Process>,
     started: usize,
+    /// 2025-11-25 only: the session of each (replica, principal, declared capabilities), opened by
+    /// `initialize`; `None` when the gateway minted no `Mcp-Session-Id` (a stateless one).
+    sessions: BTreeMap<(usize, String, String), Option<String>>,
 }
 
 /// Runs the battery against the gateway `file` describes.
@@ -213,8 +216,14 @@ pub async fn run_lab(file: &GatewayTargetFile, options: &LabOptions) -> Result<L
         next_id: 0,
         processes: Vec::new(),
         started: 0,
+        sessions: BTreeMap::new(),
     };
     lab.decisions.push(format!("work directory {}", options.work_dir.display()));
+    if file.is_legacy() {
+        lab.decisions.push(format!(
+            "clients speak MCP {LEGACY_PROTOCOL}: a session per replica, principal and declared capabilities, opened by initialize"
+        ));
+    }
     let values = lab.start_backends()?;
     lab.start_gateway(&values)?;
     lab.battery().await;
@@ -407,6 +416,81 @@ impl Lab<'_> {
         self.file.principals.get(principal).map(|p| p.token.clone()).unwrap_or_default()
     }
 
+    /// One POST of `message` to `replica` as `principal`: the answer's session id and its JSON-RPC message
+    /// (the last `data:` of an event stream), or what came instead as JSON (`httpStatus`, `transportError`).
+    async fn post(
+        &self,
+        replica: usize,
+        principal: &str,
+        session: Option<&str>,
+        routing: &RoutingHeaders,
+        message: &Value,
+    ) -> (Option<String>, Value) {
+        let authorization = format!("Bearer {}", self.token_of(principal));
+        let mut pairs = vec![
+            ("Authorization", authorization.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        if self.file.is_legacy() && message.get("method").and_then(Value::as_str) != Some("initialize") {
+            pairs.push(("MCP-Protocol-Version", LEGACY_PROTOCOL));
+        }
+        if let Some(session) = session {
+            pairs.push(("Mcp-Session-Id", session));
+        }
+        pairs.extend(routing.pairs());
+        let body = serde_json::to_vec(message).expect("a JSON value serializes");
+        match self.http.post(&self.urls[replica], &pairs, body).await {
+            Ok(answer) => {
+                let text = String::from_utf8_lossy(&answer.body).into_owned();
+                let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
+                let json = if streamed {
+                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).rfind(|d| !d.is_empty()).unwrap_or("").to_string()
+                } else {
+                    text
+                };
+                let value = if json.trim().is_empty() && answer.status < 300 {
+                    json!({ "httpStatus": answer.status })
+                } else {
+                    serde_json::from_str::<Value>(&json).unwrap_or_else(|_| json!({ "httpStatus": answer.status, "body": json }))
+                };
+                (answer.session_id, value)
+            }
+            Err(error) => (None, json!({ "transportError": error.message })),
+        }
+    }
+
+    /// The 2025-11-25 session of (`replica`, `principal`, `capabilities`), opened on first use: `initialize`
+    /// declaring those capabilities, then `notifications/initialized` under the minted `Mcp-Session-Id` (if
+    /// any). A refused `initialize` is a problem of the run; the calls are still sent (without a session).
+    async fn session(&mut self, replica: usize, principal: &str, capabilities: &Value) -> Option<String> {
+        let key = (replica, principal.to_string(), capabilities.to_string());
+        if let Some(session) = self.sessions.get(&key) {
+            return session.clone();
+        }
+        self.next_id += 1;
+        let initialize = json!({ "jsonrpc": "2.0", "id": self.next_id, "method": "initialize", "params": {
+            "protocolVersion": LEGACY_PROTOCOL,
+            "capabilities": capabilities,
+            "clientInfo": { "name": "mcpsim-gateway-lab", "version": env!("CARGO_PKG_VERSION") },
+        } });
+        let (session, answer) = self.post(replica, principal, None, &RoutingHeaders::default(), &initialize).await;
+        let version = answer.pointer("/result/protocolVersion").and_then(Value::as_str);
+        if version != Some(LEGACY_PROTOCOL) {
+            self.problems.push(format!("replica {replica} answered {principal}'s initialize with {}", bounded(&answer)));
+        } else {
+            let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+            let (_, answer) = self.post(replica, principal, session.as_deref(), &RoutingHeaders::default(), &initialized).await;
+            if answer.get("transportError").is_some() || answer.get("httpStatus").and_then(Value::as_u64).is_none_or(|s| s >= 300) {
+                self.problems.push(format!("replica {replica} refused {principal}'s notifications/initialized: {}", bounded(&answer)));
+            }
+        }
+        let minted = if session.is_some() { "a session" } else { "no session id (stateless)" };
+        self.decisions.push(format!("initialize at replica {replica} as {principal} declaring {capabilities}: {minted}"));
+        self.sessions.insert(key, session.clone());
+        session
+    }
+
     /// One request to `replica` as `principal`; `headers` overrides the routing headers the body implies.
     /// Returns the answer (or the error, as a JSON string) and records the exchange on the intent `intent`.
     #[allow(clippy::too_many_arguments)] // Each is one free choice of a hostile client's request.
@@ -421,32 +505,23 @@ impl Lab<'_> {
         intent: Option<usize>,
     ) -> Value {
         self.next_id += 1;
-        if let Value::Object(map) = &mut params {
+        let legacy = self.file.is_legacy();
+        let session = if legacy { self.session(replica, principal, &capabilities).await } else { None };
+        if let (Value::Object(map), false) = (&mut params, legacy) {
             map.insert("_meta".into(), json!({ KEY_PROTOCOL_VERSION: PROTOCOL_VERSION, KEY_CLIENT_CAPABILITIES: capabilities }));
         }
         let message = json!({ "jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params });
-        let routing = headers.unwrap_or_else(|| RoutingHeaders::for_message(&message));
-        let authorization = format!("Bearer {}", self.token_of(principal));
-        let mut pairs = vec![
-            ("Authorization", authorization.as_str()),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-        ];
-        pairs.extend(routing.pairs());
-        let body = serde_json::to_vec(&message).expect("a JSON value serializes");
-        let answer = match self.http.post(&self.urls[replica], &pairs, body).await {
-            Ok(answer) => {
-                let text = String::from_utf8_lossy(&answer.body).into_owned();
-                let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
-                let json = if streamed {
-                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).rfind(|d| !d.is_empty()).unwrap_or("").to_string()
-                } else {
-                    text
-                };
-                serde_json::from_str::<Value>(&json).unwrap_or_else(|_| json!({ "httpStatus": answer.status, "body": json }))
+        let routing = match (headers, legacy) {
+            // A hostile legacy client may still send routing headers; it never sends the modern version.
+            (Some(mut headers), true) => {
+                headers.protocol_version = None;
+                headers
             }
-            Err(error) => json!({ "transportError": error.message }),
+            (Some(headers), false) => headers,
+            (None, true) => RoutingHeaders::default(),
+            (None, false) => RoutingHeaders::for_message(&message),
         };
+        let (_, answer) = self.post(replica, principal, session.as_deref(), &routing, &message).await;
         if let Some(index) = intent {
             let headers_shown: Vec<String> = routing.pairs().iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let sent = format!("→ replica {replica} as {principal} [{}] {}", headers_shown.join(", "), bounded(&message));
@@ -901,6 +976,11 @@ impl Lab<'_> {
                         }
                     }
                 }
+            }
+        }
+        if self.file.is_legacy() {
+            for (defence, why) in LEGACY_NOT_APPLICABLE {
+                observations.push(format!("{defence} is not applicable over {LEGACY_PROTOCOL}: {why}"));
             }
         }
         let verdicts = DEFENCES
