@@ -11,12 +11,17 @@ use common::child::run_mcpsim;
 /// Runs the lab on `file` (under `targets/gateways/`) and checks what every run must show: its processes
 /// started, the containment's count of 0 left, and no process of the run's work directory alive afterwards.
 fn lab(file: &str, seed: &str) -> (i32, String) {
+    // Three HTTP backends, one setup command, two replicas (the stdio backend is each replica's child).
+    lab_started(file, seed, 6, 90)
+}
+
+/// [`lab`] for a file whose run starts `started` processes itself, bounded by `seconds`.
+fn lab_started(file: &str, seed: &str, started: usize, seconds: u64) -> (i32, String) {
     let path = format!("targets/gateways/{file}");
-    let ran = run_mcpsim(&["gateway-lab", "run", &path, "--seed", seed], 90);
+    let ran = run_mcpsim(&["gateway-lab", "run", &path, "--seed", seed], seconds);
     let out = ran.stdout;
     assert!(out.contains("cleanup: every process of the target was killed (0 left"), "{out}\n{}", ran.stderr);
-    // Three HTTP backends, one setup command, two replicas (the stdio backend is each replica's child).
-    assert!(out.contains("  6 processes started;"), "{out}");
+    assert!(out.contains(&format!("  {started} processes started;")), "{out}");
     let work_dir = out
         .lines()
         .find_map(|l| l.strip_prefix("  decided: work directory "))
@@ -155,4 +160,44 @@ fn a_bad_gateway_target_file_says_where() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(ran.status, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("g.toml") && ran.stderr.contains("line 3") && ran.stderr.contains("docs/gateways.md"), "{}", ran.stderr);
+}
+
+/// IBM ContextForge 1.0.7 (PyPI `mcp-contextforge-gateway`), two replicas on one SQLite database, driven
+/// through the lab's 2025-11-25 clients. Its verdicts as measured, pinned to that version: it claims
+/// shadowing, and shadowing holds (each prefixed name reaches its own backend, the bare name none); what it
+/// does not claim reaches the backends and is reported as observations, never as passed.
+#[test]
+#[ignore = "needs IBM ContextForge: MCPSIM_CONTEXTFORGE naming a venv made by `python3 -m venv DIR && DIR/bin/pip install mcp-contextforge-gateway==1.0.7` (.ci/run makes one)"]
+fn contextforge_holds_shadowing_and_claims_nothing_else() {
+    assert!(std::env::var_os("MCPSIM_CONTEXTFORGE").is_some(), "set MCPSIM_CONTEXTFORGE to a venv holding mcp-contextforge-gateway==1.0.7");
+    // Three HTTP backends, two setup commands (its schema; the stdio bridge, a temporary instance that
+    // registers the backends), two replicas; the bridge and the temporary instance are setup's children.
+    let (status, out) = lab_started("contextforge.toml", "1", 7, 240);
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("decided: clients speak MCP 2025-11-25"), "{out}");
+    assert!(out.contains("no session id (stateless)"), "its MCP endpoint keeps no session by default: {out}");
+    assert_eq!(verdict(&out, "shadowing"), "held", "{out}");
+    for defence in ["poisoning", "rug_pull", "header_body", "capabilities", "confirmation", "identity", "rate_limits"] {
+        assert_eq!(verdict(&out, defence), "not claimed", "{out}");
+    }
+    assert!(out.contains("result: every claimed defence held"), "{out}");
+    // What it does not claim, as it happened: the poisoned and the look-alike tools run, the changed
+    // notes.search runs under its new schema, the quota's extra call runs, the export is never confirmed.
+    for tool in ["summarize", "translate", "tidy", "backup", "share"] {
+        assert!(
+            out.contains(&format!("observed: (not claimed) poisoning: 1 call(s) reached the backend: tricks.{tool} (listing 0)")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("observed: (not claimed) identity: 1 call(s) reached the backend: mirror.search (listing 0)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rug_pull: 1 call(s) reached the backend: notes.search (listing 1)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rate_limits: 1 call(s) reached the backend: issues.search"), "{out}");
+    assert!(out.contains("lab-1-confirm-accept was not asked for confirmation (round 1 answered: complete)"), "{out}");
+    assert!(out.contains("observed: (not claimed) confirmation: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    assert!(out.contains("observed: (not claimed) capabilities: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    assert!(out.contains("observed: header_body is not applicable over 2025-11-25"), "{out}");
+    assert!(out.contains("observed: confirmation is not applicable over 2025-11-25"), "{out}");
+    assert!(out.contains("the instruction in issues.search's result was passed through unchanged"), "{out}");
+    // Tools are listed under "{gateway slug}-{tool slug}"; the mirror and the poisoned ones among them.
+    assert!(out.contains("mirror-search") && out.contains("tricks-summarize") && out.contains("notes-export"), "{out}");
 }

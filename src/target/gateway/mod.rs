@@ -858,7 +858,13 @@ impl Lab<'_> {
 
     /// The destructive tool answered round 1 without asking: judged from the records (it may have run).
     fn not_asked(&mut self, index: usize, round1: &Value) {
-        let kind = round1.pointer("/result/resultType").and_then(Value::as_str).unwrap_or("no result");
+        // A 2025-11-25 result carries no resultType: a result is complete there.
+        let kind = match (round1.pointer("/result/resultType").and_then(Value::as_str), round1.get("result"), round1.get("error")) {
+            (Some(kind), _, _) => kind,
+            (None, Some(_), _) => "complete",
+            (None, None, Some(_)) => "error",
+            (None, None, None) => "no result",
+        };
         self.observations.push(format!("{} was not asked for confirmation (round 1 answered: {kind})", self.intents[index].token));
     }
 
