@@ -21,8 +21,8 @@ pub const DEFENCES: [&str; 8] =
 
 /// The revisions the lab's clients can speak to a gateway.
 pub const PROTOCOLS: [&str; 2] = [crate::wire::PROTOCOL_VERSION, LEGACY_PROTOCOL];
-/// The legacy revision (a session opened with `initialize`).
-pub const LEGACY_PROTOCOL: &str = "2025-11-25";
+/// The legacy revision (a session opened with `initialize`): the one `eras` serves.
+pub const LEGACY_PROTOCOL: &str = crate::eras::LEGACY_PROTOCOL_VERSION;
 /// The defences a 2025-11-25 client cannot exercise, and why: reported "not claimed" with the reason.
 pub const LEGACY_NOT_APPLICABLE: [(&str, &str); 2] = [
     ("header_body", "2025-11-25 has no Mcp-Name or Mcp-Method headers, so there is nothing to disagree with the body"),
