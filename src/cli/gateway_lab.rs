@@ -41,7 +41,8 @@ were left at the end.
 Examples:
   mcpsim gateway-lab run targets/gateways/mcpsim.toml              # mcpsim's gateway, 2 replicas: exit 0
   mcpsim gateway-lab run targets/gateways/mcpsim-mutant-exports-on-decline.toml   # a finding: exit 1
-  mcpsim gateway-lab run targets/gateways/mcpsim.toml --seed 7     # other replica pairs, other tokens")]
+  mcpsim gateway-lab run targets/gateways/mcpsim.toml --seed 7     # other replica pairs, other tokens
+  MCPSIM_CONTEXTFORGE=VENV mcpsim gateway-lab run targets/gateways/contextforge.toml  # 2025-11-25")]
     Run {
         /// The gateway target file (TOML).
         file: PathBuf,

@@ -49,6 +49,8 @@ pub const REQUEST_TIMEOUT_MS: u64 = 15_000;
 pub const SHOWN_CHARS_MAX: usize = 600;
 /// Longest a setup command may run.
 pub const SETUP_TIMEOUT_MS: u64 = 60_000;
+/// How many of its last stderr lines a process that failed to start shows.
+const STDERR_TAIL_LINES: usize = 6;
 /// One step of waiting for a process to listen or end.
 const WAIT_STEP_MS: u64 = 25;
 
@@ -273,6 +275,23 @@ impl Lab<'_> {
         Ok(())
     }
 
+    /// The last lines of what `what` wrote to stderr (the work directory is removed when the run ends), bounded
+    /// and escaped: for the error that says why the run could not start.
+    fn stderr_tail(&self, what: &str) -> String {
+        let path = self.lab_dir.join(format!("{}.stderr", super::safe_name(&what.replace(' ', "-"))));
+        let text = std::fs::read(&path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        // One line (the caller's error is one line): each of the last lines escaped, joined by " | ".
+        let tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].iter().map(|l| super::shown(l)).collect::<Vec<_>>().join(" | ");
+        if tail.is_empty() {
+            return "; it wrote nothing to stderr".into();
+        }
+        let count = tail.chars().count();
+        let cut: String = tail.chars().skip(count.saturating_sub(SHOWN_CHARS_MAX)).collect();
+        let more = if count > SHOWN_CHARS_MAX { "…" } else { "" };
+        format!("; the end of its stderr: {more}{cut}")
+    }
+
     fn wait_port(&mut self, port: u16, what: &str, timeout_ms: u64) -> Result<(), LabError> {
         // Counted sleeps, not the wall clock (the lab reads no clock): the bound is at least `timeout_ms`.
         let mut waited: u64 = 0;
@@ -281,9 +300,7 @@ impl Lab<'_> {
                 return Ok(());
             }
             if let Some(status) = self.processes.last_mut().and_then(Process::exited) {
-                return Err(setup(format!(
-                    "{what} exited before listening on port {port} ({status}); see its stderr in the work directory"
-                )));
+                return Err(setup(format!("{what} exited before listening on port {port} ({status}){}", self.stderr_tail(what))));
             }
             if waited * WAIT_STEP_MS > timeout_ms {
                 return Err(setup(format!("{what} did not listen on 127.0.0.1:{port} within {timeout_ms} ms")));
@@ -388,11 +405,7 @@ impl Lab<'_> {
                 std::thread::sleep(Duration::from_millis(WAIT_STEP_MS));
             };
             if status != "exit status: 0" {
-                return Err(setup(format!(
-                    "{what} ({}) failed: {status}; its stderr was lab/setup-{}.stderr in the work directory",
-                    super::redact_argv(&argv),
-                    index + 1
-                )));
+                return Err(setup(format!("{what} ({}) failed: {status}{}", super::redact_argv(&argv), self.stderr_tail(&what))));
             }
         }
         for replica in 0..self.file.replicas {
