@@ -162,6 +162,28 @@ fn a_bad_gateway_target_file_says_where() {
     assert!(ran.stderr.contains("g.toml") && ran.stderr.contains("line 3") && ran.stderr.contains("docs/gateways.md"), "{}", ran.stderr);
 }
 
+/// mcpsim's gateway serving both eras, driven through the lab's 2025-11-25 clients: each opens a session at
+/// each replica it uses (the path a session-minting legacy gateway takes), the defences 2025-11-25 carries
+/// hold, and the two it cannot carry are reported not applicable with the reason, never as held.
+#[test]
+fn mcpsim_gateway_over_2025_11_25_holds_what_that_revision_carries() {
+    let (status, out) = lab("mcpsim-legacy.toml", "1");
+    assert_eq!(status, 0, "{out}");
+    let sessions = out.lines().filter(|l| l.starts_with("  decided: initialize at replica ") && l.ends_with(": a session")).count();
+    assert!(sessions >= 5, "a session per replica and principal (and per declared capabilities): {out}");
+    assert!(!out.contains("no session id"), "{out}");
+    for defence in ["poisoning", "rug_pull", "shadowing", "identity", "rate_limits"] {
+        assert_eq!(verdict(&out, defence), "held", "{out}");
+    }
+    for defence in ["header_body", "capabilities", "confirmation"] {
+        assert_eq!(verdict(&out, defence), "not claimed", "{out}");
+    }
+    assert!(out.contains("observed: header_body is not applicable over 2025-11-25"), "{out}");
+    // 2025-11-25 has no routing headers: the disagreeing ones are ignored, the body's call runs.
+    assert!(out.contains("observed: (not claimed) header_body: 1 call(s) reached the backend: issues.search"), "{out}");
+    assert!(out.contains("observed: alice is listed: issues.search, notes.export, notes.search\n"), "{out}");
+}
+
 /// IBM ContextForge 1.0.7 (PyPI `mcp-contextforge-gateway`), two replicas on one SQLite database, driven
 /// through the lab's 2025-11-25 clients. Its verdicts as measured, pinned to that version: it claims
 /// shadowing, and shadowing holds (each prefixed name reaches its own backend, the bare name none); what it
