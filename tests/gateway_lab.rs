@@ -163,8 +163,9 @@ fn a_bad_gateway_target_file_says_where() {
 }
 
 /// mcpsim's gateway serving both eras, driven through the lab's 2025-11-25 clients: each opens a session at
-/// each replica it uses (the path a session-minting legacy gateway takes), the defences 2025-11-25 carries
-/// hold, and the two it cannot carry are reported not applicable with the reason, never as held.
+/// each replica it uses (the path a session-minting legacy gateway takes), the confirmation is answered
+/// inside the open call, every defence 2025-11-25 carries holds, and `header_body`, which it cannot carry, is
+/// reported not applicable with the reason, never as held.
 #[test]
 fn mcpsim_gateway_over_2025_11_25_holds_what_that_revision_carries() {
     let (status, out) = lab("mcpsim-legacy.toml", "1");
@@ -175,13 +176,40 @@ fn mcpsim_gateway_over_2025_11_25_holds_what_that_revision_carries() {
     for defence in ["poisoning", "rug_pull", "shadowing", "identity", "rate_limits"] {
         assert_eq!(verdict(&out, defence), "held", "{out}");
     }
-    for defence in ["header_body", "capabilities", "confirmation"] {
-        assert_eq!(verdict(&out, defence), "not claimed", "{out}");
+    assert_eq!(verdict(&out, "header_body"), "not claimed", "{out}");
+    for defence in ["capabilities", "confirmation"] {
+        assert_eq!(verdict(&out, defence), "held", "{out}");
     }
     assert!(out.contains("observed: header_body is not applicable over 2025-11-25"), "{out}");
+    // The confirmation is an elicitation inside the open call, answered there.
+    assert!(out.contains("observed: lab-1-confirm-accept was asked inside the call (2025-11-25), and the lab answered accept"), "{out}");
+    assert!(out.contains("observed: lab-1-confirm-decline was asked inside the call (2025-11-25), and the lab answered decline"), "{out}");
     // 2025-11-25 has no routing headers: the disagreeing ones are ignored, the body's call runs.
     assert!(out.contains("observed: (not claimed) header_body: 1 call(s) reached the backend: issues.search"), "{out}");
     assert!(out.contains("observed: alice is listed: issues.search, notes.export, notes.search\n"), "{out}");
+}
+
+/// The legacy confirmation check can fail: the zoo's `exports-on-decline` behind the same 2025-11-25 clients
+/// runs the export the lab declined inside the call, and is caught with the elicitation and the answer shown.
+#[test]
+fn exports_on_decline_is_caught_over_2025_11_25_too() {
+    let dir = common::child::scratch("gateway-lab", "legacy-mutant");
+    let file = dir.join("mutant.toml");
+    let text = std::fs::read_to_string("targets/gateways/mcpsim-legacy.toml").unwrap();
+    let planted = text.replace(
+        "\"--eras\", \"both\",",
+        "\"--eras\", \"both\", \"--gateway-mutant\", \"exports-on-decline\", \"--i-know-this-gateway-is-broken\",",
+    );
+    assert_ne!(planted, text, "the mutant's flags are planted");
+    std::fs::write(&file, planted).unwrap();
+    let ran = run_mcpsim(&["gateway-lab", "run", file.to_str().unwrap()], 90);
+    let out = ran.stdout;
+    assert_eq!(ran.status, 1, "{out}\n{}", ran.stderr);
+    assert_eq!(verdict(&out, "confirmation"), "BROKEN", "{out}");
+    assert!(out.contains("FINDING confirmation (consent; a decline is terminal on every replica)"), "{out}");
+    assert!(out.contains("⇠ inside the call {") && out.contains("⇢ answered {") && out.contains("\"action\":\"decline\""), "{out}");
+    assert!(out.contains("cleanup: every process of the target was killed (0 left"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// IBM ContextForge 1.0.7 (PyPI `mcp-contextforge-gateway`), two replicas on one SQLite database, driven
@@ -218,7 +246,7 @@ fn contextforge_holds_shadowing_and_claims_nothing_else() {
     assert!(out.contains("observed: (not claimed) confirmation: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
     assert!(out.contains("observed: (not claimed) capabilities: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
     assert!(out.contains("observed: header_body is not applicable over 2025-11-25"), "{out}");
-    assert!(out.contains("observed: confirmation is not applicable over 2025-11-25"), "{out}");
+    assert!(out.contains("observed: the confirmation is judged within one call over 2025-11-25"), "{out}");
     assert!(out.contains("the instruction in issues.search's result was passed through unchanged"), "{out}");
     // Tools are listed under "{gateway slug}-{tool slug}"; the mirror and the poisoned ones among them.
     assert!(out.contains("mirror-search") && out.contains("tricks-summarize") && out.contains("notes-export"), "{out}");

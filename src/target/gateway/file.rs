@@ -24,10 +24,12 @@ pub const PROTOCOLS: [&str; 2] = [crate::wire::PROTOCOL_VERSION, LEGACY_PROTOCOL
 /// The legacy revision (a session opened with `initialize`): the one `eras` serves.
 pub const LEGACY_PROTOCOL: &str = crate::eras::LEGACY_PROTOCOL_VERSION;
 /// The defences a 2025-11-25 client cannot exercise, and why: reported "not claimed" with the reason.
-pub const LEGACY_NOT_APPLICABLE: [(&str, &str); 2] = [
-    ("header_body", "2025-11-25 has no Mcp-Name or Mcp-Method headers, so there is nothing to disagree with the body"),
-    ("confirmation", "the lab's confirmation check is MRTR (requestState answered at another replica), a 2026-07-28 mechanism"),
-];
+pub const LEGACY_NOT_APPLICABLE: [(&str, &str); 1] =
+    [("header_body", "2025-11-25 has no Mcp-Name or Mcp-Method headers, so there is nothing to disagree with the body")];
+/// What the confirmation check is over 2025-11-25, where the gateway asks inside the open call.
+pub const LEGACY_CONFIRMATION: &str = "the confirmation is judged within one call over 2025-11-25: the gateway asks inside the open \
+     call, the lab accepts for an allowed call and declines for a forbidden one, and nothing crosses replicas (the MRTR steps, \
+     another replica's answer and other arguments, are 2026-07-28's)";
 
 /// A gateway target file as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -297,8 +299,8 @@ poisoning = true
         assert!(file.is_legacy());
         assert_eq!(file.public_name("notes", "export_all"), "notes-export-all");
         assert_eq!(slug("__A b__c--"), "a-b-c");
-        let confirmation = legacy.replace("poisoning = true", "confirmation = true\n[confirm]\nprincipal = \"alice\"");
-        assert!(error(&confirmation).contains("claims.confirmation cannot be judged over 2025-11-25"));
+        assert!(error(&legacy.replace("poisoning = true", "header_body = true"))
+            .contains("claims.header_body cannot be judged over 2025-11-25"));
         assert!(error(&GOOD.replace("replicas = 2", "replicas = 2\nprotocol = \"2024-11-05\"")).contains("protocol must be one of"));
     }
 

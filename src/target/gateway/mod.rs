@@ -30,7 +30,7 @@ pub mod backend;
 pub mod file;
 
 use self::backend::{BackendSpec, Carrier, Record, EXPORT, EXPORT_RENAMED, INJECTED_INSTRUCTION, POISONED};
-use self::file::{fill, GatewayTargetFile, DEFENCES, LEGACY_NOT_APPLICABLE, LEGACY_PROTOCOL};
+use self::file::{fill, GatewayTargetFile, DEFENCES, LEGACY_CONFIRMATION, LEGACY_NOT_APPLICABLE, LEGACY_PROTOCOL};
 use super::process::Process;
 use crate::live::http_client::HttpClient;
 use crate::policy::pinning::{descriptor_digest, Approval, PinFile, PublisherEvidence};
@@ -49,6 +49,10 @@ pub const REQUEST_TIMEOUT_MS: u64 = 15_000;
 pub const SHOWN_CHARS_MAX: usize = 600;
 /// Longest a setup command may run.
 pub const SETUP_TIMEOUT_MS: u64 = 60_000;
+/// Most bytes of one 2025-11-25 answer (an event stream with the requests inside the call) the lab reads.
+const LEGACY_ANSWER_BYTES_MAX: usize = 1 << 20;
+/// Most server→client requests inside one 2025-11-25 call the lab answers (as `eras` bounds its rounds).
+const LEGACY_ROUNDS_MAX: usize = crate::eras::LEGACY_ROUNDS_MAX;
 /// How many of its last stderr lines a process that failed to start shows.
 const STDERR_TAIL_LINES: usize = 6;
 /// One step of waiting for a process to listen or end.
@@ -197,6 +201,8 @@ struct Lab<'a> {
     /// 2025-11-25 only: the session of each (replica, principal, declared capabilities), opened by
     /// `initialize`; `None` when the gateway minted no `Mcp-Session-Id` (a stateless one).
     sessions: BTreeMap<(usize, String, String), Option<String>>,
+    /// 2025-11-25 only: the intents asked inside their call, and how the lab answered.
+    asked_inside: BTreeMap<usize, &'static str>,
 }
 
 /// Runs the battery against the gateway `file` describes.
@@ -219,6 +225,7 @@ pub async fn run_lab(file: &GatewayTargetFile, options: &LabOptions) -> Result<L
         processes: Vec::new(),
         started: 0,
         sessions: BTreeMap::new(),
+        asked_inside: BTreeMap::new(),
     };
     lab.decisions.push(format!("work directory {}", options.work_dir.display()));
     if file.is_legacy() {
@@ -438,7 +445,8 @@ impl Lab<'_> {
         session: Option<&str>,
         routing: &RoutingHeaders,
         message: &Value,
-    ) -> (Option<String>, Value) {
+        action: &str,
+    ) -> (Option<String>, Value, Vec<String>) {
         let authorization = format!("Bearer {}", self.token_of(principal));
         let mut pairs = vec![
             ("Authorization", authorization.as_str()),
@@ -451,8 +459,17 @@ impl Lab<'_> {
         if let Some(session) = session {
             pairs.push(("Mcp-Session-Id", session));
         }
+        let answering = pairs.clone();
         pairs.extend(routing.pairs());
         let body = serde_json::to_vec(message).expect("a JSON value serializes");
+        if self.file.is_legacy() {
+            let url = &self.urls[replica];
+            let exchange = self.legacy_exchange(url, &pairs, &answering, body, message.get("id"), action);
+            return match tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), exchange).await {
+                Ok(done) => done,
+                Err(_) => (None, json!({ "transportError": format!("no answer within {REQUEST_TIMEOUT_MS} ms") }), Vec::new()),
+            };
+        }
         match self.http.post(&self.urls[replica], &pairs, body).await {
             Ok(answer) => {
                 let text = String::from_utf8_lossy(&answer.body).into_owned();
@@ -467,10 +484,98 @@ impl Lab<'_> {
                 } else {
                     serde_json::from_str::<Value>(&json).unwrap_or_else(|_| json!({ "httpStatus": answer.status, "body": json }))
                 };
-                (answer.session_id, value)
+                (answer.session_id, value, Vec::new())
             }
-            Err(error) => (None, json!({ "transportError": error.message })),
+            Err(error) => (None, json!({ "transportError": error.message }), Vec::new()),
         }
+    }
+
+    /// One 2025-11-25 exchange: the answer read as it arrives, and every server→client request inside it
+    /// answered at once (an elicitation with `action`, as [`input_response`] answers a form; `roots/list` with
+    /// no roots; `ping`; anything else refused), as a 2025-11-25 client must for the call to go on. Returns the
+    /// session id, the call's own answer, and the requests and answers inside it (shown bounded). Bounded in
+    /// bytes, in rounds and, by the caller, in time.
+    async fn legacy_exchange(
+        &self,
+        url: &str,
+        pairs: &[(&str, &str)],
+        answering: &[(&str, &str)],
+        body: Vec<u8>,
+        id: Option<&Value>,
+        action: &str,
+    ) -> (Option<String>, Value, Vec<String>) {
+        use http_body_util::BodyExt;
+        let mut inside = Vec::new();
+        let answer = match self.http.post_streamed(url, pairs, body).await {
+            Ok(answer) => answer,
+            Err(error) => return (None, json!({ "transportError": error.message }), inside),
+        };
+        let (status, session) = (answer.status, answer.session_id.clone());
+        let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut body = answer.body;
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut read = 0usize;
+        let mut rounds = 0usize;
+        loop {
+            let chunk = match body.frame().await {
+                None => break,
+                Some(Err(error)) => return (session, json!({ "transportError": format!("reading the answer failed: {error}") }), inside),
+                Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
+            };
+            read += chunk.len();
+            if read > LEGACY_ANSWER_BYTES_MAX {
+                return (session, json!({ "transportError": format!("an answer over {LEGACY_ANSWER_BYTES_MAX} bytes") }), inside);
+            }
+            // Carriage returns only ever frame an event (JSON escapes its own), so they are dropped here.
+            buffer.extend(chunk.iter().filter(|b| **b != b'\r'));
+            if !streamed {
+                continue;
+            }
+            while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = buffer.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&event);
+                let data: Vec<&str> =
+                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.strip_prefix(' ').unwrap_or(d)).collect();
+                let Ok(message) = serde_json::from_str::<Value>(&data.join("\n")) else { continue };
+                if message.get("method").is_some() && message.get("id").is_some() {
+                    rounds += 1;
+                    if rounds > LEGACY_ROUNDS_MAX {
+                        return (
+                            session,
+                            json!({ "transportError": format!("more than {LEGACY_ROUNDS_MAX} requests inside one call") }),
+                            inside,
+                        );
+                    }
+                    let result = match message["method"].as_str().unwrap_or("") {
+                        "elicitation/create" => json!({ "result": input_response(&message, action) }),
+                        "roots/list" => json!({ "result": { "roots": [] } }),
+                        "ping" => json!({ "result": {} }),
+                        other => json!({ "error": { "code": -32601, "message": format!("the lab's client does not answer {other}") } }),
+                    };
+                    let mut reply = json!({ "jsonrpc": "2.0", "id": message["id"].clone() });
+                    if let (Value::Object(reply), Value::Object(result)) = (&mut reply, result) {
+                        reply.extend(result);
+                    }
+                    inside.push(format!("  ⇠ inside the call {}", bounded(&message)));
+                    inside.push(format!("  ⇢ answered {}", bounded(&reply)));
+                    let sent = serde_json::to_vec(&reply).expect("a JSON value serializes");
+                    if let Err(error) = self.http.post(url, answering, sent).await {
+                        inside.push(format!("  ⇢ the answer could not be sent: {}", super::shown(&error.message)));
+                    }
+                } else if message.get("id") == id && (message.get("result").is_some() || message.get("error").is_some()) {
+                    return (session, message, inside);
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&buffer).into_owned();
+        let value = if text.trim().is_empty() && status < 300 {
+            json!({ "httpStatus": status })
+        } else if streamed {
+            json!({ "httpStatus": status, "body": "the event stream ended without the call's answer" })
+        } else {
+            serde_json::from_str::<Value>(&text).unwrap_or_else(|_| json!({ "httpStatus": status, "body": text }))
+        };
+        (session, value, inside)
     }
 
     /// The 2025-11-25 session of (`replica`, `principal`, `capabilities`), opened on first use: `initialize`
@@ -487,13 +592,14 @@ impl Lab<'_> {
             "capabilities": capabilities,
             "clientInfo": { "name": "mcpsim-gateway-lab", "version": env!("CARGO_PKG_VERSION") },
         } });
-        let (session, answer) = self.post(replica, principal, None, &RoutingHeaders::default(), &initialize).await;
+        let (session, answer, _) = self.post(replica, principal, None, &RoutingHeaders::default(), &initialize, "decline").await;
         let version = answer.pointer("/result/protocolVersion").and_then(Value::as_str);
         if version != Some(LEGACY_PROTOCOL) {
             self.problems.push(format!("replica {replica} answered {principal}'s initialize with {}", bounded(&answer)));
         } else {
             let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-            let (_, answer) = self.post(replica, principal, session.as_deref(), &RoutingHeaders::default(), &initialized).await;
+            let (_, answer, _) =
+                self.post(replica, principal, session.as_deref(), &RoutingHeaders::default(), &initialized, "decline").await;
             if answer.get("transportError").is_some() || answer.get("httpStatus").and_then(Value::as_u64).is_none_or(|s| s >= 300) {
                 self.problems.push(format!("replica {replica} refused {principal}'s notifications/initialized: {}", bounded(&answer)));
             }
@@ -534,12 +640,22 @@ impl Lab<'_> {
             (None, true) => RoutingHeaders::default(),
             (None, false) => RoutingHeaders::for_message(&message),
         };
-        let (_, answer) = self.post(replica, principal, session.as_deref(), &routing, &message).await;
+        // Inside a 2025-11-25 call, what the lab means decides its answer: an allowed call is accepted, a
+        // forbidden one declined.
+        let action = match intent.map(|i| self.intents[i].expect) {
+            Some(Expect::Once { .. }) => "accept",
+            _ => "decline",
+        };
+        let (_, answer, inside) = self.post(replica, principal, session.as_deref(), &routing, &message, action).await;
+        if let (Some(index), false) = (intent, inside.is_empty()) {
+            self.asked_inside.insert(index, action);
+        }
         if let Some(index) = intent {
             let headers_shown: Vec<String> = routing.pairs().iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let sent = format!("→ replica {replica} as {principal} [{}] {}", headers_shown.join(", "), bounded(&message));
             let got = format!("← {}", bounded(&answer));
             self.intents[index].exchanges.push(sent);
+            self.intents[index].exchanges.extend(inside);
             self.intents[index].exchanges.push(got);
         }
         answer
@@ -871,6 +987,11 @@ impl Lab<'_> {
 
     /// The destructive tool answered round 1 without asking: judged from the records (it may have run).
     fn not_asked(&mut self, index: usize, round1: &Value) {
+        if let Some(action) = self.asked_inside.get(&index) {
+            let token = &self.intents[index].token;
+            self.observations.push(format!("{token} was asked inside the call (2025-11-25), and the lab answered {action}"));
+            return;
+        }
         // A 2025-11-25 result carries no resultType: a result is complete there.
         let kind = match (round1.pointer("/result/resultType").and_then(Value::as_str), round1.get("result"), round1.get("error")) {
             (Some(kind), _, _) => kind,
@@ -1001,6 +1122,9 @@ impl Lab<'_> {
             for (defence, why) in LEGACY_NOT_APPLICABLE {
                 observations.push(format!("{defence} is not applicable over {LEGACY_PROTOCOL}: {why}"));
             }
+            if self.file.confirm.is_some() {
+                observations.push(LEGACY_CONFIRMATION.to_string());
+            }
         }
         let verdicts = DEFENCES
             .iter()
@@ -1051,25 +1175,27 @@ fn round_two(answer: &Value, action: &str) -> Option<(Value, Value)> {
     }
     let state = result.get("requestState")?.clone();
     let requests = result.get("inputRequests")?.as_object()?;
-    let mut responses = serde_json::Map::new();
-    for (key, request) in requests {
-        let response = if action == "accept" {
-            let mut content = serde_json::Map::new();
-            let properties = request.pointer("/params/requestedSchema/properties").and_then(Value::as_object);
-            for (name, schema) in properties.into_iter().flatten() {
-                let value = match schema.get("type").and_then(Value::as_str) {
-                    Some("boolean") => json!(true),
-                    _ => schema.pointer("/enum/0").cloned().unwrap_or(json!("yes")),
-                };
-                content.insert(name.clone(), value);
-            }
-            json!({ "action": "accept", "content": content })
-        } else {
-            json!({ "action": action })
-        };
-        responses.insert(key.clone(), response);
-    }
+    let responses = requests.iter().map(|(key, request)| (key.clone(), input_response(request, action))).collect();
     Some((state, Value::Object(responses)))
+}
+
+/// The answer to one form request (`{ method, params: { requestedSchema } }`, embedded in an MRTR result or
+/// sent inside a 2025-11-25 call): `accept` with each boolean property `true` and each other its first enum
+/// value (or `"yes"`), or the bare `action`.
+fn input_response(request: &Value, action: &str) -> Value {
+    if action != "accept" {
+        return json!({ "action": action });
+    }
+    let mut content = serde_json::Map::new();
+    let properties = request.pointer("/params/requestedSchema/properties").and_then(Value::as_object);
+    for (name, schema) in properties.into_iter().flatten() {
+        let value = match schema.get("type").and_then(Value::as_str) {
+            Some("boolean") => json!(true),
+            _ => schema.pointer("/enum/0").cloned().unwrap_or(json!("yes")),
+        };
+        content.insert(name.clone(), value);
+    }
+    json!({ "action": "accept", "content": content })
 }
 
 /// A message as a finding shows it: `requestState` shortened, at most [`SHOWN_CHARS_MAX`] characters, escaped.
