@@ -33,6 +33,21 @@ trace_tools() {
   echo "$tools"
 }
 
+# IBM ContextForge for tests/gateway_lab.rs (MCPSIM_CONTEXTFORGE): a venv holding the pinned release from
+# PyPI (pip install took about 30 s here), made once and reused while the pin is unchanged. Prints its path.
+CONTEXTFORGE_VERSION="1.0.7"
+contextforge() {
+  local venv="$CACHE/contextforge-$CONTEXTFORGE_VERSION"
+  if [[ ! -x "$venv/bin/mcpgateway" || ! -f "$venv/.installed" ]]; then
+    echo "== installing mcp-contextforge-gateway $CONTEXTFORGE_VERSION into $venv (pip)" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp-contextforge-gateway==$CONTEXTFORGE_VERSION" >&2
+    touch "$venv/.installed"
+  fi
+  echo "$venv"
+}
+
 # Waits until LOG (a process's stderr) has a line matching the sed expression EXTRACT, and prints what it
 # extracts. PID is the process writing LOG; WHAT names it in errors.
 wait_for_announcement() {

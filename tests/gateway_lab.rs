@@ -11,13 +11,18 @@ use common::child::run_mcpsim;
 /// Runs the lab on `file` (under `targets/gateways/`) and checks what every run must show: its processes
 /// started, the containment's count of 0 left, and no process of the run's work directory alive afterwards.
 fn lab(file: &str, seed: &str) -> (i32, String) {
-    let path = format!("targets/gateways/{file}");
-    let ran = run_mcpsim(&["gateway-lab", "run", &path, "--seed", seed], 90);
-    let out = ran.stdout;
-    assert!(out.contains("cleanup: every process of the target was killed (0 left"), "{out}\n{}", ran.stderr);
     // Three HTTP backends, one setup command, two replicas (the stdio backend is each replica's child), and
     // the revocation's command once per replica.
-    assert!(out.contains("  8 processes started;"), "{out}");
+    lab_started(file, seed, 8, 90)
+}
+
+/// [`lab`] for a file whose run starts `started` processes itself, bounded by `seconds`.
+fn lab_started(file: &str, seed: &str, started: usize, seconds: u64) -> (i32, String) {
+    let path = format!("targets/gateways/{file}");
+    let ran = run_mcpsim(&["gateway-lab", "run", &path, "--seed", seed], seconds);
+    let out = ran.stdout;
+    assert!(out.contains("cleanup: every process of the target was killed (0 left"), "{out}\n{}", ran.stderr);
+    assert!(out.contains(&format!("  {started} processes started;")), "{out}");
     let work_dir = out
         .lines()
         .find_map(|l| l.strip_prefix("  decided: work directory "))
@@ -180,4 +185,94 @@ fn a_bad_gateway_target_file_says_where() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(ran.status, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("g.toml") && ran.stderr.contains("line 3") && ran.stderr.contains("docs/gateways.md"), "{}", ran.stderr);
+}
+
+/// mcpsim's gateway serving both eras, driven through the lab's 2025-11-25 clients: each opens a session at
+/// each replica it uses (the path a session-minting legacy gateway takes), the confirmation is answered
+/// inside the open call, every defence 2025-11-25 carries holds, and `header_body`, which it cannot carry, is
+/// reported not applicable with the reason, never as held.
+#[test]
+fn mcpsim_gateway_over_2025_11_25_holds_what_that_revision_carries() {
+    let (status, out) = lab("mcpsim-legacy.toml", "1");
+    assert_eq!(status, 0, "{out}");
+    let sessions = out.lines().filter(|l| l.starts_with("  decided: initialize at replica ") && l.ends_with(": a session")).count();
+    assert!(sessions >= 5, "a session per replica and principal (and per declared capabilities): {out}");
+    assert!(!out.contains("no session id"), "{out}");
+    for defence in ["poisoning", "rug_pull", "shadowing", "identity", "rate_limits", "revocation"] {
+        assert_eq!(verdict(&out, defence), "held", "{out}");
+    }
+    assert_eq!(verdict(&out, "header_body"), "not claimed", "{out}");
+    for defence in ["capabilities", "confirmation"] {
+        assert_eq!(verdict(&out, defence), "held", "{out}");
+    }
+    assert!(out.contains("observed: header_body is not applicable over 2025-11-25"), "{out}");
+    // The confirmation is an elicitation inside the open call, answered there.
+    assert!(out.contains("observed: lab-1-confirm-accept was asked inside the call (2025-11-25), and the lab answered accept"), "{out}");
+    assert!(out.contains("observed: lab-1-confirm-decline was asked inside the call (2025-11-25), and the lab answered decline"), "{out}");
+    // 2025-11-25 has no routing headers: the disagreeing ones are ignored, the body's call runs.
+    assert!(out.contains("observed: (not claimed) header_body: 1 call(s) reached the backend: issues.search"), "{out}");
+    assert!(out.contains("observed: alice is listed: issues.search, notes.export, notes.search\n"), "{out}");
+}
+
+/// The legacy confirmation check can fail: the zoo's `exports-on-decline` behind the same 2025-11-25 clients
+/// runs the export the lab declined inside the call, and is caught with the elicitation and the answer shown.
+#[test]
+fn exports_on_decline_is_caught_over_2025_11_25_too() {
+    let dir = common::child::scratch("gateway-lab", "legacy-mutant");
+    let file = dir.join("mutant.toml");
+    let text = std::fs::read_to_string("targets/gateways/mcpsim-legacy.toml").unwrap();
+    let planted = text.replace(
+        "\"--eras\", \"both\",",
+        "\"--eras\", \"both\", \"--gateway-mutant\", \"exports-on-decline\", \"--i-know-this-gateway-is-broken\",",
+    );
+    assert_ne!(planted, text, "the mutant's flags are planted");
+    std::fs::write(&file, planted).unwrap();
+    let ran = run_mcpsim(&["gateway-lab", "run", file.to_str().unwrap()], 90);
+    let out = ran.stdout;
+    assert_eq!(ran.status, 1, "{out}\n{}", ran.stderr);
+    assert_eq!(verdict(&out, "confirmation"), "BROKEN", "{out}");
+    assert!(out.contains("FINDING confirmation (consent; a decline is terminal on every replica)"), "{out}");
+    assert!(out.contains("⇠ inside the call {") && out.contains("⇢ answered {") && out.contains("\"action\":\"decline\""), "{out}");
+    assert!(out.contains("cleanup: every process of the target was killed (0 left"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// IBM ContextForge 1.0.7 (PyPI `mcp-contextforge-gateway`), two replicas on one SQLite database, driven
+/// through the lab's 2025-11-25 clients. Its verdicts as measured, pinned to that version: it claims
+/// shadowing, and shadowing holds (each prefixed name reaches its own backend, the bare name none); what it
+/// does not claim reaches the backends and is reported as observations, never as passed.
+#[test]
+#[ignore = "needs IBM ContextForge: MCPSIM_CONTEXTFORGE naming a venv made by `python3 -m venv DIR && DIR/bin/pip install mcp-contextforge-gateway==1.0.7` (.ci/run makes one)"]
+fn contextforge_holds_shadowing_and_claims_nothing_else() {
+    assert!(std::env::var_os("MCPSIM_CONTEXTFORGE").is_some(), "set MCPSIM_CONTEXTFORGE to a venv holding mcp-contextforge-gateway==1.0.7");
+    // Three HTTP backends, two setup commands (its schema; the stdio bridge, a temporary instance that
+    // registers the backends), two replicas; the bridge and the temporary instance are setup's children.
+    let (status, out) = lab_started("contextforge.toml", "1", 7, 240);
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("decided: clients speak MCP 2025-11-25"), "{out}");
+    assert!(out.contains("no session id (stateless)"), "its MCP endpoint keeps no session by default: {out}");
+    assert_eq!(verdict(&out, "shadowing"), "held", "{out}");
+    for defence in ["poisoning", "rug_pull", "header_body", "capabilities", "confirmation", "identity", "rate_limits", "revocation"] {
+        assert_eq!(verdict(&out, defence), "not claimed", "{out}");
+    }
+    assert!(out.contains("result: every claimed defence held"), "{out}");
+    // What it does not claim, as it happened: the poisoned and the look-alike tools run, the changed
+    // notes.search runs under its new schema, the quota's extra call runs, the export is never confirmed.
+    for tool in ["summarize", "translate", "tidy", "backup", "share"] {
+        assert!(
+            out.contains(&format!("observed: (not claimed) poisoning: 1 call(s) reached the backend: tricks.{tool} (listing 0)")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("observed: (not claimed) identity: 1 call(s) reached the backend: mirror.search (listing 0)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rug_pull: 1 call(s) reached the backend: notes.search (listing 1)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rate_limits: 1 call(s) reached the backend: issues.search"), "{out}");
+    assert!(out.contains("lab-1-confirm-accept was not asked for confirmation (round 1 answered: complete)"), "{out}");
+    assert!(out.contains("observed: (not claimed) confirmation: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    assert!(out.contains("observed: (not claimed) capabilities: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    assert!(out.contains("observed: header_body is not applicable over 2025-11-25"), "{out}");
+    assert!(out.contains("observed: the confirmation is judged within one call over 2025-11-25"), "{out}");
+    assert!(out.contains("the instruction in issues.search's result was passed through unchanged"), "{out}");
+    // Tools are listed under "{gateway slug}-{tool slug}"; the mirror and the poisoned ones among them.
+    assert!(out.contains("mirror-search") && out.contains("tricks-summarize") && out.contains("notes-export"), "{out}");
 }

@@ -2,6 +2,10 @@
 //! from both edges (`target::gateway`); and, hidden, `mcpsim gateway-lab backend`, one of those backends.
 
 use super::common::{EXIT_FAILED, EXIT_UNJUDGED, EXIT_USAGE};
+use crate::eras::session::SessionLimits;
+use crate::eras::LegacyAdapter;
+use crate::framework::Service;
+use crate::stores::system::{OsNonces, SystemClock};
 use crate::target::gateway::backend::{BackendSpec, Carrier, LabBackend, PHASES_MAX};
 use crate::target::gateway::file::GatewayTargetFile;
 use crate::target::gateway::{run_lab, LabOptions};
@@ -37,7 +41,8 @@ were left at the end.
 Examples:
   mcpsim gateway-lab run targets/gateways/mcpsim.toml              # mcpsim's gateway, 2 replicas: exit 0
   mcpsim gateway-lab run targets/gateways/mcpsim-mutant-exports-on-decline.toml   # a finding: exit 1
-  mcpsim gateway-lab run targets/gateways/mcpsim.toml --seed 7     # other replica pairs, other tokens")]
+  mcpsim gateway-lab run targets/gateways/mcpsim.toml --seed 7     # other replica pairs, other tokens
+  MCPSIM_CONTEXTFORGE=VENV mcpsim gateway-lab run targets/gateways/contextforge.toml  # 2025-11-25")]
     Run {
         /// The gateway target file (TOML).
         file: PathBuf,
@@ -148,7 +153,7 @@ fn backend(
         eprintln!("mcpsim gateway-lab backend: a lab backend listens on loopback only (127.0.0.1 or [::1])");
         return ExitCode::from(EXIT_USAGE);
     }
-    let service = match LabBackend::open(spec, phase_file, record) {
+    let service: Arc<dyn Service> = match LabBackend::open(spec, phase_file, record) {
         Ok(service) => Arc::new(service),
         Err(error) => {
             eprintln!("mcpsim gateway-lab backend: cannot open the record file {}: {error}", record.display());
@@ -162,14 +167,24 @@ fn backend(
             return ExitCode::from(EXIT_UNJUDGED);
         }
     };
+    // Every lab backend serves both eras: a modern request is answered as by a modern-only server (it never
+    // reaches `eras`), and a gateway that speaks only 2025-11-25 (IBM ContextForge) opens a legacy session. A
+    // stdio process is one client's, so its session lasts as long as the process.
+    let limits = if stdio {
+        SessionLimits { idle_ms: u64::MAX, lifetime_ms: u64::MAX, ..SessionLimits::default() }
+    } else {
+        SessionLimits::default()
+    };
+    let legacy = Arc::new(LegacyAdapter::new(service.clone(), limits, Arc::new(SystemClock), Arc::new(OsNonces)));
     let served = runtime.block_on(async move {
         match address {
-            None => crate::transport::stdio::serve_stdio(service.as_ref(), None, "gateway").await.map_err(|e| e.to_string()),
+            None => crate::transport::stdio::serve_stdio(service.as_ref(), Some(&legacy), "gateway").await.map_err(|e| e.to_string()),
             Some(address) => {
                 let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
                 let local = listener.local_addr().map_err(|e| e.to_string())?;
                 let authentication = Authentication::Anonymous { principal: "gateway".into() };
-                let router = http::router(service, authentication, HttpOptions::default(), local).map_err(|e| e.to_string())?;
+                let options = HttpOptions { legacy: Some(legacy), ..HttpOptions::default() };
+                let router = http::router(service, authentication, options, local).map_err(|e| e.to_string())?;
                 let limits = HttpLimits::default();
                 let connections = ConnectionSlots::new(limits.connections_max, limits.client_connections_max);
                 let shutdown = http::shutdown_signal().map_err(|e| e.to_string())?;

@@ -42,6 +42,8 @@ pub struct HttpAnswer {
     pub status: u16,
     /// `Content-Type`, when it was text.
     pub content_type: Option<String>,
+    /// `Mcp-Session-Id`, when the server minted or echoed one (a 2025-11-25 session; modern servers send none).
+    pub session_id: Option<String>,
     pub body: Bytes,
 }
 
@@ -69,13 +71,14 @@ impl HttpClient {
                 .map_err(|e| PostError { message: format!("POST {url} failed: {}", with_causes(&e)), unreachable: e.is_connect() })?;
             let status = response.status().as_u16();
             let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let session_id = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
             let body = Limited::new(response.into_body(), self.body_bytes_max)
                 .collect()
                 .await
                 .map_err(|e| format!("reading the answer from {url} failed: {e} (at most {} bytes are read)", self.body_bytes_max))
                 .map_err(PostError::from)?
                 .to_bytes();
-            Ok(HttpAnswer { status, content_type, body })
+            Ok(HttpAnswer { status, content_type, session_id, body })
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(answer) => answer,
@@ -84,7 +87,35 @@ impl HttpClient {
     }
 }
 
+/// An answer whose body is read as it arrives (an event stream a client must act on before it ends).
+pub struct StreamedAnswer {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub session_id: Option<String>,
+    pub body: hyper::body::Incoming,
+}
+
 impl HttpClient {
+    /// POSTs `body` to `url` with `headers` and returns once the answer's head arrived (within the timeout);
+    /// the caller reads the body, bounding what it reads and how long it waits.
+    pub async fn post_streamed(&self, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<StreamedAnswer, PostError> {
+        let mut request = hyper::Request::post(url);
+        for (name, value) in headers {
+            let value = hyper::header::HeaderValue::from_str(value)
+                .map_err(|_| PostError::from(format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)")))?;
+            request = request.header(*name, value);
+        }
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| PostError::from(format!("POST {url}: not a request: {e}")))?;
+        let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+            Ok(response) => response
+                .map_err(|e| PostError { message: format!("POST {url} failed: {}", with_causes(&e)), unreachable: e.is_connect() })?,
+            Err(_) => return Err(format!("POST {url} got no answer within {} ms", self.timeout.as_millis()).into()),
+        };
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let (content_type, session_id) = (header("content-type"), header("mcp-session-id"));
+        Ok(StreamedAnswer { status: response.status().as_u16(), content_type, session_id, body: response.into_body() })
+    }
+
     /// POSTs `body` to `url` with `headers` on a connection of its own, and closes that connection as soon as
     /// the request's last byte is written, before any byte of the answer is read: a client that stops waiting
     /// (a lost answer). `Ok` once written; the server may or may not go on to process it, on its own timing.

@@ -20,6 +20,18 @@ pub const START_TIMEOUT_MS_MAX: u64 = 120_000;
 pub const DEFENCES: [&str; 9] =
     ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits", "revocation"];
 
+/// The revisions the lab's clients can speak to a gateway.
+pub const PROTOCOLS: [&str; 2] = [crate::wire::PROTOCOL_VERSION, LEGACY_PROTOCOL];
+/// The legacy revision (a session opened with `initialize`): the one `eras` serves.
+pub const LEGACY_PROTOCOL: &str = crate::eras::LEGACY_PROTOCOL_VERSION;
+/// The defences a 2025-11-25 client cannot exercise, and why: reported "not claimed" with the reason.
+pub const LEGACY_NOT_APPLICABLE: [(&str, &str); 1] =
+    [("header_body", "2025-11-25 has no Mcp-Name or Mcp-Method headers, so there is nothing to disagree with the body")];
+/// What the confirmation check is over 2025-11-25, where the gateway asks inside the open call.
+pub const LEGACY_CONFIRMATION: &str = "the confirmation is judged within one call over 2025-11-25: the gateway asks inside the open \
+     call, the lab accepts for an allowed call and declines for a forbidden one, and nothing crosses replicas (the MRTR steps, \
+     another replica's answer and other arguments, are 2026-07-28's)";
+
 /// A gateway target file as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,8 +51,12 @@ pub struct GatewayTargetFile {
     pub url: Option<String>,
     /// How long a replica may take to accept connections [default: 20000].
     pub start_timeout_ms: Option<u64>,
-    /// The public name of a backend's tool [default: `{backend}.{tool}`].
+    /// The public name of a backend's tool [default: `{backend}.{tool}`]; `{tool_slug}` is the tool's name
+    /// lowercased with every run of other characters than a-z 0-9 made one `-` (IBM ContextForge's slugs).
     pub tool_name: Option<String>,
+    /// The MCP revision the lab's clients speak to the gateway: `2026-07-28` [default] or `2025-11-25` (a
+    /// session opened with `initialize`, no `_meta`, no routing headers; the backends serve both eras).
+    pub protocol: Option<String>,
     /// Files written to the run's work directory before setup, by name (templates with placeholders).
     #[serde(default)]
     pub files: BTreeMap<String, String>,
@@ -189,6 +205,19 @@ impl GatewayTargetFile {
                 return Err(invalid(format!("[confirm]: principal {:?} must be one of [principals]", confirm.principal)));
             }
         }
+        if let Some(protocol) = &file.protocol {
+            if !PROTOCOLS.contains(&protocol.as_str()) {
+                return Err(invalid(format!("protocol must be one of {}, not {protocol:?}", PROTOCOLS.join(", "))));
+            }
+        }
+        if file.is_legacy() {
+            // These defences are made of 2026-07-28 mechanisms a 2025-11-25 client cannot carry.
+            for (defence, why) in LEGACY_NOT_APPLICABLE {
+                if file.claims.claims(defence) {
+                    return Err(invalid(format!("claims.{defence} cannot be judged over 2025-11-25: {why}")));
+                }
+            }
+        }
         if file.claims.rate_limits && file.rate_limit.is_none() {
             return Err(invalid("claims.rate_limits needs [rate_limit] (principal, tool, calls): the quota the lab checks".into()));
         }
@@ -204,6 +233,11 @@ impl GatewayTargetFile {
         Ok(file)
     }
 
+    /// Whether the lab's clients speak 2025-11-25 to this gateway.
+    pub fn is_legacy(&self) -> bool {
+        self.protocol.as_deref() == Some(LEGACY_PROTOCOL)
+    }
+
     pub fn start_timeout_ms(&self) -> u64 {
         self.start_timeout_ms.unwrap_or(20_000)
     }
@@ -211,9 +245,26 @@ impl GatewayTargetFile {
     /// The public name of `backend`'s `tool`.
     pub fn public_name(&self, backend: &str, tool: &str) -> String {
         let template = self.tool_name.as_deref().unwrap_or("{backend}.{tool}");
-        fill(template, &BTreeMap::from([("backend".to_string(), backend.to_string()), ("tool".to_string(), tool.to_string())]))
-            .unwrap_or_else(|_| format!("{backend}.{tool}"))
+        let values = BTreeMap::from([
+            ("backend".to_string(), backend.to_string()),
+            ("tool".to_string(), tool.to_string()),
+            ("tool_slug".to_string(), slug(tool)),
+        ]);
+        fill(template, &values).unwrap_or_else(|_| format!("{backend}.{tool}"))
     }
+}
+
+/// `text` lowercased, each run of characters other than a-z and 0-9 made one `-`, none at either end.
+pub fn slug(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_end_matches('-').to_string()
 }
 
 /// `text` with every `{name}` of `values` filled in; an unknown one is an error naming the ones that exist.
@@ -259,6 +310,18 @@ poisoning = true
         let file = GatewayTargetFile::parse(Path::new("g.toml"), GOOD).unwrap();
         assert_eq!(file.public_name("notes", "search"), "notes.search");
         assert!(file.claims.claims("poisoning") && !file.claims.claims("rug_pull"));
+    }
+
+    #[test]
+    fn legacy_files_name_tools_by_slug_and_claim_nothing_they_cannot_carry() {
+        let legacy = GOOD.replace("replicas = 2", "replicas = 2\nprotocol = \"2025-11-25\"\ntool_name = \"{backend}-{tool_slug}\"");
+        let file = GatewayTargetFile::parse(Path::new("g.toml"), &legacy).unwrap();
+        assert!(file.is_legacy());
+        assert_eq!(file.public_name("notes", "export_all"), "notes-export-all");
+        assert_eq!(slug("__A b__c--"), "a-b-c");
+        assert!(error(&legacy.replace("poisoning = true", "header_body = true"))
+            .contains("claims.header_body cannot be judged over 2025-11-25"));
+        assert!(error(&GOOD.replace("replicas = 2", "replicas = 2\nprotocol = \"2024-11-05\"")).contains("protocol must be one of"));
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub mod backend;
 pub mod file;
 
 use self::backend::{BackendSpec, Carrier, Record, EXPORT, EXPORT_RENAMED, INJECTED_INSTRUCTION, POISONED};
-use self::file::{fill, GatewayTargetFile, DEFENCES};
+use self::file::{fill, GatewayTargetFile, DEFENCES, LEGACY_CONFIRMATION, LEGACY_NOT_APPLICABLE, LEGACY_PROTOCOL};
 use super::process::Process;
 use crate::live::http_client::HttpClient;
 use crate::policy::pinning::{descriptor_digest, Approval, PinFile, PublisherEvidence};
@@ -51,6 +51,12 @@ pub const SHOWN_CHARS_MAX: usize = 600;
 pub const SETUP_TIMEOUT_MS: u64 = 60_000;
 /// Longest the lab waits for every replica to stop listing a revoked backend's tool.
 pub const REVOCATION_WAIT_MS: u64 = 5_000;
+/// Most bytes of one 2025-11-25 answer (an event stream with the requests inside the call) the lab reads.
+const LEGACY_ANSWER_BYTES_MAX: usize = 1 << 20;
+/// Most server→client requests inside one 2025-11-25 call the lab answers (as `eras` bounds its rounds).
+const LEGACY_ROUNDS_MAX: usize = crate::eras::LEGACY_ROUNDS_MAX;
+/// How many of its last stderr lines a process that failed to start shows.
+const STDERR_TAIL_LINES: usize = 6;
 /// One step of waiting for a process to listen or end.
 const WAIT_STEP_MS: u64 = 25;
 
@@ -200,6 +206,11 @@ struct Lab<'a> {
     endpoints: BTreeMap<String, String>,
     /// Each replica's process id and port, by replica.
     replicas: Vec<(u32, u16)>,
+    /// 2025-11-25 only: the session of each (replica, principal, declared capabilities), opened by
+    /// `initialize`; `None` when the gateway minted no `Mcp-Session-Id` (a stateless one).
+    sessions: BTreeMap<(usize, String, String), Option<String>>,
+    /// 2025-11-25 only: the intents asked inside their call, and how the lab answered.
+    asked_inside: BTreeMap<usize, &'static str>,
 }
 
 /// Runs the battery against the gateway `file` describes.
@@ -224,8 +235,15 @@ pub async fn run_lab(file: &GatewayTargetFile, options: &LabOptions) -> Result<L
         values: BTreeMap::new(),
         endpoints: BTreeMap::new(),
         replicas: Vec::new(),
+        sessions: BTreeMap::new(),
+        asked_inside: BTreeMap::new(),
     };
     lab.decisions.push(format!("work directory {}", options.work_dir.display()));
+    if file.is_legacy() {
+        lab.decisions.push(format!(
+            "clients speak MCP {LEGACY_PROTOCOL}: a session per replica, principal and declared capabilities, opened by initialize"
+        ));
+    }
     let values = lab.start_backends()?;
     lab.start_gateway(&values)?;
     lab.values = values;
@@ -276,6 +294,23 @@ impl Lab<'_> {
         Ok(())
     }
 
+    /// The last lines of what `what` wrote to stderr (the work directory is removed when the run ends), bounded
+    /// and escaped: for the error that says why the run could not start.
+    fn stderr_tail(&self, what: &str) -> String {
+        let path = self.lab_dir.join(format!("{}.stderr", super::safe_name(&what.replace(' ', "-"))));
+        let text = std::fs::read(&path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        // One line (the caller's error is one line): each of the last lines escaped, joined by " | ".
+        let tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].iter().map(|l| super::shown(l)).collect::<Vec<_>>().join(" | ");
+        if tail.is_empty() {
+            return "; it wrote nothing to stderr".into();
+        }
+        let count = tail.chars().count();
+        let cut: String = tail.chars().skip(count.saturating_sub(SHOWN_CHARS_MAX)).collect();
+        let more = if count > SHOWN_CHARS_MAX { "…" } else { "" };
+        format!("; the end of its stderr: {more}{cut}")
+    }
+
     fn wait_port(&mut self, port: u16, what: &str, timeout_ms: u64) -> Result<(), LabError> {
         // Counted sleeps, not the wall clock (the lab reads no clock): the bound is at least `timeout_ms`.
         let mut waited: u64 = 0;
@@ -284,9 +319,7 @@ impl Lab<'_> {
                 return Ok(());
             }
             if let Some(status) = self.processes.last_mut().and_then(Process::exited) {
-                return Err(setup(format!(
-                    "{what} exited before listening on port {port} ({status}); see its stderr in the work directory"
-                )));
+                return Err(setup(format!("{what} exited before listening on port {port} ({status}){}", self.stderr_tail(what))));
             }
             if waited * WAIT_STEP_MS > timeout_ms {
                 return Err(setup(format!("{what} did not listen on 127.0.0.1:{port} within {timeout_ms} ms")));
@@ -421,17 +454,187 @@ impl Lab<'_> {
             std::thread::sleep(Duration::from_millis(WAIT_STEP_MS));
         };
         if status != "exit status: 0" {
-            return Err(setup(format!(
-                "{what} ({}) failed: {status}; its stderr was lab/{}.stderr in the work directory",
-                super::redact_argv(&argv),
-                super::safe_name(&what.replace(' ', "-"))
-            )));
+            return Err(setup(format!("{what} ({}) failed: {status}{}", super::redact_argv(&argv), self.stderr_tail(what))));
         }
         Ok(())
     }
 
     fn token_of(&self, principal: &str) -> String {
         self.file.principals.get(principal).map(|p| p.token.clone()).unwrap_or_default()
+    }
+
+    /// One POST of `message` to `replica` as `principal`: the answer's session id and its JSON-RPC message
+    /// (the last `data:` of an event stream), or what came instead as JSON (`httpStatus`, `transportError`).
+    async fn post(
+        &self,
+        replica: usize,
+        principal: &str,
+        session: Option<&str>,
+        routing: &RoutingHeaders,
+        message: &Value,
+        action: &str,
+    ) -> (Option<String>, Value, Vec<String>) {
+        let authorization = format!("Bearer {}", self.token_of(principal));
+        let mut pairs = vec![
+            ("Authorization", authorization.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        if self.file.is_legacy() && message.get("method").and_then(Value::as_str) != Some("initialize") {
+            pairs.push(("MCP-Protocol-Version", LEGACY_PROTOCOL));
+        }
+        if let Some(session) = session {
+            pairs.push(("Mcp-Session-Id", session));
+        }
+        let answering = pairs.clone();
+        pairs.extend(routing.pairs());
+        let body = serde_json::to_vec(message).expect("a JSON value serializes");
+        if self.file.is_legacy() {
+            let url = &self.urls[replica];
+            let exchange = self.legacy_exchange(url, &pairs, &answering, body, message.get("id"), action);
+            return match tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), exchange).await {
+                Ok(done) => done,
+                Err(_) => (None, json!({ "transportError": format!("no answer within {REQUEST_TIMEOUT_MS} ms") }), Vec::new()),
+            };
+        }
+        match self.http.post(&self.urls[replica], &pairs, body).await {
+            Ok(answer) => {
+                let text = String::from_utf8_lossy(&answer.body).into_owned();
+                let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
+                let json = if streamed {
+                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).rfind(|d| !d.is_empty()).unwrap_or("").to_string()
+                } else {
+                    text
+                };
+                let value = if json.trim().is_empty() && answer.status < 300 {
+                    json!({ "httpStatus": answer.status })
+                } else {
+                    serde_json::from_str::<Value>(&json).unwrap_or_else(|_| json!({ "httpStatus": answer.status, "body": json }))
+                };
+                (answer.session_id, value, Vec::new())
+            }
+            Err(error) => (None, json!({ "transportError": error.message }), Vec::new()),
+        }
+    }
+
+    /// One 2025-11-25 exchange: the answer read as it arrives, and every server→client request inside it
+    /// answered at once (an elicitation with `action`, as [`input_response`] answers a form; `roots/list` with
+    /// no roots; `ping`; anything else refused), as a 2025-11-25 client must for the call to go on. Returns the
+    /// session id, the call's own answer, and the requests and answers inside it (shown bounded). Bounded in
+    /// bytes, in rounds and, by the caller, in time.
+    async fn legacy_exchange(
+        &self,
+        url: &str,
+        pairs: &[(&str, &str)],
+        answering: &[(&str, &str)],
+        body: Vec<u8>,
+        id: Option<&Value>,
+        action: &str,
+    ) -> (Option<String>, Value, Vec<String>) {
+        use http_body_util::BodyExt;
+        let mut inside = Vec::new();
+        let answer = match self.http.post_streamed(url, pairs, body).await {
+            Ok(answer) => answer,
+            Err(error) => return (None, json!({ "transportError": error.message }), inside),
+        };
+        let (status, session) = (answer.status, answer.session_id.clone());
+        let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut body = answer.body;
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut read = 0usize;
+        let mut rounds = 0usize;
+        loop {
+            let chunk = match body.frame().await {
+                None => break,
+                Some(Err(error)) => return (session, json!({ "transportError": format!("reading the answer failed: {error}") }), inside),
+                Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
+            };
+            read += chunk.len();
+            if read > LEGACY_ANSWER_BYTES_MAX {
+                return (session, json!({ "transportError": format!("an answer over {LEGACY_ANSWER_BYTES_MAX} bytes") }), inside);
+            }
+            // Carriage returns only ever frame an event (JSON escapes its own), so they are dropped here.
+            buffer.extend(chunk.iter().filter(|b| **b != b'\r'));
+            if !streamed {
+                continue;
+            }
+            while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = buffer.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&event);
+                let data: Vec<&str> =
+                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.strip_prefix(' ').unwrap_or(d)).collect();
+                let Ok(message) = serde_json::from_str::<Value>(&data.join("\n")) else { continue };
+                if message.get("method").is_some() && message.get("id").is_some() {
+                    rounds += 1;
+                    if rounds > LEGACY_ROUNDS_MAX {
+                        return (
+                            session,
+                            json!({ "transportError": format!("more than {LEGACY_ROUNDS_MAX} requests inside one call") }),
+                            inside,
+                        );
+                    }
+                    let result = match message["method"].as_str().unwrap_or("") {
+                        "elicitation/create" => json!({ "result": input_response(&message, action) }),
+                        "roots/list" => json!({ "result": { "roots": [] } }),
+                        "ping" => json!({ "result": {} }),
+                        other => json!({ "error": { "code": -32601, "message": format!("the lab's client does not answer {other}") } }),
+                    };
+                    let mut reply = json!({ "jsonrpc": "2.0", "id": message["id"].clone() });
+                    if let (Value::Object(reply), Value::Object(result)) = (&mut reply, result) {
+                        reply.extend(result);
+                    }
+                    inside.push(format!("  ⇠ inside the call {}", bounded(&message)));
+                    inside.push(format!("  ⇢ answered {}", bounded(&reply)));
+                    let sent = serde_json::to_vec(&reply).expect("a JSON value serializes");
+                    if let Err(error) = self.http.post(url, answering, sent).await {
+                        inside.push(format!("  ⇢ the answer could not be sent: {}", super::shown(&error.message)));
+                    }
+                } else if message.get("id") == id && (message.get("result").is_some() || message.get("error").is_some()) {
+                    return (session, message, inside);
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&buffer).into_owned();
+        let value = if text.trim().is_empty() && status < 300 {
+            json!({ "httpStatus": status })
+        } else if streamed {
+            json!({ "httpStatus": status, "body": "the event stream ended without the call's answer" })
+        } else {
+            serde_json::from_str::<Value>(&text).unwrap_or_else(|_| json!({ "httpStatus": status, "body": text }))
+        };
+        (session, value, inside)
+    }
+
+    /// The 2025-11-25 session of (`replica`, `principal`, `capabilities`), opened on first use: `initialize`
+    /// declaring those capabilities, then `notifications/initialized` under the minted `Mcp-Session-Id` (if
+    /// any). A refused `initialize` is a problem of the run; the calls are still sent (without a session).
+    async fn session(&mut self, replica: usize, principal: &str, capabilities: &Value) -> Option<String> {
+        let key = (replica, principal.to_string(), capabilities.to_string());
+        if let Some(session) = self.sessions.get(&key) {
+            return session.clone();
+        }
+        self.next_id += 1;
+        let initialize = json!({ "jsonrpc": "2.0", "id": self.next_id, "method": "initialize", "params": {
+            "protocolVersion": LEGACY_PROTOCOL,
+            "capabilities": capabilities,
+            "clientInfo": { "name": "mcpsim-gateway-lab", "version": env!("CARGO_PKG_VERSION") },
+        } });
+        let (session, answer, _) = self.post(replica, principal, None, &RoutingHeaders::default(), &initialize, "decline").await;
+        let version = answer.pointer("/result/protocolVersion").and_then(Value::as_str);
+        if version != Some(LEGACY_PROTOCOL) {
+            self.problems.push(format!("replica {replica} answered {principal}'s initialize with {}", bounded(&answer)));
+        } else {
+            let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+            let (_, answer, _) =
+                self.post(replica, principal, session.as_deref(), &RoutingHeaders::default(), &initialized, "decline").await;
+            if answer.get("transportError").is_some() || answer.get("httpStatus").and_then(Value::as_u64).is_none_or(|s| s >= 300) {
+                self.problems.push(format!("replica {replica} refused {principal}'s notifications/initialized: {}", bounded(&answer)));
+            }
+        }
+        let minted = if session.is_some() { "a session" } else { "no session id (stateless)" };
+        self.decisions.push(format!("initialize at replica {replica} as {principal} declaring {capabilities}: {minted}"));
+        self.sessions.insert(key, session.clone());
+        session
     }
 
     /// One request to `replica` as `principal`; `headers` overrides the routing headers the body implies.
@@ -448,37 +651,38 @@ impl Lab<'_> {
         intent: Option<usize>,
     ) -> Value {
         self.next_id += 1;
-        if let Value::Object(map) = &mut params {
+        let legacy = self.file.is_legacy();
+        let session = if legacy { self.session(replica, principal, &capabilities).await } else { None };
+        if let (Value::Object(map), false) = (&mut params, legacy) {
             map.insert("_meta".into(), json!({ KEY_PROTOCOL_VERSION: PROTOCOL_VERSION, KEY_CLIENT_CAPABILITIES: capabilities }));
         }
         let message = json!({ "jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params });
-        let routing = headers.unwrap_or_else(|| RoutingHeaders::for_message(&message));
-        let authorization = format!("Bearer {}", self.token_of(principal));
-        let mut pairs = vec![
-            ("Authorization", authorization.as_str()),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-        ];
-        pairs.extend(routing.pairs());
-        let body = serde_json::to_vec(&message).expect("a JSON value serializes");
-        let answer = match self.http.post(&self.urls[replica], &pairs, body).await {
-            Ok(answer) => {
-                let text = String::from_utf8_lossy(&answer.body).into_owned();
-                let streamed = answer.content_type.as_deref().is_some_and(|v| v.starts_with("text/event-stream"));
-                let json = if streamed {
-                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).rfind(|d| !d.is_empty()).unwrap_or("").to_string()
-                } else {
-                    text
-                };
-                serde_json::from_str::<Value>(&json).unwrap_or_else(|_| json!({ "httpStatus": answer.status, "body": json }))
+        let routing = match (headers, legacy) {
+            // A hostile legacy client may still send routing headers; it never sends the modern version.
+            (Some(mut headers), true) => {
+                headers.protocol_version = None;
+                headers
             }
-            Err(error) => json!({ "transportError": error.message }),
+            (Some(headers), false) => headers,
+            (None, true) => RoutingHeaders::default(),
+            (None, false) => RoutingHeaders::for_message(&message),
         };
+        // Inside a 2025-11-25 call, what the lab means decides its answer: an allowed call is accepted, a
+        // forbidden one declined.
+        let action = match intent.map(|i| self.intents[i].expect) {
+            Some(Expect::Once { .. }) => "accept",
+            _ => "decline",
+        };
+        let (_, answer, inside) = self.post(replica, principal, session.as_deref(), &routing, &message, action).await;
+        if let (Some(index), false) = (intent, inside.is_empty()) {
+            self.asked_inside.insert(index, action);
+        }
         if let Some(index) = intent {
             let headers_shown: Vec<String> = routing.pairs().iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let sent = format!("→ replica {replica} as {principal} [{}] {}", headers_shown.join(", "), bounded(&message));
             let got = format!("← {}", bounded(&answer));
             self.intents[index].exchanges.push(sent);
+            self.intents[index].exchanges.extend(inside);
             self.intents[index].exchanges.push(got);
         }
         answer
@@ -919,7 +1123,18 @@ impl Lab<'_> {
 
     /// The destructive tool answered round 1 without asking: judged from the records (it may have run).
     fn not_asked(&mut self, index: usize, round1: &Value) {
-        let kind = round1.pointer("/result/resultType").and_then(Value::as_str).unwrap_or("no result");
+        if let Some(action) = self.asked_inside.get(&index) {
+            let token = &self.intents[index].token;
+            self.observations.push(format!("{token} was asked inside the call (2025-11-25), and the lab answered {action}"));
+            return;
+        }
+        // A 2025-11-25 result carries no resultType: a result is complete there.
+        let kind = match (round1.pointer("/result/resultType").and_then(Value::as_str), round1.get("result"), round1.get("error")) {
+            (Some(kind), _, _) => kind,
+            (None, Some(_), _) => "complete",
+            (None, None, Some(_)) => "error",
+            (None, None, None) => "no result",
+        };
         self.observations.push(format!("{} was not asked for confirmation (round 1 answered: {kind})", self.intents[index].token));
     }
 
@@ -1039,6 +1254,14 @@ impl Lab<'_> {
                 }
             }
         }
+        if self.file.is_legacy() {
+            for (defence, why) in LEGACY_NOT_APPLICABLE {
+                observations.push(format!("{defence} is not applicable over {LEGACY_PROTOCOL}: {why}"));
+            }
+            if self.file.confirm.is_some() {
+                observations.push(LEGACY_CONFIRMATION.to_string());
+            }
+        }
         let verdicts = DEFENCES
             .iter()
             .map(|defence| {
@@ -1088,25 +1311,27 @@ fn round_two(answer: &Value, action: &str) -> Option<(Value, Value)> {
     }
     let state = result.get("requestState")?.clone();
     let requests = result.get("inputRequests")?.as_object()?;
-    let mut responses = serde_json::Map::new();
-    for (key, request) in requests {
-        let response = if action == "accept" {
-            let mut content = serde_json::Map::new();
-            let properties = request.pointer("/params/requestedSchema/properties").and_then(Value::as_object);
-            for (name, schema) in properties.into_iter().flatten() {
-                let value = match schema.get("type").and_then(Value::as_str) {
-                    Some("boolean") => json!(true),
-                    _ => schema.pointer("/enum/0").cloned().unwrap_or(json!("yes")),
-                };
-                content.insert(name.clone(), value);
-            }
-            json!({ "action": "accept", "content": content })
-        } else {
-            json!({ "action": action })
-        };
-        responses.insert(key.clone(), response);
-    }
+    let responses = requests.iter().map(|(key, request)| (key.clone(), input_response(request, action))).collect();
     Some((state, Value::Object(responses)))
+}
+
+/// The answer to one form request (`{ method, params: { requestedSchema } }`, embedded in an MRTR result or
+/// sent inside a 2025-11-25 call): `accept` with each boolean property `true` and each other its first enum
+/// value (or `"yes"`), or the bare `action`.
+fn input_response(request: &Value, action: &str) -> Value {
+    if action != "accept" {
+        return json!({ "action": action });
+    }
+    let mut content = serde_json::Map::new();
+    let properties = request.pointer("/params/requestedSchema/properties").and_then(Value::as_object);
+    for (name, schema) in properties.into_iter().flatten() {
+        let value = match schema.get("type").and_then(Value::as_str) {
+            Some("boolean") => json!(true),
+            _ => schema.pointer("/enum/0").cloned().unwrap_or(json!("yes")),
+        };
+        content.insert(name.clone(), value);
+    }
+    json!({ "action": "accept", "content": content })
 }
 
 /// A message as a finding shows it: `requestState` shortened, at most [`SHOWN_CHARS_MAX`] characters, escaped.
