@@ -239,23 +239,40 @@ fn exports_on_decline_is_caught_over_2025_11_25_too() {
 
 /// IBM ContextForge 1.0.7 (PyPI `mcp-contextforge-gateway`), two replicas on one SQLite database, driven
 /// through the lab's 2025-11-25 clients. Its verdicts as measured, pinned to that version: it claims
-/// shadowing, and shadowing holds (each prefixed name reaches its own backend, the bare name none); what it
-/// does not claim reaches the backends and is reported as observations, never as passed.
+/// shadowing, and shadowing holds (each prefixed name reaches its own backend, the bare name none); it claims
+/// revocation (an operator deactivates the `issues` gateway through its admin REST API), and that breaks
+/// across replicas: the replica whose API made the change refuses the tool, the other still calls it from its
+/// own in-memory tool lookup cache (no Redis, nothing tells it). What it does not claim reaches the backends
+/// and is reported as observations, never as passed.
 #[test]
 #[ignore = "needs IBM ContextForge: MCPSIM_CONTEXTFORGE naming a venv made by `python3 -m venv DIR && DIR/bin/pip install mcp-contextforge-gateway==1.0.7` (.ci/run makes one)"]
-fn contextforge_holds_shadowing_and_claims_nothing_else() {
+fn contextforge_holds_shadowing_and_breaks_the_revocation_across_replicas() {
     assert!(std::env::var_os("MCPSIM_CONTEXTFORGE").is_some(), "set MCPSIM_CONTEXTFORGE to a venv holding mcp-contextforge-gateway==1.0.7");
     // Three HTTP backends, two setup commands (its schema; the stdio bridge, a temporary instance that
-    // registers the backends), two replicas; the bridge and the temporary instance are setup's children.
-    let (status, out) = lab_started("contextforge.toml", "1", 7, 240);
-    assert_eq!(status, 0, "{out}");
+    // registers the backends), two replicas, the revocation's command once per replica; the bridge and the
+    // temporary instance are setup's children.
+    let (status, out) = lab_started("contextforge.toml", "1", 9, 240);
+    assert_eq!(status, 1, "{out}");
     assert!(out.contains("decided: clients speak MCP 2025-11-25"), "{out}");
     assert!(out.contains("no session id (stateless)"), "its MCP endpoint keeps no session by default: {out}");
     assert_eq!(verdict(&out, "shadowing"), "held", "{out}");
-    for defence in ["poisoning", "rug_pull", "header_body", "capabilities", "confirmation", "identity", "rate_limits", "revocation"] {
+    for defence in ["poisoning", "rug_pull", "header_body", "capabilities", "confirmation", "identity", "rate_limits"] {
         assert_eq!(verdict(&out, defence), "not claimed", "{out}");
     }
-    assert!(out.contains("result: every claimed defence held"), "{out}");
+    // The revocation: both commands ran (the deactivation, then a no-op at the second replica), and neither
+    // replica listed issues-search after it, yet the call at replica 1 reached issues; replica 0's did not.
+    assert_eq!(verdict(&out, "revocation"), "BROKEN", "{out}");
+    assert!(out.contains("decided: started revocation 0 (pid ") && out.contains("decided: started revocation 1 (pid "), "{out}");
+    assert!(!out.contains("ms after the revocation"), "neither replica listed the revoked tool: {out}");
+    assert!(
+        out.contains(
+            "FINDING revocation (mediation; a revoked backend is never called again, at any replica): \
+             1 call(s) reached the backend: issues.search (listing 0)\n    → replica 1 as "
+        ),
+        "{out}"
+    );
+    assert!(out.contains("\"query\":\"lab-1-revoke-after-1\"") && !out.contains("lab-1-revoke-after-0"), "{out}");
+    assert!(out.contains("result: 1 finding(s)"), "{out}");
     // What it does not claim, as it happened: the poisoned and the look-alike tools run, the changed
     // notes.search runs under its new schema, the quota's extra call runs, the export is never confirmed.
     for tool in ["summarize", "translate", "tidy", "backup", "share"] {
