@@ -888,8 +888,9 @@ fn bodiless_note(row: &rusqlite::Row<'_>) -> rusqlite::Result<Note> {
 }
 
 /// Round 1's search for a query of 3 characters or more, in [`find_candidates`]: the notes whose folded title
-/// holds the query, from `notes_by_title` (its trigrams' postings), then those in the workspace. `?3` is the
-/// folded query as an FTS5 phrase, `?4` the folded query (compared again: the index narrows).
+/// holds every trigram of a cover of the query, from `notes_by_title` (their postings), then those in the
+/// workspace. `?3` is [`fts_cover`] of the folded query, `?4` the folded query (compared again: the index
+/// narrows).
 const FIND_CANDIDATES_BY_TRIGRAMS: &str = "SELECT notes.id, notes.title, notes.uri FROM notes_by_title
      JOIN notes ON notes.position = notes_by_title.rowid
      WHERE notes_by_title MATCH ?3 AND notes.uri_key >= ?1 AND notes.uri_key < ?2 AND instr(notes.title_fold, ?4) > 0
@@ -908,10 +909,28 @@ fn fts_phrase(folded: &str) -> String {
     format!("\"{}\"", folded.replace('"', "\"\""))
 }
 
-/// The most notes of a workspace round 1 compares one by one before it asks the trigram index: an FTS5 query
-/// has a fixed cost that a small workspace's scan does not pay (`benches/store_scale.rs`, 2026-12-04: the
-/// search alone about 20 µs with the index in few segments, a title compared about 0.1 µs).
-const SCAN_NOTES_MAX: i64 = 256;
+/// An FTS5 query for the titles holding `folded` (3 characters or more): its trigrams at characters 0, 3, 6, …
+/// and its last three, each a one-trigram phrase, ANDed. Every title holding `folded` holds them, so nothing
+/// is missed, and the caller compares the whole query again. A phrase of all its trigrams reads twice or three
+/// times as many postings (in every segment) to check positions that comparison checks anyway: for "tps
+/// report" in 10^5 titles, 28 µs of CPU against 15 µs (2026-12-04, docs/benchmarks.md).
+fn fts_cover(folded: &str) -> String {
+    let characters: Vec<char> = folded.chars().collect();
+    let last = characters.len().saturating_sub(3);
+    let mut starts: Vec<usize> = (0..=last).step_by(3).collect();
+    if starts.last() != Some(&last) {
+        starts.push(last);
+    }
+    let terms: Vec<String> = starts.iter().map(|&start| fts_phrase(&characters[start..start + 3].iter().collect::<String>())).collect();
+    terms.join(" AND ")
+}
+
+/// The most notes of a workspace round 1 compares one by one before it asks the trigram index. The probe of
+/// the workspace's range is paid again by every larger workspace before the index is asked, so it is kept
+/// short: reading a range costs about 4 µs plus 0.1 µs a title, the index's search 5 µs (a store of 10 notes)
+/// to 16 µs (10^5 notes, in the segments a bulk fill leaves) of CPU (2026-12-04, docs/benchmarks.md). A small
+/// workspace still skips the index, whose cost follows the matching titles of the whole store.
+const SCAN_NOTES_MAX: i64 = 16;
 
 /// The first [`SCAN_NOTES_MAX`] + 1 notes of a workspace's range of `notes_by_place` (from the index alone),
 /// each with whether its folded title holds `?4`, in the index's order (by URI): all of them, if the
@@ -940,7 +959,7 @@ fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) ->
             return Ok(found.into_iter().map(|(_, note)| note).collect());
         }
         let mut statement = connection.prepare_cached(FIND_CANDIDATES_BY_TRIGRAMS)?;
-        let rows = statement.query_map(params![start, end, fts_phrase(&query), query], bodiless_note)?;
+        let rows = statement.query_map(params![start, end, fts_cover(&query), query], bodiless_note)?;
         return rows.collect();
     }
     let mut statement = connection.prepare_cached(FIND_CANDIDATES)?;
@@ -1671,6 +1690,17 @@ mod tests {
         let _ = std::fs::remove_dir_all(&directory);
     }
 
+    /// The index is asked for trigrams that cover the query, by characters (not bytes), quotes doubled.
+    #[test]
+    fn a_query_is_covered_by_its_trigrams() {
+        assert_eq!(fts_cover("abc"), r#""abc""#);
+        assert_eq!(fts_cover("abcd"), r#""abc" AND "bcd""#);
+        assert_eq!(fts_cover("abcdef"), r#""abc" AND "def""#);
+        assert_eq!(fts_cover("tps report"), r#""tps" AND " re" AND "por" AND "ort""#);
+        assert_eq!(fts_cover("日本語の"), r#""日本語" AND "本語の""#);
+        assert_eq!(fts_cover(r#"a"b AND"#), r#""a""b" AND " AN" AND "AND""#);
+    }
+
     /// A workspace's probe reads `notes_by_place` alone (no table row, so no body).
     #[test]
     fn the_workspace_probe_reads_the_index_alone() {
@@ -1693,7 +1723,7 @@ mod tests {
     #[test]
     fn round_one_reads_the_trigram_index() {
         let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
-        let plan = plan_of("trigrams", FIND_CANDIDATES_BY_TRIGRAMS, params![start, end, fts_phrase("plan"), "plan"]);
+        let plan = plan_of("trigrams", FIND_CANDIDATES_BY_TRIGRAMS, params![start, end, fts_cover("plan"), "plan"]);
         assert!(plan.iter().any(|step| step.starts_with("SCAN notes_by_title VIRTUAL TABLE INDEX")), "{plan:?}");
         assert!(plan.iter().any(|step| step.contains("SEARCH notes USING INDEX sqlite_autoindex_notes_2 (position=?)")), "{plan:?}");
     }
