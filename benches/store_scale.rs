@@ -24,8 +24,9 @@
 //!
 //! On the `workspace` axis, `round_1_cpu` measures round 1 in CPU time rather than wall-clock time (Linux only):
 //! the bench process's every thread (`CLOCK_PROCESS_CPUTIME_ID`: the runtime's workers and SQLite's blocking
-//! threads), plus, for PostgreSQL on this machine, every process of the server that answers (its postmaster
-//! and the postmaster's children, each read through its own CPU clock). CPU time is what other processes
+//! threads), plus, for PostgreSQL on this machine, the server's backends serving the bench's role and database
+//! (each read through its own CPU clock; not the server's background processes, whose autovacuum and
+//! checkpoints after the fill are no part of round 1). CPU time is what other processes
 //! competing for the cores do not inflate, so its ratios hold on a shared machine where wall-clock medians
 //! move by ±30%:
 //!
@@ -77,10 +78,11 @@ fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
     stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
 }
 
-/// A local PostgreSQL server's processes: its postmaster and the postmaster's children (the backends serving
-/// the store's pool, and the background workers).
+/// A local PostgreSQL server's backends serving one role and database: the store's pool.
 struct ServerProcesses {
     postmaster: libc::pid_t,
+    /// How such a backend's command line starts: `postgres: ROLE DATABASE ` (then the client's address).
+    title: String,
 }
 
 impl ServerProcesses {
@@ -89,21 +91,24 @@ impl ServerProcesses {
     async fn find(url: &str) -> Option<ServerProcesses> {
         let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.ok()?;
         tokio::spawn(connection);
-        let backend: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await.ok()?.get(0);
-        let local = std::fs::read_to_string(format!("/proc/{backend}/comm")).is_ok_and(|name| name.starts_with("postgres"));
-        let found = local.then(|| parent_of(backend)).flatten().map(|postmaster| ServerProcesses { postmaster });
+        let row = client.query_one("SELECT pg_backend_pid(), current_user::text, current_database()::text", &[]).await.ok()?;
+        let (backend, role, database): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
+        let title = format!("postgres: {role} {database} ");
+        let local = std::fs::read(format!("/proc/{backend}/cmdline")).is_ok_and(|line| line.starts_with(title.as_bytes()));
+        let found = local.then(|| parent_of(backend)).flatten().map(|postmaster| ServerProcesses { postmaster, title });
         if found.is_none() {
             eprintln!("store_scale: PostgreSQL's backend {backend} is not a process here: round_1_cpu counts this process only");
         }
         found
     }
 
-    /// The server's processes now.
+    /// The backends now.
     fn pids(&self) -> Vec<libc::pid_t> {
-        let mut pids = vec![self.postmaster];
+        let mut pids = Vec::new();
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             if let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<libc::pid_t>().ok()) {
-                if parent_of(pid) == Some(self.postmaster) {
+                let serves = || std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| line.starts_with(self.title.as_bytes()));
+                if parent_of(pid) == Some(self.postmaster) && serves() {
                     pids.push(pid);
                 }
             }
@@ -268,7 +273,7 @@ fn bench_subject(c: &mut Criterion, runtime: &tokio::runtime::Runtime, group: &s
     if axis == Axis::Workspace && process_cpu_ns().is_some() {
         group.bench_function(BenchmarkId::new("round_1_cpu", size), |b| {
             b.iter_custom(|iterations| {
-                // The server's processes are listed outside the measured span; one that ends within it (none
+                // The server's backends are listed outside the measured span; one that ends within it (none
                 // should: the pool keeps its connections) drops out of both readings.
                 let pids = subject.database.as_ref().map(ServerProcesses::pids).unwrap_or_default();
                 let server_before = ServerProcesses::cpu_ns(&pids);
