@@ -898,10 +898,11 @@ const INDEX_MATCH_IN_WORKSPACE: &str =
     "SELECT id, title, uri FROM notes WHERE position = ?1 AND uri_key >= ?2 AND uri_key < ?3 AND instr(title_fold, ?4) > 0";
 
 /// The most titles of the whole store the index may match before round 1 compares the workspace's titles one
-/// by one instead: each match costs a lookup of its row (about 1 µs), reading the index's matches costs far
-/// less, so a query common in other workspaces costs at most this many lookups more than a scan of the asked
-/// one.
-const INDEX_MATCHES_MAX: i64 = 1024;
+/// by one instead. Each match costs a lookup of its row (1.4 µs of CPU), reading the index's matches far less
+/// (1,025 of 10^5 titles: 80–95 µs), a title scanned 0.1 µs (2026-12-04, docs/benchmarks.md). So a query
+/// common in other workspaces costs a small workspace at most 256 lookups (about 0.4 ms), and a large
+/// workspace whose query the store matches more than 256 times is scanned, as before the index.
+const INDEX_MATCHES_MAX: i64 = 256;
 
 /// Round 1's search for a shorter query (which the trigram index cannot answer: FTS5 finds no row for a phrase
 /// of fewer than 3 characters) or one the index matches too often, in [`find_candidates`]: one range of
