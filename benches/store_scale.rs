@@ -21,6 +21,18 @@
 //!
 //! SQLite is durable (`synchronous=FULL`), so round 2 includes the disk's sync; filler notes are inserted in
 //! one transaction outside the measurement. Reduced samples (10 per point, 2 s) keep the run to minutes.
+//!
+//! On the `workspace` axis, `round_1_cpu` measures round 1 in CPU time rather than wall-clock time (Linux only):
+//! the bench process's every thread (`CLOCK_PROCESS_CPUTIME_ID`: the runtime's workers and SQLite's blocking
+//! threads), plus, for PostgreSQL on this machine, the server's backends serving the bench's role and database
+//! (each read through its own CPU clock; not the server's background processes, whose autovacuum and
+//! checkpoints after the fill are no part of round 1). CPU time is what other processes
+//! competing for the cores do not inflate, so its ratios hold on a shared machine where wall-clock medians
+//! move by ±30%:
+//!
+//! ```sh
+//! MCPSIM_BENCH_AXIS=workspace MCPSIM_BENCH_SIZES=10,1000,100000 cargo bench --bench store_scale -- round_1_cpu
+//! ```
 
 use criterion::{BatchSize, BenchmarkId, Criterion};
 use mcpsim::testing::handle_message;
@@ -36,6 +48,79 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// CPU time, in nanoseconds, of the clock `clock` (`None` where it cannot be read).
+fn cpu_clock_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the timespec we pass, which lives on this stack frame.
+    let status = unsafe { libc::clock_gettime(clock, &mut now) };
+    (status == 0).then(|| now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
+}
+
+/// CPU time every thread of this process has run.
+fn process_cpu_ns() -> Option<u64> {
+    cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time process `pid` (all its threads) has run; `None` once it has exited or where it cannot be read.
+fn other_process_cpu_ns(pid: libc::pid_t) -> Option<u64> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: clock_getcpuclockid only writes the clock id we pass, which lives on this stack frame.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    cpu_clock_ns(clock)
+}
+
+/// The parent process id in `/proc/PID/stat` (its fourth field, after the command in parentheses).
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A local PostgreSQL server's backends serving one role and database: the store's pool.
+struct ServerProcesses {
+    postmaster: libc::pid_t,
+    /// How such a backend's command line starts: `postgres: ROLE DATABASE ` (then the client's address).
+    title: String,
+}
+
+impl ServerProcesses {
+    /// The server behind `url`, found from a backend's pid; `None` (with a note on stderr) when that backend is
+    /// not a process on this machine (a remote server, another pid namespace).
+    async fn find(url: &str) -> Option<ServerProcesses> {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.ok()?;
+        tokio::spawn(connection);
+        let row = client.query_one("SELECT pg_backend_pid(), current_user::text, current_database()::text", &[]).await.ok()?;
+        let (backend, role, database): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
+        let title = format!("postgres: {role} {database} ");
+        let local = std::fs::read(format!("/proc/{backend}/cmdline")).is_ok_and(|line| line.starts_with(title.as_bytes()));
+        let found = local.then(|| parent_of(backend)).flatten().map(|postmaster| ServerProcesses { postmaster, title });
+        if found.is_none() {
+            eprintln!("store_scale: PostgreSQL's backend {backend} is not a process here: round_1_cpu counts this process only");
+        }
+        found
+    }
+
+    /// The backends now.
+    fn pids(&self) -> Vec<libc::pid_t> {
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            if let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<libc::pid_t>().ok()) {
+                let serves = || std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| line.starts_with(self.title.as_bytes()));
+                if parent_of(pid) == Some(self.postmaster) && serves() {
+                    pids.push(pid);
+                }
+            }
+        }
+        pids
+    }
+
+    /// CPU time `pids` have run: the ones still alive at both readings are what a measurement compares.
+    fn cpu_ns(pids: &[libc::pid_t]) -> Vec<Option<u64>> {
+        pids.iter().map(|&pid| other_process_cpu_ns(pid)).collect()
+    }
+}
 
 const ALICE: &str = "file:///Users/alice/Documents/Notes";
 
@@ -95,17 +180,19 @@ fn server(notes: Arc<dyn NoteStore>, replay: Arc<dyn ReplayStore>) -> NotesServe
     )
 }
 
-/// A store under test: its server and how to add a note outside the measurement.
+/// A store under test: its server, how to add a note outside the measurement, and the database server's
+/// processes whose CPU time round 1 costs too (PostgreSQL's).
 struct Subject {
     server: NotesServer,
     add: Box<dyn Fn(Note) + Send + Sync>,
+    database: Option<ServerProcesses>,
 }
 
 fn memory_subject(notes: Vec<Note>) -> Subject {
     let notes = Arc::new(MemoryNoteStore::new(notes));
     let replay = Arc::new(MemoryReplayStore::new(notes.clone(), Arc::new(SystemClock), ReplayLimits::with_share(10_000_000, 100, 60_000)));
     let adding = notes.clone();
-    Subject { server: server(notes, replay), add: Box::new(move |note| adding.upsert(note)) }
+    Subject { server: server(notes, replay), add: Box::new(move |note| adding.upsert(note)), database: None }
 }
 
 async fn database_subject(spec: StoreSpec, notes: Vec<Note>, bulk: impl AsyncFnOnce(&[Note])) -> (Subject, Arc<dyn StoreAdmin>) {
@@ -119,7 +206,7 @@ async fn database_subject(spec: StoreSpec, notes: Vec<Note>, bulk: impl AsyncFnO
         // Called from the bench's own thread, outside the runtime.
         handle.block_on(async move { adding.upsert(note).await.unwrap() })
     });
-    (Subject { server: server(stores.notes, stores.replay), add }, admin)
+    (Subject { server: server(stores.notes, stores.replay), add, database: None }, admin)
 }
 
 /// Inserts `notes` into a fresh SQLite file in one transaction (the store's own upsert takes one each).
@@ -173,7 +260,7 @@ async fn postgres_bulk(url: &str, notes: &[Note]) {
     client.batch_execute("COMMIT; ANALYZE notes;").await.unwrap();
 }
 
-fn bench_subject(c: &mut Criterion, runtime: &tokio::runtime::Runtime, group: &str, size: usize, subject: &Subject) {
+fn bench_subject(c: &mut Criterion, runtime: &tokio::runtime::Runtime, group: &str, size: usize, subject: &Subject, axis: Axis) {
     let round_one = call(json!({ "workspaceUri": ALICE, "title": "TPS report" }), json!({}));
     let first = runtime.block_on(handle_message(&subject.server, "alice", &round_one, None));
     let first = first.response.unwrap();
@@ -183,6 +270,28 @@ fn bench_subject(c: &mut Criterion, runtime: &tokio::runtime::Runtime, group: &s
     group.bench_function(BenchmarkId::new("round_1", size), |b| {
         b.iter(|| runtime.block_on(handle_message(&subject.server, "alice", &round_one, None)))
     });
+    if axis == Axis::Workspace && process_cpu_ns().is_some() {
+        group.bench_function(BenchmarkId::new("round_1_cpu", size), |b| {
+            b.iter_custom(|iterations| {
+                // The server's backends are listed outside the measured span; one that ends within it (none
+                // should: the pool keeps its connections) drops out of both readings.
+                let pids = subject.database.as_ref().map(ServerProcesses::pids).unwrap_or_default();
+                let server_before = ServerProcesses::cpu_ns(&pids);
+                let before = process_cpu_ns().unwrap_or(0);
+                for _ in 0..iterations {
+                    std::hint::black_box(runtime.block_on(handle_message(&subject.server, "alice", &round_one, None)));
+                }
+                let spent = process_cpu_ns().unwrap_or(0).saturating_sub(before);
+                let server_after = ServerProcesses::cpu_ns(&pids);
+                let server: u64 = server_before
+                    .iter()
+                    .zip(&server_after)
+                    .filter_map(|(before, after)| Some(after.as_ref()?.saturating_sub((*before)?)))
+                    .sum();
+                Duration::from_nanos(spent + server)
+            })
+        });
+    }
     static NEXT: AtomicU64 = AtomicU64::new(0);
     group.bench_function(BenchmarkId::new("round_2", size), |b| {
         b.iter_batched(
@@ -255,7 +364,7 @@ fn main() {
         for &size in &sizes {
             if runs("memory") {
                 let subject = memory_subject(notes_of(size, axis));
-                bench_subject(&mut c, &runtime, &group("memory"), size, &subject);
+                bench_subject(&mut c, &runtime, &group("memory"), size, &subject, axis);
                 drop(subject);
             }
 
@@ -264,7 +373,7 @@ fn main() {
                 let spec: StoreSpec = format!("sqlite:{}", path.display()).parse().unwrap();
                 let notes = notes_of(size, axis);
                 let (subject, admin) = runtime.block_on(database_subject(spec, notes, async |notes: &[Note]| sqlite_bulk(&path, notes)));
-                bench_subject(&mut c, &runtime, &group("sqlite"), size, &subject);
+                bench_subject(&mut c, &runtime, &group("sqlite"), size, &subject, axis);
                 runtime.block_on(admin.close()).unwrap();
                 drop(subject);
                 for suffix in ["", "-wal", "-shm"] {
@@ -275,9 +384,10 @@ fn main() {
             if let Some(url) = std::env::var("MCPSIM_TEST_POSTGRES_URL").ok().filter(|_| runs("postgres")) {
                 let spec: StoreSpec = format!("postgres:{url}").parse().unwrap();
                 let notes = notes_of(size, axis);
-                let (subject, admin) =
+                let (mut subject, admin) =
                     runtime.block_on(database_subject(spec, notes, async |notes: &[Note]| postgres_bulk(&url, notes).await));
-                bench_subject(&mut c, &runtime, &group("postgres"), size, &subject);
+                subject.database = runtime.block_on(ServerProcesses::find(&url));
+                bench_subject(&mut c, &runtime, &group("postgres"), size, &subject, axis);
                 runtime.block_on(admin.close()).unwrap();
             }
         }

@@ -887,18 +887,27 @@ fn bodiless_note(row: &rusqlite::Row<'_>) -> rusqlite::Result<Note> {
     Ok(Note { id: row.get(0)?, title: row.get(1)?, uri: row.get(2)?, body: String::new(), revision: String::new() })
 }
 
-/// Round 1's search for a query of 3 characters or more, in [`find_candidates`]: the notes whose folded title
-/// holds the query, from `notes_by_title` (its trigrams' postings), then those in the workspace. `?3` is the
-/// folded query as an FTS5 phrase, `?4` the folded query (compared again: the index narrows).
-const FIND_CANDIDATES_BY_TRIGRAMS: &str = "SELECT notes.id, notes.title, notes.uri FROM notes_by_title
-     JOIN notes ON notes.position = notes_by_title.rowid
-     WHERE notes_by_title MATCH ?3 AND notes.uri_key >= ?1 AND notes.uri_key < ?2 AND instr(notes.title_fold, ?4) > 0
-     ORDER BY notes.position";
+/// Round 1's search for a query of 3 characters or more, in [`find_candidates`], first step: the positions of
+/// the notes, in any workspace, whose folded title holds every trigram of [`fts_cover`] of the query (`?1`),
+/// from `notes_by_title` (their postings), in listing order, at most `?2` of them.
+const TITLE_INDEX_MATCHES: &str = "SELECT rowid FROM notes_by_title WHERE notes_by_title MATCH ?1 ORDER BY rowid LIMIT ?2";
+
+/// Second step: the note at position `?1` if it is in the workspace (`?2`, `?3`: its range of index keys) and
+/// its folded title holds the folded query `?4` (compared again: the index narrows).
+const INDEX_MATCH_IN_WORKSPACE: &str =
+    "SELECT id, title, uri FROM notes WHERE position = ?1 AND uri_key >= ?2 AND uri_key < ?3 AND instr(title_fold, ?4) > 0";
+
+/// The most titles of the whole store the index may match before round 1 compares the workspace's titles one
+/// by one instead. Each match costs a lookup of its row (1.4 µs of CPU), reading the index's matches far less
+/// (1,025 of 10^5 titles: 80–95 µs), a title scanned 0.1 µs (2026-12-04, docs/benchmarks.md). So a query
+/// common in other workspaces costs a small workspace at most 256 lookups (about 0.4 ms), and a large
+/// workspace whose query the store matches more than 256 times is scanned, as before the index.
+const INDEX_MATCHES_MAX: i64 = 256;
 
 /// Round 1's search for a shorter query (which the trigram index cannot answer: FTS5 finds no row for a phrase
-/// of fewer than 3 characters), in [`find_candidates`]: one range of `notes_by_place`, every title of the
-/// workspace compared, from the index alone (no table row read, so no body). Such a query matches most titles
-/// of a workspace anyway.
+/// of fewer than 3 characters) or one the index matches too often, in [`find_candidates`]: one range of
+/// `notes_by_place`, every title of the workspace compared, from the index alone (no table row read, so no
+/// body). Such a query matches most titles of a workspace anyway.
 const FIND_CANDIDATES: &str =
     "SELECT id, title, uri FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 AND instr(title_fold, ?3) > 0 ORDER BY position";
 
@@ -908,40 +917,52 @@ fn fts_phrase(folded: &str) -> String {
     format!("\"{}\"", folded.replace('"', "\"\""))
 }
 
-/// The most notes of a workspace round 1 compares one by one before it asks the trigram index: an FTS5 query
-/// has a fixed cost that a small workspace's scan does not pay (`benches/store_scale.rs`, 2026-12-04: the
-/// search alone about 20 µs with the index in few segments, a title compared about 0.1 µs).
-const SCAN_NOTES_MAX: i64 = 256;
-
-/// The first [`SCAN_NOTES_MAX`] + 1 notes of a workspace's range of `notes_by_place` (from the index alone),
-/// each with whether its folded title holds `?4`, in the index's order (by URI): all of them, if the
-/// workspace holds no more. Only a match's strings are read out.
-const WORKSPACE_PROBE: &str =
-    "SELECT id, title, uri, instr(title_fold, ?4) > 0, position FROM notes WHERE uri_key >= ?1 AND uri_key < ?2 LIMIT ?3";
+/// An FTS5 query for the titles holding `folded` (3 characters or more): its trigrams at characters 0, 3, 6, …
+/// and its last three, each a one-trigram phrase, ANDed. Every title holding `folded` holds them, so nothing
+/// is missed, and the caller compares the whole query again. A phrase of all its trigrams reads twice or three
+/// times as many postings (in every segment) to check positions that comparison checks anyway: for "tps
+/// report" in 10^5 titles, 28 µs of CPU against 15 µs (2026-12-04, docs/benchmarks.md).
+fn fts_cover(folded: &str) -> String {
+    let characters: Vec<char> = folded.chars().collect();
+    let last = characters.len().saturating_sub(3);
+    let mut starts: Vec<usize> = (0..=last).step_by(3).collect();
+    if starts.last() != Some(&last) {
+        starts.push(last);
+    }
+    let terms: Vec<String> = starts.iter().map(|&start| fts_phrase(&characters[start..start + 3].iter().collect::<String>())).collect();
+    terms.join(" AND ")
+}
 
 /// Round 1's search: the notes of `workspace` whose folded title contains the folded `query`, in listing order.
-/// A workspace of at most [`SCAN_NOTES_MAX`] notes is compared title by title; a larger one asks the trigram
-/// index for a query of 3 characters or more.
+/// A query of 3 characters or more asks the trigram index first, so its cost follows the matching titles, not
+/// the workspace; when the index matches more than [`INDEX_MATCHES_MAX`] titles in the store (a common query,
+/// or one shorter than 3 characters, which the index cannot answer) the workspace's titles are compared one by
+/// one: what a search costs is then bounded by the asked workspace's size.
 fn find_candidates(connection: &Connection, workspace: &FileUri, query: &str) -> rusqlite::Result<Vec<Note>> {
     let (start, end) = workspace.index_range();
     let query = fold_title(query);
     if query.chars().count() >= 3 {
-        let mut probe = connection.prepare_cached(WORKSPACE_PROBE)?;
-        let mut rows = probe.query(params![start, end, SCAN_NOTES_MAX + 1, query])?;
-        let (mut probed, mut found) = (0_i64, Vec::new());
-        while let Some(row) = rows.next()? {
-            probed += 1;
-            if row.get::<_, Option<bool>>(3)? == Some(true) {
-                found.push((row.get::<_, i64>(4)?, bodiless_note(row)?));
+        // One read transaction for the index's matches and their rows: one snapshot, and the WAL's read lock
+        // taken once (a few fcntl calls) rather than by each statement. On an error the connection is left in
+        // it, and `run` does not pool a connection inside a transaction.
+        connection.prepare_cached("BEGIN")?.execute([])?;
+        let mut matches = connection.prepare_cached(TITLE_INDEX_MATCHES)?;
+        let positions: Vec<i64> =
+            matches.query_map(params![fts_cover(&query), INDEX_MATCHES_MAX + 1], |row| row.get(0))?.collect::<Result<_, _>>()?;
+        let found = if positions.len() as i64 <= INDEX_MATCHES_MAX {
+            let mut note = connection.prepare_cached(INDEX_MATCH_IN_WORKSPACE)?;
+            let mut found = Vec::new();
+            for position in positions {
+                if let Some(candidate) = note.query_row(params![position, start, end, query], bodiless_note).optional()? {
+                    found.push(candidate);
+                }
             }
-        }
-        if probed <= SCAN_NOTES_MAX {
-            found.sort_by_key(|(position, _)| *position);
-            return Ok(found.into_iter().map(|(_, note)| note).collect());
-        }
-        let mut statement = connection.prepare_cached(FIND_CANDIDATES_BY_TRIGRAMS)?;
-        let rows = statement.query_map(params![start, end, fts_phrase(&query), query], bodiless_note)?;
-        return rows.collect();
+            found
+        } else {
+            connection.prepare_cached(FIND_CANDIDATES)?.query_map(params![start, end, query], bodiless_note)?.collect::<Result<_, _>>()?
+        };
+        connection.prepare_cached("COMMIT")?.execute([])?;
+        return Ok(found);
     }
     let mut statement = connection.prepare_cached(FIND_CANDIDATES)?;
     let rows = statement.query_map(params![start, end, query], bodiless_note)?;
@@ -1671,12 +1692,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&directory);
     }
 
-    /// A workspace's probe reads `notes_by_place` alone (no table row, so no body).
+    /// The index is asked for trigrams that cover the query, by characters (not bytes), quotes doubled.
     #[test]
-    fn the_workspace_probe_reads_the_index_alone() {
-        let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
-        let plan = plan_of("probe", WORKSPACE_PROBE, params![start, end, SCAN_NOTES_MAX + 1, "plan"]);
-        assert!(plan.iter().any(|step| step.contains("USING COVERING INDEX notes_by_place")), "{plan:?}");
+    fn a_query_is_covered_by_its_trigrams() {
+        assert_eq!(fts_cover("abc"), r#""abc""#);
+        assert_eq!(fts_cover("abcd"), r#""abc" AND "bcd""#);
+        assert_eq!(fts_cover("abcdef"), r#""abc" AND "def""#);
+        assert_eq!(fts_cover("tps report"), r#""tps" AND " re" AND "por" AND "ort""#);
+        assert_eq!(fts_cover("日本語の"), r#""日本語" AND "本語の""#);
+        assert_eq!(fts_cover(r#"a"b AND"#), r#""a""b" AND " AN" AND "AND""#);
     }
 
     /// A query of fewer than 3 characters reads the titles of every note in the workspace: from the index,
@@ -1688,13 +1712,51 @@ mod tests {
         assert!(plan.iter().any(|step| step.contains("USING COVERING INDEX notes_by_place")), "{plan:?}");
     }
 
-    /// A longer query reads the trigram index (the bundled SQLite has FTS5 and its trigram tokenizer), then
-    /// each match's row by its position: no scan of the workspace.
+    /// A longer query reads the trigram index (the bundled SQLite has FTS5 and its trigram tokenizer) in
+    /// listing order, then each match's row by its position: no scan of the workspace.
     #[test]
     fn round_one_reads_the_trigram_index() {
         let (start, end) = FileUri::parse("file:///w").unwrap().index_range();
-        let plan = plan_of("trigrams", FIND_CANDIDATES_BY_TRIGRAMS, params![start, end, fts_phrase("plan"), "plan"]);
+        let plan = plan_of("trigrams", TITLE_INDEX_MATCHES, params![fts_cover("plan"), INDEX_MATCHES_MAX + 1]);
         assert!(plan.iter().any(|step| step.starts_with("SCAN notes_by_title VIRTUAL TABLE INDEX")), "{plan:?}");
+        assert!(!plan.iter().any(|step| step.contains("TEMP B-TREE")), "sorted by the index, not afterwards: {plan:?}");
+        let plan = plan_of("match", INDEX_MATCH_IN_WORKSPACE, params![1, start, end, "plan"]);
         assert!(plan.iter().any(|step| step.contains("SEARCH notes USING INDEX sqlite_autoindex_notes_2 (position=?)")), "{plan:?}");
+    }
+
+    /// The index's matches come in listing order, and a query it matches in more than [`INDEX_MATCHES_MAX`]
+    /// notes of the store is answered by the workspace's scan: the same notes either way.
+    #[test]
+    fn round_one_falls_back_to_the_workspace_when_the_index_matches_too_often() {
+        let (directory, mut connection) = scratch_connection("fallback");
+        let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
+        let Ok(()) = ensure_title_index(&mut connection) else { panic!("the title index builds") };
+        let elsewhere = FileUri::parse("file:///x").unwrap();
+        let workspace = FileUri::parse("file:///w").unwrap();
+        let transaction = connection.transaction().unwrap();
+        for i in 0..(INDEX_MATCHES_MAX + 3) {
+            // Positions in reverse of the ids, so listing order is not insertion order.
+            let (uri, position) = if i < 3 { (format!("file:///w/{i}.md"), 5_000 - i) } else { (format!("file:///x/{i}.md"), i) };
+            let note = Note { id: format!("n{i}"), title: format!("Common {i}"), uri, body: String::new(), revision: String::new() };
+            transaction
+                .execute(
+                    "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6)",
+                    params![note.id, position, note.title, note.uri, note_index_key(&note.uri), fold_title(&note.title)],
+                )
+                .unwrap();
+        }
+        transaction.commit().unwrap();
+        let ids = |query: &str, workspace: &FileUri| -> Vec<String> {
+            find_candidates(&connection, workspace, query).unwrap().into_iter().map(|note| note.id).collect()
+        };
+        // Too common: every note matches, so the workspace's three are found by the scan, in listing order.
+        assert_eq!(ids("COMMON", &workspace), ["n2", "n1", "n0"]);
+        assert_eq!(ids("common", &elsewhere).len() as i64, INDEX_MATCHES_MAX);
+        // Rare: the index answers.
+        assert_eq!(ids("mmon 1", &workspace), ["n1"]);
+        let elsewhere_matches = (3..INDEX_MATCHES_MAX + 3).filter(|i| i.to_string().starts_with('1')).count();
+        assert_eq!(ids("mmon 1", &elsewhere).len(), elsewhere_matches);
+        drop(connection);
+        let _ = std::fs::remove_dir_all(&directory);
     }
 }

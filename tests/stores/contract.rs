@@ -263,8 +263,9 @@ pub async fn search_is_the_default_search_on_random_titles(kind: &dyn StoreKind)
     let workspaces = ["file:///w", "file:///w/sub", "file:///"].map(|uri| FileUri::parse(uri).unwrap());
     let pick = |text: &str, n: usize| text.bytes().fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b))) % n;
     let mut ids: Vec<String> = Vec::new();
-    // More notes than a database compares one by one before it asks its trigram index (SQLite: 256), so a
-    // search of the whole store (`file:///`) takes the index's path and one of `file:///w` the scan's.
+    // More notes than a database compares one by one before it asks its trigram index (SQLite: 16), so a
+    // search of the whole store (`file:///`) takes the index's path, and one of `file:///w/sub` the scan's
+    // while it holds 16 notes or fewer.
     for k in 0..300 {
         let id = format!("fill-{k}");
         admin
@@ -313,7 +314,8 @@ pub async fn search_is_the_default_search_on_random_titles(kind: &dyn StoreKind)
         for note in listing.iter().filter(|note| !note.id.starts_with("fill-")).chain(listing.iter().step_by(10)) {
             let chars: Vec<char> = note.title.chars().collect();
             let from = pick(&note.id, chars.len().max(1)).min(chars.len());
-            for len in 1..=4 {
+            // Up to 7 characters: SQLite asks its index for a cover of 1, 2 or 3 of the query's trigrams.
+            for len in 1..=7 {
                 queries.push(chars[from..(from + len).min(chars.len())].iter().collect::<String>().to_uppercase());
             }
         }
