@@ -320,6 +320,10 @@ fn litellm_claims_nothing_and_lets_every_call_through() {
     assert!(out.contains("the instruction in issues.search's result was passed through unchanged"), "{out}");
     // Whatever the bare search reached, it is only ever an observation of the shadowing step.
     for line in out.lines().filter(|l| l.contains("(not claimed) shadowing")) {
-        assert!(line.contains("reached the backend: notes.search (listing 0)") || line.contains("reached the backend: issues.search (listing 0)"), "{out}");
+        assert!(
+            line.contains("reached the backend: notes.search (listing 0)")
+                || line.contains("reached the backend: issues.search (listing 0)"),
+            "{out}"
+        );
     }
 }
