@@ -49,7 +49,8 @@ contextforge() {
 }
 
 # LiteLLM's proxy for tests/gateway_lab.rs (MCPSIM_LITELLM): a venv holding the pinned release from PyPI
-# (pip install took 76 s here, 44 s from a warm pip cache), made once and reused while the pin is unchanged. Prints its path.
+# (pip install took 76 s here, 44 s from a warm pip cache), made once and reused while the pin is unchanged.
+# Prints its path.
 LITELLM_VERSION="1.108.7"
 litellm() {
   local venv="$CACHE/litellm-$LITELLM_VERSION"
