@@ -293,3 +293,94 @@ fn contextforge_holds_shadowing_and_breaks_the_revocation_across_replicas() {
     // Tools are listed under "{gateway slug}-{tool slug}"; the mirror and the poisoned ones among them.
     assert!(out.contains("mirror-search") && out.contains("tricks-summarize") && out.contains("notes-export"), "{out}");
 }
+
+/// LiteLLM's proxy 1.108.7 (PyPI `litellm[proxy]`), two replicas sharing nothing (no database), driven through
+/// the lab's 2025-11-25 clients. Its verdicts as measured, pinned to that version: it claims none of the nine
+/// (it prefixes names but keeps routing the bare one, to whichever server's listing registered it last, so
+/// the lab's bare `search` reaches notes, issues or neither from run to run: that observation is not asserted
+/// beyond naming a bare call); each qualified call reached its own backend (else the run is unjudged, exit 3),
+/// and what it does not claim reached the backends, reported as observations, never as passed.
+#[test]
+#[ignore = "needs LiteLLM: MCPSIM_LITELLM naming a venv made by `python3 -m venv DIR && DIR/bin/pip install 'litellm[proxy]==1.108.7'` (.ci/run makes one)"]
+fn litellm_claims_nothing_and_lets_every_call_through() {
+    assert!(std::env::var_os("MCPSIM_LITELLM").is_some(), "set MCPSIM_LITELLM to a venv holding litellm[proxy]==1.108.7");
+    // Three HTTP backends, one setup command (config.yaml from its template), two replicas; each replica
+    // starts the stdio backend itself.
+    let (status, out) = lab_started("litellm.toml", "1", 6, 240);
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("decided: clients speak MCP 2025-11-25"), "{out}");
+    for defence in
+        ["poisoning", "rug_pull", "shadowing", "header_body", "capabilities", "confirmation", "identity", "rate_limits", "revocation"]
+    {
+        assert_eq!(verdict(&out, defence), "not claimed", "{out}");
+    }
+    assert!(out.contains("result: every claimed defence held"), "{out}");
+    // Every backend's tools are listed under "{server}-{tool}", the poisoned and the look-alike among them.
+    for tool in ["notes-search", "notes-export", "issues-search", "mirror-search", "tricks-summarize", "tricks-share"] {
+        assert!(out.lines().any(|l| l.starts_with("  observed: alice is listed: ") && l.contains(tool)), "{tool}: {out}");
+    }
+    for tool in ["summarize", "translate", "tidy", "backup", "share"] {
+        assert!(
+            out.contains(&format!("observed: (not claimed) poisoning: 1 call(s) reached the backend: tricks.{tool} (listing 0)")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("observed: (not claimed) identity: 1 call(s) reached the backend: mirror.search (listing 0)"), "{out}");
+    // No pin: both the changed search and the renamed export_all ran under listing 1.
+    assert!(out.contains("observed: (not claimed) rug_pull: 1 call(s) reached the backend: notes.search (listing 1)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rug_pull: 1 call(s) reached the backend: notes.export_all (listing 1)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rate_limits: 1 call(s) reached the backend: issues.search"), "{out}");
+    assert!(out.contains("lab-1-confirm-accept was not asked for confirmation (round 1 answered: complete)"), "{out}");
+    assert!(out.contains("observed: (not claimed) confirmation: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    assert!(out.contains("observed: (not claimed) capabilities: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    assert!(out.contains("observed: header_body is not applicable over 2025-11-25"), "{out}");
+    assert!(out.contains("the instruction in issues.search's result was passed through unchanged"), "{out}");
+    // Whatever the bare search reached, it is only ever an observation of the shadowing step.
+    for line in out.lines().filter(|l| l.contains("(not claimed) shadowing")) {
+        assert!(
+            line.contains("reached the backend: notes.search (listing 0)")
+                || line.contains("reached the backend: issues.search (listing 0)"),
+            "{out}"
+        );
+    }
+}
+
+/// The same LiteLLM replicas advertising 2026-07-28, driven through the lab's 2026-07-28 clients: its MCP SDK
+/// refuses a request whose `Mcp-Method` or `Mcp-Name` disagrees with the body, so `header_body`, the one it
+/// claims there, holds; the rest is as over 2025-11-25 (observations, never passes).
+#[test]
+#[ignore = "needs LiteLLM: MCPSIM_LITELLM naming a venv made by `python3 -m venv DIR && DIR/bin/pip install 'litellm[proxy]==1.108.7'` (.ci/run makes one)"]
+fn litellm_over_2026_holds_header_body_and_claims_nothing_else() {
+    assert!(std::env::var_os("MCPSIM_LITELLM").is_some(), "set MCPSIM_LITELLM to a venv holding litellm[proxy]==1.108.7");
+    let (status, out) = lab_started("litellm-2026.toml", "1", 6, 240);
+    assert_eq!(status, 0, "{out}");
+    assert!(!out.contains("decided: clients speak MCP 2025-11-25"), "{out}");
+    assert_eq!(verdict(&out, "header_body"), "held", "{out}");
+    for defence in ["poisoning", "rug_pull", "shadowing", "capabilities", "confirmation", "identity", "rate_limits", "revocation"] {
+        assert_eq!(verdict(&out, defence), "not claimed", "{out}");
+    }
+    assert!(out.contains("result: every claimed defence held"), "{out}");
+    for tool in ["summarize", "translate", "tidy", "backup", "share"] {
+        assert!(
+            out.contains(&format!("observed: (not claimed) poisoning: 1 call(s) reached the backend: tricks.{tool} (listing 0)")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("observed: (not claimed) identity: 1 call(s) reached the backend: mirror.search (listing 0)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rug_pull: 1 call(s) reached the backend: notes.search (listing 1)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rug_pull: 1 call(s) reached the backend: notes.export_all (listing 1)"), "{out}");
+    assert!(out.contains("observed: (not claimed) rate_limits: 1 call(s) reached the backend: issues.search"), "{out}");
+    assert!(out.contains("observed: (not claimed) capabilities: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    // No MRTR: every round 1 answered complete, so the export ran at once, the declined ones too.
+    assert!(out.contains("lab-1-confirm-accept was not asked for confirmation (round 1 answered: complete)"), "{out}");
+    assert!(out.contains("lab-1-confirm-decline was not asked for confirmation (round 1 answered: complete)"), "{out}");
+    assert!(out.contains("observed: (not claimed) confirmation: 1 call(s) reached the backend: notes.export (listing 0)"), "{out}");
+    assert!(!out.contains("(not claimed) header_body"), "{out}");
+    for line in out.lines().filter(|l| l.contains("(not claimed) shadowing")) {
+        assert!(
+            line.contains("reached the backend: notes.search (listing 0)")
+                || line.contains("reached the backend: issues.search (listing 0)"),
+            "{out}"
+        );
+    }
+}
