@@ -224,12 +224,12 @@ const SERVERS: &[(&str, Server)] = &[
     ("cargo run -- serve --http 127.0.0.1:3000 --fixture conformance --eras both", Server::Http { instances: 1 }),
 ];
 
-/// The commands a test cannot run, and why. Each must appear in some document.
 /// Recipes that run an instance under a skewed clock, which needs Debian's faketime: the documents' tests leave
 /// them to `recipes_that_skew_a_clock_run_as_written` (ignored without it; .ci/run installs it and runs it).
 const NEEDS_FAKETIME: &[&str] =
     &["mcpsim run --target targets/broken-own-clock-expiry.toml tests/scenarios/clock-ahead-prunes-the-ledger.sim"];
 
+/// The commands a test cannot run, and why. Each must appear in some document.
 const NOT_RUN: &[(&str, &str)] = &[
     // Another machine's addresses: the same commands against a local PostgreSQL are tests/fleet.rs's ignored
     // postgres tests, which CI runs.
