@@ -231,6 +231,20 @@ const NEEDS_FAKETIME: &[&str] =
 
 /// The commands a test cannot run, and why. Each must appear in some document.
 const NOT_RUN: &[(&str, &str)] = &[
+    // Run verbatim by tests/target.rs, which checks more of their output than an exit status: run twice, they
+    // were a third of this binary's time.
+    (
+        "mcpsim run --target targets/mcpsim-stdio.toml",
+        "tests/target.rs::our_stdio_fleet_passes_every_target_scenario runs exactly this and checks every row",
+    ),
+    (
+        "mcpsim run --target targets/mcpsim-http.toml",
+        "tests/target.rs::our_http_fleet_passes_every_target_scenario runs exactly this and checks every row",
+    ),
+    (
+        "mcpsim attack --target targets/mcpsim-stdio.toml",
+        "tests/target.rs::the_attack_battery_holds_against_our_stdio_and_http_fleets runs exactly this and counts 18 held",
+    ),
     // Another machine's addresses: the same commands against a local PostgreSQL are tests/fleet.rs's ignored
     // postgres tests, which CI runs.
     (
