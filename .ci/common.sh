@@ -33,35 +33,32 @@ trace_tools() {
   echo "$tools"
 }
 
-# IBM ContextForge for tests/gateway_lab.rs (MCPSIM_CONTEXTFORGE): a venv holding the pinned release from
-# PyPI (pip install took about 30 s here), made once and reused while the pin is unchanged. Prints its path.
-CONTEXTFORGE_VERSION="1.0.7"
-contextforge() {
-  local venv="$CACHE/contextforge-$CONTEXTFORGE_VERSION"
-  if [[ ! -x "$venv/bin/mcpgateway" || ! -f "$venv/.installed" ]]; then
-    echo "== installing mcp-contextforge-gateway $CONTEXTFORGE_VERSION into $venv (pip)" >&2
+# A venv in the cache holding one pinned PyPI requirement, made once and reused while the pin is unchanged;
+# NAME-VERSION names it, PROGRAM is the console script that shows it is whole. Prints its path.
+pinned_venv() {
+  local name="$1" version="$2" requirement="$3" program="$4"
+  local venv="$CACHE/$name-$version"
+  if [[ ! -x "$venv/bin/$program" || ! -f "$venv/.installed" ]]; then
+    echo "== installing $requirement into $venv (pip)" >&2
     rm -rf "$venv"
     python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp-contextforge-gateway==$CONTEXTFORGE_VERSION" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "$requirement" >&2
     touch "$venv/.installed"
   fi
   echo "$venv"
 }
 
-# LiteLLM's proxy for tests/gateway_lab.rs (MCPSIM_LITELLM): a venv holding the pinned release from PyPI
-# (pip install took 76 s here, 44 s from a warm pip cache), made once and reused while the pin is unchanged.
-# Prints its path.
+# IBM ContextForge for tests/gateway_lab.rs (MCPSIM_CONTEXTFORGE; pip install took about 30 s here).
+CONTEXTFORGE_VERSION="1.0.7"
+contextforge() {
+  pinned_venv contextforge "$CONTEXTFORGE_VERSION" "mcp-contextforge-gateway==$CONTEXTFORGE_VERSION" mcpgateway
+}
+
+# LiteLLM's proxy for tests/gateway_lab.rs (MCPSIM_LITELLM; pip install took 76 s here, 44 s from a warm pip
+# cache).
 LITELLM_VERSION="1.108.7"
 litellm() {
-  local venv="$CACHE/litellm-$LITELLM_VERSION"
-  if [[ ! -x "$venv/bin/litellm" || ! -f "$venv/.installed" ]]; then
-    echo "== installing litellm[proxy] $LITELLM_VERSION into $venv (pip)" >&2
-    rm -rf "$venv"
-    python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "litellm[proxy]==$LITELLM_VERSION" >&2
-    touch "$venv/.installed"
-  fi
-  echo "$venv"
+  pinned_venv litellm "$LITELLM_VERSION" "litellm[proxy]==$LITELLM_VERSION" litellm
 }
 
 # Waits until LOG (a process's stderr) has a line matching the sed expression EXTRACT, and prints what it

@@ -185,6 +185,14 @@ fn a_bad_gateway_target_file_says_where() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(ran.status, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("g.toml") && ran.stderr.contains("line 3") && ran.stderr.contains("docs/gateways.md"), "{}", ran.stderr);
+    // A token of the wrong type: where, and what was wrong, but never the value.
+    let dir = common::child::scratch("gateway-lab", "bad-token");
+    let path = dir.join("g.toml");
+    std::fs::write(&path, "name = \"g\"\nreplicas = 2\n[principals.alice]\ntoken = 424242\n").unwrap();
+    let ran = run_mcpsim(&["gateway-lab", "run", &path.display().to_string()], 20);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(ran.status, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("line 4") && ran.stderr.contains("key token") && !ran.stderr.contains("424242"), "{}", ran.stderr);
 }
 
 /// mcpsim's gateway serving both eras, driven through the lab's 2025-11-25 clients: each opens a session at

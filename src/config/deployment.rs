@@ -100,12 +100,17 @@ impl ConfigError {
     /// message quotes the offending line (`token = "…"`) and sometimes the value, and a configuration holds
     /// tokens and keys. What is kept: the line, the column, the table and key there, and what was wrong.
     pub(crate) fn parse(origin: &str, text: &str, error: &toml::de::Error) -> ConfigError {
-        let problem = redacted_problem(error.message());
-        let message = match error.span() {
-            Some(span) => format!("{}: {problem}", describe_position(text, span.start)),
-            None => problem,
-        };
-        ConfigError::Parse { path: origin.to_string(), message }
+        ConfigError::Parse { path: origin.to_string(), message: toml_problem(text, error) }
+    }
+}
+
+/// Where a TOML file went wrong and what was wrong, without any value from it (see [`ConfigError::parse`]):
+/// for every file that may hold a credential (deployments, gateway target files).
+pub(crate) fn toml_problem(text: &str, error: &toml::de::Error) -> String {
+    let problem = redacted_problem(error.message());
+    match error.span() {
+        Some(span) => format!("{}: {problem}", describe_position(text, span.start)),
+        None => problem,
     }
 }
 

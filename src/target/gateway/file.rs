@@ -167,11 +167,9 @@ impl GatewayTargetFile {
 
     pub fn parse(path: &Path, text: &str) -> Result<GatewayTargetFile, GatewayTargetError> {
         let shown = path.display().to_string();
-        let file: GatewayTargetFile = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|span| text.as_bytes()[..span.start.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1);
-            let at = line.map_or(String::new(), |l| format!("line {l}: "));
-            GatewayTargetError::Parse { path: shown.clone(), message: format!("{at}{}", e.message()) }
-        })?;
+        // Its principals' tokens are credentials: the position and the problem, never a value from the file.
+        let file: GatewayTargetFile = toml::from_str(text)
+            .map_err(|e| GatewayTargetError::Parse { path: shown.clone(), message: crate::config::toml_problem(text, &e) })?;
         let invalid = |message: String| GatewayTargetError::Invalid { path: shown.clone(), message };
         if file.replicas == 0 || file.replicas > REPLICAS_MAX {
             return Err(invalid(format!("replicas must be 1 to {REPLICAS_MAX}, not {}", file.replicas)));
