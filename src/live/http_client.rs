@@ -56,13 +56,7 @@ impl HttpClient {
 
     /// POSTs `body` to `url` with `headers`. The error says what failed, in words for the person running it.
     pub async fn post(&self, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<HttpAnswer, PostError> {
-        let mut request = hyper::Request::post(url);
-        for (name, value) in headers {
-            let value = hyper::header::HeaderValue::from_str(value)
-                .map_err(|_| PostError::from(format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)")))?;
-            request = request.header(*name, value);
-        }
-        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| PostError::from(format!("POST {url}: not a request: {e}")))?;
+        let request = post_request(url, headers, body)?;
         let exchange = async {
             let response = self
                 .client
@@ -70,8 +64,7 @@ impl HttpClient {
                 .await
                 .map_err(|e| PostError { message: format!("POST {url} failed: {}", with_causes(&e)), unreachable: e.is_connect() })?;
             let status = response.status().as_u16();
-            let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
-            let session_id = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let (content_type, session_id) = (text_header(&response, "content-type"), text_header(&response, "mcp-session-id"));
             let body = Limited::new(response.into_body(), self.body_bytes_max)
                 .collect()
                 .await
@@ -87,6 +80,22 @@ impl HttpClient {
     }
 }
 
+/// A POST of `body` to `url` with `headers`; a header value HTTP cannot carry is refused, named.
+fn post_request(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<hyper::Request<Full<Bytes>>, PostError> {
+    let mut request = hyper::Request::post(url);
+    for (name, value) in headers {
+        let value = hyper::header::HeaderValue::from_str(value)
+            .map_err(|_| PostError::from(format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)")))?;
+        request = request.header(*name, value);
+    }
+    request.body(Full::new(Bytes::from(body))).map_err(|e| PostError::from(format!("POST {url}: not a request: {e}")))
+}
+
+/// A response header's value, when it is text.
+fn text_header<B>(response: &hyper::Response<B>, name: &str) -> Option<String> {
+    response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
 /// An answer whose body is read as it arrives (an event stream a client must act on before it ends).
 pub struct StreamedAnswer {
     pub status: u16,
@@ -99,20 +108,13 @@ impl HttpClient {
     /// POSTs `body` to `url` with `headers` and returns once the answer's head arrived (within the timeout);
     /// the caller reads the body, bounding what it reads and how long it waits.
     pub async fn post_streamed(&self, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<StreamedAnswer, PostError> {
-        let mut request = hyper::Request::post(url);
-        for (name, value) in headers {
-            let value = hyper::header::HeaderValue::from_str(value)
-                .map_err(|_| PostError::from(format!("the {name} header value {value:?} cannot be sent over HTTP (not visible ASCII)")))?;
-            request = request.header(*name, value);
-        }
-        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| PostError::from(format!("POST {url}: not a request: {e}")))?;
+        let request = post_request(url, headers, body)?;
         let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await {
             Ok(response) => response
                 .map_err(|e| PostError { message: format!("POST {url} failed: {}", with_causes(&e)), unreachable: e.is_connect() })?,
             Err(_) => return Err(format!("POST {url} got no answer within {} ms", self.timeout.as_millis()).into()),
         };
-        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let (content_type, session_id) = (header("content-type"), header("mcp-session-id"));
+        let (content_type, session_id) = (text_header(&response, "content-type"), text_header(&response, "mcp-session-id"));
         Ok(StreamedAnswer { status: response.status().as_u16(), content_type, session_id, body: response.into_body() })
     }
 

@@ -1644,7 +1644,7 @@ mod tests {
         let expected: Vec<(String, i64)> = TITLE_INDEX_MERGING.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         let (directory, mut connection) = scratch_connection("title-merging");
         let Ok(_) = migrate(&mut connection, SQLITE_MIGRATIONS, 0) else { panic!("the schema migrates") };
-        for i in 0..300 {
+        let insert = |connection: &Connection, i: i64| {
             connection
                 .execute(
                     "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6)",
@@ -1658,6 +1658,9 @@ mod tests {
                     ],
                 )
                 .unwrap();
+        };
+        for i in 0..300 {
+            insert(&connection, i);
         }
         let Ok(()) = ensure_title_index(&mut connection) else { panic!("the title index builds") };
         assert_eq!(settings(&connection), expected);
@@ -1666,19 +1669,7 @@ mod tests {
         // included (FTS5's defaults let a level hold 15: 17 within 200 writes, SQLite 3.40).
         let most = (300..500)
             .map(|i| {
-                connection
-                    .execute(
-                        "INSERT INTO notes (id, position, title, uri, body, uri_key, title_fold) VALUES (?1, ?2, ?3, ?4, '', ?5, ?6)",
-                        params![
-                            format!("n{i}"),
-                            i + 1,
-                            format!("Note {i}"),
-                            format!("file:///w/{i}.md"),
-                            format!("w/{i}"),
-                            format!("note {i}")
-                        ],
-                    )
-                    .unwrap();
+                insert(&connection, i);
                 title_index_segments(&connection)
             })
             .max();
