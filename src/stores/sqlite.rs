@@ -222,6 +222,10 @@ const TITLE_INDEX_MERGING: [(&str, i64); 2] = [("automerge", 2), ("crisismerge",
 /// segment (a bulk fill leaves many), and sets [`TITLE_INDEX_MERGING`] where it differs (a file whose index an
 /// earlier mcpsim built).
 fn ensure_title_index(connection: &mut Connection) -> Outcome<()> {
+    // Nothing to write (the index there, merged as set): no write lock taken, as for `migrate`.
+    if title_index_is_current(connection)? {
+        return Ok(());
+    }
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let present: bool = transaction.query_row(
         "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'notes_by_title')",
@@ -245,6 +249,26 @@ fn ensure_title_index(connection: &mut Connection) -> Outcome<()> {
     Ok(())
 }
 
+/// Whether the title index exists with [`TITLE_INDEX_MERGING`]'s settings, read without the write lock.
+fn title_index_is_current(connection: &Connection) -> Outcome<bool> {
+    let present: bool = connection.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'notes_by_title')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !present {
+        return Ok(false);
+    }
+    for (setting, value) in TITLE_INDEX_MERGING {
+        let set: Option<i64> =
+            connection.query_row("SELECT v FROM notes_by_title_config WHERE k = ?1", [setting], |row| row.get(0)).optional()?;
+        if set != Some(value) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// The schema step that added the search columns, after which opening fills them for older rows.
 const NOTE_INDEX_VERSION: i64 = 5;
 
@@ -253,6 +277,10 @@ const TITLE_INDEX_AFTER: i64 = 7;
 
 /// Fills the search columns of notes written before [`NOTE_INDEX_VERSION`] (or by hand): one pass at open.
 fn backfill_search_columns(connection: &mut Connection) -> Outcome<()> {
+    let stale: bool = connection.query_row("SELECT EXISTS (SELECT 1 FROM notes WHERE title_fold IS NULL)", [], |row| row.get(0))?;
+    if !stale {
+        return Ok(());
+    }
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let stale: Vec<(String, String, String)> = {
         let mut statement = transaction.prepare("SELECT id, uri, title FROM notes WHERE title_fold IS NULL")?;
@@ -763,6 +791,17 @@ fn describe_sql_error(path: &str, error: &rusqlite::Error) -> StoreError {
 /// Applies the steps of `migrations` newer than the database's version, in one write transaction.
 fn migrate(connection: &mut Connection, migrations: &[Migration], now_ms: u64) -> Outcome<MigrationReport> {
     let known = latest_version(migrations);
+    // A store already at this version is opened without the write lock: a process starting (or paused while
+    // starting) must not hold up the fleet's writers when it has nothing to write.
+    let current: Option<i64> = connection
+        .query_row("SELECT MAX(version) FROM schema_version", [], |row| row.get::<_, Option<i64>>(0))
+        .optional()
+        .ok()
+        .flatten()
+        .flatten();
+    if current == Some(known) {
+        return Ok(MigrationReport { version_before: known, version_after: known });
+    }
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     transaction.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_version (
@@ -1454,6 +1493,23 @@ mod tests {
         std::fs::create_dir_all(&directory).unwrap();
         let Ok(connection) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("the store opens") };
         (directory, connection)
+    }
+
+    /// Opening a store that is already up to date takes no write lock: it opens while another connection
+    /// holds that lock (a process of the fleet paused mid-write), where taking it would wait out the busy
+    /// timeout and fail.
+    #[tokio::test]
+    async fn an_up_to_date_store_opens_while_another_process_holds_the_write_lock() {
+        let (directory, store) = scratch_store("open-unlocked", 100).await;
+        drop(store);
+        let Ok(mut holder) = open_connection(&directory.join("notes.db"), Durability::Durable) else { panic!("opens") };
+        let transaction = holder.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+        let clock = Arc::new(crate::stores::deterministic::ManualClock::new(1_000));
+        let limits = ReplayLimits { capacity: 100, principal_capacity: 100, retention_grace_ms: 60_000 };
+        let opened = SqliteStore::open(&directory.join("notes.db"), clock, limits).await;
+        drop(transaction);
+        let _ = std::fs::remove_dir_all(&directory);
+        assert!(opened.is_ok(), "{:?}", opened.err());
     }
 
     /// A store on a new database whose claims are held in one batch by `batched_writes` below.
